@@ -1,0 +1,69 @@
+# gpuprof_nb: everything the project needs, installed by the project itself.
+# Override any variable on the command line, e.g. `make test TORCH_VERSION=2.14.1`.
+
+PYTHON        ?= python3
+VENV          ?= .venv
+# The tested torch release, pinned here and nowhere else.
+TORCH_VERSION ?= 2.13.0
+# Extra pip arguments for installing torch, e.g. `--index-url <a CPU-only wheel index>`
+# on a machine without a GPU where the default index serves CUDA builds.
+TORCH_PIP_ARGS ?=
+export KINETO_LOG_LEVEL ?= 6
+export MPLBACKEND ?= Agg
+export PYTHONHASHSEED ?= 0
+
+BIN   := $(VENV)/bin
+PY    := $(BIN)/python
+STAMP := $(VENV)/.installed-$(TORCH_VERSION)
+
+.PHONY: all venv install test unit notebooks lint demo lab bench browser-deps clean
+
+all: test
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+# torch first and on its own, so the package's `torch>=...` requirement is already met
+# and pip never reaches for a different (multi-GB CUDA) build.
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install --quiet $(TORCH_PIP_ARGS) "torch==$(TORCH_VERSION)"
+	$(PY) -m pip install --quiet -e ".[test,browser]"
+	touch $@
+
+venv install: $(STAMP)
+
+# The whole suite: unit tests per layer, the browser test, and nbval on every tutorial.
+test: $(STAMP) browser-deps
+	$(BIN)/ruff check gpuprof_nb tests benchmarks tools
+	$(BIN)/pytest -p no:cacheprovider tests tutorials --nbval-lax -q -rs
+
+# Debian's chromium for the browser test (needs root for apt-get; skipped otherwise).
+browser-deps:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	  || echo "browser-deps: could not install chromium; the browser test will say why"; \
+	else echo "browser-deps: no /usr/bin/chromium and no root for apt-get; the browser test will be skipped"; fi
+
+lint: $(STAMP)
+	$(BIN)/ruff check gpuprof_nb tests benchmarks tools
+	$(BIN)/mypy
+
+demo: $(STAMP)
+	@mkdir -p build
+	$(BIN)/jupyter nbconvert --to notebook --execute tutorials/01_quickstart.ipynb \
+	  --output-dir build --output 01_quickstart.executed.ipynb --ExecutePreprocessor.timeout=600
+	$(BIN)/jupyter nbconvert --to html build/01_quickstart.executed.ipynb \
+	  --output-dir build --output 01_quickstart
+	@echo "executed notebook: $(CURDIR)/build/01_quickstart.executed.ipynb"
+	@echo "standalone HTML:   $(CURDIR)/build/01_quickstart.html"
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab tutorials/
+
+bench: $(STAMP)
+	$(PY) benchmarks/run.py
+
+clean:
+	rm -rf build .pytest_cache

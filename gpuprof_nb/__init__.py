@@ -1,0 +1,68 @@
+"""gpuprof_nb: Jupyter-native profiling for PyTorch.
+
+`%load_ext gpuprof_nb`, then `%%gpuprofile` or `%%memsnap` on a cell. Offline:
+`load_trace` + `analyze` (+ `diagnose`), `load_snapshot` + `analyze_memory`.
+
+Public names are imported lazily so `import gpuprof_nb` pulls in neither torch nor IPython.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from gpuprof_nb.errors import CaptureError, GpuprofError, SnapshotFormatError, TraceFormatError
+
+__version__ = "0.1.0"
+
+_LAZY: dict[str, tuple[str, str]] = {
+    "load_trace": ("gpuprof_nb.io.trace", "load_trace"),
+    "analyze": ("gpuprof_nb.report", "analyze"),
+    "ProfileReport": ("gpuprof_nb.report", "ProfileReport"),
+    "diagnose": ("gpuprof_nb.analysis.diagnose", "diagnose"),
+    "load_snapshot": ("gpuprof_nb.io.snapshot", "load_snapshot"),
+    "analyze_memory": ("gpuprof_nb.memory_report", "analyze_memory"),
+    "MemoryReport": ("gpuprof_nb.memory_report", "MemoryReport"),
+    "measure_ceilings": ("gpuprof_nb.capture.device", "measure_ceilings"),
+}
+
+__all__ = [
+    "CaptureError",
+    "GpuprofError",
+    "MemoryReport",
+    "ProfileReport",
+    "SnapshotFormatError",
+    "TraceFormatError",
+    "analyze",
+    "analyze_memory",
+    "diagnose",
+    "load_ipython_extension",
+    "load_snapshot",
+    "load_trace",
+    "measure_ceilings",
+]
+
+if TYPE_CHECKING:
+    from gpuprof_nb.analysis.diagnose import diagnose
+    from gpuprof_nb.capture.device import measure_ceilings
+    from gpuprof_nb.io.snapshot import load_snapshot
+    from gpuprof_nb.io.trace import load_trace
+    from gpuprof_nb.memory_report import MemoryReport, analyze_memory
+    from gpuprof_nb.report import ProfileReport, analyze
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'gpuprof_nb' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register %%gpuprofile and %%memsnap (called by `%load_ext gpuprof_nb`)."""
+    from gpuprof_nb.magics import register
+
+    register(ipython)

@@ -1,0 +1,1 @@
+"""Pure functions from model objects to frozen result dataclasses. No torch, IPython, I/O."""

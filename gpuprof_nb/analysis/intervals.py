@@ -1,0 +1,62 @@
+"""Interval arithmetic on (start_us, end_us) pairs: unions, gaps and clipping."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from gpuprof_nb.model.trace import Trace
+
+Interval = tuple[float, float]
+
+
+def merge_intervals(intervals: Iterable[Interval]) -> list[Interval]:
+    """Return the union of the intervals as sorted, disjoint (start, end) pairs.
+    Empty or inverted intervals (end <= start) are dropped."""
+    ordered = sorted((s, e) for s, e in intervals if e > s)
+    merged: list[Interval] = []
+    for start, end in ordered:
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def union_length(intervals: Iterable[Interval]) -> float:
+    """Return the total length in the union of the intervals (overlaps counted once)."""
+    return sum(e - s for s, e in merge_intervals(intervals))
+
+
+def clip_intervals(intervals: Iterable[Interval], start: float, end: float) -> list[Interval]:
+    """Return the intervals cut to [start, end]; those outside it vanish."""
+    out = []
+    for s, e in intervals:
+        s2, e2 = max(s, start), min(e, end)
+        if e2 > s2:
+            out.append((s2, e2))
+    return out
+
+
+def gaps_between(merged: Sequence[Interval], start: float, end: float) -> list[Interval]:
+    """Return the holes in `merged` (sorted, disjoint) within [start, end]."""
+    holes: list[Interval] = []
+    cursor = start
+    for s, e in merged:
+        if s > cursor:
+            holes.append((cursor, min(s, end)))
+        cursor = max(cursor, e)
+        if cursor >= end:
+            break
+    if cursor < end:
+        holes.append((cursor, end))
+    return [(s, e) for s, e in holes if e > s]
+
+
+def device_busy_us(trace: Trace, start: float | None = None, end: float | None = None) -> float:
+    """Return microseconds in which any kernel, memcpy or memset ran on any stream or device,
+    within [start, end] (default: the whole trace window)."""
+    lo = trace.window_us[0] if start is None else start
+    hi = trace.window_us[1] if end is None else end
+    spans = ((k.start_us, k.end_us) for k in trace.kernels)
+    return union_length(clip_intervals(spans, lo, hi))

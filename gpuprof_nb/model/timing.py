@@ -1,0 +1,62 @@
+"""Run timings of a cell, measured without the profiler attached."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+
+def _quantile(values: tuple[float, ...], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default method), q in [0, 1]."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True, slots=True)
+class TimingStats:
+    """Per-run times in microseconds. `device_us` comes from CUDA events (None on CPU);
+    `wall_us` from perf_counter_ns around a synchronised run. Warm-up runs are kept apart
+    and never enter the statistics; `once` means the single measured run was also the first."""
+
+    wall_us: tuple[float, ...]
+    device_us: tuple[float, ...] | None = None
+    warmup_wall_us: tuple[float, ...] = ()
+    once: bool = False
+    device_name: str = "cpu"
+    steps_per_run: int | None = None
+
+    @property
+    def times_us(self) -> tuple[float, ...]:
+        """The times the statistics are over: device time where measured, else wall time."""
+        return self.device_us if self.device_us else self.wall_us
+
+    @property
+    def runs(self) -> int:
+        return len(self.wall_us)
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.times_us) if self.times_us else float("nan")
+
+    @property
+    def iqr_us(self) -> float:
+        t = self.times_us
+        return _quantile(t, 0.75) - _quantile(t, 0.25) if t else float("nan")
+
+    @property
+    def min_us(self) -> float:
+        return min(self.times_us) if self.times_us else float("nan")
+
+    @property
+    def max_us(self) -> float:
+        return max(self.times_us) if self.times_us else float("nan")
+
+    @property
+    def noisy(self) -> bool:
+        """True when the slowest run took over 1.5x the fastest (results are unstable)."""
+        return self.runs > 1 and self.max_us > 1.5 * self.min_us

@@ -1,0 +1,179 @@
+"""The profiler trace as frozen dataclasses: what io/trace.py produces and analysis consumes.
+
+Times are microseconds on the trace's own clock (Kineto's `ts`/`dur`), as floats.
+Sequences are tuples sorted by start time (ties: by position in the file), so analyses
+can rely on order without sorting again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+OpKind = Literal["op", "annotation", "python"]
+KernelKind = Literal["kernel", "memcpy", "memset"]
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """A host-side range: a torch operator (`cpu_op`), a user annotation
+    (`user_annotation`, e.g. `ProfilerStep#3`) or a Python function (`python_function`)."""
+
+    name: str
+    kind: OpKind
+    start_us: float
+    dur_us: float
+    pid: int | str
+    tid: int | str
+    external_id: int | None = None
+    # Shape information recorded with `record_shapes=True` (None when absent).
+    input_dims: tuple[Any, ...] | None = None
+    input_types: tuple[str, ...] | None = None
+    input_strides: tuple[Any, ...] | None = None
+    concrete_inputs: tuple[str, ...] | None = None
+    sequence_number: int | None = None
+    fwd_thread_id: int | None = None
+    # Python call stack, innermost last ("Call stack" arg), when recorded with stacks.
+    stack: tuple[str, ...] | None = None
+    # Position of the event in the file: a stable tie-breaker.
+    index: int = 0
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.dur_us
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """A device activity: a kernel, a memcpy or a memset, on one device and stream."""
+
+    name: str
+    kind: KernelKind
+    start_us: float
+    dur_us: float
+    device: int
+    stream: int
+    correlation: int | None = None
+    external_id: int | None = None
+    bytes: int | None = None  # memcpy/memset payload, when the trace gives it
+    grid: tuple[int, ...] | None = None
+    block: tuple[int, ...] | None = None
+    index: int = 0
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.dur_us
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeCall:
+    """A CUDA/HIP runtime or driver API call on a host thread (cudaLaunchKernel, cudaMemcpy,
+    cudaStreamSynchronize, ...); `correlation` links it to the Kernel it launched."""
+
+    name: str
+    start_us: float
+    dur_us: float
+    pid: int | str
+    tid: int | str
+    correlation: int | None = None
+    external_id: int | None = None
+    index: int = 0
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.dur_us
+
+
+@dataclass(frozen=True, slots=True)
+class SyncEvent:
+    """A `cuda_sync` event: the host or a stream waited (Stream Sync, Event Sync, Context
+    Sync, Stream Wait Event). `stream` is -1 when the sync is not tied to one stream."""
+
+    name: str
+    start_us: float
+    dur_us: float
+    device: int
+    stream: int
+    correlation: int | None = None
+    index: int = 0
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.dur_us
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEvent:
+    """A profiler `[memory]` instant event: an allocation (bytes > 0) or free (bytes < 0).
+    Older traces lack `addr` and the totals (None then). device_type: 0 CPU, 1 CUDA, 6 HIP..."""
+
+    ts_us: float
+    bytes: int
+    device_type: int
+    device_id: int
+    addr: int | None = None
+    total_allocated: int | None = None
+    total_reserved: int | None = None
+    pid: int | str = 0
+    tid: int | str = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One training step found from `ProfilerStep#N` (or `Optimizer.step#...`) annotations."""
+
+    number: int
+    name: str
+    start_us: float
+    end_us: float
+
+    @property
+    def dur_us(self) -> float:
+        return self.end_us - self.start_us
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """One entry of the trace's deviceProperties (or the live device's properties)."""
+
+    index: int
+    name: str
+    total_memory_bytes: int | None = None
+    compute_capability: tuple[int, int] | None = None
+    num_sms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DistributedInfo:
+    rank: int | None
+    world_size: int | None
+    backend: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """A whole profiler trace. `window_us` is (start, end) of the profiled span: the
+    earliest start and latest end over all timed events (metadata events excluded)."""
+
+    source: str
+    ops: tuple[Op, ...]
+    kernels: tuple[Kernel, ...]
+    runtime: tuple[RuntimeCall, ...]
+    syncs: tuple[SyncEvent, ...]
+    memory: tuple[MemoryEvent, ...]
+    steps: tuple[Step, ...]
+    devices: tuple[DeviceInfo, ...]
+    distributed: DistributedInfo | None
+    window_us: tuple[float, float]
+    schema_version: int | None = None
+    # Top-level keys other than traceEvents (record_shapes, with_stack, ...), as read.
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_device_activity(self) -> bool:
+        return bool(self.kernels)
+
+    @property
+    def duration_us(self) -> float:
+        return self.window_us[1] - self.window_us[0]

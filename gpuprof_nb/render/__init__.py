@@ -1,0 +1,1 @@
+"""Text, HTML, plots and widgets for every result. text.py is the reference rendering."""
