@@ -21,7 +21,9 @@ def _quantile(values: tuple[float, ...], q: float) -> float:
 class TimingStats:
     """Per-run times in microseconds. `device_us` comes from CUDA events (None on CPU);
     `wall_us` from perf_counter_ns around a synchronised run. Warm-up runs are kept apart
-    and never enter the statistics; `once` means the single measured run was also the first."""
+    and never enter the statistics; `once` means the single measured run was also the first;
+    `profiled` means that run had the profiler attached (so its time includes the overhead);
+    `steps_per_run` is the number of training steps the profiled run held, when known."""
 
     wall_us: tuple[float, ...]
     device_us: tuple[float, ...] | None = None
@@ -29,11 +31,19 @@ class TimingStats:
     once: bool = False
     device_name: str = "cpu"
     steps_per_run: int | None = None
+    profiled: bool = False
 
     @property
     def times_us(self) -> tuple[float, ...]:
         """The times the statistics are over: device time where measured, else wall time."""
         return self.device_us if self.device_us else self.wall_us
+
+    @property
+    def median_step_us(self) -> float | None:
+        """Median time per training step: the median run time over `steps_per_run`."""
+        if not self.steps_per_run or not self.times_us:
+            return None
+        return self.median_us / self.steps_per_run
 
     @property
     def runs(self) -> int:

@@ -1,0 +1,92 @@
+"""torch.profiler over a cell -> the Chrome-trace dict that `export_chrome_trace` writes,
+so a live run and a trace file go through the same loader."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from gpuprof_nb.errors import CaptureError
+
+
+def profiler_running() -> bool:
+    """Return True while any torch (autograd/Kineto) profiler is recording in this process."""
+    try:
+        return bool(torch._C._autograd._profiler_enabled())
+    except AttributeError:  # private API moved: fall back to the legacy module flag
+        return bool(getattr(torch.autograd.profiler, "_is_profiler_enabled", False))
+
+
+def profile_cell(
+    run: Callable[[], object],
+    *,
+    runs: int = 1,
+    stack: bool = False,
+    memory: bool = False,
+    cuda: bool = False,
+) -> dict[str, Any]:
+    """Return the Chrome trace (as a dict) of `runs` calls of `run` under torch.profiler.
+
+    CPU activity always, CUDA activity when `cuda`; shapes recorded. `stack` records Python
+    call stacks (torch 2.13 writes them only with the experimental config's verbose flag on),
+    `memory` records allocator events. With `runs > 1` each call is wrapped in a
+    `ProfilerStep#i` annotation so the runs become steps; a single run gets no annotation of
+    ours, so a training loop's own `ProfilerStep#`/`Optimizer.step#` annotations give the steps.
+    The profiler is stopped before this returns or raises, whatever `run` raised (including
+    KeyboardInterrupt), and that exception propagates unchanged.
+    """
+    if runs < 1:
+        raise ValueError(f"runs must be at least 1, got {runs}")
+    if profiler_running():
+        raise CaptureError(
+            "a torch profiler is already recording in this process; stop it first "
+            "(leave its `with profile(...)` block) or use --timing-only"
+        )
+    activities = [ProfilerActivity.CPU]
+    if cuda:
+        activities.append(ProfilerActivity.CUDA)
+    extra: dict[str, Any] = {}
+    if stack:
+        extra["experimental_config"] = torch._C._profiler._ExperimentalConfig(verbose=True)
+    prof = profile(
+        activities=activities,
+        record_shapes=True,
+        profile_memory=memory,
+        with_stack=stack,
+        **extra,
+    )
+    with prof:
+        for i in range(runs):
+            ctx = record_function(f"ProfilerStep#{i}") if runs > 1 else contextlib.nullcontext()
+            with ctx:
+                run()
+        if cuda:
+            # Kernels still queued when the profiler stops would be missing from the trace.
+            torch.cuda.synchronize()
+    return _export(prof)
+
+
+def _export(prof: profile) -> dict[str, Any]:
+    """Return the profiler's Chrome trace as a dict, through a temporary file (deleted)."""
+    fd, path = tempfile.mkstemp(prefix="gpuprof_", suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            # strict=False: Kineto writes raw control characters in some names.
+            return json.loads(fh.read(), strict=False)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise CaptureError(
+            f"could not export the profiler trace through {path}: {exc}; "
+            "check free space in the temp directory, or use --timing-only"
+        ) from exc
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
