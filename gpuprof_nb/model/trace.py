@@ -169,6 +169,8 @@ class Trace:
     schema_version: int | None = None
     # Top-level keys other than traceEvents (record_shapes, with_stack, ...), as read.
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    # What the loader had to repair (e.g. negative durations clamped to 0), for the report.
+    load_warnings: tuple[str, ...] = ()
 
     @property
     def has_device_activity(self) -> bool:

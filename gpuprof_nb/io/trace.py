@@ -1,0 +1,755 @@
+"""Chrome/Kineto trace JSON (torch.profiler `export_chrome_trace`) -> `model.trace.Trace`.
+
+Every format quirk lives here, so analysis sees one shape:
+
+- 2021 Kineto traces: capitalised categories (`Operator`, `Runtime`, `Kernel`, `Memcpy`,
+  `Memset`), GPU thread ids like `"stream 7"`, lowercase `'external id'`, `computeProperties`
+  instead of `deviceProperties`, and `ProfilerStep#N` / `Optimizer.step#...` recorded as
+  `Operator` (they become annotations here, as in newer traces).
+- Current traces: `cpu_op`, `user_annotation`, `python_function`, `cuda_runtime`,
+  `cuda_driver`, `kernel`, `gpu_memcpy`, `gpu_memset`, `cuda_sync`, `[memory]` instants.
+- AMD/ROCm: hip* calls under `cuda_runtime`, the GPU's pid as device, kernel args with `kind`.
+- Host thread ids given as digit strings (`"24572"`) become ints, so one thread has one key.
+- Categories we do not model (flows, `gpu_user_annotation`, `fwdbwd`, `cuda_profiler_range`,
+  MTIA runtime events, ...) are skipped, but their timed events still count for `window_us`.
+
+Files are decoded incrementally: the `traceEvents` array is parsed one event at a time from a
+buffer read in chunks, and each event becomes a slotted model object at once, so peak memory is
+the model plus one chunk rather than every event dict (what `json.load` would build).
+
+Negative durations (seen in truncated Kineto exports) are clamped to 0 and counted in
+`Trace.load_warnings`; they never make an interval run backwards.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import json
+import math
+import os
+import re
+import sys
+import zlib
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any, BinaryIO
+
+from gpuprof_nb.errors import TraceFormatError
+from gpuprof_nb.model.trace import (
+    DeviceInfo,
+    DistributedInfo,
+    Kernel,
+    MemoryEvent,
+    Op,
+    RuntimeCall,
+    Step,
+    SyncEvent,
+    Trace,
+)
+
+__all__ = ["load_trace", "trace_from_dict"]
+
+_CHUNK_CHARS = 1 << 22  # 4 Mi characters per read: big enough to amortise, small next to a trace
+_GZIP_MAGIC = b"\x1f\x8b"
+_WS = re.compile(r"[ \t\n\r]*")
+_STEP_NAME = re.compile(r"ProfilerStep#(\d+)$")
+
+# Category -> what it becomes. Anything else is skipped (but still widens the window).
+_OP_KINDS = {
+    "cpu_op": "op",
+    "Operator": "op",
+    "user_annotation": "annotation",
+    "python_function": "python",
+}
+_KERNEL_KINDS = {
+    "kernel": "kernel",
+    "Kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "Memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "Memset": "memset",
+}
+_RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime"})
+# Pseudo-processes holding the profiler's own summary spans, not the workload.
+_SUMMARY_PIDS = frozenset({"Traces", "Spans"})
+
+_HOW_TO_EXPORT = (
+    "export it with torch.profiler's prof.export_chrome_trace(path) "
+    "(or on_trace_ready=tensorboard_trace_handler)"
+)
+
+
+# --------------------------------------------------------------------------------------------
+# public API
+
+
+def load_trace(path: str | os.PathLike[str]) -> Trace:
+    """Return the Trace read from a Chrome/Kineto trace file (`.json` or gzip, detected by its
+    magic bytes, whatever the name says). Times in the result are microseconds.
+
+    Raises TraceFormatError (naming the file, what is wrong and what to do) for anything that
+    is not a readable torch.profiler trace.
+    """
+    source = os.fspath(path)
+    try:
+        raw = open(source, "rb")  # noqa: SIM115 - closed in finally below
+    except OSError as exc:
+        raise TraceFormatError(f"{source}: cannot open the trace file ({exc.strerror}).") from exc
+    try:
+        magic = raw.read(2)
+        raw.seek(0)
+        stream: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if magic == _GZIP_MAGIC else raw
+        builder = _Builder(source)
+        top = _StreamParser(stream, source, gzipped=magic == _GZIP_MAGIC).parse(builder)
+        return builder.finish(top)
+    finally:
+        raw.close()
+
+
+def trace_from_dict(d: Mapping[str, Any], source: str = "<dict>") -> Trace:
+    """Return the Trace held in an already-parsed trace dict (as `json.load` of a Chrome
+    trace would give, or as live capture builds it). Times are microseconds."""
+    if isinstance(d, list):
+        events: Any = d
+        top: dict[str, Any] = {}
+    elif isinstance(d, Mapping):
+        if "traceEvents" not in d:
+            keys = ", ".join(sorted(map(str, d))[:8]) or "none"
+            raise TraceFormatError(
+                f"{source}: not a profiler trace: no 'traceEvents' list (top-level keys: "
+                f"{keys}); {_HOW_TO_EXPORT}."
+            )
+        events = d["traceEvents"]
+        top = {k: v for k, v in d.items() if k != "traceEvents"}
+    else:
+        raise TraceFormatError(
+            f"{source}: expected a trace dict with a 'traceEvents' list, got "
+            f"{type(d).__name__}; {_HOW_TO_EXPORT}."
+        )
+    if not isinstance(events, list | tuple):
+        raise TraceFormatError(
+            f"{source}: 'traceEvents' is a {type(events).__name__}, not a list; {_HOW_TO_EXPORT}."
+        )
+    builder = _Builder(source)
+    add = builder.add
+    for index, event in enumerate(events):
+        add(event, index)
+    return builder.finish(top)
+
+
+# --------------------------------------------------------------------------------------------
+# event -> model objects
+
+
+def _host_id(value: Any) -> int | str:
+    """Thread/process ids: ints stay ints, digit strings become ints, other strings stay."""
+    if type(value) is int:
+        return value
+    if isinstance(value, str):
+        return int(value) if value.isdigit() else value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return str(value)
+
+
+def _opt_int(value: Any) -> int | None:
+    if type(value) is int:
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _stream_of(args: Mapping[str, Any], tid: Any) -> int:
+    """The stream of a device event: args['stream'], else the tid ('stream 7' or 7); -1 if none."""
+    stream = _opt_int(args.get("stream"))
+    if stream is not None:
+        return stream
+    if isinstance(tid, str) and tid.startswith("stream "):
+        parsed = _opt_int(tid[7:].strip())
+        if parsed is not None:
+            return parsed
+    parsed = _opt_int(tid)
+    return parsed if parsed is not None else -1
+
+
+def _int_triple(value: Any) -> tuple[int, ...] | None:
+    if isinstance(value, list | tuple) and all(type(v) is int for v in value):
+        return tuple(value)
+    return None
+
+
+class _Builder:
+    """Turns events one at a time into model objects; `finish` sorts them into a Trace.
+    Repeated strings and shape tuples are shared, so a million `aten::add` cost one string."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.ops: list[Op] = []
+        self.kernels: list[Kernel] = []
+        self.runtime: list[RuntimeCall] = []
+        self.syncs: list[SyncEvent] = []
+        self.memory: list[MemoryEvent] = []
+        self.lo = math.inf
+        self.hi = -math.inf
+        self.negative_durations = 0
+        self.event_count = 0
+        self._shared: dict[Any, Any] = {}
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _fail(self, index: int, what: str) -> TraceFormatError:
+        return TraceFormatError(
+            f"{self.source}: event {index} {what} (a truncated or hand-edited trace?); "
+            f"re-export it with prof.export_chrome_trace(path)."
+        )
+
+    def _share(self, value: Any) -> Any:
+        """Return one shared instance of an equal, hashable value (tuples of shapes, ...)."""
+        return self._shared.setdefault(value, value)
+
+    def _tuplify(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return tuple(self._tuplify(v) for v in value)
+        if isinstance(value, dict):
+            # Never expected in shape args; kept readable and hashable.
+            return str(value)
+        return value
+
+    def _shape_arg(self, args: Mapping[str, Any], *keys: str) -> Any:
+        for key in keys:
+            value = args.get(key)
+            if value is not None:
+                if isinstance(value, list):
+                    return self._share(self._tuplify(value))
+                return None
+        return None
+
+    def _str_tuple(self, value: Any) -> tuple[str, ...] | None:
+        if isinstance(value, list):
+            return self._share(tuple(sys.intern(v) if isinstance(v, str) else str(v)
+                                     for v in value))
+        if isinstance(value, str):
+            # Some exporters join the stack with ';'.
+            return self._share(tuple(sys.intern(p) for p in value.split(";") if p))
+        return None
+
+    # -- the per-event hot path -------------------------------------------------------------
+
+    def add(self, event: Any, index: int) -> None:
+        if type(event) is not dict:
+            if isinstance(event, Mapping):
+                event = dict(event)
+            else:
+                raise self._fail(index, f"is a {type(event).__name__}, not a JSON object")
+        self.event_count += 1
+        ph = event.get("ph")
+        if ph == "X":
+            self._add_complete(event, index)
+        elif ph == "i" or ph == "I":
+            self._add_instant(event, index)
+        # 'M' metadata (unrelated early ts), 's'/'f' flows, counters, ...: nothing to model.
+
+    def _add_complete(self, event: dict[str, Any], index: int) -> None:
+        ts = event.get("ts")
+        dur = event.get("dur")
+        tst = type(ts)
+        if (tst is not float and tst is not int) or ts - ts != 0:
+            raise self._fail(index, f"({event.get('name')!r}) has no numeric 'ts' (got {ts!r})")
+        dut = type(dur)
+        if (dut is not float and dut is not int) or dur - dur != 0:
+            raise self._fail(index, f"({event.get('name')!r}) has no numeric 'dur' (got {dur!r})")
+        if dur < 0:
+            self.negative_durations += 1
+            dur = 0
+        cat = event.get("cat")
+        pid = event.get("pid")
+        if cat == "Trace" or pid in _SUMMARY_PIDS:
+            return
+        if ts < self.lo:
+            self.lo = ts
+        if ts + dur > self.hi:
+            self.hi = ts + dur
+        name = event.get("name")
+        name = sys.intern(name) if isinstance(name, str) else str(name)
+        args = event.get("args")
+        if type(args) is not dict:
+            args = {}
+        start = float(ts)
+        dur_f = float(dur)
+
+        op_kind = _OP_KINDS.get(cat)  # type: ignore[arg-type]
+        if op_kind is not None:
+            if op_kind == "op" and cat == "Operator" and (
+                name.startswith("ProfilerStep#") or name.startswith("Optimizer.")
+            ):
+                # 2021 traces recorded record_function scopes as Operator.
+                op_kind = "annotation"
+            if args:
+                external = args.get("External id")
+                if external is None:
+                    external = args.get("external id")
+                self.ops.append(
+                    Op(
+                        name,
+                        op_kind,  # type: ignore[arg-type]
+                        start,
+                        dur_f,
+                        _host_id(pid),
+                        _host_id(event.get("tid")),
+                        _opt_int(external),
+                        self._shape_arg(args, "Input Dims", "Input dims"),
+                        self._str_tuple(args.get("Input type")),
+                        self._shape_arg(args, "Input Strides", "Input strides"),
+                        self._str_tuple(args.get("Concrete Inputs")),
+                        _opt_int(args.get("Sequence number")),
+                        _opt_int(args.get("Fwd thread id")),
+                        self._str_tuple(args.get("Call stack")),
+                        index,
+                    )
+                )
+            else:
+                self.ops.append(
+                    Op(name, op_kind, start, dur_f, _host_id(pid), _host_id(event.get("tid")),  # type: ignore[arg-type]
+                       index=index)
+                )
+            return
+
+        kernel_kind = _KERNEL_KINDS.get(cat)  # type: ignore[arg-type]
+        if kernel_kind is not None:
+            device = _opt_int(args.get("device"))
+            if device is None:
+                device = _opt_int(pid)
+            external = args.get("External id")
+            if external is None:
+                external = args.get("external id")
+            nbytes = _opt_int(args.get("bytes")) if kernel_kind != "kernel" else None
+            self.kernels.append(
+                Kernel(
+                    name,
+                    kernel_kind,  # type: ignore[arg-type]
+                    start,
+                    dur_f,
+                    device if device is not None else -1,
+                    _stream_of(args, event.get("tid")),
+                    _opt_int(args.get("correlation")),
+                    _opt_int(external),
+                    nbytes,
+                    self._share(_int_triple(args.get("grid"))),
+                    self._share(_int_triple(args.get("block"))),
+                    index,
+                )
+            )
+            return
+
+        if cat in _RUNTIME_CATS:
+            external = args.get("External id")
+            if external is None:
+                external = args.get("external id")
+            self.runtime.append(
+                RuntimeCall(
+                    name,
+                    start,
+                    dur_f,
+                    _host_id(pid),
+                    _host_id(event.get("tid")),
+                    _opt_int(args.get("correlation")),
+                    _opt_int(external),
+                    index,
+                )
+            )
+            return
+
+        if cat == "cuda_sync":
+            device = _opt_int(args.get("device"))
+            if device is None:
+                device = _opt_int(pid)
+            stream = _opt_int(args.get("stream"))
+            self.syncs.append(
+                SyncEvent(
+                    name,
+                    start,
+                    dur_f,
+                    device if device is not None else -1,
+                    stream if stream is not None else -1,
+                    _opt_int(args.get("correlation")),
+                    index,
+                )
+            )
+
+    def _add_instant(self, event: dict[str, Any], index: int) -> None:
+        pid = event.get("pid")
+        if pid in _SUMMARY_PIDS:
+            return
+        ts = event.get("ts")
+        tst = type(ts)
+        if (tst is not float and tst is not int) or ts - ts != 0:
+            raise self._fail(index, f"({event.get('name')!r}) has no numeric 'ts' (got {ts!r})")
+        if ts < self.lo:
+            self.lo = ts
+        if ts > self.hi:
+            self.hi = ts
+        if event.get("name") != "[memory]":
+            return
+        args = event.get("args")
+        if type(args) is not dict:
+            return
+        nbytes = _opt_int(args.get("Bytes"))
+        if nbytes is None:
+            return
+        device_type = _opt_int(args.get("Device Type"))
+        device_id = _opt_int(args.get("Device Id"))
+        self.memory.append(
+            MemoryEvent(
+                float(ts),
+                nbytes,
+                device_type if device_type is not None else -1,
+                device_id if device_id is not None else -1,
+                _opt_int(args.get("Addr")),
+                _opt_int(args.get("Total Allocated")),
+                _opt_int(args.get("Total Reserved")),
+                _host_id(pid),
+                _host_id(event.get("tid")),
+            )
+        )
+
+    # -- whole trace ------------------------------------------------------------------------
+
+    def finish(self, top: Mapping[str, Any]) -> Trace:
+        if self.lo > self.hi:
+            what = (
+                "has no events at all"
+                if self.event_count == 0
+                else f"has {self.event_count} events but none with a time span (only metadata)"
+            )
+            raise TraceFormatError(
+                f"{self.source}: empty trace: it {what}; profile at least one step "
+                f"(check the profiler schedule's active steps) and export again."
+            )
+        ops = sorted(self.ops, key=lambda o: (o.start_us, o.index))
+        kernels = sorted(self.kernels, key=lambda k: (k.start_us, k.index))
+        runtime = sorted(self.runtime, key=lambda r: (r.start_us, r.index))
+        syncs = sorted(self.syncs, key=lambda s: (s.start_us, s.index))
+        memory = sorted(self.memory, key=lambda m: m.ts_us)  # stable: file order breaks ties
+        warnings: list[str] = []
+        if self.negative_durations:
+            warnings.append(
+                f"{self.negative_durations} events had negative durations; clamped to 0 us."
+            )
+        schema = top.get("schemaVersion")
+        return Trace(
+            source=self.source,
+            ops=tuple(ops),
+            kernels=tuple(kernels),
+            runtime=tuple(runtime),
+            syncs=tuple(syncs),
+            memory=tuple(memory),
+            steps=_find_steps(ops),
+            devices=_devices(top),
+            distributed=_distributed(top.get("distributedInfo")),
+            window_us=(float(self.lo), float(self.hi)),
+            schema_version=schema if type(schema) is int else None,
+            metadata=dict(top),
+            load_warnings=tuple(warnings),
+        )
+
+
+def _find_steps(ops: list[Op]) -> tuple[Step, ...]:
+    """Steps from host-side `ProfilerStep#N` annotations (numbered N; an N seen twice spans
+    both). Without them, from `Optimizer.step#...` annotations: a step runs from the end of one
+    optimizer step to the end of the next (so k optimizer steps give k-1 steps, numbered 1..k-1
+    by the optimizer step that closes them). Only the most frequent optimizer annotation name is
+    used, so two optimizers stepping in the same iteration do not split it."""
+    spans: dict[int, tuple[float, float]] = {}
+    for op in ops:
+        if op.kind != "annotation":
+            continue
+        match = _STEP_NAME.match(op.name)
+        if match is None:
+            continue
+        number = int(match.group(1))
+        old = spans.get(number)
+        spans[number] = (
+            (op.start_us, op.end_us)
+            if old is None
+            else (min(old[0], op.start_us), max(old[1], op.end_us))
+        )
+    if spans:
+        return tuple(
+            Step(n, f"ProfilerStep#{n}", s, e)
+            for n, (s, e) in sorted(spans.items(), key=lambda kv: (kv[1][0], kv[0]))
+        )
+    optimizer = [o for o in ops if o.kind == "annotation" and o.name.startswith("Optimizer.step#")]
+    if len(optimizer) < 2:
+        return ()
+    counts = Counter(o.name for o in optimizer)
+    name = min(counts, key=lambda n: (-counts[n], n))
+    ends = sorted(o.end_us for o in optimizer if o.name == name)
+    return tuple(Step(i, name, ends[i - 1], ends[i]) for i in range(1, len(ends)))
+
+
+def _devices(top: Mapping[str, Any]) -> tuple[DeviceInfo, ...]:
+    props = top.get("deviceProperties")
+    old_style = False
+    if not isinstance(props, list):
+        props = top.get("computeProperties")
+        old_style = True
+    if not isinstance(props, list):
+        return ()
+    out = []
+    for position, p in enumerate(props):
+        if not isinstance(p, Mapping):
+            continue
+        index = _opt_int(p.get("id"))
+        major = _opt_int(p.get("major" if old_style else "computeMajor"))
+        minor = _opt_int(p.get("minor" if old_style else "computeMinor"))
+        name = p.get("name")
+        out.append(
+            DeviceInfo(
+                index=index if index is not None else position,
+                name=name if isinstance(name, str) else "",
+                total_memory_bytes=_opt_int(p.get("totalGlobalMem")),
+                compute_capability=(major, minor)
+                if major is not None and minor is not None
+                else None,
+                num_sms=_opt_int(p.get("multiProcessorCount" if old_style else "numSms")),
+            )
+        )
+    return tuple(out)
+
+
+def _distributed(info: Any) -> DistributedInfo | None:
+    if not isinstance(info, Mapping):
+        return None
+    backend = info.get("backend")
+    return DistributedInfo(
+        rank=_opt_int(info.get("rank")),
+        world_size=_opt_int(info.get("world_size")),
+        backend=backend if isinstance(backend, str) else None,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# incremental JSON reading
+
+
+class _NeedMore(Exception):
+    """The buffer ends inside a value: read more and try again."""
+
+
+class _StreamParser:
+    """Reads `{"traceEvents": [ev, ev, ...], other keys}` from a byte stream in chunks,
+    feeding each event to the builder as soon as it is decoded. Also accepts Chrome's bare
+    JSON-array form (`[ev, ev, ...]`)."""
+
+    def __init__(self, stream: BinaryIO, source: str, *, gzipped: bool) -> None:
+        self.stream = stream
+        self.source = source
+        self.gzipped = gzipped
+        self.decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        self.scan = json.JSONDecoder().scan_once
+        self.buf = ""
+        self.pos = 0
+        self.eof = False
+        self.first_read = True
+
+    # -- low level ----------------------------------------------------------------------------
+
+    def _read(self, at_least: int = _CHUNK_CHARS) -> None:
+        """Append at least one more chunk of text to the buffer (dropping what was consumed)."""
+        if self.eof:
+            raise _NeedMore
+        try:
+            data = self.stream.read(max(at_least, _CHUNK_CHARS))
+        except EOFError as exc:
+            raise TraceFormatError(
+                f"{self.source}: the gzip stream ends early (truncated? an interrupted copy or "
+                f"download); copy or export the trace again."
+            ) from exc
+        except (gzip.BadGzipFile, zlib.error, OSError) as exc:
+            raise TraceFormatError(
+                f"{self.source}: cannot decompress it ({exc}); the gzip data is corrupt "
+                f"(truncated?); export the trace again."
+            ) from exc
+        if self.first_read:
+            self.first_read = False
+            if data.startswith(codecs.BOM_UTF8):
+                data = data[len(codecs.BOM_UTF8):]
+        try:
+            text = self.decoder.decode(data, final=not data)
+        except UnicodeDecodeError as exc:
+            raise TraceFormatError(
+                f"{self.source}: not a text JSON file (invalid UTF-8 near byte {exc.start} of a "
+                f"chunk); is it a binary file? {_HOW_TO_EXPORT}."
+            ) from exc
+        if not data:
+            self.eof = True
+        self.buf = self.buf[self.pos:] + text
+        self.pos = 0
+
+    def _skip_ws(self) -> str:
+        """Return the next non-whitespace character (reading more as needed), '' at the end."""
+        while True:
+            self.pos = _WS.match(self.buf, self.pos).end()  # type: ignore[union-attr]
+            if self.pos < len(self.buf):
+                return self.buf[self.pos]
+            if self.eof:
+                return ""
+            self._read()
+
+    def _value(self) -> Any:
+        """Decode the JSON value at the cursor, reading more text when it is cut off."""
+        want = _CHUNK_CHARS
+        self._skip_ws()
+        while True:
+            try:
+                value, end = self.scan(self.buf, self.pos)
+            except StopIteration as stop:
+                # A value cut by the chunk end ('tr' of 'true', or an object cut right after
+                # a ':') fails this way too: only the end of the file makes it an error.
+                if not self.eof:
+                    self._more(want)
+                    want *= 2
+                    continue
+                raise self._syntax("expected a JSON value", stop.value) from None
+            except json.JSONDecodeError as exc:
+                if not self.eof:
+                    self._more(want)
+                    want *= 2  # doubling keeps a huge value linear, not quadratic
+                    continue
+                raise self._syntax(exc.msg, exc.pos) from None
+            except RecursionError:
+                raise self._syntax("nesting too deep") from None
+            # A number at the very end of the buffer may continue in the next chunk.
+            if end >= len(self.buf) and not self.eof:
+                self._more(want)
+                continue
+            self.pos = end
+            return value
+
+    def _more(self, want: int) -> None:
+        try:
+            self._read(want)
+        except _NeedMore:
+            pass
+
+    def _syntax(self, what: str, at: int | None = None) -> TraceFormatError:
+        at = self.pos if at is None else at
+        if self.eof and ("Unterminated" in what or at >= len(self.buf.rstrip()) - 1):
+            return TraceFormatError(
+                f"{self.source}: the JSON ends in the middle of a value (truncated? an "
+                f"interrupted export or copy); export the trace again."
+            )
+        line = self.buf.count("\n", 0, at) + 1
+        snippet = self.buf[max(at - 30, 0): at + 30].replace("\n", " ")
+        return TraceFormatError(
+            f"{self.source}: not valid JSON ({what}) near {snippet!r} (line {line} of the "
+            f"current chunk); {_HOW_TO_EXPORT}."
+        )
+
+    def _expect(self, chars: str, where: str) -> str:
+        c = self._skip_ws()
+        if c == "":
+            raise TraceFormatError(
+                f"{self.source}: the JSON ends early {where} (truncated?); export the trace again."
+            )
+        if c not in chars:
+            raise self._syntax(f"expected {' or '.join(repr(x) for x in chars)} {where}")
+        self.pos += 1
+        return c
+
+    # -- structure ----------------------------------------------------------------------------
+
+    def parse(self, builder: _Builder) -> dict[str, Any]:
+        first = self._skip_ws()
+        if first == "":
+            raise TraceFormatError(
+                f"{self.source}: the file is empty; {_HOW_TO_EXPORT}."
+            )
+        if first == "[":
+            self.pos += 1
+            self._events(builder, top_level=True)
+            self._end()
+            return {}
+        if first != "{":
+            start = self.buf[self.pos: self.pos + 20]
+            raise TraceFormatError(
+                f"{self.source}: not a JSON trace (it starts with {start!r}); {_HOW_TO_EXPORT}."
+            )
+        self.pos += 1
+        top: dict[str, Any] = {}
+        seen_events = False
+        if self._skip_ws() == "}":
+            self.pos += 1
+        else:
+            while True:
+                if self._skip_ws() != '"':
+                    self._expect('"', "for a key of the top-level object")
+                key = self._value()
+                self._expect(":", f"after the key {key!r}")
+                if key == "traceEvents" and self._skip_ws() == "[":
+                    self.pos += 1
+                    self._events(builder, top_level=False)
+                    seen_events = True
+                else:
+                    top[key] = self._value()
+                if self._expect(",}", "between top-level entries") == "}":
+                    break
+        self._end()
+        if not seen_events:
+            if "traceEvents" in top:
+                raise TraceFormatError(
+                    f"{self.source}: 'traceEvents' is a {type(top['traceEvents']).__name__}, "
+                    f"not a list; {_HOW_TO_EXPORT}."
+                )
+            keys = ", ".join(sorted(top)[:8]) or "none"
+            raise TraceFormatError(
+                f"{self.source}: not a profiler trace: no 'traceEvents' list (top-level keys: "
+                f"{keys}); {_HOW_TO_EXPORT}."
+            )
+        return top
+
+    def _events(self, builder: _Builder, *, top_level: bool) -> None:
+        add = builder.add
+        index = 0
+        if self._skip_ws() == "]":
+            self.pos += 1
+            return
+        while True:
+            if self._skip_ws() == "":
+                raise TraceFormatError(
+                    f"{self.source}: the JSON ends inside 'traceEvents' after {index} events "
+                    f"(truncated?); export the trace again."
+                )
+            event = self._value()
+            if top_level and index == 0 and not isinstance(event, dict):
+                raise self._not_events(event)
+            add(event, index)
+            index += 1
+            if self._expect(",]", "between events") == "]":
+                return
+
+    def _not_events(self, first: Any) -> TraceFormatError:
+        if (
+            isinstance(first, list)
+            and len(first) == 4
+            and all(isinstance(v, int | float) for v in first[:1])
+            and isinstance(first[1], int)
+        ):
+            return TraceFormatError(
+                f"{self.source}: this looks like export_memory_timeline output (a list of "
+                f"[ts, action, bytes, category] rows), not a trace; load it with a memory "
+                f"tool, or pass the Chrome trace from prof.export_chrome_trace(path)."
+            )
+        return TraceFormatError(
+            f"{self.source}: a JSON list of {type(first).__name__}s, not of trace events; "
+            f"{_HOW_TO_EXPORT}."
+        )
+
+    def _end(self) -> None:
+        if self._skip_ws() != "":
+            raise self._syntax("extra data after the trace")
+
