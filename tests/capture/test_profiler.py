@@ -1,0 +1,102 @@
+"""profile_cell on CPU: a Chrome-trace dict, steps for several runs, stacks, memory events,
+and no profiler left running when the cell raises."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+torch = pytest.importorskip("torch")
+
+from gpuprof_nb.capture.profiler import profile_cell, profiler_running  # noqa: E402
+from gpuprof_nb.errors import CaptureError  # noqa: E402
+
+A = torch.randn(64, 64)
+
+
+def matmuls() -> None:
+    for _ in range(3):
+        A @ A
+
+
+def events(trace: dict, cat: str) -> list[dict]:
+    return [e for e in trace["traceEvents"] if e.get("cat") == cat]
+
+
+def test_cpu_trace_dict_has_the_ops_with_shapes() -> None:
+    trace = profile_cell(matmuls, cuda=False)
+    assert isinstance(trace["traceEvents"], list)
+    mm = [e for e in events(trace, "cpu_op") if e["name"] == "aten::mm"]
+    assert len(mm) == 3  # one per matmul in the cell, counted independently in the raw JSON
+    assert mm[0]["args"]["Input Dims"] == [[64, 64], [64, 64]]
+    # A single run gets no step annotation of ours.
+    assert not [e for e in events(trace, "user_annotation") if "ProfilerStep" in e["name"]]
+    assert not profiler_running()
+
+
+def test_several_runs_become_steps() -> None:
+    trace = profile_cell(matmuls, runs=2, cuda=False)
+    names = sorted(e["name"] for e in events(trace, "user_annotation"))
+    assert names == ["ProfilerStep#0", "ProfilerStep#1"]
+    assert len([e for e in events(trace, "cpu_op") if e["name"] == "aten::mm"]) == 6
+
+
+def test_stack_records_python_call_stacks() -> None:
+    trace = profile_cell(matmuls, stack=True, cuda=False)
+    stacks = [e["args"].get("Call stack", "") for e in events(trace, "cpu_op")]
+    assert any("matmuls" in s for s in stacks)
+
+
+def test_memory_records_allocator_events() -> None:
+    def alloc() -> None:
+        torch.ones(1000, 1000)
+
+    trace = profile_cell(alloc, memory=True, cuda=False)
+    mem = [e for e in trace["traceEvents"] if e.get("name") == "[memory]"]
+    assert any(e["args"]["Bytes"] == 4_000_000 for e in mem)
+
+
+@pytest.mark.parametrize("exc_type", [ValueError, KeyboardInterrupt])
+def test_raising_cell_stops_the_profiler_and_propagates(exc_type: type[BaseException]) -> None:
+    exc = exc_type("stop here")
+
+    def run() -> None:
+        A @ A
+        raise exc
+
+    with pytest.raises(exc_type) as info:
+        profile_cell(run, cuda=False)
+    assert info.value is exc
+    assert not profiler_running()
+    # And a new profile can start straight away.
+    assert profile_cell(matmuls, cuda=False)["traceEvents"]
+
+
+def test_refuses_to_nest_inside_a_running_profiler() -> None:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        with pytest.raises(CaptureError, match="already recording"):
+            profile_cell(matmuls, cuda=False)
+    assert not profiler_running()
+
+
+def test_trace_dict_loads_through_the_trace_reader() -> None:
+    io_trace = pytest.importorskip("gpuprof_nb.io.trace")
+    raw = profile_cell(matmuls, cuda=False)
+    trace = io_trace.trace_from_dict(raw, "live")
+    assert len([o for o in trace.ops if o.name == "aten::mm"]) == 3
+    assert not trace.kernels
+
+
+@pytest.mark.gpu
+def test_cuda_trace_has_the_matmul_kernels() -> None:
+    a = torch.randn(1024, 1024, device="cuda")
+
+    def run() -> None:
+        for _ in range(4):
+            a @ a
+
+    raw = profile_cell(run, cuda=True)
+    kernels = [e for e in raw["traceEvents"] if e.get("cat") == "kernel"]
+    assert len(kernels) >= 4
