@@ -1,0 +1,518 @@
+"""Per-operator and per-kernel tables, and the one-line summary of a trace. Pure functions.
+
+Rules (they decide every number these tables show):
+
+- Op rows are torch operators only (`Op.kind == "op"`); annotations such as `ProfilerStep#3`
+  and Python functions are never rows, and never parents in the nesting below.
+- Nesting is per host thread (pid, tid): an op is a child of the innermost op on the same
+  thread that is still open when it starts. Self CPU time = duration minus the time its
+  direct children overlap it (never below 0). Total CPU time = duration.
+- Device work (kernels, memcpys and memsets alike) belongs to the op that launched it: the
+  runtime call with the same correlation id sits inside that op on the same thread (the
+  innermost op open at the call's start). When no runtime call matches (or the call ran
+  outside every op), the device event's External id names the op instead. Self device time =
+  device time of events owned by the op; total device time = that of its whole subtree.
+  Device time that no op owns is reported as `unattributed_device_us`.
+- Rows group ops by name; sorting is descending on the sort key, ties broken by name.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuprof_nb.analysis.intervals import device_busy_us
+from gpuprof_nb.model.trace import Kernel, Op, Trace
+
+__all__ = [
+    "KernelRow",
+    "KernelTable",
+    "OpRow",
+    "OpTable",
+    "SORT_KEYS",
+    "TraceSummary",
+    "kernel_table",
+    "summarize_trace",
+    "top_ops",
+]
+
+# Valid `sort` values for top_ops: the canonical field names, plus the short and the
+# torch.profiler key_averages() spellings users already know.
+SORT_KEYS: dict[str, str] = {
+    "self_device_us": "self_device_us",
+    "total_device_us": "total_device_us",
+    "self_cpu_us": "self_cpu_us",
+    "total_cpu_us": "total_cpu_us",
+    "calls": "calls",
+    "self_device": "self_device_us",
+    "device": "total_device_us",
+    "total_device": "total_device_us",
+    "self_cpu": "self_cpu_us",
+    "cpu": "total_cpu_us",
+    "total_cpu": "total_cpu_us",
+    "self_cuda_time_total": "self_device_us",
+    "cuda_time_total": "total_device_us",
+    "self_device_time_total": "self_device_us",
+    "device_time_total": "total_device_us",
+    "self_cpu_time_total": "self_cpu_us",
+    "cpu_time_total": "total_cpu_us",
+    "count": "calls",
+}
+# The denominator of `fraction` for each canonical key: self times partition the time, so
+# the fraction of a total-time key is relative to the same sum (it can exceed 1 for nested ops).
+_FRACTION_BASE = {
+    "self_device_us": "self_device_us",
+    "total_device_us": "self_device_us",
+    "self_cpu_us": "self_cpu_us",
+    "total_cpu_us": "self_cpu_us",
+    "calls": "calls",
+}
+_MAX_SHAPES = 5
+
+
+# --------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass(frozen=True, slots=True)
+class OpRow:
+    """One operator name: call count, CPU and device microseconds, and the input shapes seen."""
+
+    name: str
+    calls: int
+    self_cpu_us: float
+    total_cpu_us: float
+    self_device_us: float
+    total_device_us: float
+    fraction: float  # of the table's sort key (see OpTable.fraction_of)
+    input_shapes: tuple[str, ...] = ()  # most common first, at most 5
+    input_shape_calls: tuple[int, ...] = ()  # calls with each of input_shapes
+
+
+@dataclass(frozen=True, slots=True)
+class OpTable:
+    """Top operators of a trace, sorted by `sort_key`, with totals over ALL ops (not only
+    the rows shown). Times are microseconds."""
+
+    rows: tuple[OpRow, ...]
+    sort_key: str
+    op_names: int  # distinct op names in the trace (rows may hold fewer)
+    calls: int
+    self_cpu_us: float  # sum of self CPU time over all ops
+    self_device_us: float  # device time attributed to some op
+    unattributed_device_us: float  # device time no op launched
+    has_device_time: bool
+
+    @property
+    def fraction_of(self) -> str:
+        """What each row's `fraction` is a share of."""
+        base = _FRACTION_BASE[self.sort_key]
+        return {
+            "self_device_us": "device time attributed to ops",
+            "self_cpu_us": "self CPU time of all ops",
+            "calls": "all op calls",
+        }[base]
+
+    def _repr_mimebundle_(
+        self, include: Iterable[str] | None = None, exclude: Iterable[str] | None = None
+    ) -> dict[str, Any]:
+        from gpuprof_nb.render.widgets import report_bundle
+
+        try:
+            from gpuprof_nb.render.profile import ops_section
+        except ImportError:
+            ops_section = _fallback_ops_section
+        return report_bundle("Top ops", [ops_section(self)], include, exclude)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelRow:
+    """One device activity name and kind: calls, microseconds, streams, bytes and GB/s."""
+
+    name: str
+    kind: str  # "kernel" | "memcpy" | "memset"
+    calls: int
+    total_us: float
+    mean_us: float
+    max_us: float
+    min_us: float
+    streams: tuple[int, ...]
+    fraction: float  # of all device activity time (sum of durations)
+    total_bytes: int | None = None  # memcpy/memset only, when the trace gives bytes
+    achieved_gbps: float | None = None  # bytes / duration over the calls that give bytes, GB/s
+
+
+@dataclass(frozen=True, slots=True)
+class KernelTable:
+    """Kernels, memcpys and memsets grouped by (name, kind), by total time descending.
+    `total_us` is the plain sum of durations (overlapping streams counted twice)."""
+
+    rows: tuple[KernelRow, ...]
+    total_us: float
+    calls: int
+    kernel_us: float
+    memcpy_us: float
+    memset_us: float
+
+    def _repr_mimebundle_(
+        self, include: Iterable[str] | None = None, exclude: Iterable[str] | None = None
+    ) -> dict[str, Any]:
+        from gpuprof_nb.render.widgets import report_bundle
+
+        try:
+            from gpuprof_nb.render.profile import kernels_section
+        except ImportError:
+            kernels_section = _fallback_kernels_section
+        return report_bundle("Kernels", [kernels_section(self)], include, exclude)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSummary:
+    """The headline numbers of a trace (microseconds; fractions in 0..1)."""
+
+    source: str
+    device_names: tuple[str, ...]
+    window_us: float
+    step_count: int
+    median_step_us: float | None
+    busy_us: float  # union of kernel+memcpy+memset intervals over all streams and devices
+    busy_fraction: float  # busy_us / window_us (0 when the window is empty)
+    op_count: int
+    kernel_count: int  # kind == "kernel" only
+    memcpy_count: int
+    memset_count: int
+    ops_per_step: float | None  # mean over steps; None without steps
+    kernels_per_step: float | None
+
+
+# --------------------------------------------------------------------------------------------
+# ops
+
+
+@dataclass(slots=True)
+class _OpStats:
+    self_cpu_us: float = 0.0
+    self_device_us: float = 0.0
+    total_device_us: float = 0.0
+
+
+def _attribute(trace: Trace) -> tuple[list[Op], list[_OpStats], float]:
+    """Return the torch ops, their self CPU / self and total device times (same order),
+    and the device time owned by no op."""
+    ops = [o for o in trace.ops if o.kind == "op"]
+    stats = [_OpStats() for _ in ops]
+    parent = [-1] * len(ops)
+    child_cpu = [0.0] * len(ops)
+    by_thread: dict[tuple[Any, Any], list[int]] = defaultdict(list)
+    for i, op in enumerate(ops):
+        by_thread[(op.pid, op.tid)].append(i)
+    runtime_by_thread: dict[tuple[Any, Any], list[int]] = defaultdict(list)
+    for j, call in enumerate(trace.runtime):
+        runtime_by_thread[(call.pid, call.tid)].append(j)
+
+    owner_of_correlation: dict[int, int] = {}
+    preorder: list[int] = []  # every parent before its children
+    for thread in set(by_thread) | set(runtime_by_thread):
+        # Ops open first (longer first at equal start), runtime calls after ops at equal start.
+        items: list[tuple[float, int, float, int, int]] = [
+            (ops[i].start_us, 0, -ops[i].end_us, ops[i].index, i) for i in by_thread.get(thread, ())
+        ]
+        items += [
+            (trace.runtime[j].start_us, 1, 0.0, trace.runtime[j].index, j)
+            for j in runtime_by_thread.get(thread, ())
+        ]
+        items.sort()
+        stack: list[int] = []
+        for start, what, _neg_end, _index, k in items:
+            while stack and ops[stack[-1]].end_us <= start:
+                stack.pop()
+            top = stack[-1] if stack else -1
+            if what == 0:
+                parent[k] = top
+                if top >= 0:
+                    child_cpu[top] += min(ops[k].end_us, ops[top].end_us) - ops[k].start_us
+                stack.append(k)
+                preorder.append(k)
+            else:
+                corr = trace.runtime[k].correlation
+                if corr is not None and top >= 0:
+                    owner_of_correlation[corr] = top
+                elif corr is not None:
+                    owner_of_correlation.setdefault(corr, -1)
+
+    by_external: dict[int, int] = {}
+    for i, op in enumerate(ops):
+        if op.external_id is not None:
+            by_external.setdefault(op.external_id, i)
+
+    unattributed = 0.0
+    for kernel in trace.kernels:
+        owner = -1
+        if kernel.correlation is not None:
+            owner = owner_of_correlation.get(kernel.correlation, -1)
+        if owner < 0 and kernel.external_id is not None:
+            owner = by_external.get(kernel.external_id, -1)
+        if owner < 0:
+            unattributed += kernel.dur_us
+        else:
+            stats[owner].self_device_us += kernel.dur_us
+
+    for i, op in enumerate(ops):
+        stats[i].self_cpu_us = max(op.dur_us - child_cpu[i], 0.0)
+        stats[i].total_device_us += stats[i].self_device_us
+    # Reverse pre-order visits every child before its parent: one pass sums subtrees.
+    for i in reversed(preorder):
+        if parent[i] >= 0:
+            stats[parent[i]].total_device_us += stats[i].total_device_us
+    return ops, stats, unattributed
+
+
+def _shape_text(dims: Any) -> str:
+    if isinstance(dims, tuple):
+        return "[" + ", ".join(_shape_text(d) for d in dims) + "]"
+    return str(dims)
+
+
+def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTable:
+    """Return the top `n` torch operators (all when None) grouped by name, with calls and
+    self/total CPU and device time in microseconds, sorted by `sort` descending (ties by name).
+
+    `sort` defaults to self device time when the trace has device activity, else self CPU
+    time. Valid keys: self_device_us, total_device_us, self_cpu_us, total_cpu_us, calls, and
+    the aliases in SORT_KEYS (e.g. self_cuda_time_total). A bad key raises ValueError naming
+    the valid ones.
+    """
+    if sort is None:
+        key = "self_device_us" if trace.kernels else "self_cpu_us"
+    else:
+        try:
+            key = SORT_KEYS[sort]
+        except (KeyError, TypeError):
+            valid = ", ".join(sorted(SORT_KEYS))
+            raise ValueError(f"unknown sort key {sort!r}; valid keys: {valid}") from None
+    if n is not None and (not isinstance(n, int) or n < 0):
+        raise ValueError(f"n must be a non-negative int or None, got {n!r}")
+
+    ops, stats, unattributed = _attribute(trace)
+    groups: dict[str, list[float]] = {}
+    shapes: dict[str, Counter[str]] = defaultdict(Counter)
+    for op, st in zip(ops, stats, strict=True):
+        g = groups.get(op.name)
+        if g is None:
+            g = groups[op.name] = [0, 0.0, 0.0, 0.0, 0.0]
+        g[0] += 1
+        g[1] += st.self_cpu_us
+        g[2] += op.dur_us
+        g[3] += st.self_device_us
+        g[4] += st.total_device_us
+        if op.input_dims is not None:
+            shapes[op.name][_shape_text(op.input_dims)] += 1
+
+    totals = {
+        "calls": float(len(ops)),
+        "self_cpu_us": sum(g[1] for g in groups.values()),
+        "self_device_us": sum(g[3] for g in groups.values()),
+    }
+    base = totals[_FRACTION_BASE[key]]
+    field_index = {"calls": 0, "self_cpu_us": 1, "total_cpu_us": 2,
+                   "self_device_us": 3, "total_device_us": 4}[key]
+    ordered = sorted(groups.items(), key=lambda kv: (-kv[1][field_index], kv[0]))
+    if n is not None:
+        ordered = ordered[:n]
+    rows = []
+    for name, g in ordered:
+        seen = sorted(shapes[name].items(), key=lambda kv: (-kv[1], kv[0]))[:_MAX_SHAPES]
+        rows.append(
+            OpRow(
+                name=name,
+                calls=int(g[0]),
+                self_cpu_us=g[1],
+                total_cpu_us=g[2],
+                self_device_us=g[3],
+                total_device_us=g[4],
+                fraction=g[field_index] / base if base > 0 else 0.0,
+                input_shapes=tuple(s for s, _ in seen),
+                input_shape_calls=tuple(c for _, c in seen),
+            )
+        )
+    return OpTable(
+        rows=tuple(rows),
+        sort_key=key,
+        op_names=len(groups),
+        calls=len(ops),
+        self_cpu_us=totals["self_cpu_us"],
+        self_device_us=totals["self_device_us"],
+        unattributed_device_us=unattributed,
+        has_device_time=bool(trace.kernels),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# kernels
+
+
+def kernel_table(trace: Trace) -> KernelTable:
+    """Return device activity grouped by (name, kind): calls, total/mean/max/min microseconds,
+    streams, share of all device time, and for memcpy/memset the bytes and achieved GB/s
+    (bytes / duration, over the calls whose bytes the trace gives). Sorted by total time
+    descending, ties by name then kind."""
+    groups: dict[tuple[str, str], list[Kernel]] = defaultdict(list)
+    for k in trace.kernels:
+        groups[(k.name, k.kind)].append(k)
+    total = sum(k.dur_us for k in trace.kernels)
+    rows = []
+    for (name, kind), ks in groups.items():
+        durs = [k.dur_us for k in ks]
+        group_total = sum(durs)
+        sized = [k for k in ks if k.bytes is not None]
+        total_bytes = sum(k.bytes for k in sized if k.bytes is not None) if sized else None
+        sized_us = sum(k.dur_us for k in sized)
+        gbps = (
+            total_bytes / (sized_us * 1e-6) / 1e9
+            if total_bytes is not None and sized_us > 0
+            else None
+        )
+        rows.append(
+            KernelRow(
+                name=name,
+                kind=kind,
+                calls=len(ks),
+                total_us=group_total,
+                mean_us=group_total / len(ks),
+                max_us=max(durs),
+                min_us=min(durs),
+                streams=tuple(sorted({k.stream for k in ks})),
+                fraction=group_total / total if total > 0 else 0.0,
+                total_bytes=total_bytes,
+                achieved_gbps=gbps,
+            )
+        )
+    rows.sort(key=lambda r: (-r.total_us, r.name, r.kind))
+    by_kind: dict[str, float] = defaultdict(float)
+    for k in trace.kernels:
+        by_kind[k.kind] += k.dur_us
+    return KernelTable(
+        rows=tuple(rows),
+        total_us=total,
+        calls=len(trace.kernels),
+        kernel_us=float(by_kind["kernel"]),
+        memcpy_us=float(by_kind["memcpy"]),
+        memset_us=float(by_kind["memset"]),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# summary
+
+
+def _count_in_steps(starts: Sequence[float], trace: Trace) -> float:
+    """Mean number of `starts` (sorted) that fall in [step.start, step.end) per step."""
+    import bisect
+
+    counted = 0
+    for step in trace.steps:
+        counted += bisect.bisect_left(starts, step.end_us) - bisect.bisect_left(
+            starts, step.start_us
+        )
+    return counted / len(trace.steps)
+
+
+def summarize_trace(trace: Trace) -> TraceSummary:
+    """Return the headline numbers: device names, window and busy time (microseconds), step
+    count and median step time, op/kernel counts and per-step means.
+
+    Device names are those of the devices that ran kernels (all listed devices when the
+    trace's ids do not match, as on ROCm). A kernel belongs to the step in which the runtime
+    call that launched it started (its own start when no call matches); an op to the step in
+    which it started.
+    """
+    used = {k.device for k in trace.kernels}
+    names = [d.name for d in trace.devices if d.index in used and d.name]
+    if not names:
+        names = [d.name for d in trace.devices if d.name]
+    device_names = tuple(dict.fromkeys(names))
+
+    window = trace.duration_us
+    busy = device_busy_us(trace)
+    torch_ops = [o for o in trace.ops if o.kind == "op"]
+    compute = [k for k in trace.kernels if k.kind == "kernel"]
+
+    ops_per_step = kernels_per_step = median_step = None
+    if trace.steps:
+        median_step = statistics.median(s.dur_us for s in trace.steps)
+        ops_per_step = _count_in_steps([o.start_us for o in torch_ops], trace)
+        launch_at = {c.correlation: c.start_us for c in trace.runtime if c.correlation is not None}
+        launches = sorted(
+            launch_at.get(k.correlation, k.start_us) if k.correlation is not None else k.start_us
+            for k in compute
+        )
+        kernels_per_step = _count_in_steps(launches, trace)
+
+    return TraceSummary(
+        source=trace.source,
+        device_names=device_names,
+        window_us=window,
+        step_count=len(trace.steps),
+        median_step_us=median_step,
+        busy_us=busy,
+        busy_fraction=busy / window if window > 0 else 0.0,
+        op_count=len(torch_ops),
+        kernel_count=len(compute),
+        memcpy_count=sum(1 for k in trace.kernels if k.kind == "memcpy"),
+        memset_count=sum(1 for k in trace.kernels if k.kind == "memset"),
+        ops_per_step=ops_per_step,
+        kernels_per_step=kernels_per_step,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# rendering until render/profile.py provides ops_section / kernels_section
+
+
+def _fallback_ops_section(table: OpTable) -> Any:
+    from gpuprof_nb.render.html import html_table, note
+    from gpuprof_nb.render.sections import Section
+    from gpuprof_nb.render.text import text_table
+    from gpuprof_nb.render.units import fmt_num, fmt_pct, fmt_us
+
+    headers = ["op", "calls", "self CPU", "total CPU", "self device", "total device",
+               "%", "input shapes"]
+    rows = [
+        [r.name, fmt_num(r.calls), fmt_us(r.self_cpu_us), fmt_us(r.total_cpu_us),
+         fmt_us(r.self_device_us), fmt_us(r.total_device_us), fmt_pct(r.fraction),
+         "; ".join(r.input_shapes[:2])]
+        for r in table.rows
+    ]
+    numeric = [False, True, True, True, True, True, True, False]
+    caption = f"sorted by {table.sort_key}; % of {table.fraction_of}"
+    return Section(
+        "Top ops",
+        text_table(headers, rows, right=numeric) + "\n" + caption,
+        html_table(headers, rows, numeric=numeric, name_cols=(0,)) + note(caption),
+    )
+
+
+def _fallback_kernels_section(table: KernelTable) -> Any:
+    from gpuprof_nb.render.html import html_table
+    from gpuprof_nb.render.sections import Section
+    from gpuprof_nb.render.text import text_table
+    from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct, fmt_rate, fmt_us
+
+    headers = ["kernel", "kind", "calls", "total", "mean", "max", "streams", "%", "bytes",
+               "achieved"]
+    rows = [
+        [r.name, r.kind, fmt_num(r.calls), fmt_us(r.total_us), fmt_us(r.mean_us),
+         fmt_us(r.max_us), ",".join(map(str, r.streams)), fmt_pct(r.fraction),
+         fmt_bytes(r.total_bytes) if r.total_bytes is not None else "",
+         fmt_rate(r.achieved_gbps * 1e9, "B/s") if r.achieved_gbps is not None else ""]
+        for r in table.rows
+    ]
+    numeric = [False, False, True, True, True, True, False, True, True, True]
+    return Section(
+        "Kernels",
+        text_table(headers, rows, right=numeric),
+        html_table(headers, rows, numeric=numeric, name_cols=(0,)),
+    )
