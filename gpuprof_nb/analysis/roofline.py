@@ -1,18 +1,483 @@
-"""PLACEHOLDER (owned by the roofline work): per-op FLOPs, bytes and roofs."""
+"""Roofline of a trace: per op group FLOPs, bytes, intensity, achieved rates, the roof that
+applies and how far below it each group ran. Pure: Trace (+ DeviceSpec) in, Roofline out.
+
+Time attribution never counts an op twice. The op that launched a kernel is found through the
+kernel's External id (else its runtime call); the kernel's time goes to the *anchor*: the
+outermost op on that op's ancestor chain that has a FLOP/byte formula (aten::conv2d, not its
+aten::cudnn_convolution child; aten::linear, not its aten::addmm). On a trace without device
+activity the anchor's own (inclusive) CPU time is used instead.
+"""
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from gpuprof_nb.model.trace import Trace
+from gpuprof_nb.analysis.flops import COPY_WRAPPERS, MATMUL_CATEGORIES, OpCost, op_cost
+from gpuprof_nb.model.device import DeviceSpec, lookup_device_spec
+from gpuprof_nb.model.trace import Kernel, Op, Trace
+
+_EPS_US = 1e-3  # Kineto float timestamps carry ns digits; nesting tolerates that rounding.
+Bound = str  # "memory" | "compute"
+
+
+@dataclass(frozen=True, slots=True)
+class RooflinePoint:
+    """One op group (same op, input shapes and dtype), or one kernel within such a group.
+    Totals over `calls`; rates from measured time. `roof` names the compute roof that applies
+    ('bf16', 'tf32', 'fp32', ...); `roof_flops_per_s` is the attainable FLOP/s at this
+    intensity (min(peak, intensity x bandwidth)); `fraction_of_roof` = achieved / attainable.
+    Roof fields are None without device ceilings."""
+
+    name: str
+    shapes: str
+    calls: int
+    flops: int
+    bytes_moved: int
+    intensity_flop_per_byte: float | None
+    time_us: float
+    achieved_flops_per_s: float | None
+    achieved_bytes_per_s: float | None
+    roof: str | None
+    peak_flops_per_s: float | None
+    roof_flops_per_s: float | None
+    bound: Bound | None
+    fraction_of_roof: float | None
+    above_roof: bool
+    flop_source: str
+    bytes_model: str
+    dtype: str
+    category: str
+    op_name: str  # the anchor op (equal to `name` for op points)
+
+
+@dataclass(frozen=True, slots=True)
+class DataMovement:
+    """An op group that moves bytes without FLOPs (copies, casts, embedding gathers)."""
+
+    name: str
+    shapes: str
+    calls: int
+    bytes_moved: int
+    time_us: float
+    achieved_bytes_per_s: float | None
+    fraction_of_bandwidth: float | None
+    bytes_model: str
+    dtype: str
+    category: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unmodelled:
+    """Time spent in ops without a formula (or without recorded shapes): not on the plot."""
+
+    name: str
+    calls: int
+    time_us: float
 
 
 @dataclass(frozen=True, slots=True)
 class Roofline:
-    points: tuple[object, ...] = ()
-    note: str = "roofline not computed yet"
+    """The roofline of one trace. Points sorted by time (largest first, then name).
+    `time_basis` is 'device' (kernel time) or 'cpu' (inclusive CPU time of the anchor);
+    `total_time_us` is all the time on that basis, attributed or not."""
+
+    points: tuple[RooflinePoint, ...]
+    data_movement: tuple[DataMovement, ...]
+    device: DeviceSpec | None
+    note: str
+    kernel_points: tuple[RooflinePoint, ...] = ()
+    unmodelled: tuple[Unmodelled, ...] = ()
+    time_basis: str = "device"
+    total_time_us: float = 0.0
+
+    @property
+    def attributed_time_us(self) -> float:
+        """Microseconds attributed to points and data movement together."""
+        return sum(p.time_us for p in self.points) + sum(d.time_us for d in self.data_movement)
+
+    @property
+    def coverage(self) -> float | None:
+        """Fraction of `total_time_us` that the points and data movement explain."""
+        return self.attributed_time_us / self.total_time_us if self.total_time_us else None
+
+    def time_share(self, bound: Bound) -> float | None:
+        """Return the fraction of attributed time in `bound` ('memory' or 'compute') ops.
+        Data movement (no FLOPs, intensity 0) counts as memory-bound. None when no point
+        could be classified (no device ceilings)."""
+        if bound not in ("memory", "compute"):
+            raise ValueError(f"time_share: bound must be 'memory' or 'compute', not {bound!r}")
+        total = self.attributed_time_us
+        if not total or not any(p.bound for p in self.points):
+            return None
+        t = sum(p.time_us for p in self.points if p.bound == bound)
+        if bound == "memory" and self.device is not None:
+            t += sum(d.time_us for d in self.data_movement)
+        return t / total
+
+    @property
+    def fp32_gemm_time_us(self) -> float:
+        """Microseconds in fp32 GEMMs, convolutions and attention (tensor-core candidates)."""
+        return sum(p.time_us for p in self.points
+                   if p.category in MATMUL_CATEGORIES and p.dtype == "fp32")
+
+    @property
+    def fp32_gemm_time_share(self) -> float | None:
+        """Fraction of attributed time in fp32 GEMM-class ops; None when nothing attributed."""
+        total = self.attributed_time_us
+        return self.fp32_gemm_time_us / total if total else None
+
+    def top_points(self, n: int = 10) -> tuple[RooflinePoint, ...]:
+        """Return the n points with the most time."""
+        return self.points[:n]
+
+    def _repr_mimebundle_(
+        self, include: Iterable[str] | None = None, exclude: Iterable[str] | None = None
+    ) -> dict[str, Any]:
+        from gpuprof_nb.render.roofline import roofline_section
+        from gpuprof_nb.render.widgets import report_bundle
+
+        return report_bundle("Roofline", [roofline_section(self)], include, exclude)
 
 
-def compute_roofline(trace: Trace, device: object | None = None) -> Roofline:
-    """Return the roofline of the trace's ops (placeholder: empty)."""
-    return Roofline()
+# ---------------------------------------------------------------- op tree
+
+
+class _Tree:
+    """Host ops nested per (pid, tid) by their intervals."""
+
+    def __init__(self, ops: Sequence[Op]) -> None:
+        self.ops = list(ops)
+        self.parent: list[int | None] = [None] * len(self.ops)
+        self.children: list[list[int]] = [[] for _ in self.ops]
+        # Per thread: op indices in (start, longer first, file order) order, and their starts.
+        self.threads: dict[tuple[str, str], list[int]] = {}
+        for i, op in enumerate(self.ops):
+            self.threads.setdefault((str(op.pid), str(op.tid)), []).append(i)
+        self.order: list[int] = []
+        for key in sorted(self.threads):
+            idx = sorted(self.threads[key],
+                         key=lambda i: (self.ops[i].start_us, -self.ops[i].dur_us,
+                                        self.ops[i].index, i))
+            self.threads[key] = idx
+            stack: list[int] = []
+            for i in idx:
+                op = self.ops[i]
+                while stack and op.end_us > self.ops[stack[-1]].end_us + _EPS_US:
+                    stack.pop()
+                if stack:
+                    self.parent[i] = stack[-1]
+                    self.children[stack[-1]].append(i)
+                stack.append(i)
+            self.order.extend(idx)
+        self.starts = {k: [self.ops[i].start_us for i in v] for k, v in self.threads.items()}
+
+    def innermost_at(self, pid: Any, tid: Any, t_us: float) -> int | None:
+        """Return the deepest op on thread (pid, tid) whose interval holds t_us."""
+        key = (str(pid), str(tid))
+        idx = self.threads.get(key)
+        if not idx:
+            return None
+        pos = bisect.bisect_right(self.starts[key], t_us + _EPS_US) - 1
+        cur: int | None = idx[pos] if pos >= 0 else None
+        while cur is not None and self.ops[cur].end_us + _EPS_US < t_us:
+            cur = self.parent[cur]
+        return cur
+
+
+# ---------------------------------------------------------------- roofs
+
+
+def _choose_roof(cost: OpCost, device: DeviceSpec, kernel_names: Iterable[str]) -> str | None:
+    """Return the compute roof for an op: tensor-core roof for GEMM-class ops by dtype,
+    the vector roof otherwise."""
+    if device.kind == "cpu":
+        return "fp64" if cost.dtype == "fp64" and device.fp64_flops_per_s else "fp32"
+    if cost.category in MATMUL_CATEGORIES:
+        if cost.dtype in ("bf16", "fp16") and device.peak_flops_per_s(cost.dtype):
+            return cost.dtype
+        if cost.dtype.startswith("fp8"):
+            # No fp8 peaks in the table: the 16-bit tensor roof is the nearest lower bound.
+            for roof in ("bf16", "fp16"):
+                if device.peak_flops_per_s(roof):
+                    return roof
+        if cost.dtype == "fp32" and device.tf32_flops_per_s:
+            # cuDNN convolutions default to TF32 (torch.backends.cudnn.allow_tf32); matmuls
+            # only when enabled, which the kernel name then shows.
+            if cost.category == "conv" or any("tf32" in k.lower() for k in kernel_names):
+                return "tf32"
+    if cost.dtype == "fp64" and device.fp64_flops_per_s:
+        return "fp64"
+    return "fp32" if device.fp32_flops_per_s else None
+
+
+def _make_point(
+    name: str, shapes: str, calls: int, flops: int, nbytes: int, time_us: float,
+    cost: OpCost, device: DeviceSpec | None, roof: str | None, op_name: str,
+) -> RooflinePoint:
+    intensity = flops / nbytes if nbytes else None
+    seconds = time_us * 1e-6
+    achieved_f = flops / seconds if seconds > 0 else None
+    achieved_b = nbytes / seconds if seconds > 0 else None
+    peak = device.peak_flops_per_s(roof) if device is not None and roof else None
+    bw = device.bandwidth_bytes_per_s if device is not None else None
+    attainable = bound = fraction = None
+    if peak and bw and intensity is not None:
+        attainable = min(peak, intensity * bw)
+        bound = "memory" if intensity * bw < peak else "compute"
+        fraction = achieved_f / attainable if achieved_f is not None else None
+    return RooflinePoint(
+        name=name, shapes=shapes, calls=calls, flops=flops, bytes_moved=nbytes,
+        intensity_flop_per_byte=intensity, time_us=time_us, achieved_flops_per_s=achieved_f,
+        achieved_bytes_per_s=achieved_b, roof=roof if peak else None, peak_flops_per_s=peak,
+        roof_flops_per_s=attainable, bound=bound, fraction_of_roof=fraction,
+        above_roof=fraction is not None and fraction > 1.0,
+        flop_source=cost.flop_source, bytes_model=cost.bytes_model, dtype=cost.dtype,
+        category=cost.category, op_name=op_name,
+    )
+
+
+def _shapes(op: Op) -> str:
+    """Return the tensor input shapes of an op as '788x768, 768x768'."""
+    dims = op.input_dims or ()
+    parts = []
+    for d in dims:
+        if isinstance(d, (list, tuple)) and d and all(isinstance(x, int) for x in d):
+            parts.append("x".join(str(x) for x in d))
+    return ", ".join(parts)
+
+
+def _resolve_device(
+    trace: Trace, device: DeviceSpec | str | None
+) -> tuple[DeviceSpec | None, str]:
+    """Return the ceilings to use and a sentence saying where they came from."""
+    on_device = trace.has_device_activity
+    if isinstance(device, DeviceSpec):
+        if on_device and device.kind == "cpu" or not on_device and device.kind != "cpu":
+            basis = "GPU" if on_device else "CPU"
+            return None, (f"ceilings of {device.name} ({device.kind}) do not fit this {basis} "
+                          "trace; roofs left out")
+        origin = "measured" if device.measured else "datasheet"
+        return device, f"ceilings: {device.name}, {origin} ({device.source})"
+    if isinstance(device, str):
+        spec = lookup_device_spec(device)
+        if spec is None:
+            return None, (f"unknown GPU {device!r}: no datasheet row and no measured ceilings; "
+                          "run gpuprof_nb.measure_ceilings() on it and pass the result")
+        return spec, f"ceilings: {spec.name}, datasheet ({spec.source})"
+    if not on_device:
+        return None, ("CPU trace: FLOPs, bytes and intensity only; pass CPU ceilings from "
+                      "gpuprof_nb.measure_ceilings() to draw roofs")
+    if not trace.devices:
+        return None, ("the trace names no device (no deviceProperties); pass device= a GPU "
+                      "name or gpuprof_nb.measure_ceilings()")
+    info = trace.devices[0]
+    spec = lookup_device_spec(info.name, info.total_memory_bytes)
+    if spec is None:
+        return None, (f"unknown GPU {info.name!r}: no datasheet row and no measured ceilings; "
+                      "run gpuprof_nb.measure_ceilings() on it and pass the result")
+    return spec, f"ceilings: {spec.name}, datasheet ({spec.source})"
+
+
+# ---------------------------------------------------------------- main entry
+
+
+@dataclass
+class _Acc:
+    calls: int = 0
+    flops: int = 0
+    bytes_moved: int = 0
+    time_us: float = 0.0
+
+
+def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Roofline:
+    """Return the roofline of the trace: FLOPs (count), bytes, intensity (FLOP/byte),
+    achieved FLOP/s and bytes/s per op group, against `device`'s ceilings (a DeviceSpec, a
+    GPU name, or None: the trace's first deviceProperties entry via the datasheet table)."""
+    spec, device_note = _resolve_device(trace, device)
+    tree = _Tree([op for op in trace.ops if op.kind == "op"])
+    ops = tree.ops
+    memo: dict[int, OpCost | None] = {}
+
+    def cost(i: int) -> OpCost | None:
+        if i not in memo:
+            memo[i] = None  # guards against cycles from malformed nesting
+            c = op_cost(ops[i])
+            if c is None and ops[i].name in COPY_WRAPPERS:
+                c = _wrapper_cost(i)
+            memo[i] = c
+        return memo[i]
+
+    def _wrapper_cost(i: int) -> OpCost | None:
+        # A copy wrapper costs what its outermost costed descendants cost; nothing if none.
+        found: list[OpCost] = []
+        stack = list(tree.children[i])
+        while stack:
+            j = stack.pop()
+            c = cost(j)
+            if c is not None:
+                found.append(c)
+            else:
+                stack.extend(tree.children[j])
+        if not found:
+            return None
+        return OpCost(sum(c.flops for c in found), sum(c.bytes_moved for c in found),
+                      found[0].category, found[0].dtype, found[0].flop_source,
+                      found[0].bytes_model + " (through its copy child)")
+
+    anchor_of: list[int | None] = [None] * len(ops)
+    for i in tree.order:  # parents come before their children
+        p = tree.parent[i]
+        if p is not None and anchor_of[p] is not None:
+            anchor_of[i] = anchor_of[p]
+        elif cost(i) is not None:
+            anchor_of[i] = i
+
+    anchor_time: dict[int, float] = {}
+    anchor_kernels: dict[int, list[Kernel]] = {}
+    unmodelled: dict[str, _Acc] = {}
+    on_device = trace.has_device_activity
+    if on_device:
+        total_us = sum(k.dur_us for k in trace.kernels)
+        owner_of = _kernel_owners(trace, tree)
+        for pos, k in enumerate(trace.kernels):
+            owner = owner_of.get(pos)
+            a = anchor_of[owner] if owner is not None else None
+            if a is None:
+                top = owner
+                while top is not None and tree.parent[top] is not None:
+                    top = tree.parent[top]
+                label = ops[top].name if top is not None else f"({k.kind} without op)"
+                acc = unmodelled.setdefault(label, _Acc())
+                acc.calls += 1
+                acc.time_us += k.dur_us
+                continue
+            anchor_time[a] = anchor_time.get(a, 0.0) + k.dur_us
+            anchor_kernels.setdefault(a, []).append(k)
+    else:
+        total_us = 0.0
+        for i in tree.order:
+            if tree.parent[i] is not None:
+                continue
+            total_us += ops[i].dur_us
+            if anchor_of[i] is None and not _has_anchor_below(i, tree, anchor_of):
+                acc = unmodelled.setdefault(ops[i].name, _Acc())
+                acc.calls += 1
+                acc.time_us += ops[i].dur_us
+        for i, a in enumerate(anchor_of):
+            if a == i:
+                anchor_time[i] = ops[i].dur_us
+
+    groups: dict[tuple[str, str, str], _Acc] = {}
+    group_cost: dict[tuple[str, str, str], OpCost] = {}
+    group_kernel_names: dict[tuple[str, str, str], set[str]] = {}
+    kgroups: dict[tuple[str, str, str, str], _Acc] = {}
+    for a in sorted(anchor_time):
+        c = cost(a)
+        if c is None or anchor_time[a] <= 0:
+            continue
+        key = (ops[a].name, _shapes(ops[a]), c.dtype)
+        acc = groups.setdefault(key, _Acc())
+        acc.calls += 1
+        acc.flops += c.flops
+        acc.bytes_moved += c.bytes_moved
+        acc.time_us += anchor_time[a]
+        group_cost.setdefault(key, c)
+        names = group_kernel_names.setdefault(key, set())
+        kernels = [k for k in anchor_kernels.get(a, ()) if k.kind == "kernel"]
+        names.update(k.name for k in kernels)
+        if len(anchor_kernels.get(a, ())) == 1 and len(kernels) == 1:
+            kacc = kgroups.setdefault((kernels[0].name, *key), _Acc())
+            kacc.calls += 1
+            kacc.flops += c.flops
+            kacc.bytes_moved += c.bytes_moved
+            kacc.time_us += kernels[0].dur_us
+
+    points: list[RooflinePoint] = []
+    moves: list[DataMovement] = []
+    bw = spec.bandwidth_bytes_per_s if spec is not None else None
+    group_roof: dict[tuple[str, str, str], str | None] = {}
+    for key, acc in groups.items():
+        c = group_cost[key]
+        if c.flops == 0:
+            rate = acc.bytes_moved / (acc.time_us * 1e-6) if acc.time_us > 0 else None
+            moves.append(DataMovement(
+                name=key[0], shapes=key[1], calls=acc.calls, bytes_moved=acc.bytes_moved,
+                time_us=acc.time_us, achieved_bytes_per_s=rate,
+                fraction_of_bandwidth=rate / bw if rate is not None and bw else None,
+                bytes_model=c.bytes_model, dtype=c.dtype, category=c.category))
+            continue
+        roof = _choose_roof(c, spec, group_kernel_names[key]) if spec is not None else None
+        group_roof[key] = roof
+        points.append(_make_point(key[0], key[1], acc.calls, acc.flops, acc.bytes_moved,
+                                  acc.time_us, c, spec, roof, key[0]))
+    kpoints = [
+        _make_point(kkey[0], kkey[2], acc.calls, acc.flops, acc.bytes_moved, acc.time_us,
+                    group_cost[kkey[1:]], spec, group_roof[kkey[1:]], kkey[1])
+        for kkey, acc in kgroups.items() if kkey[1:] in group_roof
+    ]
+
+    def by_time(x: Any) -> tuple[float, str, str]:
+        return (-x.time_us, x.name, x.shapes)
+
+    points.sort(key=by_time)
+    kpoints.sort(key=by_time)
+    moves.sort(key=by_time)
+    unmod = sorted((Unmodelled(n, a.calls, a.time_us) for n, a in unmodelled.items()),
+                   key=lambda u: (-u.time_us, u.name))
+
+    notes = [device_note]
+    if not any(op.input_dims for op in ops):
+        notes.append("no op carries Input Dims: record with record_shapes=True to get FLOPs")
+    if total_us:
+        covered = (sum(p.time_us for p in points) + sum(d.time_us for d in moves)) / total_us
+        basis = "device" if on_device else "CPU"
+        notes.append(f"{covered * 100:.1f}% of {basis} time is in ops with a FLOP/byte formula")
+    if any(p.above_roof for p in points):
+        notes.append("points above the roof: bytes overcounted for cache-resident data, "
+                     "or ceilings below the real ones")
+    return Roofline(
+        points=tuple(points), data_movement=tuple(moves), device=spec, note="; ".join(notes),
+        kernel_points=tuple(kpoints), unmodelled=tuple(unmod),
+        time_basis="device" if on_device else "cpu", total_time_us=total_us,
+    )
+
+
+def _has_anchor_below(i: int, tree: _Tree, anchor_of: list[int | None]) -> bool:
+    stack = list(tree.children[i])
+    while stack:
+        j = stack.pop()
+        if anchor_of[j] is not None:
+            return True
+        stack.extend(tree.children[j])
+    return False
+
+
+def _kernel_owners(trace: Trace, tree: _Tree) -> dict[int, int]:
+    """Return position in trace.kernels -> index (in tree.ops) of the innermost op that
+    launched the kernel:
+    by External id, else through the runtime call with the same correlation id."""
+    by_ext: dict[int, int] = {}
+    for i, op in enumerate(tree.ops):
+        if op.external_id is None:
+            continue
+        j = by_ext.get(op.external_id)
+        # Several ops may share an id in old traces: keep the innermost (shortest).
+        if j is None or (op.dur_us, -op.start_us) < (tree.ops[j].dur_us, -tree.ops[j].start_us):
+            by_ext[op.external_id] = i
+    runtime_by_corr = {r.correlation: r for r in trace.runtime if r.correlation is not None}
+    owners: dict[int, int] = {}
+    for pos, k in enumerate(trace.kernels):
+        owner = by_ext.get(k.external_id) if k.external_id is not None else None
+        if owner is None and k.correlation is not None:
+            call = runtime_by_corr.get(k.correlation)
+            if call is not None:
+                if call.external_id is not None:
+                    owner = by_ext.get(call.external_id)
+                if owner is None:
+                    owner = tree.innermost_at(call.pid, call.tid, call.start_us)
+        if owner is not None:
+            owners[pos] = owner
+    return owners
