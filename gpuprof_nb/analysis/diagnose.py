@@ -1,28 +1,771 @@
-"""PLACEHOLDER (owned by the diagnosis work): findings about what holds a cell back."""
+"""What holds a cell back: findings with evidence and fixes, most recoverable time first.
+
+Every rule measures its evidence from the trace (and the run timings when given) and says how
+much of the profiled time fixing it could recover (`Finding.share`). Findings are ordered by
+that share; ties follow the order in which practitioners apply fixes (compile, mixed
+precision, accumulation, DataLoader, checkpointing). `compute_bound` is the healthy verdict:
+it recovers nothing by itself, so it never outranks a real problem and is never severe.
+Rules that cannot be judged from what the trace holds say why in `Diagnosis.not_judged`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import bisect
+import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from gpuprof_nb.model.trace import Trace
+from gpuprof_nb.analysis import thresholds as th
+from gpuprof_nb.analysis.intervals import Interval, clip_intervals, merge_intervals, union_length
+from gpuprof_nb.analysis.timeline import (
+    SYNC_RUNTIME_NAMES,
+    Timeline,
+    chosen_device,
+    device_kernels,
+    device_timeline,
+    is_dataloader_op,
+    median_duration_us,
+    top_level_ops,
+)
+from gpuprof_nb.model.timing import TimingStats
+from gpuprof_nb.model.trace import Kernel, Op, Trace
+
+SEVERITIES = ("high", "medium", "low", "info")
 
 
 @dataclass(frozen=True, slots=True)
 class Finding:
+    """One thing that holds the cell back. `evidence` maps names whose suffix is the unit
+    (`_us`, `_fraction`, `_bytes`, `_bytes_per_s`, `_count`, `_per_step`, `_ratio`) to numbers
+    from the trace; `share` is the fraction (0..1) of the profiled time fixing it could recover
+    (for memory_growth: the fraction of peak memory that is growth)."""
+
     kind: str
     severity: str  # "high" | "medium" | "low" | "info"
     title: str
     evidence: Mapping[str, float] = field(default_factory=dict)
     fix: str = ""
+    share: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class Diagnosis:
+    """The findings, most important first, what could not be judged, and a one-line verdict.
+    `considered` holds every rule that measured something, reported or not (below the
+    reporting share), so its evidence is still at hand."""
+
     findings: tuple[Finding, ...] = ()
     not_judged: tuple[str, ...] = ()
+    verdict: str = ""
+    considered: tuple[Finding, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def top(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+    def finding(self, kind: str) -> Finding | None:
+        """Return the considered finding of one kind, reported or not, or None."""
+        for f in self.considered:
+            if f.kind == kind:
+                return f
+        return None
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        from gpuprof_nb.render.diagnosis import diagnosis_section
+        from gpuprof_nb.render.widgets import report_bundle
+
+        return report_bundle("gpuprof_nb diagnosis", [diagnosis_section(self)], include, exclude)
 
 
-def diagnose(trace: Trace) -> Diagnosis:
-    """Return the findings for a trace, most important first (placeholder: none)."""
-    return Diagnosis()
+# Tie-break between equal shares: the order practitioners apply fixes in.
+FIX_ORDER = (
+    "launch_overhead", "recompilation", "python_overhead", "precision", "memory_bound",
+    "dtype_cast", "host_sync", "dataloader", "host_device_copy", "communication",
+    "memory_growth", "cold_start", "compute_bound",
+)
+
+FIXES: dict[str, str] = {
+    "dataloader": (
+        "Load batches in worker processes and overlap the copy with compute:\n"
+        "loader = DataLoader(dataset, batch_size=..., num_workers=4, pin_memory=True,\n"
+        "                    persistent_workers=True, prefetch_factor=4)\n"
+        "x = x.to(device, non_blocking=True)"
+    ),
+    "host_sync": (
+        "Keep values on the device and read them rarely: log every N steps instead of\n"
+        "calling .item() / .cpu() / print(tensor) each step:\n"
+        "if step % 50 == 0:\n"
+        "    print(loss.item())\n"
+        "and drop explicit torch.cuda.synchronize() calls from the loop."
+    ),
+    "launch_overhead": (
+        "Fuse the many small ops into few kernels and cut launch cost:\n"
+        "model = torch.compile(model)                         # fusion\n"
+        "model = torch.compile(model, mode=\"reduce-overhead\")  # CUDA graphs, static shapes\n"
+        "opt = torch.optim.AdamW(model.parameters(), fused=True)\n"
+        "or give each op more work: a larger batch, vectorised code instead of Python loops."
+    ),
+    "python_overhead": (
+        "Move work out of Python: vectorise loops over elements or samples into tensor ops,\n"
+        "precompute what does not change per step, and compile the step:\n"
+        "step = torch.compile(step)"
+    ),
+    "memory_bound": (
+        "Fuse elementwise, normalisation and softmax chains so tensors are read once:\n"
+        "model = torch.compile(model)\n"
+        "use fused kernels (F.scaled_dot_product_attention, fused optimizers), and bf16\n"
+        "to halve the bytes moved: with torch.autocast(\"cuda\", dtype=torch.bfloat16): ..."
+    ),
+    "compute_bound": (
+        "Time already goes to large matmuls/convolutions. Next steps: lower precision on\n"
+        "tensor cores (with torch.autocast(\"cuda\", dtype=torch.bfloat16): ...), keep\n"
+        "dimensions multiples of 8, or faster hardware."
+    ),
+    "precision": (
+        "Run matmuls and convolutions in bf16 on tensor cores:\n"
+        "with torch.autocast(\"cuda\", dtype=torch.bfloat16):\n"
+        "    loss = model(x).loss\n"
+        "or at least allow TF32: torch.set_float32_matmul_precision(\"high\")"
+    ),
+    "dtype_cast": (
+        "Cast once, not every step: convert inputs and weights to the working dtype up front\n"
+        "(model.to(dtype=torch.bfloat16) or torch.autocast), and avoid .float()/.half()\n"
+        "round-trips inside the loop."
+    ),
+    "host_device_copy": (
+        "Keep data on the device, and copy from pinned memory without blocking:\n"
+        "loader = DataLoader(dataset, ..., pin_memory=True)\n"
+        "x = x.to(device, non_blocking=True)\n"
+        "(or x = x.pin_memory().to(device, non_blocking=True))"
+    ),
+    "communication": (
+        "Overlap collectives with compute and communicate less often:\n"
+        "model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)\n"
+        "accumulate gradients over k micro-batches (with model.no_sync(): ...) and step once,\n"
+        "or shard with FSDP."
+    ),
+    "cold_start": (
+        "The first run pays for allocation, autotuning and compilation: warm up before\n"
+        "timing (one untimed run), keep compiled functions and models alive between cells,\n"
+        "and set torch.backends.cudnn.benchmark only for fixed input shapes."
+    ),
+    "recompilation": (
+        "Stop shapes or Python values from changing between calls, or mark them dynamic:\n"
+        "model = torch.compile(model, dynamic=True)\n"
+        "pad inputs to a few bucket sizes; see why with TORCH_LOGS=recompiles."
+    ),
+    "memory_growth": (
+        "Something keeps every step's tensors (and their graphs) alive. Store numbers,\n"
+        "not tensors: total += loss.item()  (not total += loss), losses.append(loss.detach()),\n"
+        "remove hooks you no longer need. If memory is fragmented as well:\n"
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    ),
+}
+
+# Op names (normalised: after '::', lower case, no underscores) that run matmuls/convolutions.
+_GEMM_OPS = frozenset(
+    "mm addmm bmm baddbmm matmul linear conv1d conv2d conv3d convolution cudnnconvolution "
+    "mkldnnconvolution convtranspose1d convtranspose2d convtranspose3d convolutionbackward "
+    "cudnnconvolutiontranspose einsum addmv mv mkldnnlinear addmmactivation tensordot "
+    "scaleddotproductattention scaleddotproductflashattention scaleddotproductefficientattention "
+    "scaleddotproductcudnnattention flashattentionforward flashattentionbackward "
+    "efficientattentionforward efficientattentionbackward linearbackward".split()
+)
+# Low arithmetic intensity ops: elementwise, activations, norms, softmax, reductions.
+_ELEMENTWISE_OPS = frozenset(
+    "add sub rsub mul div neg abs exp exp2 expm1 log log1p log2 sin cos tan tanh sigmoid relu "
+    "relu6 gelu silu mish elu leakyrelu hardtanh hardswish hardsigmoid softplus pow sqrt rsqrt "
+    "reciprocal clamp clampmin clampmax where maskedfill fill zero addcmul addcdiv lerp softmax "
+    "logsoftmax layernorm nativelayernorm batchnorm nativebatchnorm cudnnbatchnorm groupnorm "
+    "nativegroupnorm rmsnorm fusedrmsnorm dropout nativedropout sum mean var std max min amax "
+    "amin norm linalgvectornorm cumsum prod threshold thresholdbackward gelubackward "
+    "silubackward sigmoidbackward tanhbackward softmaxbackwarddata logsoftmaxbackwarddata "
+    "nativelayernormbackward nativebatchnormbackward square erf floor ceil round sign minimum "
+    "maximum remainder fmod eq ne lt gt le ge logicaland logicalor logicalnot hardtanhbackward "
+    "nativedropoutbackward fusedadam fusedadamw mselossforward nlllossforward".split()
+)
+_CAST_OPS = frozenset({"to", "tocopy", "copy", "typeas"})
+
+_FP16_FIX = (
+    "This GPU has fp16 (not bf16) tensor cores: use fp16 autocast with a gradient scaler:\n"
+    "scaler = torch.amp.GradScaler(\"cuda\")\n"
+    "with torch.autocast(\"cuda\", dtype=torch.float16):\n"
+    "    loss = model(x).loss\n"
+    "scaler.scale(loss).backward(); scaler.step(opt); scaler.update()"
+)
+
+_GEMM_KERNEL_MARKS = ("gemm", "cutlass", "xmma", "cublas", "s1688", "s16816", "h1688",
+                      "h16816", "convolve", "conv2d", "conv3d", "dgrad", "wgrad", "fprop",
+                      "flash", "fmha", "attention", "triton_tem", "matmul", "cudnn")
+_COMM_KERNEL_MARKS = ("nccl", "rccl", "gloo")
+_FP32_KERNEL_MARKS = ("sgemm", "f32f32_f32f32", "_fp32_", "tf32")
+
+
+def op_class(name: str) -> str:
+    """Return 'gemm', 'elementwise', 'cast' or 'other' for a torch op name (forward ops and
+    autograd `evaluate_function: XBackward0` nodes)."""
+    base = name
+    if "evaluate_function:" in base:
+        base = base.split("evaluate_function:", 1)[1].strip()
+        cut = base.find("Backward")
+        base = base[:cut] if cut > 0 else base
+    base = base.rsplit("::", 1)[-1].lower().replace("_", "").strip()
+    if base.startswith("foreach"):
+        return "elementwise"
+    if base in _GEMM_OPS:
+        return "gemm"
+    if base in _CAST_OPS:
+        return "cast"
+    if base in _ELEMENTWISE_OPS:
+        return "elementwise"
+    return "other"
+
+
+def kernel_class(kernel: Kernel) -> str:
+    """Return 'comm', 'gemm', 'copy' or 'elementwise' for a device activity. Kernels that are
+    neither collectives nor matmuls/convolutions are, in practice, elementwise, reduction,
+    norm or copy kernels: low arithmetic intensity."""
+    if kernel.kind != "kernel":
+        return "copy"
+    return _kernel_name_class(kernel.name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _kernel_name_class(name: str) -> str:
+    # Traces repeat a few hundred kernel names thousands of times: classify each name once.
+    n = name.lower()
+    if any(m in n for m in _COMM_KERNEL_MARKS):
+        return "comm"
+    if any(m in n for m in _GEMM_KERNEL_MARKS):
+        return "gemm"
+    return "elementwise"
+
+
+def _severity(share: float) -> str:
+    if share >= th.SEVERITY_HIGH_SHARE:
+        return "high"
+    if share >= th.SEVERITY_MEDIUM_SHARE:
+        return "medium"
+    if share >= th.MIN_REPORT_SHARE:
+        return "low"
+    return "info"
+
+
+def _finding(kind: str, title: str, share: float, evidence: Mapping[str, float]) -> Finding:
+    share = max(0.0, float(share))
+    return Finding(kind, _severity(share), title, dict(evidence), FIXES[kind], share)
+
+
+def _union_in(spans: Sequence[Interval], lo: float, hi: float) -> float:
+    return union_length(clip_intervals(spans, lo, hi))
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """What every rule needs, computed once."""
+
+    trace: Trace
+    timeline: Timeline
+    lo: float
+    hi: float
+    span_us: float
+    n_steps: int
+    top_ops: tuple[Op, ...]
+    kernels: tuple[Kernel, ...]
+    on_device: bool
+
+    def frac(self, us: float) -> float:
+        return us / self.span_us if self.span_us > 0 else 0.0
+
+
+def _rule_dataloader(c: _Context) -> Finding | None:
+    spans = merge_intervals((o.start_us, o.end_us) for o in c.trace.ops if is_dataloader_op(o))
+    if not spans:
+        return None
+    dl_us = _union_in(spans, c.lo, c.hi)
+    count = sum(1 for o in c.trace.ops if is_dataloader_op(o))
+    steps = merge_intervals((s.start_us, s.end_us) for s in c.trace.steps)
+    step_us = union_length(steps) if steps else c.span_us
+    step_dl = _union_in(spans, *_bounds(steps)) if steps else dl_us
+    evidence: dict[str, float] = {
+        "dataloader_time_us": dl_us,
+        "dataloader_share_of_step_time_fraction": step_dl / step_us if step_us > 0 else 0.0,
+        "dataloader_calls_count": float(count),
+    }
+    bd = c.timeline.breakdown
+    if c.on_device and bd is not None:
+        evidence["device_idle_in_dataloader_us"] = bd.dataloader_us
+        evidence["device_idle_in_dataloader_fraction"] = c.frac(bd.dataloader_us)
+        share = c.frac(bd.dataloader_us)
+    else:
+        share = c.frac(dl_us)
+    title = (f"The {'GPU' if c.on_device else 'step'} waits for the DataLoader: "
+             f"{share * 100:.0f}% of the time goes to loading batches")
+    return _finding("dataloader", title, share, evidence)
+
+
+def _bounds(spans: Sequence[Interval]) -> tuple[float, float]:
+    return (spans[0][0], spans[-1][1]) if spans else (0.0, 0.0)
+
+
+def _rule_host_sync(c: _Context) -> Finding | None:
+    calls = [r for r in c.trace.runtime if r.name in SYNC_RUNTIME_NAMES]
+    events = [s for s in c.trace.syncs if s.name in ("Stream Sync", "Context Sync", "Event Sync")]
+    items = [o for o in c.trace.ops
+             if o.kind == "op" and o.name in ("aten::item", "aten::_local_scalar_dense")]
+    # aten::item calls aten::_local_scalar_dense: count the outer one only.
+    n_item = sum(1 for o in items if o.name == "aten::item") or len(items)
+    if not calls and not events and not n_item:
+        return None
+    if not c.on_device:
+        return None
+    blocked = merge_intervals([(r.start_us, r.end_us) for r in calls]
+                              + [(s.start_us, s.end_us) for s in events])
+    bd = c.timeline.breakdown
+    idle = bd.sync_us if bd is not None else 0.0
+    per_step = max(c.n_steps, 1)
+    evidence = {
+        "sync_calls_per_step": (len(calls) or len(events)) / per_step,
+        "item_calls_per_step": n_item / per_step,
+        "host_blocked_us": _union_in(blocked, c.lo, c.hi),
+        "device_idle_after_sync_us": idle,
+        "device_idle_after_sync_fraction": c.frac(idle),
+    }
+    share = c.frac(idle)
+    title = (f"The host waits for the GPU at synchronisation points "
+             f"({evidence['sync_calls_per_step']:.3g} per step); the GPU then idles "
+             f"{share * 100:.0f}% of the time")
+    return _finding("host_sync", title, share, evidence)
+
+
+def _rule_launch_and_python(c: _Context) -> list[Finding]:
+    bd = c.timeline.breakdown
+    out: list[Finding] = []
+    if bd is None:
+        return out
+    per_step = max(c.n_steps, 1)
+    if c.on_device:
+        compute = [k for k in c.kernels if k.kind == "kernel"]
+        med = median_duration_us([k.dur_us for k in compute])
+        tiny = bool(compute) and med < th.TINY_KERNEL_US
+        host_dispatch = bd.host_in_ops_us
+        share = c.frac(bd.launch_us + (host_dispatch if tiny else 0.0))
+        evidence = {
+            "kernels_per_step": len(compute) / per_step,
+            "median_kernel_us": med,
+            "short_gaps_between_kernels_us": bd.launch_us,
+            "device_idle_while_host_dispatches_us": host_dispatch,
+        }
+        if compute:
+            out.append(_finding(
+                "launch_overhead",
+                f"Many small kernels: median {med:.3g} us; launching them sets the pace",
+                share, evidence))
+        python_us = bd.host_us - (host_dispatch if tiny else 0.0)
+        covered = _union_in(merge_intervals((o.start_us, o.end_us) for o in c.top_ops),
+                            c.lo, c.hi)
+        out.append(_finding(
+            "python_overhead",
+            f"The GPU waits for the host: {c.frac(python_us) * 100:.0f}% of the time nothing "
+            "was launched", c.frac(python_us),
+            {"device_idle_waiting_on_host_us": bd.host_us,
+             "device_idle_waiting_on_host_fraction": c.frac(bd.host_us),
+             "wall_not_in_torch_ops_fraction": 1.0 - c.frac(covered)}))
+        return out
+    if not c.top_ops:
+        return out
+    durations = [o.dur_us for o in c.top_ops]
+    med = median_duration_us(durations)
+    tiny_us = sum(d for d in durations if d < th.TINY_CPU_OP_US)
+    many = len(c.top_ops) / per_step >= th.MIN_OPS_FOR_OVERHEAD
+    tiny = many and med < th.TINY_CPU_OP_US
+    share = c.frac(bd.launch_us + tiny_us) if tiny else c.frac(bd.launch_us)
+    out.append(_finding(
+        "launch_overhead",
+        f"Thousands of tiny ops: {len(c.top_ops) / per_step:.0f} per step, median "
+        f"{med:.3g} us each; dispatch, not math, sets the pace",
+        share,
+        {"ops_per_step": len(c.top_ops) / per_step, "median_op_us": med,
+         "time_in_tiny_ops_us": tiny_us, "dispatch_gaps_between_ops_us": bd.launch_us}))
+    out.append(_finding(
+        "python_overhead",
+        f"{c.frac(bd.host_us) * 100:.0f}% of the time is Python outside torch ops",
+        c.frac(bd.host_us),
+        {"python_outside_ops_us": bd.host_us,
+         "wall_not_in_torch_ops_fraction": c.frac(bd.span_us - bd.busy_us)}))
+    return out
+
+
+def _gemm_precision_fp32(op: Op) -> bool:
+    types = [t for t in (op.input_types or ()) if t]
+    return bool(types) and "float" in types and not any(
+        t in ("c10::BFloat16", "c10::Half", "BFloat16", "Half") for t in types)
+
+
+def _rule_compute_memory_precision(c: _Context, roofline: object | None) -> list[Finding]:
+    out: list[Finding] = []
+    if c.on_device:
+        compute = [k for k in c.kernels if k.kind == "kernel"]
+        spans = merge_intervals((k.start_us, k.end_us) for k in compute)
+        busy = _union_in(spans, c.lo, c.hi)
+        gemm = [k for k in compute if kernel_class(k) == "gemm"]
+        low = [k for k in compute
+               if kernel_class(k) == "elementwise" and k.dur_us >= th.TINY_KERNEL_US]
+        gemm_us = _union_in(merge_intervals((k.start_us, k.end_us) for k in gemm), c.lo, c.hi)
+        low_us = _union_in(merge_intervals((k.start_us, k.end_us) for k in low), c.lo, c.hi)
+        base = busy
+    else:
+        gemm_ops = [o for o in c.top_ops if op_class(o.name) == "gemm"]
+        low_ops = [o for o in c.top_ops if op_class(o.name) == "elementwise"
+                   and o.dur_us >= th.TINY_CPU_OP_US]
+        gemm_us = sum(o.dur_us for o in gemm_ops)
+        low_us = sum(o.dur_us for o in low_ops)
+        base = c.timeline.busy_us
+        gemm = []
+    if base <= 0:
+        return out
+    gemm_share = gemm_us / base
+    if gemm_share >= th.COMPUTE_BOUND_MIN_SHARE:
+        out.append(Finding(
+            "compute_bound", "info",
+            f"Healthy: {gemm_share * 100:.0f}% of the {'device' if c.on_device else 'op'} "
+            "time is large matmuls/convolutions (compute-bound)",
+            {"gemm_share_of_busy_fraction": gemm_share, "gemm_time_us": gemm_us,
+             "busy_us": base},
+            FIXES["compute_bound"], 0.0))
+    if low_us > 0:
+        share = c.frac(low_us) * th.MEMORY_BOUND_RECOVERABLE
+        out.append(_finding(
+            "memory_bound",
+            f"Memory-bound: {low_us / base * 100:.0f}% of the "
+            f"{'device' if c.on_device else 'op'} time is elementwise, norm, softmax or "
+            "reduction ops (low arithmetic intensity)",
+            share,
+            {"low_intensity_time_us": low_us, "low_intensity_share_of_busy_fraction":
+             low_us / base, "low_intensity_share_of_window_fraction": c.frac(low_us)}))
+    if c.on_device and gemm:
+        fp32_ids = {o.external_id for o in c.trace.ops
+                    if o.external_id is not None and op_class(o.name) == "gemm"
+                    and _gemm_precision_fp32(o)}
+        fp32 = [k for k in gemm if (k.external_id in fp32_ids)
+                or any(m in k.name.lower() for m in _FP32_KERNEL_MARKS)]
+        cc = _compute_capability(c.trace, c.timeline.device)
+        fp32_us = _union_in(merge_intervals((k.start_us, k.end_us) for k in fp32), c.lo, c.hi)
+        if fp32_us > 0 and cc is not None and cc >= th.PRECISION_MIN_CC:
+            share = c.frac(fp32_us) * th.PRECISION_RECOVERABLE
+            low_cc = cc < th.BF16_MIN_CC
+            out.append(_finding(
+                "precision",
+                f"fp32 matmuls on a tensor-core GPU (compute capability {cc[0]}.{cc[1]}): "
+                f"{fp32_us / base * 100:.0f}% of device time",
+                share,
+                {"fp32_gemm_time_us": fp32_us, "fp32_gemm_share_of_busy_fraction":
+                 fp32_us / base, "compute_capability": float(f"{cc[0]}.{cc[1]}")}))
+            if low_cc:
+                # No bf16 before Ampere: fp16 with loss scaling is the tensor-core path there.
+                f = out[-1]
+                out[-1] = Finding(f.kind, f.severity, f.title, f.evidence, _FP16_FIX, f.share)
+    return out
+
+
+def _compute_capability(trace: Trace, device: int | None) -> tuple[int, int] | None:
+    for d in trace.devices:
+        if d.index == device and d.compute_capability:
+            return d.compute_capability
+    caps = [d.compute_capability for d in trace.devices if d.compute_capability]
+    return caps[0] if caps else None
+
+
+def _rule_dtype_cast(c: _Context) -> Finding | None:
+    casts = [o for o in c.top_ops if op_class(o.name) == "cast"]
+    if not casts:
+        return None
+    # A cast that launched a memcpy is a device transfer (host_device_copy's business).
+    memcpy_calls: dict[str, list[float]] = {}
+    for r in c.trace.runtime:
+        if "Memcpy" in r.name:
+            memcpy_calls.setdefault(str(r.tid), []).append(r.start_us)
+    for v in memcpy_calls.values():
+        v.sort()
+
+    def transfers(o: Op) -> bool:
+        starts = memcpy_calls.get(str(o.tid), [])
+        i = bisect.bisect_left(starts, o.start_us)
+        return i < len(starts) and starts[i] <= o.end_us
+
+    casts = [o for o in casts if not transfers(o)]
+    if not casts:
+        return None
+    if c.on_device:
+        cast_us = _device_time_launched_in(c, casts)
+    else:
+        cast_us = sum(o.dur_us for o in casts)
+    per_step = len(casts) / max(c.n_steps, 1)
+    share = c.frac(cast_us) if per_step >= th.DTYPE_CAST_MIN_PER_STEP else 0.0
+    return _finding(
+        "dtype_cast",
+        f"Repeated dtype conversions: {per_step:.0f} casts per step take "
+        f"{c.frac(cast_us) * 100:.0f}% of the time",
+        share,
+        {"casts_per_step": per_step, "cast_time_us": cast_us,
+         "cast_share_fraction": c.frac(cast_us)})
+
+
+def _device_time_launched_in(c: _Context, ops: Sequence[Op]) -> float:
+    """Return device microseconds of kernels launched from inside the given host ops."""
+    by_thread: dict[str, list[tuple[float, float]]] = {}
+    for o in ops:
+        by_thread.setdefault(str(o.tid), []).append((o.start_us, o.end_us))
+    for v in by_thread.values():
+        v.sort()
+    launched: set[int] = set()
+    for r in c.trace.runtime:
+        spans = by_thread.get(str(r.tid))
+        if not spans or r.correlation is None:
+            continue
+        i = bisect.bisect_right(spans, (r.start_us, float("inf"))) - 1
+        if i >= 0 and spans[i][0] <= r.start_us <= spans[i][1]:
+            launched.add(r.correlation)
+    return sum(k.dur_us for k in c.kernels if k.correlation in launched)
+
+
+def _rule_host_device_copy(c: _Context) -> Finding | None:
+    copies = [k for k in c.kernels if k.kind == "memcpy"]
+    if not copies:
+        return None
+    compute = merge_intervals((k.start_us, k.end_us) for k in c.kernels if k.kind == "kernel")
+    copy_spans = merge_intervals(clip_intervals(((k.start_us, k.end_us) for k in copies),
+                                                c.lo, c.hi))
+    copy_us = union_length(copy_spans)
+    overlapped = union_length(_intersect(copy_spans, compute))
+    exposed = copy_us - overlapped
+    pageable = [k for k in copies if "pageable" in k.name.lower()]
+    sized = [k for k in copies if k.bytes and k.dur_us > 0]
+    evidence = {
+        "memcpy_time_us": copy_us,
+        "memcpy_share_fraction": c.frac(copy_us),
+        "memcpy_not_overlapped_fraction": c.frac(exposed),
+        "pageable_copies_count": float(len(pageable)),
+    }
+    if sized:
+        evidence["memcpy_bandwidth_bytes_per_s"] = (
+            sum(k.bytes or 0 for k in sized) / (sum(k.dur_us for k in sized) * 1e-6))
+    return _finding(
+        "host_device_copy",
+        f"Host-device copies take {c.frac(copy_us) * 100:.0f}% of the time, "
+        f"{c.frac(exposed) * 100:.0f}% not hidden behind compute"
+        + (f" ({len(pageable)} from pageable memory)" if pageable else ""),
+        c.frac(exposed), evidence)
+
+
+def _intersect(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
+    """Return the intersection of two sorted disjoint interval lists."""
+    out: list[Interval] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def _rule_communication(c: _Context) -> Finding | None:
+    comm = [k for k in c.kernels if k.kind == "kernel" and kernel_class(k) == "comm"]
+    if not comm:
+        return None
+    comm_spans = merge_intervals(clip_intervals(((k.start_us, k.end_us) for k in comm),
+                                                c.lo, c.hi))
+    other = merge_intervals((k.start_us, k.end_us) for k in c.kernels
+                            if k.kind == "kernel" and kernel_class(k) != "comm")
+    comm_us = union_length(comm_spans)
+    overlap_us = union_length(_intersect(comm_spans, other))
+    exposed = comm_us - overlap_us
+    overlap = overlap_us / comm_us if comm_us > 0 else 0.0
+    return _finding(
+        "communication",
+        f"Collectives take {c.frac(comm_us) * 100:.0f}% of the time; "
+        f"{overlap * 100:.0f}% of it overlaps compute",
+        c.frac(exposed),
+        {"communication_time_us": comm_us, "communication_share_fraction": c.frac(comm_us),
+         "overlap_with_compute_fraction": overlap, "exposed_communication_us": exposed,
+         "collective_kernels_count": float(len(comm))})
+
+
+def _rule_cold_start(timing: TimingStats) -> Finding | None:
+    first = timing.warmup_wall_us[0] if timing.warmup_wall_us else None
+    median = timing.median_us if not timing.device_us else (
+        sorted(timing.wall_us)[(len(timing.wall_us) - 1) // 2] if timing.wall_us else None)
+    if first is None or not median or median != median:
+        return None
+    ratio = first / median
+    total = first + sum(timing.wall_us) + sum(timing.warmup_wall_us[1:])
+    share = (first - median) / total if ratio >= th.COLD_START_RATIO and total > 0 else 0.0
+    return _finding(
+        "cold_start",
+        f"The first run took {ratio:.3g}x the median run (allocation, autotuning or "
+        "compilation)", share,
+        {"first_run_us": first, "median_run_us": median, "first_over_median_ratio": ratio})
+
+
+_COMPILE_MARKERS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup", "CompiledFunction",
+                    "Compiled Function", "(dynamo_timed)", "torch._dynamo", "inductor")
+
+
+def _rule_recompilation(c: _Context) -> Finding | None:
+    marked = [o for o in c.trace.ops if any(m in o.name for m in _COMPILE_MARKERS)]
+    if not marked:
+        return None
+    compiles = [o for o in c.trace.ops if "compile_inner" in o.name]
+    spans = merge_intervals((o.start_us, o.end_us) for o in compiles)
+    compile_us = _union_in(spans, c.lo, c.hi)
+    regions = sum(1 for o in c.trace.ops if "Torch-Compiled Region" in o.name)
+    # Inner compiles nest (compile_inner inside _compile.compile_inner): count outermost.
+    n = len(spans)
+    return _finding(
+        "recompilation",
+        f"torch.compile compiled {n} time(s) during the cell, taking "
+        f"{c.frac(compile_us) * 100:.0f}% of the time",
+        c.frac(compile_us) if n else 0.0,
+        {"compile_count": float(n), "compile_time_us": compile_us,
+         "compiled_region_calls_count": float(regions)})
+
+
+def _rule_memory_growth(c: _Context) -> Finding | None:
+    events = sorted(c.trace.memory, key=lambda m: m.ts_us)
+    if not events:
+        return None
+    by_dev: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    running: dict[tuple[int, int], float] = {}
+    for m in events:
+        key = (m.device_type, m.device_id)
+        if m.total_allocated is not None:
+            level = float(m.total_allocated)
+        else:
+            level = running.get(key, 0.0) + m.bytes
+        running[key] = level
+        by_dev.setdefault(key, []).append((m.ts_us, level))
+    if c.trace.steps:
+        cuts = [s.end_us for s in c.trace.steps]
+    else:
+        width = c.span_us / th.GROWTH_SLICES
+        cuts = [c.lo + width * (i + 1) for i in range(th.GROWTH_SLICES)] if width > 0 else []
+    best: Finding | None = None
+    for key in sorted(by_dev):
+        series = by_dev[key]
+        times = [t for t, _ in series]
+        levels: list[float] = []
+        for cut in cuts:
+            i = bisect.bisect_right(times, cut) - 1
+            levels.append(series[i][1] if i >= 0 else 0.0)
+        if len(levels) < 3:
+            continue
+        moves = [b - a for a, b in zip(levels, levels[1:], strict=False)]
+        rising = sum(1 for m in moves if m > 0) / len(moves)
+        growth = levels[-1] - levels[0]
+        peak = max(lv for _, lv in series)
+        steady = rising >= th.GROWTH_RISING_SHARE and growth >= th.MIN_GROWTH_BYTES
+        share = growth / peak if steady and peak > 0 else 0.0
+        where = "per step" if c.trace.steps else "per slice of the window"
+        f = _finding(
+            "memory_growth",
+            f"Memory grows {where}: +{growth / len(moves) / 2**20:.3g} MiB each, "
+            f"{growth / 2**20:.3g} MiB over the cell ({'GPU' if key[0] else 'CPU'} memory)",
+            share,
+            {"growth_per_step_bytes": growth / len(moves), "growth_total_bytes": growth,
+             "rising_steps_fraction": rising, "peak_allocated_bytes": peak})
+        if best is None or f.share > best.share:
+            best = f
+    return best
+
+
+def diagnose(trace: Trace, *, timeline: Timeline | None = None, roofline: object | None = None,
+             timing: TimingStats | None = None) -> Diagnosis:
+    """Return the findings for a trace, most recoverable time first, with what could not be
+    judged and a one-line verdict."""
+    tl = timeline if timeline is not None else device_timeline(trace)
+    device, _ = chosen_device(trace)
+    c = _Context(
+        trace=trace, timeline=tl, lo=tl.start_us, hi=tl.end_us, span_us=tl.window_us,
+        n_steps=len(trace.steps), top_ops=top_level_ops(trace),
+        kernels=device_kernels(trace, device) if device is not None else (),
+        on_device=device is not None)
+    not_judged: list[str] = []
+    notes: list[str] = list(tl.notes)
+    considered: list[Finding] = []
+
+    def add(f: Finding | None) -> None:
+        if f is not None:
+            considered.append(f)
+
+    if c.span_us <= 0:
+        not_judged.append("everything: the trace has no timed events (empty window)")
+    if not trace.steps:
+        notes.append("no ProfilerStep annotations: per-step numbers are for the whole window")
+    if not trace.ops:
+        not_judged.append("python_overhead, dtype_cast, dataloader: the trace has no host ops")
+    add(_rule_dataloader(c))
+    if c.on_device:
+        add(_rule_host_sync(c))
+    else:
+        not_judged.append("host_sync, precision, host_device_copy, communication: "
+                          "no device activity in the trace")
+    for f in _rule_launch_and_python(c):
+        add(f)
+    for f in _rule_compute_memory_precision(c, roofline):
+        add(f)
+    if c.on_device and _compute_capability(trace, device) is None:
+        not_judged.append("precision: the trace has no device properties (compute capability)")
+    add(_rule_dtype_cast(c))
+    if c.on_device:
+        add(_rule_host_device_copy(c))
+        add(_rule_communication(c))
+    if timing is None:
+        not_judged.append("cold_start: no run timings (profile with %%gpuprofile to get them)")
+    elif not timing.warmup_wall_us:
+        not_judged.append("cold_start: no warm-up run was timed apart from the measured runs")
+    else:
+        add(_rule_cold_start(timing))
+    rec = _rule_recompilation(c)
+    if rec is None:
+        not_judged.append("recompilation: no torch.compile markers in the trace")
+    add(rec)
+    growth = _rule_memory_growth(c)
+    if growth is None:
+        not_judged.append("memory_growth: no [memory] events (profile with profile_memory=True "
+                          "or %%gpuprofile --memory)")
+    add(growth)
+    considered.sort(key=lambda f: (-f.share, FIX_ORDER.index(f.kind), f.title))
+    reported = [f for f in considered
+                if f.kind == "compute_bound" or f.share >= th.MIN_REPORT_SHARE]
+    # compute_bound recovers nothing itself: it goes after every high or medium problem, but
+    # before low ones, so a healthy cell leads with its verdict rather than with a detail.
+    def group(f: Finding) -> int:
+        if f.kind == "compute_bound":
+            return 1
+        return 0 if f.severity in ("high", "medium") else 2
+
+    reported.sort(key=lambda f: (group(f), -f.share, FIX_ORDER.index(f.kind), f.title))
+    return Diagnosis(
+        findings=tuple(reported),
+        not_judged=tuple(not_judged),
+        verdict=_verdict(reported, c),
+        considered=tuple(considered),
+        notes=tuple(notes),
+    )
+
+
+def _verdict(reported: Sequence[Finding], c: _Context) -> str:
+    serious = [f for f in reported if f.severity in ("high", "medium")]
+    if serious:
+        return f"Main bottleneck: {serious[0].kind} - {serious[0].title}"
+    if any(f.kind == "compute_bound" for f in reported):
+        return "Compute-bound (healthy): no clear bottleneck besides the math itself"
+    if c.span_us <= 0:
+        return "Nothing to judge: the trace has no timed events"
+    return "No clear bottleneck: no rule found a problem worth 10% or more of the time"

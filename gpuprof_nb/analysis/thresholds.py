@@ -1,0 +1,98 @@
+"""The numbers the idle-time breakdown and the diagnosis rules compare against, in one place.
+
+Each constant says why it has its value. Shares are fractions of the profiled window (or of
+the steps, when the trace has steps); durations are microseconds; sizes are bytes.
+"""
+
+from __future__ import annotations
+
+# --- idle-time breakdown -------------------------------------------------------------------
+
+# A device gap shorter than this between two kernels is launch latency, not a stall: one
+# cudaLaunchKernel costs about 5-10 us of host time, so a host that launches back to back
+# still leaves gaps of a few microseconds; anything up to ~20 us is the launch path itself.
+LAUNCH_GAP_MAX_US = 20.0
+
+# On a CPU-only trace a gap between two torch ops shorter than this is dispatcher and
+# interpreter cost of issuing the next op (a Python statement calling one op costs a few
+# microseconds); longer gaps are the user's own Python.
+CPU_DISPATCH_GAP_MAX_US = 20.0
+
+# A device gap that starts within this long after a blocking synchronisation returned was
+# caused by it: the sync drained the queue and the host had nothing in flight. The slack
+# covers the few microseconds between the kernel's end and the runtime call returning.
+SYNC_SLACK_US = 50.0
+
+# --- reporting ------------------------------------------------------------------------------
+
+# A finding is reported when fixing it could recover at least this share of the time: below
+# 3% the gain drowns in run-to-run noise (notebook timings vary by a few percent).
+MIN_REPORT_SHARE = 0.03
+
+# Severity from the recoverable share: a third of the time or more is the first thing to fix;
+# a tenth is worth a change; below that it is a detail.
+SEVERITY_HIGH_SHARE = 0.30
+SEVERITY_MEDIUM_SHARE = 0.10
+
+# Without a clear bottleneck (no finding at medium or above) the diagnosis says so.
+
+# --- launch overhead ------------------------------------------------------------------------
+
+# GPU kernels shorter than this are dominated by launch cost (a launch costs 5-10 us on the
+# host, so the device finishes them before the host can issue the next one).
+TINY_KERNEL_US = 10.0
+
+# CPU ops shorter than this spend most of their time in dispatch (argument parsing,
+# dispatcher, allocation: several microseconds each, more under the profiler), not in math.
+TINY_CPU_OP_US = 50.0
+
+# Fewer ops than this per step cannot make a cell overhead-bound whatever their size.
+MIN_OPS_FOR_OVERHEAD = 200
+
+# --- memory-bound / compute-bound / precision -------------------------------------------------
+
+# Fusion (torch.compile, fused kernels) typically halves the time of chains of elementwise
+# and normalisation ops: they read and write the same tensors once instead of once per op.
+MEMORY_BOUND_RECOVERABLE = 0.5
+
+# Matmuls and convolutions taking at least half of the busy time make a cell compute-bound.
+COMPUTE_BOUND_MIN_SHARE = 0.5
+
+# bf16/fp16 tensor cores run GEMMs 2x or more faster than fp32 (TF32 included), so moving
+# fp32 GEMMs to bf16 recovers about half of their time.
+PRECISION_RECOVERABLE = 0.5
+
+# Tensor cores that run bf16 arrived with compute capability 8.0 (Ampere); fp16 with 7.0.
+PRECISION_MIN_CC = (7, 0)
+BF16_MIN_CC = (8, 0)
+
+# --- dtype casts ------------------------------------------------------------------------------
+
+# A handful of casts per step is normal (inputs, loss); this many or more is a round-trip.
+DTYPE_CAST_MIN_PER_STEP = 8
+
+# --- host-device copies -----------------------------------------------------------------------
+
+# Pinned host memory reaches ~20 GB/s over PCIe 4; pageable copies rarely pass ~6 GB/s.
+# Below this effective bandwidth the copies are worth moving to pinned memory.
+PINNED_BANDWIDTH_BYTES_PER_S = 10e9
+
+# --- cold start -------------------------------------------------------------------------------
+
+# A first run more than twice the median is a cold start (allocation, autotuning, compile),
+# beyond the usual first-run jitter of tens of percent.
+COLD_START_RATIO = 2.0
+
+# --- memory growth ----------------------------------------------------------------------------
+
+# Allocated memory rising by less than this over the cell is allocator noise (block rounding,
+# cached workspaces), not a leak.
+MIN_GROWTH_BYTES = 1 << 20
+
+# Growth counts as steady when the level rises in at least this share of step-to-step moves
+# (a real leak rises in most steps, even when the allocator now and then reuses a freed block;
+# a cache warming up rises once and stops).
+GROWTH_RISING_SHARE = 0.6
+
+# Without steps the window is cut into this many equal slices to watch the level move.
+GROWTH_SLICES = 8
