@@ -53,6 +53,7 @@ __all__ = ["load_trace", "trace_from_dict"]
 _CHUNK_CHARS = 1 << 22  # 4 Mi characters per read: big enough to amortise, small next to a trace
 _GZIP_MAGIC = b"\x1f\x8b"
 _WS = re.compile(r"[ \t\n\r]*")
+_SEP = re.compile(r"[ \t\n\r]*,[ \t\n\r]*")
 _STEP_NAME = re.compile(r"ProfilerStep#(\d+)$")
 
 # Category -> what it becomes. Anything else is skipped (but still widens the window).
@@ -176,10 +177,15 @@ def _stream_of(args: Mapping[str, Any], tid: Any) -> int:
     return parsed if parsed is not None else -1
 
 
-def _int_triple(value: Any) -> tuple[int, ...] | None:
-    if isinstance(value, list | tuple) and all(type(v) is int for v in value):
-        return tuple(value)
-    return None
+def _tuplify(value: list[Any]) -> tuple[Any, ...]:
+    """Nested lists -> nested tuples (hashable, immutable); dicts, never expected in shape
+    args, become their text."""
+    return tuple(
+        [
+            _tuplify(v) if type(v) is list else (str(v) if type(v) is dict else v)
+            for v in value
+        ]
+    )
 
 
 class _Builder:
@@ -211,20 +217,19 @@ class _Builder:
         """Return one shared instance of an equal, hashable value (tuples of shapes, ...)."""
         return self._shared.setdefault(value, value)
 
-    def _tuplify(self, value: Any) -> Any:
-        if isinstance(value, list):
-            return tuple(self._tuplify(v) for v in value)
-        if isinstance(value, dict):
-            # Never expected in shape args; kept readable and hashable.
-            return str(value)
-        return value
+    def _shared_tuple(self, value: Any) -> Any:
+        """Nested lists -> nested tuples, one shared instance per distinct value."""
+        if type(value) is not list:
+            return None
+        key = _tuplify(value)
+        return self._shared.setdefault(key, key)
 
     def _shape_arg(self, args: Mapping[str, Any], *keys: str) -> Any:
         for key in keys:
             value = args.get(key)
             if value is not None:
                 if isinstance(value, list):
-                    return self._share(self._tuplify(value))
+                    return self._share(_tuplify(value))
                 return None
         return None
 
@@ -240,6 +245,7 @@ class _Builder:
     # -- the per-event hot path -------------------------------------------------------------
 
     def add(self, event: Any, index: int) -> None:
+        """Model one event (`index`: its position in traceEvents, for messages and ties)."""
         if type(event) is not dict:
             if isinstance(event, Mapping):
                 event = dict(event)
@@ -247,20 +253,20 @@ class _Builder:
                 raise self._fail(index, f"is a {type(event).__name__}, not a JSON object")
         self.event_count += 1
         ph = event.get("ph")
-        if ph == "X":
-            self._add_complete(event, index)
-        elif ph == "i" or ph == "I":
-            self._add_instant(event, index)
-        # 'M' metadata (unrelated early ts), 's'/'f' flows, counters, ...: nothing to model.
-
-    def _add_complete(self, event: dict[str, Any], index: int) -> None:
+        if ph != "X":
+            if ph == "i" or ph == "I":
+                self._add_instant(event, index)
+            # 'M' metadata (unrelated early ts), 's'/'f' flows, counters: nothing to model.
+            return
+        # This runs once per event of a trace that may hold millions: helpers are inlined
+        # for the common types (int ids, dict args) and fall back to the general ones.
         ts = event.get("ts")
         dur = event.get("dur")
         tst = type(ts)
         if (tst is not float and tst is not int) or ts - ts != 0:
             raise self._fail(index, f"({event.get('name')!r}) has no numeric 'ts' (got {ts!r})")
-        dut = type(dur)
-        if (dut is not float and dut is not int) or dur - dur != 0:
+        tst = type(dur)
+        if (tst is not float and tst is not int) or dur - dur != 0:
             raise self._fail(index, f"({event.get('name')!r}) has no numeric 'dur' (got {dur!r})")
         if dur < 0:
             self.negative_durations += 1
@@ -271,62 +277,100 @@ class _Builder:
             return
         if ts < self.lo:
             self.lo = ts
-        if ts + dur > self.hi:
-            self.hi = ts + dur
+        end = ts + dur
+        if end > self.hi:
+            self.hi = end
         name = event.get("name")
-        name = sys.intern(name) if isinstance(name, str) else str(name)
+        name = sys.intern(name) if type(name) is str else str(name)
         args = event.get("args")
         if type(args) is not dict:
             args = {}
         start = float(ts)
         dur_f = float(dur)
+        tid = event.get("tid")
 
         op_kind = _OP_KINDS.get(cat)  # type: ignore[arg-type]
         if op_kind is not None:
-            if op_kind == "op" and cat == "Operator" and (
+            if type(pid) is not int:
+                pid = _host_id(pid)
+            if type(tid) is not int:
+                tid = _host_id(tid)
+            if cat == "Operator" and (
                 name.startswith("ProfilerStep#") or name.startswith("Optimizer.")
             ):
                 # 2021 traces recorded record_function scopes as Operator.
                 op_kind = "annotation"
-            if args:
-                external = args.get("External id")
-                if external is None:
-                    external = args.get("external id")
-                self.ops.append(
-                    Op(
-                        name,
-                        op_kind,  # type: ignore[arg-type]
-                        start,
-                        dur_f,
-                        _host_id(pid),
-                        _host_id(event.get("tid")),
-                        _opt_int(external),
-                        self._shape_arg(args, "Input Dims", "Input dims"),
-                        self._str_tuple(args.get("Input type")),
-                        self._shape_arg(args, "Input Strides", "Input strides"),
-                        self._str_tuple(args.get("Concrete Inputs")),
-                        _opt_int(args.get("Sequence number")),
-                        _opt_int(args.get("Fwd thread id")),
-                        self._str_tuple(args.get("Call stack")),
-                        index,
-                    )
+            if not args:
+                self.ops.append(Op(name, op_kind, start, dur_f, pid, tid, index=index))  # type: ignore[arg-type]
+                return
+            external = args.get("External id")
+            if external is None:
+                external = args.get("external id")
+            if external is not None and type(external) is not int:
+                external = _opt_int(external)
+            dims = args.get("Input Dims")
+            if dims is None:
+                dims = args.get("Input dims")
+            self.ops.append(
+                Op(
+                    name,
+                    op_kind,  # type: ignore[arg-type]
+                    start,
+                    dur_f,
+                    pid,
+                    tid,
+                    external,
+                    self._shared_tuple(dims) if dims is not None else None,
+                    self._str_tuple(args.get("Input type")),
+                    self._shape_arg(args, "Input Strides", "Input strides"),
+                    self._str_tuple(args.get("Concrete Inputs")),
+                    _opt_int(args.get("Sequence number")),
+                    _opt_int(args.get("Fwd thread id")),
+                    self._str_tuple(args.get("Call stack")),
+                    index,
                 )
-            else:
-                self.ops.append(
-                    Op(name, op_kind, start, dur_f, _host_id(pid), _host_id(event.get("tid")),  # type: ignore[arg-type]
-                       index=index)
+            )
+            return
+
+        if cat in _RUNTIME_CATS:
+            if type(pid) is not int:
+                pid = _host_id(pid)
+            if type(tid) is not int:
+                tid = _host_id(tid)
+            external = args.get("External id")
+            if external is None:
+                external = args.get("external id")
+            corr = args.get("correlation")
+            self.runtime.append(
+                RuntimeCall(
+                    name,
+                    start,
+                    dur_f,
+                    pid,
+                    tid,
+                    corr if type(corr) is int else _opt_int(corr),
+                    external if type(external) is int else _opt_int(external),
+                    index,
                 )
+            )
             return
 
         kernel_kind = _KERNEL_KINDS.get(cat)  # type: ignore[arg-type]
         if kernel_kind is not None:
-            device = _opt_int(args.get("device"))
-            if device is None:
-                device = _opt_int(pid)
+            device = args.get("device")
+            if type(device) is not int:
+                device = _opt_int(device)
+                if device is None:
+                    device = _opt_int(pid)
+            stream = args.get("stream")
+            if type(stream) is not int:
+                stream = _stream_of(args, tid)
             external = args.get("External id")
             if external is None:
                 external = args.get("external id")
-            nbytes = _opt_int(args.get("bytes")) if kernel_kind != "kernel" else None
+            corr = args.get("correlation")
+            grid = args.get("grid")
+            block = args.get("block")
             self.kernels.append(
                 Kernel(
                     name,
@@ -334,30 +378,12 @@ class _Builder:
                     start,
                     dur_f,
                     device if device is not None else -1,
-                    _stream_of(args, event.get("tid")),
-                    _opt_int(args.get("correlation")),
-                    _opt_int(external),
-                    nbytes,
-                    self._share(_int_triple(args.get("grid"))),
-                    self._share(_int_triple(args.get("block"))),
-                    index,
-                )
-            )
-            return
-
-        if cat in _RUNTIME_CATS:
-            external = args.get("External id")
-            if external is None:
-                external = args.get("external id")
-            self.runtime.append(
-                RuntimeCall(
-                    name,
-                    start,
-                    dur_f,
-                    _host_id(pid),
-                    _host_id(event.get("tid")),
-                    _opt_int(args.get("correlation")),
-                    _opt_int(external),
+                    stream,
+                    corr if type(corr) is int else _opt_int(corr),
+                    external if type(external) is int else _opt_int(external),
+                    _opt_int(args.get("bytes")) if kernel_kind != "kernel" else None,
+                    self._shared_tuple(grid) if type(grid) is list else None,
+                    self._shared_tuple(block) if type(block) is list else None,
                     index,
                 )
             )
@@ -718,17 +744,40 @@ class _StreamParser:
         if self._skip_ws() == "]":
             self.pos += 1
             return
+        if top_level:
+            first = self._value()
+            if not isinstance(first, dict):
+                raise self._not_events(first)
+            add(first, 0)
+            index = 1
+            if self._expect(",]", "between events") == "]":
+                return
+        # The hot loop: one C-level decode and one regex per event while the buffer holds
+        # whole events; anything unusual (chunk end, ']', bad JSON) takes the slow path.
+        scan = self.scan
+        sep = _SEP.match
+        decode_error = json.JSONDecodeError
         while True:
-            if self._skip_ws() == "":
-                raise TraceFormatError(
-                    f"{self.source}: the JSON ends inside 'traceEvents' after {index} events "
-                    f"(truncated?); export the trace again."
-                )
-            event = self._value()
-            if top_level and index == 0 and not isinstance(event, dict):
-                raise self._not_events(event)
-            add(event, index)
-            index += 1
+            buf = self.buf
+            pos = _WS.match(buf, self.pos).end()  # type: ignore[union-attr]
+            cut = False
+            try:
+                while True:
+                    event, end = scan(buf, pos)
+                    add(event, index)
+                    index += 1
+                    m = sep(buf, end)
+                    if m is None:
+                        break
+                    pos = m.end()
+            except (StopIteration, decode_error):
+                cut = True  # the value at `pos` is cut by the chunk end, or is bad JSON
+            if cut:
+                self.pos = pos
+                add(self._value(), index)
+                index += 1
+            else:
+                self.pos = end  # after a whole event, but no ',' in the buffer yet
             if self._expect(",]", "between events") == "]":
                 return
 
