@@ -1,13 +1,143 @@
-"""PLACEHOLDER (owned by the memory work): the %%memsnap magic."""
+"""IPython glue for `%%memsnap`: parse arguments, record memory around the cell, analyse,
+display, store. Recording and analysis live in capture/memory.py and analysis/memory.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 
 @magics_class
 class MemsnapMagics(Magics):
+    """The `%%memsnap` cell magic."""
+
+    @magic_arguments()
+    @argument("--max-entries", type=int, default=None, metavar="N",
+              help="history entries the CUDA allocator keeps (default 200000; the oldest "
+                   "are dropped first)")
+    @argument("--stacks", choices=("python", "all"), default="python",
+              help="record Python frames only, or C++ frames too (slower; CUDA only)")
+    @argument("--save", default=None, metavar="PATH",
+              help="write the snapshot pickle here (PyTorch's memory_viz opens it)")
+    @argument("--repeat", type=int, default=1, metavar="N",
+              help="run the cell N times, to see memory that grows from run to run")
+    @argument("--window", default=None, metavar="START:END",
+              help="analyse only this range: ms on CUDA and CPU (entries when the snapshot "
+                   "has no times); either side may be empty")
+    @argument("-o", dest="output", default=None, metavar="NAME",
+              help="store the MemoryReport in the variable NAME")
+    @argument("--quiet", action="store_true", help="display nothing")
     @cell_magic
-    def memsnap(self, line: str, cell: str) -> None:
-        raise UsageError("%%memsnap is not available yet")
+    def memsnap(self, line: str, cell: str) -> Any:
+        """Record memory around the cell and show what used it: the timeline by allocation
+        site, what was live at the peak, leaks, segments and findings. An out-of-memory
+        error is reported, then raised again.
+
+        Example::
+
+            %%memsnap --repeat 3 -o mem --save build/snapshot.pickle
+            loss = model(x).sum(); loss.backward(); opt.step()
+        """
+        __tracebackhide__ = True  # noqa: F841 - IPython hides this frame in user tracebacks
+        args = self._parse(line)
+        if not cell.strip():
+            raise UsageError(
+                "%%memsnap: the cell is empty; put the code to record below the magic line"
+            )
+        try:
+            import torch
+        except ImportError as exc:
+            raise UsageError(f"%%memsnap needs PyTorch ({exc}); pip install torch") from exc
+        from gpuprof_nb.analysis.memory import parse_window
+        from gpuprof_nb.capture.memory import DEFAULT_MAX_ENTRIES, record_memory
+
+        window = None
+        if args.window is not None:
+            try:
+                window = parse_window(args.window)
+            except ValueError as e:
+                raise UsageError(f"%%memsnap --window: {e}") from None
+        code = self._compile(cell)
+        namespace = self.shell.user_ns
+        grad = torch.is_grad_enabled()
+
+        def run() -> None:
+            __tracebackhide__ = True  # noqa: F841
+            torch.set_grad_enabled(grad)
+            exec(code, namespace)
+
+        try:
+            capture = record_memory(
+                run, repeat=args.repeat,
+                max_entries=args.max_entries or DEFAULT_MAX_ENTRIES, stacks=args.stacks)
+        finally:
+            torch.set_grad_enabled(grad)
+        report = self._report(capture, window)
+        if args.save:
+            self._save(capture, report, args.save, args.quiet)
+        if args.output:
+            namespace[args.output] = report
+        if not args.quiet:
+            from IPython.display import display
+
+            display(report)
+        if capture.oom is not None:
+            raise capture.oom
+        return None
+
+    def _parse(self, line: str) -> Any:
+        try:
+            args = parse_argstring(self.memsnap, line)
+        except UsageError as e:
+            raise UsageError(f"%%memsnap: {e}") from None
+        if args.repeat < 1:
+            raise UsageError(f"%%memsnap --repeat must be at least 1, got {args.repeat}")
+        if args.max_entries is not None and args.max_entries < 1:
+            raise UsageError(
+                f"%%memsnap --max-entries must be at least 1, got {args.max_entries}")
+        if args.output is not None and not args.output.isidentifier():
+            raise UsageError(f"%%memsnap -o: {args.output!r} is not a valid variable name")
+        return args
+
+    def _compile(self, cell: str) -> Any:
+        """Return the cell compiled as IPython would run it; a SyntaxError propagates before
+        anything runs. The source is cached so tracebacks show the user's lines."""
+        source = self.shell.transform_cell(cell)
+        filename = self.shell.compile.cache(source, self.shell.execution_count, raw_code=cell)
+        return self.shell.compile(source, filename, "exec")
+
+    @staticmethod
+    def _report(capture: Any, window: Any) -> Any:
+        from gpuprof_nb.io.snapshot import snapshot_from_dict
+        from gpuprof_nb.memory_report import analyze_memory
+
+        snapshot = snapshot_from_dict(capture.snapshot, where="%%memsnap")
+        if capture.source == "cuda" and capture.step_starts:
+            import dataclasses
+
+            starts = [()] * (capture.device + 1)
+            starts[capture.device] = capture.step_starts
+            snapshot = dataclasses.replace(snapshot, step_starts=tuple(starts),
+                                           notes=snapshot.notes + capture.notes)
+        device = capture.device if capture.device in snapshot.devices else None
+        oom = f"{type(capture.oom).__name__}: {capture.oom}" if capture.oom else None
+        return analyze_memory(snapshot, device=device, window=window,
+                              step_starts=capture.step_starts or None, oom_message=oom)
+
+    @staticmethod
+    def _save(capture: Any, report: Any, path: str, quiet: bool) -> None:
+        from gpuprof_nb.io.snapshot import save_snapshot
+
+        try:
+            # On CUDA the allocator's own dict is written as is, byte-compatible with
+            # torch.cuda.memory._dump_snapshot; the CPU fallback writes the rebuilt one.
+            out = save_snapshot(capture.snapshot if capture.source == "cuda"
+                                else report.snapshot, path)
+        except OSError as e:
+            raise UsageError(f"%%memsnap --save: cannot write {path!r} ({e})") from None
+        if capture.source != "cuda" and not quiet:
+            print(f"%%memsnap: saved the CPU fallback snapshot to {out} (rebuilt from "
+                  "profiler memory events; no CUDA allocator segments)")

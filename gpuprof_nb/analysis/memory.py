@@ -33,6 +33,7 @@ from gpuprof_nb.model.memory import (
     ALLOC,
     FREE_COMPLETED,
     OOM,
+    OP_FILENAME,
     SEGMENT_ALLOC,
     SEGMENT_FREE,
     SEGMENT_MAP,
@@ -228,7 +229,13 @@ def stack_sites(snapshot: MemorySnapshot) -> tuple[tuple[Site, ...], np.ndarray]
     index: dict[Site, int] = {sites[0]: 0}
     of_stack = np.zeros(len(snapshot.stacks) + 1, dtype=np.int32)
     for i, stack in enumerate(snapshot.stacks):
-        site = _site_of(user_frame([snapshot.frames[j] for j in stack]))
+        frames = [snapshot.frames[j] for j in stack]
+        site = _site_of(user_frame(frames))
+        if frames and frames[0].filename == OP_FILENAME and site.label != NO_STACK_LABEL:
+            # Profiler-made stacks (the CPU fallback) carry each Python function's first
+            # line, not the calling line, so the allocating op tells sites apart instead.
+            site = Site(f"{site.label} [{frames[0].name}]", site.filename, site.line,
+                        site.function)
         k = index.setdefault(site, len(sites))
         if k == len(sites):
             sites.append(site)
@@ -333,7 +340,8 @@ def _replay(snapshot: MemorySnapshot, device: int, site_of_stack: np.ndarray) ->
     reserved: np.ndarray | None = None
     segs = snapshot.segments_of(device)
     seg_kind = np.isin(action, (SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP))
-    if segs or seg_kind.any():
+    # The CPU fallback has no allocator segments to replay: no reserved curve there.
+    if snapshot.source != "cpu-profiler" and (segs or seg_kind.any()):
         sign = np.zeros(n, dtype=np.int64)
         sign[(action == SEGMENT_ALLOC) | (action == SEGMENT_MAP)] = 1
         sign[(action == SEGMENT_FREE) | (action == SEGMENT_UNMAP)] = -1
@@ -620,6 +628,14 @@ def _ooms(snapshot: MemorySnapshot, rep: _Replay, device: int, sites: tuple[Site
 _SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
 
+def _size(n: float) -> str:
+    """Bytes for a finding title, in the binary units the report tables use."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
 def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
                     segments: SegmentSummary, ooms: Sequence[OomEvent]) -> tuple[Finding, ...]:
     """Return findings (oom, fragmentation, memory_growth, peak_memory), most important
@@ -643,7 +659,7 @@ def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
                "(fragmentation)" if frag else "live tensors filled the device")
         out.append(Finding(
             kind="oom", severity="high",
-            title=f"Out of memory: a request for {oom.requested_bytes:,} bytes at "
+            title=f"Out of memory: a request for {_size(oom.requested_bytes)} at "
                   f"{oom.site.label} failed; {why}. Largest holder: {top}",
             evidence=evidence,
             fix=("Free what the failing step does not need (del tensors kept from earlier "
@@ -659,8 +675,8 @@ def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
             and segments.fragmentation_ratio >= 0.5:
         out.append(Finding(
             kind="fragmentation", severity="medium",
-            title=f"{free:,} bytes reserved but free, split into {segments.n_free_blocks} "
-                  f"pieces; the largest is {segments.largest_free_block_bytes:,} bytes",
+            title=f"{_size(free)} reserved but free, split into {segments.n_free_blocks} "
+                  f"pieces; the largest is {_size(segments.largest_free_block_bytes)}",
             evidence={
                 "reserved_bytes": segments.reserved_bytes,
                 "allocated_bytes": segments.allocated_bytes,
@@ -679,7 +695,7 @@ def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
         steps = len(leaks.step_end_bytes)
         out.append(Finding(
             kind="memory_growth", severity="high",
-            title=f"Memory grows by {leaks.growth_bytes_per_step:,.0f} bytes per step over "
+            title=f"Memory grows by {_size(leaks.growth_bytes_per_step)} per step over "
                   f"{steps} steps; most from {top}",
             evidence={
                 "growth_bytes_per_step": leaks.growth_bytes_per_step,
@@ -696,7 +712,7 @@ def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
         top = leaks.left_sites[0].site.label if leaks.left_sites else "unknown"
         out.append(Finding(
             kind="memory_growth", severity="low",
-            title=f"The cell left {leaks.left_bytes:,} bytes allocated that it did not free; "
+            title=f"The cell left {_size(leaks.left_bytes)} allocated that it did not free; "
                   f"most from {top}",
             evidence={"left_allocated_bytes": leaks.left_bytes, "peak_bytes": tl.peak_bytes},
             fix=("Expected for new parameters, optimizer state or results you keep. If it "
@@ -722,7 +738,7 @@ def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
                       "runs far above the peak")
         out.append(Finding(
             kind="peak_memory", severity="info",
-            title=f"Peak {tl.peak_bytes:,} bytes; {top.site.label} held "
+            title=f"Peak {_size(tl.peak_bytes)}; {top.site.label} held "
                   f"{top.share * 100:.1f}% of it",
             evidence={"peak_bytes": tl.peak_bytes, "top_site_bytes": top.bytes,
                       "top_site_share": top.share},

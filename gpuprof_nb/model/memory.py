@@ -43,6 +43,10 @@ SNAPSHOT = ACTION_CODE["snapshot"]
 OOM = ACTION_CODE["oom"]
 OTHER = ACTION_CODE["other"]
 
+# File name given to the torch op that allocated (the innermost frame) in stacks the CPU
+# fallback rebuilds from profiler events.
+OP_FILENAME = "<torch op>"
+
 # Block states that hold memory: in use, or freed by the program but still awaited by a
 # stream. Older PyTorch releases spell the second one "active_pending_free", the
 # documentation "active_awaiting_free"; both count.

@@ -1,0 +1,279 @@
+"""Memory history around a cell -> a snapshot dict (the format _dump_snapshot pickles).
+
+CUDA: the caching allocator's own history (`torch.cuda.memory._record_memory_history`),
+always switched off again, with a snapshot taken at an out-of-memory error before it
+propagates. Without CUDA: torch.profiler's memory events (profile_memory, shapes, Python
+stacks) rebuilt into the same dict, with the categories PyTorch's memory profiler assigns.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gpuprof_nb.errors import CaptureError
+from gpuprof_nb.model.memory import OP_FILENAME
+
+DEFAULT_MAX_ENTRIES = 200_000
+_STEP_MARK = "gpuprof_nb.memsnap.step#"
+_PYCALL = re.compile(r"^(.*)\((\d+)\): (.*)$")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryCapture:
+    """What recording a cell produced: the snapshot dict, the device it is about, the
+    entry index where each repeat began, and the out-of-memory error the cell raised
+    (the caller shows the report, then re-raises it unchanged)."""
+
+    snapshot: dict[str, Any]
+    device: int
+    source: str  # "cuda" | "cpu-profiler"
+    step_starts: tuple[int, ...] = ()
+    oom: BaseException | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def cuda_available() -> bool:
+    return bool(torch.cuda.is_available())
+
+
+def record_memory(run: Callable[[], object], *, repeat: int = 1,
+                  max_entries: int = DEFAULT_MAX_ENTRIES, stacks: str = "python"
+                  ) -> MemoryCapture:
+    """Return the memory history of `repeat` calls of `run`: CUDA allocator history when
+    CUDA is available, else the CPU profiler fallback. Exceptions from `run` propagate
+    unchanged, except a CUDA out-of-memory error, which is returned in `.oom`."""
+    if repeat < 1:
+        raise ValueError(f"repeat must be at least 1, got {repeat}")
+    if cuda_available():
+        return record_cuda_memory(run, repeat=repeat, max_entries=max_entries, stacks=stacks)
+    return record_cpu_memory(run, repeat=repeat)
+
+
+def _start_history(max_entries: int, stacks: str) -> None:
+    record = torch.cuda.memory._record_memory_history
+    try:
+        record(enabled="all", context="all", stacks=stacks, max_entries=max_entries,
+               clear_history=True)
+    except TypeError:  # torch before 2.2 has no clear_history
+        record(enabled="all", context="all", stacks=stacks, max_entries=max_entries)
+
+
+def record_cuda_memory(run: Callable[[], object], *, repeat: int = 1,
+                       max_entries: int = DEFAULT_MAX_ENTRIES, stacks: str = "python"
+                       ) -> MemoryCapture:
+    """Return the CUDA caching allocator's history over `repeat` calls of `run`.
+
+    Recording is switched off (`_record_memory_history(enabled=None)`) before this returns
+    or raises. On torch.cuda.OutOfMemoryError the snapshot is taken right away (the
+    traceback still holds the frames, so their tensors are still live) and the error is
+    returned in `.oom` for the caller to re-raise after showing the report.
+    """
+    if stacks not in ("python", "all"):
+        raise ValueError(f"stacks must be 'python' or 'all', got {stacks!r}")
+    import time
+
+    device = torch.cuda.current_device()
+    starts_us: list[int] = []
+    oom: BaseException | None = None
+    try:
+        _start_history(max_entries, stacks)
+    except (RuntimeError, AttributeError) as e:
+        raise CaptureError(
+            f"could not start CUDA memory history ({e}); this torch build may lack it. "
+            "Update torch, or run without %%memsnap."
+        ) from e
+    try:
+        try:
+            for _ in range(repeat):
+                torch.cuda.synchronize()
+                starts_us.append(time.time_ns() // 1000)
+                run()
+            torch.cuda.synchronize()
+        except torch.cuda.OutOfMemoryError as e:
+            oom = e
+        snapshot = torch.cuda.memory._snapshot()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    step_starts = _indices_at(snapshot, device, starts_us) if repeat > 1 else ()
+    notes = ("The history buffer may have dropped the oldest entries (--max-entries); "
+             "those frees count as 'allocated before recording'.",) if _full(
+        snapshot, device, max_entries) else ()
+    return MemoryCapture(snapshot=snapshot, device=device, source="cuda",
+                         step_starts=step_starts, oom=oom, notes=notes)
+
+
+def _full(snapshot: dict[str, Any], device: int, max_entries: int) -> bool:
+    traces = snapshot.get("device_traces") or []
+    return device < len(traces) and len(traces[device]) >= max_entries
+
+
+def _indices_at(snapshot: dict[str, Any], device: int, starts_us: list[int]) -> tuple[int, ...]:
+    """Map wall-clock repeat starts (unix us, the clock time_us uses) to entry indices."""
+    traces = snapshot.get("device_traces") or []
+    entries = traces[device] if device < len(traces) else []
+    times = [e.get("time_us") for e in entries]
+    if not entries or any(t is None for t in times):
+        return ()
+    import bisect
+
+    return tuple(bisect.bisect_left(times, t) for t in starts_us)
+
+
+# ---------------------------------------------------------------------------------------
+# CPU fallback
+
+
+def _frames_of(event: Any, cache: dict[tuple[Any, ...], list[dict[str, Any]]]
+               ) -> list[dict[str, Any]]:
+    """Return the allocation's stack, innermost first: the torch op that allocated, then
+    the Python frames (`file(line): function`) around it. Equal stacks share one list."""
+    key: list[Any] = []
+    parent = event.parent
+    op_name = None
+    in_python = False
+    while parent is not None:
+        tag = str(parent.tag)
+        if tag.endswith("TorchOp") and not in_python:
+            # The outermost op below the Python code is the one the user called
+            # (aten::randn, not the aten::empty it allocates through).
+            op_name = parent.name
+        elif tag.endswith(("PyCall", "PyCCall")):
+            in_python = True
+            if tag.endswith("PyCall"):
+                key.append(parent.name)
+        parent = parent.parent
+    if op_name:
+        key.insert(0, "op:" + op_name)
+    k = tuple(key)
+    hit = cache.get(k)
+    if hit is not None:
+        return hit
+    frames = []
+    for name in k:
+        if name.startswith("op:"):
+            frames.append({"filename": OP_FILENAME, "line": 0, "name": name[3:]})
+            continue
+        m = _PYCALL.match(name)
+        if m:
+            frames.append({"filename": m.group(1), "line": int(m.group(2)),
+                           "name": m.group(3)})
+        else:
+            frames.append({"filename": "??", "line": 0, "name": name})
+    cache[k] = frames
+    return frames
+
+
+def _all_nodes(roots: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    stack = list(reversed(roots))
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(reversed(node.children))
+    return out
+
+
+def _categories(prof: Any) -> tuple[dict[Any, str], list[Any] | None, str | None]:
+    """Return (TensorKey -> category name at creation), the memory profiler's sorted event
+    nodes, and a note when the memory profiler could not run."""
+    try:
+        from torch.profiler._memory_profiler import Action
+
+        mp = prof._memory_profile()
+        cats: dict[Any, str] = {}
+        for _t, action, (key, version), _size in mp.timeline:
+            if action in (Action.CREATE, Action.PREEXISTING) and key not in cats:
+                cat = mp._categories.get(key, version)
+                if cat is not None:
+                    cats[key] = cat.name.lower()
+        return cats, list(mp._op_tree.sorted_nodes), None
+    except Exception as e:  # private API: any failure only costs the categories
+        return {}, None, f"PyTorch's memory profiler could not categorise tensors ({e})."
+
+
+def record_cpu_memory(run: Callable[[], object], *, repeat: int = 1) -> MemoryCapture:
+    """Return a snapshot dict rebuilt from torch.profiler's CPU memory events over
+    `repeat` calls of `run` (the fallback without CUDA). The profiler is stopped before
+    this returns or raises; exceptions from `run` propagate unchanged."""
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from gpuprof_nb.capture.profiler import profiler_running
+
+    if profiler_running():
+        raise CaptureError(
+            "a torch profiler is already recording in this process; %%memsnap needs it on "
+            "the CPU. Leave its `with profile(...)` block first."
+        )
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True,
+                   record_shapes=True, with_stack=True)
+    with prof:
+        for i in range(repeat):
+            with record_function(f"{_STEP_MARK}{i}"):
+                run()
+    cats, nodes, cat_note = _categories(prof)
+    if nodes is None:
+        nodes = _all_nodes(prof.profiler.kineto_results.experimental_event_tree())
+        nodes.sort(key=lambda n: n.start_time_ns)
+    from torch.profiler._memory_profiler import TensorKey
+
+    cache: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    entries: list[dict[str, Any]] = []
+    live: dict[int, dict[str, Any]] = {}
+    step_times: list[int] = []
+    for node in nodes:
+        if node.tag == _EventType.Allocation:
+            ef = node.extra_fields
+            if ef.device.type != "cpu" or not ef.alloc_size:
+                continue
+            t_us = node.start_time_ns // 1000
+            if ef.alloc_size > 0:
+                frames = _frames_of(node, cache)
+                e = {"action": "alloc", "addr": ef.ptr, "size": ef.alloc_size, "stream": 0,
+                     "frames": frames, "time_us": t_us}
+                try:
+                    key = TensorKey.from_allocation(ef)
+                except Exception:  # private API; the category is optional
+                    key = None
+                if key is not None and key in cats:
+                    e["category"] = cats[key]
+                entries.append(e)
+                live[ef.ptr] = e
+            else:
+                size = -ef.alloc_size
+                opened = live.pop(ef.ptr, None)
+                frames = opened["frames"] if opened else _frames_of(node, cache)
+                for action in ("free_requested", "free_completed"):
+                    entries.append({"action": action, "addr": ef.ptr, "size": size,
+                                    "stream": 0, "frames": frames, "time_us": t_us})
+        elif node.name.startswith(_STEP_MARK):
+            step_times.append(node.start_time_ns // 1000)
+    # The profiler sees no allocator segments: each block still live at the end is
+    # reported as its own segment, so 'reserved' is the live memory itself.
+    segments = [
+        {"device": 0, "address": e["addr"], "total_size": e["size"],
+         "allocated_size": e["size"], "active_size": e["size"], "stream": 0,
+         "segment_type": "cpu",
+         "blocks": [{"address": e["addr"], "size": e["size"], "requested_size": e["size"],
+                     "state": "active_allocated", "frames": e["frames"]}]}
+        for e in sorted(live.values(), key=lambda e: e["addr"])
+    ]
+    import bisect
+
+    times = [e["time_us"] for e in entries]
+    step_starts = tuple(bisect.bisect_left(times, t) for t in sorted(step_times)) \
+        if repeat > 1 else ()
+    notes = ["Memory allocated before the cell and not freed during it is not seen by the "
+             "profiler, so it is not counted."]
+    if cat_note:
+        notes.append(cat_note)
+    snapshot = {"segments": segments, "device_traces": [entries],
+                "gpuprof_nb": {"source": "cpu-profiler", "step_starts": [list(step_starts)],
+                               "notes": notes}}
+    return MemoryCapture(snapshot=snapshot, device=0, source="cpu-profiler",
+                         step_starts=step_starts, notes=tuple(notes))

@@ -1,0 +1,262 @@
+"""The memory report's sections (Findings, Timeline, At peak, Leaks, Segments) as text and
+HTML with the same digits, and the stacked timeline plot (matplotlib, imported lazily)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gpuprof_nb.analysis.memory import MemoryTimeline, SiteBytes
+from gpuprof_nb.render.html import esc, html_table, note, png_img
+from gpuprof_nb.render.sections import Section
+from gpuprof_nb.render.text import text_table
+from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct
+
+if TYPE_CHECKING:
+    from gpuprof_nb.memory_report import MemoryReport
+
+CPU_NOTE = ("CPU fallback: no CUDA device, so this report is rebuilt from torch.profiler's "
+            "memory events on the CPU (categories from PyTorch's memory profiler where it "
+            "assigns them), not from the CUDA caching allocator.")
+
+
+def memory_title(report: MemoryReport) -> str:
+    where = "CPU (profiler fallback)" if report.snapshot.source == "cpu-profiler" \
+        else f"cuda:{report.device}"
+    return f"Memory on {where}: peak {fmt_bytes(report.peak_bytes)}"
+
+
+def evidence_value(key: str, value: float) -> str:
+    """Format one evidence number by the unit its name ends with."""
+    if key.endswith("_bytes") or key.endswith("_bytes_per_step"):
+        return fmt_bytes(value)
+    if key.endswith(("_share", "_ratio", "_fraction")):
+        return fmt_pct(value)
+    return fmt_num(value)
+
+
+def _evidence_rows(evidence: Mapping[str, float]) -> list[tuple[str, str]]:
+    return [(k.replace("_", " "), evidence_value(k, v)) for k, v in evidence.items()]
+
+
+def _x(value: float | None, unit: str) -> str:
+    if value is None:
+        return "before recording"
+    return f"{fmt_num(round(value, 3))} ms" if unit == "ms" else f"entry {int(value):,}"
+
+
+def _notes(report: MemoryReport) -> list[str]:
+    out = []
+    if report.snapshot.source == "cpu-profiler":
+        out.append(CPU_NOTE)
+    out.extend(report.snapshot.notes)
+    out.extend(report.timeline.notes)
+    return out
+
+
+def findings_section(report: MemoryReport) -> Section:
+    """Return the Findings section: the OOM (if any) first, then each finding's evidence
+    and fix, then notes on how the numbers were obtained."""
+    text: list[str] = []
+    html: list[str] = []
+    for msg in _notes(report):
+        text.append(f"Note: {msg}")
+        html.append(note(f"Note: {msg}"))
+    if report.oom_message:
+        text.append(f"The cell raised: {report.oom_message}")
+        html.append(f"<p><b>The cell raised:</b> <code>{esc(report.oom_message)}</code></p>")
+    if not report.findings:
+        text.append("No findings.")
+        html.append(note("No findings."))
+    for n, f in enumerate(report.findings, start=1):
+        rows = _evidence_rows(f.evidence)
+        table = text_table(("evidence", "value"), rows, right=(False, True))
+        text.append(f"{n}. [{f.severity}] {f.title}  ({f.kind})\n"
+                    + "\n".join("   " + line for line in table.splitlines())
+                    + f"\n   fix: {f.fix}")
+        html.append(
+            f'<div class="finding" data-kind="{esc(f.kind)}"><p>'
+            f'<span class="sev-{esc(f.severity)}">{esc(f.severity.upper())}</span> '
+            f"<b>{esc(f.title)}</b> <code>{esc(f.kind)}</code></p>"
+            + html_table(("evidence", "value"), rows, numeric=(False, True))
+            + f"<p>Fix: {esc(f.fix)}</p></div>"
+        )
+    return Section("Findings", "\n\n".join(text), "".join(html))
+
+
+def plot_memory_timeline(timeline: MemoryTimeline, ax: Any = None) -> Any:
+    """Return a matplotlib Figure: active memory (MiB) stacked by allocation site over time,
+    reserved memory as a line, the peak marked."""
+    import matplotlib
+
+    if ax is None:
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(9, 3.6), dpi=96)
+        ax = fig.add_subplot(1, 1, 1)
+    else:
+        fig = ax.figure
+    mib = 2.0**20
+    x = timeline.sample_x
+    colors = matplotlib.colormaps["tab10"].colors
+    n = len(timeline.site_labels)
+    palette = [colors[i % 10] for i in range(n - 2)] + ["#bbbbbb", "#777777"]
+    ys = timeline.site_bytes / mib
+    if len(x) > 1:
+        ax.stackplot(x, ys, labels=timeline.site_labels, colors=palette, step="post",
+                     alpha=0.85, linewidth=0)
+        if timeline.reserved_bytes is not None and len(timeline.reserved_bytes) == len(
+                timeline.x):
+            ax.plot(timeline.x, timeline.reserved_bytes / mib, color="black", linewidth=1,
+                    linestyle="--", label="reserved", drawstyle="steps-post")
+    else:
+        bottom = 0.0
+        for label, y, c in zip(timeline.site_labels, ys[:, 0], palette, strict=True):
+            ax.bar([0], [y], bottom=bottom, color=c, label=label, width=0.5)
+            bottom += float(y)
+    ax.axhline(timeline.peak_bytes / mib, color="#c62828", linewidth=0.8)
+    ax.plot([timeline.peak_x], [timeline.peak_bytes / mib], marker="v", color="#c62828")
+    ax.annotate(f"peak {fmt_bytes(timeline.peak_bytes)}",
+                (timeline.peak_x, timeline.peak_bytes / mib), textcoords="offset points",
+                xytext=(4, 4), fontsize=8, color="#c62828")
+    ax.set_xlabel("time (ms)" if timeline.time_unit == "ms" else "history entry")
+    ax.set_ylabel("MiB")
+    ax.set_title("Active memory by allocation site")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def timeline_section(report: MemoryReport, with_plot: bool = True) -> Section:
+    """Return the Timeline section: the plot (PNG) and the numbers behind it."""
+    tl = report.timeline
+    rows = [
+        ("peak active", fmt_bytes(tl.peak_bytes)),
+        ("at", _x(tl.peak_x, tl.time_unit)),
+        ("active at start", fmt_bytes(tl.start_bytes)),
+        ("active at end", fmt_bytes(tl.end_bytes)),
+        ("peak reserved", fmt_bytes(tl.reserved_peak_bytes)),
+        ("history entries", fmt_num(tl.n_events)),
+    ]
+    if tl.window is not None:
+        lo, hi = tl.window
+        rows.append(("window", f"{'' if lo is None else fmt_num(lo)}:"
+                               f"{'' if hi is None else fmt_num(hi)} "
+                               f"({'ms' if tl.time_unit == 'ms' else 'entries'})"))
+    text = text_table(("", "value"), rows, right=(False, True))
+    html = html_table(("", "value"), rows, numeric=(False, True))
+    if with_plot:
+        try:
+            png = _png(plot_memory_timeline(tl))
+        except ImportError:
+            png = None
+        if png is not None:
+            html = png_img(png, "active memory by allocation site over time") + html
+            text += "\n(plot in the HTML view)"
+    return Section("Timeline", text, html)
+
+
+def _site_rows(rows: Sequence[SiteBytes], share_label: bool = True) -> list[tuple[str, ...]]:
+    return [(r.site.label, fmt_bytes(r.bytes), fmt_pct(r.share) if share_label else "",
+             fmt_num(r.blocks), fmt_bytes(r.largest_block_bytes), r.category or "")
+            for r in rows]
+
+
+_SITE_HEADERS = ("site", "bytes", "share", "blocks", "largest block", "category")
+_SITE_NUMERIC = (False, True, True, True, True, False)
+
+
+def _site_table(rows: Sequence[SiteBytes]) -> tuple[str, str]:
+    r = _site_rows(rows)
+    return (text_table(_SITE_HEADERS, r, right=_SITE_NUMERIC),
+            html_table(_SITE_HEADERS, r, numeric=_SITE_NUMERIC, name_cols=(0,)))
+
+
+def at_peak_section(report: MemoryReport) -> Section:
+    """Return the At peak section: live bytes per site at the peak and the largest blocks."""
+    p = report.at_peak
+    head = f"Live at the peak ({fmt_bytes(p.peak_bytes)} at {_x(p.peak_x, p.time_unit)}):"
+    t_sites, h_sites = _site_table(p.sites)
+    block_rows = [(hex(b.address), fmt_bytes(b.size), b.site.label,
+                   _x(b.allocated_x, p.time_unit)) for b in p.largest_blocks[:10]]
+    headers = ("address", "size", "site", "allocated at")
+    text = "\n".join([head, t_sites, "", "Largest blocks:",
+                      text_table(headers, block_rows, right=(False, True, False, False))])
+    html = (f"<p>{esc(head)}</p>{h_sites}<p>Largest blocks:</p>"
+            + html_table(headers, block_rows, numeric=(False, True, False, False),
+                         name_cols=(2,)))
+    return Section("At peak", text, html)
+
+
+def leaks_section(report: MemoryReport) -> Section:
+    """Return the Leaks section: growth across steps (when repeats are known) and what the
+    cell left allocated, by site."""
+    lk = report.leaks
+    text: list[str] = []
+    html: list[str] = []
+    if lk.growth_bytes_per_step is not None:
+        steps = [(str(i + 1), fmt_bytes(b)) for i, b in enumerate(lk.step_end_bytes)]
+        line = (f"Across {len(lk.step_end_bytes)} steps memory changes by "
+                f"{fmt_bytes(lk.growth_bytes_per_step)} per step (active at each step's end):")
+        text += [line, text_table(("step", "active at end"), steps, right=(False, True))]
+        html += [f"<p>{esc(line)}</p>",
+                 html_table(("step", "active at end"), steps, numeric=(False, True))]
+        if lk.growing_sites:
+            rows = [(r.site.label, fmt_bytes(r.bytes), fmt_num(r.blocks))
+                    for r in lk.growing_sites]
+            hdr = ("growing site", "per step", "blocks left")
+            text += ["Sites whose memory grows every step:",
+                     text_table(hdr, rows, right=(False, True, True))]
+            html += ["<p>Sites whose memory grows every step:</p>",
+                     html_table(hdr, rows, numeric=(False, True, True), name_cols=(0,))]
+    else:
+        msg = "Growth across steps: run with --repeat N (N >= 2) to measure it."
+        text.append(msg)
+        html.append(note(msg))
+    line = f"Left allocated when the cell ended: {fmt_bytes(lk.left_bytes)}"
+    t_sites, h_sites = _site_table(lk.left_sites)
+    text += [line, t_sites]
+    html += [f"<p>{esc(line)}</p>", h_sites]
+    return Section("Leaks", "\n".join(text), "".join(html))
+
+
+def segments_section(report: MemoryReport) -> Section:
+    """Return the Segments section: reserved vs allocated, free pieces, fragmentation."""
+    s = report.segments
+    rows = [
+        ("segments", fmt_num(s.n_segments)),
+        ("reserved", fmt_bytes(s.reserved_bytes)),
+        ("allocated", fmt_bytes(s.allocated_bytes)),
+        ("active (incl. awaiting free)", fmt_bytes(s.active_bytes)),
+        ("free inside segments", fmt_bytes(s.free_bytes)),
+        ("largest free block", fmt_bytes(s.largest_free_block_bytes)),
+        ("free blocks", fmt_num(s.n_free_blocks)),
+        ("fragmentation (1 - largest free / free)", fmt_pct(s.fragmentation_ratio)),
+    ]
+    seg_rows = [(hex(r.address), r.segment_type, fmt_bytes(r.total_bytes),
+                 fmt_bytes(r.active_bytes), fmt_bytes(r.largest_free_bytes))
+                for r in s.largest_segments[:10]]
+    hdr = ("segment", "type", "size", "active", "largest free")
+    num = (False, False, True, True, True)
+    text = (text_table(("", "value"), rows, right=(False, True)) + "\n\n"
+            + text_table(hdr, seg_rows, right=num))
+    html = (html_table(("", "value"), rows, numeric=(False, True))
+            + html_table(hdr, seg_rows, numeric=num))
+    if report.snapshot.source == "cpu-profiler":
+        msg = "On the CPU there is no caching allocator: segments are the span of live blocks."
+        text += "\n" + msg
+        html += note(msg)
+    return Section("Segments", text, html)
+
+
+def memory_sections(report: MemoryReport, with_plot: bool = True) -> list[Section]:
+    """Return the report's sections in tab order."""
+    return [findings_section(report), timeline_section(report, with_plot),
+            at_peak_section(report), leaks_section(report), segments_section(report)]
