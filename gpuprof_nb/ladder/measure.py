@@ -1,0 +1,493 @@
+"""Run one configuration of the user's training step and measure it.
+
+Each measurement starts from the same seed and the same data slice, builds a fresh model and
+optimizer, runs `warmup` untimed optimizer steps and then `steps` timed ones, and leaves
+nothing behind: autocast and grad mode are context managers, the model, optimizer and loader
+workers are dropped, memory is freed and torch.compile's caches are reset.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import itertools
+import math
+import os
+import resource
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from gpuprof_nb.errors import GpuprofError
+
+
+class NonFiniteLossError(GpuprofError):
+    """The training loss became NaN or infinite."""
+
+
+class OutOfMemory(GpuprofError):
+    """A step did not fit in memory (device memory on GPU, host memory on CPU)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoaderSettings:
+    """DataLoader knobs the ladder sweeps."""
+
+    num_workers: int = 0
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    prefetch_factor: int | None = None
+
+    def describe(self) -> str:
+        text = f"num_workers={self.num_workers}"
+        if self.pin_memory:
+            text += ", pin_memory"
+        if self.persistent_workers:
+            text += ", persistent_workers"
+        if self.prefetch_factor is not None and self.num_workers > 0:
+            text += f", prefetch_factor={self.prefetch_factor}"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class RungConfig:
+    """Everything a rung may switch on; the ladder builds each rung on the kept ones."""
+
+    precision: str = "fp32"  # "fp32", "bf16" or "fp16" (fp16 runs with a GradScaler)
+    compile_mode: str | None = None  # None, "default" or "reduce-overhead"
+    compile_backend: str = "inductor"
+    fused_optimizer: bool = False
+    accumulation_steps: int = 1
+    loader: LoaderSettings = field(default_factory=LoaderSettings)
+    checkpoint: bool = False
+
+    def describe(self) -> str:
+        parts = [self.precision if self.precision == "fp32" else f"{self.precision} autocast"]
+        if self.compile_mode:
+            backend = "" if self.compile_backend == "inductor" else f", {self.compile_backend}"
+            parts.append(f"compile({self.compile_mode}{backend})")
+        if self.fused_optimizer:
+            parts.append("fused optimizer")
+        if self.accumulation_steps > 1:
+            parts.append(f"grad accumulation x{self.accumulation_steps}")
+        parts.append(self.loader.describe())
+        if self.checkpoint:
+            parts.append("activation checkpointing")
+        return " + ".join(parts)
+
+    def with_(self, **changes: Any) -> RungConfig:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The user's training problem, fixed for every rung."""
+
+    model_fn: Callable[[], torch.nn.Module]
+    dataset: Any
+    collate_fn: Callable[..., Any] | None
+    loss_fn: Callable[[Any, Any], torch.Tensor]
+    optimizer_fn: Callable[[Any], torch.optim.Optimizer]
+    batch_size: int
+    steps: int
+    warmup: int
+    device: torch.device
+    seed: int
+    checkpoint_modules: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """What one configuration measured: step times in microseconds, memory in bytes."""
+
+    step_times_us: tuple[float, ...]
+    samples_per_step: int
+    peak_memory_bytes: int | None
+    compile_time_us: float | None
+    final_loss: float
+
+
+def memory_method(device: torch.device) -> str:
+    """Return, in words, how peak memory is measured on `device`."""
+    if device.type == "cuda":
+        return "torch.cuda.max_memory_allocated growth"
+    if _can_reset_hwm():
+        return "process peak RSS growth (VmHWM reset per rung; loader workers not counted)"
+    return "process peak RSS growth (ru_maxrss: grows only past earlier peaks)"
+
+
+def _can_reset_hwm() -> bool:
+    return sys.platform.startswith("linux") and os.access("/proc/self/clear_refs", os.W_OK)
+
+
+def _status_kib(key: str) -> int | None:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+class _PeakMeter:
+    """Peak memory growth over a block: CUDA allocator peak on GPU, process peak RSS on CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.start_bytes = 0
+        self.use_hwm = False
+
+    def start(self) -> None:
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.start_bytes = torch.cuda.memory_allocated(self.device)
+            return
+        if _can_reset_hwm():
+            try:
+                # "5" resets the kernel's peak-RSS mark to the current RSS (Linux >= 4.0).
+                with open("/proc/self/clear_refs", "w") as refs:
+                    refs.write("5")
+                rss = _status_kib("VmRSS")
+                if rss is not None:
+                    self.use_hwm = True
+                    self.start_bytes = rss * 1024
+                    return
+            except OSError:
+                pass
+        self.start_bytes = _maxrss_bytes()
+
+    def peak_growth_bytes(self) -> int | None:
+        if self.device.type == "cuda":
+            return max(torch.cuda.max_memory_allocated(self.device) - self.start_bytes, 0)
+        if self.use_hwm:
+            hwm = _status_kib("VmHWM")
+            return None if hwm is None else max(hwm * 1024 - self.start_bytes, 0)
+        return max(_maxrss_bytes() - self.start_bytes, 0)
+
+
+def _maxrss_bytes() -> int:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports KiB, macOS bytes.
+    return int(rss) if sys.platform == "darwin" else int(rss) * 1024
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True when `exc` is an out-of-memory error from torch (device or host allocator)."""
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and (
+        "out of memory" in text or "can't allocate memory" in text
+    )
+
+
+def first_line(exc: BaseException) -> str:
+    """Return the error's type and the first non-empty line of its message."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def free_memory(device: torch.device) -> None:
+    """Collect garbage and return cached device memory to the driver."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _amp_dtype(precision: str) -> torch.dtype | None:
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def _to_device(value: Any, device: torch.device, non_blocking: bool) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device, non_blocking=non_blocking)
+    if isinstance(value, tuple | list):
+        return type(value)(_to_device(v, device, non_blocking) for v in value)
+    return value
+
+
+def _split_batch(batch: Any) -> tuple[Any, Any]:
+    if isinstance(batch, tuple | list) and len(batch) == 2:
+        return batch[0], batch[1]
+    raise GpuprofError(
+        f"the ladder expects each batch to be (inputs, targets); got {type(batch).__name__}"
+        + (f" of length {len(batch)}" if isinstance(batch, tuple | list) else "")
+        + "; wrap the dataset so __getitem__ returns (inputs, target)"
+    )
+
+
+def _batches(loader: DataLoader) -> Iterator[Any]:
+    """Cycle through the loader (so a short dataset still feeds every step); raise a clear
+    error when it yields nothing at all."""
+    for epoch in itertools.count():
+        got = False
+        for batch in loader:
+            got = True
+            yield batch
+        if not got:
+            where = "the data" if epoch == 0 else "the data after one pass"
+            raise GpuprofError(
+                f"{where} yielded no batches of {loader.batch_size} (empty dataset, or fewer "
+                "samples than one batch with drop_last); pass more data or a smaller batch_size"
+            )
+
+
+def build_loader(workload: Workload, settings: LoaderSettings, batch_size: int) -> DataLoader:
+    """Return a DataLoader over the workload's data in a fixed order (same slice every rung)."""
+    kwargs: dict[str, Any] = {
+        "batch_size": batch_size,
+        "num_workers": settings.num_workers,
+        "pin_memory": settings.pin_memory,
+        # Static shapes for compile (and CUDA graphs): never a short last batch.
+        "drop_last": True,
+    }
+    if workload.collate_fn is not None:
+        kwargs["collate_fn"] = workload.collate_fn
+    if settings.num_workers > 0:
+        kwargs["persistent_workers"] = settings.persistent_workers
+        if settings.prefetch_factor is not None:
+            kwargs["prefetch_factor"] = settings.prefetch_factor
+    if not isinstance(workload.dataset, IterableDataset):
+        kwargs["shuffle"] = False
+    return DataLoader(workload.dataset, **kwargs)
+
+
+def _checkpointed(forward: Callable[..., Any]) -> Callable[..., Any]:
+    from torch.utils.checkpoint import checkpoint
+
+    @functools.wraps(forward)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    return run
+
+
+def checkpoint_targets(
+    model: torch.nn.Module, names: Sequence[str] | None
+) -> tuple[tuple[str, torch.nn.Module], ...]:
+    """Return the modules to checkpoint: `names` (dotted paths) or the model's direct children
+    that hold parameters."""
+    if names:
+        found = []
+        for name in names:
+            try:
+                found.append((name, model.get_submodule(name)))
+            except AttributeError:
+                raise GpuprofError(
+                    f"checkpoint_modules: the model has no submodule {name!r}; use names from "
+                    "model.named_modules()"
+                ) from None
+        return tuple(found)
+    return tuple(
+        (name, child)
+        for name, child in model.named_children()
+        if any(True for _ in child.parameters())
+    )
+
+
+def build_optimizer(
+    optimizer_fn: Callable[[Any], torch.optim.Optimizer], model: torch.nn.Module, fused: bool
+) -> torch.optim.Optimizer:
+    """Return the user's optimizer, rebuilt with fused=True when asked (Adam/AdamW only)."""
+    optimizer = optimizer_fn(model.parameters())
+    if not fused:
+        return optimizer
+    if not isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW):
+        raise GpuprofError(f"fused AdamW replaces Adam/AdamW; the optimizer is "
+                           f"{type(optimizer).__name__}")
+    groups = [
+        {k: v for k, v in group.items() if k not in ("fused", "foreach")}
+        for group in optimizer.param_groups
+    ]
+    return type(optimizer)(groups, fused=True)
+
+
+def measure(workload: Workload, config: RungConfig, *, batch_size: int | None = None
+            ) -> Measurement:
+    """Return the measurement of `config` on `workload`; raises NonFiniteLossError,
+    OutOfMemory, GpuprofError for bad data, or whatever the model raised."""
+    device = workload.device
+    batch = batch_size or workload.batch_size
+    meter = _PeakMeter(device)
+    model: Any = None
+    optimizer: Any = None
+    loader: Any = None
+    batches: Any = None
+    compiled = config.compile_mode is not None
+    try:
+        meter.start()
+        torch.manual_seed(workload.seed)
+        model = workload.model_fn().to(device)
+        if config.checkpoint:
+            for _, module in checkpoint_targets(model, workload.checkpoint_modules):
+                module.forward = _checkpointed(module.forward)
+        optimizer = build_optimizer(workload.optimizer_fn, model, config.fused_optimizer)
+        train_model = model
+        if compiled:
+            train_model = torch.compile(
+                model, mode=config.compile_mode, backend=config.compile_backend
+            )
+        amp = _amp_dtype(config.precision)
+        scaler = torch.amp.GradScaler(device.type) if config.precision == "fp16" else None
+        loader = build_loader(workload, config.loader, batch)
+        batches = _batches(loader)
+        non_blocking = config.loader.pin_memory and device.type == "cuda"
+        probe: Any = None
+        k = config.accumulation_steps
+        times: list[float] = []
+        losses: list[torch.Tensor] = []
+        model.train()
+        with torch.enable_grad():
+            for _step in range(workload.warmup + workload.steps):
+                _sync(device)
+                t0 = time.perf_counter_ns()
+                total = torch.zeros((), device=device)
+                for _ in range(k):
+                    inputs, targets = _to_device(_split_batch(next(batches)), device,
+                                                 non_blocking)
+                    if probe is None:
+                        # The slice's first batch: the same probe for every rung.
+                        probe = (inputs, targets)
+                    with torch.autocast(device.type, dtype=amp or torch.float32,
+                                        enabled=amp is not None):
+                        out = train_model(*inputs) if isinstance(inputs, tuple | list) \
+                            else train_model(inputs)
+                        loss = workload.loss_fn(out, targets) / k
+                    if scaler is not None:
+                        scaler.scale(loss).backward()
+                    else:
+                        loss.backward()
+                    total = total + loss.detach().float()
+                if scaler is not None:
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                _sync(device)
+                times.append((time.perf_counter_ns() - t0) / 1e3)
+                losses.append(total)
+        stacked = torch.stack(losses).cpu()
+        if not bool(torch.isfinite(stacked).all()):
+            bad = int((~torch.isfinite(stacked)).nonzero()[0, 0])
+            raise NonFiniteLossError(
+                f"the loss became {float(stacked[bad])} at step {bad + 1} of "
+                f"{len(losses)} ({config.describe()}); check the inputs and learning rate, or "
+                "find the op with torch.autograd.detect_anomaly()"
+            )
+        final_loss = _probe_loss(model, workload.loss_fn, probe)
+        timed = tuple(times[workload.warmup:])
+        compile_us = None
+        if compiled:
+            timed_sorted = sorted(timed)
+            median = timed_sorted[len(timed_sorted) // 2]
+            # Compilation happens in the first call; what it took beyond a normal step.
+            compile_us = max(times[0] - median, 0.0)
+        peak = meter.peak_growth_bytes()
+        return Measurement(
+            step_times_us=timed,
+            samples_per_step=batch * k,
+            peak_memory_bytes=peak,
+            compile_time_us=compile_us,
+            final_loss=final_loss,
+        )
+    except Exception as exc:
+        if is_oom(exc) and not isinstance(exc, OutOfMemory):
+            raise OutOfMemory(
+                f"batch size {batch} ({config.describe()}) does not fit in "
+                f"{'device' if device.type == 'cuda' else 'host'} memory: {first_line(exc)}; "
+                "use a smaller batch_size (memory was freed)"
+            ) from None
+        raise
+    finally:
+        del batches
+        del loader, optimizer, model
+        if compiled:
+            torch._dynamo.reset()
+        free_memory(device)
+
+
+def _probe_loss(model: torch.nn.Module, loss_fn: Callable[[Any, Any], torch.Tensor],
+                probe: Any) -> float:
+    """Return the fp32 eval-mode loss on the probe batch (the same for every rung)."""
+    inputs, targets = probe
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(*inputs) if isinstance(inputs, tuple | list) else model(inputs)
+            value = float(loss_fn(out.float() if out.is_floating_point() else out, targets))
+    finally:
+        model.train(was_training)
+    if not math.isfinite(value):
+        raise NonFiniteLossError(
+            f"the loss on the probe batch after training is {value}; training diverged"
+        )
+    return value
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def amp_precision(device: torch.device) -> str:
+    """Return 'bf16' where the device runs bf16, else 'fp16' (with GradScaler)."""
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return "fp16"
+    return "bf16"
+
+
+def resolve_data(data: Any, batch_size: int | None) -> tuple[Any, Any, int, LoaderSettings]:
+    """Return (dataset, collate_fn, batch_size, loader settings) from a Dataset or DataLoader."""
+    if isinstance(data, DataLoader):
+        size = batch_size or data.batch_size
+        if size is None:
+            raise GpuprofError(
+                "the DataLoader has batch_size=None (a batch_sampler?); pass batch_size= to "
+                "run_ladder"
+            )
+        settings = LoaderSettings(
+            num_workers=data.num_workers,
+            pin_memory=data.pin_memory,
+            persistent_workers=data.persistent_workers,
+            prefetch_factor=data.prefetch_factor if data.num_workers > 0 else None,
+        )
+        return data.dataset, data.collate_fn, int(size), settings
+    if isinstance(data, Dataset | IterableDataset) or hasattr(data, "__getitem__"):
+        if batch_size is None:
+            raise GpuprofError("pass batch_size= to run_ladder when data is a Dataset")
+        return data, None, int(batch_size), LoaderSettings()
+    raise GpuprofError(
+        f"data must be a torch Dataset or DataLoader; got {type(data).__name__}"
+    )
+
+
+def cpu_cores() -> int:
+    """Return the CPU cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def loader_grid(device: torch.device, cores: int | None = None) -> tuple[LoaderSettings, ...]:
+    """Return the DataLoader settings to sweep: num_workers at 0, about cores/2 and cores;
+    with workers, persistent and prefetch_factor 2 or 4; pin_memory on CUDA."""
+    n = cores or cpu_cores()
+    pin = device.type == "cuda"
+    grid = [LoaderSettings(0, pin, False, None)]
+    for workers in sorted({max(1, n // 2), n}):
+        for prefetch in (2, 4):
+            grid.append(LoaderSettings(workers, pin, True, prefetch))
+    return tuple(grid)

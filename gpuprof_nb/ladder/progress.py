@@ -1,0 +1,71 @@
+"""Progress while rungs run: an ipywidgets IntProgress in a live kernel, text lines otherwise."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+
+def _live_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+class Progress:
+    """Counts measurements done out of `total`; shows nothing when `enabled` is False."""
+
+    def __init__(self, total: int, *, enabled: bool = True, stream: TextIO | None = None) -> None:
+        self.total = max(total, 1)
+        self.done = 0
+        self.enabled = enabled
+        self.stream = stream if stream is not None else sys.stdout
+        self._bar: Any = None
+        self._label: Any = None
+        self._box: Any = None
+        if enabled and _live_kernel():
+            try:
+                import ipywidgets as widgets
+                from IPython.display import display
+            except ImportError:
+                return
+            self._bar = widgets.IntProgress(value=0, min=0, max=self.total,
+                                            description="ladder")
+            self._label = widgets.Label(value="starting")
+            self._box = widgets.HBox([self._bar, self._label])
+            display(self._box)
+
+    def grow(self, extra: int) -> None:
+        """Add `extra` measurements to the plan (a sweep found more settings)."""
+        self.total += max(extra, 0)
+        if self._bar is not None:
+            self._bar.max = self.total
+
+    def start(self, label: str) -> None:
+        """Say which measurement runs now."""
+        if not self.enabled:
+            return
+        if self._label is not None:
+            self._label.value = f"{self.done + 1}/{self.total}: {label}"
+        else:
+            print(f"[{self.done + 1}/{self.total}] {label} ...", file=self.stream, flush=True)
+
+    def finish(self, outcome: str) -> None:
+        """Count one measurement as done and say how it went."""
+        self.done += 1
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.value = min(self.done, self.total)
+            self._label.value = f"{self.done}/{self.total}: {outcome}"
+        else:
+            print(f"    {outcome}", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.value = self._bar.max
+            self._bar.bar_style = "success"
+            self._label.value = "done"

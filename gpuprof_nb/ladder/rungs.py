@@ -1,0 +1,538 @@
+"""The ladder itself: climb the rungs in order, keep what helps, build on what was kept."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.ladder.measure import (
+    LoaderSettings,
+    Measurement,
+    NonFiniteLossError,
+    OutOfMemory,
+    RungConfig,
+    Workload,
+    amp_precision,
+    checkpoint_targets,
+    first_line,
+    free_memory,
+    is_oom,
+    loader_grid,
+    measure,
+    memory_method,
+    resolve_data,
+)
+from gpuprof_nb.ladder.progress import Progress
+from gpuprof_nb.ladder.report import (
+    RUNG_NAMES,
+    BatchPoint,
+    BatchSweep,
+    LadderReport,
+    RungResult,
+    judge_checkpoint_rung,
+    judge_speed_rung,
+    read_three_runs,
+    relative_drift,
+)
+from gpuprof_nb.model.timing import TimingStats
+
+_CPU_COMPILE_SKIP = (
+    "torch.compile on CPU builds C++ kernels with gcc: about 40 s cold and 5 s with a warm "
+    "cache for a tiny MLP on the 2-core box this was written on; pass compile=True to run it"
+)
+
+
+def _resolve_device(device: str | torch.device | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise GpuprofError(f"device {device!r} asked for, but torch sees no CUDA device; "
+                           "pass device='cpu' or leave it out")
+    return resolved
+
+
+def _fmt_rate(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{rate:.4g}"
+
+
+def _outcome(result: RungResult) -> str:
+    rate = result.samples_per_s
+    speed = f"{_fmt_rate(rate)} samples/s, " if rate else ""
+    return f"{result.name}: {result.status} ({speed}{result.reason})"
+
+
+class _Climb:
+    """State of one ladder run: the workload, the kept configuration and its measurement."""
+
+    def __init__(self, workload: Workload, progress: Progress, *, loss_tolerance: float,
+                 min_gain: float) -> None:
+        self.workload = workload
+        self.progress = progress
+        self.loss_tolerance = loss_tolerance
+        self.min_gain = min_gain
+        self.results: list[RungResult] = []
+        self.baseline_loss: float | None = None
+        self.current: RungConfig = RungConfig()
+        self.current_measurement: Measurement | None = None
+
+    def try_measure(self, name: str, config: RungConfig, label: str
+                    ) -> Measurement | RungResult:
+        """Measure `config`; on failure return a failed RungResult (memory already freed)."""
+        self.progress.start(f"{name}: {label}")
+        try:
+            return measure(self.workload, config)
+        except Exception as exc:  # a rung that fails must not stop the ladder
+            free_memory(self.workload.device)
+            if isinstance(exc, OutOfMemory | NonFiniteLossError):
+                reason = str(exc).split(";")[0]
+            elif is_oom(exc):
+                reason = "out of memory: " + first_line(exc)
+            else:
+                reason = first_line(exc)
+            return RungResult(name=name, settings=config.describe(), status="failed",
+                              reason=reason)
+
+    def result_from(self, name: str, config: RungConfig, measured: Measurement, status: str,
+                    reason: str) -> RungResult:
+        timing = TimingStats(wall_us=measured.step_times_us)
+        if timing.iqr_us > 0.5 * timing.median_us:
+            # Say so rather than hide it: a loaded machine can flip a keep/drop verdict.
+            reason += " [noisy: step-time IQR over half the median; re-run on an idle machine]"
+        return RungResult(
+            name=name,
+            settings=config.describe(),
+            status=status,
+            reason=reason,
+            step_times_us=measured.step_times_us,
+            samples_per_step=measured.samples_per_step,
+            peak_memory_bytes=measured.peak_memory_bytes,
+            compile_time_us=measured.compile_time_us,
+            final_loss=measured.final_loss,
+            loss_drift=relative_drift(measured.final_loss, self.baseline_loss),
+        )
+
+    def record(self, result: RungResult) -> RungResult:
+        self.results.append(result)
+        self.progress.finish(_outcome(result))
+        return result
+
+    def skip(self, name: str, reason: str) -> RungResult:
+        result = RungResult(name=name, settings=self.current.with_().describe(),
+                            status="skipped", reason=reason)
+        self.results.append(result)
+        return result
+
+    def current_rate(self) -> float:
+        """Samples/s of the configuration kept so far."""
+        if self.current_measurement is None:
+            raise GpuprofError("internal: the ladder has no baseline measurement yet")
+        return _rate(self.current_measurement)
+
+    def speed_rung(self, name: str, config: RungConfig, label: str,
+                   note: Callable[[float], str] | None = None) -> RungResult:
+        """Measure a rung meant to go faster; keep it (it becomes current) if it does."""
+        got = self.try_measure(name, config, label)
+        if isinstance(got, RungResult):
+            return self.record(got)
+        drift = relative_drift(got.final_loss, self.baseline_loss)
+        status, reason = judge_speed_rung(
+            self.current_rate(), _rate(got), drift,
+            loss_tolerance=self.loss_tolerance, min_gain=self.min_gain,
+        )
+        if status != "kept" and note is not None:
+            extra = note(_rate(got) / self.current_rate())
+            reason = f"{reason}; {extra}" if extra else reason
+        result = self.record(self.result_from(name, config, got, status, reason))
+        if status == "kept":
+            self.current, self.current_measurement = config, got
+        return result
+
+
+def _rate(measured: Measurement) -> float:
+    times = sorted(measured.step_times_us)
+    n = len(times)
+    median = times[n // 2] if n % 2 else (times[n // 2 - 1] + times[n // 2]) / 2
+    return measured.samples_per_step / (median / 1e6)
+
+
+def run_ladder(
+    model_fn: Callable[[], torch.nn.Module],
+    data: Any,
+    loss_fn: Callable[[Any, Any], torch.Tensor],
+    optimizer_fn: Callable[[Any], torch.optim.Optimizer],
+    *,
+    steps: int = 20,
+    warmup: int = 3,
+    batch_size: int | None = None,
+    target_effective_batch: int | None = None,
+    device: str | torch.device | None = None,
+    rungs: Iterable[str] | None = None,
+    compile: bool | str = "auto",
+    compile_backend: str = "inductor",
+    checkpoint_modules: Sequence[str] | None = None,
+    loader_settings: Sequence[LoaderSettings] | None = None,
+    batch_sizes: Sequence[int] | None = None,
+    seed: int = 0,
+    loss_tolerance: float = 0.05,
+    min_gain: float = 0.03,
+    label: str = "",
+    progress: bool = True,
+) -> LadderReport:
+    """Return a LadderReport: every rung measured on the user's model (samples/s, step time
+    median and IQR in microseconds, peak memory in bytes, compile time, probe loss).
+
+    `model_fn()` builds a fresh model; `optimizer_fn(params)` its optimizer; `loss_fn(out,
+    target)` the loss; `data` is a Dataset or DataLoader of (inputs, targets). `rungs` limits
+    which rungs run (fp32 always does). `compile="auto"` compiles on CUDA and skips on CPU
+    (saying why). `batch_sizes` adds a batch-size sweep of the final configuration.
+    """
+    if steps < 1 or warmup < 0:
+        raise GpuprofError(f"steps must be >= 1 and warmup >= 0 (got steps={steps}, "
+                           f"warmup={warmup})")
+    if not 0 < loss_tolerance:
+        raise GpuprofError(f"loss_tolerance must be > 0 (a fraction); got {loss_tolerance}")
+    wanted = set(RUNG_NAMES if rungs is None else rungs) | {"fp32"}
+    unknown = sorted(wanted - set(RUNG_NAMES))
+    if unknown:
+        raise GpuprofError(f"unknown rung(s) {', '.join(unknown)}; choose from "
+                           f"{', '.join(RUNG_NAMES)}")
+    if compile not in (True, False, "auto"):
+        raise GpuprofError(f"compile must be True, False or 'auto'; got {compile!r}")
+    dev = _resolve_device(device)
+    dataset, collate_fn, size, base_loader = resolve_data(data, batch_size)
+    if size < 1:
+        raise GpuprofError(f"batch_size must be >= 1; got {size}")
+    workload = Workload(
+        model_fn=model_fn, dataset=dataset, collate_fn=collate_fn, loss_fn=loss_fn,
+        optimizer_fn=optimizer_fn, batch_size=size, steps=steps, warmup=warmup, device=dev,
+        seed=seed,
+        checkpoint_modules=tuple(checkpoint_modules) if checkpoint_modules else None,
+    )
+    grid = tuple(loader_settings) if loader_settings else loader_grid(dev)
+    do_compile = compile is True or (compile == "auto" and dev.type == "cuda")
+    planned = (1 + len({"bf16", "compile", "reduce_overhead", "fused_adamw", "grad_accum",
+                        "checkpoint"} & wanted)
+               + (len(grid) if "dataloader" in wanted else 0) + len(batch_sizes or ()))
+    bar = Progress(planned, enabled=progress)
+    climb = _Climb(workload, bar, loss_tolerance=loss_tolerance, min_gain=min_gain)
+    notes: list[str] = []
+    amp = amp_precision(dev)
+    base_config = RungConfig(compile_backend=compile_backend, loader=base_loader)
+    try:
+        _run_baseline(climb, base_config)
+        amp_result = _run_amp(climb, wanted, amp, notes)
+        compile_rate = _run_compile(climb, wanted, amp, amp_result, do_compile, dev, notes)
+        _run_reduce_overhead(climb, wanted, do_compile, dev)
+        _run_fused(climb, wanted)
+        _run_accumulation(climb, wanted, target_effective_batch)
+        _run_dataloader(climb, wanted, grid)
+        _run_checkpoint(climb, wanted)
+        sweep = (sweep_batch_sizes_of(climb, batch_sizes) if batch_sizes else None)
+    finally:
+        bar.close()
+        free_memory(dev)
+    baseline = climb.results[0]
+    three = read_three_runs(
+        baseline.samples_per_s or math.nan,
+        amp_result.samples_per_s if amp_result is not None else None,
+        compile_rate,
+        amp_label=amp,
+    )
+    return LadderReport(
+        rungs=tuple(climb.results),
+        three_run=three,
+        device_name=_device_name(dev),
+        memory_method=memory_method(dev),
+        steps=steps,
+        warmup=warmup,
+        batch_size=size,
+        seed=seed,
+        loss_tolerance=loss_tolerance,
+        torch_version=str(torch.__version__),
+        created_utc=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        label=label,
+        notes=tuple(notes),
+        batch_sweep=sweep,
+    )
+
+
+def _device_name(dev: torch.device) -> str:
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    import platform
+
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def _run_baseline(climb: _Climb, config: RungConfig) -> None:
+    climb.progress.start("fp32: baseline")
+    try:
+        # One untimed step first, so one-time costs (library loading, allocator and thread
+        # pool start-up) land on no rung's time or peak memory.
+        measure(replace(climb.workload, steps=1, warmup=0), config)
+        got = measure(climb.workload, config)
+    except GpuprofError:
+        raise
+    except Exception as exc:
+        raise GpuprofError(
+            f"the fp32 baseline failed ({first_line(exc)}); the ladder needs a baseline - make "
+            "one training step work first (model_fn, loss_fn, optimizer_fn, data)"
+        ) from exc
+    climb.baseline_loss = got.final_loss
+    climb.current, climb.current_measurement = config, got
+    climb.record(climb.result_from("fp32", config, got, "baseline", "reference for every rung"))
+
+
+def _run_amp(climb: _Climb, wanted: set[str], amp: str, notes: list[str]) -> RungResult | None:
+    if "bf16" not in wanted:
+        climb.skip("bf16", "not asked for (rungs=...)")
+        return None
+    device = climb.workload.device
+
+    def cpu_note(ratio: float) -> str:
+        if device.type != "cuda" and ratio < 1.0:
+            text = (f"bf16 autocast ran {1 / ratio:.1f}x slower than fp32 on this CPU: without "
+                    "fast bf16 matrix units (AMX) autocast only adds casts; dropped")
+            notes.append(text)
+            return text
+        return ""
+
+    label = f"{amp} autocast" + (" + GradScaler" if amp == "fp16" else "")
+    return climb.speed_rung("bf16", climb.current.with_(precision=amp), label, note=cpu_note)
+
+
+def _run_compile(climb: _Climb, wanted: set[str], amp: str, amp_result: RungResult | None,
+                 do_compile: bool, dev: torch.device, notes: list[str]) -> float | None:
+    """Run the compile rung; return the low-precision + compile samples/s for the three-run
+    reading (None where not measured)."""
+    if "compile" not in wanted:
+        climb.skip("compile", "not asked for (rungs=...)")
+        return None
+    if not do_compile:
+        reason = _CPU_COMPILE_SKIP if dev.type != "cuda" else "compile=False"
+        notes.append("compile rung skipped: " + reason)
+        climb.skip("compile", reason)
+        return None
+    amp_kept = amp_result is not None and amp_result.status == "kept"
+    config = climb.current.with_(compile_mode="default")
+    result = climb.speed_rung("compile", config, "torch.compile (default mode)")
+    if amp_kept or amp_result is None or amp_result.status == "failed":
+        return result.samples_per_s if config.precision == amp else None
+    # Low precision was dropped, so the compile rung ran without it; the three-run reading
+    # still needs low precision + compile, measured for reference only.
+    ref_config = config.with_(precision=amp)
+    got = climb.try_measure("amp+compile", ref_config, f"{amp} + compile (three-run)")
+    if isinstance(got, RungResult):
+        climb.record(got)
+        return None
+    climb.record(climb.result_from("amp+compile", ref_config, got, "reference",
+                                   "measured for the three-run reading only"))
+    return _rate(got)
+
+
+def _run_reduce_overhead(climb: _Climb, wanted: set[str], do_compile: bool,
+                         dev: torch.device) -> None:
+    if "reduce_overhead" not in wanted:
+        climb.skip("reduce_overhead", "not asked for (rungs=...)")
+        return
+    if dev.type != "cuda":
+        climb.skip("reduce_overhead", "mode='reduce-overhead' records CUDA graphs: GPU only")
+        return
+    if not do_compile:
+        climb.skip("reduce_overhead", "compile=False")
+        return
+    # drop_last=True keeps every batch the same shape, as CUDA graphs need.
+    config = climb.current.with_(compile_mode="reduce-overhead")
+    climb.speed_rung("reduce_overhead", config, "torch.compile(mode='reduce-overhead')")
+
+
+def _run_fused(climb: _Climb, wanted: set[str]) -> None:
+    if "fused_adamw" not in wanted:
+        climb.skip("fused_adamw", "not asked for (rungs=...)")
+        return
+    probe = climb.workload.optimizer_fn([torch.nn.Parameter(torch.zeros(1))])
+    if not isinstance(probe, torch.optim.Adam | torch.optim.AdamW):
+        climb.skip("fused_adamw", f"the optimizer is {type(probe).__name__}; fused AdamW "
+                                  "replaces Adam/AdamW only")
+        return
+    if probe.defaults.get("fused"):
+        climb.skip("fused_adamw", "the optimizer is already fused")
+        return
+    config = climb.current.with_(fused_optimizer=True)
+    climb.speed_rung("fused_adamw", config, f"{type(probe).__name__}(fused=True)")
+
+
+def _run_accumulation(climb: _Climb, wanted: set[str], target: int | None) -> None:
+    if "grad_accum" not in wanted:
+        climb.skip("grad_accum", "not asked for (rungs=...)")
+        return
+    size = climb.workload.batch_size
+    if target is None or target <= size:
+        climb.skip("grad_accum", "no target_effective_batch above the batch size given")
+        return
+    k = math.ceil(target / size)
+    config = climb.current.with_(accumulation_steps=k)
+    got = climb.try_measure("grad_accum", config, f"{k} micro-batches of {size}")
+    if isinstance(got, RungResult):
+        climb.record(got)
+        return
+    drift = relative_drift(got.final_loss, climb.baseline_loss)
+    change = _rate(got) / climb.current_rate() - 1.0
+    reach = f"effective batch {size * k} (target {target})"
+    if drift is None or drift > climb.loss_tolerance:
+        status = "flagged"
+        reason = (f"{reach}, but the loss drifted {drift * 100 if drift is not None else 0:.2f}%"
+                  f" (tolerance {climb.loss_tolerance * 100:.1f}%)")
+    elif change >= -0.10:
+        # Accumulation is for the effective batch, not speed: keep it unless it costs > 10%.
+        status, reason = "kept", f"{reach} at {change * 100:+.1f}% samples/s"
+    else:
+        status, reason = "dropped", f"{reach} but {change * 100:+.1f}% samples/s"
+    climb.record(climb.result_from("grad_accum", config, got, status, reason))
+    if status == "kept":
+        climb.current, climb.current_measurement = config, got
+
+
+def _run_dataloader(climb: _Climb, wanted: set[str], grid: Sequence[LoaderSettings]) -> None:
+    if "dataloader" not in wanted:
+        climb.skip("dataloader", "not asked for (rungs=...)")
+        return
+    trials: list[RungResult] = []
+    best: tuple[float, RungConfig, Measurement] | None = None
+    for settings in grid:
+        config = climb.current.with_(loader=settings)
+        got = climb.try_measure("dataloader", config, settings.describe())
+        if isinstance(got, RungResult):
+            trial = RungResult(name=settings.describe(), settings=got.settings,
+                               status="failed", reason=got.reason)
+        else:
+            trial = RungResult(
+                name=settings.describe(), settings=config.describe(), status="trial",
+                reason="",
+                step_times_us=got.step_times_us, samples_per_step=got.samples_per_step,
+                peak_memory_bytes=got.peak_memory_bytes, final_loss=got.final_loss,
+                loss_drift=relative_drift(got.final_loss, climb.baseline_loss),
+            )
+            rate = _rate(got)
+            if best is None or rate > best[0]:
+                best = (rate, config, got)
+        trials.append(trial)
+        climb.progress.finish(_outcome(trial))
+    if best is None:
+        climb.results.append(RungResult(
+            name="dataloader", settings=climb.current.describe(), status="failed",
+            reason="every DataLoader setting failed: " + trials[0].reason, trials=tuple(trials)))
+        return
+    rate, config, got = best
+    if config.loader == climb.current.loader:
+        status, reason = "dropped", "the current DataLoader settings were already the fastest"
+    else:
+        drift = relative_drift(got.final_loss, climb.baseline_loss)
+        status, reason = judge_speed_rung(climb.current_rate(), rate, drift,
+                                          loss_tolerance=climb.loss_tolerance,
+                                          min_gain=climb.min_gain)
+        reason = f"best of {len(grid)}: {config.loader.describe()}; {reason}"
+    result = climb.result_from("dataloader", config, got, status, reason)
+    climb.results.append(replace(result, trials=tuple(trials)))
+    if status == "kept":
+        climb.current, climb.current_measurement = config, got
+
+
+def _run_checkpoint(climb: _Climb, wanted: set[str]) -> None:
+    if "checkpoint" not in wanted:
+        climb.skip("checkpoint", "not asked for (rungs=...)")
+        return
+    torch.manual_seed(climb.workload.seed)
+    try:
+        targets = checkpoint_targets(climb.workload.model_fn(), climb.workload.checkpoint_modules)
+    except GpuprofError as exc:
+        climb.record(RungResult("checkpoint", climb.current.describe(), "failed", str(exc)))
+        return
+    if not targets:
+        climb.skip("checkpoint", "the model has no child modules with parameters to "
+                                 "checkpoint; pass checkpoint_modules=[...]")
+        return
+    config = climb.current.with_(checkpoint=True)
+    names = ", ".join(name for name, _ in targets)
+    got = climb.try_measure("checkpoint", config, f"checkpoint({names})")
+    if isinstance(got, RungResult):
+        climb.record(got)
+        return
+    assert climb.current_measurement is not None
+    drift = relative_drift(got.final_loss, climb.baseline_loss)
+    status, reason = judge_checkpoint_rung(
+        climb.current_rate(), climb.current_measurement.peak_memory_bytes, _rate(got),
+        got.peak_memory_bytes, drift, loss_tolerance=climb.loss_tolerance,
+    )
+    climb.record(climb.result_from("checkpoint", config, got, status,
+                                   f"on {names}: {reason}"))
+    if status == "kept":
+        climb.current, climb.current_measurement = config, got
+
+
+def sweep_batch_sizes_of(climb: _Climb, batch_sizes: Sequence[int]) -> BatchSweep:
+    """Run the batch-size sweep on the climb's kept configuration (without accumulation)."""
+    config = climb.current.with_(accumulation_steps=1)
+    points: list[BatchPoint] = []
+    for size in sorted(set(int(b) for b in batch_sizes)):
+        climb.progress.start(f"batch size {size}")
+        try:
+            got = measure(climb.workload, config, batch_size=size)
+        except OutOfMemory as exc:
+            free_memory(climb.workload.device)
+            point = BatchPoint(size, "oom", error=str(exc).split(";")[0])
+        except Exception as exc:
+            free_memory(climb.workload.device)
+            point = BatchPoint(size, "failed", error=first_line(exc))
+        else:
+            point = BatchPoint(size, "ok", got.step_times_us, got.peak_memory_bytes)
+        points.append(point)
+        rate = point.samples_per_s
+        climb.progress.finish(
+            f"batch {size}: {_fmt_rate(rate)} samples/s" if rate else f"batch {size}: "
+            f"{point.status} ({point.error})")
+        if point.status == "oom":
+            break  # larger batches will not fit either
+    return BatchSweep(settings=config.describe(), points=tuple(points),
+                      memory_method=memory_method(climb.workload.device))
+
+
+def sweep_batch_sizes(
+    model_fn: Callable[[], torch.nn.Module],
+    data: Any,
+    loss_fn: Callable[[Any, Any], torch.Tensor],
+    optimizer_fn: Callable[[Any], torch.optim.Optimizer],
+    batch_sizes: Sequence[int],
+    *,
+    steps: int = 10,
+    warmup: int = 2,
+    device: str | torch.device | None = None,
+    config: RungConfig | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> BatchSweep:
+    """Return samples/s and peak memory (bytes) at each batch size, stopping at the first that
+    runs out of memory; the sweep's `plateau_batch_size` is where throughput stops rising."""
+    if not batch_sizes or min(batch_sizes) < 1:
+        raise GpuprofError("batch_sizes must hold at least one size >= 1")
+    dev = _resolve_device(device)
+    dataset, collate_fn, _, base_loader = resolve_data(data, max(batch_sizes))
+    workload = Workload(model_fn=model_fn, dataset=dataset, collate_fn=collate_fn,
+                        loss_fn=loss_fn, optimizer_fn=optimizer_fn,
+                        batch_size=int(min(batch_sizes)), steps=steps, warmup=warmup,
+                        device=dev, seed=seed)
+    bar = Progress(len(set(batch_sizes)), enabled=progress)
+    climb = _Climb(workload, bar, loss_tolerance=1.0, min_gain=0.0)
+    climb.current = config or RungConfig(loader=base_loader)
+    try:
+        return sweep_batch_sizes_of(climb, batch_sizes)
+    finally:
+        bar.close()
+

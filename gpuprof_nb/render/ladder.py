@@ -1,0 +1,263 @@
+"""Sections and plots for the optimisation ladder: summary, rung table, bar chart, batch-size
+sweep and settings. Every number goes through render/units so text and HTML agree."""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING, Any
+
+from gpuprof_nb.render.html import esc, html_table, note, png_img
+from gpuprof_nb.render.sections import Section
+from gpuprof_nb.render.text import text_table
+from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct, fmt_us
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from gpuprof_nb.ladder.report import (
+        BatchSweep,
+        LadderComparison,
+        LadderReport,
+        RungResult,
+    )
+
+_STATUS_COLOURS = {
+    "baseline": "#607d8b",
+    "kept": "#2e7d32",
+    "dropped": "#9e9e9e",
+    "flagged": "#ef6c00",
+    "reference": "#1565c0",
+    "trial": "#9e9e9e",
+}
+
+RUNG_HEADERS = (
+    "rung", "status", "samples/s", "step median", "step IQR", "peak memory", "compile",
+    "loss", "loss drift", "settings", "why",
+)
+RUNG_NUMERIC = (False, False, True, True, True, True, True, True, True, False, False)
+
+
+def fmt_samples(rate: float | None) -> str:
+    """Format samples/s: whole numbers from 100 up, three significant digits below."""
+    if not rate:
+        return "-"
+    return fmt_num(float(round(rate))) if rate >= 100 else fmt_num(rate, 3)
+
+
+def rung_row(rung: RungResult) -> tuple[str, ...]:
+    """Return the formatted cells of one rung (the same strings in text and HTML)."""
+    return (
+        rung.name,
+        rung.status,
+        fmt_samples(rung.samples_per_s),
+        fmt_us(rung.step_median_us) if rung.measured else "-",
+        fmt_us(rung.step_iqr_us) if rung.measured else "-",
+        fmt_bytes(rung.peak_memory_bytes) if rung.peak_memory_bytes is not None else "-",
+        fmt_us(rung.compile_time_us) if rung.compile_time_us is not None else "-",
+        fmt_num(rung.final_loss, 5) if rung.final_loss is not None else "-",
+        fmt_pct(rung.loss_drift) if rung.loss_drift is not None else "-",
+        rung.settings,
+        rung.reason,
+    )
+
+
+def _fig_png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def _new_axes(ax: Any, size: tuple[float, float]) -> tuple[Figure, Any]:
+    if ax is not None:
+        return ax.figure, ax
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size)
+    return fig, fig.subplots()
+
+
+def plot_rungs(report: LadderReport, ax: Any = None) -> Figure:
+    """Return a horizontal bar chart of samples/s for every measured rung, coloured by status,
+    with the fp32 baseline marked."""
+    measured = [r for r in report.rungs if r.samples_per_s]
+    fig, axes = _new_axes(ax, (7.0, 0.45 * len(measured) + 1.2))
+    names = [f"{r.name} ({r.status})" for r in measured][::-1]
+    rates = [r.samples_per_s or 0.0 for r in measured][::-1]
+    colours = [_STATUS_COLOURS.get(r.status, "#9e9e9e") for r in measured][::-1]
+    axes.barh(names, rates, color=colours)
+    base = report.baseline.samples_per_s
+    if base:
+        axes.axvline(base, color="black", linestyle="--", linewidth=1, label="fp32 baseline")
+        axes.legend(loc="lower right", fontsize=8)
+    axes.set_xlabel("samples/s (median step)")
+    axes.set_title("Optimisation ladder")
+    return fig
+
+
+def plot_batch_sweep(sweep: BatchSweep, ax: Any = None) -> Figure:
+    """Return samples/s against batch size (log2 axis), marking the plateau and the first
+    batch size that ran out of memory."""
+    fig, axes = _new_axes(ax, (6.0, 3.5))
+    ok = sorted((p for p in sweep.points if p.samples_per_s), key=lambda p: p.batch_size)
+    axes.plot([p.batch_size for p in ok], [p.samples_per_s for p in ok], marker="o")
+    axes.set_xscale("log", base=2)
+    plateau = sweep.plateau_batch_size
+    if plateau is not None:
+        axes.axvline(plateau, color="#2e7d32", linestyle="--", linewidth=1,
+                     label=f"plateau from {plateau}")
+    oom = sweep.oom_batch_size
+    if oom is not None:
+        axes.axvline(oom, color="#c62828", linestyle=":", linewidth=1.5,
+                     label=f"out of memory at {oom}")
+    if plateau is not None or oom is not None:
+        axes.legend(fontsize=8)
+    axes.set_xlabel("batch size")
+    axes.set_ylabel("samples/s")
+    axes.set_title("Throughput against batch size")
+    return fig
+
+
+def _summary_section(report: LadderReport) -> Section:
+    lines = [report.recommendation]
+    if report.three_run is not None:
+        three = report.three_run
+        lines.append(f"Three-run reading: {three.verdict}")
+    lines.extend(f"Note: {n}" for n in report.notes)
+    text = "\n".join(lines)
+    html = "".join(f"<p>{esc(line)}</p>" for line in text.splitlines())
+    return Section("Summary", text, html)
+
+
+def _three_run_section(report: LadderReport) -> Section | None:
+    three = report.three_run
+    if three is None:
+        return None
+    rows = [
+        ("fp32", fmt_samples(three.fp32_samples_per_s), "-"),
+        (f"{three.amp_label} autocast", fmt_samples(three.amp_samples_per_s),
+         fmt_pct(three.precision_gain) if three.precision_gain is not None else "-"),
+        (f"{three.amp_label} + compile", fmt_samples(three.compile_samples_per_s),
+         fmt_pct(three.compile_gain) if three.compile_gain is not None else "-"),
+    ]
+    headers = ("run", "samples/s", "gain over previous")
+    text = (text_table(headers, rows, right=(False, True, True))
+            + f"\n{three.verdict}\nNext: {three.next_step}")
+    html = (html_table(headers, rows, numeric=(False, True, True)) + f"<p>{esc(three.verdict)}"
+            f"</p><p><b>Next:</b> {esc(three.next_step)}</p>")
+    return Section("Three-run reading", text, html)
+
+
+def _rungs_section(report: LadderReport) -> Section:
+    rows = [rung_row(r) for r in report.rungs]
+    text = text_table(RUNG_HEADERS, rows, right=RUNG_NUMERIC)
+    html = html_table(RUNG_HEADERS, rows, numeric=RUNG_NUMERIC, name_cols=(9, 10))
+    for rung in report.rungs:
+        if rung.trials:
+            trial_rows = [rung_row(t) for t in rung.trials]
+            title = f"{rung.name}: every setting tried"
+            text += f"\n\n{title}\n" + text_table(RUNG_HEADERS, trial_rows, right=RUNG_NUMERIC)
+            html += f"<p><b>{esc(title)}</b></p>" + html_table(
+                RUNG_HEADERS, trial_rows, numeric=RUNG_NUMERIC, name_cols=(9, 10))
+    foot = (f"Step times over {report.steps} optimizer steps after {report.warmup} warm-up "
+            f"steps; loss is the fp32 eval loss on the first batch after the last step; peak "
+            f"memory is {report.memory_method}.")
+    return Section("Rungs", text + "\n" + foot, html + note(foot))
+
+
+def _chart_section(report: LadderReport) -> Section:
+    measured = [r for r in report.rungs if r.samples_per_s]
+    top = max((r.samples_per_s or 0.0) for r in measured) if measured else 0.0
+    width = max((len(r.name) for r in measured), default=4)
+    lines = []
+    for rung in measured:
+        rate = rung.samples_per_s or 0.0
+        bar = "#" * (round(30 * rate / top) if top else 0)
+        lines.append(f"{rung.name.ljust(width)}  {bar} {fmt_samples(rate)} samples/s")
+    text = "\n".join(lines) or "no rung was measured"
+    fig = plot_rungs(report)
+    html = png_img(_fig_png(fig), "samples/s per rung")
+    return Section("Chart", text, html)
+
+
+def batch_sweep_sections(sweep: BatchSweep) -> tuple[Section, ...]:
+    """Return the sweep's table and plot as one section."""
+    headers = ("batch size", "status", "samples/s", "step median", "peak memory", "error")
+    rows = [
+        (
+            str(p.batch_size),
+            p.status,
+            fmt_samples(p.samples_per_s),
+            fmt_us(p.step_median_us) if p.step_times_us else "-",
+            fmt_bytes(p.peak_memory_bytes) if p.peak_memory_bytes is not None else "-",
+            p.error,
+        )
+        for p in sweep.points
+    ]
+    numeric = (True, False, True, True, True, False)
+    summary = sweep.summary()
+    text = f"{summary}\n{text_table(headers, rows, right=numeric)}\nconfiguration: {sweep.settings}"
+    html = (f"<p>{esc(summary)}</p>" + png_img(_fig_png(plot_batch_sweep(sweep)),
+                                               "samples/s against batch size")
+            + html_table(headers, rows, numeric=numeric, name_cols=(5,))
+            + note(f"configuration: {sweep.settings}"))
+    return (Section("Batch sweep", text, html),)
+
+
+def _settings_section(report: LadderReport) -> Section:
+    rows = [
+        ("device", report.device_name),
+        ("torch", report.torch_version),
+        ("batch size", str(report.batch_size)),
+        ("steps (timed)", str(report.steps)),
+        ("warm-up steps", str(report.warmup)),
+        ("seed", str(report.seed)),
+        ("loss tolerance", fmt_pct(report.loss_tolerance)),
+        ("peak memory", report.memory_method),
+        ("created (UTC)", report.created_utc),
+    ]
+    if report.label:
+        rows.insert(0, ("label", report.label))
+    headers = ("setting", "value")
+    return Section("Settings", text_table(headers, rows), html_table(headers, rows))
+
+
+def ladder_sections(report: LadderReport) -> tuple[Section, ...]:
+    """Return the report's sections: summary, three-run reading, rungs, chart, batch sweep
+    (when run) and settings."""
+    sections = [_summary_section(report)]
+    three = _three_run_section(report)
+    if three is not None:
+        sections.append(three)
+    sections += [_rungs_section(report), _chart_section(report)]
+    if report.batch_sweep is not None:
+        sections += batch_sweep_sections(report.batch_sweep)
+    sections.append(_settings_section(report))
+    return tuple(sections)
+
+
+def comparison_sections(comparison: LadderComparison) -> tuple[Section, ...]:
+    """Return one section: each rung's samples/s and peak memory in both reports."""
+    this, other = comparison.this_label, comparison.other_label
+    headers = ("rung", f"status ({this})", f"status ({other})", f"samples/s ({this})",
+               f"samples/s ({other})", "ratio", f"peak ({this})", f"peak ({other})")
+    rows = [
+        (
+            r.name, r.this_status, r.other_status,
+            fmt_samples(r.this_samples_per_s),
+            fmt_samples(r.other_samples_per_s),
+            f"{fmt_num(r.speed_ratio, 3)}x" if r.speed_ratio else "-",
+            fmt_bytes(r.this_peak_memory_bytes) if r.this_peak_memory_bytes is not None
+            else "-",
+            fmt_bytes(r.other_peak_memory_bytes) if r.other_peak_memory_bytes is not None
+            else "-",
+        )
+        for r in comparison.rows
+    ]
+    numeric = (False, False, False, True, True, True, True, True)
+    speed = (
+        f"Combined speed-up over fp32: {fmt_num(comparison.this_speedup, 3)}x ({this}) vs "
+        f"{fmt_num(comparison.other_speedup, 3)}x ({other})"
+    )
+    text = text_table(headers, rows, right=numeric) + "\n" + speed
+    html = html_table(headers, rows, numeric=numeric) + f"<p>{esc(speed)}</p>"
+    return (Section("Rung by rung", text, html),)
