@@ -427,13 +427,23 @@ def _rule_compute_memory_precision(c: _Context, roofline: object | None) -> list
     if base <= 0:
         return out
     gemm_share = gemm_us / base
-    if gemm_share >= th.COMPUTE_BOUND_MIN_SHARE:
+    roof_memory, roof_compute = _roofline_shares(roofline)
+    roof_evidence: dict[str, float] = {}
+    if roof_memory is not None:
+        roof_evidence["roofline_memory_bound_share_fraction"] = roof_memory
+    if roof_compute is not None:
+        roof_evidence["roofline_compute_bound_share_fraction"] = roof_compute
+    # The roofline (FLOPs and bytes from shapes against the device's roofs) decides when it
+    # could classify ops; op and kernel names decide otherwise.
+    compute_share = roof_compute if roof_compute is not None else gemm_share
+    if compute_share >= th.COMPUTE_BOUND_MIN_SHARE:
         out.append(Finding(
             "compute_bound", "info",
-            f"Healthy: {gemm_share * 100:.0f}% of the {'device' if c.on_device else 'op'} "
-            "time is large matmuls/convolutions (compute-bound)",
+            f"Healthy: {compute_share * 100:.0f}% of the "
+            f"{'device' if c.on_device else 'op'} time is large matmuls/convolutions "
+            "(compute-bound)",
             {"gemm_share_of_busy_fraction": gemm_share, "gemm_time_us": gemm_us,
-             "busy_us": base},
+             "busy_us": base, **roof_evidence},
             FIXES["compute_bound"], 0.0))
     if low_us > 0:
         share = c.frac(low_us) * th.MEMORY_BOUND_RECOVERABLE
@@ -444,7 +454,8 @@ def _rule_compute_memory_precision(c: _Context, roofline: object | None) -> list
             "reduction ops (low arithmetic intensity)",
             share,
             {"low_intensity_time_us": low_us, "low_intensity_share_of_busy_fraction":
-             low_us / base, "low_intensity_share_of_window_fraction": c.frac(low_us)}))
+             low_us / base, "low_intensity_share_of_window_fraction": c.frac(low_us),
+             **roof_evidence}))
     if c.on_device and gemm:
         fp32_ids = {o.external_id for o in c.trace.ops
                     if o.external_id is not None and op_class(o.name) == "gemm"
@@ -468,6 +479,22 @@ def _rule_compute_memory_precision(c: _Context, roofline: object | None) -> list
                 f = out[-1]
                 out[-1] = Finding(f.kind, f.severity, f.title, f.evidence, _FP16_FIX, f.share)
     return out
+
+
+def _roofline_shares(roofline: object | None) -> tuple[float | None, float | None]:
+    """Return the roofline's (memory-bound, compute-bound) time shares, None where it could
+    not classify (no device ceilings) or is not a Roofline we know."""
+    if roofline is None:
+        return None, None
+    share = getattr(roofline, "time_share", None)
+    if not callable(share):
+        return None, None
+    try:
+        memory, compute = share("memory"), share("compute")
+    except (TypeError, ValueError, AttributeError):
+        return None, None
+    ok = all(isinstance(v, (int, float)) or v is None for v in (memory, compute))
+    return (memory, compute) if ok else (None, None)
 
 
 def _compute_capability(trace: Trace, device: int | None) -> tuple[int, int] | None:

@@ -1,0 +1,326 @@
+"""Diagnosis rules on hand-built traces (answers computed by hand), on real GPU traces (facts
+recomputed from the plain JSON), and on bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuprof_nb.analysis import thresholds as th
+from gpuprof_nb.analysis.diagnose import FIX_ORDER, Diagnosis, diagnose, op_class
+from gpuprof_nb.analysis.timeline import device_timeline
+from gpuprof_nb.io.trace import load_trace
+from gpuprof_nb.model.timing import TimingStats
+from gpuprof_nb.model.trace import (
+    DeviceInfo,
+    Kernel,
+    MemoryEvent,
+    Op,
+    RuntimeCall,
+    Step,
+    SyncEvent,
+    Trace,
+)
+
+KINDS = {"dataloader", "host_sync", "launch_overhead", "python_overhead", "memory_bound",
+         "compute_bound", "precision", "dtype_cast", "host_device_copy", "communication",
+         "cold_start", "recompilation", "memory_growth", "fragmentation", "oom"}
+
+
+def make_trace(*, ops=(), kernels=(), runtime=(), syncs=(), steps=(), memory=(), window=None,
+               cc=(8, 0)) -> Trace:
+    spans = ([(o.start_us, o.end_us) for o in ops] + [(k.start_us, k.end_us) for k in kernels]
+             + [(r.start_us, r.end_us) for r in runtime])
+    if window is None:
+        window = (min(s for s, _ in spans), max(e for _, e in spans)) if spans else (0.0, 0.0)
+    devices = (DeviceInfo(0, "GPU", compute_capability=cc),) if cc else ()
+    return Trace(source="hand", ops=tuple(ops), kernels=tuple(kernels), runtime=tuple(runtime),
+                 syncs=tuple(syncs), memory=tuple(memory), steps=tuple(steps), devices=devices,
+                 distributed=None, window_us=window)
+
+
+def kernel(start, dur, name="void at::native::elementwise_kernel<128, 4>", stream=7, corr=None,
+           kind="kernel", nbytes=None, ext=None):
+    return Kernel(name, kind, float(start), float(dur), 0, stream, correlation=corr,
+                  bytes=nbytes, external_id=ext)
+
+
+def op(name, start, dur, kind="op", tid=1, types=None, ext=None):
+    return Op(name, kind, float(start), float(dur), 1, tid, input_types=types, external_id=ext)
+
+
+def check_well_formed(d: Diagnosis) -> None:
+    assert isinstance(d.findings, tuple) and isinstance(d.not_judged, tuple)
+    assert d.verdict
+    for f in d.considered:
+        assert f.kind in KINDS
+        assert f.severity in ("high", "medium", "low", "info")
+        assert f.fix
+        for k, v in f.evidence.items():
+            assert isinstance(k, str) and isinstance(v, float | int), (k, v)
+    for f in d.findings:
+        assert f.kind == "compute_bound" or f.share >= th.MIN_REPORT_SHARE
+        if f.kind == "compute_bound":
+            assert f.severity == "info"
+
+
+class TestRules:
+    def test_host_sync_counts_and_blocked_time(self):
+        # Two steps; each: kernel 0-100 (launched at -5), .item() -> cudaStreamSynchronize
+        # 10-101 blocks until the kernel ends; the host then works 101-400 before the next
+        # kernel: the idle 100-400 follows the sync.
+        kernels, runtime, ops, steps = [], [], [], []
+        for i, base in enumerate((0.0, 500.0)):
+            kernels.append(kernel(base, 100, corr=i))
+            runtime.append(RuntimeCall("cudaLaunchKernel", base - 5, 4.0, 1, 1, correlation=i))
+            ops.append(op("aten::item", base + 8, 95))
+            ops.append(op("aten::_local_scalar_dense", base + 9, 93))
+            runtime.append(RuntimeCall("cudaStreamSynchronize", base + 10, 91.0, 1, 1))
+            steps.append(Step(i, f"ProfilerStep#{i}", base - 5, base + 495))
+        d = diagnose(make_trace(ops=ops, kernels=kernels, runtime=runtime, steps=steps))
+        check_well_formed(d)
+        f = d.finding("host_sync")
+        assert f is not None
+        assert f.evidence["sync_calls_per_step"] == pytest.approx(1.0)
+        assert f.evidence["item_calls_per_step"] == pytest.approx(1.0)
+        assert f.evidence["host_blocked_us"] == pytest.approx(2 * 91.0)
+        # Window -5..603 (the last aten::item ends at 603); idle after the first sync:
+        # 100-500 (to the next kernel); after the second: 600-603 (it returns at 601).
+        assert f.evidence["device_idle_after_sync_us"] == pytest.approx(403.0)
+        assert f.share == pytest.approx(403.0 / 608.0)
+        assert d.findings[0].kind == "host_sync"
+        assert d.findings[0].severity == "high"
+
+    def test_communication_overlap_by_hand(self):
+        kernels = [kernel(0, 100, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL", stream=3),
+                   kernel(50, 100, name="ampere_bf16_s16816gemm_bf16_128x128", stream=7)]
+        d = diagnose(make_trace(kernels=kernels))
+        f = d.finding("communication")
+        assert f.evidence["communication_time_us"] == pytest.approx(100.0)
+        assert f.evidence["overlap_with_compute_fraction"] == pytest.approx(0.5)
+        assert f.evidence["exposed_communication_us"] == pytest.approx(50.0)
+        assert f.share == pytest.approx(50.0 / 150.0)
+
+    def test_precision_fp32_gemm_on_ampere_and_volta(self):
+        kernels = [kernel(0, 100, name="ampere_sgemm_128x64_nn"), kernel(100, 20)]
+        d = diagnose(make_trace(kernels=kernels, cc=(8, 0)))
+        f = d.finding("precision")
+        assert f.evidence["fp32_gemm_time_us"] == pytest.approx(100.0)
+        assert f.evidence["compute_capability"] == pytest.approx(8.0)
+        assert f.share == pytest.approx(100 / 120 * th.PRECISION_RECOVERABLE)
+        assert "bfloat16" in f.fix
+        volta = diagnose(make_trace(kernels=kernels, cc=(7, 0))).finding("precision")
+        assert "float16" in volta.fix and "GradScaler" in volta.fix
+        none = diagnose(make_trace(kernels=kernels, cc=None))
+        assert none.finding("precision") is None
+        assert any(x.startswith("precision") for x in none.not_judged)
+
+    def test_precision_from_input_types(self):
+        # The kernel name says nothing; the op's recorded Input type says fp32.
+        kernels = [kernel(0, 100, name="sm80_xmma_gemm_nn", ext=7)]
+        ops = [op("aten::mm", -10, 12, types=("float", "float"), ext=7)]
+        assert diagnose(make_trace(ops=ops, kernels=kernels)).finding("precision") is not None
+        ops_bf16 = [op("aten::mm", -10, 12, types=("c10::BFloat16", "c10::BFloat16"), ext=7)]
+        assert diagnose(make_trace(ops=ops_bf16, kernels=kernels)).finding("precision") is None
+
+    def test_host_device_copy_pageable_bandwidth(self):
+        kernels = [kernel(0, 1000, name="Memcpy HtoD (Pageable -> Device)", kind="memcpy",
+                          nbytes=4_000_000), kernel(1000, 1000)]
+        f = diagnose(make_trace(kernels=kernels)).finding("host_device_copy")
+        assert f.evidence["pageable_copies_count"] == 1
+        assert f.evidence["memcpy_bandwidth_bytes_per_s"] == pytest.approx(4e6 / 1e-3)
+        assert f.share == pytest.approx(0.5)
+
+    def test_cold_start_from_timing(self):
+        timing = TimingStats(wall_us=(100.0, 110.0, 90.0), warmup_wall_us=(1000.0,))
+        d = diagnose(make_trace(kernels=[kernel(0, 10)]), timing=timing)
+        f = d.finding("cold_start")
+        assert f.evidence["first_over_median_ratio"] == pytest.approx(10.0)
+        assert f.share == pytest.approx((1000 - 100) / (1000 + 300))
+        no_timing = diagnose(make_trace(kernels=[kernel(0, 10)]))
+        assert any(x.startswith("cold_start") for x in no_timing.not_judged)
+
+    def test_recompilation_markers(self):
+        ops = [op("Torch-Compiled Region", 0, 100, kind="annotation"),
+               op("_compile.compile_inner (dynamo_timed)", 100, 500, kind="annotation"),
+               op("Torch-Compiled Region", 600, 100, kind="annotation"),
+               op("_compile.compile_inner (dynamo_timed)", 700, 300, kind="annotation"),
+               op("aten::add", 0, 1000)]
+        f = diagnose(make_trace(ops=ops)).finding("recompilation")
+        assert f.evidence["compile_count"] == 2
+        assert f.evidence["compile_time_us"] == pytest.approx(800.0)
+        assert f.evidence["compiled_region_calls_count"] == 2
+        without = diagnose(make_trace(ops=[op("aten::add", 0, 10)]))
+        assert any(x.startswith("recompilation") for x in without.not_judged)
+
+    def test_memory_growth_per_step(self):
+        steps, memory, ops = [], [], []
+        for i in range(6):
+            steps.append(Step(i, f"ProfilerStep#{i}", i * 100.0, i * 100.0 + 100.0))
+            ops.append(op("aten::mm", i * 100.0, 90))
+            # Each step allocates 8 MiB kept alive and 4 MiB freed again.
+            memory.append(MemoryEvent(i * 100.0 + 10, 8 << 20, 1, 0,
+                                      total_allocated=(i + 1) * (8 << 20) + (4 << 20)))
+            memory.append(MemoryEvent(i * 100.0 + 20, -(4 << 20), 1, 0,
+                                      total_allocated=(i + 1) * (8 << 20)))
+        d = diagnose(make_trace(ops=ops, steps=steps, memory=memory))
+        f = d.finding("memory_growth")
+        assert f.evidence["growth_per_step_bytes"] == pytest.approx(8 << 20)
+        assert f.evidence["growth_total_bytes"] == pytest.approx(5 * (8 << 20))
+        assert f.evidence["peak_allocated_bytes"] == pytest.approx(6 * (8 << 20) + (4 << 20))
+        assert d.findings[0].kind == "memory_growth"
+
+    def test_flat_memory_is_not_growth(self):
+        memory = [MemoryEvent(float(t), (1 << 20) * (1 if t % 20 == 0 else -1), 1, 0)
+                  for t in range(0, 400, 10)]
+        d = diagnose(make_trace(ops=[op("aten::mm", 0, 400)], memory=memory))
+        f = d.finding("memory_growth")
+        assert f is None or f.share == 0.0
+
+    def test_dataloader_on_cpu(self):
+        ops = [op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 600,
+                  kind="annotation"), op("aten::mm", 600, 400)]
+        d = diagnose(make_trace(ops=ops, cc=None))
+        f = d.findings[0]
+        assert f.kind == "dataloader"
+        assert f.evidence["dataloader_share_of_step_time_fraction"] == pytest.approx(0.6)
+        assert "num_workers" in f.fix and "pin_memory=True" in f.fix
+
+    def test_order_follows_share_and_compute_bound_never_severe(self):
+        kernels = [kernel(0, 900, name="ampere_bf16_s16816gemm_bf16_128x128"),
+                   kernel(1000, 10)]
+        d = diagnose(make_trace(kernels=kernels))
+        check_well_formed(d)
+        cb = d.finding("compute_bound")
+        assert cb is not None and cb.severity == "info"
+        shares = [f.share for f in d.findings if f.severity in ("high", "medium")]
+        assert shares == sorted(shares, reverse=True)
+
+    def test_op_class(self):
+        assert op_class("aten::addmm") == "gemm"
+        assert op_class("autograd::engine::evaluate_function: AddmmBackward0") == "gemm"
+        assert op_class("aten::add_") == "elementwise"
+        assert op_class("autograd::engine::evaluate_function: ReluBackward0") == "elementwise"
+        assert op_class("aten::_to_copy") == "cast"
+        assert op_class("aten::empty") == "other"
+
+    def test_fix_order_covers_every_kind_we_report(self):
+        assert set(FIX_ORDER) <= KINDS
+
+
+class TestBadInput:
+    def test_empty(self):
+        d = diagnose(make_trace(cc=None))
+        check_well_formed(d)
+        assert d.findings == ()
+        assert any("no timed events" in x for x in d.not_judged)
+
+    def test_one_event(self):
+        check_well_formed(diagnose(make_trace(kernels=[kernel(3.5, 1.25)])))
+        check_well_formed(diagnose(make_trace(ops=[op("aten::add", -7.5, 2.0)], cc=None)))
+
+    def test_no_steps_noted(self):
+        d = diagnose(make_trace(kernels=[kernel(0, 10), kernel(50, 10)]))
+        assert any("no ProfilerStep" in n for n in d.notes)
+
+    def test_overlapping_streams_and_negative_float_times(self):
+        kernels = [kernel(-100.5, 50.25, stream=1), kernel(-80.125, 70.5, stream=2),
+                   kernel(-5.0, 0.0), kernel(-90.0, 10.0, name="ncclKernel_AllGather")]
+        syncs = [SyncEvent("Stream Sync", -20.0, 1.5, 0, -1)]
+        d = diagnose(make_trace(kernels=kernels, syncs=syncs))
+        check_well_formed(d)
+
+    def test_steps_outside_window_and_zero_length(self):
+        steps = [Step(1, "ProfilerStep#1", 500.0, 400.0), Step(2, "ProfilerStep#2", 0.0, 0.0)]
+        d = diagnose(make_trace(kernels=[kernel(0, 10)], steps=steps))
+        check_well_formed(d)
+
+    def test_memory_events_only(self):
+        memory = [MemoryEvent(0.0, 100, 0, -1), MemoryEvent(1.0, -100, 0, -1)]
+        check_well_formed(diagnose(make_trace(memory=memory, cc=None)))
+
+
+# --- real traces ----------------------------------------------------------------------------
+
+DATA = Path(__file__).parent.parent / "data"
+
+
+def raw_events(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as fh:
+        return json.load(fh)["traceEvents"]
+
+
+def test_alexnet_sync_evidence_matches_plain_json():
+    path = DATA / "a100_alexnet_sync" / "benchmark_result_2869224_1695835535_trace.json.gz"
+    events = raw_events(path)
+    names = ("cudaStreamSynchronize", "cudaDeviceSynchronize")
+    calls = [e for e in events if e.get("cat") == "cuda_runtime" and e.get("name") in names]
+    d = diagnose(load_trace(path))
+    f = d.finding("host_sync")
+    assert f is not None
+    # No ProfilerStep in this trace: "per step" is per window.
+    assert f.evidence["sync_calls_per_step"] == len(calls)
+    # Blocked time: the union of the blocking calls and the host-side cuda_sync events.
+    waits = calls + [e for e in events if e.get("cat") == "cuda_sync"
+                     and e.get("name") in ("Stream Sync", "Context Sync", "Event Sync")]
+    blocked, end = 0.0, float("-inf")
+    for a, b in sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in waits):
+        blocked += max(0.0, b - max(a, end))
+        end = max(end, b)
+    assert f.evidence["host_blocked_us"] == pytest.approx(blocked)
+    assert f.evidence["device_idle_after_sync_us"] > 0
+
+
+def test_nccl_trace_gives_communication_with_plain_json_overlap():
+    path = DATA / "ddp_nccl_sampled" / "sampled_rank-0.json.gz"
+    events = [e for e in raw_events(path) if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    # Sweep over boundaries: time with a collective running, and with one running alongside
+    # another kernel.
+    points = []
+    for e in events:
+        comm = "nccl" in e["name"].lower()
+        points.append((float(e["ts"]), 1, comm))
+        points.append((float(e["ts"]) + float(e["dur"]), -1, comm))
+    points.sort(key=lambda p: (p[0], p[1]))
+    n_comm = n_other = 0
+    last = points[0][0]
+    comm_us = both_us = 0.0
+    for t, d, comm in points:
+        if n_comm:
+            comm_us += t - last
+            if n_other:
+                both_us += t - last
+        last = t
+        if comm:
+            n_comm += d
+        else:
+            n_other += d
+    f = diagnose(load_trace(path)).finding("communication")
+    assert f is not None
+    assert f.evidence["communication_time_us"] == pytest.approx(comm_us)
+    assert f.evidence["overlap_with_compute_fraction"] == pytest.approx(both_us / comm_us)
+    assert f.evidence["collective_kernels_count"] == sum("nccl" in e["name"].lower()
+                                                         for e in events)
+
+
+def test_multistream_sync_trace_is_host_sync_first():
+    d = diagnose(load_trace(DATA / "a100_multistream_sync" / "event_sync_trace.json.gz"))
+    assert d.findings[0].kind == "host_sync"
+
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
+SHARED_TRACES = sorted(p for p in SHARED.rglob("*.json*") if not p.name.endswith(".raw.gz")) \
+    if SHARED.is_dir() else []
+
+
+@pytest.mark.skipif(not SHARED_TRACES, reason="../shared/traces is not on this machine")
+@pytest.mark.parametrize("path", SHARED_TRACES, ids=lambda p: str(p.relative_to(SHARED)))
+def test_no_shared_trace_crashes_the_rules(path):
+    trace = load_trace(path)
+    timeline = device_timeline(trace)
+    bd = timeline.breakdown
+    assert sum(bd.us_by_category().values()) == pytest.approx(bd.span_us, rel=1e-9, abs=1e-6)
+    check_well_formed(diagnose(trace, timeline=timeline))
