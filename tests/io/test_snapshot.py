@@ -1,0 +1,196 @@
+"""Loading memory snapshots: every documented layout, the restricted unpickler, errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuprof_nb.errors import SnapshotFormatError
+from gpuprof_nb.io.snapshot import (
+    load_snapshot,
+    save_snapshot,
+    snapshot_from_dict,
+    snapshot_to_dict,
+)
+from gpuprof_nb.model.memory import ACTIONS, MemorySnapshot
+
+
+@pytest.fixture(scope="module")
+def snaps(data_dir: Path) -> Path:
+    return data_dir / "snapshots"
+
+
+@pytest.fixture(scope="module")
+def expected(snaps: Path) -> dict:
+    return json.loads((snaps / "expected.json").read_text())
+
+
+def raw(path: Path) -> dict:
+    with open(path, "rb") as f:
+        return pickle.load(f)  # our own fixtures: plain data
+
+
+@pytest.mark.parametrize("name", [
+    "train_time.pickle", "train_no_time.pickle", "truncated.pickle", "leak_steps.pickle",
+    "two_devices.pickle", "segments_only.pickle", "oom.pickle", "fragmented.pickle",
+    "legacy_history.pickle",
+])
+def test_columns_match_the_raw_entries(snaps: Path, name: str) -> None:
+    data = raw(snaps / name)
+    snap = load_snapshot(snaps / name)
+    assert isinstance(snap, MemorySnapshot)
+    assert len(snap.segments) == len(data["segments"])
+    for device, entries in enumerate(data["device_traces"]):
+        t = snap.trace(device)
+        assert t is not None and t.n_events == len(entries)
+        assert [ACTIONS[a] for a in t.action] == [e["action"] for e in entries]
+        assert t.size.tolist() == [e["size"] for e in entries]
+        assert t.addr.tolist() == [e.get("addr", 0) for e in entries]
+        has_time = any("time_us" in e for e in entries)
+        assert t.has_time == has_time
+        if has_time:
+            assert t.time_us.tolist() == [float(e["time_us"]) for e in entries]
+        for i, e in enumerate(entries):
+            stack = snap.stacks[t.stack[i]] if t.stack[i] >= 0 else ()
+            assert [(snap.frames[j].filename, snap.frames[j].line, snap.frames[j].name)
+                    for j in stack] == [(f["filename"], f["line"], f["name"])
+                                        for f in e["frames"]]
+    for seg, rseg in zip(snap.segments, data["segments"], strict=True):
+        assert seg.total_size == rseg["total_size"]
+        assert [b.size for b in seg.blocks] == [b["size"] for b in rseg["blocks"]]
+        assert [b.state for b in seg.blocks] == [b["state"] for b in rseg["blocks"]]
+
+
+def test_frames_are_interned(snaps: Path) -> None:
+    data = raw(snaps / "train_time.pickle")
+    snap = load_snapshot(snaps / "train_time.pickle")
+    distinct = {tuple((f["filename"], f["line"], f["name"]) for f in e["frames"])
+                for e in data["device_traces"][0]}
+    distinct |= {tuple((f["filename"], f["line"], f["name"]) for f in b["frames"])
+                 for s in data["segments"] for b in s["blocks"] if b["frames"]}
+    assert len(snap.stacks) == len(distinct)
+    assert len(snap.frames) == len({f for s in distinct for f in s})
+
+
+def test_oom_entry_keeps_device_free(snaps: Path, expected: dict) -> None:
+    snap = load_snapshot(snaps / "oom.pickle")
+    t = snap.trace(0)
+    oom = int(np.flatnonzero(t.action == ACTIONS.index("oom"))[0])
+    assert t.size[oom] == expected["oom.pickle"]["requested_bytes"]
+    assert t.device_free[oom] == expected["oom.pickle"]["device_free_bytes"]
+    assert (t.device_free[t.action != ACTIONS.index("oom")] == -1).all()
+
+
+def test_legacy_history_blocks(snaps: Path) -> None:
+    data = raw(snaps / "legacy_history.pickle")
+    snap = load_snapshot(snaps / "legacy_history.pickle")
+    for seg, rseg in zip(snap.segments, data["segments"], strict=True):
+        # Without block addresses the blocks tile the segment in order.
+        assert seg.blocks[0].address == rseg["address"]
+        for b, rb in zip(seg.blocks, rseg["blocks"], strict=True):
+            if "history" in rb:
+                assert b.requested_size == rb["history"][0]["real_size"]
+                assert b.stack >= 0
+        assert sum(b.size for b in seg.blocks) == rseg["total_size"]
+
+
+def test_segments_only_and_two_devices(snaps: Path) -> None:
+    only = load_snapshot(snaps / "segments_only.pickle")
+    assert only.n_events == 0 and only.devices == (0,)
+    two = load_snapshot(snaps / "two_devices.pickle")
+    assert two.devices == (0, 1)
+    assert {s.device for s in two.segments} == {0, 1}
+
+
+def test_allocator_settings_kept(snaps: Path) -> None:
+    snap = load_snapshot(snaps / "train_time.pickle")
+    assert snap.allocator_settings["expandable_segments"] is False
+
+
+def test_bytes_gzip_and_dict_inputs(snaps: Path, tmp_path: Path) -> None:
+    blob = (snaps / "train_time.pickle").read_bytes()
+    gz = tmp_path / "s.pickle.gz"
+    gz.write_bytes(gzip.compress(blob))
+    for source in (blob, gzip.compress(blob), gz, str(gz), raw(snaps / "train_time.pickle")):
+        snap = load_snapshot(source)
+        assert snap.trace(0).n_events == len(raw(snaps / "train_time.pickle")
+                                             ["device_traces"][0])
+
+
+def test_round_trip_through_dict_and_file(snaps: Path, tmp_path: Path) -> None:
+    snap = load_snapshot(snaps / "leak_steps.pickle")
+    again = snapshot_from_dict(snapshot_to_dict(snap))
+    out = save_snapshot(snap, tmp_path / "x.pickle")
+    from_file = load_snapshot(out)
+    for other in (again, from_file):
+        a, b = snap.trace(0), other.trace(0)
+        for col in ("action", "addr", "size", "stream", "time_us", "device_free"):
+            assert np.array_equal(getattr(a, col), getattr(b, col))
+        assert other.step_starts == snap.step_starts
+        assert [s.total_size for s in other.segments] == [s.total_size for s in snap.segments]
+
+
+class _Evil:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # what an attacker's pickle would contain
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_malicious_pickle_refused_not_executed(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    payload = pickle.dumps({"segments": [], "device_traces": [[_Evil(marker)]]})
+    path = tmp_path / "evil.pickle"
+    path.write_bytes(payload)
+    for source in (payload, path):
+        with pytest.raises(SnapshotFormatError, match="refused, never executed") as info:
+            load_snapshot(source)
+        assert "system" in str(info.value)
+    assert not marker.exists()
+
+
+def test_any_class_is_refused(tmp_path: Path) -> None:
+    payload = pickle.dumps({"segments": [], "device_traces": [], "when": np.int64(3)})
+    with pytest.raises(SnapshotFormatError, match="numpy"):
+        load_snapshot(payload)
+
+
+@pytest.mark.parametrize("data, match", [
+    ([1, 2], "top level is a list"),
+    ({"foo": 1}, "neither 'segments' nor 'device_traces'"),
+    ({"segments": [3]}, r"segments\[0\] is a int"),
+    ({"segments": [{"address": "x", "blocks": []}]}, "'address' is 'x'"),
+    ({"device_traces": [[{"action": "alloc", "addr": 1, "size": "big"}]]},
+     r"device_traces\[0\]\[0\]: 'size' is 'big'"),
+    ({"device_traces": [["alloc"]]}, r"device_traces\[0\]\[0\] is a str"),
+    ({"device_traces": [[{"action": "alloc", "frames": "f.py"}]]}, "'frames' is a str"),
+    ({"device_traces": [[{"action": "alloc", "frames": [3]}]]}, "a frame is a int"),
+])
+def test_malformed_dicts_raise_format_error(data: object, match: str) -> None:
+    with pytest.raises(SnapshotFormatError, match=match):
+        snapshot_from_dict(data)
+
+
+def test_truncated_and_missing_files(snaps: Path, tmp_path: Path) -> None:
+    blob = (snaps / "train_time.pickle").read_bytes()
+    cut = tmp_path / "cut.pickle"
+    cut.write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(SnapshotFormatError, match="truncated"):
+        load_snapshot(cut)
+    with pytest.raises(SnapshotFormatError, match="cannot open"):
+        load_snapshot(tmp_path / "nope.pickle")
+
+
+def test_unknown_actions_are_kept_as_other() -> None:
+    snap = snapshot_from_dict({"device_traces": [[
+        {"action": "alloc", "addr": 16, "size": 8},
+        {"action": "user_defined", "addr": 0, "size": 0},
+    ]]})
+    assert [ACTIONS[a] for a in snap.trace(0).action] == ["alloc", "other"]
