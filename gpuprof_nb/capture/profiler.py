@@ -42,6 +42,7 @@ def profile_cell(
     The profiler is stopped before this returns or raises, whatever `run` raised (including
     KeyboardInterrupt), and that exception propagates unchanged.
     """
+    __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of user tracebacks
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}")
     if profiler_running():

@@ -30,13 +30,18 @@ def time_cell(
     it ends, so the wall time covers the device work the run queued, not just its launch.
     `clock` returns nanoseconds; tests pass a fake one. Exceptions from `run` propagate as is.
     """
+    # IPython leaves frames that set __tracebackhide__ out of the user's traceback, so an
+    # error in a profiled cell reads as if the cell had run on its own.
+    __tracebackhide__ = True  # noqa: F841
     if repeat < 1 and not once:
         raise ValueError(f"repeat must be at least 1, got {repeat}")
     if warmup < 0:
         raise ValueError(f"warmup must be 0 or more, got {warmup}")
     n_warm, n_timed = (0, 1) if once else (warmup, repeat)
 
-    warm_us = tuple(_wall_once(run, sync, clock) for _ in range(n_warm))
+    warm: list[float] = []
+    for _ in range(n_warm):
+        warm.append(_wall_once(run, sync, clock))
     wall: list[float] = []
     device: list[float] = []
     for _ in range(n_timed):
@@ -49,7 +54,7 @@ def time_cell(
     return TimingStats(
         wall_us=tuple(wall),
         device_us=tuple(device) if use_cuda_events else None,
-        warmup_wall_us=warm_us,
+        warmup_wall_us=tuple(warm),
         once=once,
         device_name=device_name,
     )
@@ -59,6 +64,7 @@ def _wall_once(
     run: Callable[[], object], sync: Callable[[], None] | None, clock: Callable[[], int]
 ) -> float:
     """Return the wall time of one synchronised run in microseconds."""
+    __tracebackhide__ = True  # noqa: F841
     if sync is not None:
         sync()
     start = clock()
@@ -73,6 +79,7 @@ def _cuda_once(
 ) -> tuple[float, float]:
     """Return (wall_us, device_us) of one run; device time from CUDA events on the current
     stream, which elapsed_time reports in milliseconds."""
+    __tracebackhide__ = True  # noqa: F841
     sync_fn = sync if sync is not None else torch.cuda.synchronize
     start_ev = torch.cuda.Event(enable_timing=True)
     end_ev = torch.cuda.Event(enable_timing=True)

@@ -1,0 +1,223 @@
+"""Summary, Top ops and Kernels sections of a profile report (text and HTML with the same
+numbers, every one formatted through render/units)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gpuprof_nb.render.html import html_table, note
+from gpuprof_nb.render.sections import Section
+from gpuprof_nb.render.text import text_table
+from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct, fmt_rate, fmt_us
+
+# A run is flagged noisy when its slowest run took this many times the fastest (see
+# TimingStats.noisy); repeated here only for the wording of the warning.
+NOISY_RATIO = 1.5
+
+
+def guarded_section(title: str, build: Callable[[], Section]) -> Section:
+    """Return build()'s Section; if building it fails, a Section that says so (with the
+    error) so one broken analysis does not hide the rest of the report."""
+    try:
+        return build()
+    except Exception as exc:  # noqa: BLE001 - shown to the user, not swallowed
+        text = f"could not render this section: {type(exc).__name__}: {exc}"
+        return Section(title, text, note(text))
+
+
+def _pairs_section(title: str, pairs: Sequence[tuple[str, str]], notes: Sequence[str]) -> Section:
+    """Return a Section of label/value rows followed by notes, identical in text and HTML."""
+    text = text_table(("", ""), pairs).split("\n", 2)[-1] if pairs else ""
+    lines = [text] if text else []
+    lines += [f"note: {n}" for n in notes]
+    html = html_table(("", ""), pairs) if pairs else ""
+    html += "".join(note(f"note: {n}") for n in notes)
+    return Section(title, "\n".join(lines), html)
+
+
+def summary_pairs(report: Any) -> list[tuple[str, str]]:
+    """Return the summary as (label, formatted value) rows."""
+    pairs: list[tuple[str, str]] = []
+    timing = report.timing
+    summary = report.summary
+    trace = report.trace
+    pairs.append(("device", _device_label(report)))
+    if timing is not None:
+        measured = "CUDA events" if timing.device_us else "wall clock"
+        runs = f"{fmt_num(timing.runs)} timed ({measured})"
+        if timing.warmup_wall_us:
+            runs += f", {fmt_num(len(timing.warmup_wall_us))} warm-up not measured"
+        if timing.once:
+            runs += ", single run (--once)"
+        pairs.append(("runs", runs))
+        pairs.append(("median per run", fmt_us(timing.median_us)))
+        pairs.append(("IQR per run", fmt_us(timing.iqr_us)))
+        pairs.append(("min / max per run", f"{fmt_us(timing.min_us)} / {fmt_us(timing.max_us)}"))
+        if timing.device_us:
+            wall = sorted(timing.wall_us)[len(timing.wall_us) // 2]
+            pairs.append(("median wall per run", fmt_us(wall)))
+        if timing.warmup_wall_us:
+            pairs.append(("first warm-up run", fmt_us(timing.warmup_wall_us[0])))
+        if timing.steps_per_run:
+            pairs.append(("steps per run", fmt_num(timing.steps_per_run)))
+            pairs.append(("median per step", fmt_us(timing.median_step_us)))
+    if summary is not None:
+        steps = summary.step_count
+        if steps:
+            pairs.append(("profiled steps", fmt_num(steps)))
+        if summary.median_step_us is not None:
+            pairs.append(("median profiled step", fmt_us(summary.median_step_us)))
+        pairs.append(("profiled window", fmt_us(summary.window_us)))
+        if trace is not None and trace.kernels:
+            pairs.append(("GPU busy", f"{fmt_pct(summary.busy_fraction)} "
+                                      f"({fmt_us(summary.busy_us)} of the window)"))
+        else:
+            pairs.append(("GPU busy", "n/a (no device activity recorded)"))
+        if summary.ops_per_step is not None:
+            pairs.append(("ops per step", fmt_num(summary.ops_per_step)))
+            pairs.append(("kernels per step", fmt_num(summary.kernels_per_step)))
+        else:
+            pairs.append(("ops", fmt_num(summary.op_count)))
+            pairs.append(("kernels", fmt_num(summary.kernel_count)))
+    return pairs
+
+
+def _device_label(report: Any) -> str:
+    if report.timing is not None and report.timing.device_name:
+        return str(report.timing.device_name)
+    trace = report.trace
+    if report.summary is not None and report.summary.device_names:
+        return ", ".join(report.summary.device_names)
+    if trace is not None and not trace.kernels:
+        return "cpu (no device activity in the trace)"
+    return "unknown (the trace names no device)"
+
+
+def summary_notes(report: Any) -> list[str]:
+    """Return the summary's warnings and caveats, most important first."""
+    notes = []
+    timing = report.timing
+    if timing is not None and timing.noisy:
+        ratio = timing.max_us / timing.min_us
+        notes.append(
+            f"noisy runs: the slowest took {fmt_num(ratio)}x the fastest (over "
+            f"{fmt_num(NOISY_RATIO)}x); close other work or raise --repeat"
+        )
+    notes.extend(report.notes)
+    return notes
+
+
+def summary_section(report: Any) -> Section:
+    """Return the Summary section: device, runs, median/IQR/min/max per run and per step,
+    GPU busy % over the profiled window, ops and kernels per step, and the report's notes."""
+    return _pairs_section("Summary", summary_pairs(report), summary_notes(report))
+
+
+OP_HEADERS = ("name", "calls", "self CPU", "total CPU", "self device", "total device",
+              "% of total", "input shapes")
+OP_NUMERIC = (False, True, True, True, True, True, True, False)
+# Columns kept when the trace has no device time (CPU-only): device columns would be all zero.
+_CPU_COLUMNS = (0, 1, 2, 3, 6, 7)
+
+
+def _op_columns(table: Any) -> tuple[int, ...]:
+    return tuple(range(len(OP_HEADERS))) if table.has_device_time else _CPU_COLUMNS
+
+
+def op_rows(table: Any) -> list[tuple[str, ...]]:
+    """Return the ops table as formatted rows (the same strings for text and HTML); the
+    device columns are left out when the trace has no device time."""
+    cols = _op_columns(table)
+    rows = []
+    for r in table.rows:
+        shapes = "; ".join(r.input_shapes)
+        cells = (
+            r.name,
+            fmt_num(r.calls),
+            fmt_us(r.self_cpu_us),
+            fmt_us(r.total_cpu_us),
+            fmt_us(r.self_device_us),
+            fmt_us(r.total_device_us),
+            fmt_pct(r.fraction),
+            shapes,
+        )
+        rows.append(tuple(cells[i] for i in cols))
+    return rows
+
+
+def ops_section(table: Any) -> Section:
+    """Return the Top ops section: one row per op name in the table's order (its sort key,
+    descending); names and shapes in full (wrapped in HTML, never truncated)."""
+    rows = op_rows(table)
+    if not rows:
+        text = "No torch ops in this trace."
+        return Section("Top ops", text, note(text))
+    cols = _op_columns(table)
+    headers = [OP_HEADERS[i] for i in cols]
+    numeric = [OP_NUMERIC[i] for i in cols]
+    caption = (
+        f"{fmt_num(len(rows))} of {fmt_num(table.op_names)} ops, sorted by {table.sort_key}; "
+        f"% of total = share of {table.fraction_of}"
+    )
+    if not table.has_device_time:
+        caption += "; no device time in this trace, so device columns are left out"
+    shape_col = len(headers) - 1
+    text = f"{caption}\n" + text_table(headers, rows, right=numeric)
+    html = note(caption) + html_table(
+        headers, rows, numeric=numeric, name_cols=(0, shape_col)
+    )
+    return Section("Top ops", text, html)
+
+
+KERNEL_HEADERS = ("name", "kind", "calls", "total", "mean", "max", "streams",
+                  "% of device time", "bytes", "achieved")
+KERNEL_NUMERIC = (False, False, True, True, True, True, False, True, True, True)
+
+
+def kernel_rows(table: Any) -> list[tuple[str, ...]]:
+    """Return the kernels table as formatted rows (the same strings for text and HTML);
+    bytes and bandwidth only where the trace gives them (memcpy/memset)."""
+    rows = []
+    for r in table.rows:
+        gbps = r.achieved_gbps
+        rows.append((
+            r.name,
+            r.kind,
+            fmt_num(r.calls),
+            fmt_us(r.total_us),
+            fmt_us(r.mean_us),
+            fmt_us(r.max_us),
+            ", ".join(str(s) for s in r.streams),
+            fmt_pct(r.fraction),
+            fmt_bytes(r.total_bytes) if r.total_bytes is not None else "",
+            fmt_rate(gbps * 1e9, "B/s") if gbps is not None else "",
+        ))
+    return rows
+
+
+def kernels_section(table: Any) -> Section:
+    """Return the Kernels section: kernels, memcpys and memsets by total time, with bytes
+    and achieved bandwidth for copies and sets where the trace gives them."""
+    rows = kernel_rows(table)
+    if not rows:
+        text = "No kernels, copies or memsets in this trace (a CPU-only run?)."
+        return Section("Kernels", text, note(text))
+    caption = (
+        f"{fmt_num(table.calls)} device activities, {fmt_us(table.total_us)} in all: kernels "
+        f"{fmt_us(table.kernel_us)}, memcpy {fmt_us(table.memcpy_us)}, "
+        f"memset {fmt_us(table.memset_us)}"
+    )
+    text = f"{caption}\n" + text_table(KERNEL_HEADERS, rows, right=KERNEL_NUMERIC)
+    html = note(caption) + html_table(
+        KERNEL_HEADERS, rows, numeric=KERNEL_NUMERIC, name_cols=(0,)
+    )
+    return Section("Kernels", text, html)
+
+
+__all__ = [
+    "guarded_section",
+    "kernels_section",
+    "ops_section",
+    "summary_section",
+]

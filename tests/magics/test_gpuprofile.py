@@ -1,0 +1,250 @@
+"""%%gpuprofile in-process (IPython.testing.globalipapp) on CPU cells."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import linecache
+import os
+import statistics
+
+import pytest
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+torch = pytest.importorskip("torch")
+
+from IPython.core.error import UsageError  # noqa: E402
+from IPython.testing.globalipapp import start_ipython  # noqa: E402
+from IPython.utils.capture import capture_output  # noqa: E402
+
+from gpuprof_nb.capture.profiler import profiler_running  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ip():
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "gpuprof_nb")
+    shell.run_cell("import torch\nA = torch.randn(128, 128)\nruns = 0")
+    return shell
+
+
+def magic(ip, line: str, cell: str):
+    return ip.run_cell_magic("gpuprofile", line, cell)
+
+
+COUNTING_CELL = "runs += 1\nB = A @ A"
+
+
+def test_default_order_warmup_timed_profiled_and_o_stores(ip) -> None:
+    ip.user_ns["runs"] = 0
+    assert magic(ip, "-o r --quiet --warmup 2 --repeat 4", COUNTING_CELL) is None
+    # 2 warm-up + 4 timed + 1 profiled, all in the user namespace.
+    assert ip.user_ns["runs"] == 7
+    r = ip.user_ns["r"]
+    assert len(r.timing.warmup_wall_us) == 2
+    assert len(r.timing.wall_us) == 4
+    assert r.timing.device_us is None  # CPU: wall clock only
+    assert r.trace is not None and r.ops is not None
+    assert "B" in ip.user_ns
+    assert any("CPU mode" in n for n in r.notes)
+
+
+def test_timing_median_matches_torch_benchmark_timer(ip) -> None:
+    """The issue's check: median within 10% of Timer.blocked_autorange on the same statement.
+    One intra-op thread on both sides: on a loaded 2-core box, OpenMP barriers turn other
+    processes' load into run-to-run swings far above 10%. Up to three attempts for the same
+    reason (on an idle machine the first one passes)."""
+    from torch.utils.benchmark import Timer
+
+    ip.user_ns["M"] = torch.randn(640, 640)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    ratios = []
+    try:
+        for _attempt in range(3):
+            magic(ip, "-o r --quiet --timing-only --warmup 2 --repeat 15", "P = M @ M")
+            ours = ip.user_ns["r"].timing.median_us
+            theirs = Timer("P = M @ M", globals={"M": ip.user_ns["M"]}, num_threads=1)
+            ratios.append(ours / (theirs.blocked_autorange(min_run_time=0.5).median * 1e6))
+            if abs(ratios[-1] - 1) <= 0.10:
+                break
+    finally:
+        torch.set_num_threads(threads)
+    assert abs(ratios[-1] - 1) <= 0.10, f"median ratio ours/Timer per attempt: {ratios}"
+
+
+def test_top_op_is_the_matmul(ip) -> None:
+    ip.user_ns["M"] = torch.randn(400, 400)
+    magic(ip, "-o r --quiet --repeat 1", "for _ in range(3):\n    P = M @ M\nS = P.relu()")
+    r = ip.user_ns["r"]
+    assert r.ops.rows[0].name in ("aten::mm", "aten::addmm")
+    # Independently: the raw profiler trace holds three aten::mm events.
+    mm = [e for e in r.artifact["traceEvents"]
+          if e.get("cat") == "cpu_op" and e.get("name") == "aten::mm"]
+    assert len(mm) == 3
+    assert r.ops.rows[0].calls == 3
+
+
+def test_timing_only_has_no_trace(ip) -> None:
+    ip.user_ns["runs"] = 0
+    magic(ip, "-o r --quiet --timing-only --warmup 0 --repeat 2", COUNTING_CELL)
+    r = ip.user_ns["r"]
+    assert ip.user_ns["runs"] == 2
+    assert r.trace is None and r.ops is None and r.artifact is None
+    assert r.timing.runs == 2
+    text = r._repr_mimebundle_()["text/plain"]
+    assert "Summary" in text and "Top ops" not in text
+
+
+def test_once_runs_the_cell_exactly_once(ip) -> None:
+    ip.user_ns["runs"] = 0
+    magic(ip, "-o r --quiet --once", COUNTING_CELL)
+    r = ip.user_ns["r"]
+    assert ip.user_ns["runs"] == 1
+    assert r.timing.once and r.timing.runs == 1 and r.timing.profiled
+    assert r.trace is not None
+    assert any("cold-start" in n for n in r.notes)
+    ip.user_ns["runs"] = 0
+    magic(ip, "-o r --quiet --once --timing-only", COUNTING_CELL)
+    assert ip.user_ns["runs"] == 1
+    assert ip.user_ns["r"].timing.once and not ip.user_ns["r"].timing.profiled
+
+
+def test_trace_option_writes_a_loadable_gzip(ip, tmp_path) -> None:
+    from gpuprof_nb import load_trace
+
+    path = tmp_path / "sub" / "t.json.gz"
+    magic(ip, f"-o r --quiet --repeat 1 --trace {path}", "P = A @ A")
+    raw = path.read_bytes()
+    assert raw[:2] == b"\x1f\x8b"
+    assert json.loads(gzip.decompress(raw))["traceEvents"]
+    trace = load_trace(path)
+    r = ip.user_ns["r"]
+    assert len(trace.ops) == len(r.trace.ops)
+    assert any(str(path) in n for n in r.notes)
+    # report.save to plain JSON round-trips too.
+    plain = r.save(tmp_path / "t.json")
+    assert len(load_trace(plain).ops) == len(r.trace.ops)
+
+
+def test_quiet_displays_nothing_and_default_displays_the_report(ip) -> None:
+    with capture_output() as quiet:
+        magic(ip, "--quiet --repeat 1", "P = A @ A")
+    assert quiet.outputs == [] and quiet.stdout == ""
+    with capture_output() as shown:
+        magic(ip, "--repeat 1", "P = A @ A")
+    assert len(shown.outputs) == 1
+    data = shown.outputs[0].data
+    assert "Summary" in data["text/plain"] and "Top ops" in data["text/plain"]
+    assert "text/html" in data
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["--bogus", "--repeat x", "--repeat 0", "--warmup -1", "--top 0", "-o 1abc",
+     "--sort nonsense", "--timing-only --trace t.json", "--once=yes", "'unbalanced"],
+)
+def test_bad_options_raise_usage_error_with_usage_and_run_nothing(ip, line: str) -> None:
+    ip.user_ns["runs"] = 0
+    with pytest.raises(UsageError) as info:
+        magic(ip, line, COUNTING_CELL)
+    assert "usage:" in str(info.value)
+    assert ip.user_ns["runs"] == 0
+
+
+def test_sort_key_orders_the_table(ip) -> None:
+    magic(ip, "-o r --quiet --repeat 1 --sort calls --top 3", "P = A @ A\nQ = (A + 1) * 2")
+    r = ip.user_ns["r"]
+    assert r.ops.sort_key == "calls" and len(r.ops.rows) <= 3
+    calls = [row.calls for row in r.ops.rows]
+    assert calls == sorted(calls, reverse=True)
+
+
+@pytest.mark.parametrize("cell", ["", "   \n\n  "])
+def test_empty_cell_is_a_clear_usage_error(ip, cell: str) -> None:
+    with pytest.raises(UsageError, match="empty"):
+        magic(ip, "", cell)
+
+
+def test_syntax_error_is_reported_and_nothing_runs(ip) -> None:
+    ip.user_ns["runs"] = 0
+    with pytest.raises(SyntaxError):
+        magic(ip, "", "runs += 1\nfor for in")
+    assert ip.user_ns["runs"] == 0
+
+
+@pytest.mark.parametrize("exc_type", [ZeroDivisionError, KeyboardInterrupt])
+@pytest.mark.parametrize("fail_on_run", [1, 3])  # 1: warm-up; 3: the profiled run
+def test_raising_cell_propagates_and_leaves_no_state(ip, exc_type, fail_on_run: int) -> None:
+    ip.user_ns.update(runs=0, fail_on=fail_on_run, exc_type=exc_type)
+    cell = (
+        "runs += 1\n"
+        "assigned_before = runs\n"
+        "torch.set_grad_enabled(False)\n"
+        "torch.set_autocast_enabled('cpu', True)\n"
+        "if runs == fail_on:\n"
+        "    raise exc_type('boom at run %d' % runs)\n"
+    )
+    assert torch.is_grad_enabled()
+    with pytest.raises(exc_type) as info:
+        magic(ip, "--quiet --warmup 1 --repeat 1", cell)
+    assert str(info.value) == f"boom at run {fail_on_run}"
+    assert ip.user_ns["assigned_before"] == fail_on_run
+    assert not profiler_running()
+    assert torch.is_grad_enabled()
+    assert not torch.is_autocast_enabled("cpu")
+    # The traceback ends on the user's line in the cell.
+    tb = info.tb
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    assert tb.tb_lineno == 6
+    assert "raise exc_type" in linecache.getline(tb.tb_frame.f_code.co_filename, 6)
+
+
+def test_raising_cell_through_run_cell_shows_the_users_error(ip) -> None:
+    with capture_output() as cap:
+        result = ip.run_cell("%%gpuprofile --quiet\nraise RuntimeError('from the cell')")
+    assert isinstance(result.error_in_exec, RuntimeError)
+    assert str(result.error_in_exec) == "from the cell"
+    assert not profiler_running()
+    assert "from the cell" in cap.stdout + cap.stderr
+
+
+def test_steps_from_profiler_step_annotations(ip) -> None:
+    cell = (
+        "for i in range(4):\n"
+        "    with torch.profiler.record_function(f'ProfilerStep#{i}'):\n"
+        "        P = A @ A\n"
+    )
+    magic(ip, "-o r --quiet --repeat 3", cell)
+    r = ip.user_ns["r"]
+    assert r.timing.steps_per_run == 4
+    assert r.summary.step_count == 4
+    assert r.timing.median_step_us == pytest.approx(statistics.median(r.timing.wall_us) / 4)
+
+
+def test_steps_from_optimizer_annotations_count_every_optimizer_step(ip) -> None:
+    ip.run_cell(
+        "lin = torch.nn.Linear(16, 4)\nopt = torch.optim.SGD(lin.parameters(), lr=0.1)\n"
+        "xb = torch.randn(8, 16)"
+    )
+    cell = "for _ in range(3):\n    opt.zero_grad()\n    lin(xb).sum().backward()\n    opt.step()"
+    magic(ip, "-o r --quiet --repeat 1", cell)
+    assert ip.user_ns["r"].timing.steps_per_run == 3
+
+
+def test_help_lists_the_options(ip) -> None:
+    doc = ip.find_cell_magic("gpuprofile").__doc__
+    for option in ("--warmup", "--repeat", "--once", "--timing-only", "--stack", "--memory",
+                   "--top", "--sort", "--trace", "-o NAME", "--quiet"):
+        assert option in doc
+    with capture_output() as cap:
+        ip.run_cell("%%gpuprofile?")
+    assert "--timing-only" in cap.stdout
+
+
+def test_stack_and_memory_reach_the_profiler(ip) -> None:
+    magic(ip, "-o r --quiet --repeat 1 --stack --memory", "P = A @ A")
+    r = ip.user_ns["r"]
+    assert any(o.stack for o in r.trace.ops)
+    assert r.trace.memory
