@@ -1,0 +1,95 @@
+"""compute_roofline on a real H100 trace recorded with shapes (TraceLens' ViT inference),
+checked against a plain-JSON recomputation of the same numbers."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from gpuprof_nb.analysis.roofline import compute_roofline
+from gpuprof_nb.io.trace import load_trace
+
+VIT = "h100_vit_inference/Falconsai_nsfw_image_detection__1016002.json.gz"
+
+
+@pytest.fixture(scope="module")
+def vit(data_dir):
+    path = data_dir / VIT
+    raw = json.loads(gzip.open(path).read())
+    return compute_roofline(load_trace(path)), raw
+
+
+def _kernel_us_by_ext(raw) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for e in raw["traceEvents"]:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X":
+            ext = e["args"].get("External id")
+            out[ext] = out.get(ext, 0.0) + float(e["dur"])
+    return out
+
+
+def _cpu_ops(raw, name):
+    return [e for e in raw["traceEvents"] if e.get("cat") == "cpu_op" and e["name"] == name]
+
+
+def test_device_from_device_properties_is_h100_sxm(vit):
+    roof, raw = vit
+    assert raw["deviceProperties"][0]["name"] == "NVIDIA H100 80GB HBM3"
+    assert roof.device is not None
+    assert roof.device.name == "NVIDIA H100 SXM"
+    assert roof.device.bandwidth_bytes_per_s == pytest.approx(3.35e12)
+    assert roof.device.ridge_flop_per_byte("bf16") == pytest.approx(989.5e12 / 3.35e12)
+
+
+def test_gemm_points_match_plain_json(vit):
+    roof, raw = vit
+    linears = [p for p in roof.points if p.name == "aten::linear"]
+    assert linears, "the ViT trace's GEMMs should be on the roofline"
+    # FLOPs recomputed from the addmm children (M x K @ K x N), not the linear anchors.
+    addmm_flops = 0
+    for e in _cpu_ops(raw, "aten::addmm"):
+        (m, k), (_, n) = e["args"]["Input Dims"][1], e["args"]["Input Dims"][2]
+        addmm_flops += 2 * m * k * n
+    assert sum(p.flops for p in linears) == addmm_flops
+    assert sum(p.calls for p in linears) == len(_cpu_ops(raw, "aten::linear"))
+    # Their device time: every kernel launched by an addmm (by External id).
+    by_ext = _kernel_us_by_ext(raw)
+    addmm_us = sum(by_ext.get(e["args"]["External id"], 0.0)
+                   for e in _cpu_ops(raw, "aten::addmm"))
+    assert sum(p.time_us for p in linears) == pytest.approx(addmm_us)
+    for p in linears:
+        assert p.dtype == "bf16" and p.roof == "bf16"
+        assert p.bound in ("memory", "compute")
+        assert 0 < p.fraction_of_roof < 1
+
+
+def test_convolution_point_includes_its_bias_kernel(vit):
+    roof, raw = vit
+    (conv,) = [p for p in roof.points if p.category == "conv"]
+    assert conv.name == "aten::conv2d" and conv.calls == 1
+    (c2d,) = _cpu_ops(raw, "aten::conv2d")
+    x, w = c2d["args"]["Input Dims"][0], c2d["args"]["Input Dims"][1]
+    out_hw = (x[2] // 16) * (x[3] // 16)  # stride 16, no padding
+    assert conv.flops == 2 * x[0] * w[0] * out_hw * w[1] * w[2] * w[3]
+    # Kernels of every op nested in conv2d on its thread (cudnn conv + the bias add_).
+    inner = [e for e in raw["traceEvents"] if e.get("cat") == "cpu_op"
+             and e["tid"] == c2d["tid"] and c2d["ts"] <= e["ts"]
+             and e["ts"] + e["dur"] <= c2d["ts"] + c2d["dur"]]
+    by_ext = _kernel_us_by_ext(raw)
+    expected = sum(by_ext.get(e["args"]["External id"], 0.0) for e in inner)
+    assert expected > 0
+    assert conv.time_us == pytest.approx(expected)
+
+
+def test_attention_and_memory_bound_ops_present(vit):
+    roof, _ = vit
+    cats = {p.category for p in roof.points}
+    assert {"gemm", "conv", "attention", "norm", "elementwise"} <= cats
+    ln = [p for p in roof.points if p.name == "aten::layer_norm"]
+    assert ln and all(p.bound == "memory" for p in ln)
+    # Nearly all kernel time lands on a formula; the rest is listed, never dropped.
+    assert roof.coverage == pytest.approx(
+        1 - sum(u.time_us for u in roof.unmodelled) / roof.total_time_us)
+    assert roof.coverage > 0.95
