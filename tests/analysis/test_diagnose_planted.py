@@ -1,0 +1,129 @@
+"""Planted bottlenecks: small cells that run on CPU under torch.profiler, each built to have
+one known problem, must get that problem as their first finding."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+from gpuprof_nb.analysis.diagnose import diagnose  # noqa: E402
+from gpuprof_nb.io.trace import load_trace  # noqa: E402
+
+
+def record(cell, tmp_path, *, memory=False):
+    """Run the cell under torch.profiler (record_shapes on), export, and load it back."""
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 profile_memory=memory) as prof:
+        cell()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    return load_trace(path)
+
+
+def slow_dataset_cell():
+    class SlowDataset(torch.utils.data.Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            time.sleep(0.01)  # a heavy per-sample transform
+            return torch.randn(64)
+
+    loader = torch.utils.data.DataLoader(SlowDataset(), batch_size=2, num_workers=0)
+    w = torch.randn(64, 64)
+    for x in loader:
+        (x @ w).relu().sum()
+
+
+def tiny_ops_cell():
+    x = torch.ones(8)
+    for _ in range(1500):
+        x = x * 1.0001 + 0.0001
+
+
+def big_matmul_cell():
+    a, b = torch.randn(768, 768), torch.randn(768, 768)
+    for _ in range(6):
+        a @ b
+
+
+def elementwise_chain_cell():
+    x = torch.randn(2_000_000)
+    for _ in range(12):
+        x = torch.sin(x) * 1.5 + 0.1
+
+
+def dtype_roundtrip_cell():
+    x = torch.randn(1_000_000)
+    for _ in range(12):
+        x = x.to(torch.float64).to(torch.float32)
+
+
+def python_loop_cell():
+    t = torch.ones(4)
+    acc = 0
+    for _ in range(40):
+        for j in range(3000):
+            acc += j * j % 7
+        t = t + 1
+
+
+def graph_kept_alive_cell():
+    w = torch.randn(256, 256, requires_grad=True)
+    kept = []
+    total = 0
+    for _ in range(12):
+        x = torch.randn(256, 256)
+        loss = (x @ w).relu().sum()
+        total = total + loss  # keeps every step's graph alive
+        kept.append(x @ w)
+
+
+CASES = [
+    ("dataloader", slow_dataset_cell, False),
+    ("launch_overhead", tiny_ops_cell, False),
+    ("memory_bound", elementwise_chain_cell, False),
+    ("dtype_cast", dtype_roundtrip_cell, False),
+    ("python_overhead", python_loop_cell, False),
+    ("memory_growth", graph_kept_alive_cell, True),
+]
+
+
+@pytest.mark.parametrize(("kind", "cell", "memory"), CASES, ids=[c[0] for c in CASES])
+def test_planted_bottleneck_is_the_first_finding(kind, cell, memory, tmp_path):
+    d = diagnose(record(cell, tmp_path, memory=memory))
+    assert d.findings, d.verdict
+    assert d.findings[0].kind == kind, [(f.kind, round(f.share, 3)) for f in d.findings]
+    assert d.findings[0].severity in ("high", "medium")
+    assert kind in d.verdict
+
+
+def test_large_matmuls_are_compute_bound_and_healthy(tmp_path):
+    d = diagnose(record(big_matmul_cell, tmp_path))
+    assert d.findings[0].kind == "compute_bound"
+    assert d.findings[0].severity == "info"
+    problems = [f for f in d.findings if f.severity in ("high", "medium")]
+    assert problems == [], [(f.kind, f.share) for f in problems]
+    assert "healthy" in d.verdict.lower()
+
+
+def test_dataloader_evidence_matches_the_annotations(tmp_path):
+    trace = record(slow_dataset_cell, tmp_path)
+    f = diagnose(trace).findings[0]
+    nexts = [o for o in trace.ops if "DataLoader" in o.name and "__next__" in o.name]
+    # 8 samples in batches of 2 -> 4 batches, plus the call that raises StopIteration.
+    assert f.evidence["dataloader_calls_count"] == len(nexts) == 5
+    assert f.evidence["dataloader_time_us"] == pytest.approx(sum(o.dur_us for o in nexts))
+    # Four batches of two 10 ms sleeps each: at least 80 ms in the loader.
+    assert f.evidence["dataloader_time_us"] >= 80_000
+
+
+def test_dtype_cast_counts_every_conversion(tmp_path):
+    trace = record(dtype_roundtrip_cell, tmp_path)
+    f = diagnose(trace).findings[0]
+    assert f.evidence["casts_per_step"] == 24  # 12 round-trips, two casts each, no steps
