@@ -579,6 +579,7 @@ class _StreamParser:
         self.scan = json.JSONDecoder().scan_once
         self.buf = ""
         self.pos = 0
+        self.dropped = 0  # characters consumed and discarded before buf[0]
         self.eof = False
         self.first_read = True
 
@@ -613,6 +614,7 @@ class _StreamParser:
             ) from exc
         if not data:
             self.eof = True
+        self.dropped += self.pos
         self.buf = self.buf[self.pos:] + text
         self.pos = 0
 
@@ -669,11 +671,10 @@ class _StreamParser:
                 f"{self.source}: the JSON ends in the middle of a value (truncated? an "
                 f"interrupted export or copy); export the trace again."
             )
-        line = self.buf.count("\n", 0, at) + 1
         snippet = self.buf[max(at - 30, 0): at + 30].replace("\n", " ")
         return TraceFormatError(
-            f"{self.source}: not valid JSON ({what}) near {snippet!r} (line {line} of the "
-            f"current chunk); {_HOW_TO_EXPORT}."
+            f"{self.source}: not valid JSON ({what}) at character {self.dropped + at}, near "
+            f"{snippet!r}; {_HOW_TO_EXPORT}."
         )
 
     def _expect(self, chars: str, where: str) -> str:
