@@ -11,7 +11,7 @@ import gzip
 import inspect
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,6 +179,15 @@ def _diagnose(trace: Trace, timeline: Any, roofline: Any, timing: TimingStats | 
     return diagnose(trace, **kwargs)
 
 
+def _attempt(what: str, compute: Callable[[], Any], notes: list[str]) -> Any:
+    """Return compute(), or None with a note naming the error when it raises."""
+    try:
+        return compute()
+    except Exception as exc:  # noqa: BLE001 - reported in the notes, not hidden
+        notes.append(f"{what} could not be computed: {type(exc).__name__}: {exc}")
+        return None
+
+
 def analyze(
     trace: Trace,
     device: Any = None,
@@ -200,9 +209,14 @@ def analyze(
     ops = top_ops(trace, n=top, sort=sort)
     kernels = kernel_table(trace)
     summary = summarize_trace(trace)
-    timeline = device_timeline(trace)
-    roofline = compute_roofline(trace, device)
-    diagnosis = _diagnose(trace, timeline, roofline, timing)
+    all_notes = list(notes)
+    # The remaining analyses add judgement on top of the tables; one failing on an unusual
+    # trace should cost its own tab, not the whole report, and the note says what broke.
+    timeline = _attempt("timeline", lambda: device_timeline(trace), all_notes)
+    roofline = _attempt("roofline", lambda: compute_roofline(trace, device), all_notes)
+    diagnosis = _attempt(
+        "diagnosis", lambda: _diagnose(trace, timeline, roofline, timing), all_notes
+    )
     return ProfileReport(
         timing=timing,
         trace=trace,
@@ -213,7 +227,7 @@ def analyze(
         roofline=roofline,
         diagnosis=diagnosis,
         artifact=artifact,
-        notes=tuple(notes),
+        notes=tuple(all_notes),
         top=top,
         sort=ops.sort_key,
     )

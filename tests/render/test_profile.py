@@ -184,3 +184,19 @@ def test_steps_per_run_counts_every_optimizer_step() -> None:
                   memory=(), steps=(), devices=(), distributed=None, window_us=(0.0, 40.0))
     assert count_steps_per_run(trace) == 3
     assert count_steps_per_run(base) is None
+
+
+def test_a_failing_analysis_costs_its_tab_not_the_report(monkeypatch) -> None:
+    import gpuprof_nb.analysis.roofline as roofline_mod
+
+    def broken(trace, device=None):
+        raise ArithmeticError("no roofs today")
+
+    monkeypatch.setattr(roofline_mod, "compute_roofline", broken)
+    report = analyze(hand_trace())
+    assert report.roofline is None
+    assert any("roofline could not be computed: ArithmeticError: no roofs today" in n
+               for n in report.notes)
+    text = report._repr_mimebundle_()["text/plain"]
+    assert re.findall(r"^-- (.+) --$", text, re.M) == [
+        "Diagnosis", "Summary", "Top ops", "Kernels", "Timeline"]
