@@ -7,7 +7,7 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuprof_nb.analysis.diagnose import Diagnosis, Finding
+from gpuprof_nb.analysis.diagnose import Diagnosis, Finding, kernel_class
 from gpuprof_nb.analysis.timeline import IdleBreakdown, StepTimeline, Timeline, top_level_ops
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.render.html import esc, html_table, note, png_img
@@ -31,6 +31,18 @@ HOST_CATEGORY_LABELS: dict[str, str] = {
     "launch": "short gaps between ops (dispatch)",
     "host": "Python outside torch ops",
     "other": "other",
+}
+KERNEL_COLORS: dict[str, str] = {
+    "gemm": "#2ca02c",
+    "elementwise": "#98df8a",
+    "comm": "#8c564b",
+    "copy": "#17becf",
+}
+KERNEL_LABELS: dict[str, str] = {
+    "gemm": "matmul/conv kernel",
+    "elementwise": "other kernel",
+    "comm": "collective (NCCL)",
+    "copy": "memcpy/memset",
 }
 CAUSE_COLORS: dict[str, str] = {
     "dataloader": "#e377c2",
@@ -74,8 +86,11 @@ def evidence_rows(evidence: Mapping[str, float]) -> list[tuple[str, str]]:
             shown = fmt_num(value)
         if unit == "per step":
             label += " per step"
-        rows.append((label.replace("_", " "), shown))
-    return rows
+        rows.append((label.replace("_", " "), shown, unit))
+    # The same quantity often comes as time and as share: say which row is which.
+    labels = [r[0] for r in rows]
+    return [(f"{lab} (share)" if unit == "%" and labels.count(lab) > 1 else lab, shown)
+            for lab, shown, unit in rows]
 
 
 def _finding_text(n: int, f: Finding) -> str:
@@ -207,7 +222,7 @@ def plot_timeline(timeline: Timeline, trace: Trace | None, step: StepTimeline | 
     def ms(t: float) -> float:
         return (t - lo) / 1e3
 
-    lanes: list[tuple[str, list[tuple[float, float]], str]] = []
+    lanes: list[tuple[str, list[tuple[float, float]], Any]] = []
     if trace is not None:
         ops = [o for o in top_level_ops(trace) if o.end_us > lo and o.start_us < hi]
         by_thread: dict[str, list[tuple[float, float]]] = {}
@@ -218,11 +233,13 @@ def plot_timeline(timeline: Timeline, trace: Trace | None, step: StepTimeline | 
             lanes.append((f"CPU thread {t}", by_thread[t], "#1f77b4"))
         if timeline.device is not None:
             by_stream: dict[int, list[tuple[float, float]]] = {}
+            colors: dict[int, list[str]] = {}
             for k in trace.kernels:
                 if k.device == timeline.device and k.end_us > lo and k.start_us < hi:
                     by_stream.setdefault(k.stream, []).append((k.start_us, k.end_us))
+                    colors.setdefault(k.stream, []).append(KERNEL_COLORS[kernel_class(k)])
             for s in sorted(by_stream)[:_MAX_GPU_LANES]:
-                lanes.append((f"GPU {timeline.device} stream {s}", by_stream[s], "#2ca02c"))
+                lanes.append((f"GPU {timeline.device} stream {s}", by_stream[s], colors[s]))
     if not lanes:
         # Without the trace, draw busy time as the complement of the gaps.
         busy: list[tuple[float, float]] = []
@@ -242,16 +259,21 @@ def plot_timeline(timeline: Timeline, trace: Trace | None, step: StepTimeline | 
     ax.set_yticks(range(len(lanes)))
     ax.set_yticklabels([name for name, _, _ in lanes])
     ax.set_ylim(len(lanes) - 0.5, -0.5 - 0.6)
-    seen: set[str] = set()
+    # One collection per cause (not one patch per gap): a window holds thousands of gaps.
+    shaded: dict[str, list[tuple[float, float]]] = {}
     for g in timeline.gaps:
         a, b = max(g.start_us, lo), min(g.end_us, hi)
         if b <= a:
             continue
-        ax.axvspan(ms(a), ms(b), color=CAUSE_COLORS[g.cause], alpha=0.25, lw=0)
-        seen.add(g.cause)
+        shaded.setdefault(g.cause, []).append((ms(a), (b - a) / 1e3))
         if (b - a) / span >= 0.06:
             ax.text(ms((a + b) / 2), -0.75, g.cause, ha="center", va="center", fontsize=8,
                     color=CAUSE_COLORS[g.cause])
+    top = -0.5 - 0.6
+    for cause, bars in shaded.items():
+        ax.broken_barh(bars, (top, len(lanes) - 0.5 - top), facecolors=CAUSE_COLORS[cause],
+                       alpha=0.25, lw=0, zorder=0)
+    seen = set(shaded)
     ax.set_xlim(0, span / 1e3)
     ax.set_xlabel("time (ms)")
     title = f"step {step.number}" if step is not None else "whole window"
@@ -259,6 +281,9 @@ def plot_timeline(timeline: Timeline, trace: Trace | None, step: StepTimeline | 
     labels = CATEGORY_LABELS if timeline.on_device else HOST_CATEGORY_LABELS
     handles = [Patch(color=CAUSE_COLORS[c], alpha=0.4, label=labels[c])
                for c in CAUSE_COLORS if c in seen]
+    used = {c for _, _, col in lanes if isinstance(col, list) for c in col}
+    handles += [Patch(color=KERNEL_COLORS[k], label=KERNEL_LABELS[k])
+                for k in KERNEL_COLORS if KERNEL_COLORS[k] in used]
     if handles:
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
                   frameon=False)

@@ -1,0 +1,118 @@
+"""Diagnosis and Timeline sections: escaping, the same numbers in text and HTML, the PNG."""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+import pytest
+
+from gpuprof_nb.analysis.diagnose import Diagnosis, Finding, diagnose
+from gpuprof_nb.analysis.timeline import device_timeline
+from gpuprof_nb.io.trace import load_trace
+from gpuprof_nb.render.diagnosis import (
+    diagnosis_section,
+    evidence_rows,
+    plot_timeline,
+    timeline_section,
+)
+from gpuprof_nb.render.units import fmt_bytes, fmt_pct, fmt_us
+
+DATA = Path(__file__).parent.parent / "data"
+NCCL = DATA / "ddp_nccl_sampled" / "sampled_rank-0.json.gz"
+
+
+@pytest.fixture(scope="module")
+def nccl():
+    trace = load_trace(NCCL)
+    return trace, device_timeline(trace)
+
+
+def test_evidence_units_come_from_the_suffix():
+    rows = dict(evidence_rows({"idle_us": 1500.0, "idle_fraction": 0.25, "peak_bytes": 3 << 30,
+                               "calls_count": 7.0, "bw_bytes_per_s": 2.5e9,
+                               "first_over_median_ratio": 3.0, "ops_per_step": 12.0}))
+    assert rows["idle"] == fmt_us(1500.0) == "1.5 ms"
+    assert rows["idle (share)"] == fmt_pct(0.25) == "25.0%"
+    assert rows["peak"] == fmt_bytes(3 << 30)
+    assert rows["calls"] == "7"
+    assert rows["bw"] == "2.5 GB/s"
+    assert rows["first over median"] == "3x"
+    assert rows["ops per step"] == "12"
+
+
+def test_diagnosis_section_escapes_and_shows_every_number():
+    f = Finding("launch_overhead", "high", "Kernel void foo<float, 4> <script>x</script>",
+                {"median_kernel_us": 4.25, "kernels_per_step": 1234.0},
+                "model = torch.compile(model)  # a < b", 0.4)
+    d = Diagnosis(findings=(f,), not_judged=("cold_start: no <timings>",),
+                  verdict="Main bottleneck: launch_overhead")
+    s = diagnosis_section(d)
+    assert s.title == "Diagnosis"
+    assert "<script>" not in s.html and "&lt;script&gt;" in s.html
+    assert "no &lt;timings&gt;" in s.html
+    assert '<pre>model = torch.compile(model)  # a &lt; b</pre>' in s.html
+    assert 'class="sev-high"' in s.html
+    for _, shown in evidence_rows(f.evidence):
+        assert shown in s.text and shown in s.html
+    assert "[high]" in s.text and "torch.compile(model)" in s.text
+
+
+def test_empty_diagnosis_renders():
+    s = diagnosis_section(Diagnosis(verdict="Nothing to judge"))
+    assert "No findings." in s.text and "Nothing to judge" in s.html
+
+
+def test_timeline_section_numbers_and_png(nccl):
+    trace, tl = nccl
+    s = timeline_section(tl, trace)
+    for c, us in tl.breakdown.us_by_category().items():
+        assert fmt_us(us) in s.text and fmt_us(us) in s.html, c
+        share = fmt_pct(tl.breakdown.fraction(c))
+        assert share in s.text and share in s.html
+    m = re.search(r'src="data:image/png;base64,([^"]+)"', s.html)
+    assert m is not None
+    assert base64.b64decode(m.group(1))[:8] == b"\x89PNG\r\n\x1a\n"
+    rep = tl.representative_step
+    assert f"step {rep.number} (median duration)" in s.text
+
+
+def test_plot_timeline_lanes_and_gaps(nccl):
+    trace, tl = nccl
+    fig = plot_timeline(tl, trace)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    streams = sorted({k.stream for k in trace.kernels})
+    assert [lab for lab in labels if lab.startswith("GPU")] == [f"GPU 0 stream {s}"
+                                                                 for s in streams]
+    assert any(lab.startswith("CPU thread") for lab in labels)
+    # One bar collection per lane, plus one shaded collection per idle cause present.
+    causes = {g.cause for g in tl.gaps}
+    assert len(ax.collections) == len(labels) + len(causes)
+    from matplotlib.figure import Figure
+
+    other = Figure()
+    given = other.add_subplot(1, 1, 1)
+    assert plot_timeline(tl, trace, step=tl.steps[0].number, ax=given) is other
+
+
+def test_plot_without_trace_or_steps():
+    from gpuprof_nb.model.trace import Kernel, Trace
+
+    k = (Kernel("k", "kernel", 0.0, 10.0, 0, 7), Kernel("k", "kernel", 50.0, 10.0, 0, 7))
+    trace = Trace("hand", (), k, (), (), (), (), (), None, (0.0, 60.0))
+    tl = device_timeline(trace)
+    assert plot_timeline(tl, None).axes
+    s = timeline_section(tl, None)
+    assert "whole window" in s.text
+
+
+def test_mimebundles(nccl):
+    trace, tl = nccl
+    d = diagnose(trace, timeline=tl)
+    bundle = d._repr_mimebundle_()
+    assert "text/plain" in bundle and "text/html" in bundle
+    assert d.verdict in bundle["text/plain"]
+    tb = tl._repr_mimebundle_()
+    assert "text/plain" in tb and "data:image/png;base64," in tb["text/html"]
