@@ -1,0 +1,77 @@
+"""Interval arithmetic, checked against a brute-force count over integer unit cells."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gpuprof_nb.analysis.intervals import (
+    clip_intervals,
+    device_busy_us,
+    gaps_between,
+    merge_intervals,
+    union_length,
+)
+from gpuprof_nb.io.trace import trace_from_dict
+
+
+def _cells(intervals: list[tuple[int, int]]) -> set[int]:
+    """Unit cells [i, i+1) covered by integer intervals: the brute-force union."""
+    return {i for s, e in intervals for i in range(s, e)}
+
+
+def _random_intervals(rng: random.Random, n: int) -> list[tuple[int, int]]:
+    out = []
+    for _ in range(n):
+        s = rng.randrange(0, 200)
+        out.append((s, s + rng.randrange(-3, 30)))  # some empty or inverted
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_merge_and_union_match_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    spans = _random_intervals(rng, rng.randrange(0, 40))
+    merged = merge_intervals(spans)
+    assert union_length(spans) == len(_cells(spans))
+    assert _cells([(int(s), int(e)) for s, e in merged]) == _cells(spans)
+    # sorted and disjoint, not touching (touching intervals are merged)
+    for (_, e1), (s2, _) in zip(merged, merged[1:], strict=False):
+        assert e1 < s2
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_clip_and_gaps_match_brute_force(seed: int) -> None:
+    rng = random.Random(100 + seed)
+    spans = _random_intervals(rng, 25)
+    lo, hi = sorted(rng.sample(range(-10, 240), 2))
+    clipped = clip_intervals(spans, lo, hi)
+    assert _cells([(int(s), int(e)) for s, e in clipped]) == {
+        c for c in _cells(spans) if lo <= c < hi}
+    holes = gaps_between(merge_intervals(spans), lo, hi)
+    hole_cells = _cells([(int(s), int(e)) for s, e in holes])
+    assert hole_cells == set(range(lo, hi)) - _cells(spans)
+
+
+def test_edge_cases() -> None:
+    assert merge_intervals([]) == [] and union_length([]) == 0
+    assert merge_intervals([(1.0, 2.0), (2.0, 3.0)]) == [(1.0, 3.0)]
+    assert merge_intervals([(5.0, 5.0), (7.0, 6.0)]) == []
+    assert gaps_between([], 0.0, 4.0) == [(0.0, 4.0)]
+    assert gaps_between([(0.0, 10.0)], 2.0, 5.0) == []
+    assert clip_intervals([(0.0, 1.0)], 2.0, 3.0) == []
+
+
+def test_device_busy_counts_overlapping_streams_once() -> None:
+    def k(ts: float, dur: float, stream: int, cat: str = "kernel") -> dict:
+        return {"ph": "X", "cat": cat, "name": "k", "pid": 0, "tid": stream, "ts": ts,
+                "dur": dur, "args": {"device": 0, "stream": stream}}
+
+    trace = trace_from_dict({"traceEvents": [
+        k(0, 10, 7), k(5, 10, 8), k(30, 5, 7, "gpu_memcpy"), k(33, 1, 9, "gpu_memset"),
+        {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": -10, "dur": 60},
+    ]})
+    # union: [0, 15) + [30, 35) = 20 us
+    assert device_busy_us(trace) == 20
+    assert device_busy_us(trace, 8, 32) == (15 - 8) + (32 - 30)
