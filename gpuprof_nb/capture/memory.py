@@ -128,6 +128,15 @@ def _indices_at(snapshot: dict[str, Any], device: int, starts_us: list[int]) -> 
 # CPU fallback
 
 
+def _name(node: Any) -> str:
+    """Return a profiler event's name; '' when torch cannot decode it (seen with some
+    builtin-call events whose name bytes are not UTF-8)."""
+    try:
+        return str(node.name)
+    except UnicodeDecodeError:
+        return ""
+
+
 def _frames_of(event: Any, cache: dict[tuple[Any, ...], list[dict[str, Any]]]
                ) -> list[dict[str, Any]]:
     """Return the allocation's stack, innermost first: the torch op that allocated, then
@@ -141,11 +150,11 @@ def _frames_of(event: Any, cache: dict[tuple[Any, ...], list[dict[str, Any]]]
         if tag.endswith("TorchOp") and not in_python:
             # The outermost op below the Python code is the one the user called
             # (aten::randn, not the aten::empty it allocates through).
-            op_name = parent.name
+            op_name = _name(parent)
         elif tag.endswith(("PyCall", "PyCCall")):
             in_python = True
             if tag.endswith("PyCall"):
-                key.append(parent.name)
+                key.append(_name(parent))
         parent = parent.parent
     if op_name:
         key.insert(0, "op:" + op_name)
@@ -251,7 +260,7 @@ def record_cpu_memory(run: Callable[[], object], *, repeat: int = 1) -> MemoryCa
                 for action in ("free_requested", "free_completed"):
                     entries.append({"action": action, "addr": ef.ptr, "size": size,
                                     "stream": 0, "frames": frames, "time_us": t_us})
-        elif node.name.startswith(_STEP_MARK):
+        elif _name(node).startswith(_STEP_MARK):
             step_times.append(node.start_time_ns // 1000)
     # The profiler sees no allocator segments: each block still live at the end is
     # reported as its own segment, so 'reserved' is the live memory itself.

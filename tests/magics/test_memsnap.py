@@ -1,0 +1,141 @@
+"""%%memsnap in-process (IPython.testing.globalipapp) on CPU cells: options and errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+torch = pytest.importorskip("torch")
+
+from IPython.core.error import UsageError  # noqa: E402
+from IPython.testing.globalipapp import start_ipython  # noqa: E402
+from IPython.utils.capture import capture_output  # noqa: E402
+
+from gpuprof_nb.capture.profiler import profiler_running  # noqa: E402
+from gpuprof_nb.io.snapshot import load_snapshot  # noqa: E402
+
+LEAK_CELL = """\
+runs += 1
+x = torch.randn(64, 32)
+loss = (x @ W).relu().sum()
+losses.append(loss)
+"""
+
+
+@pytest.fixture(scope="module")
+def ip():
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "gpuprof_nb")
+    shell.run_cell("import torch\nW = torch.randn(32, 48, requires_grad=True)")
+    return shell
+
+
+def fresh(ip) -> None:
+    ip.user_ns["runs"] = 0
+    ip.user_ns["losses"] = []
+
+
+def test_repeat_o_quiet_and_leak(ip) -> None:
+    fresh(ip)
+    with capture_output() as out:
+        result = ip.run_cell_magic("memsnap", "--repeat 3 -o mem --quiet", LEAK_CELL)
+    assert result is None and out.stdout == "" and not out.outputs
+    assert ip.user_ns["runs"] == 3 and len(ip.user_ns["losses"]) == 3
+    mem = ip.user_ns["mem"]
+    # Independent: x (64x32 fp32) and the relu output (64x48 fp32) stay with each kept
+    # loss (4 bytes).
+    per_step = 64 * 32 * 4 + 64 * 48 * 4 + 4
+    assert mem.leaks.growth_bytes_per_step == pytest.approx(per_step)
+    assert any(f.kind == "memory_growth" for f in mem.findings)
+    assert mem.snapshot.source == "cpu-profiler"
+    assert mem.peak_bytes == mem.timeline.peak_bytes > 0
+    assert not profiler_running()
+
+
+def test_display_shows_cpu_note(ip) -> None:
+    fresh(ip)
+    with capture_output() as out:
+        ip.run_cell_magic("memsnap", "", LEAK_CELL)
+    assert len(out.outputs) == 1
+    data = out.outputs[0].data
+    assert "CPU fallback" in data["text/plain"] and "text/html" in data
+
+
+def test_save_writes_a_loadable_snapshot(ip, tmp_path: Path) -> None:
+    fresh(ip)
+    path = tmp_path / "snap.pickle"
+    with capture_output() as out:
+        ip.run_cell_magic("memsnap", f"--save {path} -o mem --quiet", LEAK_CELL)
+    assert out.stdout == ""  # --quiet silences the CPU save note too
+    loaded = load_snapshot(path)
+    mem = ip.user_ns["mem"]
+    assert loaded.source == "cpu-profiler"
+    assert loaded.trace(0).n_events == mem.snapshot.trace(0).n_events
+    assert mem.save(tmp_path / "again.pickle").exists()
+    with capture_output() as out:
+        ip.run_cell_magic("memsnap", f"--save {tmp_path / 'b.pickle'} --quiet -o m2", "y = 1")
+    fresh(ip)
+    with capture_output() as out:
+        ip.run_cell_magic("memsnap", f"--save {tmp_path / 'c.pickle'}", LEAK_CELL)
+    assert "CPU fallback snapshot" in out.stdout
+
+
+def test_window_in_ms(ip) -> None:
+    fresh(ip)
+    ip.run_cell_magic("memsnap", "--repeat 2 -o full --quiet", LEAK_CELL)
+    full = ip.user_ns["full"].timeline
+    cut = full.x[len(full.x) // 2]
+    fresh(ip)
+    ip.run_cell_magic("memsnap", f"--repeat 2 -o part --quiet --window {cut}:", LEAK_CELL)
+    part = ip.user_ns["part"].timeline
+    assert part.time_unit == "ms" and part.window == (cut, None)
+    assert (part.x >= cut).all() and part.n_events < full.n_events + 5
+
+
+def test_user_exception_propagates_unchanged(ip) -> None:
+    ip.user_ns["boom"] = KeyError("mine")
+    with pytest.raises(KeyError) as info:
+        ip.run_cell_magic("memsnap", "--quiet", "t = torch.ones(8)\nraise boom")
+    assert info.value is ip.user_ns["boom"]
+    assert not profiler_running()
+    assert torch.is_grad_enabled()
+
+
+def test_grad_mode_restored(ip) -> None:
+    ip.run_cell_magic("memsnap", "--quiet", "torch.set_grad_enabled(False)\nz = torch.ones(4)")
+    assert torch.is_grad_enabled()
+
+
+def test_syntax_error_before_running(ip) -> None:
+    ip.user_ns["ran"] = False
+    with pytest.raises(SyntaxError):
+        ip.run_cell_magic("memsnap", "--quiet", "ran = True\ndef (:")
+    assert ip.user_ns["ran"] is False
+
+
+@pytest.mark.parametrize("line, match", [
+    ("--repeat 0", "at least 1"),
+    ("--max-entries 0", "at least 1"),
+    ("--stacks cpp", "invalid choice"),
+    ("--window 5", "START:END"),
+    ("--window 9:3", "before START"),
+    ("-o 1bad", "not a valid variable name"),
+    ("--bogus", "unrecognized"),
+])
+def test_argument_errors(ip, line: str, match: str) -> None:
+    with pytest.raises(UsageError, match=match):
+        ip.run_cell_magic("memsnap", line, "x = 1")
+
+
+def test_empty_cell(ip) -> None:
+    with pytest.raises(UsageError, match="empty"):
+        ip.run_cell_magic("memsnap", "", "  \n")
+
+
+def test_help_lists_options(ip) -> None:
+    doc = ip.find_cell_magic("memsnap").__doc__
+    for opt in ("--max-entries", "--stacks", "--save", "--repeat", "--window", "-o", "--quiet"):
+        assert opt in doc
