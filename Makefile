@@ -62,8 +62,15 @@ demo: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab tutorials/
 
+# Benchmarks (writes benchmarks/RESULTS.md). HolisticTraceAnalysis gets its own venv under
+# benchmarks/.cache (git-ignored), never the test venv. A shorter run:
+# `make bench BENCH_ARGS="--big-trace-mb 256 --big-snapshot-mb 256 --repeats 3"`.
 bench: $(STAMP)
-	$(PY) benchmarks/run.py
+	@test -f benchmarks/.cache/venv-bench/.hta-0.5.0 || { \
+	  $(PYTHON) -m venv benchmarks/.cache/venv-bench && \
+	  benchmarks/.cache/venv-bench/bin/pip install --quiet "HolisticTraceAnalysis==0.5.0" && \
+	  touch benchmarks/.cache/venv-bench/.hta-0.5.0; }
+	$(PY) benchmarks/run.py --hta-python benchmarks/.cache/venv-bench/bin/python $(BENCH_ARGS)
 
 clean:
 	rm -rf build .pytest_cache

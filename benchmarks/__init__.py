@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks against the tools users would pick instead (`make bench`)."""

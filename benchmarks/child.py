@@ -1,0 +1,190 @@
+"""One measured approach, run alone in a child process so its peak memory is its own.
+
+Usage: python benchmarks/child.py MODE PATH
+Prints one JSON line: {"mode", "seconds", "stages": {...}, "baseline_rss_bytes", "facts": {...}}.
+`seconds` covers the work only (after imports); the parent adds peak memory from the
+process tree. This file is run by both the project venv and the HTA venv, so it imports
+neither gpuprof_nb nor HTA at module level.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _open_text(path: str) -> Any:
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    if magic == b"\x1f\x8b":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def _peak_rss_bytes() -> int:
+    """This process's own high-water RSS in bytes (VmHWM). Not ru_maxrss: Linux carries the
+    parent's high-water mark into ru_maxrss across fork+exec, which would mix the numbers."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _rss_bytes() -> int:
+    """Current resident set size of this process in bytes (Linux /proc)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+class _Stages:
+    """Times named stages in seconds; the sum is the measured work."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        # RSS once imports are done, just before the first stage: what the work adds on top.
+        self.baseline_rss_bytes = 0
+
+    def run(self, name: str, fn: Callable[[], Any]) -> Any:
+        if not self.seconds:
+            self.baseline_rss_bytes = _rss_bytes()
+        t0 = time.perf_counter()
+        value = fn()
+        self.seconds[name] = time.perf_counter() - t0
+        return value
+
+
+def json_floor(path: str, stages: _Stages) -> dict[str, Any]:
+    """The floor: plain json.load of the whole file (gzip decompressed on the fly)."""
+
+    def load() -> Any:
+        with _open_text(path) as fh:
+            return json.load(fh)
+
+    doc = stages.run("json.load", load)
+    events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+    return {"events": len(events)}
+
+
+def gpuprof_trace(path: str, stages: _Stages) -> dict[str, Any]:
+    """gpuprof_nb: load_trace + ops table + kernels table + idle breakdown."""
+    sys.path.insert(0, str(REPO))
+    from gpuprof_nb.analysis.ops import kernel_table, top_ops
+    from gpuprof_nb.analysis.timeline import device_timeline
+    from gpuprof_nb.io.trace import load_trace
+
+    trace = stages.run("load", lambda: load_trace(path))
+    ops = stages.run("ops", lambda: top_ops(trace))
+    kernels = stages.run("kernels", lambda: kernel_table(trace))
+    timeline = stages.run("idle breakdown", lambda: device_timeline(trace))
+    return {
+        "kernels": len(trace.kernels),
+        "op_rows": len(ops.rows),
+        "kernel_rows": len(kernels.rows),
+        "busy_us": float(getattr(timeline, "busy_us", float("nan"))),
+    }
+
+
+def hta_trace(path: str, stages: _Stages) -> dict[str, Any]:
+    """HolisticTraceAnalysis doing the same: parse, kernel breakdown, idle breakdown
+    (plus its temporal breakdown, the GPU busy/idle split)."""
+    import logging
+
+    logging.disable(logging.WARNING)
+    from hta.trace_analysis import TraceAnalysis
+
+    analyzer = stages.run(
+        "load", lambda: TraceAnalysis(trace_files={0: os.path.abspath(path)}, trace_dir="/")
+    )
+    kernels = stages.run(
+        "kernels", lambda: analyzer.get_gpu_kernel_breakdown(visualize=False)
+    )
+    stages.run(
+        "idle breakdown", lambda: analyzer.get_idle_time_breakdown(ranks=[0], visualize=False)
+    )
+    temporal = stages.run(
+        "temporal breakdown", lambda: analyzer.get_temporal_breakdown(visualize=False)
+    )
+    facts: dict[str, Any] = {"kernel_rows": int(len(kernels[1]))}
+    try:
+        facts["idle_us_hta"] = float(temporal["idle_time(us)"].iloc[0])
+    except (KeyError, IndexError, TypeError, ValueError):
+        pass
+    return facts
+
+
+def unpickle_floor(path: str, stages: _Stages) -> dict[str, Any]:
+    """The floor for snapshots: pickle.load alone."""
+
+    def load() -> Any:
+        with open(path, "rb") as fh:
+            return pickle.load(fh)
+
+    doc = stages.run("pickle.load", load)
+    traces = doc.get("device_traces", []) if isinstance(doc, dict) else []
+    return {"trace_entries": sum(len(t) for t in traces)}
+
+
+def gpuprof_snapshot(path: str, stages: _Stages) -> dict[str, Any]:
+    """gpuprof_nb: load_snapshot, then the analysis %%memsnap shows (timeline, peak,
+    at-peak; analyze_snapshot also does leaks, segments and findings in the same pass)."""
+    sys.path.insert(0, str(REPO))
+    from gpuprof_nb.analysis.memory import analyze_snapshot
+    from gpuprof_nb.io.snapshot import load_snapshot
+
+    snapshot = stages.run("load", lambda: load_snapshot(path))
+    analysis = stages.run("analysis", lambda: analyze_snapshot(snapshot))
+    return {
+        "peak_bytes": int(analysis.timeline.peak_bytes),
+        "at_peak_rows": len(getattr(analysis.at_peak, "rows", ()) or ()),
+    }
+
+
+MODES: dict[str, Callable[[str, _Stages], dict[str, Any]]] = {
+    "json-floor": json_floor,
+    "gpuprof-trace": gpuprof_trace,
+    "hta-trace": hta_trace,
+    "unpickle-floor": unpickle_floor,
+    "gpuprof-snapshot": gpuprof_snapshot,
+}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in MODES:
+        print(f"usage: child.py {{{'|'.join(MODES)}}} PATH", file=sys.stderr)
+        return 2
+    mode, path = argv
+    stages = _Stages()
+    facts = MODES[mode](path, stages)
+    print(
+        json.dumps(
+            {
+                "mode": mode,
+                "seconds": sum(stages.seconds.values()),
+                "stages": stages.seconds,
+                "baseline_rss_bytes": stages.baseline_rss_bytes,
+                "peak_rss_bytes": _peak_rss_bytes(),
+                "facts": facts,
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

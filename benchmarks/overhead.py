@@ -1,0 +1,168 @@
+"""Comparison 1: what %%gpuprofile costs on the same cell.
+
+Four ways to run one cell, in one in-process IPython shell (globalipapp), interleaved
+round by round so machine drift hits them alike:
+- bare: the cell run 1 + 3 times (the magic's default warm-up + repeats), back to back;
+- `%%gpuprofile --timing-only`: the same 1 + 3 runs, timed by the magic;
+- hand-written: what a user writes by hand for the same information: 1 warm-up run,
+  3 runs timed with perf_counter, one run under torch.profiler with the same settings
+  (CPU [+CUDA] activities, record_shapes=True), and the key_averages table printed;
+- `%%gpuprofile`: the default magic, report displayed (and, separately, with --quiet).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.config import BenchConfig, Section, Target
+
+SETUP = """
+import torch
+_dev = "cuda" if torch.cuda.is_available() else "cpu"
+torch.manual_seed(0)
+a = torch.randn({n}, {n}, device=_dev)
+b = torch.randn({n}, {n}, device=_dev)
+x = torch.randn(256, device=_dev)
+"""
+
+# name -> (setup size n, cell body). "large ops": few big matmuls (compute dominates);
+# "many small ops": hundreds of tiny elementwise ops (dispatch dominates, the profiler's
+# worst case because its cost is per op).
+WORKLOADS_FULL = {
+    "large ops (8 matmuls 768x768)": (768, "for _ in range(8):\n    y = a @ b\n"),
+    "many small ops (400 adds of 256 floats)": (64, "for _ in range(400):\n    y = x + 1\n"),
+}
+WORKLOADS_QUICK = {
+    "large ops (2 matmuls 128x128)": (128, "for _ in range(2):\n    y = a @ b\n"),
+    "many small ops (20 adds)": (64, "for _ in range(20):\n    y = x + 1\n"),
+}
+
+HAND_WRITTEN = '''
+import time as _time
+from torch.profiler import profile as _profile, ProfilerActivity as _PA
+_code = compile({body!r}, "<cell>", "exec")
+exec(_code, globals())
+_times = []
+for _i in range(3):
+    if torch.cuda.is_available(): torch.cuda.synchronize()
+    _t0 = _time.perf_counter_ns()
+    exec(_code, globals())
+    if torch.cuda.is_available(): torch.cuda.synchronize()
+    _times.append(_time.perf_counter_ns() - _t0)
+_acts = [_PA.CPU] + ([_PA.CUDA] if torch.cuda.is_available() else [])
+with _profile(activities=_acts, record_shapes=True) as _prof:
+    exec(_code, globals())
+    if torch.cuda.is_available(): torch.cuda.synchronize()
+print(sorted(_times)[1] / 1e3, "us median")
+print(_prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
+'''
+
+
+def start_shell() -> Any:
+    """The in-process IPython shell with gpuprof_nb loaded (the magic tests use the same)."""
+    from IPython.testing.globalipapp import get_ipython, start_ipython
+
+    # start_ipython returns the shell the first time only; later calls get the same one.
+    shell = start_ipython() or get_ipython()
+    shell.run_line_magic("load_ext", "gpuprof_nb")
+    return shell
+
+
+def run_cell(shell: Any, source: str) -> float:
+    """Run one cell; return its wall time in seconds. Output is swallowed; errors raise."""
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink):
+        t0 = time.perf_counter()
+        result = shell.run_cell(source, store_history=False)
+        elapsed = time.perf_counter() - t0
+    if not result.success:
+        err = result.error_in_exec or result.error_before_exec
+        raise RuntimeError(f"benchmark cell failed: {err!r}\n{source}")
+    return elapsed
+
+
+@dataclass(frozen=True, slots=True)
+class Approach:
+    label: str
+    run: Callable[[], float]
+
+
+def _approaches(shell: Any, body: str) -> list[Approach]:
+    def bare() -> float:
+        return sum(run_cell(shell, body) for _ in range(4))
+
+    return [
+        Approach("bare (1 + 3 runs)", bare),
+        Approach("%%gpuprofile --timing-only",
+                 lambda: run_cell(shell, "%%gpuprofile --timing-only -o _r_t\n" + body)),
+        Approach("hand-written torch.profiler block",
+                 lambda: run_cell(shell, HAND_WRITTEN.format(body=body))),
+        Approach("%%gpuprofile", lambda: run_cell(shell, "%%gpuprofile -o _r_f\n" + body)),
+        Approach("%%gpuprofile --quiet",
+                 lambda: run_cell(shell, "%%gpuprofile --quiet -o _r_q\n" + body)),
+    ]
+
+
+def measure_workload(shell: Any, n: int, body: str, rounds: int) -> dict[str, list[float]]:
+    """Seconds per approach over `rounds` rounds; the order rotates each round."""
+    run_cell(shell, SETUP.format(n=n))
+    approaches = _approaches(shell, body)
+    for approach in approaches:  # one untimed pass: imports, allocator, profiler init
+        approach.run()
+    times: dict[str, list[float]] = {a.label: [] for a in approaches}
+    for r in range(rounds):
+        order = approaches[r % len(approaches):] + approaches[: r % len(approaches)]
+        for approach in order:
+            times[approach.label].append(approach.run())
+    return times
+
+
+def _fmt(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def run(cfg: BenchConfig) -> Section:
+    """Measure each workload; return the RESULTS.md section and its two targets."""
+    shell = start_shell()
+    workloads = WORKLOADS_QUICK if cfg.quick else WORKLOADS_FULL
+    rounds = cfg.repeats if cfg.quick else max(cfg.repeats, 7)
+    lines = [
+        f"Wall time of the whole cell, median of {rounds} interleaved rounds, in one "
+        "in-process IPython shell. Ratios are against bare for `--timing-only` and against "
+        "the hand-written profiler block for the full profile.",
+        "",
+        "| workload | bare (1+3 runs) | --timing-only | vs bare | hand-written profiler "
+        "| %%gpuprofile | vs hand-written | %%gpuprofile --quiet | vs hand-written |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    targets: list[Target] = []
+    worst_timing, worst_full, worst_quiet = 0.0, 0.0, 0.0
+    for name, (n, body) in workloads.items():
+        times = measure_workload(shell, n, body, rounds)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        bare = med["bare (1 + 3 runs)"]
+        timing = med["%%gpuprofile --timing-only"]
+        hand = med["hand-written torch.profiler block"]
+        full = med["%%gpuprofile"]
+        quiet = med["%%gpuprofile --quiet"]
+        worst_timing = max(worst_timing, timing / bare - 1)
+        worst_full = max(worst_full, full / hand - 1)
+        worst_quiet = max(worst_quiet, quiet / hand - 1)
+        lines.append(
+            f"| {name} | {_fmt(bare)} | {_fmt(timing)} | {timing / bare - 1:+.1%} "
+            f"| {_fmt(hand)} | {_fmt(full)} | {full / hand - 1:+.1%} | {_fmt(quiet)} "
+            f"| {quiet / hand - 1:+.1%} |"
+        )
+    targets.append(Target("--timing-only vs bare (worst workload)", f"{worst_timing:+.1%}",
+                          "within 2%", worst_timing <= 0.02))
+    targets.append(Target("%%gpuprofile (displayed) vs hand-written profiler block (worst)",
+                          f"{worst_full:+.1%}", "within 10%", worst_full <= 0.10))
+    targets.append(Target("%%gpuprofile --quiet vs hand-written profiler block (worst)",
+                          f"{worst_quiet:+.1%}", "within 10%", worst_quiet <= 0.10))
+    return Section("1. Overhead on the same cell", "\n".join(lines), tuple(targets))

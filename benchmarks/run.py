@@ -1,0 +1,198 @@
+"""Run every comparison and write benchmarks/RESULTS.md (`make bench`).
+
+    python benchmarks/run.py [--quick] [--only overhead,accuracy,traces,snapshots,notebook]
+                             [--repeats N] [--big-trace-mb N] [--big-snapshot-mb N]
+                             [--traces-dir DIR] [--hta-python PATH] [--out PATH]
+
+Traces come from ../shared/traces (override with --traces-dir or GPUPROF_TRACES_DIR).
+HolisticTraceAnalysis runs from its own venv (benchmarks/.cache/venv-bench, made by
+`make bench`; override with --hta-python or GPUPROF_HTA_PYTHON); the test venv never needs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.config import BenchConfig, Section, Target  # noqa: E402
+
+CACHE = REPO / "benchmarks" / ".cache"
+DEFAULT_HTA_PYTHON = CACHE / "venv-bench" / "bin" / "python"
+# Comparison name -> module with `run(cfg) -> Section`, in the issue's order.
+COMPARISONS = {
+    "overhead": "benchmarks.overhead",
+    "accuracy": "benchmarks.accuracy",
+    "traces": "benchmarks.trace_analysis",
+    "snapshots": "benchmarks.snapshot_analysis",
+    "notebook": "benchmarks.notebook_weight",
+}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="gpuprof_nb benchmarks -> RESULTS.md")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny inputs, one run each (what the smoke tests use)")
+    parser.add_argument("--only", default=",".join(COMPARISONS),
+                        help=f"comma-separated subset of {', '.join(COMPARISONS)}")
+    parser.add_argument("--repeats", type=int, default=None, help="runs per measurement")
+    parser.add_argument("--big-trace-mb", type=int, default=None,
+                        help="size of the replicated trace in MiB (0 skips it; default 1024)")
+    parser.add_argument("--big-snapshot-mb", type=int, default=None,
+                        help="size of the synthetic snapshot in MiB (0 skips it; default 1024)")
+    parser.add_argument("--cap-gb", type=float, default=12.0,
+                        help="kill any measured child process tree above this many GiB")
+    parser.add_argument("--traces-dir", default=os.environ.get(
+        "GPUPROF_TRACES_DIR", str(REPO.parent / "shared" / "traces")))
+    parser.add_argument("--hta-python", default=os.environ.get(
+        "GPUPROF_HTA_PYTHON", str(DEFAULT_HTA_PYTHON)))
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "RESULTS.md"))
+    return parser.parse_args(argv)
+
+
+def make_config(args: argparse.Namespace) -> BenchConfig:
+    quick = args.quick
+    return BenchConfig(
+        traces_dir=Path(args.traces_dir),
+        cache_dir=CACHE,
+        hta_python=args.hta_python if Path(args.hta_python).exists() else None,
+        repeats=args.repeats or (1 if quick else 5),
+        big_repeats=1,
+        big_trace_mb=args.big_trace_mb if args.big_trace_mb is not None else (2 if quick else 1024),
+        big_snapshot_mb=(
+            args.big_snapshot_mb if args.big_snapshot_mb is not None else (1 if quick else 1024)
+        ),
+        cap_bytes=int(args.cap_gb * 2**30),
+        quick=quick,
+    )
+
+
+def _version(module: str, python: str | None = None) -> str:
+    if python is None:
+        try:
+            return str(importlib.import_module(module).__version__)
+        except (ImportError, AttributeError):
+            return "not installed"
+    code = (
+        "import importlib.metadata as m, sys\n"
+        "try: print(m.version(sys.argv[1]))\n"
+        "except m.PackageNotFoundError: print('not installed')"
+    )
+    try:
+        out = subprocess.run([python, "-c", code, module], capture_output=True, text=True,
+                             timeout=60)
+        return out.stdout.strip() or "not installed"
+    except (OSError, subprocess.SubprocessError):
+        return "not installed"
+
+
+def machine_lines(cfg: BenchConfig) -> list[str]:
+    """Machine and versions, so anyone can tell whether their numbers are comparable."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        mem = float("nan")
+    import torch
+
+    cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU)"
+    return [
+        f"- machine: {platform.system()} {platform.release()}, {cpu}, "
+        f"{os.cpu_count()} CPUs, {mem:.0f} GiB RAM; GPU: {cuda}",
+        f"- python {platform.python_version()}; torch {torch.__version__}; "
+        f"gpuprof_nb {_version('gpuprof_nb')}; IPython {_version('IPython')}; "
+        f"numpy {_version('numpy')}",
+        f"- HolisticTraceAnalysis {_version('HolisticTraceAnalysis', cfg.hta_python)} "
+        f"(pandas {_version('pandas', cfg.hta_python)}) in `{cfg.hta_python}`"
+        if cfg.hta_python else "- HolisticTraceAnalysis: not available",
+        f"- traces: `{cfg.traces_dir}`; repeats per measurement: {cfg.repeats} "
+        f"(large inputs: {cfg.big_repeats}); memory cap per child: "
+        f"{cfg.cap_bytes / 2**30:.0f} GiB",
+    ]
+
+
+def _mark(met: bool | None) -> str:
+    return {True: "met", False: "**missed**", None: "not judged"}[met]
+
+
+def render_results(
+    cfg: BenchConfig, sections: list[Section], command: str, elapsed_s: float
+) -> str:
+    """RESULTS.md: header, machine, the target summary, then each comparison."""
+    targets: list[tuple[str, Target]] = [(s.title, t) for s in sections for t in s.targets]
+    out = [
+        "# gpuprof_nb benchmark results",
+        "",
+        "Generated by `benchmarks/run.py`; do not edit by hand. "
+        "Reproduce with the command below (`make bench` runs it).",
+        "",
+        f"- command: `{command}`",
+        f"- date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; "
+        f"took {elapsed_s:.0f} s",
+        *machine_lines(cfg),
+        "",
+        "## Targets",
+        "",
+        "| comparison | target | goal | measured | status |",
+        "|---|---|---|---|---|",
+    ]
+    for title, t in targets:
+        out.append(f"| {title} | {t.name} | {t.goal} | {t.measured} | {_mark(t.met)} |")
+    for section in sections:
+        out += ["", f"## {section.title}", "", section.markdown.rstrip()]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    cfg = make_config(args)
+    cfg.cache_dir.mkdir(parents=True, exist_ok=True)
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in COMPARISONS]
+    if unknown:
+        print(f"unknown comparison(s) {unknown}; choose from {list(COMPARISONS)}",
+              file=sys.stderr)
+        return 2
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    start = time.perf_counter()
+    sections: list[Section] = []
+    for name in chosen:
+        t0 = time.perf_counter()
+        print(f"[bench] {name} ...", flush=True)
+        module = importlib.import_module(COMPARISONS[name])
+        try:
+            section = module.run(cfg)
+        except Exception as exc:  # noqa: BLE001 - one broken comparison must not hide the rest
+            section = Section(name, f"This comparison failed: `{type(exc).__name__}: {exc}`",
+                              (Target(name, f"failed: {exc}", "runs", False),))
+        sections.append(section)
+        print(f"[bench] {name} done in {time.perf_counter() - t0:.1f} s", flush=True)
+    command = "python benchmarks/run.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    text = render_results(cfg, sections, command.strip(), time.perf_counter() - start)
+    Path(args.out).write_text(text)
+    print(f"[bench] wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,328 @@
+"""Comparison 4: memory-snapshot analysis (load + timeline + peak + at-peak) vs unpickling.
+
+Inputs: the largest snapshot in tests/data/snapshots and a synthetic one of about
+`big_snapshot_mb` MiB written by `write_synthetic_snapshot` in the format
+torch.cuda.memory._dump_snapshot writes (see its docstring). Each approach runs in its own
+child process (benchmarks/child.py), so peak memory is per approach.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+from benchmarks.config import BenchConfig, Section, Target
+from benchmarks.measure import Outcome, measure, this_python
+
+REPO = Path(__file__).resolve().parent.parent
+MIB = 2**20
+
+# --- a streaming pickle writer (protocol 2 opcodes) ------------------------------------
+# A 1 GB snapshot holds millions of history entries; building them as Python objects to
+# pickle.dump them would need several GB in the generator alone. So the pickle is written
+# opcode by opcode. What it decodes to is exactly what pickle.load of a real dump gives:
+# dicts, lists, tuples, str, int, bool. Like a real dump, the frame dicts are shared
+# between entries (torch symbolizes each distinct frame once), so they are written once
+# and referenced by memo afterwards; dict keys are memoized as Python's pickle does for
+# interned strings.
+PROTO = b"\x80\x02"
+EMPTY_DICT, EMPTY_LIST, MARK = b"}", b"]", b"("
+SETITEMS, APPENDS, STOP = b"u", b"e", b"."
+TUPLE2, NEWTRUE, NEWFALSE, NONE = b"\x86", b"\x88", b"\x89", b"N"
+
+
+def _int(value: int) -> bytes:
+    if -(2**31) <= value < 2**31:
+        return b"J" + struct.pack("<i", value)
+    raw = value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
+    return b"\x8a" + bytes([len(raw)]) + raw
+
+
+def _str(value: str) -> bytes:
+    raw = value.encode("utf-8")
+    return b"X" + struct.pack("<I", len(raw)) + raw
+
+
+class _Memo:
+    """Assigns memo slots: the first use writes the value and PUTs it; later uses GET it."""
+
+    def __init__(self) -> None:
+        self.slots: dict[object, int] = {}
+
+    def ref(self, key: object, encode: bytes) -> bytes:
+        slot = self.slots.get(key)
+        if slot is not None:
+            return b"j" + struct.pack("<I", slot)
+        slot = len(self.slots)
+        self.slots[key] = slot
+        return encode + b"r" + struct.pack("<I", slot)
+
+    def key(self, name: str) -> bytes:
+        return self.ref(("str", name), _str(name))
+
+
+def _value(v: object, memo: _Memo) -> bytes:
+    if v is None:
+        return NONE
+    if v is True:
+        return NEWTRUE
+    if v is False:
+        return NEWFALSE
+    if isinstance(v, int):
+        return _int(v)
+    if isinstance(v, float):
+        return b"G" + struct.pack(">d", v)
+    if isinstance(v, str):
+        return _str(v)
+    if isinstance(v, tuple) and len(v) == 2:
+        return _value(v[0], memo) + _value(v[1], memo) + TUPLE2
+    if isinstance(v, list):
+        return EMPTY_LIST + (MARK + b"".join(_value(x, memo) for x in v) + APPENDS if v else b"")
+    if isinstance(v, dict):
+        return _dict(v, memo)
+    raise TypeError(f"cannot write {type(v).__name__}")
+
+
+def _dict(d: dict[str, object], memo: _Memo) -> bytes:
+    if not d:
+        return EMPTY_DICT
+    body = b"".join(memo.key(k) + _value(v, memo) for k, v in d.items())
+    return EMPTY_DICT + MARK + body + SETITEMS
+
+
+USER = "/home/user/train.py"
+TORCH_PY = (
+    ("/opt/conda/lib/python3.11/site-packages/torch/nn/modules/linear.py", 125, "forward"),
+    ("/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module.py", 1750, "_call_impl"),
+    ("/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module.py", 1739,
+     "_wrapped_call_impl"),
+)
+CPP = (
+    ("/pytorch/c10/cuda/CUDACachingAllocator.cpp", 1150,
+     "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"),
+    ("/pytorch/c10/cuda/CUDACachingAllocator.cpp", 3350,
+     "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::allocate"),
+    ("??", 0, "at::native::empty_cuda"),
+    ("??", 0, "at::_ops::empty_memory_format::call"),
+)
+
+
+def _stack(site: int) -> list[tuple[str, int, str]]:
+    """A stack innermost first, as stacks='all' records it: C++ frames, torch's Python
+    frames, the user's line (one of 64 sites), then the outer user frames."""
+    return [
+        *CPP,
+        *TORCH_PY,
+        (USER, 100 + site, f"layer_{site % 16}"),
+        (USER, 60, "train_step"),
+        (USER, 30, "main"),
+        (USER, 200, "<module>"),
+    ]
+
+
+def _frames(site: int, memo: _Memo) -> bytes:
+    """The entry's own list of the shared frame dicts."""
+    refs = []
+    for filename, line, name in _stack(site):
+        frame = {"filename": filename, "line": line, "name": name}
+        refs.append(memo.ref(("frame", filename, line, name), _dict(frame, memo)))
+    return EMPTY_LIST + MARK + b"".join(refs) + APPENDS
+
+
+def write_synthetic_snapshot(dest: Path, target_bytes: int) -> Path:
+    """Write a snapshot pickle of about `target_bytes`: a training loop on device 0 with
+    parameters allocated before recording (known only from the segments), per step
+    `K` activation allocs freed in reverse (free_requested + free_completed; the same
+    addresses reused each step, as the caching allocator does) and one 512-byte block
+    kept per step (a slow leak). Segments at dump time agree with the history: the
+    parameters and the kept blocks are active_allocated, the rest inactive.
+    Reuses `dest` when it was already written for the same size."""
+    stamp = dest.with_suffix(dest.suffix + ".done")
+    if dest.exists() and stamp.exists() and stamp.read_text().strip() == str(target_bytes):
+        return dest
+    memo = _Memo()
+    base = 0x7F3A00000000
+    param_sizes = [4 * MIB] * 8
+    act_sizes = [(i % 7 + 1) * 256 * 1024 for i in range(48)]  # 48 blocks, 256 KiB-1.75 MiB
+    act_base = base + sum(param_sizes)
+    seg_a_total = sum(param_sizes) + sum(act_sizes)
+    leak_base = base + 2**32
+    t_us = 1_700_000_000_000_000
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(dest.suffix + ".tmp")
+    entry_keys = ("action", "addr", "size", "stream", "time_us", "frames")
+
+    def entry(action: str, addr: int, size: int, site: int) -> bytes:
+        nonlocal t_us
+        t_us += 7
+        values = (_str(action), _int(addr), _int(size), _int(0), _int(t_us),
+                  _frames(site, memo))
+        return (EMPTY_DICT + MARK
+                + b"".join(memo.key(k) + v for k, v in zip(entry_keys, values, strict=True))
+                + SETITEMS)
+
+    steps = 0
+    with open(tmp, "wb") as out:
+        # Top-level dict; its 'device_traces' value comes first so the history can be
+        # streamed, then the segments (whose kept-block list depends on the step count).
+        out.write(PROTO + EMPTY_DICT + MARK)
+        out.write(memo.key("device_traces") + EMPTY_LIST + MARK + EMPTY_LIST)
+        written = out.tell()
+        first = True
+        # Leak segment: recorded as allocated during the history (its segment_alloc).
+        leak_total = 0
+        while written < target_bytes:
+            chunk = [MARK]
+            if first:
+                # Room for one kept block per step (a step writes ~20 KB of history).
+                leak_total = (target_bytes // 10_000) * 512 + 2 * MIB
+                chunk.append(entry("segment_alloc", leak_base, leak_total, 0))
+                first = False
+            offsets = []
+            cursor = act_base
+            for i, size in enumerate(act_sizes):
+                chunk.append(entry("alloc", cursor, size, i))
+                offsets.append((cursor, size, i))
+                cursor += size
+            if (steps + 1) * 512 <= leak_total:
+                chunk.append(entry("alloc", leak_base + steps * 512, 512, 63))
+            for addr, size, i in reversed(offsets):
+                chunk.append(entry("free_requested", addr, size, i))
+                chunk.append(entry("free_completed", addr, size, i))
+            chunk.append(APPENDS)
+            data = b"".join(chunk)
+            out.write(data)
+            written += len(data)
+            steps += 1
+        out.write(APPENDS)  # closes the list of device traces (one device)
+        kept = min(steps, leak_total // 512)
+        segments = [_segment(0, base, seg_a_total,
+                             [(base + i * s, s, "active_allocated", 50 + i)
+                              for i, s in enumerate(param_sizes)]
+                             + [(act_base, sum(act_sizes), "inactive", None)]),
+                    _segment(0, leak_base, leak_total,
+                             [(leak_base + i * 512, 512, "active_allocated", 63)
+                              for i in range(kept)]
+                             + [(leak_base + kept * 512, leak_total - kept * 512, "inactive",
+                                 None)])]
+        out.write(memo.key("segments") + EMPTY_LIST + MARK)
+        for seg in segments:
+            out.write(_segment_bytes(seg, memo))
+        out.write(APPENDS)
+        settings = {"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1,
+                    "garbage_collection_threshold": 0.0, "expandable_segments": False,
+                    "pinned_num_register_threads": 1}
+        out.write(memo.key("allocator_settings") + _dict(settings, memo))
+        out.write(SETITEMS + STOP)
+    os.replace(tmp, dest)
+    stamp.write_text(str(target_bytes))
+    return dest
+
+
+def _segment(device: int, address: int, total: int,
+             blocks: list[tuple[int, int, str, int | None]]) -> dict[str, object]:
+    allocated = sum(size for _, size, state, _ in blocks if state == "active_allocated")
+    return {"device": device, "address": address, "total_size": total,
+            "allocated_size": allocated, "active_size": allocated,
+            "requested_size": allocated, "stream": 0,
+            "segment_type": "large" if total > MIB else "small",
+            "segment_pool_id": (0, 0), "is_expandable": False, "blocks": blocks}
+
+
+def _segment_bytes(seg: dict[str, object], memo: _Memo) -> bytes:
+    parts = [EMPTY_DICT, MARK]
+    for key, value in seg.items():
+        if key == "blocks":
+            continue
+        parts.append(memo.key(key) + _value(value, memo))
+    parts.append(memo.key("blocks") + EMPTY_LIST)
+    blocks = seg["blocks"]
+    assert isinstance(blocks, list)
+    if blocks:
+        parts.append(MARK)
+        for address, size, state, site in blocks:
+            body = (memo.key("address") + _int(address) + memo.key("size") + _int(size)
+                    + memo.key("requested_size") + _int(size if site is not None else 0)
+                    + memo.key("state") + _str(state) + memo.key("frames")
+                    + (_frames(site, memo) if site is not None else EMPTY_LIST))
+            parts.append(EMPTY_DICT + MARK + body + SETITEMS)
+        parts.append(APPENDS)
+    parts.append(SETITEMS)
+    return b"".join(parts)
+
+
+def write_in_child(dest: Path, target_bytes: int) -> Path:
+    """write_synthetic_snapshot in a child process (keeps this process small)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
+        "from benchmarks.snapshot_analysis import write_synthetic_snapshot;"
+        "write_synthetic_snapshot(Path(sys.argv[2]), int(sys.argv[3]))"
+    )
+    subprocess.run([sys.executable, "-c", code, str(REPO), str(dest), str(target_bytes)],
+                   check=True)
+    return dest
+
+
+def _fmt_s(seconds: float) -> str:
+    if seconds != seconds:
+        return "-"
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _fmt_mb(n: float) -> str:
+    return f"{n / MIB:.0f} MB" if n >= 10 * MIB else f"{n / MIB:.2f} MB"
+
+
+def run(cfg: BenchConfig) -> Section:
+    inputs: list[tuple[str, Path, int]] = []
+    snap_dir = REPO / "tests" / "data" / "snapshots"
+    existing = sorted(snap_dir.glob("*.pickle"), key=lambda p: p.stat().st_size)
+    if existing:
+        inputs.append((f"largest in tests/data/snapshots: `{existing[-1].name}`", existing[-1],
+                       cfg.repeats))
+    if cfg.big_snapshot_mb > 0:
+        dest = cfg.cache_dir / f"synthetic_snapshot_{cfg.big_snapshot_mb}mb.pickle"
+        write_in_child(dest, cfg.big_snapshot_mb * MIB)
+        inputs.append((f"synthetic, {cfg.big_snapshot_mb} MiB target", dest,
+                       cfg.big_repeats if cfg.big_snapshot_mb >= 256 else cfg.repeats))
+    lines = [
+        "gpuprof_nb = `load_snapshot` + `analyze_snapshot` (timeline, peak, at-peak, and also "
+        "leaks, segments and findings); floor = `pickle.load` of the same file. Work time "
+        "only (imports excluded), median of runs; peak = the child's high-water RSS.",
+        "",
+        "| snapshot | pickle size | history entries | pickle.load | gpuprof_nb | ours / floor "
+        "| peak floor | peak ours | stages (ours) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    targets: list[Target] = []
+    for label, path, repeats in inputs:
+        floor = measure("pickle.load", this_python(), "unpickle-floor", str(path),
+                        repeats=repeats, cap_bytes=cfg.cap_bytes)
+        ours = measure("gpuprof_nb", this_python(), "gpuprof-snapshot", str(path),
+                       repeats=repeats, cap_bytes=cfg.cap_bytes)
+        ratio = (ours.median_seconds / floor.median_seconds
+                 if ours.ok and floor.ok and floor.median_seconds > 0 else float("nan"))
+        entries = floor.facts.get("trace_entries", "-") if floor.ok else "-"
+        stages = (", ".join(f"{n} {_fmt_s(ours.median_stage(n))}" for n in ours.runs[0].stages)
+                  if ours.ok else "-")
+        lines.append(
+            f"| {label} | {_fmt_mb(path.stat().st_size)} | {entries} | {_cell(floor)} "
+            f"| {_cell(ours)} | {'-' if ratio != ratio else f'{ratio:.2f}x'} "
+            f"| {_fmt_mb(floor.peak_rss_bytes) if floor.ok else '-'} "
+            f"| {_fmt_mb(ours.peak_rss_bytes) if ours.ok else '-'} | {stages} |"
+        )
+        judged = path.stat().st_size >= MIB  # tiny files time fixed costs, not the analysis
+        targets.append(Target(
+            f"{label}: time vs pickle.load",
+            f"{ratio:.2f}x" if ratio == ratio else f"failed: {ours.error or floor.error}",
+            "<= 2x", (ratio <= 2 if ratio == ratio else False) if judged else None,
+        ))
+    return Section("4. Snapshot analysis", "\n".join(lines), tuple(targets))
+
+
+def _cell(outcome: Outcome) -> str:
+    return _fmt_s(outcome.median_seconds) if outcome.ok else f"failed: {outcome.error}"

@@ -1,0 +1,304 @@
+"""Comparison 3: trace analysis (load + ops + kernels + idle breakdown).
+
+gpuprof_nb vs HolisticTraceAnalysis (in its own venv) vs the floor, plain `json.load`,
+on every real trace in ../shared/traces and on a large trace made by replicating a real
+one. Each approach runs in its own child process (benchmarks/child.py) so peak memory
+is measured per approach.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.config import BenchConfig, Section, Target
+from benchmarks.measure import Outcome, measure, this_python
+
+REPO = Path(__file__).resolve().parent.parent
+# The real trace replicated into the large one: the biggest in the shared set (V100 DDP,
+# NCCL, ~28k [memory] events), so the large trace has every event class a user's would.
+BIG_SOURCE = "hta/tests/data/df_index_resolver/df_index_resolver.json.gz"
+# Arguments that hold ids which must stay unique per copy (flows link runtime -> kernel).
+_ID_ARGS = ("correlation", "External id", "external id", "Ev Idx")
+
+
+def real_traces(traces_dir: Path) -> list[Path]:
+    """Every trace file under traces_dir (export_memory_timeline output is not a trace)."""
+    found = [
+        p
+        for p in sorted(traces_dir.rglob("*"))
+        if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
+    ]
+    return found
+
+
+def decompressed_bytes(path: Path) -> int:
+    """Size in bytes of the JSON text (gzip inflated)."""
+    with open(path, "rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+    if not gz:
+        return path.stat().st_size
+    total = 0
+    with gzip.open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            total += len(chunk)
+    return total
+
+
+def _load(path: Path) -> dict[str, Any]:
+    opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _max_id(events: list[dict[str, Any]]) -> int:
+    top = 0
+    for ev in events:
+        value = ev.get("id")
+        if isinstance(value, int):
+            top = max(top, value)
+        args = ev.get("args")
+        if isinstance(args, dict):
+            for key in _ID_ARGS:
+                value = args.get(key)
+                if isinstance(value, int):
+                    top = max(top, value)
+    return top
+
+
+def replicate_trace(source: Path, dest: Path, target_bytes: int) -> Path:
+    """Write `dest` (about `target_bytes` in all): the events of `source` repeated, each
+    copy shifted after the previous one in time, with flow ids, correlation and External
+    ids offset per copy, until the file reaches `target_bytes`. Metadata events and
+    top-level keys appear once. Reuses `dest` when it already exists with the right size."""
+    stamp = dest.with_suffix(dest.suffix + ".done")
+    if dest.exists() and stamp.exists() and stamp.read_text().strip() == str(target_bytes):
+        return dest
+    doc = _load(source)
+    events = doc["traceEvents"]
+    meta = [e for e in events if e.get("ph") == "M"]
+    timed = [e for e in events if e.get("ph") != "M"]
+    starts = [e["ts"] for e in timed if isinstance(e.get("ts"), (int, float))]
+    ends = [
+        e["ts"] + e.get("dur", 0)
+        for e in timed
+        if isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur", 0), (int, float))
+    ]
+    span = int(max(ends) - min(starts)) + 1000
+    id_step = _max_id(timed) + 1
+    top = {k: v for k, v in doc.items() if k != "traceEvents"}
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(dest.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as out:
+        head = json.dumps(top)[:-1]
+        out.write(head + (', ' if top else '') + '"traceEvents": [\n')
+        out.write(",\n".join(json.dumps(e) for e in meta))
+        sep = ",\n" if meta else "\n"  # no comma before the first element of the array
+        written = out.tell()
+        copy = 0
+        # Stop at the event that reaches the target, so small targets (smoke tests) stay small.
+        while written < target_bytes:
+            shift_ts, shift_id = copy * span, copy * id_step
+            for ev in timed:
+                ev2 = dict(ev)
+                if isinstance(ev2.get("ts"), (int, float)):
+                    ev2["ts"] = ev2["ts"] + shift_ts
+                if isinstance(ev2.get("id"), int):
+                    ev2["id"] = ev2["id"] + shift_id
+                args = ev2.get("args")
+                if isinstance(args, dict):
+                    args2 = dict(args)
+                    for key in _ID_ARGS:
+                        if isinstance(args2.get(key), int) and args2[key] >= 0:
+                            args2[key] = args2[key] + shift_id
+                    ev2["args"] = args2
+                text = sep + json.dumps(ev2)
+                sep = ",\n"
+                out.write(text)
+                written += len(text)
+                if written >= target_bytes:
+                    break
+            copy += 1
+        out.write("\n]}\n")
+    os.replace(tmp, dest)
+    stamp.write_text(str(target_bytes))
+    return dest
+
+
+def replicate_in_child(source: Path, dest: Path, target_bytes: int) -> Path:
+    """replicate_trace in a child process, so this process never holds the parsed source
+    (a large parent RSS would be inherited by the measured children at fork)."""
+    code = (
+        "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
+        "from benchmarks.trace_analysis import replicate_trace;"
+        "replicate_trace(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(REPO), str(source), str(dest), str(target_bytes)],
+        check=True,
+    )
+    return dest
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b and b == b and a == a else float("nan")
+
+
+def _time_ratio(a: Outcome, b: Outcome) -> float:
+    """a's median time over b's; NaN when either failed."""
+    return _ratio(a.median_seconds, b.median_seconds) if a.ok and b.ok else float("nan")
+
+
+def _fmt_s(seconds: float) -> str:
+    if seconds != seconds:
+        return "-"
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _fmt_mb(n: int | float) -> str:
+    return f"{n / 2**20:.0f} MB" if n >= 10 * 2**20 else f"{n / 2**20:.1f} MB"
+
+
+def _cell(outcome: Outcome, what: str = "time") -> str:
+    if not outcome.ok:
+        return f"failed: {outcome.error}"
+    if what == "time":
+        return _fmt_s(outcome.median_seconds)
+    return _fmt_mb(outcome.peak_rss_bytes)
+
+
+def _compare_one(
+    cfg: BenchConfig, path: Path, hta_python: str | None, repeats: int
+) -> dict[str, Any]:
+    size = decompressed_bytes(path)
+    row: dict[str, Any] = {"path": path, "bytes": size}
+    row["floor"] = measure("json.load", this_python(), "json-floor", str(path),
+                           repeats=repeats, cap_bytes=cfg.cap_bytes)
+    row["ours"] = measure("gpuprof_nb", this_python(), "gpuprof-trace", str(path),
+                          repeats=repeats, cap_bytes=cfg.cap_bytes)
+    if hta_python:
+        row["hta"] = measure("HTA", hta_python, "hta-trace", str(path),
+                             repeats=repeats, cap_bytes=cfg.cap_bytes)
+    else:
+        row["hta"] = Outcome("HTA", error="HTA venv not available (see make bench)")
+    return row
+
+
+def _name(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return path.name
+
+
+def run(cfg: BenchConfig) -> Section:
+    """Measure every trace; return the RESULTS.md section and the targets it checks."""
+    traces = real_traces(cfg.traces_dir) if cfg.traces_dir.is_dir() else []
+    if cfg.quick:
+        traces = sorted(traces, key=lambda p: p.stat().st_size)[:2]
+    hta_python = cfg.hta_python if cfg.hta_python and Path(cfg.hta_python).exists() else None
+    rows = [_compare_one(cfg, p, hta_python, cfg.repeats) for p in traces]
+
+    big_rows: list[dict[str, Any]] = []
+    source = cfg.traces_dir / BIG_SOURCE
+    if not source.exists() and traces:
+        # Another trace set (--traces-dir): replicate its largest trace instead.
+        source = max(traces, key=lambda p: p.stat().st_size)
+    if source.exists() and cfg.big_trace_mb > 0:
+        dest = cfg.cache_dir / f"big_trace_{source.name.split('.')[0]}_{cfg.big_trace_mb}mb.json"
+        replicate_in_child(source, dest, cfg.big_trace_mb * 2**20)
+        big_rows.append(_compare_one(cfg, dest, hta_python, cfg.big_repeats))
+
+    lines = [
+        "Each approach runs in its own child process; time is the work only (imports "
+        "excluded), the median of the runs; peak memory is the child's whole process tree, "
+        "and (added) is the peak minus the RSS after imports, the part the trace costs.",
+        "gpuprof_nb = `load_trace` + `top_ops` + `kernel_table` + `device_timeline`; "
+        "HTA = `TraceAnalysis(...)` + `get_gpu_kernel_breakdown` + `get_idle_time_breakdown` "
+        "+ `get_temporal_breakdown` (HTA has no per-operator table, so it does less work); "
+        "floor = `json.load` of the same file.",
+        "",
+        "| trace | JSON size | json.load | gpuprof_nb | HTA | HTA / ours | ours / floor "
+        "| peak ours (added) | added / JSON size | peak HTA | peak floor |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows + big_rows:
+        ours, hta, floor = row["ours"], row["hta"], row["floor"]
+        speedup = _time_ratio(hta, ours)
+        vs_floor = _time_ratio(ours, floor)
+        added = ours.peak_rss_bytes - ours.baseline_rss_bytes
+        mem_ratio = _ratio(added, row["bytes"]) if ours.ok else float("nan")
+        row.update(speedup=speedup, vs_floor=vs_floor, mem_ratio=mem_ratio)
+        lines.append(
+            f"| `{_name(row['path'], cfg.traces_dir)}` | {_fmt_mb(row['bytes'])} "
+            f"| {_cell(floor)} | {_cell(ours)} | {_cell(hta)} | {_x(speedup)} | {_x(vs_floor)} "
+            f"| {_cell(ours, 'mem')} (+{_fmt_mb(max(added, 0))}) | {_x(mem_ratio)} "
+            f"| {_cell(hta, 'mem')} "
+            f"| {_cell(floor, 'mem')} |"
+        )
+    stage_lines = _stage_table(rows + big_rows, cfg)
+    targets = _targets(rows, big_rows)
+    return Section("3. Trace analysis", "\n".join(lines + [""] + stage_lines), tuple(targets))
+
+
+def _x(value: float) -> str:
+    return "-" if value != value else f"{value:.2f}x"
+
+
+def _stage_table(rows: list[dict[str, Any]], cfg: BenchConfig) -> list[str]:
+    """Where the time goes, per stage (median seconds), for the largest inputs."""
+    biggest = sorted(rows, key=lambda r: r["bytes"], reverse=True)[:3]
+    out = ["Where the time goes (median per stage) on the largest inputs:", "",
+           "| trace | approach | stages |", "|---|---|---|"]
+    for row in biggest:
+        for key in ("ours", "hta"):
+            outcome: Outcome = row[key]
+            if not outcome.ok:
+                continue
+            names = list(outcome.runs[0].stages)
+            text = ", ".join(f"{n} {_fmt_s(outcome.median_stage(n))}" for n in names)
+            out.append(f"| `{_name(row['path'], cfg.traces_dir)}` | {outcome.label} | {text} |")
+    return out
+
+
+def _targets(rows: list[dict[str, Any]], big_rows: list[dict[str, Any]]) -> list[Target]:
+    targets: list[Target] = []
+    everything = rows + big_rows
+    failed = [r for r in everything if not r["ours"].ok]
+    targets.append(Target(
+        "every real trace analysed",
+        f"{len(everything) - len(failed)}/{len(everything)} analysed"
+        + (f"; failed: {', '.join(r['path'].name for r in failed)}" if failed else ""),
+        "all", not failed,
+    ))
+    # Ratios on tiny traces are dominated by fixed costs; judge them on traces of >= 5 MB.
+    sized = [r for r in everything if r["bytes"] >= 5 * 2**20 and r["ours"].ok]
+    speedups = [r["speedup"] for r in sized if r["speedup"] == r["speedup"]]
+    if speedups:
+        worst = min(speedups)
+        targets.append(Target("speed vs HTA (traces >= 5 MB, worst)", f"{worst:.2f}x faster",
+                              ">= 5x", worst >= 5))
+    floors = [r["vs_floor"] for r in sized if r["vs_floor"] == r["vs_floor"]]
+    if floors:
+        worst = max(floors)
+        targets.append(Target("time vs json.load floor (traces >= 5 MB, worst)",
+                              f"{worst:.2f}x the floor", "<= 3x", worst <= 3))
+    mems = [r["mem_ratio"] for r in sized if r["mem_ratio"] == r["mem_ratio"]]
+    if mems:
+        worst = max(mems)
+        targets.append(Target("peak memory added vs JSON size (traces >= 5 MB, worst)",
+                              f"{worst:.2f}x", "<= 3x", worst <= 3))
+    for row in big_rows:
+        ours = row["ours"]
+        targets.append(Target(
+            f"large trace ({_fmt_mb(row['bytes'])}) analysed within the memory cap",
+            f"peak {_fmt_mb(ours.peak_rss_bytes)}, {_fmt_s(ours.median_seconds)}"
+            if ours.ok else f"failed: {ours.error}",
+            "no OOM on 24 GB", ours.ok,
+        ))
+    return targets
