@@ -67,11 +67,15 @@ class DataMovement:
     bytes_model: str
     dtype: str
     category: str
+    # "host-device" when its device time is a host<->device memcpy (PCIe/NVLink-C2C, not
+    # HBM: fraction_of_bandwidth is then None), else "device".
+    direction: str = "device"
 
 
 @dataclass(frozen=True, slots=True)
 class Unmodelled:
-    """Time spent in ops without a formula (or without recorded shapes): not on the plot."""
+    """Device (or CPU) time of ops without a formula or without recorded shapes, by the
+    name of the op that launched the kernels (CPU: the top-level op): not on the plot."""
 
     name: str
     calls: int
@@ -346,10 +350,7 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
             owner = owner_of.get(pos)
             a = anchor_of[owner] if owner is not None else None
             if a is None:
-                top = owner
-                while top is not None and tree.parent[top] is not None:
-                    top = tree.parent[top]
-                label = ops[top].name if top is not None else f"({k.kind} without op)"
+                label = ops[owner].name if owner is not None else f"({k.kind} without op)"
                 acc = unmodelled.setdefault(label, _Acc())
                 acc.calls += 1
                 acc.time_us += k.dur_us
@@ -373,6 +374,7 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
     groups: dict[tuple[str, str, str], _Acc] = {}
     group_cost: dict[tuple[str, str, str], OpCost] = {}
     group_kernel_names: dict[tuple[str, str, str], set[str]] = {}
+    group_host_copy: set[tuple[str, str, str]] = set()
     kgroups: dict[tuple[str, str, str, str], _Acc] = {}
     for a in sorted(anchor_time):
         c = cost(a)
@@ -388,6 +390,9 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
         names = group_kernel_names.setdefault(key, set())
         kernels = [k for k in anchor_kernels.get(a, ()) if k.kind == "kernel"]
         names.update(k.name for k in kernels)
+        if any(k.kind == "memcpy" and _is_host_device(k.name)
+               for k in anchor_kernels.get(a, ())):
+            group_host_copy.add(key)
         if len(anchor_kernels.get(a, ())) == 1 and len(kernels) == 1:
             kacc = kgroups.setdefault((kernels[0].name, *key), _Acc())
             kacc.calls += 1
@@ -403,11 +408,14 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
         c = group_cost[key]
         if c.flops == 0:
             rate = acc.bytes_moved / (acc.time_us * 1e-6) if acc.time_us > 0 else None
+            host = key in group_host_copy
             moves.append(DataMovement(
                 name=key[0], shapes=key[1], calls=acc.calls, bytes_moved=acc.bytes_moved,
                 time_us=acc.time_us, achieved_bytes_per_s=rate,
-                fraction_of_bandwidth=rate / bw if rate is not None and bw else None,
-                bytes_model=c.bytes_model, dtype=c.dtype, category=c.category))
+                fraction_of_bandwidth=rate / bw if rate is not None and bw and not host
+                else None,
+                bytes_model=c.bytes_model, dtype=c.dtype, category=c.category,
+                direction="host-device" if host else "device"))
             continue
         roof = _choose_roof(c, spec, group_kernel_names[key]) if spec is not None else None
         group_roof[key] = roof
@@ -443,6 +451,11 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
         kernel_points=tuple(kpoints), unmodelled=tuple(unmod),
         time_basis="device" if on_device else "cpu", total_time_us=total_us,
     )
+
+
+def _is_host_device(name: str) -> bool:
+    """True for a memcpy between host and device ('Memcpy HtoD (Pageable -> Device)')."""
+    return any(tag in name for tag in ("HtoD", "DtoH", "Host", "Pageable", "Pinned"))
 
 
 def _has_anchor_below(i: int, tree: _Tree, anchor_of: list[int | None]) -> bool:

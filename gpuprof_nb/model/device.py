@@ -120,6 +120,7 @@ class DeviceRow:
     source: str
     min_memory_gib: float = 0.0
     max_memory_gib: float = float("inf")
+    kind: str = "cuda"
 
     def spec(self, memory_bytes: int | None = None) -> DeviceSpec:
         """Return this row as a DeviceSpec in FLOP/s and bytes/s."""
@@ -129,7 +130,7 @@ class DeviceRow:
 
         return DeviceSpec(
             name=self.label,
-            kind="cuda",
+            kind=self.kind,
             fp32_flops_per_s=self.fp32_tflops * 1e12,
             bandwidth_bytes_per_s=self.bandwidth_gb_s * 1e9,
             tf32_flops_per_s=tera(self.tf32_tflops),
@@ -181,6 +182,15 @@ DEVICE_TABLE: tuple[DeviceRow, ...] = (
               _ADA),
     DeviceRow("NVIDIA B200", r"\bB200\b", 75, 8000, 1100, 2250, 2250, 37,
               "NVIDIA HGX B200 datasheet, per GPU (8-GPU totals / 8; dense = half sparse)"),
+    # AMD Instinct (ROCm reports the same names; a "VF" is a virtual function of the card).
+    DeviceRow("AMD Instinct MI300X", r"\bMI300X\b", 163.4, 5300, 653.7, 1307.4, 1307.4, 81.7,
+              "AMD Instinct MI300X data sheet (dense)", kind="rocm"),
+    DeviceRow("AMD Instinct MI250X", r"\bMI250X\b", 47.9, 3276.8, None, 383, 383, 47.9,
+              "AMD Instinct MI250X data sheet", kind="rocm"),
+    DeviceRow("AMD Instinct MI250", r"\bMI250\b", 45.3, 3276.8, None, 362.1, 362.1, 45.3,
+              "AMD Instinct MI250 data sheet", kind="rocm"),
+    DeviceRow("AMD Instinct MI210", r"\bMI210\b", 22.6, 1638.4, None, 181, 181, 22.6,
+              "AMD Instinct MI210 data sheet", kind="rocm"),
 )
 
 

@@ -143,8 +143,8 @@ _POINT_HEAD = ["op", "input shapes", "dtype", "calls", "time", "FLOPs", "bytes",
 _POINT_NUM = [False, False, False, True, True, True, True, True, True, False, False, True,
               False]
 _MOVE_HEAD = ["op", "input shapes", "dtype", "calls", "time", "bytes", "achieved",
-              "% of bandwidth"]
-_MOVE_NUM = [False, False, False, True, True, True, True, True]
+              "% of bandwidth", "where"]
+_MOVE_NUM = [False, False, False, True, True, True, True, True, False]
 
 
 def roofline_section(roofline: Roofline, *, top: int = 20) -> Section:
@@ -192,7 +192,8 @@ def roofline_section(roofline: Roofline, *, top: int = 20) -> Section:
     if roofline.data_movement:
         rows = [[d.name, d.shapes, d.dtype, fmt_num(d.calls), fmt_us(d.time_us),
                  fmt_bytes(d.bytes_moved), fmt_rate(d.achieved_bytes_per_s, "B/s"),
-                 fmt_pct(d.fraction_of_bandwidth)] for d in roofline.data_movement[:top]]
+                 fmt_pct(d.fraction_of_bandwidth), d.direction]
+                for d in roofline.data_movement[:top]]
         lines += ["", "data movement (no FLOPs):",
                   text_table(_MOVE_HEAD, rows, right=_MOVE_NUM, max_width=160)]
         html.append("<p><b>data movement (no FLOPs)</b></p>")

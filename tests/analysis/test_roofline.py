@@ -236,3 +236,17 @@ def test_groups_by_shape_and_sorts_by_time():
     assert [(p.shapes, p.calls) for p in r.points] == [("1024x1024, 1024x1024", 1),
                                                        ("8x8, 8x8", 2)]
     assert r.points[1].flops == 2 * 2 * 8**3
+
+
+def test_host_device_copy_is_not_measured_against_hbm():
+    ops = [op("aten::copy_", 0, 20, [[1000], [1000], []], [F32, F32, "Scalar"], ext=1),
+           op("aten::copy_", 30, 20, [[1000], [1000], []], [BF16, BF16, "Scalar"], ext=2)]
+    kernels = [kern("Memcpy HtoD (Pageable -> Device)", 100, 4, ext=1, kind="memcpy"),
+               kern("Memcpy DtoD (Device -> Device)", 110, 0.5, ext=2, kind="memcpy")]
+    r = compute_roofline(trace_of(ops, kernels), ROOFS)
+    moves = {d.dtype: d for d in r.data_movement}
+    h2d, d2d = moves["fp32"], moves["bf16"]
+    assert h2d.direction == "host-device" and h2d.fraction_of_bandwidth is None
+    assert h2d.achieved_bytes_per_s == pytest.approx(8000 / 4e-6)
+    assert d2d.direction == "device"
+    assert d2d.fraction_of_bandwidth == pytest.approx(4000 / 0.5e-6 / 1e11)

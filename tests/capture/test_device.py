@@ -34,6 +34,9 @@ GiB = 2**30
     ("NVIDIA GeForce RTX 4090", 25393692672, "NVIDIA GeForce RTX 4090"),
     ("NVIDIA B200", 191 * 10**9, "NVIDIA B200"),
     ("NVIDIA A100-SXM4-80GB", None, "NVIDIA A100 80GB SXM"),  # size from the name
+    ("AMD Instinct MI300X", 206141652992, "AMD Instinct MI300X"),
+    ("AMD Instinct MI300X VF", 206141652992, "AMD Instinct MI300X"),
+    ("AMD Instinct MI210", 68702699520, "AMD Instinct MI210"),
 ])
 def test_lookup_identifies_gpu_by_name_and_memory(name, memory, expected):
     spec = lookup_device_spec(name, memory)
@@ -43,7 +46,7 @@ def test_lookup_identifies_gpu_by_name_and_memory(name, memory, expected):
     assert not spec.measured
 
 
-@pytest.mark.parametrize("name", ["", "AMD Instinct MI300X VF", "NVIDIA GeForce RTX 2080 Ti",
+@pytest.mark.parametrize("name", ["", "AMD Radeon Graphics", "NVIDIA GeForce RTX 2080 Ti",
                                   "MTIA", "NVIDIA A1000"])
 def test_unknown_gpu_is_not_guessed(name):
     assert lookup_device_spec(name, 16 * GiB) is None
