@@ -248,3 +248,30 @@ def test_stack_and_memory_reach_the_profiler(ip) -> None:
     r = ip.user_ns["r"]
     assert any(o.stack for o in r.trace.ops)
     assert r.trace.memory
+
+
+def test_without_torch_a_clear_error_and_nothing_runs(ip, monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    ip.user_ns["runs"] = 0
+    with pytest.raises(UsageError, match="needs PyTorch.*pip install torch"):
+        magic(ip, "", "runs += 1")
+    assert ip.user_ns["runs"] == 0
+
+
+@pytest.mark.gpu
+def test_cuda_cell_gets_event_timing_and_a_kernels_table(ip) -> None:
+    ip.run_cell("G = torch.randn(2048, 2048, device='cuda')")
+    magic(ip, "-o r --quiet --repeat 3", "for _ in range(4):\n    H = G @ G")
+    r = ip.user_ns["r"]
+    assert r.timing.device_us is not None and len(r.timing.device_us) == 3
+    assert r.timing.device_name == torch.cuda.get_device_name()
+    assert not any("CPU mode" in n for n in r.notes)
+    kernels = [e for e in r.artifact["traceEvents"] if e.get("cat") == "kernel"]
+    assert len(kernels) >= 4
+    top = r.kernels.rows[0]
+    assert top.kind == "kernel" and top.calls >= 4
+    assert r.ops.rows[0].name in ("aten::mm", "aten::matmul")
+    assert r.ops.sort_key == "self_device_us"
+    assert 0 < r.summary.busy_fraction <= 1
