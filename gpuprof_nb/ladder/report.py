@@ -125,7 +125,8 @@ def read_three_runs(
         bottleneck = None
         parts.append(f"{amp_label} autocast was not measured, so precision is untested.")
         next_step = "Measure low precision, or go on to the data loader rung."
-    elif precision_gain < precision_threshold:
+    # The epsilon keeps 120/100 - 1 = 0.19999... on the 'gained 20%' side.
+    elif precision_gain < precision_threshold - 1e-9:
         bottleneck = False
         parts.append(
             f"{amp_label} autocast changed throughput by {precision_gain * 100:+.1f}% "
@@ -144,7 +145,7 @@ def read_three_runs(
         next_step = "Keep low precision; then compile and the optimizer rungs."
     if compile_gain is None:
         parts.append("torch.compile was not measured on top of it.")
-    elif compile_gain < compile_threshold:
+    elif compile_gain < compile_threshold - 1e-9:
         parts.append(
             f"torch.compile added {compile_gain * 100:+.1f}% (under "
             f"{compile_threshold * 100:.0f}%): the kernels are already well fused for these "

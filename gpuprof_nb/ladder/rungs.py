@@ -89,7 +89,6 @@ class _Climb:
         try:
             return measure(self.workload, config)
         except Exception as exc:  # a rung that fails must not stop the ladder
-            free_memory(self.workload.device)
             if isinstance(exc, OutOfMemory | NonFiniteLossError):
                 reason = str(exc).split(";")[0]
             elif is_oom(exc):
@@ -237,7 +236,7 @@ def run_ladder(
         sweep = (sweep_batch_sizes_of(climb, batch_sizes) if batch_sizes else None)
     finally:
         bar.close()
-        free_memory(dev)
+        free_memory(dev, collect=False)
     baseline = climb.results[0]
     three = read_three_runs(
         baseline.samples_per_s or math.nan,
@@ -486,10 +485,8 @@ def sweep_batch_sizes_of(climb: _Climb, batch_sizes: Sequence[int]) -> BatchSwee
         try:
             got = measure(climb.workload, config, batch_size=size)
         except OutOfMemory as exc:
-            free_memory(climb.workload.device)
             point = BatchPoint(size, "oom", error=str(exc).split(";")[0])
         except Exception as exc:
-            free_memory(climb.workload.device)
             point = BatchPoint(size, "failed", error=first_line(exc))
         else:
             point = BatchPoint(size, "ok", got.step_times_us, got.peak_memory_bytes)

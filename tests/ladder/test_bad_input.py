@@ -1,0 +1,193 @@
+"""Failing rungs, NaN losses, empty data, batches that do not fit: clear messages, the
+ladder goes on where it can, and nothing is left switched on."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.ladder import run_ladder, sweep_batch_sizes
+
+
+def _assert_clean_state():
+    assert not torch.is_autocast_enabled("cpu")
+    assert torch.is_grad_enabled()
+
+
+class NoAutocast(torch.nn.Module):
+    """Works in fp32, raises under autocast (like an op without a low-precision kernel)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        if torch.is_autocast_enabled("cpu"):
+            raise RuntimeError("this op has no bf16 kernel\nsecond line of detail")
+        return self.lin(x)
+
+
+def test_failed_rung_is_reported_and_the_ladder_goes_on(tiny):
+    report = run_ladder(NoAutocast, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn, steps=2,
+                        warmup=1, batch_size=8, rungs=["fp32", "bf16", "fused_adamw"],
+                        progress=False)
+    bf16 = report.rung("bf16")
+    assert bf16.status == "failed"
+    assert bf16.reason == "RuntimeError: this op has no bf16 kernel"
+    assert report.rung("fused_adamw").status in ("kept", "dropped")
+    assert report.rung("fused_adamw").step_times_us
+    assert "Failed: bf16 (RuntimeError: this op has no bf16 kernel)" in report.recommendation
+    assert report.three_run.amp_samples_per_s is None
+    _assert_clean_state()
+
+
+def test_compile_rung_runs_for_real_and_is_reset(tiny, monkeypatch):
+    # backend="eager" exercises dynamo (tracing, guards, reset) without building C++ kernels,
+    # so this stays a few seconds; inductor on this CPU costs about 40 s cold.
+    import torch._dynamo
+
+    resets = []
+    real_reset = torch._dynamo.reset
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: (resets.append(1), real_reset()))
+    report = run_ladder(tiny.model_fn, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn, steps=3,
+                        warmup=1, batch_size=8, rungs=["fp32", "compile"], compile=True,
+                        compile_backend="eager", progress=False)
+    rung = report.rung("compile")
+    assert rung.status in ("kept", "dropped", "flagged")
+    assert rung.compile_time_us is not None and rung.compile_time_us >= 0
+    assert "compile(default, eager)" in rung.settings
+    # Compiling did not change the numbers: same loss as the eager baseline.
+    assert rung.final_loss == pytest.approx(report.baseline.final_loss, rel=1e-5)
+    # bf16 was not asked for, so the three-run reading has no compile number.
+    assert report.three_run.compile_samples_per_s is None
+    # Exactly one compiled measurement, so exactly one reset of dynamo's caches.
+    assert len(resets) == 1
+    _assert_clean_state()
+
+
+def test_compile_failure_is_a_failed_rung(tiny, monkeypatch):
+    def broken_compile(*args, **kwargs):
+        raise RuntimeError("compiler exploded\nlong trace")
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    report = run_ladder(tiny.model_fn, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn, steps=2,
+                        warmup=0, batch_size=8, rungs=["fp32", "compile", "fused_adamw"],
+                        compile=True, progress=False)
+    assert report.rung("compile").status == "failed"
+    assert report.rung("compile").reason == "RuntimeError: compiler exploded"
+    assert report.rung("fused_adamw").step_times_us
+    _assert_clean_state()
+
+
+def test_nan_baseline_loss_is_a_clear_error(tiny):
+    def nan_loss(out, target):
+        return tiny.loss_fn(out, target) * float("nan")
+
+    with pytest.raises(GpuprofError, match=r"loss became nan at step 1 .*detect_anomaly"):
+        run_ladder(tiny.model_fn, tiny.dataset, nan_loss, tiny.optimizer_fn, steps=2,
+                   warmup=0, batch_size=8, rungs=["fp32"], progress=False)
+    _assert_clean_state()
+
+
+def test_nan_only_under_low_precision_fails_that_rung(tiny):
+    def fragile_loss(out, target):
+        loss = tiny.loss_fn(out, target)
+        return loss * float("nan") if out.dtype == torch.bfloat16 else loss
+
+    report = run_ladder(tiny.model_fn, tiny.dataset, fragile_loss, tiny.optimizer_fn, steps=2,
+                        warmup=0, batch_size=8, rungs=["fp32", "bf16"], progress=False)
+    assert report.rung("bf16").status == "failed"
+    assert "loss became nan" in report.rung("bf16").reason
+    _assert_clean_state()
+
+
+def test_empty_dataset(tiny):
+    empty = TensorDataset(torch.zeros(0, 16), torch.zeros(0, dtype=torch.long))
+    with pytest.raises(GpuprofError, match="yielded no batches"):
+        run_ladder(tiny.model_fn, empty, tiny.loss_fn, tiny.optimizer_fn, steps=2,
+                   batch_size=8, rungs=["fp32"], progress=False)
+    # Fewer samples than one batch (the ladder drops short batches for static shapes).
+    short = TensorDataset(torch.zeros(3, 16), torch.zeros(3, dtype=torch.long))
+    with pytest.raises(GpuprofError, match="smaller batch_size"):
+        run_ladder(tiny.model_fn, short, tiny.loss_fn, tiny.optimizer_fn, steps=2,
+                   batch_size=8, rungs=["fp32"], progress=False)
+    _assert_clean_state()
+
+
+def test_batches_must_be_pairs(tiny):
+    singles = TensorDataset(torch.zeros(32, 16))
+    with pytest.raises(GpuprofError, match=r"\(inputs, targets\)"):
+        run_ladder(tiny.model_fn, singles, tiny.loss_fn, tiny.optimizer_fn, steps=2,
+                   batch_size=8, rungs=["fp32"], progress=False)
+
+
+def test_argument_mistakes(tiny):
+    args = (tiny.model_fn, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn)
+    with pytest.raises(GpuprofError, match="unknown rung"):
+        run_ladder(*args, batch_size=8, rungs=["fp32", "fp8"], progress=False)
+    with pytest.raises(GpuprofError, match="batch_size"):
+        run_ladder(*args, rungs=["fp32"], progress=False)
+    with pytest.raises(GpuprofError, match="Dataset or DataLoader"):
+        run_ladder(tiny.model_fn, 42, tiny.loss_fn, tiny.optimizer_fn, batch_size=8)
+    with pytest.raises(GpuprofError, match="steps"):
+        run_ladder(*args, batch_size=8, steps=0)
+    with pytest.raises(GpuprofError, match="compile"):
+        run_ladder(*args, batch_size=8, compile="yes")
+
+
+class Greedy(torch.nn.Module):
+    """Raises torch's own out-of-memory error for batches of 64 or more."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        if x.shape[0] >= 64:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return self.lin(x)
+
+
+def test_batch_that_does_not_fit_in_the_baseline(tiny):
+    with pytest.raises(GpuprofError, match=r"batch size 64 .*does not fit.*smaller batch_size"):
+        run_ladder(Greedy, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn, steps=2,
+                   batch_size=64, rungs=["fp32"], progress=False)
+    _assert_clean_state()
+
+
+def test_batch_sweep_stops_at_the_first_oom(tiny):
+    sweep = sweep_batch_sizes(Greedy, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn,
+                              [8, 16, 64, 128], steps=2, warmup=0, progress=False)
+    assert [(p.batch_size, p.status) for p in sweep.points] == [
+        (8, "ok"), (16, "ok"), (64, "oom")]
+    assert sweep.oom_batch_size == 64
+    assert "does not fit" in sweep.points[-1].error
+    assert "64 ran out of memory" in sweep.summary()
+    text = sweep._repr_mimebundle_()["text/plain"]
+    assert "oom" in text
+    _assert_clean_state()
+
+
+def test_peak_memory_sees_a_known_allocation(tiny):
+    from gpuprof_nb.ladder.measure import memory_method
+
+    if "VmHWM" not in memory_method(torch.device("cpu")):
+        pytest.skip("needs Linux /proc/self/clear_refs to reset the peak RSS mark")
+    size = 64 * 2**20
+
+    class Hungry(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 4)
+
+        def forward(self, x):
+            # 64 MiB written page by page: resident, then freed before the next step.
+            scratch = torch.ones(size // 4, dtype=torch.float32)
+            return self.lin(x) + scratch[:1] * 0
+
+    report = run_ladder(Hungry, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn, steps=2,
+                        warmup=0, batch_size=8, rungs=["fp32"], progress=False)
+    peak = report.baseline.peak_memory_bytes
+    assert size * 0.95 <= peak <= size * 4
