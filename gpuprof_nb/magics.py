@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
@@ -67,7 +68,7 @@ class GpuprofileMagics(Magics):
             ) from exc
         code = self._compile(cell)
         cuda = _cuda_available()
-        runner = _CellRunner(code, self.shell.user_ns)
+        runner = _CellRunner(code, self._ip.user_ns)
         notes = _notes(args, cuda)
         device_name = _device_name(cuda)
         sync = _cuda_sync if cuda else None
@@ -98,11 +99,18 @@ class GpuprofileMagics(Magics):
             runner.restore_modes()
         report = self._report(stats, artifact, args, notes)
         if args.output:
-            self.shell.user_ns[args.output] = report
+            self._ip.user_ns[args.output] = report
         if not args.quiet:
             from IPython.display import display
 
             display(report)
+
+    @property
+    def _ip(self) -> InteractiveShell:
+        """The shell this magic is registered with (Magics types it as optional)."""
+        if self.shell is None:
+            raise UsageError("%%gpuprofile runs inside an IPython shell or Jupyter kernel")
+        return self.shell
 
     def _parse(self, line: str) -> Any:
         """Return the parsed options; every mistake becomes a UsageError with the usage."""
@@ -138,9 +146,9 @@ class GpuprofileMagics(Magics):
         """Return the cell compiled as IPython would run it (line magics and `!` expanded);
         a SyntaxError propagates before anything runs. The source is cached under the
         code's file name so tracebacks show the user's lines."""
-        source = self.shell.transform_cell(cell)
-        filename = self.shell.compile.cache(source, self.shell.execution_count, raw_code=cell)
-        return self.shell.compile(source, filename, "exec")
+        source = self._ip.transform_cell(cell)
+        filename = self._ip.compile.cache(source, self._ip.execution_count, raw_code=cell)
+        return self._ip.compile(source, filename, "exec")
 
     def _report(self, stats: Any, artifact: Any, args: Any, notes: list[str]) -> Any:
         from gpuprof_nb.report import (

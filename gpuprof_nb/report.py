@@ -11,7 +11,7 @@ import gzip
 import inspect
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,6 +170,7 @@ def _diagnose(trace: Trace, timeline: Any, roofline: Any, timing: TimingStats | 
     from gpuprof_nb.analysis.diagnose import diagnose
 
     offered = {"timeline": timeline, "roofline": roofline, "timing": timing}
+    params: Mapping[str, inspect.Parameter]
     try:
         params = inspect.signature(diagnose).parameters
     except (TypeError, ValueError):

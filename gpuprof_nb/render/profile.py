@@ -178,7 +178,7 @@ KERNEL_NUMERIC = (False, False, True, True, True, True, False, True, True, True)
 def kernel_rows(table: Any) -> list[tuple[str, ...]]:
     """Return the kernels table as formatted rows (the same strings for text and HTML);
     bytes and bandwidth only where the trace gives them (memcpy/memset)."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for r in table.rows:
         gbps = r.achieved_gbps
         rows.append((
