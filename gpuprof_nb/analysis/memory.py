@@ -565,7 +565,8 @@ def _leaks(snapshot: MemorySnapshot, rep: _Replay, tl: MemoryTimeline,
     ends = np.maximum(ends, starts[0])
     step_end = rep.active[ends]
     steps = np.arange(len(ends), dtype=np.float64)
-    slope = float(np.polyfit(steps, step_end.astype(np.float64), 1)[0])
+    # Least-squares slope, rounded so an exactly flat series reads 0 rather than 1e-13.
+    slope = round(float(np.polyfit(steps, step_end.astype(np.float64), 1)[0]), 1) + 0.0
     growing = []
     first_step = rep.alloc_idx >= starts[0]
     for k in np.unique(rep.alloc_site[first_step & (rep.close_idx >= ends[0])]):
