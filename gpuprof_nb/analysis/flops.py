@@ -260,7 +260,7 @@ def _conv_cost(
     st = _int_list(stride, nsp)
     dl = _int_list(dilation, nsp) if dilation is not None else (1,) * nsp
     if padding == "same" and st is not None and dl is not None:
-        out_sp: tuple[int, ...] | None = tuple(x.dims[2:])
+        out_sp: tuple[int, ...] = tuple(x.dims[2:])
     else:
         pd = _int_list(padding, nsp)
         opd = _int_list(output_padding, nsp) if output_padding is not None else (0,) * nsp

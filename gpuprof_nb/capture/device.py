@@ -9,6 +9,7 @@ trace stays cheap.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import platform
@@ -234,18 +235,14 @@ def _measure_cuda(
             torch.backends.cuda.matmul.allow_tf32 = tf32
             a = torch.randn(size, size, device=dev, dtype=dtype)
             b = torch.randn(size, size, device=dev, dtype=dtype)
-            secs = _best_seconds(lambda a=a, b=b: torch.mm(a, b), sync, repeat)
+            secs = _best_seconds(functools.partial(torch.mm, a, b), sync, repeat)
             peaks[roof] = 2 * size**3 / secs
             del a, b
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old_tf32
     elems = max(copy_bytes // 4, 1)
-    src = torch.empty(elems, device=dev, dtype=torch.float32).fill_(1.0)
-    dst = torch.empty_like(src)
-    secs = _best_seconds(lambda: dst.copy_(src), sync, repeat)
-    bandwidth = 2 * elems * 4 / secs
-    src = dst = None  # release the buffers before handing cached memory back
-    torch.cuda.empty_cache()
+    bandwidth = _copy_bytes_per_s(dev, elems, sync, repeat)
+    torch.cuda.empty_cache()  # the copy buffers are gone; hand their memory back
     return DeviceSpec(
         name=name, kind="cuda", fp32_flops_per_s=peaks.get("fp32"),
         bandwidth_bytes_per_s=bandwidth, tf32_flops_per_s=peaks.get("tf32"),
@@ -253,6 +250,16 @@ def _measure_cuda(
         fp64_flops_per_s=peaks.get("fp64"), memory_bytes=memory_bytes,
         source=_stamp(f"{n}x{n} matmul, {elems * 4} B copy", repeat), measured=True,
     )
+
+
+def _copy_bytes_per_s(dev: Any, elems: int, sync: Callable[[], None], repeat: int) -> float:
+    """Return the copy rate of `elems` fp32 values on `dev`, counting read + write (STREAM
+    'copy'), in bytes/s."""
+    import torch
+
+    src = torch.ones(elems, device=dev, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    return 2 * elems * 4 / _best_seconds(functools.partial(dst.copy_, src), sync, repeat)
 
 
 def _measure_cpu(name: str, threads: int, n: int, copy_bytes: int, repeat: int) -> DeviceSpec:
@@ -263,12 +270,9 @@ def _measure_cpu(name: str, threads: int, n: int, copy_bytes: int, repeat: int) 
 
     a = torch.randn(n, n)
     b = torch.randn(n, n)
-    flops = 2 * n**3 / _best_seconds(lambda: torch.mm(a, b), sync, repeat)
+    flops = 2 * n**3 / _best_seconds(functools.partial(torch.mm, a, b), sync, repeat)
     elems = max(copy_bytes // 4, 1)
-    src = torch.ones(elems)
-    dst = torch.empty_like(src)
-    # STREAM "copy": each element read once and written once.
-    bandwidth = 2 * elems * 4 / _best_seconds(lambda: dst.copy_(src), sync, repeat)
+    bandwidth = _copy_bytes_per_s("cpu", elems, sync, repeat)
     return DeviceSpec(
         name=name, kind="cpu", fp32_flops_per_s=flops, bandwidth_bytes_per_s=bandwidth,
         memory_bytes=None,

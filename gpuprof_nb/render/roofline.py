@@ -201,9 +201,9 @@ def roofline_section(roofline: Roofline, *, top: int = 20) -> Section:
     if roofline.unmodelled:
         rows = [[u.name, fmt_num(u.calls), fmt_us(u.time_us)]
                 for u in roofline.unmodelled[:10]]
-        head = ["op (no formula)", "calls", "time"]
+        unmod_head = ["op (no formula)", "calls", "time"]
         lines += ["", "not on the roofline (no formula or no shapes):",
-                  text_table(head, rows, right=[False, True, True])]
+                  text_table(unmod_head, rows, right=[False, True, True])]
         html.append(f"<p><b>{esc('not on the roofline (no formula or no shapes)')}</b></p>")
-        html.append(html_table(head, rows, numeric=[False, True, True], name_cols=(0,)))
+        html.append(html_table(unmod_head, rows, numeric=[False, True, True], name_cols=(0,)))
     return Section("Roofline", "\n".join(lines), "".join(html))
