@@ -246,6 +246,13 @@ class _Builder:
 
     def add(self, event: Any, index: int) -> None:
         """Model one event (`index`: its position in traceEvents, for messages and ties)."""
+        try:
+            self._add(event, index)
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
+            # e.g. a list where a pid or category should be: unhashable, not comparable.
+            raise self._fail(index, f"has a field of an unexpected type ({exc})") from exc
+
+    def _add(self, event: Any, index: int) -> None:
         if type(event) is not dict:
             if isinstance(event, Mapping):
                 event = dict(event)

@@ -138,6 +138,9 @@ def test_directory_instead_of_file(tmp_path: Path) -> None:
         {"traceEvents": [{"ph": "X", "ts": 1, "dur": [2]}]},
         {"traceEvents": []},
         {"traceEvents": [_kernel(args=["not", "a", "dict"]), _kernel(ts={"a": 1})]},
+        {"traceEvents": [_kernel(pid=[1, 2])]},
+        {"traceEvents": [_kernel(cat=["kernel"])]},
+        {"traceEvents": [_kernel(ts=1e400, dur=1)]},
     ],
 )
 def test_trace_from_dict_rejects_bad_input(bad: object) -> None:
