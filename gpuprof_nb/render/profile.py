@@ -3,6 +3,7 @@ numbers, every one formatted through render/units)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -10,6 +11,9 @@ from gpuprof_nb.render.html import html_table, note
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct, fmt_rate, fmt_us
+
+# Numbers with their unit ("98.7 us") must not break across lines in narrow table columns.
+_TABLE_STYLE = "<style>.gpuprof td.num { white-space: nowrap; }</style>"
 
 # A run is flagged noisy when its slowest run took this many times the fastest (see
 # TimingStats.noisy); repeated here only for the wording of the warning.
@@ -31,7 +35,8 @@ def _pairs_section(title: str, pairs: Sequence[tuple[str, str]], notes: Sequence
     text = text_table(("", ""), pairs).split("\n", 2)[-1] if pairs else ""
     lines = [text] if text else []
     lines += [f"note: {n}" for n in notes]
-    html = html_table(("", ""), pairs) if pairs else ""
+    # A label/value list needs no header row.
+    html = re.sub(r"<thead>.*?</thead>", "", html_table(("", ""), pairs)) if pairs else ""
     html += "".join(note(f"note: {n}") for n in notes)
     return Section(title, "\n".join(lines), html)
 
@@ -164,7 +169,7 @@ def ops_section(table: Any) -> Section:
         caption += "; no device time in this trace, so device columns are left out"
     shape_col = len(headers) - 1
     text = f"{caption}\n" + text_table(headers, rows, right=numeric)
-    html = note(caption) + html_table(
+    html = _TABLE_STYLE + note(caption) + html_table(
         headers, rows, numeric=numeric, name_cols=(0, shape_col)
     )
     return Section("Top ops", text, html)
@@ -209,7 +214,7 @@ def kernels_section(table: Any) -> Section:
         f"memset {fmt_us(table.memset_us)}"
     )
     text = f"{caption}\n" + text_table(KERNEL_HEADERS, rows, right=KERNEL_NUMERIC)
-    html = note(caption) + html_table(
+    html = _TABLE_STYLE + note(caption) + html_table(
         KERNEL_HEADERS, rows, numeric=KERNEL_NUMERIC, name_cols=(0,)
     )
     return Section("Kernels", text, html)
