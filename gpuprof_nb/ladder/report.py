@@ -212,6 +212,7 @@ def judge_checkpoint_rung(
     loss_tolerance: float,
     min_memory_saved: float = 0.25,
     max_time_paid: float = 0.35,
+    min_measurable_bytes: int = 2**20,
 ) -> tuple[str, str]:
     """Return (status, reason) for activation checkpointing: kept when it saves at least
     `min_memory_saved` of peak memory for at most `max_time_paid` more time per sample."""
@@ -222,6 +223,12 @@ def judge_checkpoint_rung(
     if not current_peak_bytes or candidate_peak_bytes is None:
         return "dropped", (
             f"costs {time_paid * 100:+.1f}% time; memory saved unknown (no peak measured)"
+        )
+    if max(current_peak_bytes, candidate_peak_bytes) < min_measurable_bytes:
+        # Process RSS moves by allocator noise at this scale; a ratio would be meaningless.
+        return "dropped", (
+            f"costs {time_paid * 100:+.1f}% time; peak memory under "
+            f"{min_measurable_bytes // 2**20} MiB either way, too small to show a saving"
         )
     saved = 1.0 - candidate_peak_bytes / current_peak_bytes
     text = f"saves {saved * 100:.1f}% peak memory for {time_paid * 100:+.1f}% time per sample"
@@ -488,7 +495,13 @@ def recommend(report: LadderReport) -> str:
                 f"({report.final.settings})."
             )
     ratio = report.memory_ratio
-    if ratio is not None:
+    base_peak = report.baseline.peak_memory_bytes
+    if ratio is not None and base_peak is not None and base_peak < 2**20:
+        lines.append(
+            f"Peak memory: under 1 MiB for the baseline ({report.memory_method}), too small "
+            "to compare rungs by."
+        )
+    elif ratio is not None:
         lines.append(f"Peak memory: {ratio:.2f}x the baseline's ({report.memory_method}).")
     for status, verb in (("flagged", "Flagged"), ("failed", "Failed"), ("dropped", "Dropped")):
         group = [r for r in report.rungs if r.status == status]

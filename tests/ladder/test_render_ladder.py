@@ -26,7 +26,7 @@ from gpuprof_nb.render.ladder import (
 )
 
 
-def _rung(name, status, step_us, reason="", peak=1000):
+def _rung(name, status, step_us, reason="", peak=1000 * 2**20):
     return RungResult(name, f"{name} <settings>", status, reason,
                       step_times_us=(step_us, step_us, step_us), samples_per_step=32,
                       peak_memory_bytes=peak, final_loss=0.5, loss_drift=0.0)
@@ -35,7 +35,7 @@ def _rung(name, status, step_us, reason="", peak=1000):
 def _report(label="a", bf16_step_us=500.0):
     rungs = (
         _rung("fp32", "baseline", 1000.0, "reference"),
-        _rung("bf16", "kept", bf16_step_us, "<script>alert(1)</script>", peak=600),
+        _rung("bf16", "kept", bf16_step_us, "<script>alert(1)</script>", peak=600 * 2**20),
         RungResult("compile", "fp32", "skipped", "no <gcc>"),
     )
     return LadderReport(

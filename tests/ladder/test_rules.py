@@ -76,11 +76,16 @@ def test_judge_speed_rung():
 
 def test_judge_checkpoint_rung():
     # 40% memory saved for 25% more time per sample: worth it.
-    status, reason = judge_checkpoint_rung(100.0, 1000, 80.0, 600, 0.0, loss_tolerance=0.05)
+    status, reason = judge_checkpoint_rung(100.0, 10 * 2**20, 80.0, 6 * 2**20, 0.0,
+                                           loss_tolerance=0.05)
     assert status == "kept"
     assert "40.0%" in reason and "+25.0%" in reason
     # 10% saved: not worth it.
-    assert judge_checkpoint_rung(100.0, 1000, 90.0, 900, 0.0, loss_tolerance=0.05)[0] == "dropped"
+    assert judge_checkpoint_rung(100.0, 10 * 2**20, 90.0, 9 * 2**20, 0.0,
+                                 loss_tolerance=0.05)[0] == "dropped"
+    # Under 1 MiB either way (process RSS noise on CPU): no claim either way.
+    status, reason = judge_checkpoint_rung(100.0, 900_000, 99.0, 100, 0.0, loss_tolerance=0.05)
+    assert status == "dropped" and "too small" in reason
     # No memory number: cannot claim a saving.
     assert judge_checkpoint_rung(100.0, None, 90.0, 10, 0.0, loss_tolerance=0.05)[0] == "dropped"
 
@@ -140,10 +145,10 @@ def test_rung_numbers_match_an_independent_computation():
 
 def test_recommendation_combines_kept_rungs():
     report = _report(
-        _rung("fp32", "baseline", 1000.0, 4000),
-        _rung("bf16", "kept", 1800.0, 3000, "faster"),
-        _rung("compile", "failed", 0.0 + 1.0, 0, "RuntimeError: boom"),
-        _rung("fused_adamw", "kept", 2000.0, 2000, "faster still"),
+        _rung("fp32", "baseline", 1000.0, 4 * 2**20),
+        _rung("bf16", "kept", 1800.0, 3 * 2**20, "faster"),
+        _rung("compile", "failed", 1.0, 0, "RuntimeError: boom"),
+        _rung("fused_adamw", "kept", 2000.0, 2 * 2**20, "faster still"),
     )
     assert report.final.name == "fused_adamw"
     assert report.speedup == pytest.approx(2.0)
@@ -159,5 +164,6 @@ def test_nothing_kept_recommends_the_baseline():
     assert report.final.name == "fp32"
     assert report.speedup == pytest.approx(1.0)
     assert "Keep the fp32 baseline" in report.recommendation
+    assert "too small to compare" in report.recommendation
     with pytest.raises(GpuprofError, match="no rung named"):
         report.rung("nope")
