@@ -142,6 +142,9 @@ _POINT_HEAD = ["op", "input shapes", "dtype", "calls", "time", "FLOPs", "bytes",
                "achieved", "roof", "bound", "% of roof", "flag"]
 _POINT_NUM = [False, False, False, True, True, True, True, True, True, False, False, True,
               False]
+_KERNEL_HEAD = ["kernel", "op", "calls", "time", "FLOP/B", "achieved", "bound", "% of roof",
+                "flag"]
+_KERNEL_NUM = [False, False, True, True, True, True, False, True, False]
 _MOVE_HEAD = ["op", "input shapes", "dtype", "calls", "time", "bytes", "achieved",
               "% of bandwidth", "where"]
 _MOVE_NUM = [False, False, False, True, True, True, True, True, False]
@@ -189,6 +192,16 @@ def roofline_section(roofline: Roofline, *, top: int = 20) -> Section:
         lines.append("no op with a FLOP formula and measured time")
         html.append(note("no op with a FLOP formula and measured time"))
 
+    if roofline.kernel_points:
+        rows = [[k.name, k.op_name, fmt_num(k.calls), fmt_us(k.time_us),
+                 fmt_num(k.intensity_flop_per_byte), fmt_rate(k.achieved_flops_per_s, "FLOP/s"),
+                 k.bound or "n/a", fmt_pct(k.fraction_of_roof),
+                 "above roof!" if k.above_roof else ""]
+                for k in roofline.kernel_points[:10]]
+        lines += ["", "per kernel (ops that launched a single kernel):",
+                  text_table(_KERNEL_HEAD, rows, right=_KERNEL_NUM, max_width=160)]
+        html.append("<p><b>per kernel (ops that launched a single kernel)</b></p>")
+        html.append(html_table(_KERNEL_HEAD, rows, numeric=_KERNEL_NUM, name_cols=(0,)))
     if roofline.data_movement:
         rows = [[d.name, d.shapes, d.dtype, fmt_num(d.calls), fmt_us(d.time_us),
                  fmt_bytes(d.bytes_moved), fmt_rate(d.achieved_bytes_per_s, "B/s"),

@@ -55,6 +55,9 @@ def test_section_text_and_html_show_the_same_numbers(roofline):
     assert "4.29 TFLOP/s" in sec.text and "42.9%" in sec.text
     assert "above roof!" in sec.text and "above roof!" in sec.html
     assert "<img" in sec.html and "<img" not in sec.text
+    # per-kernel table: kernel names (with < >) escaped in HTML, verbatim in text
+    assert "gemm<bf16>" in sec.text and "gemm&lt;bf16&gt;" in sec.html
+    assert "gemm<bf16>" not in sec.html
 
 
 def test_html_is_escaped_and_embeds_a_png(roofline):
