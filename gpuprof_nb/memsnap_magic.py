@@ -61,7 +61,7 @@ class MemsnapMagics(Magics):
             except ValueError as e:
                 raise UsageError(f"%%memsnap --window: {e}") from None
         code = self._compile(cell)
-        namespace = self.shell.user_ns
+        namespace = self._shell().user_ns
         grad = torch.is_grad_enabled()
 
         def run() -> None:
@@ -105,9 +105,16 @@ class MemsnapMagics(Magics):
     def _compile(self, cell: str) -> Any:
         """Return the cell compiled as IPython would run it; a SyntaxError propagates before
         anything runs. The source is cached so tracebacks show the user's lines."""
-        source = self.shell.transform_cell(cell)
-        filename = self.shell.compile.cache(source, self.shell.execution_count, raw_code=cell)
-        return self.shell.compile(source, filename, "exec")
+        shell = self._shell()
+        source = shell.transform_cell(cell)
+        filename = shell.compile.cache(source, shell.execution_count, raw_code=cell)
+        return shell.compile(source, filename, "exec")
+
+    def _shell(self) -> Any:
+        """The shell this magic is registered with (Magics types it as optional)."""
+        if self.shell is None:
+            raise UsageError("%%memsnap runs inside an IPython shell or Jupyter kernel")
+        return self.shell
 
     @staticmethod
     def _report(capture: Any, window: Any) -> Any:

@@ -262,6 +262,7 @@ class _Replay:
     close_idx: np.ndarray
     unmatched_idx: np.ndarray
     unmatched_size: np.ndarray
+    unmatched_addr: np.ndarray
     before_end_blocks: tuple[tuple[int, int, int], ...]  # (address, size, site)
     before_end_bytes: int
     implicit_closes: int
@@ -361,6 +362,7 @@ def _replay(snapshot: MemorySnapshot, device: int, site_of_stack: np.ndarray) ->
         n=n, alloc_idx=alloc_idx, alloc_size=alloc_size, alloc_site=alloc_site,
         alloc_addr=alloc_addr, alloc_category=trace.category[alloc_idx],
         close_idx=close_idx, unmatched_idx=unmatched_idx, unmatched_size=unmatched_size,
+        unmatched_addr=trace.addr[unmatched_idx],
         before_end_blocks=before_blocks, before_end_bytes=before_end,
         implicit_closes=implicit, active=active, reserved=reserved, x=x, time_unit=time_unit,
     )
@@ -535,8 +537,7 @@ def _at_peak(snapshot: MemorySnapshot, rep: _Replay, tl: MemoryTimeline,
     addrs = np.concatenate([
         rep.alloc_addr[live],
         np.array([b[0] for b in rep.before_end_blocks], dtype=np.int64),
-        snapshot.trace(tl.device).addr[rep.unmatched_idx[unfreed]]
-        if rep.n else np.zeros(0, dtype=np.int64),
+        rep.unmatched_addr[unfreed],
     ]).astype(np.int64)
     xs = list(rep.x[rep.alloc_idx[live]].tolist()) if rep.n else []
     top = np.lexsort((addrs, -sizes))[:20]
@@ -721,7 +722,7 @@ def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
                  "loss.item() instead of loss, and del intermediates you no longer need."),
         ))
     if tl.peak_bytes > 0 and at_peak.sites:
-        top = at_peak.sites[0]
+        holder = at_peak.sites[0]
         cats = {s.category for s in at_peak.sites if s.category}
         advice = [
             "activation checkpointing: torch.utils.checkpoint.checkpoint(block, x, "
@@ -739,10 +740,10 @@ def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
                       "runs far above the peak")
         out.append(Finding(
             kind="peak_memory", severity="info",
-            title=f"Peak {_size(tl.peak_bytes)}; {top.site.label} held "
-                  f"{top.share * 100:.1f}% of it",
-            evidence={"peak_bytes": tl.peak_bytes, "top_site_bytes": top.bytes,
-                      "top_site_share": top.share},
+            title=f"Peak {_size(tl.peak_bytes)}; {holder.site.label} held "
+                  f"{holder.share * 100:.1f}% of it",
+            evidence={"peak_bytes": tl.peak_bytes, "top_site_bytes": holder.bytes,
+                      "top_site_share": holder.share},
             fix="To lower the peak: " + "; ".join(advice) + ".",
         ))
     return tuple(sorted(out, key=lambda f: (_SEVERITY_ORDER.get(f.severity, 9), f.kind)))

@@ -227,7 +227,10 @@ def record_cpu_memory(run: Callable[[], object], *, repeat: int = 1) -> MemoryCa
                 run()
     cats, nodes, cat_note = _categories(prof)
     if nodes is None:
-        nodes = _all_nodes(prof.profiler.kineto_results.experimental_event_tree())
+        results = prof.profiler.kineto_results if prof.profiler is not None else None
+        if results is None:
+            raise CaptureError("torch.profiler returned no results for the cell; run it again")
+        nodes = _all_nodes(results.experimental_event_tree())
         nodes.sort(key=lambda n: n.start_time_ns)
     from torch.profiler._memory_profiler import TensorKey
 

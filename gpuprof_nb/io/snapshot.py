@@ -57,7 +57,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
         )
 
 
-def _unpickle(stream: BinaryIO, where: str) -> Any:
+def _unpickle(stream: Any, where: str) -> Any:  # any binary file object
     try:
         return _RestrictedUnpickler(stream).load()
     except SnapshotFormatError as e:
@@ -91,7 +91,7 @@ def load_snapshot(source: str | os.PathLike[str] | bytes | Mapping[str, Any]) ->
         ) from None
     opener = gzip.open if gz else open
     with opener(path, "rb") as f:  # type: ignore[operator]
-        data = _unpickle(io.BufferedReader(f) if gz else f, where)
+        data = _unpickle(f, where)
     return snapshot_from_dict(data, where=where)
 
 
@@ -241,7 +241,7 @@ def _device_trace(
         time_us = _column([e.get("time_us", math.nan) for e in entries], np.float64,
                           "time_us", here)
     device_free = np.full(len(entries), -1, dtype=np.int64)
-    for i in np.flatnonzero(action == OOM):
+    for i in np.flatnonzero(action == OOM).tolist():
         device_free[i] = _int(entries[i].get("device_free"), "'device_free'", f"{here}[{i}]",
                               -1)
     category = np.full(len(entries), -1, dtype=np.int16)
