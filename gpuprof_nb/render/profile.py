@@ -4,6 +4,7 @@ numbers, every one formatted through render/units)."""
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -60,8 +61,7 @@ def summary_pairs(report: Any) -> list[tuple[str, str]]:
         pairs.append(("IQR per run", fmt_us(timing.iqr_us)))
         pairs.append(("min / max per run", f"{fmt_us(timing.min_us)} / {fmt_us(timing.max_us)}"))
         if timing.device_us:
-            wall = sorted(timing.wall_us)[len(timing.wall_us) // 2]
-            pairs.append(("median wall per run", fmt_us(wall)))
+            pairs.append(("median wall per run", fmt_us(statistics.median(timing.wall_us))))
         if timing.warmup_wall_us:
             pairs.append(("first warm-up run", fmt_us(timing.warmup_wall_us[0])))
         if timing.steps_per_run:

@@ -125,6 +125,18 @@ def test_summary_numbers_by_hand() -> None:
     assert_html_numbers_in_text(section)
 
 
+def test_summary_with_cuda_event_times() -> None:
+    timing = TimingStats(wall_us=(1_000.0, 1_300.0, 1_100.0, 1_200.0),
+                         device_us=(900.0, 1_000.0, 950.0, 980.0), device_name="NVIDIA H100")
+    text = summary_section(analyze(hand_trace(), timing=timing)).text
+    assert re.search(r"device\s+NVIDIA H100", text)
+    assert re.search(r"runs\s+4 timed \(CUDA events\)", text)
+    # Statistics over the device times: median of (900, 950, 980, 1000) = 965 us.
+    assert re.search(r"median per run\s+965 us", text)
+    # Wall median of (1000, 1100, 1200, 1300) = 1150 us.
+    assert re.search(r"median wall per run\s+1.15 ms", text)
+
+
 def test_real_gpu_trace_every_html_number_is_in_the_text(data_dir: Path) -> None:
     path = data_dir / "h100_bert_small" / "gaunernst_bert-small-uncased__1016001.json.gz"
     report = analyze(load_trace(path), top=10)
