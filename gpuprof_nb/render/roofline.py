@@ -182,7 +182,7 @@ def roofline_section(roofline: Roofline, *, top: int = 20) -> Section:
     if points:
         rows = _point_rows(points)
         lines.append("")
-        lines.append(text_table(_POINT_HEAD, rows, right=_POINT_NUM, max_width=160))
+        lines.append(text_table(_POINT_HEAD, rows, right=_POINT_NUM, max_width=200))
         html.append(html_table(_POINT_HEAD, rows, numeric=_POINT_NUM, name_cols=(0, 1)))
         more = len(roofline.points) - len(points)
         if more > 0:
