@@ -110,6 +110,7 @@ class Measurement:
     peak_memory_bytes: int | None
     compile_time_us: float | None
     final_loss: float
+    static_shapes: bool = True
 
 
 def memory_method(device: torch.device) -> str:
@@ -216,6 +217,14 @@ def _to_device(value: Any, device: torch.device, non_blocking: bool) -> Any:
     if isinstance(value, tuple | list):
         return type(value)(_to_device(v, device, non_blocking) for v in value)
     return value
+
+
+def _shapes(value: Any) -> tuple[Any, ...]:
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape)
+    if isinstance(value, tuple | list):
+        return tuple(_shapes(v) for v in value)
+    return ()
 
 
 def _split_batch(batch: Any) -> tuple[Any, Any]:
@@ -348,6 +357,7 @@ def measure(workload: Workload, config: RungConfig, *, batch_size: int | None = 
         probe: Any = None
         k = config.accumulation_steps
         times: list[float] = []
+        shapes: set[tuple[Any, ...]] = set()
         losses: list[torch.Tensor] = []
         model.train()
         with torch.enable_grad():
@@ -358,6 +368,7 @@ def measure(workload: Workload, config: RungConfig, *, batch_size: int | None = 
                 for _ in range(k):
                     inputs, targets = _to_device(_split_batch(next(batches)), device,
                                                  non_blocking)
+                    shapes.add(_shapes(inputs))
                     if probe is None:
                         # The slice's first batch: the same probe for every rung.
                         probe = (inputs, targets)
@@ -403,6 +414,7 @@ def measure(workload: Workload, config: RungConfig, *, batch_size: int | None = 
             peak_memory_bytes=peak,
             compile_time_us=compile_us,
             final_loss=final_loss,
+            static_shapes=len(shapes) == 1,
         )
     except Exception as exc:
         failed = True
@@ -432,7 +444,9 @@ def _probe_loss(model: torch.nn.Module, loss_fn: Callable[[Any, Any], torch.Tens
     try:
         with torch.no_grad():
             out = model(*inputs) if isinstance(inputs, tuple | list) else model(inputs)
-            value = float(loss_fn(out.float() if out.is_floating_point() else out, targets))
+            if isinstance(out, torch.Tensor) and out.is_floating_point():
+                out = out.float()
+            value = float(loss_fn(out, targets))
     finally:
         model.train(was_training)
     if not math.isfinite(value):

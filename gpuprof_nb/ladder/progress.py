@@ -38,12 +38,6 @@ class Progress:
             self._box = widgets.HBox([self._bar, self._label])
             display(self._box)
 
-    def grow(self, extra: int) -> None:
-        """Add `extra` measurements to the plan (a sweep found more settings)."""
-        self.total += max(extra, 0)
-        if self._bar is not None:
-            self._bar.max = self.total
-
     def start(self, label: str) -> None:
         """Say which measurement runs now."""
         if not self.enabled:

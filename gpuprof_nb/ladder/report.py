@@ -9,7 +9,7 @@ import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -384,7 +384,6 @@ class LadderReport:
     label: str = ""
     notes: tuple[str, ...] = ()
     batch_sweep: BatchSweep | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def baseline(self) -> RungResult:
@@ -458,7 +457,6 @@ class LadderReport:
     def to_dict(self) -> dict[str, Any]:
         """Return the report as plain JSON-ready data (with a format tag)."""
         data = asdict(self)
-        data["extra"] = dict(self.extra)
         data["format"] = FORMAT
         return data
 
@@ -578,7 +576,6 @@ def report_from_dict(data: Mapping[str, Any], *, where: str = "ladder report") -
             )
             if sweep
             else None,
-            extra=dict(data.get("extra", {})),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise GpuprofError(

@@ -347,7 +347,12 @@ def _run_reduce_overhead(climb: _Climb, wanted: set[str], do_compile: bool,
     if not do_compile:
         climb.skip("reduce_overhead", "compile=False")
         return
-    # drop_last=True keeps every batch the same shape, as CUDA graphs need.
+    base = climb.current_measurement
+    if base is not None and not base.static_shapes:
+        climb.skip("reduce_overhead", "input shapes changed between steps; CUDA graphs need "
+                                      "static shapes (pad to fixed sizes first)")
+        return
+    # drop_last=True keeps every batch the same size, as CUDA graphs need.
     config = climb.current.with_(compile_mode="reduce-overhead")
     climb.speed_rung("reduce_overhead", config, "torch.compile(mode='reduce-overhead')")
 

@@ -191,3 +191,36 @@ def test_peak_memory_sees_a_known_allocation(tiny):
                         warmup=0, batch_size=8, rungs=["fp32"], progress=False)
     peak = report.baseline.peak_memory_bytes
     assert size * 0.95 <= peak <= size * 4
+
+
+def test_static_shapes_are_detected(tiny):
+    from torch.utils.data import DataLoader
+
+    from gpuprof_nb.ladder import RungConfig
+    from gpuprof_nb.ladder.measure import Workload, measure
+
+    calls = []
+
+    def ragged(samples):
+        # Every other batch drops a feature column: shapes change between steps.
+        calls.append(1)
+        x = torch.stack([s[0] for s in samples])
+        y = torch.stack([s[1] for s in samples])
+        return (x[:, :15] if len(calls) % 2 else x), y
+
+    class Flexible(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(1, 4)
+
+        def forward(self, x):
+            return self.lin(x.mean(dim=1, keepdim=True))
+
+    def workload(collate):
+        return Workload(model_fn=Flexible, dataset=tiny.dataset, collate_fn=collate,
+                        loss_fn=tiny.loss_fn, optimizer_fn=tiny.optimizer_fn, batch_size=8,
+                        steps=3, warmup=0, device=torch.device("cpu"), seed=0)
+
+    assert measure(workload(ragged), RungConfig()).static_shapes is False
+    default_collate = DataLoader(tiny.dataset).collate_fn
+    assert measure(workload(default_collate), RungConfig()).static_shapes is True
