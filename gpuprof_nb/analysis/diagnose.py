@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -349,29 +350,35 @@ def _rule_launch_and_python(c: _Context) -> list[Finding]:
     if c.on_device:
         compute = [k for k in c.kernels if k.kind == "kernel"]
         med = median_duration_us([k.dur_us for k in compute])
-        tiny = bool(compute) and med < th.TINY_KERNEL_US
-        host_dispatch = bd.host_in_ops_us
-        share = c.frac(bd.launch_us + (host_dispatch if tiny else 0.0))
+        per_step_kernels = len(compute) / per_step
+        tiny = (bool(compute) and med < th.TINY_KERNEL_US
+                and per_step_kernels >= th.MIN_KERNELS_FOR_OVERHEAD)
+        # Device idle while the host is inside torch ops: dispatch and CPU-side op work set
+        # the pace (overhead-bound), except one-time setup ops, which are cold start.
+        cold_us = _cold_ops_idle_us(c)[0]
+        host_ops = max(bd.host_in_ops_us - cold_us, 0.0)
+        share = c.frac(bd.launch_us + host_ops)
         evidence = {
-            "kernels_per_step": len(compute) / per_step,
+            "kernels_per_step": per_step_kernels,
             "median_kernel_us": med,
             "short_gaps_between_kernels_us": bd.launch_us,
-            "device_idle_while_host_dispatches_us": host_dispatch,
+            "device_idle_while_host_in_ops_us": host_ops,
         }
         if compute:
-            out.append(_finding(
-                "launch_overhead",
-                f"Many small kernels: median {med:.3g} us; launching them sets the pace",
-                share, evidence))
-        python_us = bd.host_us - (host_dispatch if tiny else 0.0)
+            title = (f"Many small kernels: {per_step_kernels:.0f} per step, median {med:.3g} us;"
+                     " launching them sets the pace" if tiny else
+                     f"The host sets the pace: the GPU idles {share * 100:.0f}% of the time "
+                     "while the host dispatches torch ops")
+            out.append(_finding("launch_overhead", title, share, evidence))
+        python_us = max(bd.host_us - bd.host_in_ops_us, 0.0)
         covered = _union_in(merge_intervals((o.start_us, o.end_us) for o in c.top_ops),
                             c.lo, c.hi)
         out.append(_finding(
             "python_overhead",
-            f"The GPU waits for the host: {c.frac(python_us) * 100:.0f}% of the time nothing "
-            "was launched", c.frac(python_us),
-            {"device_idle_waiting_on_host_us": bd.host_us,
-             "device_idle_waiting_on_host_fraction": c.frac(bd.host_us),
+            f"The GPU waits for Python: {c.frac(python_us) * 100:.0f}% of the time nothing "
+            "was launched and no torch op ran", c.frac(python_us),
+            {"device_idle_host_outside_ops_us": python_us,
+             "device_idle_waiting_on_host_us": bd.host_us,
              "wall_not_in_torch_ops_fraction": 1.0 - c.frac(covered)}))
         return out
     if not c.top_ops:
@@ -389,13 +396,28 @@ def _rule_launch_and_python(c: _Context) -> list[Finding]:
         share,
         {"ops_per_step": len(c.top_ops) / per_step, "median_op_us": med,
          "time_in_tiny_ops_us": tiny_us, "dispatch_gaps_between_ops_us": bd.launch_us}))
+    # Time inside CPU collectives (gloo) is waiting on other ranks, not Python.
+    host_gaps = merge_intervals((g.start_us, g.end_us) for g in c.timeline.gaps
+                                if g.cause == "host")
+    in_comm = union_length(_intersect(host_gaps, _host_collective_spans(c)))
+    python_us = max(bd.host_us - in_comm, 0.0)
     out.append(_finding(
         "python_overhead",
-        f"{c.frac(bd.host_us) * 100:.0f}% of the time is Python outside torch ops",
-        c.frac(bd.host_us),
-        {"python_outside_ops_us": bd.host_us,
+        f"{c.frac(python_us) * 100:.0f}% of the time is Python outside torch ops",
+        c.frac(python_us),
+        {"python_outside_ops_us": python_us,
          "wall_not_in_torch_ops_fraction": c.frac(bd.span_us - bd.busy_us)}))
     return out
+
+
+_HOST_COLLECTIVE_PREFIXES = ("gloo:", "nccl:", "c10d::", "mpi:", "ucc:")
+
+
+def _host_collective_spans(c: _Context) -> list[Interval]:
+    """Return the merged host ranges of collectives (`gloo:all_reduce`, `c10d::allreduce_`)."""
+    return merge_intervals(
+        clip_intervals(((o.start_us, o.end_us) for o in c.trace.ops
+                        if o.name.lower().startswith(_HOST_COLLECTIVE_PREFIXES)), c.lo, c.hi))
 
 
 def _gemm_precision_fp32(op: Op) -> bool:
@@ -603,6 +625,8 @@ def _intersect(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
 
 
 def _rule_communication(c: _Context) -> Finding | None:
+    if not c.on_device:
+        return _rule_host_communication(c)
     comm = [k for k in c.kernels if k.kind == "kernel" and kernel_class(k) == "comm"]
     if not comm:
         return None
@@ -624,20 +648,93 @@ def _rule_communication(c: _Context) -> Finding | None:
          "collective_kernels_count": float(len(comm))})
 
 
-def _rule_cold_start(timing: TimingStats) -> Finding | None:
-    first = timing.warmup_wall_us[0] if timing.warmup_wall_us else None
-    median = timing.median_us if not timing.device_us else (
-        sorted(timing.wall_us)[(len(timing.wall_us) - 1) // 2] if timing.wall_us else None)
-    if first is None or not median or median != median:
+def _rule_host_communication(c: _Context) -> Finding | None:
+    """Collectives on a trace without device activity (gloo on CPU): the host ranges of the
+    collectives, and how much of them torch ops on other threads overlap."""
+    comm_spans = _host_collective_spans(c)
+    if not comm_spans:
         return None
-    ratio = first / median
-    total = first + sum(timing.wall_us) + sum(timing.warmup_wall_us[1:])
-    share = (first - median) / total if ratio >= th.COLD_START_RATIO and total > 0 else 0.0
+    comm_us = union_length(comm_spans)
+    compute = merge_intervals((o.start_us, o.end_us) for o in c.top_ops
+                              if not o.name.lower().startswith(_HOST_COLLECTIVE_PREFIXES))
+    overlap_us = union_length(_intersect(comm_spans, compute))
+    overlap = overlap_us / comm_us if comm_us > 0 else 0.0
+    count = sum(1 for o in c.trace.ops if o.name.lower().startswith(_HOST_COLLECTIVE_PREFIXES))
     return _finding(
-        "cold_start",
-        f"The first run took {ratio:.3g}x the median run (allocation, autotuning or "
-        "compilation)", share,
-        {"first_run_us": first, "median_run_us": median, "first_over_median_ratio": ratio})
+        "communication",
+        f"Collectives on the host take {c.frac(comm_us) * 100:.0f}% of the time; "
+        f"{overlap * 100:.0f}% of it overlaps torch ops",
+        c.frac(comm_us - overlap_us),
+        {"communication_time_us": comm_us, "communication_share_fraction": c.frac(comm_us),
+         "overlap_with_compute_fraction": overlap,
+         "exposed_communication_us": comm_us - overlap_us,
+         "collective_calls_count": float(count)})
+
+
+def _cold_ops_idle_us(c: _Context) -> tuple[float, tuple[Op, ...]]:
+    """Return the device-idle microseconds spent inside one-time setup ops on the host, and
+    those ops: calls of at least COLD_OP_MIN_US that are the only call of their name or far
+    slower than its other calls (lazy CUDA init in the first .to(), cuDNN autotuning in the
+    first convolution, ...)."""
+    if not c.on_device:
+        return 0.0, ()
+    by_name: dict[str, list[float]] = {}
+    for o in c.top_ops:
+        by_name.setdefault(o.name, []).append(o.dur_us)
+    cold: list[Op] = []
+    for o in c.top_ops:
+        if o.dur_us < th.COLD_OP_MIN_US:
+            continue
+        others = sorted(by_name[o.name])
+        others.remove(o.dur_us)
+        if not others or o.dur_us >= th.COLD_OP_RATIO * median_duration_us(others):
+            cold.append(o)
+    if not cold:
+        return 0.0, ()
+    host_gaps = [(g.start_us, g.end_us) for g in c.timeline.gaps if g.cause == "host"]
+    spans = merge_intervals((o.start_us, o.end_us) for o in cold)
+    return union_length(_intersect(spans, merge_intervals(host_gaps))), tuple(cold)
+
+
+def _duration_words(us: float) -> str:
+    """Return a duration for a title: '29.9 s', '412 ms' (same digits as render's fmt_us)."""
+    if us >= 1e6:
+        return f"{us / 1e6:.3g} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.3g} ms"
+    return f"{us:.3g} us"
+
+
+def _rule_cold_start(c: _Context, timing: TimingStats | None) -> Finding | None:
+    evidence: dict[str, float] = {}
+    share = 0.0
+    titles: list[str] = []
+    if timing is not None and timing.warmup_wall_us and timing.wall_us:
+        first = timing.warmup_wall_us[0]
+        # Warm-up runs only have wall time: compare wall with wall.
+        median = float(statistics.median(timing.wall_us))
+        if median > 0:
+            ratio = first / median
+            total = first + sum(timing.wall_us) + sum(timing.warmup_wall_us[1:])
+            if ratio >= th.COLD_START_RATIO and total > 0:
+                share = (first - median) / total
+            evidence.update({"first_run_us": first, "median_run_us": median,
+                             "first_over_median_ratio": ratio})
+            titles.append(f"The first run took {ratio:.3g}x the median run")
+    idle_us, cold_ops = _cold_ops_idle_us(c)
+    if cold_ops:
+        longest = max(cold_ops, key=lambda o: (o.dur_us, -o.index))
+        evidence.update({"device_idle_in_setup_ops_us": idle_us,
+                         "longest_setup_op_us": longest.dur_us})
+        share = max(share, c.frac(idle_us))
+        titles.append(f"one-time setup inside torch ops keeps the GPU idle "
+                      f"{c.frac(idle_us) * 100:.0f}% of the time (first {longest.name} took "
+                      f"{_duration_words(longest.dur_us)})")
+    if not evidence:
+        return None
+    title = "; ".join(titles)
+    title = title[0].upper() + title[1:] + " (allocation, initialisation, autotuning)"
+    return _finding("cold_start", title, share, evidence)
 
 
 _COMPILE_MARKERS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup", "CompiledFunction",
@@ -740,7 +837,7 @@ def diagnose(trace: Trace, *, timeline: Timeline | None = None, roofline: object
     if c.on_device:
         add(_rule_host_sync(c))
     else:
-        not_judged.append("host_sync, precision, host_device_copy, communication: "
+        not_judged.append("host_sync, precision, host_device_copy: "
                           "no device activity in the trace")
     for f in _rule_launch_and_python(c):
         add(f)
@@ -751,13 +848,13 @@ def diagnose(trace: Trace, *, timeline: Timeline | None = None, roofline: object
     add(_rule_dtype_cast(c))
     if c.on_device:
         add(_rule_host_device_copy(c))
-        add(_rule_communication(c))
-    if timing is None:
+    add(_rule_communication(c))
+    cold = _rule_cold_start(c, timing)
+    if cold is None and timing is None:
         not_judged.append("cold_start: no run timings (profile with %%gpuprofile to get them)")
-    elif not timing.warmup_wall_us:
+    elif cold is None and not timing.warmup_wall_us:
         not_judged.append("cold_start: no warm-up run was timed apart from the measured runs")
-    else:
-        add(_rule_cold_start(timing))
+    add(cold)
     rec = _rule_recompilation(c)
     if rec is None:
         not_judged.append("recompilation: no torch.compile markers in the trace")

@@ -46,6 +46,10 @@ TINY_KERNEL_US = 10.0
 # dispatcher, allocation: several microseconds each, more under the profiler), not in math.
 TINY_CPU_OP_US = 50.0
 
+# Fewer kernels than this per step cost well under a millisecond of launches (5-10 us each):
+# below it, "many small kernels" is not the story even when each kernel is tiny.
+MIN_KERNELS_FOR_OVERHEAD = 50
+
 # Fewer ops than this per step cannot make a cell overhead-bound whatever their size.
 MIN_OPS_FOR_OVERHEAD = 200
 
@@ -82,6 +86,12 @@ PINNED_BANDWIDTH_BYTES_PER_S = 10e9
 # A first run more than twice the median is a cold start (allocation, autotuning, compile),
 # beyond the usual first-run jitter of tens of percent.
 COLD_START_RATIO = 2.0
+
+# A host op this long (100 ms) with the device idle, that is the only call of its name or at
+# least COLD_OP_RATIO times its other calls, is one-time setup: lazy CUDA context creation
+# in the first .to("cuda"), cuDNN autotuning in the first convolution, first allocations.
+COLD_OP_MIN_US = 100_000.0
+COLD_OP_RATIO = 10.0
 
 # --- memory growth ----------------------------------------------------------------------------
 

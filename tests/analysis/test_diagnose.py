@@ -104,6 +104,20 @@ class TestRules:
         assert f.evidence["exposed_communication_us"] == pytest.approx(50.0)
         assert f.share == pytest.approx(50.0 / 150.0)
 
+    def test_host_collectives_without_device(self):
+        # gloo all_reduce 100-600 on the main thread; an op on another thread 500-700
+        # overlaps 100 us of it; Python elsewhere.
+        ops = [op("aten::add", 0, 100), op("gloo:all_reduce", 100, 500, kind="annotation"),
+               op("aten::mul", 500, 200, tid=2), op("aten::add", 900, 100)]
+        d = diagnose(make_trace(ops=ops, cc=None))
+        f = d.finding("communication")
+        assert f.evidence["communication_time_us"] == pytest.approx(500.0)
+        assert f.evidence["overlap_with_compute_fraction"] == pytest.approx(0.2)
+        assert f.share == pytest.approx(400.0 / 1000.0)
+        # Host gaps: 100-500 (in the collective) and 700-900 (Python).
+        assert d.finding("python_overhead").evidence["python_outside_ops_us"] == \
+            pytest.approx(200.0)
+
     def test_precision_fp32_gemm_on_ampere_and_volta(self):
         kernels = [kernel(0, 100, name="ampere_sgemm_128x64_nn"), kernel(100, 20)]
         d = diagnose(make_trace(kernels=kernels, cc=(8, 0)))
@@ -142,6 +156,37 @@ class TestRules:
         assert f.share == pytest.approx((1000 - 100) / (1000 + 300))
         no_timing = diagnose(make_trace(kernels=[kernel(0, 10)]))
         assert any(x.startswith("cold_start") for x in no_timing.not_judged)
+
+    def test_cold_start_from_a_first_call_in_the_trace(self):
+        # The first .to() holds the host 200 ms (lazy CUDA init) while the device idles; the
+        # later .to() calls take 10 us. Kernels run after it.
+        ops = [op("aten::to", 0, 200_000), op("aten::to", 200_100, 10),
+               op("aten::to", 200_300, 10)]
+        kernels = [kernel(200_050, 100, corr=1), kernel(200_400, 100, corr=2)]
+        runtime = [RuntimeCall("cudaLaunchKernel", 200_020.0, 5.0, 1, 1, correlation=1),
+                   RuntimeCall("cudaLaunchKernel", 200_320.0, 5.0, 1, 1, correlation=2)]
+        d = diagnose(make_trace(ops=ops, kernels=kernels, runtime=runtime))
+        f = d.findings[0]
+        assert f.kind == "cold_start"
+        # Idle from 0 to 200 000 us inside the first aten::to: all of it setup.
+        assert f.evidence["device_idle_in_setup_ops_us"] == pytest.approx(200_000)
+        assert f.evidence["longest_setup_op_us"] == pytest.approx(200_000)
+        assert f.share == pytest.approx(200_000 / 200_500)
+        # Not counted again as host overhead.
+        lo = d.finding("launch_overhead")
+        assert lo.evidence["device_idle_while_host_in_ops_us"] < 1_000
+
+    def test_few_tiny_kernels_are_not_many_small_kernels(self):
+        kernels = [kernel(i * 100.0, 5, corr=i) for i in range(5)]
+        runtime = [RuntimeCall("cudaLaunchKernel", i * 100.0 - 50, 5.0, 1, 1, correlation=i)
+                   for i in range(5)]
+        ops = [op("aten::add", i * 100.0 - 60, 20) for i in range(5)]
+        f = diagnose(make_trace(ops=ops, kernels=kernels, runtime=runtime)).finding(
+            "launch_overhead")
+        assert not f.title.startswith("Many small kernels")
+        many = [kernel(i * 10.0, 5, corr=i) for i in range(th.MIN_KERNELS_FOR_OVERHEAD)]
+        g = diagnose(make_trace(kernels=many)).finding("launch_overhead")
+        assert g.title.startswith("Many small kernels")
 
     def test_recompilation_markers(self):
         ops = [op("Torch-Compiled Region", 0, 100, kind="annotation"),
