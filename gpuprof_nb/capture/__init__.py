@@ -1,1 +1,3 @@
-"""Recording a cell with torch: timing, profiler, memory history, device ceilings. The only package importing torch at module level."""
+"""Recording a cell with torch: timing, profiler, memory history, device ceilings.
+
+The only package that imports torch at module level."""

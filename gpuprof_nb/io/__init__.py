@@ -1,1 +1,3 @@
-"""Readers for trace files/dicts and memory snapshots -> model objects. All format quirks live here."""
+"""Readers for trace files/dicts and memory snapshots -> model objects.
+
+All format quirks live here."""
