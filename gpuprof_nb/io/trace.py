@@ -100,7 +100,7 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     try:
         magic = raw.read(2)
         raw.seek(0)
-        stream: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if magic == _GZIP_MAGIC else raw
+        stream: Any = gzip.GzipFile(fileobj=raw, mode="rb") if magic == _GZIP_MAGIC else raw
         builder = _Builder(source)
         top = _StreamParser(stream, source, gzipped=magic == _GZIP_MAGIC).parse(builder)
         return builder.finish(top)
@@ -417,7 +417,7 @@ class _Builder:
         pid = event.get("pid")
         if pid in _SUMMARY_PIDS:
             return
-        ts = event.get("ts")
+        ts: Any = event.get("ts")
         tst = type(ts)
         if (tst is not float and tst is not int) or ts - ts != 0:
             raise self._fail(index, f"({event.get('name')!r}) has no numeric 'ts' (got {ts!r})")
@@ -583,7 +583,7 @@ class _StreamParser:
         self.source = source
         self.gzipped = gzipped
         self.decoder = codecs.getincrementaldecoder("utf-8")("strict")
-        self.scan = json.JSONDecoder().scan_once
+        self.scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
         self.buf = ""
         self.pos = 0
         self.dropped = 0  # characters consumed and discarded before buf[0]
