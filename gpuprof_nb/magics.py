@@ -151,6 +151,7 @@ class GpuprofileMagics(Magics):
         return self._ip.compile(source, filename, "exec")
 
     def _report(self, stats: Any, artifact: Any, args: Any, notes: list[str]) -> Any:
+        from gpuprof_nb.errors import GpuprofError
         from gpuprof_nb.report import (
             ProfileReport,
             analyze,
@@ -167,8 +168,13 @@ class GpuprofileMagics(Magics):
         if steps and stats is not None:
             stats = dataclasses.replace(stats, steps_per_run=steps)
         if args.trace:
-            path = save_trace_dict(artifact, args.trace)
-            notes.append(f"trace written to {path} (open it in ui.perfetto.dev)")
+            # The run is done and costly to repeat: a trace that cannot be written becomes a
+            # note in the report (which -o still stores) rather than an error that loses it.
+            try:
+                path = save_trace_dict(artifact, args.trace)
+                notes.append(f"trace written to {path} (open it in ui.perfetto.dev)")
+            except GpuprofError as exc:
+                notes.append(f"trace NOT written: {exc}; call .save(path) on the report")
         try:
             return analyze(trace, timing=stats, top=args.top, sort=args.sort,
                            artifact=artifact, notes=notes)

@@ -127,6 +127,16 @@ def test_trace_option_writes_a_loadable_gzip(ip, tmp_path) -> None:
     assert len(load_trace(plain).ops) == len(r.trace.ops)
 
 
+def test_unwritable_trace_path_becomes_a_note_and_keeps_the_report(ip, tmp_path) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    magic(ip, f"-o r --quiet --repeat 1 --trace {blocker / 't.json'}", "P = A @ A")
+    r = ip.user_ns["r"]
+    assert any(n.startswith("trace NOT written") for n in r.notes)
+    assert r.trace is not None
+    assert r.save(tmp_path / "later.json").is_file()
+
+
 def test_quiet_displays_nothing_and_default_displays_the_report(ip) -> None:
     with capture_output() as quiet:
         magic(ip, "--quiet --repeat 1", "P = A @ A")
