@@ -24,8 +24,9 @@ class GpuprofileMagics(Magics):
     @argument("--repeat", type=int, default=3, metavar="N",
               help="timed runs, without the profiler attached (default 3)")
     @argument("--once", action="store_true",
-              help="run the cell exactly once (cells with side effects); the numbers then "
-                   "include cold-start effects")
+              help="run the cell exactly once (cells with side effects), timed and "
+                   "profiled together; the numbers then include cold-start effects "
+                   "(--warmup and --repeat are ignored)")
     @argument("--timing-only", action="store_true",
               help="time the cell (CUDA events on GPU) without running the profiler")
     @argument("--stack", action="store_true", help="record Python call stacks")
@@ -33,8 +34,10 @@ class GpuprofileMagics(Magics):
     @argument("--top", type=int, default=20, metavar="N",
               help="rows in the top-ops table (default 20)")
     @argument("--sort", default=None, metavar="KEY",
-              help="order of the top-ops table (default: self device time on GPU, "
-                   "self CPU time on CPU)")
+              help="order of the top-ops table: self_device_us, total_device_us, "
+                   "self_cpu_us, total_cpu_us or calls (key_averages names such as "
+                   "self_cuda_time_total work too); default: self device time on GPU, "
+                   "self CPU time on CPU")
     @argument("--trace", default=None, metavar="PATH",
               help="also write the Chrome/Perfetto trace JSON here (gzip if PATH ends in .gz)")
     @argument("-o", dest="output", default=None, metavar="NAME",
