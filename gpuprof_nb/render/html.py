@@ -8,25 +8,70 @@ import html as _html
 from collections.abc import Sequence
 
 # Inline style used by every report. var(--jp-...) and var(--vscode-...) are the frontends'
-# own theme variables; the literal after each comma is the fallback for nbviewer/GitHub.
-STYLE = """
+# own theme variables; the literal after each comma is the fallback for nbviewer/GitHub/nbconvert
+# (light page). Tabs (render/widgets.tabbed_html) are radio inputs + CSS: the hiding rules sit
+# inside @supports so a browser without :has() shows every section instead of none.
+_TAB_COUNT = 12
+_TAB_SHOW = ",\n".join(
+    f".gpuprof .gp-tabs:has(> .gp-tab:nth-of-type({i}) > input:checked)"
+    f" > .gp-panel:nth-of-type({i})"
+    for i in range(1, _TAB_COUNT + 1)
+)
+STYLE = (
+    """
 .gpuprof { font-family: var(--jp-ui-font-family, system-ui, sans-serif); font-size: 13px;
-  color: var(--jp-ui-font-color1, var(--vscode-editor-foreground, #1f1f1f)); }
-.gpuprof table { border-collapse: collapse; margin: 4px 0 10px 0; }
-.gpuprof th, .gpuprof td { padding: 2px 8px; text-align: left; vertical-align: top;
+  color: var(--jp-ui-font-color1, var(--vscode-editor-foreground, #1f1f1f));
+  line-height: 1.4; }
+.gpuprof h3 { color: inherit; margin: 4px 0 6px 0; font-size: 15px; }
+.gpuprof h4 { color: inherit; margin: 8px 0 4px 0; font-size: 13px; }
+.gpuprof table { border-collapse: collapse; margin: 4px 0 10px 0; color: inherit;
+  background: transparent; }
+.gpuprof table th, .gpuprof table td { padding: 2px 8px; text-align: left; vertical-align: top;
   border-bottom: 1px solid var(--jp-border-color2, var(--vscode-editorWidget-border, #ddd));
-  color: inherit; background: transparent; }
-.gpuprof td.num, .gpuprof th.num { text-align: right; font-variant-numeric: tabular-nums; }
-.gpuprof td.name { word-break: break-all; max-width: 60em; font-family: var(--jp-code-font-family, monospace); }
+  color: inherit; }
+.gpuprof table td.num, .gpuprof table th.num { text-align: right;
+  font-variant-numeric: tabular-nums; }
+.gpuprof table td.name { word-break: break-all; max-width: 60em;
+  font-family: var(--jp-code-font-family, var(--vscode-editor-font-family, monospace)); }
 .gpuprof details > summary { font-weight: 600; cursor: pointer; margin: 6px 0; }
-.gpuprof .note { color: var(--jp-ui-font-color2, var(--vscode-descriptionForeground, #666)); }
-.gpuprof .sev-high { color: var(--jp-error-color1, #c62828); font-weight: 600; }
-.gpuprof .sev-medium { color: var(--jp-warn-color1, #b26a00); font-weight: 600; }
-.gpuprof .sev-low, .gpuprof .sev-info { color: var(--jp-info-color1, #1565c0); }
-.gpuprof pre { background: var(--jp-layout-color2, var(--vscode-textCodeBlock-background, #f5f5f5));
-  color: inherit; padding: 6px; overflow-x: auto; }
+.gpuprof .note { color: var(--jp-ui-font-color2, var(--vscode-descriptionForeground, #555)); }
+.gpuprof .sev-high { color: var(--jp-error-color1, var(--vscode-errorForeground, #c62828));
+  font-weight: 600; }
+.gpuprof .sev-medium { color: var(--jp-warn-color1, var(--vscode-editorWarning-foreground,
+  #b26a00)); font-weight: 600; }
+.gpuprof .sev-low, .gpuprof .sev-info { color: var(--jp-info-color1,
+  var(--vscode-editorInfo-foreground, #1565c0)); }
+.gpuprof pre, .gpuprof code { font-family: var(--jp-code-font-family,
+  var(--vscode-editor-font-family, monospace)); }
+.gpuprof pre { background: var(--jp-layout-color2, var(--vscode-textCodeBlock-background,
+  #f5f5f5)); color: inherit; padding: 6px; overflow-x: auto; }
 .gpuprof img { max-width: 100%; background: white; }
+.gpuprof a { color: var(--jp-content-link-color, var(--vscode-textLink-foreground, #1565c0)); }
+.gpuprof .gp-tabs { margin-top: 2px; }
+.gpuprof .gp-tab { display: inline-block; padding: 3px 12px; margin: 0 2px 0 0;
+  cursor: pointer; user-select: none; color: inherit;
+  border: 1px solid var(--jp-border-color1, var(--vscode-editorWidget-border, #bbb));
+  border-bottom: none; border-radius: 4px 4px 0 0;
+  background: var(--jp-layout-color2, var(--vscode-editorWidget-background, #eee)); }
+.gpuprof .gp-tab > input { position: absolute; opacity: 0; width: 1px; height: 1px;
+  margin: 0; pointer-events: none; }
+.gpuprof .gp-panel { padding: 6px 2px 2px 2px;
+  border-top: 1px solid var(--jp-border-color1, var(--vscode-editorWidget-border, #bbb)); }
+@supports selector(:has(a)) {
+.gpuprof .gp-panel { display: none; }
+.gpuprof .gp-h { display: none; }
+.gpuprof .gp-tab:has(> input:checked) { font-weight: 600;
+  background: var(--jp-layout-color0, var(--vscode-editor-background, #fff));
+  border-color: var(--jp-brand-color1, var(--vscode-focusBorder, #1976d2)); }
+.gpuprof .gp-tab:has(> input:focus-visible) {
+  outline: 2px solid var(--jp-brand-color1, var(--vscode-focusBorder, #1976d2)); }
+.gpuprof .gp-tabs:not(:has(> .gp-tab > input:checked)) > .gp-panel:first-of-type,
 """
+    + _TAB_SHOW
+    + """ { display: block; }
+}
+"""
+)
 
 
 def esc(value: object) -> str:
