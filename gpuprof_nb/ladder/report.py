@@ -145,6 +145,12 @@ def read_three_runs(
         next_step = "Keep low precision; then compile and the optimizer rungs."
     if compile_gain is None:
         parts.append("torch.compile was not measured on top of it.")
+    elif compile_gain < 0:
+        parts.append(
+            f"torch.compile made it slower ({compile_gain * 100:+.1f}%): the kernels are "
+            "already well fused for these shapes, or compiled-code overhead dominates at this "
+            "size."
+        )
     elif compile_gain < compile_threshold - 1e-9:
         parts.append(
             f"torch.compile added {compile_gain * 100:+.1f}% (under "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -42,9 +43,10 @@ from gpuprof_nb.ladder.report import (
 )
 from gpuprof_nb.model.timing import TimingStats
 
+# Measured on the shared 2-core machine the ladder was written on (see docs/ladder.md).
 _CPU_COMPILE_SKIP = (
-    "torch.compile on CPU builds C++ kernels with gcc: about 40 s cold and 5 s with a warm "
-    "cache for a tiny MLP on the 2-core box this was written on; pass compile=True to run it"
+    "torch.compile on CPU builds C++ kernels with gcc: a cold compile of a small MLP took "
+    "42-57 s on a 2-core machine (0.5-5 s from a warm cache); pass compile=True to run it"
 )
 
 
@@ -123,7 +125,7 @@ class _Climb:
         return result
 
     def skip(self, name: str, reason: str) -> RungResult:
-        result = RungResult(name=name, settings=self.current.with_().describe(),
+        result = RungResult(name=name, settings=self.current.describe(),
                             status="skipped", reason=reason)
         self.results.append(result)
         return result
@@ -155,10 +157,8 @@ class _Climb:
 
 
 def _rate(measured: Measurement) -> float:
-    times = sorted(measured.step_times_us)
-    n = len(times)
-    median = times[n // 2] if n % 2 else (times[n // 2 - 1] + times[n // 2]) / 2
-    return measured.samples_per_step / (median / 1e6)
+    """Samples/s at the median step time."""
+    return measured.samples_per_step / (statistics.median(measured.step_times_us) / 1e6)
 
 
 def run_ladder(
@@ -297,8 +297,9 @@ def _run_amp(climb: _Climb, wanted: set[str], amp: str, notes: list[str]) -> Run
 
     def cpu_note(ratio: float) -> str:
         if device.type != "cuda" and ratio < 1.0:
-            text = (f"bf16 autocast ran {1 / ratio:.1f}x slower than fp32 on this CPU: without "
-                    "fast bf16 matrix units (AMX) autocast only adds casts; dropped")
+            text = (f"bf16 autocast ran {1 / ratio:.1f}x slower than fp32 on this CPU: on CPU it "
+                    "pays only with fast bf16 matrix units (AMX) and large matmuls, otherwise it "
+                    "only adds casts; dropped")
             notes.append(text)
             return text
         return ""

@@ -44,6 +44,12 @@ def test_threshold_is_exclusive_at_twenty_percent():
     assert read_three_runs(100.0, 119.9, None).precision_is_bottleneck is False
 
 
+def test_slower_compile_says_so():
+    reading = read_three_runs(1000.0, 1500.0, 1200.0)
+    assert reading.compile_gain == pytest.approx(-0.2)
+    assert "made it slower (-20.0%)" in reading.verdict
+
+
 def test_slower_low_precision_is_not_a_precision_bottleneck():
     reading = read_three_runs(1000.0, 400.0, None)
     assert reading.precision_gain == pytest.approx(-0.6)
