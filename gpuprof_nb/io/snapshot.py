@@ -10,12 +10,14 @@ pickle names, so loading a snapshot never runs code from it.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import gzip
 import io
 import math
 import os
 import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -70,9 +72,29 @@ def _unpickle(stream: Any, where: str) -> Any:  # any binary file object
         ) from None
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while millions of containers are built: they
+    hold no cycles, and each collection would walk all of them again (it makes loading a
+    large snapshot several times slower). Restored on exit, whatever happens."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def load_snapshot(source: str | os.PathLike[str] | bytes | Mapping[str, Any]) -> MemorySnapshot:
     """Return the MemorySnapshot in a pickle file (optionally gzipped), pickle bytes, or an
     already-unpickled snapshot dict. Raises SnapshotFormatError on anything else."""
+    with _gc_paused():
+        return _load_snapshot(source)
+
+
+def _load_snapshot(source: str | os.PathLike[str] | bytes | Mapping[str, Any]
+                   ) -> MemorySnapshot:
     if isinstance(source, Mapping):
         return snapshot_from_dict(source)
     if isinstance(source, (bytes, bytearray, memoryview)):
@@ -107,6 +129,8 @@ class _StackTable:
         self._frame_index: dict[tuple[str, int, str], int] = {}
         self._stack_index: dict[tuple[int, ...], int] = {}
         self._by_id: dict[int, int] = {}
+        self._frame_by_id: dict[int, int] = {}
+        self._by_probe: dict[tuple[int, int, int, int], list[tuple[Any, int]]] = {}
         self._keep: list[Any] = []  # keeps cached objects alive so their ids stay unique
 
     def stack_of(self, frames: Any) -> int:
@@ -115,22 +139,51 @@ class _StackTable:
         hit = self._by_id.get(id(frames))
         if hit is not None:
             return hit
-        if not isinstance(frames, Sequence) or isinstance(frames, (str, bytes)):
+        if type(frames) is not list and (
+            not isinstance(frames, Sequence) or isinstance(frames, (str, bytes))
+        ):
             raise SnapshotFormatError(
                 f"{self.where}: 'frames' is a {type(frames).__name__}, expected a list of "
                 "{filename, line, name} dicts"
             )
-        key = tuple(self._frame_of(f) for f in frames)
-        index = self._stack_index.get(key)
-        if index is None:
-            index = len(self.stacks)
-            self.stacks.append(key)
-            self._stack_index[key] = index
+        # Newer allocators build a fresh list per entry but share the frame dicts in it.
+        # A few identities pick candidate stacks seen before; list equality (identity
+        # first, in C) confirms one, without touching every frame in Python.
+        n = len(frames)
+        probe = (n, id(frames[0]), id(frames[n // 2]), id(frames[-1]))
+        candidates = self._by_probe.get(probe)
+        if candidates is None:
+            candidates = self._by_probe[probe] = []
+        index = -1
+        for seen, seen_index in candidates:
+            if seen == frames:
+                index = seen_index
+                break
+        if index < 0:
+            key = tuple(self._frame_of(f) for f in frames)
+            index = self._stack_index.get(key, -1)
+            if index < 0:
+                index = len(self.stacks)
+                self.stacks.append(key)
+                self._stack_index[key] = index
+            if len(candidates) < 8:
+                candidates.append((frames, index))
         self._by_id[id(frames)] = index
         self._keep.append(frames)
         return index
 
     def _frame_of(self, f: Any) -> int:
+        # Frame dicts are shared between stacks (the allocator symbolises each distinct
+        # frame once and pickling keeps the sharing), so identity hits are the common case.
+        hit = self._frame_by_id.get(id(f))
+        if hit is not None:
+            return hit
+        index = self._frame_of_content(f)
+        self._frame_by_id[id(f)] = index
+        self._keep.append(f)
+        return index
+
+    def _frame_of_content(self, f: Any) -> int:
         if not isinstance(f, Mapping):
             raise SnapshotFormatError(
                 f"{self.where}: a frame is a {type(f).__name__}, expected a dict with "
@@ -258,6 +311,11 @@ def _device_trace(
 def snapshot_from_dict(data: Any, *, where: str = "snapshot") -> MemorySnapshot:
     """Return the MemorySnapshot for an unpickled snapshot dict (see module docstring).
     Raises SnapshotFormatError, naming the place, when the dict is not a snapshot."""
+    with _gc_paused():
+        return _snapshot_from_dict(data, where)
+
+
+def _snapshot_from_dict(data: Any, where: str) -> MemorySnapshot:
     if not isinstance(data, Mapping):
         raise SnapshotFormatError(
             f"{where}: top level is a {type(data).__name__}, expected the dict that "
