@@ -63,7 +63,7 @@ class GpuprofileMagics(Magics):
         try:
             import torch  # noqa: F401 - fail here, clearly, before anything runs
 
-            from gpuprof_nb.capture.profiler import profile_cell
+            from gpuprof_nb.capture.profiler import ProfilerStoppedByCell, profile_cell
             from gpuprof_nb.capture.timing import time_cell
         except ImportError as exc:
             raise UsageError(
@@ -88,16 +88,23 @@ class GpuprofileMagics(Magics):
                     box.append(time_cell(runner, once=True, sync=sync, use_cuda_events=cuda,
                                          device_name=device_name))
 
-                artifact = profile_cell(timed_once, runs=1, stack=args.stack,
-                                        memory=args.memory, cuda=cuda)
+                try:
+                    artifact = profile_cell(timed_once, runs=1, stack=args.stack,
+                                            memory=args.memory, cuda=cuda)
+                except ProfilerStoppedByCell as exc:
+                    notes.append(f"no trace: {exc}")
                 stats = dataclasses.replace(box[0], profiled=True)
             else:
                 stats = time_cell(runner, warmup=args.warmup, repeat=args.repeat,
                                   once=args.once, sync=sync, use_cuda_events=cuda,
                                   device_name=device_name)
                 if not args.timing_only:
-                    artifact = profile_cell(runner, runs=1, stack=args.stack,
-                                            memory=args.memory, cuda=cuda)
+                    try:
+                        artifact = profile_cell(runner, runs=1, stack=args.stack,
+                                                memory=args.memory, cuda=cuda)
+                    except ProfilerStoppedByCell as exc:
+                        # The timings stand; only the trace is lost, so say so and go on.
+                        notes.append(f"no trace: {exc}")
         finally:
             runner.restore_modes()
         report = self._report(stats, artifact, args, notes)

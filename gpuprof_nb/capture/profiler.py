@@ -16,6 +16,10 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from gpuprof_nb.errors import CaptureError
 
 
+class ProfilerStoppedByCell(CaptureError):
+    """The cell started and stopped a torch profiler of its own, which ended ours too."""
+
+
 def profiler_running() -> bool:
     """Return True while any torch (autograd/Kineto) profiler is recording in this process."""
     try:
@@ -40,7 +44,8 @@ def profile_cell(
     `ProfilerStep#i` annotation so the runs become steps; a single run gets no annotation of
     ours, so a training loop's own `ProfilerStep#`/`Optimizer.step#` annotations give the steps.
     The profiler is stopped before this returns or raises, whatever `run` raised (including
-    KeyboardInterrupt), and that exception propagates unchanged.
+    KeyboardInterrupt), and that exception propagates unchanged. A cell that runs its own
+    profiler ends ours: ProfilerStoppedByCell then, and nothing is exported.
     """
     __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of user tracebacks
     if runs < 1:
@@ -71,6 +76,15 @@ def profile_cell(
         if cuda:
             # Kernels still queued when the profiler stops would be missing from the trace.
             torch.cuda.synchronize()
+        # Kineto keeps one session per process: a `with profile()` inside the cell ends ours,
+        # and exporting what is left crashes the process (torch 2.13 segfaults), so check.
+        stopped_by_cell = not profiler_running()
+    if stopped_by_cell:
+        raise ProfilerStoppedByCell(
+            "the cell runs a torch profiler of its own, which stopped ours (one profiler per "
+            "process); use %%gpuprofile --timing-only for this cell, or export that "
+            "profiler's trace and read it with gpuprof_nb.load_trace"
+        )
     return _export(prof)
 
 

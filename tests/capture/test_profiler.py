@@ -10,7 +10,11 @@ import pytest
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 torch = pytest.importorskip("torch")
 
-from gpuprof_nb.capture.profiler import profile_cell, profiler_running  # noqa: E402
+from gpuprof_nb.capture.profiler import (  # noqa: E402
+    ProfilerStoppedByCell,
+    profile_cell,
+    profiler_running,
+)
 from gpuprof_nb.errors import CaptureError  # noqa: E402
 
 A = torch.randn(64, 64)
@@ -79,6 +83,23 @@ def test_refuses_to_nest_inside_a_running_profiler() -> None:
         with pytest.raises(CaptureError, match="already recording"):
             profile_cell(matmuls, cuda=False)
     assert not profiler_running()
+
+
+def test_a_cell_with_its_own_profiler_is_refused_not_crashed() -> None:
+    # Exporting after an inner profiler ended the session segfaults torch 2.13; reaching the
+    # asserts at all is part of the test.
+    ran = []
+
+    def run() -> None:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            A @ A
+        ran.append(True)
+
+    with pytest.raises(ProfilerStoppedByCell, match="profiler of its own"):
+        profile_cell(run, cuda=False)
+    assert ran == [True]
+    assert not profiler_running()
+    assert profile_cell(matmuls, cuda=False)["traceEvents"]
 
 
 def test_trace_dict_loads_through_the_trace_reader() -> None:

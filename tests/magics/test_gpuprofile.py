@@ -243,6 +243,18 @@ def test_steps_from_optimizer_annotations_count_every_optimizer_step(ip) -> None
     assert ip.user_ns["r"].timing.steps_per_run == 3
 
 
+@pytest.mark.parametrize("once", ["", "--once"])
+def test_cell_with_its_own_profiler_keeps_timings_and_says_why_no_trace(ip, once) -> None:
+    cell = "with torch.profiler.profile() as inner_prof:\n    P = A @ A\n"
+    magic(ip, f"-o r --quiet --repeat 2 {once}", cell)
+    r = ip.user_ns["r"]
+    assert r.timing is not None and r.timing.runs == (1 if once else 2)
+    assert r.trace is None
+    assert any(n.startswith("no trace: the cell runs a torch profiler") for n in r.notes)
+    assert not profiler_running()
+    assert "inner_prof" in ip.user_ns
+
+
 def test_help_lists_the_options(ip) -> None:
     doc = ip.find_cell_magic("gpuprofile").__doc__
     for option in ("--warmup", "--repeat", "--once", "--timing-only", "--stack", "--memory",
