@@ -67,6 +67,7 @@ def summary_pairs(report: Any) -> list[tuple[str, str]]:
         if timing.steps_per_run:
             pairs.append(("steps per run", fmt_num(timing.steps_per_run)))
             pairs.append(("median per step", fmt_us(timing.median_step_us)))
+            pairs.append(("IQR per step", fmt_us(timing.iqr_us / timing.steps_per_run)))
     if summary is not None:
         steps = summary.step_count
         if steps:

@@ -118,6 +118,7 @@ def test_summary_numbers_by_hand() -> None:
     assert re.search(r"IQR per run\s+3 ms", text)
     assert re.search(r"min / max per run\s+10 ms / 16 ms", text)
     assert re.search(r"median per step\s+3 ms", text)
+    assert re.search(r"IQR per step\s+750 us", text)  # 3 ms / 4 steps
     # Kernels cover [0, 15] and [24, 30] of the 40 us window: 21 us = 52.5%.
     assert re.search(r"GPU busy\s+52.5% \(21 us of the window\)", text)
     assert "noisy runs: the slowest took 1.6x the fastest" in text
