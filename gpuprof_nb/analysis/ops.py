@@ -18,6 +18,7 @@ Rules (they decide every number these tables show):
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuprof_nb.analysis.intervals import device_busy_us
-from gpuprof_nb.model.trace import Kernel, Op, Trace
+from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, Trace
 
 __all__ = [
     "KernelRow",
@@ -206,42 +207,52 @@ def _attribute(trace: Trace) -> tuple[list[Op], list[_OpStats], float]:
     stats = [_OpStats() for _ in ops]
     parent = [-1] * len(ops)
     child_cpu = [0.0] * len(ops)
+    starts = [o.start_us for o in ops]
+    ends = [o.start_us + o.dur_us for o in ops]
     by_thread: dict[tuple[Any, Any], list[int]] = defaultdict(list)
     for i, op in enumerate(ops):
         by_thread[(op.pid, op.tid)].append(i)
-    runtime_by_thread: dict[tuple[Any, Any], list[int]] = defaultdict(list)
-    for j, call in enumerate(trace.runtime):
-        runtime_by_thread[(call.pid, call.tid)].append(j)
+    # Only calls that launched some device work matter (not cudaGetDevice and friends).
+    launched = {k.correlation for k in trace.kernels if k.correlation is not None}
+    calls_by_thread: dict[tuple[Any, Any], list[RuntimeCall]] = defaultdict(list)
+    for call in trace.runtime:
+        if call.correlation in launched:
+            calls_by_thread[(call.pid, call.tid)].append(call)
 
     owner_of_correlation: dict[int, int] = {}
     preorder: list[int] = []  # every parent before its children
-    for thread in set(by_thread) | set(runtime_by_thread):
-        # Ops open first (longer first at equal start), runtime calls after ops at equal start.
-        items: list[tuple[float, int, float, int, int]] = [
-            (ops[i].start_us, 0, -ops[i].end_us, ops[i].index, i) for i in by_thread.get(thread, ())
-        ]
-        items += [
-            (trace.runtime[j].start_us, 1, 0.0, trace.runtime[j].index, j)
-            for j in runtime_by_thread.get(thread, ())
-        ]
-        items.sort()
+    for thread in sorted(set(by_thread) | set(calls_by_thread), key=repr):
+        idxs = by_thread.get(thread, [])
+        if any(starts[a] == starts[b] for a, b in zip(idxs, idxs[1:], strict=False)):
+            # Equal starts (common with integer-us traces): the longer op is the parent.
+            idxs.sort(key=lambda i: (starts[i], -ends[i], ops[i].index))
+        calls = calls_by_thread.get(thread, [])
+        n_calls = len(calls)
+        c = 0
         stack: list[int] = []
-        for start, what, _neg_end, _index, k in items:
-            while stack and ops[stack[-1]].end_us <= start:
+        # Merge the thread's ops and launch calls by start; at equal starts the op opens first.
+        for i in [*idxs, -1]:
+            start = starts[i] if i >= 0 else math.inf
+            while c < n_calls and calls[c].start_us < start:
+                call = calls[c]
+                while stack and ends[stack[-1]] <= call.start_us:
+                    stack.pop()
+                corr = call.correlation
+                if stack:
+                    owner_of_correlation[corr] = stack[-1]  # type: ignore[index]
+                else:
+                    owner_of_correlation.setdefault(corr, -1)  # type: ignore[arg-type]
+                c += 1
+            if i < 0:
+                break
+            while stack and ends[stack[-1]] <= start:
                 stack.pop()
-            top = stack[-1] if stack else -1
-            if what == 0:
-                parent[k] = top
-                if top >= 0:
-                    child_cpu[top] += min(ops[k].end_us, ops[top].end_us) - ops[k].start_us
-                stack.append(k)
-                preorder.append(k)
-            else:
-                corr = trace.runtime[k].correlation
-                if corr is not None and top >= 0:
-                    owner_of_correlation[corr] = top
-                elif corr is not None:
-                    owner_of_correlation.setdefault(corr, -1)
+            if stack:
+                top = stack[-1]
+                parent[i] = top
+                child_cpu[top] += min(ends[i], ends[top]) - start
+            stack.append(i)
+            preorder.append(i)
 
     by_external: dict[int, int] = {}
     for i, op in enumerate(ops):
