@@ -42,7 +42,9 @@ def profile_cell(
     call stacks (torch 2.13 writes them only with the experimental config's verbose flag on),
     `memory` records allocator events. With `runs > 1` each call is wrapped in a
     `ProfilerStep#i` annotation so the runs become steps; a single run gets no annotation of
-    ours, so a training loop's own `ProfilerStep#`/`Optimizer.step#` annotations give the steps.
+    ours, so a training loop's own `ProfilerStep#`/`Optimizer.step#` annotations give the steps
+    (use runs > 1 only for cells without `ProfilerStep#` annotations of their own; the magic
+    always profiles one run).
     The profiler is stopped before this returns or raises, whatever `run` raised (including
     KeyboardInterrupt), and that exception propagates unchanged. A cell that runs its own
     profiler ends ours: ProfilerStoppedByCell then, and nothing is exported.
