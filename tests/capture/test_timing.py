@@ -130,3 +130,32 @@ def test_cuda_event_timing_matches_hand_written_events() -> None:
     assert stats.median_us == pytest.approx(statistics.median(hand), rel=0.1)
     # Wall time brackets the device time of a synchronised run.
     assert all(w >= d * 0.99 for w, d in zip(stats.wall_us, stats.device_us, strict=True))
+
+
+def test_cuda_event_path_on_fake_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA branch without a GPU: fake events stamped from the fake clock, so the device
+    time is known exactly and the order sync -> record -> run -> record -> sync is checked."""
+    import gpuprof_nb.capture.timing as timing_mod
+
+    work = FakeWorkload([1_000_000, 2_000_000, 3_000_000])
+
+    class FakeEvent:
+        def __init__(self, enable_timing: bool = False) -> None:
+            assert enable_timing
+            self.ns = None
+
+        def record(self) -> None:
+            work.events.append("record")
+            self.ns = work.now_ns
+
+        def elapsed_time(self, end: FakeEvent) -> float:
+            return (end.ns - self.ns) / 1e6  # milliseconds, as torch reports
+
+    monkeypatch.setattr(timing_mod.torch.cuda, "Event", FakeEvent)
+    stats = time_cell(work.run, warmup=1, repeat=2, sync=work.sync, use_cuda_events=True,
+                      device_name="Fake GPU", clock=work.clock)
+    assert stats.device_us == pytest.approx((2_000.0, 3_000.0))
+    assert stats.wall_us == pytest.approx((2_000.0, 3_000.0))
+    assert stats.warmup_wall_us == pytest.approx((1_000.0,))
+    assert stats.times_us == stats.device_us and stats.device_name == "Fake GPU"
+    assert work.events == ["sync", "run", "sync"] + ["sync", "record", "run", "record", "sync"] * 2
