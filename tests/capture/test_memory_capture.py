@@ -113,3 +113,70 @@ def test_cuda_history_peak_matches_torch_counter() -> None:
     # live before recording is in both).
     assert report.peak_bytes == torch.cuda.max_memory_allocated()
     assert len(capture.step_starts) == 2
+
+
+class FakeCuda:
+    """Stands in for torch.cuda's memory-history calls on a machine without CUDA: records
+    every call and hands back a fixture snapshot, so the on/off discipline is testable."""
+
+    def __init__(self, snapshot: dict) -> None:
+        self.calls: list[dict] = []
+        self.snapshot = snapshot
+        self.recording = False
+
+    def record(self, enabled="all", **kwargs) -> None:
+        self.calls.append({"enabled": enabled, **kwargs})
+        self.recording = enabled is not None
+
+    def take(self) -> dict:
+        assert self.recording, "snapshot taken after recording was switched off"
+        return self.snapshot
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch, data_dir):
+    import pickle
+
+    with open(data_dir / "snapshots" / "oom.pickle", "rb") as f:
+        fake = FakeCuda(pickle.load(f))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", fake.record)
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", fake.take)
+    return fake
+
+
+def test_cuda_path_turns_history_off_on_success(fake_cuda) -> None:
+    capture = record_memory(lambda: None, max_entries=1234, stacks="all")
+    assert capture.source == "cuda" and capture.oom is None
+    first, last = fake_cuda.calls[0], fake_cuda.calls[-1]
+    assert first["enabled"] == "all" and first["max_entries"] == 1234
+    assert first["stacks"] == "all" and first["context"] == "all"
+    assert last == {"enabled": None} and not fake_cuda.recording
+
+
+def test_cuda_path_returns_oom_with_snapshot_taken_at_it(fake_cuda) -> None:
+    err = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 256.00 MiB")
+
+    def oom() -> None:
+        raise err
+
+    capture = record_cuda_memory(oom)
+    assert capture.oom is err
+    assert capture.snapshot is fake_cuda.snapshot
+    assert not fake_cuda.recording
+
+
+def test_cuda_path_other_errors_propagate_and_history_off(fake_cuda) -> None:
+    err = RuntimeError("not memory")
+
+    def bad() -> None:
+        raise err
+
+    with pytest.raises(RuntimeError) as info:
+        record_cuda_memory(bad)
+    assert info.value is err
+    assert fake_cuda.calls[-1] == {"enabled": None} and not fake_cuda.recording
+    with pytest.raises(ValueError, match="stacks"):
+        record_cuda_memory(lambda: None, stacks="cpp")

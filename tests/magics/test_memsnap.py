@@ -139,3 +139,31 @@ def test_help_lists_options(ip) -> None:
     doc = ip.find_cell_magic("memsnap").__doc__
     for opt in ("--max-entries", "--stacks", "--save", "--repeat", "--window", "-o", "--quiet"):
         assert opt in doc
+
+
+def test_oom_report_shown_then_error_reraised(ip, monkeypatch, data_dir) -> None:
+    """With the CUDA history calls faked (no GPU here), an OOM in the cell is reported from
+    the snapshot taken at it, stored with -o, and then raised unchanged."""
+    import pickle
+
+    with open(data_dir / "snapshots" / "oom.pickle", "rb") as f:
+        snapshot = pickle.load(f)
+    calls: list[object] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history",
+                        lambda enabled="all", **k: calls.append(enabled))
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda: snapshot)
+    err = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 256.00 MiB")
+    ip.user_ns["oom_error"] = err
+    with capture_output() as out, pytest.raises(torch.cuda.OutOfMemoryError) as info:
+        ip.run_cell_magic("memsnap", "-o rep", "raise oom_error")
+    assert info.value is err
+    assert calls[-1] is None
+    assert len(out.outputs) == 1
+    text = out.outputs[0].data["text/plain"]
+    assert "Out of memory" in text and "Tried to allocate 256.00 MiB" in text
+    rep = ip.user_ns["rep"]
+    assert rep.findings[0].kind == "oom"
+    assert rep.findings[0].evidence["requested_bytes"] == 256 * 2**20
