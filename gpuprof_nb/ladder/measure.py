@@ -330,95 +330,19 @@ def measure(workload: Workload, config: RungConfig, *, batch_size: int | None = 
     device = workload.device
     batch = batch_size or workload.batch_size
     meter = _PeakMeter(device)
-    model: Any = None
-    optimizer: Any = None
-    loader: Any = None
-    batches: Any = None
     compiled = config.compile_mode is not None
     failed = False
     try:
         meter.start()
-        torch.manual_seed(workload.seed)
-        model = workload.model_fn().to(device)
-        if config.checkpoint:
-            for _, module in checkpoint_targets(model, workload.checkpoint_modules):
-                module.forward = _checkpointed(module.forward)
-        optimizer = build_optimizer(workload.optimizer_fn, model, config.fused_optimizer)
-        train_model = model
-        if compiled:
-            train_model = torch.compile(
-                model, mode=config.compile_mode, backend=config.compile_backend
-            )
-        amp = _amp_dtype(config.precision)
-        scaler = torch.amp.GradScaler(device.type) if config.precision == "fp16" else None
-        loader = build_loader(workload, config.loader, batch)
-        batches = _batches(loader)
-        non_blocking = config.loader.pin_memory and device.type == "cuda"
-        probe: Any = None
-        k = config.accumulation_steps
-        times: list[float] = []
-        shapes: set[tuple[Any, ...]] = set()
-        losses: list[torch.Tensor] = []
-        model.train()
-        with torch.enable_grad():
-            for _step in range(workload.warmup + workload.steps):
-                _sync(device)
-                t0 = time.perf_counter_ns()
-                total = torch.zeros((), device=device)
-                for _ in range(k):
-                    inputs, targets = _to_device(_split_batch(next(batches)), device,
-                                                 non_blocking)
-                    shapes.add(_shapes(inputs))
-                    if probe is None:
-                        # The slice's first batch: the same probe for every rung.
-                        probe = (inputs, targets)
-                    with torch.autocast(device.type, dtype=amp or torch.float32,
-                                        enabled=amp is not None):
-                        out = train_model(*inputs) if isinstance(inputs, tuple | list) \
-                            else train_model(inputs)
-                        loss = workload.loss_fn(out, targets) / k
-                    if scaler is not None:
-                        scaler.scale(loss).backward()
-                    else:
-                        loss.backward()
-                    total = total + loss.detach().float()
-                if scaler is not None:
-                    scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                _sync(device)
-                times.append((time.perf_counter_ns() - t0) / 1e3)
-                losses.append(total)
-        stacked = torch.stack(losses).cpu()
-        if not bool(torch.isfinite(stacked).all()):
-            bad = int((~torch.isfinite(stacked)).nonzero()[0, 0])
-            raise NonFiniteLossError(
-                f"the loss became {float(stacked[bad])} at step {bad + 1} of "
-                f"{len(losses)} ({config.describe()}); check the inputs and learning rate, or "
-                "find the op with torch.autograd.detect_anomaly()"
-            )
-        final_loss = _probe_loss(model, workload.loss_fn, probe)
-        timed = tuple(times[workload.warmup:])
-        compile_us = None
-        if compiled:
-            timed_sorted = sorted(timed)
-            median = timed_sorted[len(timed_sorted) // 2]
-            # Compilation happens in the first call; what it took beyond a normal step.
-            compile_us = max(times[0] - median, 0.0)
-        peak = meter.peak_growth_bytes()
-        return Measurement(
-            step_times_us=timed,
-            samples_per_step=batch * k,
-            peak_memory_bytes=peak,
-            compile_time_us=compile_us,
-            final_loss=final_loss,
-            static_shapes=len(shapes) == 1,
-        )
+        # Model, optimizer, loader and activations live only in _train's frame, so they are
+        # gone when it returns, and on an error go with the traceback we drop below.
+        return _train(workload, config, batch, meter)
     except Exception as exc:
         failed = True
         if is_oom(exc) and not isinstance(exc, OutOfMemory):
+            # The traceback's frames hold the activations that did not fit: drop them so the
+            # memory can be freed now, not when the user's last error is forgotten.
+            exc.__traceback__ = None
             raise OutOfMemory(
                 f"batch size {batch} ({config.describe()}) does not fit in "
                 f"{'device' if device.type == 'cuda' else 'host'} memory: {first_line(exc)}; "
@@ -426,13 +350,96 @@ def measure(workload: Workload, config: RungConfig, *, batch_size: int | None = 
             ) from None
         raise
     finally:
-        del batches
-        del loader, optimizer, model
         if compiled:
             torch._dynamo.reset()
         # Checkpoint wrappers (module -> wrapper -> bound forward -> module) and tracebacks
         # make reference cycles; only a collection frees what they hold.
         free_memory(device, collect=failed or compiled or config.checkpoint)
+
+
+def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
+           ) -> Measurement:
+    """Build, train and time one configuration (see `measure`)."""
+    device = workload.device
+    compiled = config.compile_mode is not None
+    torch.manual_seed(workload.seed)
+    model = workload.model_fn().to(device)
+    if config.checkpoint:
+        for _, module in checkpoint_targets(model, workload.checkpoint_modules):
+            module.forward = _checkpointed(module.forward)
+    optimizer = build_optimizer(workload.optimizer_fn, model, config.fused_optimizer)
+    train_model = model
+    if compiled:
+        train_model = torch.compile(
+            model, mode=config.compile_mode, backend=config.compile_backend
+        )
+    amp = _amp_dtype(config.precision)
+    scaler = torch.amp.GradScaler(device.type) if config.precision == "fp16" else None
+    loader = build_loader(workload, config.loader, batch)
+    batches = _batches(loader)
+    non_blocking = config.loader.pin_memory and device.type == "cuda"
+    probe: Any = None
+    k = config.accumulation_steps
+    times: list[float] = []
+    shapes: set[tuple[Any, ...]] = set()
+    losses: list[torch.Tensor] = []
+    model.train()
+    with torch.enable_grad():
+        for _step in range(workload.warmup + workload.steps):
+            _sync(device)
+            t0 = time.perf_counter_ns()
+            total = torch.zeros((), device=device)
+            for _ in range(k):
+                inputs, targets = _to_device(_split_batch(next(batches)), device,
+                                             non_blocking)
+                shapes.add(_shapes(inputs))
+                if probe is None:
+                    # The slice's first batch: the same probe for every rung.
+                    probe = (inputs, targets)
+                with torch.autocast(device.type, dtype=amp or torch.float32,
+                                    enabled=amp is not None):
+                    out = train_model(*inputs) if isinstance(inputs, tuple | list) \
+                        else train_model(inputs)
+                    loss = workload.loss_fn(out, targets) / k
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                else:
+                    loss.backward()
+                total = total + loss.detach().float()
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            _sync(device)
+            times.append((time.perf_counter_ns() - t0) / 1e3)
+            losses.append(total)
+    stacked = torch.stack(losses).cpu()
+    if not bool(torch.isfinite(stacked).all()):
+        bad = int((~torch.isfinite(stacked)).nonzero()[0, 0])
+        raise NonFiniteLossError(
+            f"the loss became {float(stacked[bad])} at step {bad + 1} of "
+            f"{len(losses)} ({config.describe()}); check the inputs and learning rate, or "
+            "find the op with torch.autograd.detect_anomaly()"
+        )
+    final_loss = _probe_loss(model, workload.loss_fn, probe)
+    timed = tuple(times[workload.warmup:])
+    compile_us = None
+    if compiled:
+        timed_sorted = sorted(timed)
+        median = timed_sorted[len(timed_sorted) // 2]
+        # Compilation happens in the first call; what it took beyond a normal step.
+        compile_us = max(times[0] - median, 0.0)
+    peak = meter.peak_growth_bytes()
+    return Measurement(
+        step_times_us=timed,
+        samples_per_step=batch * k,
+        peak_memory_bytes=peak,
+        compile_time_us=compile_us,
+        final_loss=final_loss,
+        static_shapes=len(shapes) == 1,
+    )
 
 
 def _probe_loss(model: torch.nn.Module, loss_fn: Callable[[Any, Any], torch.Tensor],

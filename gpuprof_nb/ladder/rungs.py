@@ -97,8 +97,10 @@ class _Climb:
                 reason = "out of memory: " + first_line(exc)
             else:
                 reason = first_line(exc)
-            return RungResult(name=name, settings=config.describe(), status="failed",
-                              reason=reason)
+        # Outside the except block: the error and the frames it held are gone, so what the
+        # failed rung allocated can be returned now.
+        free_memory(self.workload.device)
+        return RungResult(name=name, settings=config.describe(), status="failed", reason=reason)
 
     def result_from(self, name: str, config: RungConfig, measured: Measurement, status: str,
                     reason: str) -> RungResult:

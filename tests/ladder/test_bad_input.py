@@ -3,6 +3,8 @@ ladder goes on where it can, and nothing is left switched on."""
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 from torch.utils.data import TensorDataset
@@ -137,23 +139,35 @@ def test_argument_mistakes(tiny):
         run_ladder(*args, batch_size=8, compile="yes")
 
 
+LIVE_ACTIVATIONS: list[weakref.ref] = []
+
+
 class Greedy(torch.nn.Module):
-    """Raises torch's own out-of-memory error for batches of 64 or more."""
+    """Raises torch's own out-of-memory error for batches of 64 or more, with an activation
+    alive in its frame (as a real OOM has)."""
 
     def __init__(self):
         super().__init__()
         self.lin = torch.nn.Linear(16, 4)
 
     def forward(self, x):
+        hidden = self.lin(x)
         if x.shape[0] >= 64:
+            LIVE_ACTIVATIONS.append(weakref.ref(hidden))
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
-        return self.lin(x)
+        return hidden
 
 
 def test_batch_that_does_not_fit_in_the_baseline(tiny):
-    with pytest.raises(GpuprofError, match=r"batch size 64 .*does not fit.*smaller batch_size"):
+    LIVE_ACTIVATIONS.clear()
+    with pytest.raises(GpuprofError, match=r"batch size 64 .*does not fit.*smaller batch_size"
+                       ) as caught:
         run_ladder(Greedy, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn, steps=2,
                    batch_size=64, rungs=["fp32"], progress=False)
+    # The error is still held (as IPython holds the last one), yet the activation and the
+    # model are already freed: the ladder dropped the frames that pointed at them.
+    assert caught.value is not None
+    assert LIVE_ACTIVATIONS and all(ref() is None for ref in LIVE_ACTIVATIONS)
     _assert_clean_state()
 
 
