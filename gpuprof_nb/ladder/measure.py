@@ -368,7 +368,7 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
         for _, module in checkpoint_targets(model, workload.checkpoint_modules):
             module.forward = _checkpointed(module.forward)
     optimizer = build_optimizer(workload.optimizer_fn, model, config.fused_optimizer)
-    train_model = model
+    train_model: Callable[..., Any] = model
     if compiled:
         train_model = torch.compile(
             model, mode=config.compile_mode, backend=config.compile_backend
