@@ -105,15 +105,35 @@ class GpuprofileMagics(Magics):
                     except ProfilerStoppedByCell as exc:
                         # The timings stand; only the trace is lost, so say so and go on.
                         notes.append(f"no trace: {exc}")
+                    except BaseException as exc:
+                        # The timed runs had finished: their numbers stand, so they are
+                        # shown (and stored) before the cell's own error propagates.
+                        self._publish_partial(stats, notes, exc, args)
+                        raise
         finally:
             runner.restore_modes()
-        report = self._report(stats, artifact, args, notes)
+        self._publish(self._report(stats, artifact, args, notes), args)
+
+    def _publish(self, report: Any, args: Any) -> None:
+        """Store the report under -o NAME and display it unless --quiet."""
         if args.output:
             self._ip.user_ns[args.output] = report
         if not args.quiet:
             from IPython.display import display
 
             display(report)
+
+    def _publish_partial(self, stats: Any, notes: list[str], exc: BaseException,
+                         args: Any) -> None:
+        """Publish a timing-only report after the profiled run raised; never raise itself,
+        so the user's exception is the one that propagates."""
+        from gpuprof_nb.report import ProfileReport
+
+        why = f"the profiled run raised {type(exc).__name__}: only the timed runs are shown"
+        try:
+            self._publish(ProfileReport(timing=stats, trace=None, notes=(why, *notes)), args)
+        except Exception:  # noqa: BLE001, S110 - the cell's error matters more than ours
+            pass
 
     @property
     def _ip(self) -> InteractiveShell:

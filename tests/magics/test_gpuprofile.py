@@ -211,6 +211,18 @@ def test_raising_cell_propagates_and_leaves_no_state(ip, exc_type, fail_on_run: 
     assert "raise exc_type" in linecache.getline(tb.tb_frame.f_code.co_filename, 6)
 
 
+def test_profiled_run_raising_still_shows_the_finished_timings(ip) -> None:
+    ip.user_ns.update(runs=0, fail_on=4)
+    cell = "runs += 1\nP = A @ A\nif runs == fail_on:\n    raise KeyboardInterrupt\n"
+    with capture_output() as cap, pytest.raises(KeyboardInterrupt):
+        magic(ip, "-o partial --warmup 1 --repeat 2", cell)
+    r = ip.user_ns["partial"]
+    assert r.timing.runs == 2 and r.trace is None
+    assert r.notes[0].startswith("the profiled run raised KeyboardInterrupt")
+    assert len(cap.outputs) == 1 and "median per run" in cap.outputs[0].data["text/plain"]
+    assert not profiler_running()
+
+
 def test_raising_cell_through_run_cell_shows_the_users_error(ip) -> None:
     with capture_output() as cap:
         result = ip.run_cell("%%gpuprofile --quiet\nraise RuntimeError('from the cell')")
