@@ -1,0 +1,44 @@
+"""Progress: an IntProgress widget in a live kernel, text lines elsewhere, nothing when off."""
+
+from __future__ import annotations
+
+import io
+
+import IPython.display
+
+from gpuprof_nb.ladder import progress as progress_module
+from gpuprof_nb.ladder.progress import Progress
+
+
+def test_widget_in_a_live_kernel(monkeypatch):
+    shown = []
+    monkeypatch.setattr(progress_module, "_live_kernel", lambda: True)
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    bar = Progress(3)
+    assert len(shown) == 1
+    widget = bar._bar
+    assert (widget.min, widget.max, widget.value) == (0, 3, 0)
+    bar.start("fp32: baseline")
+    assert bar._label.value == "1/3: fp32: baseline"
+    bar.finish("fp32: baseline (reference)")
+    bar.finish("bf16: dropped")
+    assert widget.value == 2
+    bar.close()
+    assert widget.value == 3 and widget.bar_style == "success"
+
+
+def test_text_lines_outside_a_kernel():
+    out = io.StringIO()
+    bar = Progress(2, stream=out)
+    bar.start("fp32: baseline")
+    bar.finish("fp32: baseline (1,000 samples/s)")
+    assert out.getvalue() == "[1/2] fp32: baseline ...\n    fp32: baseline (1,000 samples/s)\n"
+
+
+def test_silent_when_disabled():
+    out = io.StringIO()
+    bar = Progress(2, enabled=False, stream=out)
+    bar.start("x")
+    bar.finish("y")
+    bar.close()
+    assert out.getvalue() == "" and bar.done == 1
