@@ -194,3 +194,19 @@ def test_unknown_actions_are_kept_as_other() -> None:
         {"action": "user_defined", "addr": 0, "size": 0},
     ]]})
     assert [ACTIONS[a] for a in snap.trace(0).action] == ["alloc", "other"]
+
+
+@pytest.mark.parametrize("name", ["train_time.pickle", "legacy_history.pickle", "oom.pickle",
+                                  "segments_only.pickle", "two_devices.pickle"])
+def test_saved_snapshot_opens_in_torch_memory_viz(snaps: Path, tmp_path: Path, name: str
+                                                  ) -> None:
+    """What --save / .save() writes must open in PyTorch's own memory_viz tools."""
+    mv = pytest.importorskip("torch.cuda._memory_viz")
+    out = save_snapshot(load_snapshot(snaps / name), tmp_path / name)
+    with open(out, "rb") as f:
+        data = pickle.load(f)
+    assert mv.segsum(data).startswith("Summary of segments")
+    assert "<script" in mv.trace_plot(data)
+    text = mv.trace(data)
+    allocs = sum(1 for t in data["device_traces"] for e in t if e["action"] == "alloc")
+    assert text.count(" = ") >= allocs

@@ -92,3 +92,35 @@ def test_segments_only_plot(data_dir: Path) -> None:
     fig = plot_memory_timeline(report.timeline)
     assert fig.axes[0].get_xlabel() == "history entry"
     assert "No history recorded" in report._repr_mimebundle_()["text/plain"]
+
+
+def test_memory_modules_import_without_torch_ipython_ipywidgets() -> None:
+    """io.snapshot, memory_report and render.memory stay importable with torch, IPython
+    and ipywidgets blocked, and pull in no matplotlib until a plot is drawn."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).parents[2]
+    modules = ["gpuprof_nb.model.memory", "gpuprof_nb.io.snapshot",
+               "gpuprof_nb.analysis.memory", "gpuprof_nb.memory_report",
+               "gpuprof_nb.render.memory"]
+    script = "\n".join([
+        "import sys, importlib",
+        "for name in ('torch', 'IPython', 'ipywidgets'):",
+        "    sys.modules[name] = None",
+        f"for name in {modules!r}:",
+        "    importlib.import_module(name)",
+        "assert 'matplotlib' not in sys.modules",
+        "import gpuprof_nb",
+        "r = gpuprof_nb.analyze_memory(gpuprof_nb.load_snapshot(sys.argv[1]))",
+        "b = r._repr_mimebundle_()",
+        "assert 'text/plain' in b and 'text/html' in b",
+        "print('ok')",
+    ])
+    snap = root / "tests" / "data" / "snapshots" / "oom.pickle"
+    result = subprocess.run([sys.executable, "-c", script, str(snap)], cwd=root,
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "MPLBACKEND": "Agg"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "ok"
