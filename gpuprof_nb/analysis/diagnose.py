@@ -385,7 +385,8 @@ def _rule_launch_and_python(c: _Context) -> list[Finding]:
         return out
     durations = [o.dur_us for o in c.top_ops]
     med = median_duration_us(durations)
-    tiny_us = sum(d for d in durations if d < th.TINY_CPU_OP_US)
+    tiny_names = _tiny_op_names(c.top_ops)
+    tiny_us = sum(o.dur_us for o in c.top_ops if o.name in tiny_names)
     many = len(c.top_ops) / per_step >= th.MIN_OPS_FOR_OVERHEAD
     tiny = many and med < th.TINY_CPU_OP_US
     share = c.frac(bd.launch_us + tiny_us) if tiny else c.frac(bd.launch_us)
@@ -420,6 +421,16 @@ def _host_collective_spans(c: _Context) -> list[Interval]:
                         if o.name.lower().startswith(_HOST_COLLECTIVE_PREFIXES)), c.lo, c.hi))
 
 
+def _tiny_op_names(ops: Sequence[Op]) -> frozenset[str]:
+    """Return the op names whose median call is tiny on the CPU. Judging by the name's median,
+    not each call, keeps a call that the OS paused mid-way (a loaded machine) a tiny op."""
+    by_name: dict[str, list[float]] = {}
+    for o in ops:
+        by_name.setdefault(o.name, []).append(o.dur_us)
+    return frozenset(n for n, d in by_name.items()
+                     if median_duration_us(d) < th.TINY_CPU_OP_US)
+
+
 def _gemm_precision_fp32(op: Op) -> bool:
     types = [t for t in (op.input_types or ()) if t]
     return bool(types) and "float" in types and not any(
@@ -433,15 +444,17 @@ def _rule_compute_memory_precision(c: _Context, roofline: object | None) -> list
         spans = merge_intervals((k.start_us, k.end_us) for k in compute)
         busy = _union_in(spans, c.lo, c.hi)
         gemm = [k for k in compute if kernel_class(k) == "gemm"]
-        low = [k for k in compute
-               if kernel_class(k) == "elementwise" and k.dur_us >= th.TINY_KERNEL_US]
+        # Tiny kernels count too: launch_overhead charges the idle gaps around them, this
+        # rule their device time, which fusion would also save.
+        low = [k for k in compute if kernel_class(k) == "elementwise"]
         gemm_us = _union_in(merge_intervals((k.start_us, k.end_us) for k in gemm), c.lo, c.hi)
         low_us = _union_in(merge_intervals((k.start_us, k.end_us) for k in low), c.lo, c.hi)
         base = busy
     else:
         gemm_ops = [o for o in c.top_ops if op_class(o.name) == "gemm"]
+        tiny_names = _tiny_op_names(c.top_ops)
         low_ops = [o for o in c.top_ops if op_class(o.name) == "elementwise"
-                   and o.dur_us >= th.TINY_CPU_OP_US]
+                   and o.name not in tiny_names]
         gemm_us = sum(o.dur_us for o in gemm_ops)
         low_us = sum(o.dur_us for o in low_ops)
         base = c.timeline.busy_us
@@ -449,7 +462,9 @@ def _rule_compute_memory_precision(c: _Context, roofline: object | None) -> list
     if base <= 0:
         return out
     gemm_share = gemm_us / base
-    roof_memory, roof_compute = _roofline_shares(roofline)
+    # On CPU traces tiny ops are launch_overhead's time; the roofline there would count them
+    # again, so only device traces take its shares.
+    roof_memory, roof_compute = _roofline_shares(roofline) if c.on_device else (None, None)
     roof_evidence: dict[str, float] = {}
     if roof_memory is not None:
         roof_evidence["roofline_memory_bound_share_fraction"] = roof_memory
@@ -467,13 +482,17 @@ def _rule_compute_memory_precision(c: _Context, roofline: object | None) -> list
             {"gemm_share_of_busy_fraction": gemm_share, "gemm_time_us": gemm_us,
              "busy_us": base, **roof_evidence},
             FIXES["compute_bound"], 0.0))
+    if roof_memory is not None:
+        low_us = roof_memory * base
     if low_us > 0:
         share = c.frac(low_us) * th.MEMORY_BOUND_RECOVERABLE
         out.append(_finding(
             "memory_bound",
             f"Memory-bound: {low_us / base * 100:.0f}% of the "
-            f"{'device' if c.on_device else 'op'} time is elementwise, norm, softmax or "
-            "reduction ops (low arithmetic intensity)",
+            f"{'device' if c.on_device else 'op'} time is "
+            + ("in ops under the roofline's ridge point (low arithmetic intensity)"
+               if roof_memory is not None else
+               "elementwise, norm, softmax or reduction ops (low arithmetic intensity)"),
             share,
             {"low_intensity_time_us": low_us, "low_intensity_share_of_busy_fraction":
              low_us / base, "low_intensity_share_of_window_fraction": c.frac(low_us),
@@ -774,19 +793,22 @@ def _rule_memory_growth(c: _Context) -> Finding | None:
             level = running.get(key, 0.0) + m.bytes
         running[key] = level
         by_dev.setdefault(key, []).append((m.ts_us, level))
-    if c.trace.steps:
-        cuts = [s.end_us for s in c.trace.steps]
-    else:
-        width = c.span_us / th.GROWTH_SLICES
-        cuts = [c.lo + width * (i + 1) for i in range(th.GROWTH_SLICES)] if width > 0 else []
+    cuts = [s.end_us for s in c.trace.steps]
     best: Finding | None = None
     for key in sorted(by_dev):
         series = by_dev[key]
-        times = [t for t, _ in series]
         levels: list[float] = []
-        for cut in cuts:
-            i = bisect.bisect_right(times, cut) - 1
-            levels.append(series[i][1] if i >= 0 else 0.0)
+        if cuts:
+            times = [t for t, _ in series]
+            for cut in cuts:
+                i = bisect.bisect_right(times, cut) - 1
+                levels.append(series[i][1] if i >= 0 else 0.0)
+        else:
+            # Without steps, cut the event sequence into slices of equal event counts (not
+            # equal time, which a stalled process would leave empty) and watch the level.
+            n = len(series)
+            ends = sorted({n * (i + 1) // th.GROWTH_SLICES - 1 for i in range(th.GROWTH_SLICES)})
+            levels = [series[i][1] for i in ends if i >= 0]
         if len(levels) < 3:
             continue
         moves = [b - a for a, b in zip(levels, levels[1:], strict=False)]

@@ -104,5 +104,6 @@ MIN_GROWTH_BYTES = 1 << 20
 # a cache warming up rises once and stops).
 GROWTH_RISING_SHARE = 0.6
 
-# Without steps the window is cut into this many equal slices to watch the level move.
+# Without steps the memory events are cut into this many slices of equal event counts to
+# watch the level move (enough points to see a trend, few enough to span whole iterations).
 GROWTH_SLICES = 8

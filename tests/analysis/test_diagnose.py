@@ -244,6 +244,29 @@ class TestRules:
         shares = [f.share for f in d.findings if f.severity in ("high", "medium")]
         assert shares == sorted(shares, reverse=True)
 
+    def test_roofline_shares_decide_on_device(self):
+        class FakeRoofline:
+            def time_share(self, bound):
+                return {"memory": 0.25, "compute": 0.75}[bound]
+
+        # By kernel names this is all elementwise; the roofline says 75% compute-bound.
+        kernels = [kernel(0, 100), kernel(100, 100)]
+        d = diagnose(make_trace(kernels=kernels), roofline=FakeRoofline())
+        cb = d.finding("compute_bound")
+        assert cb.evidence["roofline_compute_bound_share_fraction"] == pytest.approx(0.75)
+        mb = d.finding("memory_bound")
+        assert mb.evidence["low_intensity_time_us"] == pytest.approx(0.25 * 200)
+        assert mb.share == pytest.approx(0.25 * th.MEMORY_BOUND_RECOVERABLE)
+        # A roofline that could not classify (None) or is not one leaves names in charge.
+        class Unclassified:
+            def time_share(self, bound):
+                return None
+
+        for roof in (Unclassified(), object()):
+            d2 = diagnose(make_trace(kernels=kernels), roofline=roof)
+            assert d2.finding("compute_bound") is None
+            assert d2.finding("memory_bound").evidence["low_intensity_time_us"] == 200
+
     def test_op_class(self):
         assert op_class("aten::addmm") == "gemm"
         assert op_class("autograd::engine::evaluate_function: AddmmBackward0") == "gemm"

@@ -73,15 +73,21 @@ def python_loop_cell():
         t = t + 1
 
 
+# A notebook cell's variables live on in the user namespace after the cell: the planted
+# leak keeps its tensors in a module-level dict for the same reason (cleared by the test).
+NAMESPACE: dict = {}
+
+
 def graph_kept_alive_cell():
     w = torch.randn(256, 256, requires_grad=True)
-    kept = []
+    NAMESPACE["kept"] = kept = []
     total = 0
     for _ in range(12):
         x = torch.randn(256, 256)
         loss = (x @ w).relu().sum()
         total = total + loss  # keeps every step's graph alive
         kept.append(x @ w)
+    NAMESPACE["total"] = total
 
 
 CASES = [
@@ -96,7 +102,10 @@ CASES = [
 
 @pytest.mark.parametrize(("kind", "cell", "memory"), CASES, ids=[c[0] for c in CASES])
 def test_planted_bottleneck_is_the_first_finding(kind, cell, memory, tmp_path):
-    d = diagnose(record(cell, tmp_path, memory=memory))
+    try:
+        d = diagnose(record(cell, tmp_path, memory=memory))
+    finally:
+        NAMESPACE.clear()
     assert d.findings, d.verdict
     assert d.findings[0].kind == kind, [(f.kind, round(f.share, 3)) for f in d.findings]
     assert d.findings[0].severity in ("high", "medium")
