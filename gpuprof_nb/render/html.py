@@ -11,6 +11,8 @@ from collections.abc import Sequence
 # own theme variables; the literal after each comma is the fallback for nbviewer/GitHub/nbconvert
 # (light page). Tabs (render/widgets.tabbed_html) are radio inputs + CSS: the hiding rules sit
 # inside @supports so a browser without :has() shows every section instead of none.
+# `.gpuprof.gpuprof` outranks JupyterLab's `:not(.jp-RenderedMarkdown).jp-RenderedHTMLCommon td`
+# (which right-aligns every cell, names included).
 _TAB_COUNT = 12
 _TAB_SHOW = ",\n".join(
     f".gpuprof .gp-tabs:has(> .gp-tab:nth-of-type({i}) > input:checked)"
@@ -26,10 +28,11 @@ STYLE = (
 .gpuprof h4 { color: inherit; margin: 8px 0 4px 0; font-size: 13px; }
 .gpuprof table { border-collapse: collapse; margin: 4px 0 10px 0; color: inherit;
   background: transparent; }
-.gpuprof table th, .gpuprof table td { padding: 2px 8px; text-align: left; vertical-align: top;
+.gpuprof.gpuprof table th, .gpuprof.gpuprof table td { padding: 2px 8px; text-align: left;
+  vertical-align: top;
   border-bottom: 1px solid var(--jp-border-color2, var(--vscode-editorWidget-border, #ddd));
   color: inherit; }
-.gpuprof table td.num, .gpuprof table th.num { text-align: right;
+.gpuprof.gpuprof table td.num, .gpuprof.gpuprof table th.num { text-align: right;
   font-variant-numeric: tabular-nums; }
 .gpuprof table td.name { word-break: break-all; max-width: 60em;
   font-family: var(--jp-code-font-family, var(--vscode-editor-font-family, monospace)); }
