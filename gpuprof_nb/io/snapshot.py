@@ -207,6 +207,8 @@ def _int(value: Any, what: str, where: str, default: int = 0) -> int:
         raise SnapshotFormatError(
             f"{where}: {what} is {value!r} ({type(value).__name__}), expected an integer"
         )
+    if not -(2**63) <= value < 2**63:
+        raise SnapshotFormatError(f"{where}: {what} is {value}, out of the 64-bit range")
     return value
 
 
@@ -284,7 +286,11 @@ def _device_trace(
         if not isinstance(e, dict):
             raise SnapshotFormatError(f"{here}[{i}] is a {type(e).__name__}, expected a dict")
     code = ACTION_CODE
-    action = np.array([code.get(e.get("action"), OTHER) for e in entries], dtype=np.int8)
+    try:
+        action = np.array([code.get(e.get("action"), OTHER) for e in entries], dtype=np.int8)
+    except TypeError:  # an unhashable 'action' somewhere: it counts as an unknown one
+        action = np.array([code.get(a, OTHER) if isinstance(a := e.get("action"), str)
+                           else OTHER for e in entries], dtype=np.int8)
     addr = _column([e.get("addr") or 0 for e in entries], np.int64, "addr", here)
     size = _column([e.get("size") or 0 for e in entries], np.int64, "size", here)
     stream = _column([e.get("stream") or 0 for e in entries], np.int64, "stream", here)

@@ -210,3 +210,40 @@ def test_saved_snapshot_opens_in_torch_memory_viz(snaps: Path, tmp_path: Path, n
     text = mv.trace(data)
     allocs = sum(1 for t in data["device_traces"] for e in t if e["action"] == "alloc")
     assert text.count(" = ") >= allocs
+
+
+def test_damaged_snapshots_raise_only_format_errors(snaps: Path) -> None:
+    """Random damage to fields (wrong types, huge numbers, missing lists) either loads and
+    analyses, or raises SnapshotFormatError: never KeyError/TypeError/OverflowError."""
+    import copy
+    import random
+
+    from gpuprof_nb.analysis.memory import analyze_snapshot
+
+    base = raw(snaps / "train_time.pickle")
+    values = [None, "x", -5, 3.5, [], {}, [1], {"a": 1}, True, 2**70, float("nan")]
+    rng = random.Random(7)
+    loaded = 0
+    for _ in range(300):
+        d = copy.deepcopy(base)
+        if rng.random() < 0.15:
+            d[rng.choice(["segments", "device_traces", "allocator_settings"])] = rng.choice(values)
+        else:
+            for _ in range(rng.randint(1, 3)):
+                if rng.random() < 0.5:
+                    e = rng.choice(d["device_traces"][0])
+                    e[rng.choice(["action", "addr", "size", "frames", "time_us",
+                                  "device_free"])] = rng.choice(values)
+                else:
+                    seg = rng.choice(d["segments"])
+                    blocks = seg.get("blocks")
+                    usable = isinstance(blocks, list) and blocks and isinstance(blocks[0], dict)
+                    target = rng.choice(blocks) if usable and rng.random() < 0.6 else seg
+                    target[rng.choice(["size", "address", "state", "frames", "total_size",
+                                       "blocks", "device"])] = rng.choice(values)
+        try:
+            analyze_snapshot(snapshot_from_dict(d))
+            loaded += 1
+        except SnapshotFormatError:
+            pass
+    assert 0 < loaded < 300
