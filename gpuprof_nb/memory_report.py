@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from gpuprof_nb.analysis.memory import (
     parse_window,
 )
 from gpuprof_nb.errors import GpuprofError
-from gpuprof_nb.io.snapshot import save_snapshot
+from gpuprof_nb.io.snapshot import save_snapshot, snapshot_from_dict
 from gpuprof_nb.model.memory import MemorySnapshot
 
 
@@ -83,16 +83,19 @@ class MemoryReport:
 
 
 def analyze_memory(
-    snapshot: MemorySnapshot,
+    snapshot: MemorySnapshot | Mapping[str, Any],
     *,
     device: int | None = None,
     window: str | tuple[float | None, float | None] | None = None,
     step_starts: Sequence[int] | None = None,
     oom_message: str | None = None,
 ) -> MemoryReport:
-    """Return the MemoryReport of one device of a snapshot (default: the busiest).
+    """Return the MemoryReport of one device of a snapshot (default: the busiest); a raw
+    snapshot dict (what torch.cuda.memory._snapshot() returns) is accepted too.
     `window` is 'START:END' or (start, end) in ms when the snapshot has time_us, else in
     history entries; `step_starts` are the entry indices where repeats began."""
+    if isinstance(snapshot, Mapping):
+        snapshot = snapshot_from_dict(snapshot)
     if not isinstance(snapshot, MemorySnapshot):
         raise GpuprofError(
             f"analyze_memory expects a MemorySnapshot, got {type(snapshot).__name__}; "

@@ -308,3 +308,21 @@ def test_user_frame_skips_torch_and_cpp() -> None:
     assert user_frame(frames) == frames[2]
     assert user_frame(frames[:2]) == frames[1]
     assert user_frame([]) is None
+
+
+def test_analyze_memory_inputs_and_errors(snaps: Path) -> None:
+    from gpuprof_nb.errors import GpuprofError
+    from gpuprof_nb.memory_report import analyze_memory
+
+    data = raw(snaps / "oom.pickle")
+    report = analyze_memory(data)  # a raw dict works like a loaded snapshot
+    assert report.peak_bytes == max(plain_replay(data, 0))
+    for kwargs, match in [({"device": 5}, "no device 5"), ({"window": "a:b"}, "numbers"),
+                          ({"window": "7"}, "START:END")]:
+        with pytest.raises(GpuprofError, match=match):
+            analyze_memory(data, **kwargs)
+    with pytest.raises(GpuprofError, match="expects a MemorySnapshot"):
+        analyze_memory(3)  # type: ignore[arg-type]
+    empty = analyze_memory(data, window="1e9:")
+    assert empty.timeline.n_events == 1
+    assert any("no history entries" in n for n in empty.timeline.notes)
