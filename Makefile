@@ -68,7 +68,8 @@ lab: $(STAMP)
 bench: $(STAMP)
 	@test -f benchmarks/.cache/venv-bench/.hta-0.5.0 || { \
 	  $(PYTHON) -m venv benchmarks/.cache/venv-bench && \
-	  benchmarks/.cache/venv-bench/bin/pip install --quiet "HolisticTraceAnalysis==0.5.0" && \
+	  benchmarks/.cache/venv-bench/bin/pip install --quiet \
+	    "HolisticTraceAnalysis==0.5.0" "orjson==3.13.0" && \
 	  touch benchmarks/.cache/venv-bench/.hta-0.5.0; }
 	$(PY) benchmarks/run.py --hta-python benchmarks/.cache/venv-bench/bin/python $(BENCH_ARGS)
 

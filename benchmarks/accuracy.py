@@ -17,8 +17,8 @@ from benchmarks.overhead import SETUP, run_cell, start_shell
 # per-run costs (exec, clock reads) show; large: tens of milliseconds.
 STATEMENTS_FULL = {
     "small (one 64x64 matmul + add)": (64, "y = (a @ b) + 1"),
-    "medium (4 matmuls 256x256)": (256, "for _ in range(4):\n    y = a @ b"),
-    "large (6 matmuls 1024x1024)": (1024, "for _ in range(6):\n    y = a @ b"),
+    "medium (2 matmuls 256x256)": (256, "for _ in range(2):\n    y = a @ b"),
+    "large (4 matmuls 512x512)": (512, "for _ in range(4):\n    y = a @ b"),
 }
 STATEMENTS_QUICK = {
     "small (one 64x64 matmul + add)": (64, "y = (a @ b) + 1"),
@@ -47,7 +47,8 @@ def run(cfg: BenchConfig) -> Section:
     rounds = cfg.repeats
     min_s = 0.05 if cfg.quick else 0.5
     lines = [
-        f"Per statement, {rounds} back-to-back rounds of `%%gpuprofile --quiet -o r` "
+        f"torch threads: {cfg.threads}. Per statement, {rounds} back-to-back rounds of "
+        "`%%gpuprofile --quiet -o r` "
         "(its defaults: --warmup 1 --repeat 3, and with --repeat 10) and "
         f"`torch.utils.benchmark.Timer(stmt, num_threads=torch.get_num_threads())"
         f".blocked_autorange(min_run_time={min_s})`; ratio = gpuprofile median / Timer median. "
@@ -60,7 +61,7 @@ def run(cfg: BenchConfig) -> Section:
     ]
     worst_by_repeat: dict[int, float] = {}
     for name, (n, stmt) in statements.items():
-        run_cell(shell, SETUP.format(n=n))
+        run_cell(shell, SETUP.format(n=n, threads=cfg.threads))
         for repeat in (3, 10):
             pairs = [compare(shell, stmt, repeat=repeat, min_s=min_s) for _ in range(rounds)]
             ratios = [ours / timer for ours, timer in pairs]

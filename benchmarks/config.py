@@ -20,6 +20,10 @@ class BenchConfig:
     big_snapshot_mb: int = 1024
     cap_bytes: int = 12 * 2**30
     quick: bool = False
+    # torch intra-op threads in the measured shell (both sides of every comparison alike):
+    # on a shared machine a multi-threaded matmul waits for its slowest, preempted thread,
+    # which swamps the differences being measured.
+    threads: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,10 +102,14 @@ def _tree_rss_bytes(root: int) -> int:
 
 
 def run_child(
-    python: str, mode: str, path: str, *, cap_bytes: int, timeout_s: float = 1800.0
+    python: str, mode: str, path: str, *, cap_bytes: int, timeout_s: float = 1800.0,
+    profile: bool = False,
 ) -> Run:
-    """Run `child.py MODE PATH` with `python`; raise RuntimeError with the reason on failure."""
+    """Run `child.py MODE PATH` with `python`; raise RuntimeError with the reason on failure.
+    With `profile`, the child runs under cProfile and reports its hotspots in the facts."""
     env = dict(os.environ, KINETO_LOG_LEVEL="6", MPLBACKEND="Agg", PYTHONHASHSEED="0")
+    if profile:
+        env["GPUPROF_BENCH_PROFILE"] = "1"
     proc = subprocess.Popen(
         [python, str(HERE / "child.py"), mode, path],
         stdout=subprocess.PIPE,
@@ -172,6 +176,14 @@ def measure(
         except (RuntimeError, ValueError, OSError) as exc:
             return Outcome(label, tuple(runs), error=str(exc))
     return Outcome(label, tuple(runs))
+
+
+def hotspot_lines(run: Run, limit: int = 6) -> list[str]:
+    """Markdown rows `| function | calls | own s | cumulative s |` from a profiled run."""
+    rows = ["| function | calls | own time | cumulative |", "|---|---|---|---|"]
+    for name, calls, own, cum in run.facts.get("hotspots", [])[:limit]:
+        rows.append(f"| `{name}` | {calls} | {own:.2f} s | {cum:.2f} s |")
+    return rows
 
 
 def this_python() -> str:

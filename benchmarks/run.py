@@ -3,6 +3,7 @@
     python benchmarks/run.py [--quick] [--only overhead,accuracy,traces,snapshots,notebook]
                              [--repeats N] [--big-trace-mb N] [--big-snapshot-mb N]
                              [--traces-dir DIR] [--hta-python PATH] [--out PATH]
+                             [--cache-dir DIR] [--cap-gb N]
 
 Traces come from ../shared/traces (override with --traces-dir or GPUPROF_TRACES_DIR).
 HolisticTraceAnalysis runs from its own venv (benchmarks/.cache/venv-bench, made by
@@ -51,6 +52,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="size of the replicated trace in MiB (0 skips it; default 1024)")
     parser.add_argument("--big-snapshot-mb", type=int, default=None,
                         help="size of the synthetic snapshot in MiB (0 skips it; default 1024)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads in the measured shell (default 1: stable on a "
+                             "shared machine)")
     parser.add_argument("--cap-gb", type=float, default=12.0,
                         help="kill any measured child process tree above this many GiB")
     parser.add_argument("--traces-dir", default=os.environ.get(
@@ -58,6 +62,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--hta-python", default=os.environ.get(
         "GPUPROF_HTA_PYTHON", str(DEFAULT_HTA_PYTHON)))
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "RESULTS.md"))
+    parser.add_argument("--cache-dir", default=str(CACHE),
+                        help="where generated inputs go (default benchmarks/.cache, ignored)")
     return parser.parse_args(argv)
 
 
@@ -65,9 +71,9 @@ def make_config(args: argparse.Namespace) -> BenchConfig:
     quick = args.quick
     return BenchConfig(
         traces_dir=Path(args.traces_dir),
-        cache_dir=CACHE,
+        cache_dir=Path(args.cache_dir),
         hta_python=args.hta_python if Path(args.hta_python).exists() else None,
-        repeats=args.repeats or (1 if quick else 5),
+        repeats=args.repeats or (1 if quick else 3),
         big_repeats=1,
         big_trace_mb=args.big_trace_mb if args.big_trace_mb is not None else (2 if quick else 1024),
         big_snapshot_mb=(
@@ -75,6 +81,7 @@ def make_config(args: argparse.Namespace) -> BenchConfig:
         ),
         cap_bytes=int(args.cap_gb * 2**30),
         quick=quick,
+        threads=args.threads,
     )
 
 
@@ -115,14 +122,18 @@ def machine_lines(cfg: BenchConfig) -> list[str]:
     import torch
 
     cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU)"
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     return [
+        f"- load average at the end (1 / 5 / 15 min): {load} on {os.cpu_count()} CPUs "
+        "(other work on the machine shows up as noise and as contention in long timings)",
         f"- machine: {platform.system()} {platform.release()}, {cpu}, "
         f"{os.cpu_count()} CPUs, {mem:.0f} GiB RAM; GPU: {cuda}",
         f"- python {platform.python_version()}; torch {torch.__version__}; "
         f"gpuprof_nb {_version('gpuprof_nb')}; IPython {_version('IPython')}; "
         f"numpy {_version('numpy')}",
         f"- HolisticTraceAnalysis {_version('HolisticTraceAnalysis', cfg.hta_python)} "
-        f"(pandas {_version('pandas', cfg.hta_python)}) in `{cfg.hta_python}`"
+        f"(pandas {_version('pandas', cfg.hta_python)}; orjson "
+        f"{_version('orjson', cfg.hta_python)}) in `{cfg.hta_python}`"
         if cfg.hta_python else "- HolisticTraceAnalysis: not available",
         f"- traces: `{cfg.traces_dir}`; repeats per measurement: {cfg.repeats} "
         f"(large inputs: {cfg.big_repeats}); memory cap per child: "

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.config import BenchConfig, Section, Target
-from benchmarks.measure import Outcome, measure, this_python
+from benchmarks.measure import Outcome, hotspot_lines, measure, run_child, this_python
 
 REPO = Path(__file__).resolve().parent.parent
 # The real trace replicated into the large one: the biggest in the shared set (V100 DDP,
@@ -166,7 +166,7 @@ def _fmt_mb(n: int | float) -> str:
 
 def _cell(outcome: Outcome, what: str = "time") -> str:
     if not outcome.ok:
-        return f"failed: {outcome.error}"
+        return f"failed: {outcome.error}" if what == "time" else "-"
     if what == "time":
         return _fmt_s(outcome.median_seconds)
     return _fmt_mb(outcome.peak_rss_bytes)
@@ -184,8 +184,12 @@ def _compare_one(
     if hta_python:
         row["hta"] = measure("HTA", hta_python, "hta-trace", str(path),
                              repeats=repeats, cap_bytes=cfg.cap_bytes)
+        # For reference only: what a faster JSON parser (orjson, in the bench venv) needs.
+        row["orjson"] = measure("orjson", hta_python, "orjson-floor", str(path),
+                                repeats=repeats, cap_bytes=cfg.cap_bytes)
     else:
         row["hta"] = Outcome("HTA", error="HTA venv not available (see make bench)")
+        row["orjson"] = Outcome("orjson", error="bench venv not available")
     return row
 
 
@@ -221,11 +225,12 @@ def run(cfg: BenchConfig) -> Section:
         "gpuprof_nb = `load_trace` + `top_ops` + `kernel_table` + `device_timeline`; "
         "HTA = `TraceAnalysis(...)` + `get_gpu_kernel_breakdown` + `get_idle_time_breakdown` "
         "+ `get_temporal_breakdown` (HTA has no per-operator table, so it does less work); "
-        "floor = `json.load` of the same file.",
+        "floor = `json.load` of the same file; orjson = `orjson.loads` of the same bytes "
+        "(not used by gpuprof_nb; shown for what a faster parser would allow).",
         "",
-        "| trace | JSON size | json.load | gpuprof_nb | HTA | HTA / ours | ours / floor "
+        "| trace | JSON size | json.load | orjson | gpuprof_nb | HTA | HTA / ours | ours / floor "
         "| peak ours (added) | added / JSON size | peak HTA | peak floor |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows + big_rows:
         ours, hta, floor = row["ours"], row["hta"], row["floor"]
@@ -236,14 +241,71 @@ def run(cfg: BenchConfig) -> Section:
         row.update(speedup=speedup, vs_floor=vs_floor, mem_ratio=mem_ratio)
         lines.append(
             f"| `{_name(row['path'], cfg.traces_dir)}` | {_fmt_mb(row['bytes'])} "
-            f"| {_cell(floor)} | {_cell(ours)} | {_cell(hta)} | {_x(speedup)} | {_x(vs_floor)} "
+            f"| {_cell(floor)} | {_cell(row['orjson'])} | {_cell(ours)} | {_cell(hta)} "
+            f"| {_x(speedup)} | {_x(vs_floor)} "
             f"| {_cell(ours, 'mem')} (+{_fmt_mb(max(added, 0))}) | {_x(mem_ratio)} "
             f"| {_cell(hta, 'mem')} "
             f"| {_cell(floor, 'mem')} |"
         )
     stage_lines = _stage_table(rows + big_rows, cfg)
     targets = _targets(rows, big_rows)
-    return Section("3. Trace analysis", "\n".join(lines + [""] + stage_lines), tuple(targets))
+    gap_lines = _gap_notes(cfg, rows, big_rows, targets)
+    body = "\n".join(lines + [""] + stage_lines + [""] + gap_lines)
+    return Section("3. Trace analysis", body, tuple(targets))
+
+
+def _gap_notes(
+    cfg: BenchConfig, rows: list[dict[str, Any]], big_rows: list[dict[str, Any]],
+    targets: list[Target],
+) -> list[str]:
+    """What the numbers say about the missed targets, and where gpuprof_nb spends its time."""
+    missed = [t for t in targets if t.met is False]
+    if not missed:
+        return ["All trace-analysis targets met."]
+    candidates = [r for r in big_rows + sorted(rows, key=lambda r: -r["bytes"])
+                  if r["ours"].ok and r["floor"].ok]
+    if not candidates:
+        return ["Missed: " + "; ".join(t.name for t in missed) + "."]
+    row = candidates[0]
+    ours, floor, hta, fast = row["ours"], row["floor"], row["hta"], row["orjson"]
+    stage = ", ".join(f"{n} {_fmt_s(ours.median_stage(n))}" for n in ours.runs[0].stages)
+    out = ["### Missed targets: what the numbers say", "",
+           f"On `{_name(row['path'], cfg.traces_dir)}` ({_fmt_mb(row['bytes'])}): gpuprof_nb "
+           f"{_fmt_s(ours.median_seconds)} ({stage}); json.load {_fmt_s(floor.median_seconds)}"
+           + (f"; orjson.loads {_fmt_s(fast.median_seconds)}" if fast.ok else "")
+           + (f"; HTA {_fmt_s(hta.median_seconds)}." if hta.ok else "."), ""]
+    if hta.ok:
+        budget = hta.median_seconds / 5
+        out.append(
+            f"- 5x faster than HTA means at most {_fmt_s(budget)} for everything, "
+            f"{budget / floor.median_seconds:.2f}x the time json.load alone takes. "
+            + ("With the standard library's parser that is out of reach; "
+               if budget < floor.median_seconds else "")
+            + (f"orjson parses the same bytes in {_fmt_s(fast.median_seconds)} "
+               f"({floor.median_seconds / fast.median_seconds:.1f}x faster than json.load), "
+               "so parsing with it in io/trace.py is the way to close the gap, with the "
+               "analysis stages cut in proportion." if fast.ok else "")
+        )
+    load = ours.median_stage("load")
+    if load == load:
+        out.append(
+            f"- Loading is {load / ours.median_seconds:.0%} of gpuprof_nb's time "
+            f"({load / floor.median_seconds:.2f}x json.load); the analyses (ops, kernels, "
+            f"idle breakdown) are the other {1 - load / ours.median_seconds:.0%}."
+        )
+    real = [r for r in rows if r["ours"].ok]
+    if real:
+        biggest = max(real, key=lambda r: r["bytes"])
+        try:
+            prof = run_child(this_python(), "gpuprof-trace", str(biggest["path"]),
+                             cap_bytes=cfg.cap_bytes, profile=True)
+        except (RuntimeError, ValueError, OSError) as exc:
+            out.append(f"- (profiling failed: {exc})")
+        else:
+            out += ["", f"Hotspots of gpuprof_nb on `{_name(biggest['path'], cfg.traces_dir)}` "
+                    "(cProfile, own time; inflated by the profiler):", "",
+                    *hotspot_lines(prof)]
+    return out
 
 
 def _x(value: float) -> str:

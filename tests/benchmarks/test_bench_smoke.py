@@ -164,7 +164,8 @@ def test_run_quick_writes_results(tmp_path: Path) -> None:
         [sys.executable, str(REPO / "benchmarks" / "run.py"), "--quick",
          "--only", "overhead,accuracy,traces,snapshots",
          "--traces-dir", str(traces), "--hta-python", str(tmp_path / "no-hta"),
-         "--big-trace-mb", "1", "--big-snapshot-mb", "1", "--out", str(out)],
+         "--big-trace-mb", "1", "--big-snapshot-mb", "1", "--out", str(out),
+         "--cache-dir", str(tmp_path / "cache")],
         capture_output=True, text=True, env=env, timeout=600, cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
