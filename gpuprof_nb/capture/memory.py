@@ -121,7 +121,12 @@ def _indices_at(snapshot: dict[str, Any], device: int, starts_us: list[int]) -> 
         return ()
     import bisect
 
-    return tuple(bisect.bisect_left(times, t) for t in starts_us)
+    found = tuple(bisect.bisect_left(times, t) for t in starts_us)
+    # time_us is unix time on the allocator's clock; if that ever stops matching ours,
+    # every start lands at one end of the history: report no steps rather than wrong ones.
+    if len(found) > 1 and len(set(found[1:])) == 1 and found[1] in (0, len(entries)):
+        return ()
+    return found
 
 
 # ---------------------------------------------------------------------------------------

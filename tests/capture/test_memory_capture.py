@@ -180,3 +180,14 @@ def test_cuda_path_other_errors_propagate_and_history_off(fake_cuda) -> None:
     assert fake_cuda.calls[-1] == {"enabled": None} and not fake_cuda.recording
     with pytest.raises(ValueError, match="stacks"):
         record_cuda_memory(lambda: None, stacks="cpp")
+
+
+def test_cuda_repeat_starts_map_to_entry_indices() -> None:
+    from gpuprof_nb.capture.memory import _indices_at
+
+    entries = [{"action": "alloc", "time_us": t} for t in (100, 200, 300, 400)]
+    snap = {"device_traces": [entries]}
+    assert _indices_at(snap, 0, [50, 250, 350]) == (0, 2, 3)
+    # A clock that does not match (all starts past the end) gives no steps, not wrong ones.
+    assert _indices_at(snap, 0, [10**9, 10**9 + 5]) == ()
+    assert _indices_at({"device_traces": [[{"action": "alloc"}]]}, 0, [1, 2]) == ()
