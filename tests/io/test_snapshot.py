@@ -247,3 +247,19 @@ def test_damaged_snapshots_raise_only_format_errors(snaps: Path) -> None:
         except SnapshotFormatError:
             pass
     assert 0 < loaded < 300
+
+
+def test_fixtures_match_their_generator(snaps: Path, tmp_path: Path) -> None:
+    """tests/data/snapshots is exactly what tools/make_snapshots.py writes (so expected.json
+    is the simulator's truth for these very files)."""
+    import importlib.util
+
+    script = Path(__file__).parents[2] / "tools" / "make_snapshots.py"
+    spec = importlib.util.spec_from_file_location("make_snapshots", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.build(tmp_path)
+    made = sorted(p.name for p in tmp_path.iterdir())
+    assert made == sorted(p.name for p in snaps.iterdir())
+    for name in made:
+        assert (tmp_path / name).read_bytes() == (snaps / name).read_bytes(), name
