@@ -1,7 +1,8 @@
 """Diagnose every trace in ../shared/traces and write docs/diagnosis-on-real-traces.md.
 
 One line per trace: the file, what its source says it is, the device, the verdict, and the
-top finding with its key evidence, so anyone can eyeball the diagnosis against the trace.
+top finding with its key evidence (diagnosed with the trace's roofline, as `analyze` does),
+so anyone can eyeball the diagnosis against the trace.
 
     .venv/bin/python tools/diagnose_shared_traces.py [--traces DIR] [--out FILE] [FILE ...]
 """
@@ -18,6 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gpuprof_nb.analysis.diagnose import diagnose  # noqa: E402
+from gpuprof_nb.analysis.roofline import compute_roofline  # noqa: E402
 from gpuprof_nb.analysis.timeline import chosen_device, device_timeline  # noqa: E402
 from gpuprof_nb.errors import GpuprofError  # noqa: E402
 from gpuprof_nb.io.trace import load_trace  # noqa: E402
@@ -74,7 +76,12 @@ def diagnose_line(path: Path, root: Path, what: dict[str, str]) -> str:
         return (f"| `{cell(rel)}` | {cell(what.get(rel, ''))} | - "
                 f"| not loaded: {cell(err)} | - | - |")
     timeline = device_timeline(trace)
-    d = diagnose(trace, timeline=timeline)
+    # The roofline joins in as it does in gpuprof_nb.analyze (what a %%gpuprofile user sees).
+    try:
+        roofline = compute_roofline(trace)
+    except GpuprofError:
+        roofline = None
+    d = diagnose(trace, timeline=timeline, roofline=roofline)
     top = d.top
     if top is None:
         finding, evidence = "none", "-"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -470,6 +471,16 @@ def _rule_compute_memory_precision(c: _Context, roofline: object | None) -> list
         roof_evidence["roofline_memory_bound_share_fraction"] = roof_memory
     if roof_compute is not None:
         roof_evidence["roofline_compute_bound_share_fraction"] = roof_compute
+    # The roofline's shares are of the time it could attribute to ops; scale them to the busy
+    # time by its coverage, so a roofline that explains a tenth of the kernels does not speak
+    # for all of them.
+    coverage = getattr(roofline, "coverage", None)
+    if (isinstance(coverage, (int, float)) and getattr(roofline, "time_basis", "") == "device"
+            and (roof_memory is not None or roof_compute is not None)):
+        coverage = min(max(float(coverage), 0.0), 1.0)
+        roof_evidence["roofline_coverage_of_busy_fraction"] = coverage
+        roof_memory = roof_memory * coverage if roof_memory is not None else None
+        roof_compute = roof_compute * coverage if roof_compute is not None else None
     # The roofline (FLOPs and bytes from shapes against the device's roofs) decides when it
     # could classify ops; op and kernel names decide otherwise.
     compute_share = roof_compute if roof_compute is not None else gemm_share
@@ -760,23 +771,43 @@ _COMPILE_MARKERS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup", "Compil
                     "Compiled Function", "(dynamo_timed)", "torch._dynamo", "inductor")
 
 
+_REGION_IDS = re.compile(r"Torch-Compiled Region: (\d+)/(\d+)")
+
+
 def _rule_recompilation(c: _Context) -> Finding | None:
     marked = [o for o in c.trace.ops if any(m in o.name for m in _COMPILE_MARKERS)]
     if not marked:
         return None
     compiles = [o for o in c.trace.ops if "compile_inner" in o.name]
+    # Inner compiles nest (compile_inner inside _compile.compile_inner): count outermost.
     spans = merge_intervals((o.start_us, o.end_us) for o in compiles)
     compile_us = _union_in(spans, c.lo, c.hi)
-    regions = sum(1 for o in c.trace.ops if "Torch-Compiled Region" in o.name)
-    # Inner compiles nest (compile_inner inside _compile.compile_inner): count outermost.
+    regions = [o for o in c.trace.ops if "Torch-Compiled Region" in o.name]
+    # "Torch-Compiled Region: F/N" runs graph N of frame F: graphs beyond the first of a frame
+    # are recompilations, even when they were compiled before the profiled run.
+    graphs: dict[int, set[int]] = {}
+    for o in regions:
+        m = _REGION_IDS.search(o.name)
+        if m:
+            graphs.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
+    recompiles = sum(len(ids) - 1 for ids in graphs.values())
     n = len(spans)
+    share = c.frac(compile_us)
+    if recompiles:
+        # Each new shape or guard failure compiles again; even when this run paid nothing,
+        # the next new shape will: worth reporting, at least as a detail.
+        share = max(share, th.MIN_REPORT_SHARE)
+    elif not n:
+        share = 0.0
+    title = (f"torch.compile compiled {n} time(s) during the cell, taking "
+             f"{c.frac(compile_us) * 100:.0f}% of the time")
+    if recompiles:
+        title += f"; {recompiles} recompiled graph(s) ran (shapes or guards changed)"
     return _finding(
-        "recompilation",
-        f"torch.compile compiled {n} time(s) during the cell, taking "
-        f"{c.frac(compile_us) * 100:.0f}% of the time",
-        c.frac(compile_us) if n else 0.0,
+        "recompilation", title, share,
         {"compile_count": float(n), "compile_time_us": compile_us,
-         "compiled_region_calls_count": float(regions)})
+         "recompiled_graphs_count": float(recompiles),
+         "compiled_region_calls_count": float(len(regions))})
 
 
 def _rule_memory_growth(c: _Context) -> Finding | None:

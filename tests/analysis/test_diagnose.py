@@ -198,6 +198,15 @@ class TestRules:
         assert f.evidence["compile_count"] == 2
         assert f.evidence["compile_time_us"] == pytest.approx(800.0)
         assert f.evidence["compiled_region_calls_count"] == 2
+        assert f.evidence["recompiled_graphs_count"] == 0
+        # Graphs 0/0, 0/1, 0/2 of frame 0 and 1/0 of frame 1: two recompilations, compiled
+        # before the profiled run (no compile events), still reported.
+        ops2 = [op(f"Torch-Compiled Region: {fr}/{g}", i * 100.0, 50, kind="annotation")
+                for i, (fr, g) in enumerate([(0, 0), (0, 1), (0, 2), (1, 0), (0, 1)])]
+        g2 = diagnose(make_trace(ops=ops2)).finding("recompilation")
+        assert g2.evidence["recompiled_graphs_count"] == 2
+        assert g2.evidence["compile_count"] == 0
+        assert g2.severity == "low"
         without = diagnose(make_trace(ops=[op("aten::add", 0, 10)]))
         assert any(x.startswith("recompilation") for x in without.not_judged)
 
@@ -257,6 +266,16 @@ class TestRules:
         mb = d.finding("memory_bound")
         assert mb.evidence["low_intensity_time_us"] == pytest.approx(0.25 * 200)
         assert mb.share == pytest.approx(0.25 * th.MEMORY_BOUND_RECOVERABLE)
+        # Shares are of the attributed time: a device roofline covering half the busy time
+        # speaks for half of it.
+        class HalfCovered(FakeRoofline):
+            time_basis = "device"
+            coverage = 0.5
+
+        half = diagnose(make_trace(kernels=kernels), roofline=HalfCovered())
+        assert half.finding("compute_bound") is None  # 0.75 x 0.5 < COMPUTE_BOUND_MIN_SHARE
+        assert half.finding("memory_bound").evidence["low_intensity_time_us"] == \
+            pytest.approx(0.25 * 0.5 * 200)
         # A roofline that could not classify (None) or is not one leaves names in charge.
         class Unclassified:
             def time_share(self, bound):

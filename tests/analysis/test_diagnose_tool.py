@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from gpuprof_nb.analysis.diagnose import diagnose
+from gpuprof_nb.analysis.roofline import compute_roofline
 from gpuprof_nb.io.trace import load_trace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +41,8 @@ def test_script_writes_one_line_per_trace(tmp_path, capsys):
             assert props[0]["name"] in row
         else:
             assert "no device properties" in row
-        d = diagnose(load_trace(path))
+        trace = load_trace(path)
+        d = diagnose(trace, roofline=compute_roofline(trace))
         assert d.findings[0].kind in row
         assert d.verdict.replace("|", "\\|") in row
 
