@@ -903,10 +903,13 @@ def diagnose(trace: Trace, *, timeline: Timeline | None = None, roofline: object
         add(_rule_host_device_copy(c))
     add(_rule_communication(c))
     cold = _rule_cold_start(c, timing)
-    if cold is None and timing is None:
-        not_judged.append("cold_start: no run timings (profile with %%gpuprofile to get them)")
-    elif cold is None and not timing.warmup_wall_us:
-        not_judged.append("cold_start: no warm-up run was timed apart from the measured runs")
+    if cold is None:
+        if timing is None:
+            not_judged.append("cold_start: no run timings (profile with %%gpuprofile to get "
+                              "them)")
+        elif not timing.warmup_wall_us:
+            not_judged.append("cold_start: no warm-up run was timed apart from the measured "
+                              "runs")
     add(cold)
     rec = _rule_recompilation(c)
     if rec is None:
