@@ -826,6 +826,7 @@ def _rule_memory_growth(c: _Context) -> Finding | None:
         by_dev.setdefault(key, []).append((m.ts_us, level))
     cuts = [s.end_us for s in c.trace.steps]
     best: Finding | None = None
+    best_rank: tuple[float, float, float] = (0.0, 0.0, 0.0)
     for key in sorted(by_dev):
         series = by_dev[key]
         levels: list[float] = []
@@ -851,13 +852,17 @@ def _rule_memory_growth(c: _Context) -> Finding | None:
         where = "per step" if c.trace.steps else "per slice of the window"
         f = _finding(
             "memory_growth",
-            f"Memory grows {where}: +{growth / len(moves) / 2**20:.3g} MiB each, "
-            f"{growth / 2**20:.3g} MiB over the cell ({'GPU' if key[0] else 'CPU'} memory)",
+            (f"Memory grows {where}: +{growth / len(moves) / 2**20:.3g} MiB each, "
+             f"{growth / 2**20:.3g} MiB over the cell" if steady else
+             f"Memory does not grow steadily {where}")
+            + f" ({'GPU' if key[0] else 'CPU'} memory)",
             share,
             {"growth_per_step_bytes": growth / len(moves), "growth_total_bytes": growth,
              "rising_steps_fraction": rising, "peak_allocated_bytes": peak})
-        if best is None or f.share > best.share:
-            best = f
+        # Of several devices, show the one that grows most, else the one with most memory.
+        rank = (f.share, growth, peak)
+        if best is None or rank > best_rank:
+            best, best_rank = f, rank
     return best
 
 
