@@ -118,7 +118,8 @@ def memory_method(device: torch.device) -> str:
     if device.type == "cuda":
         return "torch.cuda.max_memory_allocated growth"
     if _can_reset_hwm():
-        return "process peak RSS growth (VmHWM reset per rung; loader workers not counted)"
+        return ("process peak RSS growth (heap trimmed and VmHWM reset per rung; loader "
+                "workers not counted)")
     return "process peak RSS growth (ru_maxrss: grows only past earlier peaks)"
 
 
@@ -152,6 +153,7 @@ class _PeakMeter:
             torch.cuda.reset_peak_memory_stats(self.device)
             self.start_bytes = torch.cuda.memory_allocated(self.device)
             return
+        _trim_heap()
         if _can_reset_hwm():
             try:
                 # "5" resets the kernel's peak-RSS mark to the current RSS (Linux >= 4.0).
@@ -173,6 +175,19 @@ class _PeakMeter:
             hwm = _status_kib("VmHWM")
             return None if hwm is None else max(hwm * 1024 - self.start_bytes, 0)
         return max(_maxrss_bytes() - self.start_bytes, 0)
+
+
+def _trim_heap() -> None:
+    """Hand freed heap pages back to the OS (glibc malloc_trim), so a rung's RSS growth is
+    not hidden by memory an earlier rung freed but the allocator kept."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc (musl, ...): growth may then read low after a bigger earlier rung
 
 
 def _maxrss_bytes() -> int:
@@ -283,11 +298,21 @@ def _checkpointed(forward: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+SEGMENTS = "segments"
+
+
+def _has_parameters(module: torch.nn.Module) -> bool:
+    return any(True for _ in module.parameters())
+
+
 def checkpoint_targets(
     model: torch.nn.Module, names: Sequence[str] | None
 ) -> tuple[tuple[str, torch.nn.Module], ...]:
-    """Return the modules to checkpoint: `names` (dotted paths) or the model's direct children
-    that hold parameters."""
+    """Return (name, module) pairs to checkpoint, in this order of preference: `names`
+    (dotted paths); the blocks of the first ModuleList/Sequential whose elements are
+    themselves blocks (transformer layers, ResNet stages); for a Sequential of plain layers,
+    the model itself cut into about sqrt(n) segments (name "segments"); else the model's
+    direct children that hold parameters."""
     if names:
         found = []
         for name in names:
@@ -299,11 +324,44 @@ def checkpoint_targets(
                     "model.named_modules()"
                 ) from None
         return tuple(found)
+    # Checkpointing one Linear saves nothing (its input is kept anyway); whole blocks do.
+    for prefix, container in model.named_modules():
+        if not isinstance(container, torch.nn.ModuleList | torch.nn.Sequential):
+            continue
+        # Blocks are children that have parameters and children of their own; a plain
+        # head or embedding layer beside them is left alone.
+        blocks = [
+            (f"{prefix}.{name}" if prefix else name, child)
+            for name, child in container.named_children()
+            if _has_parameters(child) and any(True for _ in child.children())
+        ]
+        if len(blocks) >= 2:
+            return tuple(blocks)
+    if isinstance(model, torch.nn.Sequential) and len(model) >= 3:
+        return ((SEGMENTS, model),)
     return tuple(
-        (name, child)
-        for name, child in model.named_children()
-        if any(True for _ in child.parameters())
+        (name, child) for name, child in model.named_children() if _has_parameters(child)
     )
+
+
+def apply_checkpointing(model: torch.nn.Module, names: Sequence[str] | None) -> str:
+    """Wrap the modules `checkpoint_targets` picks in non-reentrant checkpointing; return
+    what was wrapped, in words."""
+    targets = checkpoint_targets(model, names)
+    if targets and targets[0][0] == SEGMENTS and isinstance(model, torch.nn.Sequential):
+        from torch.utils.checkpoint import checkpoint_sequential
+
+        segments = max(2, round(math.sqrt(len(model))))
+        layers = model
+
+        def forward(x: Any) -> Any:
+            return checkpoint_sequential(layers, segments, x, use_reentrant=False)
+
+        model.forward = forward  # type: ignore[method-assign]
+        return f"{segments} segments of the Sequential (the last one is not checkpointed)"
+    for _, module in targets:
+        module.forward = _checkpointed(module.forward)  # type: ignore[method-assign]
+    return ", ".join(name for name, _ in targets)
 
 
 def build_optimizer(
@@ -365,8 +423,7 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
     torch.manual_seed(workload.seed)
     model = workload.model_fn().to(device)
     if config.checkpoint:
-        for _, module in checkpoint_targets(model, workload.checkpoint_modules):
-            module.forward = _checkpointed(module.forward)
+        apply_checkpointing(model, workload.checkpoint_modules)
     optimizer = build_optimizer(workload.optimizer_fn, model, config.fused_optimizer)
     train_model: Callable[..., Any] = model
     if compiled:

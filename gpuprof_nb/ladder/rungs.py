@@ -20,6 +20,7 @@ from gpuprof_nb.ladder.measure import (
     RungConfig,
     Workload,
     amp_precision,
+    apply_checkpointing,
     checkpoint_targets,
     first_line,
     free_memory,
@@ -457,25 +458,29 @@ def _run_checkpoint(climb: _Climb, wanted: set[str]) -> None:
         climb.skip("checkpoint", "not asked for (rungs=...)")
         return
     torch.manual_seed(climb.workload.seed)
+    # A throwaway model, only to say which modules get checkpointed.
+    sample = climb.workload.model_fn()
     try:
-        targets = checkpoint_targets(climb.workload.model_fn(), climb.workload.checkpoint_modules)
+        if not checkpoint_targets(sample, climb.workload.checkpoint_modules):
+            climb.skip("checkpoint", "the model has no child modules with parameters to "
+                                     "checkpoint; pass checkpoint_modules=[...]")
+            return
+        names = apply_checkpointing(sample, climb.workload.checkpoint_modules)
     except GpuprofError as exc:
         climb.record(RungResult("checkpoint", climb.current.describe(), "failed", str(exc)))
         return
-    if not targets:
-        climb.skip("checkpoint", "the model has no child modules with parameters to "
-                                 "checkpoint; pass checkpoint_modules=[...]")
-        return
+    finally:
+        del sample
     config = climb.current.with_(checkpoint=True)
-    names = ", ".join(name for name, _ in targets)
     got = climb.try_measure("checkpoint", config, f"checkpoint({names})")
     if isinstance(got, RungResult):
         climb.record(got)
         return
-    assert climb.current_measurement is not None
+    current_peak = climb.current_measurement.peak_memory_bytes if climb.current_measurement \
+        else None
     drift = relative_drift(got.final_loss, climb.baseline_loss)
     status, reason = judge_checkpoint_rung(
-        climb.current_rate(), climb.current_measurement.peak_memory_bytes, _rate(got),
+        climb.current_rate(), current_peak, _rate(got),
         got.peak_memory_bytes, drift, loss_tolerance=climb.loss_tolerance,
     )
     climb.record(climb.result_from("checkpoint", config, got, status,

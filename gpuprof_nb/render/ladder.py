@@ -88,7 +88,7 @@ def plot_rungs(report: LadderReport, ax: Any = None) -> Figure:
     base = report.baseline.samples_per_s
     if base:
         axes.axvline(base, color="black", linestyle="--", linewidth=1, label="fp32 baseline")
-        axes.legend(loc="lower right", fontsize=8)
+        axes.legend(loc="best", fontsize=8, framealpha=0.9)
     axes.set_xlabel("samples/s (median step)")
     axes.set_title("Optimisation ladder")
     return fig
@@ -101,6 +101,11 @@ def plot_batch_sweep(sweep: BatchSweep, ax: Any = None) -> Figure:
     ok = sorted((p for p in sweep.points if p.samples_per_s), key=lambda p: p.batch_size)
     axes.plot([p.batch_size for p in ok], [p.samples_per_s for p in ok], marker="o")
     axes.set_xscale("log", base=2)
+    # Label the batch sizes that ran as plain numbers (2**n ticks read badly here).
+    sizes = [p.batch_size for p in sweep.points]
+    axes.set_xticks(sizes, [str(b) for b in sizes])
+    axes.minorticks_off()
+    axes.set_ylim(bottom=0)
     plateau = sweep.plateau_batch_size
     if plateau is not None:
         axes.axvline(plateau, color="#2e7d32", linestyle="--", linewidth=1,
