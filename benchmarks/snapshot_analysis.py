@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.config import BenchConfig, Section, Target
@@ -24,8 +25,8 @@ MIB = 2**20
 # opcode by opcode. What it decodes to is exactly what pickle.load of a real dump gives:
 # dicts, lists, tuples, str, int, bool. Like a real dump, the frame dicts are shared
 # between entries (torch symbolizes each distinct frame once), so they are written once
-# and referenced by memo afterwards; dict keys are memoized as Python's pickle does for
-# interned strings.
+# and referenced by memo afterwards; dict keys and action names are memoized too, since
+# torch builds them once (one Python str per key and per action) for the whole snapshot.
 PROTO = b"\x80\x02"
 EMPTY_DICT, EMPTY_LIST, MARK = b"}", b"]", b"("
 SETITEMS, APPENDS, STOP = b"u", b"e", b"."
@@ -49,17 +50,21 @@ class _Memo:
 
     def __init__(self) -> None:
         self.slots: dict[object, int] = {}
+        self.gets: dict[object, bytes] = {}  # key -> its GET opcode, once written
+        self.frames_done: dict[int, bytes] = {}  # site -> its frames list, all references
 
-    def ref(self, key: object, encode: bytes) -> bytes:
-        slot = self.slots.get(key)
-        if slot is not None:
-            return b"j" + struct.pack("<I", slot)
+    def ref(self, key: object, encode: Callable[[], bytes]) -> bytes:
+        got = self.gets.get(key)
+        if got is not None:
+            return got
         slot = len(self.slots)
         self.slots[key] = slot
-        return encode + b"r" + struct.pack("<I", slot)
+        self.gets[key] = b"j" + struct.pack("<I", slot)
+        return encode() + b"r" + struct.pack("<I", slot)
 
     def key(self, name: str) -> bytes:
-        return self.ref(("str", name), _str(name))
+        got = self.gets.get(name)
+        return got if got is not None else self.ref(name, lambda: _str(name))
 
 
 def _value(v: object, memo: _Memo) -> bytes:
@@ -122,12 +127,20 @@ def _stack(site: int) -> list[tuple[str, int, str]]:
 
 
 def _frames(site: int, memo: _Memo) -> bytes:
-    """The entry's own list of the shared frame dicts."""
+    """The entry's own list of the shared frame dicts (after the first use of a site,
+    every frame is a memo reference, so the bytes are cached per site)."""
+    done = memo.frames_done.get(site)
+    if done is not None:
+        return done
     refs = []
     for filename, line, name in _stack(site):
         frame = {"filename": filename, "line": line, "name": name}
-        refs.append(memo.ref(("frame", filename, line, name), _dict(frame, memo)))
-    return EMPTY_LIST + MARK + b"".join(refs) + APPENDS
+        refs.append(memo.ref(("frame", filename, line, name),
+                             lambda frame=frame: _dict(frame, memo)))
+    out = EMPTY_LIST + MARK + b"".join(refs) + APPENDS
+    memo.frames_done[site] = EMPTY_LIST + MARK + b"".join(
+        memo.gets[("frame", f, ln, n)] for f, ln, n in _stack(site)) + APPENDS
+    return out
 
 
 def write_synthetic_snapshot(dest: Path, target_bytes: int) -> Path:
@@ -156,7 +169,7 @@ def write_synthetic_snapshot(dest: Path, target_bytes: int) -> Path:
     def entry(action: str, addr: int, size: int, site: int) -> bytes:
         nonlocal t_us
         t_us += 7
-        values = (_str(action), _int(addr), _int(size), _int(0), _int(t_us),
+        values = (memo.key(action), _int(addr), _int(size), _int(0), _int(t_us),
                   _frames(site, memo))
         return (EMPTY_DICT + MARK
                 + b"".join(memo.key(k) + v for k, v in zip(entry_keys, values, strict=True))
