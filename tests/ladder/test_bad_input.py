@@ -238,3 +238,29 @@ def test_static_shapes_are_detected(tiny):
     assert measure(workload(ragged), RungConfig()).static_shapes is False
     default_collate = DataLoader(tiny.dataset).collate_fn
     assert measure(workload(default_collate), RungConfig()).static_shapes is True
+
+
+def test_flagged_low_precision_still_gets_its_three_run_reference(tiny):
+    def louder_in_bf16(out, target):
+        # Under bf16 the loss (and so every SGD update) is tripled: the trained weights, and
+        # the probe loss after training, must drift from fp32.
+        loss = tiny.loss_fn(out, target)
+        return loss * 3 if out.dtype == torch.bfloat16 else loss
+
+    report = run_ladder(tiny.model_fn, tiny.dataset, louder_in_bf16,
+                        lambda p: torch.optim.SGD(p, lr=0.1), steps=3, warmup=1, batch_size=8,
+                        rungs=["fp32", "bf16", "compile"], compile=True,
+                        compile_backend="eager", loss_tolerance=1e-3, progress=False)
+    bf16 = report.rung("bf16")
+    assert bf16.status == "flagged" and "loss drifted" in bf16.reason
+    assert bf16.loss_drift > 1e-3
+    # The compile rung builds on fp32 (bf16 was not kept); bf16 + compile is measured for the
+    # three-run reading only.
+    assert "fp32" in report.rung("compile").settings
+    reference = report.rung("amp+compile")
+    assert reference.status == "reference"
+    assert "bf16 autocast" in reference.settings and "compile(default" in reference.settings
+    assert report.three_run.compile_samples_per_s == pytest.approx(reference.samples_per_s)
+    assert report.three_run.compile_gain == pytest.approx(
+        reference.samples_per_s / bf16.samples_per_s - 1)
+    assert "Flagged: bf16" in report.recommendation
