@@ -118,6 +118,15 @@ class TestRules:
         assert d.finding("python_overhead").evidence["python_outside_ops_us"] == \
             pytest.approx(200.0)
 
+    def test_python_hotspot_names_the_innermost_function(self):
+        ops = [op("cell.py(1): <module>", 0, 1000, kind="python"),
+               op("train.py(10): slow_fn", 100, 500, kind="python"),
+               op("aten::add", 0, 100), op("aten::add", 600, 100), op("aten::add", 990, 10)]
+        f = diagnose(make_trace(ops=ops, cc=None)).finding("python_overhead")
+        # Python: 100-600 inside slow_fn, 700-990 in <module> only.
+        assert f.evidence["python_outside_ops_us"] == pytest.approx(500 + 290)
+        assert f.title.endswith("(mostly in train.py(10): slow_fn: 50% of the time)")
+
     def test_precision_fp32_gemm_on_ampere_and_volta(self):
         kernels = [kernel(0, 100, name="ampere_sgemm_128x64_nn"), kernel(100, 20)]
         d = diagnose(make_trace(kernels=kernels, cc=(8, 0)))
