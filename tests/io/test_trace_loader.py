@@ -343,3 +343,20 @@ def test_sequences_sorted_by_start_then_file_position() -> None:
     for seq in (t.ops, t.kernels, t.runtime, t.syncs):
         keys = [(x.start_us, x.index) for x in seq]
         assert keys == sorted(keys)
+
+
+def test_flow_events_skipped_undecoded_keep_positions(tmp_path: Path) -> None:
+    # Flows are skipped by a pattern rather than decoded: odd strings inside them must not
+    # derail the reader, and later events keep their file positions.
+    events = [
+        {"ph": "s", "id": 1, "name": 'a}b"{', "cat": "ac2g", "ts": 1, "pid": 1, "tid": 1},
+        {"ph": "f", "id": 1, "name": "[x]", "ts": 2, "pid": 0, "tid": 7, "bp": "e"},
+        {"ph": "s", "id": 2, "args": {"nested": [1, 2]}, "ts": 3, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 4, "dur": 2},
+        {"ph": "f", "id": 2, "ts": 5, "pid": 0, "tid": 7},
+    ]
+    p = tmp_path / "flows.json"
+    p.write_text(json.dumps({"traceEvents": events}, indent=1))
+    t = load_trace(p)
+    assert [(o.name, o.index) for o in t.ops] == [("aten::add", 3)]
+    assert t == trace_from_dict({"traceEvents": events}, source=str(p))
