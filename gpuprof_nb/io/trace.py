@@ -309,10 +309,12 @@ class _Builder:
                 pid = _host_id(pid)
             if type(tid) is not int:
                 tid = _host_id(tid)
-            if cat == "Operator" and (
-                name.startswith("ProfilerStep#") or name.startswith("Optimizer.")
+            if op_kind == "op" and (
+                name.startswith("ProfilerStep#")
+                or (cat == "Operator" and name.startswith("Optimizer."))
             ):
-                # 2021 traces recorded record_function scopes as Operator.
+                # 2021 traces recorded record_function scopes as Operator; a step marker is
+                # an annotation whatever category an exporter gives it.
                 op_kind = "annotation"
             if not args:
                 self.ops.append(Op(name, op_kind, start, dur_f, pid, tid, index=index))  # type: ignore[arg-type]

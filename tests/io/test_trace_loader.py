@@ -305,6 +305,17 @@ def test_steps_from_optimizer_annotations_when_no_profiler_steps() -> None:
     ]
 
 
+def test_profiler_step_is_an_annotation_whatever_its_category() -> None:
+    t = trace_from_dict({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": 0,
+         "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "Optimizer.step#SGD.step", "pid": 1, "tid": 1,
+         "ts": 1, "dur": 2},
+    ]})
+    assert [o.kind for o in t.ops] == ["annotation", "op"]
+    assert [(s.number, s.dur_us) for s in t.steps] == [(3, 5.0)]
+
+
 def test_negative_durations_are_clamped_and_reported() -> None:
     t = trace_from_dict({"traceEvents": [
         {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": -3,
