@@ -420,3 +420,33 @@ def test_no_shared_trace_crashes_the_rules(path):
     bd = timeline.breakdown
     assert sum(bd.us_by_category().values()) == pytest.approx(bd.span_us, rel=1e-9, abs=1e-6)
     check_well_formed(diagnose(trace, timeline=timeline))
+
+
+def _median(values):
+    ordered = sorted(values)
+    n = len(ordered)
+    return (ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2)
+
+
+def test_bert_launch_overhead_evidence_matches_plain_json():
+    path = DATA / "h100_bert_small" / "gaunernst_bert-small-uncased__1016001.json.gz"
+    events = raw_events(path)
+    kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    # Host-side step annotations only (the GPU lane repeats them as gpu_user_annotation).
+    steps = [e for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+             and str(e.get("name", "")).startswith("ProfilerStep#")]
+    f = diagnose(load_trace(path)).finding("launch_overhead")
+    assert f.evidence["kernels_per_step"] == pytest.approx(len(kernels) / max(len(steps), 1))
+    assert f.evidence["median_kernel_us"] == pytest.approx(
+        _median([float(e["dur"]) for e in kernels]))
+    assert f.evidence["median_kernel_us"] < th.TINY_KERNEL_US
+
+
+def test_compiled_trace_counts_compiled_region_calls():
+    path = DATA / "mi300_compile_triton" / "trace.json.gz"
+    regions = [e for e in raw_events(path) if e.get("ph") == "X"
+               and str(e.get("name", "")).startswith("Torch-Compiled Region")]
+    d = diagnose(load_trace(path))
+    f = d.finding("recompilation")
+    assert f is not None and not any(x.startswith("recompilation") for x in d.not_judged)
+    assert f.evidence["compiled_region_calls_count"] == len(regions) >= 1

@@ -164,6 +164,24 @@ _ACTIVITY_CATS = {"cpu_op", "user_annotation", "python_function", "kernel", "gpu
 _DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
 
 
+def sweep_busy(spans, lo=float("-inf"), hi=float("inf")) -> float:
+    """Return the covered length of the spans within [lo, hi] by a sweep over their ends."""
+    points = []
+    for s, t in spans:
+        s, t = max(s, lo), min(t, hi)
+        if t > s:
+            points += [(s, 1), (t, -1)]
+    points.sort()
+    busy, depth, since = 0.0, 0, 0.0
+    for t, d in points:
+        if depth == 0 and d == 1:
+            since = t
+        depth += d
+        if depth == 0:
+            busy += t - since
+    return busy
+
+
 def plain_busy(path: Path) -> tuple[float, float, float, int]:
     """Recompute (window start, window end, busy us, kernel count) from the raw JSON, with a
     sweep over start/end points (a different method from the package's interval merge)."""
@@ -178,20 +196,12 @@ def plain_busy(path: Path) -> tuple[float, float, float, int]:
     lo = min(float(e["ts"]) for e in timed)
     hi = max(float(e["ts"]) + max(float(e.get("dur", 0)), 0.0) for e in timed)
     device = [e for e in timed if e["cat"] in _DEVICE_CATS]
-    points = []
-    for e in device:
-        s, t = float(e["ts"]), float(e["ts"]) + max(float(e.get("dur", 0)), 0.0)
-        if t > s:
-            points += [(s, 1), (t, -1)]
-    points.sort()
-    busy, depth, since = 0.0, 0, 0.0
-    for t, d in points:
-        if depth == 0 and d == 1:
-            since = t
-        depth += d
-        if depth == 0:
-            busy += t - since
+    busy = sweep_busy(_spans(device))
     return lo, hi, busy, len(device)
+
+
+def _spans(events):
+    return [(float(e["ts"]), float(e["ts"]) + max(float(e.get("dur", 0)), 0.0)) for e in events]
 
 
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.parent.name)
@@ -207,3 +217,19 @@ def test_real_trace_breakdown_matches_plain_json(path):
         assert_sums(st.breakdown)
     total_gaps = sum(g.dur_us for g in tl.gaps)
     assert total_gaps == pytest.approx(tl.window_us - tl.busy_us, rel=1e-9, abs=1e-6)
+
+
+def test_per_step_busy_matches_plain_json():
+    path = DATA / "ddp_nccl_sampled" / "sampled_rank-0.json.gz"
+    with gzip.open(path, "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    device = [e for e in events if e.get("ph") == "X" and e.get("cat") in _DEVICE_CATS]
+    steps = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+                    and str(e.get("name", "")).startswith("ProfilerStep#")),
+                   key=lambda e: e["ts"])
+    tl = device_timeline(load_trace(path))
+    assert [s.name for s in tl.steps] == [e["name"] for e in steps]
+    for st, e in zip(tl.steps, steps, strict=True):
+        lo, hi = float(e["ts"]), float(e["ts"]) + float(e["dur"])
+        assert st.breakdown.span_us == pytest.approx(hi - lo)
+        assert st.breakdown.busy_us == pytest.approx(sweep_busy(_spans(device), lo, hi))
