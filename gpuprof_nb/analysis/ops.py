@@ -309,7 +309,7 @@ def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTa
 
     ops, stats, unattributed = _attribute(trace)
     groups: dict[str, list[float]] = {}
-    shapes: dict[str, Counter[str]] = defaultdict(Counter)
+    shapes: dict[str, Counter[Any]] = defaultdict(Counter)
     for op, st in zip(ops, stats, strict=True):
         g = groups.get(op.name)
         if g is None:
@@ -320,7 +320,8 @@ def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTa
         g[3] += st.self_device_us
         g[4] += st.total_device_us
         if op.input_dims is not None:
-            shapes[op.name][_shape_text(op.input_dims)] += 1
+            # Count the (shared, hashable) tuples; only distinct ones are formatted below.
+            shapes[op.name][op.input_dims] += 1
 
     totals = {
         "calls": float(len(ops)),
@@ -335,7 +336,8 @@ def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTa
         ordered = ordered[:n]
     rows = []
     for name, g in ordered:
-        seen = sorted(shapes[name].items(), key=lambda kv: (-kv[1], kv[0]))[:_MAX_SHAPES]
+        texts = [(_shape_text(dims), calls) for dims, calls in shapes[name].items()]
+        seen = sorted(texts, key=lambda kv: (-kv[1], kv[0]))[:_MAX_SHAPES]
         rows.append(
             OpRow(
                 name=name,
