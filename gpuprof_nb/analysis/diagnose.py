@@ -939,6 +939,8 @@ def diagnose(trace: Trace, *, timeline: Timeline | None = None, roofline: object
         on_device=device is not None)
     not_judged: list[str] = []
     notes: list[str] = list(tl.notes)
+    # What the loader had to repair (negative durations, ...) bounds how far to trust this.
+    notes.extend(f"trace: {w}" for w in getattr(trace, "load_warnings", ()))
     considered: list[Finding] = []
 
     def add(f: Finding | None) -> None:
