@@ -406,7 +406,8 @@ def _rule_launch_and_python(c: _Context) -> list[Finding]:
     out.append(_finding(
         "launch_overhead",
         f"Thousands of tiny ops: {len(c.top_ops) / per_step:.0f} per step, median "
-        f"{med:.3g} us each; dispatch, not math, sets the pace",
+        f"{med:.3g} us each; dispatch, not math, sets the pace" if tiny else
+        f"Short dispatch gaps between ops take {share * 100:.0f}% of the time",
         share,
         {"ops_per_step": len(c.top_ops) / per_step, "median_op_us": med,
          "time_in_tiny_ops_us": tiny_us, "dispatch_gaps_between_ops_us": bd.launch_us}))
