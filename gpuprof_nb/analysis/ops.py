@@ -225,7 +225,9 @@ def _attribute(trace: Trace) -> tuple[list[Op], list[_OpStats], float]:
         idxs = by_thread.get(thread, [])
         if any(starts[a] == starts[b] for a, b in zip(idxs, idxs[1:], strict=False)):
             # Equal starts (common with integer-us traces): the longer op is the parent.
-            idxs.sort(key=lambda i: (starts[i], -ends[i], ops[i].index))
+            # Two stable C-keyed sorts give the order (start, -end, file position).
+            idxs.sort(key=ends.__getitem__, reverse=True)
+            idxs.sort(key=starts.__getitem__)
         calls = calls_by_thread.get(thread, [])
         n_calls = len(calls)
         c = 0
