@@ -293,6 +293,11 @@ class _Context:
     def frac(self, us: float) -> float:
         return us / self.span_us if self.span_us > 0 else 0.0
 
+    @property
+    def each(self) -> str:
+        """How titles say 'per step': without steps the counts are for the whole cell."""
+        return "per step" if self.n_steps else "in the cell"
+
 
 def _rule_dataloader(c: _Context) -> Finding | None:
     spans = merge_intervals((o.start_us, o.end_us) for o in c.trace.ops if is_dataloader_op(o))
@@ -349,7 +354,7 @@ def _rule_host_sync(c: _Context) -> Finding | None:
     }
     share = c.frac(idle)
     title = (f"The host waits for the GPU at synchronisation points "
-             f"({evidence['sync_calls_per_step']:.3g} per step); the GPU then idles "
+             f"({evidence['sync_calls_per_step']:.3g} {c.each}); the GPU then idles "
              f"{share * 100:.0f}% of the time")
     return _finding("host_sync", title, share, evidence)
 
@@ -378,7 +383,7 @@ def _rule_launch_and_python(c: _Context) -> list[Finding]:
             "device_idle_while_host_in_ops_us": host_ops,
         }
         if compute:
-            title = (f"Many small kernels: {per_step_kernels:.0f} per step, median {med:.3g} us;"
+            title = (f"Many small kernels: {per_step_kernels:.0f} {c.each}, median {med:.3g} us;"
                      " launching them sets the pace" if tiny else
                      f"The host sets the pace: the GPU idles {share * 100:.0f}% of the time "
                      "while the host dispatches torch ops")
@@ -405,7 +410,7 @@ def _rule_launch_and_python(c: _Context) -> list[Finding]:
     share = c.frac(bd.launch_us + tiny_us) if tiny else c.frac(bd.launch_us)
     out.append(_finding(
         "launch_overhead",
-        f"Thousands of tiny ops: {len(c.top_ops) / per_step:.0f} per step, median "
+        f"Thousands of tiny ops: {len(c.top_ops) / per_step:.0f} {c.each}, median "
         f"{med:.3g} us each; dispatch, not math, sets the pace" if tiny else
         f"Short dispatch gaps between ops take {share * 100:.0f}% of the time",
         share,
@@ -646,7 +651,7 @@ def _rule_dtype_cast(c: _Context) -> Finding | None:
     share = c.frac(cast_us) if per_step >= th.DTYPE_CAST_MIN_PER_STEP else 0.0
     return _finding(
         "dtype_cast",
-        f"Repeated dtype conversions: {per_step:.0f} casts per step take "
+        f"Repeated dtype conversions: {per_step:.0f} casts {c.each} take "
         f"{c.frac(cast_us) * 100:.0f}% of the time",
         share,
         {"casts_per_step": per_step, "cast_time_us": cast_us,
