@@ -233,3 +233,52 @@ def test_per_step_busy_matches_plain_json():
         lo, hi = float(e["ts"]), float(e["ts"]) + float(e["dur"])
         assert st.breakdown.span_us == pytest.approx(hi - lo)
         assert st.breakdown.busy_us == pytest.approx(sweep_busy(_spans(device), lo, hi))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_traces_never_crash_and_always_sum(seed):
+    """Seeded random traces (negative and float times, overlapping streams, zero-length and
+    out-of-window steps, stray syncs and launches) keep every invariant."""
+    import random
+
+    from gpuprof_nb.analysis.diagnose import diagnose
+
+    rng = random.Random(seed)
+    base = rng.choice([-5e5, 0.0, 1.7e15])
+
+    def t():
+        return base + rng.uniform(-1e3, 1e4)
+
+    kernels = [kernel(t(), rng.choice([0.0, rng.uniform(0, 300)]), stream=rng.choice([7, 9, 11]),
+                      corr=rng.randrange(60), device=rng.choice([0, 0, 1]),
+                      name=rng.choice(["ampere_sgemm_64x64", "ncclKernel_AllReduce",
+                                       "void elementwise_kernel", "Memcpy HtoD (Pageable)"]),
+                      kind=rng.choice(["kernel", "kernel", "memcpy", "memset"]))
+               for _ in range(rng.randrange(0, 40))]
+    runtime = [launch(t(), rng.randrange(60), name=rng.choice(
+        ["cudaLaunchKernel", "cudaStreamSynchronize", "cudaMemcpy", "cudaGraphLaunch"]))
+        for _ in range(rng.randrange(0, 40))]
+    ops = [op(rng.choice(["aten::add", "aten::mm", "aten::to", "aten::item",
+                          "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                          "Torch-Compiled Region: 0/1", "gloo:all_reduce"]),
+              t(), rng.uniform(0, 500), kind=rng.choice(["op", "op", "annotation", "python"]),
+              tid=rng.choice([1, 2]))
+           for _ in range(rng.randrange(0, 40))]
+    syncs = [SyncEvent(rng.choice(["Stream Sync", "Context Sync", "Stream Wait Event"]), t(),
+                       rng.uniform(0, 50), rng.choice([0, 1]), rng.choice([-1, 7]))
+             for _ in range(rng.randrange(0, 5))]
+    steps = []
+    for n in range(rng.randrange(0, 4)):
+        a = t()
+        steps.append(Step(n, f"ProfilerStep#{n}", a, a + rng.choice([0.0, -5.0, 2e3])))
+    trace = make_trace(ops=ops, kernels=kernels, runtime=runtime, syncs=syncs, steps=steps)
+    tl = device_timeline(trace)
+    assert_sums(tl.breakdown)
+    for st in tl.steps:
+        assert_sums(st.breakdown)
+        assert all(v >= 0 for v in st.breakdown.us_by_category().values())
+    assert all(v >= -1e-9 for v in tl.breakdown.us_by_category().values())
+    d = diagnose(trace, timeline=tl)
+    assert d.verdict
+    for f in d.considered:
+        assert 0.0 <= f.share
