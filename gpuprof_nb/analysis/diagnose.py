@@ -38,7 +38,7 @@ from gpuprof_nb.analysis.timeline import (
     top_level_ops,
 )
 from gpuprof_nb.model.timing import TimingStats
-from gpuprof_nb.model.trace import Kernel, Op, Trace
+from gpuprof_nb.model.trace import Kernel, MemoryEvent, Op, Trace
 
 SEVERITIES = ("high", "medium", "low", "info")
 
@@ -916,20 +916,53 @@ def _rule_memory_growth(c: _Context) -> Finding | None:
         steady = rising >= th.GROWTH_RISING_SHARE and growth >= th.MIN_GROWTH_BYTES
         share = growth / peak if steady and peak > 0 else 0.0
         where = "per step" if c.trace.steps else "per slice of the window"
+        evidence = {"growth_per_step_bytes": growth / len(moves), "growth_total_bytes": growth,
+                    "rising_steps_fraction": rising, "peak_allocated_bytes": peak}
+        site = ""
+        if steady:
+            live = _live_bytes_by_site(c, [m for m in events
+                                           if (m.device_type, m.device_id) == key])
+            if live:
+                name = min(live, key=lambda n: (-live[n], n))
+                evidence["largest_site_live_bytes"] = live[name]
+                site = f"; what stays allocated comes mostly from {name}"
         f = _finding(
             "memory_growth",
             (f"Memory grows {where}: +{growth / len(moves) / 2**20:.3g} MiB each, "
              f"{growth / 2**20:.3g} MiB over the cell" if steady else
              f"Memory does not grow steadily {where}")
-            + f" ({'GPU' if key[0] else 'CPU'} memory)",
-            share,
-            {"growth_per_step_bytes": growth / len(moves), "growth_total_bytes": growth,
-             "rising_steps_fraction": rising, "peak_allocated_bytes": peak})
+            + f" ({'GPU' if key[0] else 'CPU'} memory){site}",
+            share, evidence)
         # Of several devices, show the one that grows most, else the one with most memory.
         rank = (f.share, growth, peak)
         if best is None or rank > best_rank:
             best, best_rank = f, rank
     return best
+
+
+def _live_bytes_by_site(c: _Context, events: Sequence[MemoryEvent]) -> dict[str, float]:
+    """Return the bytes still allocated at the last event, by the top-level op that allocated
+    them (the allocation site users recognise: aten::mm, a backward node, ...). Needs the
+    events' addresses to pair frees with allocations; empty without them."""
+    if not events or any(m.addr is None for m in events):
+        return {}
+    by_thread: dict[str, list[Op]] = {}
+    for o in c.top_ops:
+        by_thread.setdefault(str(o.tid), []).append(o)
+    starts = {t: [o.start_us for o in ops] for t, ops in by_thread.items()}
+    live: dict[int, tuple[str, int]] = {}
+    for m in events:
+        if m.bytes > 0:
+            ops = by_thread.get(str(m.tid), [])
+            i = bisect.bisect_right(starts.get(str(m.tid), []), m.ts_us) - 1
+            site = ops[i].name if i >= 0 and ops[i].end_us >= m.ts_us else "outside torch ops"
+            live[m.addr or 0] = (site, m.bytes)
+        elif m.bytes < 0:
+            live.pop(m.addr or 0, None)
+    out: dict[str, float] = {}
+    for site, nbytes in live.values():
+        out[site] = out.get(site, 0.0) + nbytes
+    return out
 
 
 def diagnose(trace: Trace, *, timeline: Timeline | None = None, roofline: object | None = None,

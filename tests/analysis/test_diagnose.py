@@ -236,6 +236,26 @@ class TestRules:
         assert f.evidence["peak_allocated_bytes"] == pytest.approx(6 * (8 << 20) + (4 << 20))
         assert d.findings[0].kind == "memory_growth"
 
+    def test_memory_growth_names_the_allocation_site(self):
+        steps, memory, ops = [], [], []
+        total = 0
+        for i in range(5):
+            t0 = i * 100.0
+            steps.append(Step(i, f"ProfilerStep#{i}", t0, t0 + 100.0))
+            ops += [op("aten::mm", t0, 40), op("aten::relu", t0 + 50, 40)]
+            # aten::mm keeps 2 MiB each step; aten::relu allocates 1 MiB and frees it.
+            total += 2 << 20
+            memory.append(MemoryEvent(t0 + 10, 2 << 20, 1, 0, addr=1000 + i, tid=1,
+                                      total_allocated=total))
+            memory.append(MemoryEvent(t0 + 60, 1 << 20, 1, 0, addr=2000 + i, tid=1,
+                                      total_allocated=total + (1 << 20)))
+            memory.append(MemoryEvent(t0 + 70, -(1 << 20), 1, 0, addr=2000 + i, tid=1,
+                                      total_allocated=total))
+        f = diagnose(make_trace(ops=ops, steps=steps, memory=memory)).finding("memory_growth")
+        assert f.title.endswith("comes mostly from aten::mm")
+        assert f.evidence["largest_site_live_bytes"] == 5 * (2 << 20)
+        assert f.evidence["growth_per_step_bytes"] == pytest.approx(2 << 20)
+
     def test_flat_memory_is_not_growth(self):
         memory = [MemoryEvent(float(t), (1 << 20) * (1 if t % 20 == 0 else -1), 1, 0)
                   for t in range(0, 400, 10)]
