@@ -33,3 +33,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     return DATA
+
+
+@pytest.fixture(scope="session")
+def ipython_shell():
+    """The one in-process IPython shell of the test session. `start_ipython()` builds it once
+    and returns None on later calls, so every magic test module must share it through here."""
+    from IPython.testing import globalipapp
+
+    shell = globalipapp.start_ipython() or globalipapp.get_ipython()
+    shell.run_line_magic("load_ext", "gpuprof_nb")
+    return shell

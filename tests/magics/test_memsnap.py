@@ -11,7 +11,6 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 torch = pytest.importorskip("torch")
 
 from IPython.core.error import UsageError  # noqa: E402
-from IPython.testing.globalipapp import start_ipython  # noqa: E402
 from IPython.utils.capture import capture_output  # noqa: E402
 
 from gpuprof_nb.capture.profiler import profiler_running  # noqa: E402
@@ -26,9 +25,8 @@ losses.append(loss)
 
 
 @pytest.fixture(scope="module")
-def ip():
-    shell = start_ipython()
-    shell.run_line_magic("load_ext", "gpuprof_nb")
+def ip(ipython_shell):
+    shell = ipython_shell
     shell.run_cell("import torch\nW = torch.randn(32, 48, requires_grad=True)")
     return shell
 
