@@ -261,14 +261,22 @@ def plot_timeline(timeline: Timeline, trace: Trace | None, step: StepTimeline | 
     ax.set_ylim(len(lanes) - 0.5, -0.5 - 0.6)
     # One collection per cause (not one patch per gap): a window holds thousands of gaps.
     shaded: dict[str, list[tuple[float, float]]] = {}
+    # Labels go on stretches of one cause; tiny ops inside a DataLoader call or a Python
+    # stretch cut it into pieces, so pieces closer than 1% of the width join for labelling.
+    stretches: list[list[Any]] = []
     for g in timeline.gaps:
         a, b = max(g.start_us, lo), min(g.end_us, hi)
         if b <= a:
             continue
         shaded.setdefault(g.cause, []).append((ms(a), (b - a) / 1e3))
+        if stretches and stretches[-1][2] == g.cause and a - stretches[-1][1] <= 0.01 * span:
+            stretches[-1][1] = b
+        else:
+            stretches.append([a, b, g.cause])
+    for a, b, cause in stretches:
         if (b - a) / span >= 0.06:
-            ax.text(ms((a + b) / 2), -0.75, g.cause, ha="center", va="center", fontsize=8,
-                    color=CAUSE_COLORS[g.cause])
+            ax.text(ms((a + b) / 2), -0.75, cause, ha="center", va="center", fontsize=8,
+                    color=CAUSE_COLORS[cause])
     top = -0.5 - 0.6
     for cause, bars in shaded.items():
         ax.broken_barh(bars, (top, len(lanes) - 0.5 - top), facecolors=CAUSE_COLORS[cause],
