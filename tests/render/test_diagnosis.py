@@ -116,3 +116,18 @@ def test_mimebundles(nccl):
     assert d.verdict in bundle["text/plain"]
     tb = tl._repr_mimebundle_()
     assert "text/plain" in tb and "data:image/png;base64," in tb["text/html"]
+
+
+def test_one_label_per_stretch_of_one_cause():
+    from gpuprof_nb.model.trace import Op, Trace
+
+    # A DataLoader call 0-1000 with a tiny op inside it, then 1000 us of torch ops.
+    ops = (Op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "annotation",
+              0.0, 1000.0, 1, 1),
+           Op("aten::stack", "op", 500.0, 1.0, 1, 1), Op("aten::mm", "op", 1000.0, 1000.0, 1, 1))
+    trace = Trace("hand", ops, (), (), (), (), (), (), None, (0.0, 2000.0))
+    tl = device_timeline(trace)
+    assert [g.cause for g in tl.gaps] == ["dataloader", "dataloader"]
+    ax = plot_timeline(tl, trace).axes[0]
+    labels = [t.get_text() for t in ax.texts]
+    assert labels == ["dataloader"]
