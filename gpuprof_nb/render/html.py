@@ -34,7 +34,7 @@ STYLE = (
   color: inherit; }
 .gpuprof.gpuprof table td.num, .gpuprof.gpuprof table th.num { text-align: right;
   font-variant-numeric: tabular-nums; }
-.gpuprof table td.name { word-break: break-all; max-width: 60em;
+.gpuprof table td.name { overflow-wrap: anywhere; min-width: 14em; max-width: 60em;
   font-family: var(--jp-code-font-family, var(--vscode-editor-font-family, monospace)); }
 .gpuprof details > summary { font-weight: 600; cursor: pointer; margin: 6px 0; }
 .gpuprof .note { color: var(--jp-ui-font-color2, var(--vscode-descriptionForeground, #555)); }
