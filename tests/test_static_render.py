@@ -287,3 +287,38 @@ def test_quickstart_html_shows_numbers_findings_and_plots(
         assert imgs, f"no image in the {section} panel"
         width, height = png_size(imgs[0])
         assert width > 100 and height > 100, (section, width, height)
+
+
+def test_style_takes_colours_from_the_frontend_theme() -> None:
+    """Every colour in the report CSS comes from the frontend's theme variables (JupyterLab
+    first, VS Code second) or is inherited; only plots keep a white card (matplotlib draws
+    black on white)."""
+    from gpuprof_nb.render.html import STYLE
+
+    rules = re.findall(r"([^{}]+)\{([^{}]*)\}", STYLE.replace("@supports selector(:has(a)) {", ""))
+    checked = 0
+    for selector, body in rules:
+        for prop, value in re.findall(r"(?:^|;)\s*([\w-]+)\s*:\s*([^;]+)", body):
+            if prop not in ("color", "background", "background-color"):
+                continue
+            value = " ".join(value.split())
+            if selector.strip() == ".gpuprof img":
+                assert value == "white"
+                continue
+            checked += 1
+            assert value in ("inherit", "transparent") or value.startswith("var(--jp-"), (
+                selector.strip(), prop, value
+            )
+            if value.startswith("var(--jp-"):
+                assert "var(--vscode-" in value, (selector.strip(), value)
+    assert checked >= 8
+
+
+def test_style_shows_every_tab_of_the_longest_report_and_degrades_without_has() -> None:
+    from gpuprof_nb.render.html import STYLE
+
+    guard = STYLE.index("@supports selector(:has(a))")
+    # Hiding panels happens only inside the guard: no :has(), no hiding, all sections show.
+    assert STYLE.index(".gp-panel { display: none; }") > guard
+    shown = set(map(int, re.findall(r"\.gp-panel:nth-of-type\((\d+)\)", STYLE)))
+    assert shown == set(range(1, len(shown) + 1)) and len(shown) >= 6
