@@ -152,10 +152,18 @@ def _sections() -> list[Section]:
 # -- the bundle itself -------------------------------------------------------------------------
 
 
-def test_bundle_is_html_and_text_only_even_in_a_live_kernel() -> None:
+def test_bundle_is_html_and_text_only_even_in_a_live_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from IPython import get_ipython
     from IPython.testing.globalipapp import start_ipython
 
-    start_ipython()  # a shell is active, as in a notebook
+    from gpuprof_nb.render.widgets import _live_kernel
+
+    start_ipython()
+    # What ipykernel's shell looks like to the renderer: a shell with a kernel attached.
+    monkeypatch.setattr(get_ipython(), "kernel", object(), raising=False)
+    assert _live_kernel()
     bundle = report_bundle("profile", _sections())
     assert set(bundle) == {"text/plain", "text/html"}
     assert WIDGET_MIME not in bundle
