@@ -14,18 +14,16 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 torch = pytest.importorskip("torch")
 
 from IPython.core.error import UsageError  # noqa: E402
-from IPython.testing.globalipapp import start_ipython  # noqa: E402
 from IPython.utils.capture import capture_output  # noqa: E402
 
 from gpuprof_nb.capture.profiler import profiler_running  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def ip():
-    shell = start_ipython()
-    shell.run_line_magic("load_ext", "gpuprof_nb")
-    shell.run_cell("import torch\nA = torch.randn(128, 128)\nruns = 0")
-    return shell
+def ip(ipython_shell):
+    """The session's shared shell (conftest), with this module's variables set."""
+    ipython_shell.run_cell("import torch\nA = torch.randn(128, 128)\nruns = 0")
+    return ipython_shell
 
 
 def magic(ip, line: str, cell: str):
