@@ -13,10 +13,8 @@ import gc
 import itertools
 import math
 import os
-import resource
-import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -116,35 +114,53 @@ class Measurement:
 def memory_method(device: torch.device) -> str:
     """Return, in words, how peak memory is measured on `device`."""
     if device.type == "cuda":
-        return "torch.cuda.max_memory_allocated growth"
-    if _can_reset_hwm():
-        return ("process peak RSS growth (heap trimmed and VmHWM reset per rung; loader "
-                "workers not counted)")
-    return "process peak RSS growth (ru_maxrss: grows only past earlier peaks)"
+        return "torch.cuda.max_memory_allocated growth over the rung"
+    return ("tensor bytes: parameters + optimizer state + the peak a training step adds, "
+            "from one extra step under torch.profiler(profile_memory=True)")
 
 
-def _can_reset_hwm() -> bool:
-    return sys.platform.startswith("linux") and os.access("/proc/self/clear_refs", os.W_OK)
+def _tensor_bytes(tensors: Iterable[Any]) -> int:
+    seen: set[int] = set()
+    total = 0
+    for tensor in tensors:
+        if isinstance(tensor, torch.Tensor) and id(tensor) not in seen:
+            seen.add(id(tensor))
+            total += tensor.numel() * tensor.element_size()
+    return total
 
 
-def _status_kib(key: str) -> int | None:
+def _cpu_step_peak_bytes(step: Callable[[], Any], model: torch.nn.Module,
+                         optimizer: torch.optim.Optimizer) -> int | None:
+    """Return the CPU tensor bytes live at the peak of one training step: what is live before
+    it (parameters, optimizer state) plus the highest running sum of the allocations and frees
+    torch's profiler records during it. None where the profiler cannot run (one is active)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    state = (v for per_param in optimizer.state.values() for v in per_param.values())
+    live = _tensor_bytes(itertools.chain(model.parameters(), model.buffers(), state))
     try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            step()
+        events = prof.profiler.kineto_results.events() if prof.profiler else []
+    except RuntimeError:
         return None
-    return None
+    memory = sorted(
+        (e for e in events if e.name() == "[memory]" and e.device_type().name == "CPU"),
+        key=lambda e: e.start_ns(),
+    )
+    running = peak = 0
+    for event in memory:
+        running += event.nbytes()
+        peak = max(peak, running)
+    return live + peak
 
 
 class _PeakMeter:
-    """Peak memory growth over a block: CUDA allocator peak on GPU, process peak RSS on CPU."""
+    """Peak CUDA allocator growth over a rung (the CPU path profiles one step instead)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.start_bytes = 0
-        self.use_hwm = False
 
     def start(self) -> None:
         if self.device.type == "cuda":
@@ -152,48 +168,11 @@ class _PeakMeter:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(self.device)
             self.start_bytes = torch.cuda.memory_allocated(self.device)
-            return
-        _trim_heap()
-        if _can_reset_hwm():
-            try:
-                # "5" resets the kernel's peak-RSS mark to the current RSS (Linux >= 4.0).
-                with open("/proc/self/clear_refs", "w") as refs:
-                    refs.write("5")
-                rss = _status_kib("VmRSS")
-                if rss is not None:
-                    self.use_hwm = True
-                    self.start_bytes = rss * 1024
-                    return
-            except OSError:
-                pass
-        self.start_bytes = _maxrss_bytes()
 
     def peak_growth_bytes(self) -> int | None:
-        if self.device.type == "cuda":
-            return max(torch.cuda.max_memory_allocated(self.device) - self.start_bytes, 0)
-        if self.use_hwm:
-            hwm = _status_kib("VmHWM")
-            return None if hwm is None else max(hwm * 1024 - self.start_bytes, 0)
-        return max(_maxrss_bytes() - self.start_bytes, 0)
-
-
-def _trim_heap() -> None:
-    """Hand freed heap pages back to the OS (glibc malloc_trim), so a rung's RSS growth is
-    not hidden by memory an earlier rung freed but the allocator kept."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc (musl, ...): growth may then read low after a bigger earlier rung
-
-
-def _maxrss_bytes() -> int:
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    # Linux reports KiB, macOS bytes.
-    return int(rss) if sys.platform == "darwin" else int(rss) * 1024
+        if self.device.type != "cuda":
+            return None
+        return max(torch.cuda.max_memory_allocated(self.device) - self.start_bytes, 0)
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -257,9 +236,15 @@ def _batches(loader: DataLoader) -> Iterator[Any]:
     error when it yields nothing at all."""
     for epoch in itertools.count():
         got = False
-        for batch in loader:
+        source = iter(loader)
+        while True:
+            try:
+                # Yielded straight through, never bound here: a suspended generator must not
+                # keep the last batch alive (it would then be freed inside the next step).
+                yield next(source)
+            except StopIteration:
+                break
             got = True
-            yield batch
         if not got:
             where = "the data" if epoch == 0 else "the data after one pass"
             raise GpuprofError(
@@ -441,34 +426,40 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
     shapes: set[tuple[Any, ...]] = set()
     losses: list[torch.Tensor] = []
     model.train()
+
+    def step() -> torch.Tensor:
+        """One optimizer step over k micro-batches; returns the summed loss (detached)."""
+        nonlocal probe
+        total = torch.zeros((), device=device)
+        for _ in range(k):
+            inputs, targets = _to_device(_split_batch(next(batches)), device, non_blocking)
+            shapes.add(_shapes(inputs))
+            if probe is None:
+                # The slice's first batch: the same probe for every rung.
+                probe = (inputs, targets)
+            with torch.autocast(device.type, dtype=amp or torch.float32,
+                                enabled=amp is not None):
+                out = train_model(*inputs) if isinstance(inputs, tuple | list) \
+                    else train_model(inputs)
+                loss = workload.loss_fn(out, targets) / k
+            if scaler is not None:
+                scaler.scale(loss).backward()
+            else:
+                loss.backward()
+            total = total + loss.detach().float()
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return total
+
     with torch.enable_grad():
         for _step in range(workload.warmup + workload.steps):
             _sync(device)
             t0 = time.perf_counter_ns()
-            total = torch.zeros((), device=device)
-            for _ in range(k):
-                inputs, targets = _to_device(_split_batch(next(batches)), device,
-                                             non_blocking)
-                shapes.add(_shapes(inputs))
-                if probe is None:
-                    # The slice's first batch: the same probe for every rung.
-                    probe = (inputs, targets)
-                with torch.autocast(device.type, dtype=amp or torch.float32,
-                                    enabled=amp is not None):
-                    out = train_model(*inputs) if isinstance(inputs, tuple | list) \
-                        else train_model(inputs)
-                    loss = workload.loss_fn(out, targets) / k
-                if scaler is not None:
-                    scaler.scale(loss).backward()
-                else:
-                    loss.backward()
-                total = total + loss.detach().float()
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            total = step()
             _sync(device)
             times.append((time.perf_counter_ns() - t0) / 1e3)
             losses.append(total)
@@ -481,6 +472,12 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
             "find the op with torch.autograd.detect_anomaly()"
         )
     final_loss = _probe_loss(model, workload.loss_fn, probe)
+    if device.type == "cuda":
+        peak = meter.peak_growth_bytes()
+    else:
+        # After the probe, so the extra step changes no reported loss.
+        with torch.enable_grad():
+            peak = _cpu_step_peak_bytes(step, model, optimizer)
     timed = tuple(times[workload.warmup:])
     compile_us = None
     if compiled:
@@ -488,7 +485,6 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
         median = timed_sorted[len(timed_sorted) // 2]
         # Compilation happens in the first call; what it took beyond a normal step.
         compile_us = max(times[0] - median, 0.0)
-    peak = meter.peak_growth_bytes()
     return Measurement(
         step_times_us=timed,
         samples_per_step=batch * k,

@@ -231,7 +231,7 @@ def judge_checkpoint_rung(
             f"costs {time_paid * 100:+.1f}% time; memory saved unknown (no peak measured)"
         )
     if max(current_peak_bytes, candidate_peak_bytes) < min_measurable_bytes:
-        # Process RSS moves by allocator noise at this scale; a ratio would be meaningless.
+        # At this scale a saving matters to nobody and ratios of tiny numbers mislead.
         return "dropped", (
             f"costs {time_paid * 100:+.1f}% time; peak memory under "
             f"{min_measurable_bytes // 2**20} MiB either way, too small to show a saving"

@@ -185,10 +185,6 @@ def test_batch_sweep_stops_at_the_first_oom(tiny):
 
 
 def test_peak_memory_sees_a_known_allocation(tiny):
-    from gpuprof_nb.ladder.measure import memory_method
-
-    if "VmHWM" not in memory_method(torch.device("cpu")):
-        pytest.skip("needs Linux /proc/self/clear_refs to reset the peak RSS mark")
     size = 64 * 2**20
 
     class Hungry(torch.nn.Module):
@@ -197,14 +193,18 @@ def test_peak_memory_sees_a_known_allocation(tiny):
             self.lin = torch.nn.Linear(16, 4)
 
         def forward(self, x):
-            # 64 MiB written page by page: resident, then freed before the next step.
+            # 64 MiB alive during the forward, freed before backward ends.
             scratch = torch.ones(size // 4, dtype=torch.float32)
             return self.lin(x) + scratch[:1] * 0
 
     report = run_ladder(Hungry, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn, steps=2,
                         warmup=0, batch_size=8, rungs=["fp32"], progress=False)
     peak = report.baseline.peak_memory_bytes
-    assert size * 0.95 <= peak <= size * 4
+    # The scratch plus the parameters and AdamW's two moments and step counters:
+    # (16 * 4 + 4) floats x 3, 2 scalar steps; activations of 8 x 16 are small change.
+    params = (16 * 4 + 4) * 4
+    assert peak >= size + 3 * params
+    assert peak <= size + 3 * params + 64 * 1024
 
 
 def test_static_shapes_are_detected(tiny):

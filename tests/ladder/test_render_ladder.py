@@ -40,7 +40,7 @@ def _report(label="a", bf16_step_us=500.0):
     )
     return LadderReport(
         rungs=rungs, three_run=read_three_runs(32000.0, 64000.0, None), device_name="cpu",
-        memory_method="process peak RSS growth", steps=3, warmup=1, batch_size=32, seed=0,
+        memory_method="tensor bytes at the step peak", steps=3, warmup=1, batch_size=32, seed=0,
         loss_tolerance=0.05, label=label,
         batch_sweep=BatchSweep("fp32", (BatchPoint(8, "ok", (100.0, 100.0)),
                                         BatchPoint(16, "ok", (150.0, 150.0)),

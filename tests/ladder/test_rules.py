@@ -89,7 +89,7 @@ def test_judge_checkpoint_rung():
     # 10% saved: not worth it.
     assert judge_checkpoint_rung(100.0, 10 * 2**20, 90.0, 9 * 2**20, 0.0,
                                  loss_tolerance=0.05)[0] == "dropped"
-    # Under 1 MiB either way (process RSS noise on CPU): no claim either way.
+    # Under 1 MiB either way: too small to claim a saving.
     status, reason = judge_checkpoint_rung(100.0, 900_000, 99.0, 100, 0.0, loss_tolerance=0.05)
     assert status == "dropped" and "too small" in reason
     # No memory number: cannot claim a saving.
