@@ -133,9 +133,16 @@ def _cpu_step_peak_bytes(step: Callable[[], Any], model: torch.nn.Module,
                          optimizer: torch.optim.Optimizer) -> int | None:
     """Return the CPU tensor bytes live at the peak of one training step: what is live before
     it (parameters, optimizer state) plus the highest running sum of the allocations and frees
-    torch's profiler records during it. None where the profiler cannot run (one is active)."""
+    torch's profiler records during it. None while another profiler runs."""
     from torch.profiler import ProfilerActivity, profile
 
+    try:
+        active = bool(torch._C._autograd._profiler_enabled())
+    except AttributeError:
+        active = False
+    if active:
+        # Starting ours would end the caller's session (e.g. the ladder inside %%gpuprofile).
+        return None
     state = (v for per_param in optimizer.state.values() for v in per_param.values())
     live = _tensor_bytes(itertools.chain(model.parameters(), model.buffers(), state))
     try:

@@ -264,3 +264,17 @@ def test_flagged_low_precision_still_gets_its_three_run_reference(tiny):
     assert report.three_run.compile_gain == pytest.approx(
         reference.samples_per_s / bf16.samples_per_s - 1)
     assert "Flagged: bf16" in report.recommendation
+
+
+def test_under_an_active_profiler_cpu_memory_is_left_empty(tiny):
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as outer:
+        report = run_ladder(tiny.model_fn, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn,
+                            steps=2, warmup=0, batch_size=8, rungs=["fp32"], progress=False)
+        # The caller's profiling session is still running: the ladder did not start its own.
+        assert torch._C._autograd._profiler_enabled()
+    assert any(e.name == "aten::addmm" for e in outer.events())
+    assert report.baseline.peak_memory_bytes is None
+    assert report.baseline.step_times_us
+    assert "-" in report._repr_mimebundle_()["text/plain"]
