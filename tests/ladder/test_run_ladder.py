@@ -19,13 +19,18 @@ STEPS, WARMUP, BATCH = 5, 1, 16
 
 @pytest.fixture(scope="module")
 def report(tiny):
+    # Module-scoped fixtures run before the autouse one-thread fixture: set it here too.
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
-    return run_ladder(
-        tiny.model_fn, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn,
-        steps=STEPS, warmup=WARMUP, batch_size=BATCH, target_effective_batch=2 * BATCH,
-        loader_settings=[LoaderSettings(0), LoaderSettings(1, False, True, 2)],
-        batch_sizes=[8, 32], progress=False, label="unit",
-    )
+    try:
+        return run_ladder(
+            tiny.model_fn, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn,
+            steps=STEPS, warmup=WARMUP, batch_size=BATCH, target_effective_batch=2 * BATCH,
+            loader_settings=[LoaderSettings(0), LoaderSettings(1, False, True, 2)],
+            batch_sizes=[8, 32], progress=False, label="unit",
+        )
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_every_rung_runs_or_says_why(report):
