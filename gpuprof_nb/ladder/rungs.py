@@ -229,7 +229,7 @@ def run_ladder(
     base_config = RungConfig(compile_backend=compile_backend, loader=base_loader)
     try:
         _run_baseline(climb, base_config)
-        amp_result = _run_amp(climb, wanted, amp, notes)
+        amp_result = _run_amp(climb, wanted, amp)
         compile_rate = _run_compile(climb, wanted, amp, amp_result, do_compile, dev, notes)
         _run_reduce_overhead(climb, wanted, do_compile, dev)
         _run_fused(climb, wanted)
@@ -292,7 +292,7 @@ def _run_baseline(climb: _Climb, config: RungConfig) -> None:
     climb.record(climb.result_from("fp32", config, got, "baseline", "reference for every rung"))
 
 
-def _run_amp(climb: _Climb, wanted: set[str], amp: str, notes: list[str]) -> RungResult | None:
+def _run_amp(climb: _Climb, wanted: set[str], amp: str) -> RungResult | None:
     if "bf16" not in wanted:
         climb.skip("bf16", "not asked for (rungs=...)")
         return None
@@ -303,7 +303,6 @@ def _run_amp(climb: _Climb, wanted: set[str], amp: str, notes: list[str]) -> Run
             text = (f"bf16 autocast ran {1 / ratio:.1f}x slower than fp32 on this CPU: on CPU it "
                     "pays only with fast bf16 matrix units (AMX) and large matmuls, otherwise it "
                     "only adds casts; dropped")
-            notes.append(text)
             return text
         return ""
 
