@@ -26,6 +26,7 @@ class Progress:
         self._bar: Any = None
         self._label: Any = None
         self._box: Any = None
+        self._handle: Any = None
         if enabled and _live_kernel():
             try:
                 import ipywidgets as widgets
@@ -36,7 +37,7 @@ class Progress:
                                             description="ladder")
             self._label = widgets.Label(value="starting")
             self._box = widgets.HBox([self._bar, self._label])
-            display(self._box)
+            self._handle = display(self._box, display_id=True)
 
     def start(self, label: str) -> None:
         """Say which measurement runs now."""
@@ -59,7 +60,14 @@ class Progress:
             print(f"    {outcome}", file=self.stream, flush=True)
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.value = self._bar.max
-            self._bar.bar_style = "success"
-            self._label.value = "done"
+        """Replace the live bar with a text line and close the widget: a saved notebook
+        reopened without its kernel would otherwise show "Error displaying widget"."""
+        if self._bar is None:
+            return
+        from IPython.display import Pretty
+
+        line = f"ladder: {self.done}/{self.total} measurements done"
+        if self._handle is not None:
+            self._handle.update(Pretty(line))
+        self._box.close()
+        self._bar = self._label = self._box = self._handle = None
