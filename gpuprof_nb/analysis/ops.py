@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuprof_nb.analysis.intervals import device_busy_us
+from gpuprof_nb.analysis.timeline import activity_window
 from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, Trace
 
 __all__ = [
@@ -450,8 +451,11 @@ def summarize_trace(trace: Trace) -> TraceSummary:
         names = [d.name for d in trace.devices if d.name]
     device_names = tuple(dict.fromkeys(names))
 
-    window = trace.duration_us
-    busy = device_busy_us(trace)
+    # The same window as the Timeline tab: the recorded work, without the profiler's own
+    # start-up/shutdown span, so both tabs show one "busy %".
+    lo, hi = activity_window(trace)
+    window = hi - lo
+    busy = device_busy_us(trace, lo, hi)
     torch_ops = [o for o in trace.ops if o.kind == "op"]
     compute = [k for k in trace.kernels if k.kind == "kernel"]
 
