@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib
+import json
 import os
 import platform
 import shlex
@@ -62,6 +63,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--hta-python", default=os.environ.get(
         "GPUPROF_HTA_PYTHON", str(DEFAULT_HTA_PYTHON)))
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "RESULTS.md"))
+    parser.add_argument("--reuse", action="store_true",
+                        help="fill the comparisons not run now (--only) from the last run's "
+                             "saved sections, each marked with when and how it was measured")
     parser.add_argument("--cache-dir", default=str(CACHE),
                         help="where generated inputs go (default benchmarks/.cache, ignored)")
     return parser.parse_args(argv)
@@ -141,6 +145,28 @@ def machine_lines(cfg: BenchConfig) -> list[str]:
     ]
 
 
+def stamp_section(section: Section, command: str) -> Section:
+    """Prefix the section with when, how and under what machine load it was measured."""
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    when = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
+    head = f"_Measured {when} by `{command}`; load average (1/5/15 min) at the end: {load}._"
+    return Section(section.title, head + "\n\n" + section.markdown, section.targets)
+
+
+def save_section(path: Path, section: Section) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "title": section.title, "markdown": section.markdown,
+        "targets": [[t.name, t.measured, t.goal, t.met] for t in section.targets],
+    }))
+
+
+def load_section(path: Path) -> Section:
+    data = json.loads(path.read_text())
+    return Section(data["title"], data["markdown"],
+                   tuple(Target(*t) for t in data["targets"]))
+
+
 def _mark(met: bool | None) -> str:
     return {True: "met", False: "**missed**", None: "not judged"}[met]
 
@@ -157,8 +183,8 @@ def render_results(
         "Reproduce with the command below (`make bench` runs it).",
         "",
         f"- command: `{command}`",
-        f"- date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; "
-        f"took {elapsed_s:.0f} s",
+        f"- date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; this invocation took "
+        f"{elapsed_s:.0f} s (each section says when and by which command it was measured)",
         *machine_lines(cfg),
         "",
         "## Targets",
@@ -186,8 +212,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     os.environ.setdefault("MPLBACKEND", "Agg")
     start = time.perf_counter()
+    command = "python benchmarks/run.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    saved = cfg.cache_dir / "sections"
     sections: list[Section] = []
-    for name in chosen:
+    for name in COMPARISONS:
+        if name not in chosen:
+            if args.reuse and (saved / f"{name}.json").exists():
+                sections.append(load_section(saved / f"{name}.json"))
+            continue
         t0 = time.perf_counter()
         print(f"[bench] {name} ...", flush=True)
         module = importlib.import_module(COMPARISONS[name])
@@ -196,9 +228,11 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - one broken comparison must not hide the rest
             section = Section(name, f"This comparison failed: `{type(exc).__name__}: {exc}`",
                               (Target(name, f"failed: {exc}", "runs", False),))
+        section = stamp_section(section, command.strip())
         sections.append(section)
+        if not cfg.quick:
+            save_section(saved / f"{name}.json", section)
         print(f"[bench] {name} done in {time.perf_counter() - t0:.1f} s", flush=True)
-    command = "python benchmarks/run.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     text = render_results(cfg, sections, command.strip(), time.perf_counter() - start)
     Path(args.out).write_text(text)
     print(f"[bench] wrote {args.out}")
