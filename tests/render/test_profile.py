@@ -119,8 +119,10 @@ def test_summary_numbers_by_hand() -> None:
     assert re.search(r"min / max per run\s+10 ms / 16 ms", text)
     assert re.search(r"median per step\s+3 ms", text)
     assert re.search(r"IQR per step\s+750 us", text)  # 3 ms / 4 steps
-    # Kernels cover [0, 15] and [24, 30] of the 40 us window: 21 us = 52.5%.
-    assert re.search(r"GPU busy\s+52.5% \(21 us of the window\)", text)
+    # Kernels cover [0, 15] and [24, 30]: 21 us busy. The window is the recorded work, the
+    # first op's start to the last op's end (0..32 us; the trace's 40 us includes idle tail).
+    assert re.search(r"profiled window\s+32 us", text)
+    assert re.search(r"GPU busy\s+65.6% \(21 us of the window\)", text)
     assert "noisy runs: the slowest took 1.6x the fastest" in text
     assert "CPU mode: a note" in text and "CPU mode: a note" in section.html
     assert_html_numbers_in_text(section)
