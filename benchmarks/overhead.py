@@ -154,6 +154,7 @@ def run(cfg: BenchConfig) -> Section:
     targets: list[Target] = []
     # Signed: negative means the magic's cell ran faster than its reference (noise).
     worst_timing = worst_full = worst_quiet = float("-inf")
+    fixed_ms: list[tuple[float, float]] = []  # (magic's extra ms per cell, bare ms per run)
     for name, (n, body) in workloads.items():
         times = measure_workload(shell, n, body, rounds, cfg.threads)
         med = {k: statistics.median(v) for k, v in times.items()}
@@ -162,6 +163,7 @@ def run(cfg: BenchConfig) -> Section:
         hand = med["hand-written torch.profiler block"]
         full = med["%%gpuprofile"]
         quiet = med["%%gpuprofile --quiet"]
+        fixed_ms.append(((timing - bare) * 1000, bare * 1000 / 4))
         worst_timing = max(worst_timing, timing / bare - 1)
         worst_full = max(worst_full, full / hand - 1)
         worst_quiet = max(worst_quiet, quiet / hand - 1)
@@ -170,6 +172,9 @@ def run(cfg: BenchConfig) -> Section:
             f"| {_fmt(hand)} | {_fmt(full)} | {full / hand - 1:+.1%} | {_fmt(quiet)} "
             f"| {quiet / hand - 1:+.1%} |"
         )
+    notes = _gap_notes(shell, fixed_ms, worst_timing, worst_full)
+    if notes:
+        lines += ["", *notes]
     targets.append(Target("--timing-only vs bare (worst workload)", f"{worst_timing:+.1%}",
                           "within 2%", worst_timing <= 0.02))
     targets.append(Target("%%gpuprofile (displayed) vs hand-written profiler block (worst)",
@@ -177,3 +182,33 @@ def run(cfg: BenchConfig) -> Section:
     targets.append(Target("%%gpuprofile --quiet vs hand-written profiler block (worst)",
                           f"{worst_quiet:+.1%}", "within 10%", worst_quiet <= 0.10))
     return Section("1. Overhead on the same cell", "\n".join(lines), tuple(targets))
+
+
+def _gap_notes(
+    shell: Any, fixed_ms: list[tuple[float, float]], worst_timing: float, worst_full: float
+) -> list[str]:
+    """What the overhead numbers say when a target is missed."""
+    out: list[str] = []
+    if worst_timing > 0.02 and fixed_ms:
+        extra = statistics.median(e for e, _ in fixed_ms)
+        out.append(
+            f"- `--timing-only` adds about {extra:.2f} ms per cell whatever the cell does "
+            "(argument parsing, compiling the cell, per-run bookkeeping, the small timing "
+            "report): "
+            + "; ".join(f"{e / (4 * run):+.1%} on a {run:.1f} ms-per-run cell"
+                        for e, run in fixed_ms)
+            + f". Within 2% needs cells of at least {extra / 0.02 / 4:.0f} ms per run, or a "
+            "smaller fixed cost."
+        )
+    report = shell.user_ns.get("_r_f")
+    if worst_full > 0.10 and report is not None:
+        t0 = time.perf_counter()
+        report._repr_mimebundle_()
+        render_ms = (time.perf_counter() - t0) * 1000
+        out.append(
+            f"- Displaying the full report (building its HTML and text, plots included) takes "
+            f"{render_ms:.0f} ms by itself; `%%gpuprofile --quiet` (capture and analysis, "
+            "nothing shown) is within the target, so the gap is the rendering: plots drawn "
+            "with matplotlib for every display."
+        )
+    return out
