@@ -118,9 +118,9 @@ def _load_snapshot(source: str | os.PathLike[str] | bytes | Mapping[str, Any]
 
 
 class _StackTable:
-    """Interns frames and stacks. The allocator hands out one list object per distinct
-    traceback, which pickling preserves, so a cache keyed by object identity skips
-    rebuilding the same stack for every entry; a content key merges equal ones."""
+    """Interns frames and stacks. The allocator symbolises each distinct frame once and
+    pickling keeps that sharing, so a stack is named by its frames' identities (a key built
+    in C) before falling back to their content; a content key merges equal stacks."""
 
     def __init__(self, where: str) -> None:
         self.where = where
@@ -128,17 +128,13 @@ class _StackTable:
         self.stacks: list[tuple[int, ...]] = []
         self._frame_index: dict[tuple[str, int, str], int] = {}
         self._stack_index: dict[tuple[int, ...], int] = {}
-        self._by_id: dict[int, int] = {}
         self._frame_by_id: dict[int, int] = {}
-        self._by_probe: dict[tuple[int, int, int, int], list[tuple[Any, int]]] = {}
+        self._by_id_key: dict[tuple[int, ...], int] = {}
         self._keep: list[Any] = []  # keeps cached objects alive so their ids stay unique
 
     def stack_of(self, frames: Any) -> int:
         if not frames:
             return -1
-        hit = self._by_id.get(id(frames))
-        if hit is not None:
-            return hit
         if type(frames) is not list and (
             not isinstance(frames, Sequence) or isinstance(frames, (str, bytes))
         ):
@@ -146,19 +142,11 @@ class _StackTable:
                 f"{self.where}: 'frames' is a {type(frames).__name__}, expected a list of "
                 "{filename, line, name} dicts"
             )
-        # Newer allocators build a fresh list per entry but share the frame dicts in it.
-        # A few identities pick candidate stacks seen before; list equality (identity
-        # first, in C) confirms one, without touching every frame in Python.
-        n = len(frames)
-        probe = (n, id(frames[0]), id(frames[n // 2]), id(frames[-1]))
-        candidates = self._by_probe.get(probe)
-        if candidates is None:
-            candidates = self._by_probe[probe] = []
-        index = -1
-        for seen, seen_index in candidates:
-            if seen == frames:
-                index = seen_index
-                break
+        # Newer allocators build a fresh list per entry but share the frame dicts in it, so
+        # the tuple of the frames' identities names the stack; building it runs in C. Every
+        # frame seen is kept alive (self._keep), so an identity is never reused for another.
+        id_key = tuple(map(id, frames))
+        index = self._by_id_key.get(id_key, -1)
         if index < 0:
             key = tuple(self._frame_of(f) for f in frames)
             index = self._stack_index.get(key, -1)
@@ -166,10 +154,7 @@ class _StackTable:
                 index = len(self.stacks)
                 self.stacks.append(key)
                 self._stack_index[key] = index
-            if len(candidates) < 8:
-                candidates.append((frames, index))
-        self._by_id[id(frames)] = index
-        self._keep.append(frames)
+            self._by_id_key[id_key] = index
         return index
 
     def _frame_of(self, f: Any) -> int:
