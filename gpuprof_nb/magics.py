@@ -86,7 +86,8 @@ class GpuprofileMagics(Magics):
                 def timed_once() -> None:
                     __tracebackhide__ = True  # noqa: F841
                     box.append(time_cell(runner, once=True, sync=sync, use_cuda_events=cuda,
-                                         device_name=device_name))
+                                         device_name=device_name,
+                                         before_each=runner.restore_modes))
 
                 try:
                     artifact = profile_cell(timed_once, runs=1, stack=args.stack,
@@ -97,8 +98,9 @@ class GpuprofileMagics(Magics):
             else:
                 stats = time_cell(runner, warmup=args.warmup, repeat=args.repeat,
                                   once=args.once, sync=sync, use_cuda_events=cuda,
-                                  device_name=device_name)
+                                  device_name=device_name, before_each=runner.restore_modes)
                 if not args.timing_only:
+                    runner.restore_modes()
                     try:
                         artifact = profile_cell(runner, runs=1, stack=args.stack,
                                                 memory=args.memory, cuda=cuda)
@@ -213,9 +215,10 @@ class GpuprofileMagics(Magics):
 
 
 class _CellRunner:
-    """Runs the compiled cell in the user namespace. Each run starts from the grad and
-    autocast modes found before the first one, so a run that changed them (or raised
-    half-way through a `with` block) does not change the next; `restore_modes` puts them back."""
+    """Runs the compiled cell in the user namespace. `restore_modes` puts back the grad and
+    autocast modes found before the first run; the magic calls it before every run (outside
+    the timed span), so a run that changed them (or raised half-way through a `with` block)
+    does not change the next, and once more at the end."""
 
     def __init__(self, code: Any, namespace: dict[str, Any]) -> None:
         self.code = code
@@ -225,7 +228,6 @@ class _CellRunner:
 
     def __call__(self) -> None:
         __tracebackhide__ = True  # noqa: F841
-        _restore_modes(self.modes)
         exec(self.code, self.namespace)
 
     def restore_modes(self) -> None:

@@ -21,6 +21,7 @@ def time_cell(
     use_cuda_events: bool = False,
     device_name: str = "cpu",
     clock: Callable[[], int] = time.perf_counter_ns,
+    before_each: Callable[[], object] | None = None,
 ) -> TimingStats:
     """Return per-run wall times (and CUDA-event device times) in microseconds.
 
@@ -28,7 +29,9 @@ def time_cell(
     statistics. `once` runs `run` exactly one time, measured (so it includes cold-start
     effects). `sync` (e.g. torch.cuda.synchronize) is called before each run starts and after
     it ends, so the wall time covers the device work the run queued, not just its launch.
-    `clock` returns nanoseconds; tests pass a fake one. Exceptions from `run` propagate as is.
+    `clock` returns nanoseconds; tests pass a fake one. `before_each` (e.g. resetting grad
+    mode) is called before every run, outside the timed span. Exceptions from `run`
+    propagate as is.
     """
     # IPython leaves frames that set __tracebackhide__ out of the user's traceback, so an
     # error in a profiled cell reads as if the cell had run on its own.
@@ -41,10 +44,14 @@ def time_cell(
 
     warm: list[float] = []
     for _ in range(n_warm):
+        if before_each is not None:
+            before_each()
         warm.append(_wall_once(run, sync, clock))
     wall: list[float] = []
     device: list[float] = []
     for _ in range(n_timed):
+        if before_each is not None:
+            before_each()
         if use_cuda_events:
             wall_us, device_us = _cuda_once(run, sync, clock)
             device.append(device_us)

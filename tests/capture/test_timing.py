@@ -159,3 +159,16 @@ def test_cuda_event_path_on_fake_events(monkeypatch: pytest.MonkeyPatch) -> None
     assert stats.warmup_wall_us == pytest.approx((1_000.0,))
     assert stats.times_us == stats.device_us and stats.device_name == "Fake GPU"
     assert work.events == ["sync", "run", "sync"] + ["sync", "record", "run", "record", "sync"] * 2
+
+
+def test_before_each_runs_before_every_run_outside_the_timed_span() -> None:
+    work = FakeWorkload([1_000, 2_000, 3_000])
+
+    def before() -> None:
+        work.events.append("before")
+        work.now_ns += 10_000_000  # would dominate every time if it were inside the span
+
+    stats = time_cell(work.run, warmup=1, repeat=2, clock=work.clock, before_each=before)
+    assert work.events == ["before", "run"] * 3
+    assert stats.warmup_wall_us == pytest.approx((1.0,))
+    assert stats.wall_us == pytest.approx((2.0, 3.0))
