@@ -146,13 +146,13 @@ class GpuprofileMagics(Magics):
 
     def _parse(self, line: str) -> Any:
         """Return the parsed options; every mistake becomes a UsageError with the usage."""
-        usage = _usage(self.gpuprofile.parser)
+        parser = self.gpuprofile.parser
         try:
             args = parse_argstring(self.gpuprofile, line)
         except UsageError as exc:
-            raise UsageError(f"%%gpuprofile: {exc}\n{usage}") from None
+            raise UsageError(f"%%gpuprofile: {exc}\n{_usage(parser)}") from None
         except ValueError as exc:  # unbalanced quotes in the option line
-            raise UsageError(f"%%gpuprofile: {exc}\n{usage}") from None
+            raise UsageError(f"%%gpuprofile: {exc}\n{_usage(parser)}") from None
         problems = []
         if args.warmup < 0:
             problems.append(f"--warmup must be 0 or more, got {args.warmup}")
@@ -171,7 +171,7 @@ class GpuprofileMagics(Magics):
             if problem:
                 problems.append(problem)
         if problems:
-            raise UsageError("%%gpuprofile: " + "; ".join(problems) + "\n" + usage)
+            raise UsageError("%%gpuprofile: " + "; ".join(problems) + "\n" + _usage(parser))
         return args
 
     def _compile(self, cell: str) -> Any:
