@@ -189,6 +189,17 @@ def _attempt(what: str, compute: Callable[[], Any], notes: list[str]) -> Any:
         return None
 
 
+def _ceilings(trace: Trace, device: Any, timing: TimingStats | None) -> Any:
+    """Return what the roofline is drawn against: the caller's `device`, else the ceilings
+    measured by `measure_ceilings()` and cached for the trace's device (for a CPU trace only
+    when it was captured live on this machine, i.e. `timing` is given), else the datasheet."""
+    if device is not None:
+        return device
+    from gpuprof_nb.capture.device import trace_device_spec
+
+    return trace_device_spec(trace, this_machine=timing is not None)
+
+
 def analyze(
     trace: Trace,
     device: Any = None,
@@ -214,7 +225,9 @@ def analyze(
     # The remaining analyses add judgement on top of the tables; one failing on an unusual
     # trace should cost its own tab, not the whole report, and the note says what broke.
     timeline = _attempt("timeline", lambda: device_timeline(trace), all_notes)
-    roofline = _attempt("roofline", lambda: compute_roofline(trace, device), all_notes)
+    roofline = _attempt(
+        "roofline", lambda: compute_roofline(trace, _ceilings(trace, device, timing)), all_notes
+    )
     diagnosis = _attempt(
         "diagnosis", lambda: _diagnose(trace, timeline, roofline, timing), all_notes
     )
