@@ -112,6 +112,14 @@ class ProfileReport:
 
         return report_bundle(TITLE, self.sections(), include=include, exclude=exclude)
 
+    def widget(self) -> Any:
+        """Return the report as a live ipywidgets Tab whose Top ops tab re-sorts from a
+        dropdown. It renders only while its kernel runs (`display(report.widget())`); the
+        default display is plain HTML tabs, which survive saving, nbviewer and nbconvert."""
+        from gpuprof_nb.render.profile import profile_widget
+
+        return profile_widget(self, TITLE)
+
 
 def _diag_section(diagnosis: Any) -> Any:
     from gpuprof_nb.render.diagnosis import diagnosis_section

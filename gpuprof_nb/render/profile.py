@@ -227,3 +227,44 @@ __all__ = [
     "ops_section",
     "summary_section",
 ]
+
+
+# The canonical top_ops sort keys, as the live widget's dropdown offers them.
+SORT_CHOICES: tuple[tuple[str, str], ...] = (
+    ("self device time", "self_device_us"),
+    ("total device time", "total_device_us"),
+    ("self CPU time", "self_cpu_us"),
+    ("total CPU time", "total_cpu_us"),
+    ("calls", "calls"),
+)
+
+
+def profile_widget(report: Any, title: str) -> Any:
+    """Return an ipywidgets VBox of the report's tabs where Top ops has a "sort by" dropdown
+    that recomputes the table from the trace (ipywidgets is imported here, lazily)."""
+    import ipywidgets as widgets
+
+    from gpuprof_nb.analysis.ops import top_ops
+    from gpuprof_nb.render.widgets import report_widget, widget_html
+
+    sections = report.sections()
+    box = report_widget(title, sections)
+    titles = [s.title for s in sections]
+    if report.ops is None or report.trace is None or "Top ops" not in titles:
+        return box
+    tab = box.children[1]
+    index = titles.index("Top ops")
+    table_html = tab.children[index]
+    choice = widgets.Dropdown(options=SORT_CHOICES, value=report.ops.sort_key,
+                              description="sort by")
+
+    def resort(change: dict[str, Any]) -> None:
+        table = top_ops(report.trace, n=report.top, sort=change["new"])
+        table_html.value = widget_html(ops_section(table).html)
+
+    choice.observe(resort, names="value")
+    children = list(tab.children)
+    children[index] = widgets.VBox([choice, table_html])
+    tab.children = tuple(children)
+    tab.titles = tuple(titles)
+    return box

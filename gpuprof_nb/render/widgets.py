@@ -33,15 +33,17 @@ def _live_kernel() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
+def widget_html(html: str) -> str:
+    """Return a section's HTML wrapped with the report's style, as one widget tab shows it."""
+    return f'<div class="gpuprof"><style>{STYLE}</style>{html}</div>'
+
+
 def report_widget(title: str, sections: Sequence[Section]) -> Any:
     """Return an ipywidgets VBox (title + Tab, one tab per section, the same HTML as the
     static report). Only for explicit `display()`: it renders only while its kernel lives."""
     import ipywidgets as widgets
 
-    children = [
-        widgets.HTML(f'<div class="gpuprof"><style>{STYLE}</style>{s.html}</div>')
-        for s in sections
-    ]
+    children = [widgets.HTML(widget_html(s.html)) for s in sections]
     tab = widgets.Tab(children=children)
     tab.titles = tuple(s.title for s in sections)
     return widgets.VBox([widgets.HTML(f"<b>{esc(title)}</b>"), tab])

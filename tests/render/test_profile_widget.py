@@ -1,0 +1,41 @@
+"""report.widget(): a live ipywidgets Tab whose Top ops tab re-sorts from a dropdown."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import pytest
+
+widgets = pytest.importorskip("ipywidgets")
+
+import gpuprof_nb  # noqa: E402
+from gpuprof_nb.analysis.ops import top_ops  # noqa: E402
+
+TRACE = (Path(__file__).parents[1] / "data" / "h100_bert_small"
+         / "gaunernst_bert-small-uncased__1016001.json.gz")
+
+
+def first_op_name(markup: str) -> str:
+    """The op name in the first body row of the Top ops table."""
+    body = markup.split("<tbody>", 1)[1]
+    cell = body.split("<td", 2)[1]
+    return html.unescape(cell.split(">", 1)[1].split("</td>", 1)[0])
+
+
+def test_widget_tabs_and_resort() -> None:
+    report = gpuprof_nb.analyze(gpuprof_nb.load_trace(TRACE))
+    box = report.widget()
+    tab = box.children[1]
+    assert isinstance(tab, widgets.Tab)
+    assert list(tab.titles) == [s.title for s in report.sections()]
+    assert list(tab.titles)[:3] == ["Diagnosis", "Summary", "Top ops"]
+    ops_tab = tab.children[list(tab.titles).index("Top ops")]
+    dropdown, table = ops_tab.children
+    assert dropdown.value == report.ops.sort_key == "self_device_us"
+    assert first_op_name(table.value) == report.ops.rows[0].name
+
+    dropdown.value = "calls"
+    expected = top_ops(report.trace, n=report.top, sort="calls").rows[0].name
+    assert first_op_name(table.value) == expected
+    assert expected != report.ops.rows[0].name  # the re-sort really changed the table
