@@ -36,6 +36,7 @@ __all__ = [
     "analyze",
     "analyze_memory",
     "diagnose",
+    "ladder",
     "load_ipython_extension",
     "load_snapshot",
     "load_trace",
@@ -52,6 +53,10 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "ladder":  # the optimisation ladder, a subpackage (torch only when it runs)
+        module = importlib.import_module("gpuprof_nb.ladder")
+        globals()[name] = module
+        return module
     try:
         module, attr = _LAZY[name]
     except KeyError:
