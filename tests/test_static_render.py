@@ -158,12 +158,12 @@ def test_bundle_is_html_and_text_only_even_in_a_live_kernel(
     from IPython import get_ipython
     from IPython.testing.globalipapp import start_ipython
 
-    from gpuprof_nb.render.widgets import _live_kernel
+    from gpuprof_nb.render.widgets import live_kernel
 
     start_ipython()
     # What ipykernel's shell looks like to the renderer: a shell with a kernel attached.
     monkeypatch.setattr(get_ipython(), "kernel", object(), raising=False)
-    assert _live_kernel()
+    assert live_kernel()
     bundle = report_bundle("profile", _sections())
     assert set(bundle) == {"text/plain", "text/html"}
     assert WIDGET_MIME not in bundle

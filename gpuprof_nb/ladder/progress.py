@@ -5,14 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
-
-def _live_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
+from gpuprof_nb.render.widgets import live_kernel
 
 
 class Progress:
@@ -27,7 +20,7 @@ class Progress:
         self._label: Any = None
         self._box: Any = None
         self._handle: Any = None
-        if enabled and _live_kernel():
+        if enabled and live_kernel():
             try:
                 import ipywidgets as widgets
                 from IPython.display import display

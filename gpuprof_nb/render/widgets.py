@@ -23,7 +23,7 @@ from gpuprof_nb.render.sections import Section, report_text
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
-def _live_kernel() -> bool:
+def live_kernel() -> bool:
     """True inside a Jupyter kernel (where a frontend may render widgets)."""
     try:
         from IPython import get_ipython

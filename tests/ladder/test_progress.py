@@ -22,7 +22,7 @@ def test_widget_in_a_live_kernel(monkeypatch):
         shown.append(obj)
         return Handle()
 
-    monkeypatch.setattr(progress_module, "_live_kernel", lambda: True)
+    monkeypatch.setattr(progress_module, "live_kernel", lambda: True)
     monkeypatch.setattr(IPython.display, "display", fake_display)
     bar = Progress(3)
     assert len(shown) == 1
