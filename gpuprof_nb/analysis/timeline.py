@@ -276,10 +276,13 @@ class _Classifier:
                     j += 1
                 self.next_launch.append(launched)
 
-    def _sync_near(self, lo: float, hi: float) -> bool:
-        """True if a blocking sync overlaps [lo, hi] or returned within the slack before lo."""
+    def _sync_at(self, lo: float) -> bool:
+        """True if a blocking sync was under way when the gap began at `lo` (or returned within
+        the slack before it):
+        the host was waiting, so the queue drained. A sync that starts later in the gap did
+        not cause it (the device had gone idle before the host asked to wait)."""
         i = bisect.bisect_left(self.sync_ends, lo - th.SYNC_SLACK_US)
-        return i < len(self.sync_spans) and self.sync_starts[i] < hi
+        return i < len(self.sync_spans) and self.sync_starts[i] <= lo
 
     def classify(self, lo: float, hi: float, leading: bool, trailing: bool) -> list[IdleGap]:
         """Return the pieces of one idle gap [lo, hi] with their causes."""
@@ -295,7 +298,7 @@ class _Classifier:
 
     def _cause(self, a: float, b: float, lo: float, hi: float,
                leading: bool, trailing: bool) -> IdleCause:
-        if self.on_device and self._sync_near(a, b):
+        if self.on_device and self._sync_at(a):
             return "sync"
         short = (th.LAUNCH_GAP_MAX_US if self.on_device else th.CPU_DISPATCH_GAP_MAX_US)
         if not leading and not trailing and (hi - lo) < short:
