@@ -11,6 +11,7 @@ Rules that cannot be judged from what the trace holds say why in `Diagnosis.not_
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import re
 import statistics
@@ -255,6 +256,36 @@ def _kernel_name_class(name: str) -> str:
     if any(m in n for m in _GEMM_KERNEL_MARKS):
         return "gemm"
     return "elementwise"
+
+
+# Fixes for runs without device activity: no CUDA autocast, CUDA graphs or pinned memory,
+# which would not apply (or would fail) on a CPU-only run.
+CPU_FIXES: dict[str, str] = {
+    "dataloader": (
+        "Load batches in worker processes so the model never waits for them:\n"
+        "loader = DataLoader(dataset, batch_size=..., num_workers=4,\n"
+        "                    persistent_workers=True, prefetch_factor=4)\n"
+        "and move heavy Python transforms into tensor ops or cache their results."
+    ),
+    "launch_overhead": (
+        "Fuse the many small ops and give each more work:\n"
+        "model = torch.compile(model)   # fusion into few C++ kernels\n"
+        "opt = torch.optim.AdamW(model.parameters(), foreach=True)\n"
+        "or a larger batch, vectorised code instead of Python loops."
+    ),
+    "memory_bound": (
+        "Fuse elementwise, normalisation and softmax chains so tensors are read once:\n"
+        "model = torch.compile(model)\n"
+        "and use fused kernels (F.scaled_dot_product_attention); on a CPU with bf16\n"
+        "support (AVX-512 BF16/AMX) try: with torch.autocast(\"cpu\", dtype=torch.bfloat16): ..."
+    ),
+    "compute_bound": (
+        "Time already goes to large matmuls/convolutions. Next steps: bf16 where the CPU\n"
+        "has fast bf16 (with torch.autocast(\"cpu\", dtype=torch.bfloat16): ...; measure it,\n"
+        "it is slower on CPUs without AMX/AVX-512 BF16), more threads\n"
+        "(torch.set_num_threads), or a GPU."
+    ),
+}
 
 
 def _severity(share: float) -> str:
@@ -984,6 +1015,8 @@ def diagnose(trace: Trace, *, timeline: Timeline | None = None, roofline: object
 
     def add(f: Finding | None) -> None:
         if f is not None:
+            if not c.on_device and f.kind in CPU_FIXES:
+                f = dataclasses.replace(f, fix=CPU_FIXES[f.kind])
             considered.append(f)
 
     if c.span_us <= 0:
