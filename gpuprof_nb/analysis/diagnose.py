@@ -215,7 +215,8 @@ _GEMM_KERNEL_MARKS = ("gemm", "cutlass", "xmma", "cublas", "s1688", "s16816", "h
                       "h16816", "convolve", "conv2d", "conv3d", "dgrad", "wgrad", "fprop",
                       "flash", "fmha", "attention", "triton_tem", "matmul", "cudnn")
 _COMM_KERNEL_MARKS = ("nccl", "rccl", "gloo")
-_FP32_KERNEL_MARKS = ("sgemm", "f32f32_f32f32", "_fp32_", "tf32")
+# TF32 kernels already use tensor cores: they are not "fp32 matmuls" for the precision rule.
+_FP32_KERNEL_MARKS = ("sgemm", "f32f32_f32f32", "_fp32_")
 
 
 def op_class(name: str) -> str:

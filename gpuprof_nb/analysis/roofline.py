@@ -109,16 +109,20 @@ class Roofline:
 
     def time_share(self, bound: Bound) -> float | None:
         """Return the fraction of attributed time in `bound` ('memory' or 'compute') ops.
-        Data movement (no FLOPs, intensity 0) counts as memory-bound. None when no point
+        Device-side data movement (no FLOPs, intensity 0) counts as memory-bound; host-device
+        copies are left out. None when no point
         could be classified (no device ceilings)."""
         if bound not in ("memory", "compute"):
             raise ValueError(f"time_share: bound must be 'memory' or 'compute', not {bound!r}")
-        total = self.attributed_time_us
+        # Host-device copies run over PCIe/NVLink, not HBM: the roofline says nothing about
+        # them (host_device_copy judges them), so they are in neither part of the share.
+        on_device = sum(d.time_us for d in self.data_movement if d.direction != "host-device")
+        total = sum(p.time_us for p in self.points) + on_device
         if not total or not any(p.bound for p in self.points):
             return None
         t = sum(p.time_us for p in self.points if p.bound == bound)
         if bound == "memory" and self.device is not None:
-            t += sum(d.time_us for d in self.data_movement)
+            t += on_device
         return t / total
 
     @property

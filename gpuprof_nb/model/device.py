@@ -175,6 +175,8 @@ DEVICE_TABLE: tuple[DeviceRow, ...] = (
     DeviceRow("NVIDIA H100 PCIe", r"\bH100\b.*PCIE", 51, 2000, 378, 756, 756, 26, _H100),
     DeviceRow("NVIDIA H100 NVL", r"\bH100\b.*NVL", 60, 3900, 417.5, 835.5, 835.5, 30, _H100),
     DeviceRow("NVIDIA H100 SXM", r"\bH100\b", 67, 3350, 494.5, 989.5, 989.5, 34, _H100),
+    DeviceRow("NVIDIA H200 NVL", r"\bH200\b.*NVL", 60, 4800, 417.5, 835.5, 835.5, 30,
+              "NVIDIA H200 Tensor Core GPU datasheet, H200 NVL column (dense = half sparse)"),
     DeviceRow("NVIDIA H200", r"\bH200\b", 67, 4800, 494.5, 989.5, 989.5, 34,
               "NVIDIA H200 Tensor Core GPU datasheet (dense = half the sparsity figure)"),
     DeviceRow("NVIDIA GeForce RTX 3090", r"RTX 3090\b", 35.6, 936, 35.6, 71, 71, None, _GA102),

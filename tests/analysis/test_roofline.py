@@ -3,6 +3,8 @@ classification against fixed synthetic roofs, data movement, device resolution."
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpuprof_nb.analysis.roofline import Roofline, compute_roofline
@@ -111,6 +113,14 @@ def test_classification_against_synthetic_roofs():
     assert r.time_share("compute") == pytest.approx(t_mm / total)
     assert r.time_share("memory") == pytest.approx(t_add / total)
     assert r.fp32_gemm_time_share == pytest.approx(0.0)
+    # A host-to-device copy over PCIe is neither memory- nor compute-bound on this roofline.
+    from gpuprof_nb.analysis.roofline import DataMovement
+
+    copy = DataMovement("aten::copy_", "", 1, 10**6, 1000.0, 1e9, None, "copy", "fp32",
+                        "copy", direction="host-device")
+    with_copy = dataclasses.replace(r, data_movement=r.data_movement + (copy,))
+    assert with_copy.time_share("compute") == pytest.approx(t_mm / total)
+    assert with_copy.time_share("memory") == pytest.approx(t_add / total)
 
 
 def test_above_roof_is_flagged_and_noted():
