@@ -195,7 +195,13 @@ class GpuprofileMagics(Magics):
             return ProfileReport(timing=stats, trace=None, notes=tuple(notes))
         from gpuprof_nb.io.trace import trace_from_dict
 
-        trace = trace_from_dict(artifact, TRACE_SOURCE)
+        try:
+            trace = trace_from_dict(artifact, TRACE_SOURCE)
+        except GpuprofError as exc:
+            # The cell has run and may not be repeatable: keep its timings and the raw trace
+            # (.save(path) writes it) instead of losing both to a reader error.
+            notes.append(f"the recorded trace could not be read: {exc}")
+            return ProfileReport(timing=stats, trace=None, artifact=artifact, notes=tuple(notes))
         steps = count_steps_per_run(trace)
         if steps and stats is not None:
             stats = dataclasses.replace(stats, steps_per_run=steps)
@@ -207,11 +213,14 @@ class GpuprofileMagics(Magics):
                 notes.append(f"trace written to {path} (open it in ui.perfetto.dev)")
             except GpuprofError as exc:
                 notes.append(f"trace NOT written: {exc}; call .save(path) on the report")
+        # --sort was checked before the cell ran, so a failure here is ours, not the user's:
+        # keep the timings and the raw trace, and say what broke.
         try:
             return analyze(trace, timing=stats, top=args.top, sort=args.sort,
                            artifact=artifact, notes=notes)
-        except ValueError as exc:  # a sort key the ops table does not know
-            raise UsageError(f"%%gpuprofile: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - reported in the notes, never hidden
+            notes.append(f"analysis failed: {type(exc).__name__}: {exc}")
+            return ProfileReport(timing=stats, trace=trace, artifact=artifact, notes=tuple(notes))
 
 
 class _CellRunner:

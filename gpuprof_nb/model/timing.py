@@ -5,6 +5,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+# Slowest over fastest run above which the timing is flagged as noisy.
+NOISY_RATIO = 1.5
+
 
 def _quantile(values: tuple[float, ...], q: float) -> float:
     """Linear-interpolated quantile (numpy's default method), q in [0, 1]."""
@@ -68,5 +71,6 @@ class TimingStats:
 
     @property
     def noisy(self) -> bool:
-        """True when the slowest run took over 1.5x the fastest (results are unstable)."""
-        return self.runs > 1 and self.max_us > 1.5 * self.min_us
+        """True when the slowest run took over NOISY_RATIO x the fastest (results are
+        unstable). Runs that measured zero (below the clock's resolution) cannot be judged."""
+        return self.runs > 1 and self.min_us > 0 and self.max_us > NOISY_RATIO * self.min_us

@@ -8,6 +8,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gpuprof_nb.model.timing import NOISY_RATIO
 from gpuprof_nb.render.html import html_table, note
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
@@ -18,7 +19,6 @@ _TABLE_STYLE = "<style>.gpuprof td.num { white-space: nowrap; }</style>"
 
 # A run is flagged noisy when its slowest run took this many times the fastest (see
 # TimingStats.noisy); repeated here only for the wording of the warning.
-NOISY_RATIO = 1.5
 
 
 def guarded_section(title: str, build: Callable[[], Section]) -> Section:
