@@ -63,12 +63,23 @@ class GpuprofileMagics(Magics):
         try:
             import torch  # noqa: F401 - fail here, clearly, before anything runs
 
-            from gpuprof_nb.capture.profiler import ProfilerStoppedByCell, profile_cell
+            from gpuprof_nb.capture.profiler import (
+                ProfilerStoppedByCell,
+                profile_cell,
+                profiler_running,
+            )
             from gpuprof_nb.capture.timing import time_cell
         except ImportError as exc:
             raise UsageError(
                 f"%%gpuprofile needs PyTorch ({exc}); install it with `pip install torch`"
             ) from exc
+        if profiler_running():
+            # Checked before any run: timed runs under someone else's profiler would be
+            # inflated, and ours could not start afterwards.
+            raise UsageError(
+                "%%gpuprofile: a torch profiler is already recording (started in an earlier "
+                "cell?); stop it first (prof.stop() or leave its `with` block)"
+            )
         code = self._compile(cell)
         cuda = _cuda_available()
         runner = _CellRunner(code, self._ip.user_ns)

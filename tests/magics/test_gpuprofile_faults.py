@@ -35,3 +35,17 @@ def test_runs_that_measured_zero_are_not_called_noisy() -> None:
     assert not stats.noisy
     text = ProfileReport(timing=stats, trace=None)._repr_mimebundle_()["text/plain"]
     assert "could not render" not in text
+
+
+def test_a_profiler_left_running_is_refused_before_the_cell_runs(ipython_shell) -> None:
+    from IPython.core.error import UsageError
+
+    ipython_shell.user_ns["ran"] = 0
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    prof.start()
+    try:
+        with pytest.raises(UsageError, match="already recording"):
+            ipython_shell.run_cell_magic("gpuprofile", "--quiet", "ran += 1")
+    finally:
+        prof.stop()
+    assert ipython_shell.user_ns["ran"] == 0
