@@ -168,6 +168,11 @@ def ops_section(table: Any) -> Section:
     )
     if not table.has_device_time:
         caption += "; no device time in this trace, so device columns are left out"
+    elif table.unattributed_device_us > 0:
+        caption += (f"; {fmt_us(table.unattributed_device_us)} of device time was launched "
+                    "outside any torch op (not in these rows)")
+    if table.sort_key.startswith("total_"):
+        caption += "; nested ops are in their parents' totals too, so shares can pass 100%"
     shape_col = len(headers) - 1
     text = f"{caption}\n" + text_table(headers, rows, right=numeric)
     html = _TABLE_STYLE + note(caption) + html_table(

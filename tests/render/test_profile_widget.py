@@ -39,3 +39,17 @@ def test_widget_tabs_and_resort() -> None:
     expected = top_ops(report.trace, n=report.top, sort="calls").rows[0].name
     assert first_op_name(table.value) == expected
     assert expected != report.ops.rows[0].name  # the re-sort really changed the table
+
+
+def test_ops_caption_shows_device_time_no_op_launched() -> None:
+    # a100_event_sync: a spin kernel launched outside any op (36 of 51 us, worked out by
+    # hand in tests/analysis/test_ops.py) must not vanish from the Top ops tab.
+    path = next((Path(__file__).parents[1] / "data" / "a100_event_sync").glob("*.json*"))
+    report = gpuprof_nb.analyze(gpuprof_nb.load_trace(path))
+    assert report.ops.unattributed_device_us > 0
+    from gpuprof_nb.render.profile import ops_section
+    from gpuprof_nb.render.units import fmt_us
+
+    section = ops_section(report.ops)
+    shown = f"{fmt_us(report.ops.unattributed_device_us)} of device time was launched outside"
+    assert shown in section.text and shown in html.unescape(section.html)
