@@ -75,17 +75,20 @@ class MemsnapMagics(Magics):
                 max_entries=args.max_entries or DEFAULT_MAX_ENTRIES, stacks=args.stacks)
         finally:
             torch.set_grad_enabled(grad)
-        report = self._report(capture, window)
-        if args.save:
-            self._save(capture, report, args.save, args.quiet)
-        if args.output:
-            namespace[args.output] = report
-        if not args.quiet:
-            from IPython.display import display
+        try:
+            report = self._report(capture, window)
+            if args.save:
+                self._save(capture, report, args.save, args.quiet)
+            if args.output:
+                namespace[args.output] = report
+            if not args.quiet:
+                from IPython.display import display
 
-            display(report)
-        if capture.oom is not None:
-            raise capture.oom
+                display(report)
+        finally:
+            # The user's out-of-memory error is what propagates, whatever happened above.
+            if capture.oom is not None:
+                raise capture.oom
         return None
 
     def _parse(self, line: str) -> Any:
@@ -122,13 +125,15 @@ class MemsnapMagics(Magics):
         from gpuprof_nb.memory_report import analyze_memory
 
         snapshot = snapshot_from_dict(capture.snapshot, where="%%memsnap")
-        if capture.source == "cuda" and capture.step_starts:
+        if capture.source == "cuda":
             import dataclasses
 
-            starts = [()] * (capture.device + 1)
-            starts[capture.device] = capture.step_starts
-            snapshot = dataclasses.replace(snapshot, step_starts=tuple(starts),
-                                           notes=snapshot.notes + capture.notes)
+            # Capture notes (e.g. a full --max-entries buffer) always reach the report.
+            snapshot = dataclasses.replace(snapshot, notes=snapshot.notes + capture.notes)
+            if capture.step_starts:
+                starts = [()] * (capture.device + 1)
+                starts[capture.device] = capture.step_starts
+                snapshot = dataclasses.replace(snapshot, step_starts=tuple(starts))
         device = capture.device if capture.device in snapshot.devices else None
         oom = f"{type(capture.oom).__name__}: {capture.oom}" if capture.oom else None
         return analyze_memory(snapshot, device=device, window=window,

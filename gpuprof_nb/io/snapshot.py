@@ -17,6 +17,7 @@ import io
 import math
 import os
 import pickle
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -65,7 +66,8 @@ def _unpickle(stream: Any, where: str) -> Any:  # any binary file object
     except SnapshotFormatError as e:
         raise SnapshotFormatError(f"{where}: {e}") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError,
-            KeyError, AttributeError, MemoryError, OSError, UnicodeDecodeError) as e:
+            KeyError, AttributeError, MemoryError, OSError, UnicodeDecodeError,
+            zlib.error) as e:
         raise SnapshotFormatError(
             f"{where}: not a readable pickle ({type(e).__name__}: {e}); is the file "
             "truncated? Dump it again with torch.cuda.memory._dump_snapshot(path)."
@@ -99,7 +101,10 @@ def _load_snapshot(source: str | os.PathLike[str] | bytes | Mapping[str, Any]
         return snapshot_from_dict(source)
     if isinstance(source, (bytes, bytearray, memoryview)):
         raw = bytes(source)
-        stream: BinaryIO = io.BytesIO(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+        # gzip is read through the same guarded unpickling as a file, so damaged
+        # compressed bytes give a SnapshotFormatError too.
+        stream: BinaryIO = (gzip.GzipFile(fileobj=io.BytesIO(raw)) if raw[:2] == b"\x1f\x8b"
+                            else io.BytesIO(raw))
         return snapshot_from_dict(_unpickle(stream, "snapshot bytes"), where="snapshot bytes")
     path = Path(source)
     where = str(path)
@@ -330,6 +335,8 @@ def _snapshot_from_dict(data: Any, where: str) -> MemorySnapshot:
     )
     extra = data.get(EXTRA_KEY)
     extra = extra if isinstance(extra, Mapping) else {}
+    notes = extra.get("notes", ())
+    notes = notes if isinstance(notes, (list, tuple)) else ()
     settings = data.get("allocator_settings")
     try:
         step_starts = tuple(tuple(int(i) for i in dev) for dev in extra.get("step_starts", ()))
@@ -344,7 +351,7 @@ def _snapshot_from_dict(data: Any, where: str) -> MemorySnapshot:
         allocator_settings=dict(settings) if isinstance(settings, Mapping) else {},
         source=str(extra.get("source", "cuda")),
         step_starts=step_starts,
-        notes=tuple(str(n) for n in extra.get("notes", ()) if isinstance(n, str)),
+        notes=tuple(n for n in notes if isinstance(n, str)),
     )
 
 

@@ -263,3 +263,22 @@ def test_fixtures_match_their_generator(snaps: Path, tmp_path: Path) -> None:
     assert made == sorted(p.name for p in snaps.iterdir())
     for name in made:
         assert (tmp_path / name).read_bytes() == (snaps / name).read_bytes(), name
+
+
+def test_damaged_gzip_and_odd_notes_are_format_errors(tmp_path) -> None:
+    import gzip as _gzip
+    import pickle as _pickle
+
+    from gpuprof_nb.errors import SnapshotFormatError as _SFE
+    from gpuprof_nb.io.snapshot import load_snapshot as _load
+
+    good = _gzip.compress(_pickle.dumps({"segments": [], "device_traces": []}))
+    for damaged in (good[:12], good[:10] + b"\xff" * 20 + good[30:]):
+        with pytest.raises(_SFE):
+            _load(damaged)
+        path = tmp_path / "damaged.pickle.gz"
+        path.write_bytes(damaged)
+        with pytest.raises(_SFE):
+            _load(path)
+    odd = {"segments": [], "device_traces": [], "gpuprof_nb": {"notes": 5}}
+    assert _load(odd).notes == ()

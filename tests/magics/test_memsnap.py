@@ -170,3 +170,22 @@ def test_oom_report_shown_then_error_reraised(ip, monkeypatch, data_dir) -> None
     rep = ip.user_ns["rep"]
     assert rep.findings[0].kind == "oom"
     assert rep.findings[0].evidence["requested_bytes"] == 256 * 2**20
+
+
+def test_oom_still_propagates_when_save_fails(ip, monkeypatch, data_dir, tmp_path) -> None:
+    """A --save that cannot be written must not replace the user's OOM error."""
+    import pickle
+
+    with open(data_dir / "snapshots" / "oom.pickle", "rb") as f:
+        snapshot = pickle.load(f)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda: snapshot)
+    err = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+    ip.user_ns["oom_error"] = err
+    unwritable = tmp_path / "no" / "such" / "dir" / "snap.pickle"
+    with capture_output(), pytest.raises(torch.cuda.OutOfMemoryError) as info:
+        ip.run_cell_magic("memsnap", f"--quiet --save {unwritable}", "raise oom_error")
+    assert info.value is err
