@@ -121,12 +121,9 @@ class OpTable:
     def _repr_mimebundle_(
         self, include: Iterable[str] | None = None, exclude: Iterable[str] | None = None
     ) -> dict[str, Any]:
+        from gpuprof_nb.render.profile import ops_section
         from gpuprof_nb.render.widgets import report_bundle
 
-        try:
-            from gpuprof_nb.render.profile import ops_section
-        except ImportError:
-            ops_section = _fallback_ops_section
         return report_bundle("Top ops", [ops_section(self)], include, exclude)
 
 
@@ -162,12 +159,9 @@ class KernelTable:
     def _repr_mimebundle_(
         self, include: Iterable[str] | None = None, exclude: Iterable[str] | None = None
     ) -> dict[str, Any]:
+        from gpuprof_nb.render.profile import kernels_section
         from gpuprof_nb.render.widgets import report_bundle
 
-        try:
-            from gpuprof_nb.render.profile import kernels_section
-        except ImportError:
-            kernels_section = _fallback_kernels_section
         return report_bundle("Kernels", [kernels_section(self)], include, exclude)
 
 
@@ -484,54 +478,4 @@ def summarize_trace(trace: Trace) -> TraceSummary:
         memset_count=sum(1 for k in trace.kernels if k.kind == "memset"),
         ops_per_step=ops_per_step,
         kernels_per_step=kernels_per_step,
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# rendering until render/profile.py provides ops_section / kernels_section
-
-
-def _fallback_ops_section(table: OpTable) -> Any:
-    from gpuprof_nb.render.html import html_table, note
-    from gpuprof_nb.render.sections import Section
-    from gpuprof_nb.render.text import text_table
-    from gpuprof_nb.render.units import fmt_num, fmt_pct, fmt_us
-
-    headers = ["op", "calls", "self CPU", "total CPU", "self device", "total device",
-               "%", "input shapes"]
-    rows = [
-        [r.name, fmt_num(r.calls), fmt_us(r.self_cpu_us), fmt_us(r.total_cpu_us),
-         fmt_us(r.self_device_us), fmt_us(r.total_device_us), fmt_pct(r.fraction),
-         "; ".join(r.input_shapes[:2])]
-        for r in table.rows
-    ]
-    numeric = [False, True, True, True, True, True, True, False]
-    caption = f"sorted by {table.sort_key}; % of {table.fraction_of}"
-    return Section(
-        "Top ops",
-        text_table(headers, rows, right=numeric) + "\n" + caption,
-        html_table(headers, rows, numeric=numeric, name_cols=(0,)) + note(caption),
-    )
-
-
-def _fallback_kernels_section(table: KernelTable) -> Any:
-    from gpuprof_nb.render.html import html_table
-    from gpuprof_nb.render.sections import Section
-    from gpuprof_nb.render.text import text_table
-    from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct, fmt_rate, fmt_us
-
-    headers = ["kernel", "kind", "calls", "total", "mean", "max", "streams", "%", "bytes",
-               "achieved"]
-    rows = [
-        [r.name, r.kind, fmt_num(r.calls), fmt_us(r.total_us), fmt_us(r.mean_us),
-         fmt_us(r.max_us), ",".join(map(str, r.streams)), fmt_pct(r.fraction),
-         fmt_bytes(r.total_bytes) if r.total_bytes is not None else "",
-         fmt_rate(r.achieved_gbps * 1e9, "B/s") if r.achieved_gbps is not None else ""]
-        for r in table.rows
-    ]
-    numeric = [False, False, True, True, True, True, False, True, True, True]
-    return Section(
-        "Kernels",
-        text_table(headers, rows, right=numeric),
-        html_table(headers, rows, numeric=numeric, name_cols=(0,)),
     )
