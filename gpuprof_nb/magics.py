@@ -244,7 +244,6 @@ class _CellRunner:
         self.code = code
         self.namespace = namespace
         self.modes = _save_modes()
-        self.failed = False
 
     def __call__(self) -> None:
         __tracebackhide__ = True  # noqa: F841
@@ -327,11 +326,9 @@ def _usage(parser: Any) -> str:
 
 
 def _check_sort_key(key: str) -> str | None:
-    """Return why `key` is not a valid --sort key, or None when it is (or cannot be told yet)."""
-    try:
-        from gpuprof_nb.analysis.ops import SORT_KEYS
-    except ImportError:
-        return None
+    """Return why `key` is not a valid --sort key, or None when it is."""
+    from gpuprof_nb.analysis.ops import SORT_KEYS
+
     if key in SORT_KEYS:
         return None
     return f"--sort {key!r} is not one of: {', '.join(sorted(SORT_KEYS))}"

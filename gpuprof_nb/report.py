@@ -8,10 +8,9 @@ roofline, diagnosis); it imports no torch, IPython or ipywidgets, and render cod
 from __future__ import annotations
 
 import gzip
-import inspect
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,19 +172,9 @@ def count_steps_per_run(trace: Trace) -> int | None:
 
 
 def _diagnose(trace: Trace, timeline: Any, roofline: Any, timing: TimingStats | None) -> Any:
-    """Call analysis.diagnose.diagnose with the keywords it accepts (its signature grows as
-    the diagnosis work lands; older forms take only the trace)."""
     from gpuprof_nb.analysis.diagnose import diagnose
 
-    offered = {"timeline": timeline, "roofline": roofline, "timing": timing}
-    params: Mapping[str, inspect.Parameter]
-    try:
-        params = inspect.signature(diagnose).parameters
-    except (TypeError, ValueError):
-        params = {}
-    accepts_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    kwargs = {k: v for k, v in offered.items() if accepts_all or k in params}
-    return diagnose(trace, **kwargs)
+    return diagnose(trace, timeline=timeline, roofline=roofline, timing=timing)
 
 
 def _attempt(what: str, compute: Callable[[], Any], notes: list[str]) -> Any:
