@@ -24,6 +24,7 @@ Negative durations (seen in truncated Kineto exports) are clamped to 0 and count
 from __future__ import annotations
 
 import codecs
+import gc
 import gzip
 import json
 import math
@@ -32,8 +33,15 @@ import re
 import sys
 import zlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from operator import attrgetter
 from typing import Any, BinaryIO
+
+try:
+    import msgspec
+except ImportError:  # optional at run time: the standard library reader does the same work
+    msgspec = None
 
 from gpuprof_nb.errors import TraceFormatError
 from gpuprof_nb.model.trace import (
@@ -50,7 +58,7 @@ from gpuprof_nb.model.trace import (
 
 __all__ = ["load_trace", "trace_from_dict"]
 
-_CHUNK_CHARS = 1 << 22  # 4 Mi characters per read: big enough to amortise, small next to a trace
+_CHUNK_CHARS = 1 << 18  # 256 Ki characters per read (and per msgspec batch); see _batches
 _GZIP_MAGIC = b"\x1f\x8b"
 _WS = re.compile(r"[ \t\n\r]*")
 _SEP = re.compile(r"[ \t\n\r]*,[ \t\n\r]*")
@@ -61,7 +69,11 @@ _FLOW = re.compile(
     r'\{[ \t\n\r]*"ph"[ \t\n\r]*:[ \t\n\r]*"[sft]"'
     r'(?:[^{}"\[\]]|"(?:[^"\\]|\\.)*")*\}[ \t\n\r]*,[ \t\n\r]*'
 )
+# After the '}' that closes an event: the ',' and the '{' of the next one (see _batches).
+_NEXT_EVENT = re.compile(r"[ \t\n\r]*,[ \t\n\r]*\{")
 _STEP_NAME = re.compile(r"ProfilerStep#(\d+)$")
+# What a wrongly typed field (a list as pid, a dict as ts, ...) raises on the per-event path.
+_FIELD_ERRORS = (TypeError, ValueError, KeyError, AttributeError, OverflowError)
 
 # Category -> what it becomes. Anything else is skipped (but still widens the window).
 _OP_KINDS = {
@@ -109,8 +121,9 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         raw.seek(0)
         stream: Any = gzip.GzipFile(fileobj=raw, mode="rb") if magic == _GZIP_MAGIC else raw
         builder = _Builder(source)
-        top = _StreamParser(stream, source, gzipped=magic == _GZIP_MAGIC).parse(builder)
-        return builder.finish(top)
+        with _gc_paused():
+            top = _StreamParser(stream, source, gzipped=magic == _GZIP_MAGIC).parse(builder)
+            return builder.finish(top)
     finally:
         raw.close()
 
@@ -141,9 +154,46 @@ def trace_from_dict(d: Mapping[str, Any], source: str = "<dict>") -> Trace:
         )
     builder = _Builder(source)
     add = builder.add
-    for index, event in enumerate(events):
-        add(event, index)
-    return builder.finish(top)
+    with _gc_paused():
+        for index, event in enumerate(events):
+            add(event, index)
+        return builder.finish(top)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a trace is modelled: the loader makes millions
+    of objects and no reference cycles, and each automatic collection re-walks all of them
+    (the measured effect is in benchmarks/json_choice.py)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _event_decoder() -> Any:
+    """msgspec's decoder of a JSON array of events into light structs holding only the fields
+    the model reads (None where an event lacks one), or None without msgspec."""
+    if msgspec is None:
+        return None
+
+    class _Event(msgspec.Struct, gc=False):
+        ph: Any = None
+        name: Any = None
+        cat: Any = None
+        ts: Any = None
+        dur: Any = None
+        pid: Any = None
+        tid: Any = None
+        args: Any = None
+
+    return msgspec.json.Decoder(list[_Event])
+
+
+_EVENT_DECODER = _event_decoder()
 
 
 # --------------------------------------------------------------------------------------------
@@ -252,41 +302,57 @@ class _Builder:
     # -- the per-event hot path -------------------------------------------------------------
 
     def add(self, event: Any, index: int) -> None:
-        """Model one event (`index`: its position in traceEvents, for messages and ties)."""
+        """Model one event dict (`index`: its position in traceEvents, for messages and ties)."""
         try:
-            self._add(event, index)
-        except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
-            # e.g. a list where a pid or category should be: unhashable, not comparable.
-            raise self._fail(index, f"has a field of an unexpected type ({exc})") from exc
-
-    def _add(self, event: Any, index: int) -> None:
-        if type(event) is not dict:
-            if isinstance(event, Mapping):
+            if type(event) is not dict:
+                if not isinstance(event, Mapping):
+                    raise self._fail(index, f"is a {type(event).__name__}, not a JSON object")
                 event = dict(event)
-            else:
-                raise self._fail(index, f"is a {type(event).__name__}, not a JSON object")
+            get = event.get
+            self._add_fields(
+                index, get("ph"), get("name"), get("cat"), get("ts"), get("dur"), get("pid"),
+                get("tid"), get("args"),
+            )
+        except _FIELD_ERRORS as exc:
+            raise self._odd_field(index, exc) from exc
+
+    def add_events(self, events: list[Any], first_index: int) -> None:
+        """Model the fast reader's decoded `_Event` structs, numbered from `first_index`."""
+        add = self._add_fields
+        index = first_index
+        try:
+            for index, e in enumerate(events, first_index):  # noqa: B007 - read in except
+                add(index, e.ph, e.name, e.cat, e.ts, e.dur, e.pid, e.tid, e.args)
+        except _FIELD_ERRORS as exc:
+            raise self._odd_field(index, exc) from exc
+
+    def _odd_field(self, index: int, exc: Exception) -> TraceFormatError:
+        # e.g. a list where a pid or category should be: unhashable, not comparable.
+        return self._fail(index, f"has a field of an unexpected type ({exc})")
+
+    def _add_fields(
+        self, index: int, ph: Any, name: Any, cat: Any, ts: Any, dur: Any, pid: Any, tid: Any,
+        args: Any,
+    ) -> None:
+        """Model one event given its fields (None where the event lacks one): the one place
+        that decides what an event becomes, whichever reader decoded it."""
         self.event_count += 1
-        ph = event.get("ph")
         if ph != "X":
             if ph == "i" or ph == "I":
-                self._add_instant(event, index)
+                self._add_instant(index, name, ts, pid, tid, args)
             # 'M' metadata (unrelated early ts), 's'/'f' flows, counters: nothing to model.
             return
         # This runs once per event of a trace that may hold millions: helpers are inlined
         # for the common types (int ids, dict args) and fall back to the general ones.
-        ts = event.get("ts")
-        dur = event.get("dur")
         tst = type(ts)
         if (tst is not float and tst is not int) or ts - ts != 0:
-            raise self._fail(index, f"({event.get('name')!r}) has no numeric 'ts' (got {ts!r})")
+            raise self._fail(index, f"({name!r}) has no numeric 'ts' (got {ts!r})")
         tst = type(dur)
         if (tst is not float and tst is not int) or dur - dur != 0:
-            raise self._fail(index, f"({event.get('name')!r}) has no numeric 'dur' (got {dur!r})")
+            raise self._fail(index, f"({name!r}) has no numeric 'dur' (got {dur!r})")
         if dur < 0:
             self.negative_durations += 1
             dur = 0
-        cat = event.get("cat")
-        pid = event.get("pid")
         if cat == "Trace" or pid in _SUMMARY_PIDS:
             return
         if ts < self.lo:
@@ -294,14 +360,11 @@ class _Builder:
         end = ts + dur
         if end > self.hi:
             self.hi = end
-        name = event.get("name")
         name = sys.intern(name) if type(name) is str else str(name)
-        args = event.get("args")
         if type(args) is not dict:
             args = {}
         start = float(ts)
         dur_f = float(dur)
-        tid = event.get("tid")
 
         op_kind = _OP_KINDS.get(cat)  # type: ignore[arg-type]
         if op_kind is not None:
@@ -422,21 +485,20 @@ class _Builder:
                 )
             )
 
-    def _add_instant(self, event: dict[str, Any], index: int) -> None:
-        pid = event.get("pid")
+    def _add_instant(
+        self, index: int, name: Any, ts: Any, pid: Any, tid: Any, args: Any
+    ) -> None:
         if pid in _SUMMARY_PIDS:
             return
-        ts: Any = event.get("ts")
         tst = type(ts)
         if (tst is not float and tst is not int) or ts - ts != 0:
-            raise self._fail(index, f"({event.get('name')!r}) has no numeric 'ts' (got {ts!r})")
+            raise self._fail(index, f"({name!r}) has no numeric 'ts' (got {ts!r})")
         if ts < self.lo:
             self.lo = ts
         if ts > self.hi:
             self.hi = ts
-        if event.get("name") != "[memory]":
+        if name != "[memory]":
             return
-        args = event.get("args")
         if type(args) is not dict:
             return
         nbytes = _opt_int(args.get("Bytes"))
@@ -454,7 +516,7 @@ class _Builder:
                 _opt_int(args.get("Total Allocated")),
                 _opt_int(args.get("Total Reserved")),
                 _host_id(pid),
-                _host_id(event.get("tid")),
+                _host_id(tid),
             )
         )
 
@@ -471,11 +533,14 @@ class _Builder:
                 f"{self.source}: empty trace: it {what}; profile at least one step "
                 f"(check the profiler schedule's active steps) and export again."
             )
-        ops = sorted(self.ops, key=lambda o: (o.start_us, o.index))
-        kernels = sorted(self.kernels, key=lambda k: (k.start_us, k.index))
-        runtime = sorted(self.runtime, key=lambda r: (r.start_us, r.index))
-        syncs = sorted(self.syncs, key=lambda s: (s.start_us, s.index))
-        memory = sorted(self.memory, key=lambda m: m.ts_us)  # stable: file order breaks ties
+        # Each list was appended in file order and sorting is stable, so sorting by start
+        # alone leaves ties in file order: the same as sorting by (start, index), cheaper.
+        by_start = attrgetter("start_us")
+        ops = sorted(self.ops, key=by_start)
+        kernels = sorted(self.kernels, key=by_start)
+        runtime = sorted(self.runtime, key=by_start)
+        syncs = sorted(self.syncs, key=by_start)
+        memory = sorted(self.memory, key=attrgetter("ts_us"))
         warnings: list[str] = []
         if self.negative_durations:
             warnings.append(
@@ -601,7 +666,7 @@ class _StreamParser:
 
     # -- low level ----------------------------------------------------------------------------
 
-    def _read(self, at_least: int = _CHUNK_CHARS) -> None:
+    def _read(self, at_least: int = 0) -> None:
         """Append at least one more chunk of text to the buffer (dropping what was consumed)."""
         if self.eof:
             raise _NeedMore
@@ -769,13 +834,18 @@ class _StreamParser:
             index = 1
             if self._expect(",]", "between events") == "]":
                 return
-        # The hot loop: one C-level decode and one regex per event while the buffer holds
-        # whole events; anything unusual (chunk end, ']', bad JSON) takes the slow path.
+        # With msgspec, runs of whole events are decoded a chunk at a time (_batches). What it
+        # leaves (the last event, a bad stretch) goes through the loop below: one C-level
+        # decode and one regex per event while the buffer holds whole events; anything unusual
+        # (chunk end, ']', bad JSON) takes the slow path, which says where the JSON is wrong.
+        fast = _EVENT_DECODER
         scan = self.scan
         sep = _SEP.match
         flow = _FLOW.match
         decode_error = json.JSONDecodeError
         while True:
+            if fast is not None:
+                index = self._batches(fast, builder, index)
             buf = self.buf
             pos = _WS.match(buf, self.pos).end()  # type: ignore[union-attr]
             cut = False
@@ -805,6 +875,47 @@ class _StreamParser:
                 self.pos = end  # after a whole event, but no ',' in the buffer yet
             if self._expect(",]", "between events") == "]":
                 return
+
+    def _batches(self, decoder: Any, builder: _Builder, index: int) -> int:
+        """Model whole events from the cursor on, many per msgspec call, until the buffer holds
+        no whole event or a decode fails; return the index of the next event.
+
+        Each call decodes the text from the cursor (an event's '{') to a '}' followed by ',{',
+        as one JSON array of objects. Only a split between two events can decode: a '}' inside
+        a string leaves the string open, one closing a nested object leaves its event open. So
+        success proves the split, and a failure (a bad cut, NaN, bad JSON, an event that is not
+        an object) leaves the stretch to the per-event loop, with its exact error messages.
+        """
+        while True:
+            if len(self.buf) - self.pos < _CHUNK_CHARS and not self.eof:
+                self._read()
+            buf = self.buf
+            start = _WS.match(buf, self.pos).end()  # type: ignore[union-attr]
+            cut = self._last_event_end(buf, start)
+            if cut < 0:
+                return index
+            try:
+                events = decoder.decode("[" + buf[start:cut] + "]")
+            except (msgspec.DecodeError, RecursionError):
+                return index
+            builder.add_events(events, index)
+            index += len(events)
+            self.pos = _SEP.match(buf, cut).end()  # type: ignore[union-attr]
+
+    @staticmethod
+    def _last_event_end(buf: str, start: int) -> int:
+        """Return the position just after the last '}' in `buf[start:]` that is followed by
+        ',' and '{' (the likely end of an event), or -1. Gives up after a few hundred '}'
+        (one huge event): the per-event loop reads it."""
+        end = len(buf)
+        for _ in range(256):
+            brace = buf.rfind("}", start, end)
+            if brace < 0:
+                return -1
+            if _NEXT_EVENT.match(buf, brace + 1):
+                return brace + 1
+            end = brace
+        return -1
 
     def _not_events(self, first: Any) -> TraceFormatError:
         if (
