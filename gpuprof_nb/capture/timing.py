@@ -1,14 +1,38 @@
 """Run timings of a cell: CUDA events around synchronised runs (perf_counter_ns on CPU),
-warm-up runs kept apart, the profiler never attached."""
+warm-up runs kept apart, the profiler never attached. Short cells are timed in blocks of
+back-to-back runs (what timeit and torch.utils.benchmark do), so the clock reads and the
+call into the cell are paid once per block, not once per run."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
 import torch
 
 from gpuprof_nb.model.timing import TimingStats
+
+# A sample of a short cell is a block of back-to-back runs lasting about this long; a cell
+# slower than half of it runs once per sample. Chosen on measurements (issue 7): per sample,
+# the clock reads and the call into the cell cost about 1 us on CPU (a CUDA sync and two
+# events about 10-20 us), 0.1% of a 1 ms block, and a cell of 0.5 ms or more per run still runs
+# exactly --warmup + --repeat times (timing a 1 ms cell costs what running it 4 times does).
+BLOCK_TARGET_US = 1_000.0
+# Most runs in one block: a cell measuring 0 us (clock resolution) must not loop forever.
+MAX_NUMBER = 1_000_000
+
+
+def auto_number(run_us: tuple[float, ...], target_us: float = BLOCK_TARGET_US) -> int:
+    """Return the runs per sample for a cell whose runs took `run_us` (microseconds): as
+    many as fit in `target_us` at the fastest run's pace, at least 1 (so 1 for a cell slower
+    than half the target). With no run to go by, 1."""
+    if not run_us:
+        return 1
+    fastest = min(run_us)
+    if fastest <= 0:
+        return MAX_NUMBER
+    return max(1, min(MAX_NUMBER, math.floor(target_us / fastest)))
 
 
 def time_cell(
@@ -22,16 +46,29 @@ def time_cell(
     device_name: str = "cpu",
     clock: Callable[[], int] = time.perf_counter_ns,
     before_each: Callable[[], object] | None = None,
+    number: int | None = 1,
 ) -> TimingStats:
-    """Return per-run wall times (and CUDA-event device times) in microseconds.
+    """Return per-run wall times (and CUDA-event device times) in microseconds, one per
+    sample; a sample is `number` back-to-back runs and its time is the block's divided by
+    `number` (TimingStats.number says how many).
 
-    `warmup` runs are timed by wall clock only and kept in `warmup_wall_us`, never in the
-    statistics. `once` runs `run` exactly one time, measured (so it includes cold-start
-    effects). `sync` (e.g. torch.cuda.synchronize) is called before each run starts and after
-    it ends, so the wall time covers the device work the run queued, not just its launch.
-    `clock` returns nanoseconds; tests pass a fake one. `before_each` (e.g. resetting grad
-    mode) is called before every run, outside the timed span. Exceptions from `run`
-    propagate as is.
+    `warmup` runs are single runs timed by wall clock only and kept in `warmup_wall_us`,
+    never in the statistics. `number=None` picks the runs per sample the way timeit does:
+    1 without a warm-up or when the fastest warm-up run took over half of BLOCK_TARGET_US;
+    otherwise one more untimed block, sized from the warm-up, measures the pace of runs
+    that follow one another (the first run of a cell is often slower), and samples are
+    blocks of about BLOCK_TARGET_US at that pace (auto_number).
+
+    `once` runs `run` exactly one time, measured (so it includes cold-start effects).
+    `sync` (e.g. torch.cuda.synchronize) is called before each sample starts and after it
+    ends, so the wall time covers the device work it queued, not just its launch; CUDA
+    events bracket the whole block. `clock` returns nanoseconds; tests pass a fake one.
+
+    `before_each` (e.g. resetting grad mode) is called before every warm-up run and every
+    sample, outside the timed span. A truthy return says the previous run had changed
+    state it had to put back: then automatic blocks are not used (each run must start from
+    the state it found), and with a forced `number` above 1 it is also called between the
+    runs of a block, inside the timed span. Exceptions from `run` propagate as is.
     """
     # IPython leaves frames that set __tracebackhide__ out of the user's traceback, so an
     # error in a profiled cell reads as if the cell had run on its own.
@@ -40,23 +77,41 @@ def time_cell(
         raise ValueError(f"repeat must be at least 1, got {repeat}")
     if warmup < 0:
         raise ValueError(f"warmup must be 0 or more, got {warmup}")
+    if number is not None and number < 1:
+        raise ValueError(f"number must be at least 1, got {number}")
     n_warm, n_timed = (0, 1) if once else (warmup, repeat)
 
     warm: list[float] = []
     for _ in range(n_warm):
         if before_each is not None:
             before_each()
-        warm.append(_wall_once(run, sync, clock))
+        warm.append(_wall_block(run, 1, sync, clock, None))
+    if once:
+        number = 1
+    between: Callable[[], object] | None = None
     wall: list[float] = []
     device: list[float] = []
     for _ in range(n_timed):
-        if before_each is not None:
-            before_each()
+        if before_each is not None and before_each():
+            # The previous run changed state (grad/autocast mode): runs must not follow one
+            # another unreset. Decided here, after a real run, so it costs nothing otherwise.
+            if number is None:
+                number = 1
+            between = before_each
+        if number is None:
+            number = auto_number(tuple(warm))
+            if number > 1:
+                # Calibration: the warm-up's pace (often a cold first run) sized this block;
+                # the block's own pace sizes the samples.
+                pace_us = _wall_block(run, number, sync, clock, None)
+                number = auto_number((pace_us,))
+                if before_each is not None and before_each():
+                    number, between = 1, before_each
         if use_cuda_events:
-            wall_us, device_us = _cuda_once(run, sync, clock)
+            wall_us, device_us = _cuda_block(run, number, sync, clock, between)
             device.append(device_us)
         else:
-            wall_us = _wall_once(run, sync, clock)
+            wall_us = _wall_block(run, number, sync, clock, between)
         wall.append(wall_us)
     return TimingStats(
         wall_us=tuple(wall),
@@ -64,28 +119,57 @@ def time_cell(
         warmup_wall_us=tuple(warm),
         once=once,
         device_name=device_name,
+        number=number or 1,
     )
 
 
-def _wall_once(
-    run: Callable[[], object], sync: Callable[[], None] | None, clock: Callable[[], int]
+def _loop(run: Callable[[], object], number: int, between: Callable[[], object] | None) -> None:
+    """Run `run` `number` times back to back (calling `between` between runs if given)."""
+    __tracebackhide__ = True  # noqa: F841
+    if between is None:
+        for _ in range(number):
+            run()
+        return
+    run()
+    for _ in range(number - 1):
+        between()
+        run()
+
+
+def _wall_block(
+    run: Callable[[], object],
+    number: int,
+    sync: Callable[[], None] | None,
+    clock: Callable[[], int],
+    between: Callable[[], object] | None,
 ) -> float:
-    """Return the wall time of one synchronised run in microseconds."""
+    """Return the wall time per run of one synchronised block of `number` runs, in
+    microseconds."""
     __tracebackhide__ = True  # noqa: F841
     if sync is not None:
         sync()
-    start = clock()
-    run()
+    if number == 1:
+        # One run: no loop frame between the clock reads (the common, long-cell case).
+        start = clock()
+        run()
+    else:
+        start = clock()
+        _loop(run, number, between)
     if sync is not None:
         sync()
-    return (clock() - start) / 1e3
+    return (clock() - start) / 1e3 / number
 
 
-def _cuda_once(
-    run: Callable[[], object], sync: Callable[[], None] | None, clock: Callable[[], int]
+def _cuda_block(
+    run: Callable[[], object],
+    number: int,
+    sync: Callable[[], None] | None,
+    clock: Callable[[], int],
+    between: Callable[[], object] | None,
 ) -> tuple[float, float]:
-    """Return (wall_us, device_us) of one run; device time from CUDA events on the current
-    stream, which elapsed_time reports in milliseconds."""
+    """Return (wall_us, device_us) per run of one block of `number` runs; device time from
+    CUDA events on the current stream around the whole block (elapsed_time reports
+    milliseconds)."""
     __tracebackhide__ = True  # noqa: F841
     sync_fn = sync if sync is not None else torch.cuda.synchronize
     start_ev = torch.cuda.Event(enable_timing=True)
@@ -93,8 +177,8 @@ def _cuda_once(
     sync_fn()
     start = clock()
     start_ev.record()
-    run()
+    _loop(run, number, between)
     end_ev.record()
     sync_fn()
-    wall_us = (clock() - start) / 1e3
-    return wall_us, float(start_ev.elapsed_time(end_ev)) * 1e3
+    wall_us = (clock() - start) / 1e3 / number
+    return wall_us, float(start_ev.elapsed_time(end_ev)) * 1e3 / number

@@ -26,7 +26,9 @@ class TimingStats:
     `wall_us` from perf_counter_ns around a synchronised run. Warm-up runs are kept apart
     and never enter the statistics; `once` means the single measured run was also the first;
     `profiled` means that run had the profiler attached (so its time includes the overhead);
-    `steps_per_run` is the number of training steps the profiled run held, when known."""
+    `steps_per_run` is the number of training steps the profiled run held, when known.
+    `number` is how many back-to-back runs each sample timed: each entry of `wall_us` and
+    `device_us` is that block's time divided by `number` (1: every entry is one run)."""
 
     wall_us: tuple[float, ...]
     device_us: tuple[float, ...] | None = None
@@ -35,6 +37,7 @@ class TimingStats:
     device_name: str = "cpu"
     steps_per_run: int | None = None
     profiled: bool = False
+    number: int = 1
 
     @property
     def times_us(self) -> tuple[float, ...]:
@@ -50,7 +53,13 @@ class TimingStats:
 
     @property
     def runs(self) -> int:
+        """The number of timed samples (each of `number` runs)."""
         return len(self.wall_us)
+
+    @property
+    def timed_runs(self) -> int:
+        """The number of timed runs of the cell: samples times runs per sample."""
+        return len(self.wall_us) * self.number
 
     @property
     def median_us(self) -> float:

@@ -172,3 +172,133 @@ def test_before_each_runs_before_every_run_outside_the_timed_span() -> None:
     assert work.events == ["before", "run"] * 3
     assert stats.warmup_wall_us == pytest.approx((1.0,))
     assert stats.wall_us == pytest.approx((2.0, 3.0))
+
+
+# Blocks: short cells are timed as samples of `number` back-to-back runs (per run = block / k).
+
+
+def test_auto_number_fills_the_target_at_the_fastest_pace() -> None:
+    from gpuprof_nb.capture.timing import BLOCK_TARGET_US, MAX_NUMBER, auto_number
+
+    assert auto_number(()) == 1  # nothing to go by
+    assert auto_number((BLOCK_TARGET_US / 10,)) == 10
+    assert auto_number((BLOCK_TARGET_US / 3, BLOCK_TARGET_US / 7)) == 7  # the fastest run
+    assert auto_number((BLOCK_TARGET_US * 0.51,)) == 1  # over half the target: one run
+    assert auto_number((BLOCK_TARGET_US * 5,)) == 1
+    assert auto_number((0.0,)) == MAX_NUMBER  # below the clock's resolution: capped
+
+
+def test_forced_number_times_blocks_and_reports_per_run_times() -> None:
+    durations = [7_000, *range(1_000, 1_000 + 3 * 4 * 10, 10)]  # ns: 1 warm-up, 3 blocks of 4
+    work = FakeWorkload(durations)
+    stats = time_cell(work.run, warmup=1, repeat=3, number=4, sync=work.sync, clock=work.clock)
+    assert work.calls == 1 + 3 * 4
+    assert stats.number == 4 and stats.runs == 3 and stats.timed_runs == 12
+    # Per run = the block's four durations summed, over four (recomputed from the list).
+    blocks = [durations[1 + 4 * i: 5 + 4 * i] for i in range(3)]
+    assert stats.wall_us == pytest.approx(tuple(sum(b) / 4 / 1e3 for b in blocks))
+    assert stats.warmup_wall_us == pytest.approx((7.0,))  # warm-up runs stay single runs
+    # The sync brackets each block, not each run.
+    assert work.events == ["sync", "run", "sync"] + (["sync"] + ["run"] * 4 + ["sync"]) * 3
+
+
+def test_auto_blocks_calibrate_on_a_block_then_time_blocks_of_the_target() -> None:
+    from gpuprof_nb.capture.timing import BLOCK_TARGET_US
+
+    cold_ns, warm_ns = 400_000, 50_000  # a cold first run of 400 us, then 50 us per run
+    k0 = int(BLOCK_TARGET_US // 400)  # calibration block sized from the warm-up run
+    k = int(BLOCK_TARGET_US // 50)  # samples sized from the calibration block's pace
+    work = FakeWorkload([cold_ns] + [warm_ns] * (k0 + 3 * k))
+    stats = time_cell(work.run, warmup=1, repeat=3, number=None, clock=work.clock)
+    assert stats.number == k
+    assert work.calls == 1 + k0 + 3 * k
+    assert stats.wall_us == pytest.approx((50.0, 50.0, 50.0))
+    assert stats.warmup_wall_us == pytest.approx((400.0,))
+
+
+def test_auto_leaves_slow_cells_and_cells_without_warmup_one_run_per_sample() -> None:
+    from gpuprof_nb.capture.timing import BLOCK_TARGET_US
+
+    slow_ns = int(BLOCK_TARGET_US * 1e3 * 0.6)
+    work = FakeWorkload([slow_ns] * 4)
+    stats = time_cell(work.run, warmup=1, repeat=3, number=None, clock=work.clock)
+    assert stats.number == 1 and work.calls == 4
+    work = FakeWorkload([1_000] * 3)
+    stats = time_cell(work.run, warmup=0, repeat=3, number=None, clock=work.clock)
+    assert stats.number == 1 and work.calls == 3
+
+
+def test_a_cell_that_changes_state_is_not_blocked_automatically() -> None:
+    work = FakeWorkload([1_000] * 4)
+
+    def before() -> bool:
+        work.events.append("before")
+        return work.calls > 0  # every run leaves state to put back
+
+    stats = time_cell(work.run, warmup=1, repeat=3, number=None, clock=work.clock,
+                      before_each=before)
+    assert stats.number == 1 and work.calls == 4
+    assert work.events == ["before", "run"] * 4
+
+
+def test_forced_blocks_reset_state_between_runs_inside_the_block() -> None:
+    work = FakeWorkload([1_000] * 7)
+
+    def before() -> bool:
+        work.events.append("before")
+        work.now_ns += 500  # inside the timed span only when called between runs
+        return work.calls > 0
+
+    stats = time_cell(work.run, warmup=1, repeat=2, number=3, clock=work.clock,
+                      before_each=before)
+    assert work.events == (["before", "run"]
+                           + ["before", "run", "before", "run", "before", "run"] * 2)
+    # Each block: 3 runs of 1 us and the 2 resets between them (0.5 us each), over 3.
+    assert stats.wall_us == pytest.approx(((3_000 + 2 * 500) / 3 / 1e3,) * 2)
+
+
+@pytest.mark.parametrize("number", [None, 5])
+def test_exception_inside_a_block_propagates_unchanged(number: int | None) -> None:
+    boom = ValueError("run 4 failed")
+    calls = []
+
+    def run() -> None:
+        calls.append(1)
+        if len(calls) == 4:  # 1 warm-up, then the 3rd run of the first block
+            raise boom
+
+    with pytest.raises(ValueError) as info:
+        time_cell(run, warmup=1, repeat=3, number=number)
+    assert info.value is boom and len(calls) == 4
+
+
+def test_bad_number_is_refused() -> None:
+    with pytest.raises(ValueError, match="number"):
+        time_cell(lambda: None, number=0)
+
+
+def test_cuda_blocks_put_the_events_around_the_whole_block(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gpuprof_nb.capture.timing as timing_mod
+
+    work = FakeWorkload([9_000] + [1_000, 2_000, 3_000] * 2)
+
+    class FakeEvent:
+        def __init__(self, enable_timing: bool = False) -> None:
+            self.ns = 0
+
+        def record(self) -> None:
+            work.events.append("record")
+            self.ns = work.now_ns
+
+        def elapsed_time(self, end: FakeEvent) -> float:
+            return (end.ns - self.ns) / 1e6
+
+    monkeypatch.setattr(timing_mod.torch.cuda, "Event", FakeEvent)
+    stats = time_cell(work.run, warmup=1, repeat=2, number=3, sync=work.sync,
+                      use_cuda_events=True, clock=work.clock)
+    assert stats.device_us == pytest.approx((2.0, 2.0))  # (1 + 2 + 3) us / 3 per block
+    assert stats.wall_us == pytest.approx((2.0, 2.0))
+    assert work.events == (["sync", "run", "sync"]
+                           + ["sync", "record", "run", "run", "run", "record", "sync"] * 2)

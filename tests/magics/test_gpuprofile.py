@@ -35,12 +35,12 @@ COUNTING_CELL = "runs += 1\nB = A @ A"
 
 def test_default_order_warmup_timed_profiled_and_o_stores(ip) -> None:
     ip.user_ns["runs"] = 0
-    assert magic(ip, "-o r --quiet --warmup 2 --repeat 4", COUNTING_CELL) is None
+    assert magic(ip, "-o r --quiet --warmup 2 --repeat 4 --number 1", COUNTING_CELL) is None
     # 2 warm-up + 4 timed + 1 profiled, all in the user namespace.
     assert ip.user_ns["runs"] == 7
     r = ip.user_ns["r"]
     assert len(r.timing.warmup_wall_us) == 2
-    assert len(r.timing.wall_us) == 4
+    assert len(r.timing.wall_us) == 4 and r.timing.number == 1
     assert r.timing.device_us is None  # CPU: wall clock only
     assert r.trace is not None and r.ops is not None
     assert "B" in ip.user_ns
@@ -150,7 +150,8 @@ def test_quiet_displays_nothing_and_default_displays_the_report(ip) -> None:
 @pytest.mark.parametrize(
     "line",
     ["--bogus", "--repeat x", "--repeat 0", "--warmup -1", "--top 0", "-o 1abc",
-     "--sort nonsense", "--timing-only --trace t.json", "--once=yes", "'unbalanced"],
+     "--sort nonsense", "--timing-only --trace t.json", "--once=yes", "'unbalanced",
+     "--number 0", "--number x", "--number 2 --once"],
 )
 def test_bad_options_raise_usage_error_with_usage_and_run_nothing(ip, line: str) -> None:
     ip.user_ns["runs"] = 0
@@ -213,7 +214,7 @@ def test_profiled_run_raising_still_shows_the_finished_timings(ip) -> None:
     ip.user_ns.update(runs=0, fail_on=4)
     cell = "runs += 1\nP = A @ A\nif runs == fail_on:\n    raise KeyboardInterrupt\n"
     with capture_output() as cap, pytest.raises(KeyboardInterrupt):
-        magic(ip, "-o partial --warmup 1 --repeat 2", cell)
+        magic(ip, "-o partial --warmup 1 --repeat 2 --number 1", cell)
     r = ip.user_ns["partial"]
     assert r.timing.runs == 2 and r.trace is None
     assert r.notes[0].startswith("the profiled run raised KeyboardInterrupt")
@@ -267,8 +268,8 @@ def test_cell_with_its_own_profiler_keeps_timings_and_says_why_no_trace(ip, once
 
 def test_help_lists_the_options(ip) -> None:
     doc = ip.find_cell_magic("gpuprofile").__doc__
-    for option in ("--warmup", "--repeat", "--once", "--timing-only", "--stack", "--memory",
-                   "--top", "--sort", "--trace", "-o NAME", "--quiet"):
+    for option in ("--warmup", "--repeat", "--number", "--once", "--timing-only", "--stack",
+                   "--memory", "--top", "--sort", "--trace", "-o NAME", "--quiet"):
         assert option in doc
     with capture_output() as cap:
         ip.run_cell("%%gpuprofile?")

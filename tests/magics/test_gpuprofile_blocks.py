@@ -1,0 +1,145 @@
+"""%%gpuprofile --number: short cells timed in blocks of back-to-back runs, long ones not;
+the cached option parsing and compiled cells stay exact."""
+
+from __future__ import annotations
+
+import linecache
+import os
+
+import pytest
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+torch = pytest.importorskip("torch")
+
+from IPython.core.error import UsageError  # noqa: E402
+from IPython.utils.capture import capture_output  # noqa: E402
+
+from gpuprof_nb.capture.timing import BLOCK_TARGET_US  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ip(ipython_shell):
+    ipython_shell.run_cell("import time\nimport torch\nruns = 0")
+    return ipython_shell
+
+
+def magic(ip, line: str, cell: str):
+    return ip.run_cell_magic("gpuprofile", line, cell)
+
+
+def test_forced_number_runs_blocks_and_says_so(ip) -> None:
+    ip.user_ns["runs"] = 0
+    with capture_output() as cap:
+        magic(ip, "-o r --timing-only --warmup 1 --repeat 2 --number 5", "runs += 1")
+    r = ip.user_ns["r"]
+    assert ip.user_ns["runs"] == 1 + 2 * 5  # warm-up, then two blocks of five
+    assert r.timing.number == 5 and r.timing.runs == 2 and r.timing.timed_runs == 10
+    assert any("each timed sample is 5 back-to-back runs (--number)" in n for n in r.notes)
+    assert "5 back-to-back runs" in cap.outputs[0].data["text/plain"]
+
+
+def test_short_cell_gets_blocks_automatically(ip) -> None:
+    ip.user_ns["runs"] = 0
+    magic(ip, "-o r --quiet --timing-only --warmup 1 --repeat 3", "runs += 1")
+    r = ip.user_ns["r"]
+    k = r.timing.number
+    assert k > 1
+    # warm-up + calibration block + 3 samples of k runs.
+    assert ip.user_ns["runs"] > 1 + 3 * k
+    assert any(f"each timed sample is {k:,} back-to-back runs (chosen from the warm-up" in n
+               for n in r.notes)
+    # Per run, a block of k runs lasted about the target: not a single run's time.
+    assert r.timing.median_us * k > BLOCK_TARGET_US / 20
+
+
+def test_long_cell_runs_once_per_sample(ip) -> None:
+    # time.sleep never returns early, so every run is over half the block target.
+    ip.user_ns.update(runs=0, pause_s=BLOCK_TARGET_US / 1e6)
+    magic(ip, "-o r --quiet --warmup 1 --repeat 2", "runs += 1\ntime.sleep(pause_s)")
+    r = ip.user_ns["r"]
+    assert r.timing.number == 1 and ip.user_ns["runs"] == 1 + 2 + 1
+    assert not any("back-to-back" in n for n in r.notes)
+    assert min(r.timing.wall_us) >= BLOCK_TARGET_US
+
+
+def test_cell_changing_grad_mode_is_timed_run_by_run(ip) -> None:
+    ip.user_ns["runs"] = 0
+    magic(ip, "-o r --quiet --timing-only --repeat 3",
+          "runs += 1\ntorch.set_grad_enabled(not torch.is_grad_enabled())")
+    assert ip.user_ns["r"].timing.number == 1 and ip.user_ns["runs"] == 4
+    assert torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("line", ["--number 4", ""])
+def test_error_inside_a_block_propagates_and_restores_modes(ip, line: str) -> None:
+    ip.user_ns.update(runs=0, fail_on=4)  # 1 warm-up, then inside the first block
+    cell = (
+        "runs += 1\n"
+        "if runs == fail_on:\n"
+        "    torch.set_grad_enabled(False)\n"
+        "    torch.set_autocast_enabled('cpu', True)\n"
+        "    raise ArithmeticError('boom at run %d' % runs)\n"
+    )
+    with pytest.raises(ArithmeticError) as info:
+        magic(ip, f"--quiet --timing-only --warmup 1 --repeat 3 {line}", cell)
+    assert str(info.value) == "boom at run 4" and ip.user_ns["runs"] == 4
+    assert torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
+    tb = info.tb
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    assert "raise ArithmeticError" in linecache.getline(tb.tb_frame.f_code.co_filename,
+                                                         tb.tb_lineno)
+
+
+@pytest.mark.parametrize("line, why", [
+    ("--number 0", "--number must be 1 or more, got 0"),
+    ("--number -3", "--number must be 1 or more, got -3"),
+    ("--number 2 --once", "--once runs the cell once"),
+    ("--number two", "invalid int value: 'two'"),
+])
+def test_bad_number_says_what_and_runs_nothing(ip, line: str, why: str) -> None:
+    ip.user_ns["runs"] = 0
+    for _ in range(2):  # a bad line is refused every time (never cached as parsed)
+        with pytest.raises(UsageError) as info:
+            magic(ip, line, "runs += 1")
+        assert why in str(info.value) and "usage:" in str(info.value)
+    assert ip.user_ns["runs"] == 0
+
+
+def test_rerun_cell_reports_errors_under_its_own_execution_number(ip) -> None:
+    """The compiled cell is reused on a re-run; its traceback must still name this run's
+    `In[n]`, in the cell's own lines, inside a function the cell defines too."""
+    cell = "def inner():\n    raise LookupError('from inner')\n\ninner()\n"
+    names = []
+    saved = ip.execution_count
+    try:
+        for count in (901, 902, 902):
+            ip.execution_count = count
+            with pytest.raises(LookupError) as info:
+                magic(ip, "--quiet --timing-only --number 1", cell)
+            tb = info.tb
+            while tb.tb_next is not None:
+                tb = tb.tb_next
+            filename = tb.tb_frame.f_code.co_filename
+            names.append(filename)
+            assert tb.tb_frame.f_code.co_name == "inner" and tb.tb_lineno == 2
+            assert ip.compile.format_code_name(filename) == ("Cell", f"In[{count}]")
+            assert "raise LookupError" in linecache.getline(filename, 2)
+    finally:
+        ip.execution_count = saved
+    assert names[0] != names[1] and names[1] == names[2]
+
+
+def test_rerun_cell_sees_new_future_flags(ip) -> None:
+    """A `from __future__` import in an earlier cell changes how later cells compile; a cell
+    compiled before must not be reused as it was."""
+    cell = "def annotated(x: undefined_name) -> None:\n    pass\nnote = annotated.__annotations__\n"
+    flags = ip.compile.flags
+    try:
+        with pytest.raises(NameError):
+            magic(ip, "--quiet --timing-only --number 1", cell)
+        ip.run_cell("from __future__ import annotations")
+        magic(ip, "--quiet --timing-only --number 1", cell)
+        assert ip.user_ns["note"]["x"] == "undefined_name"
+    finally:
+        ip.compile.flags = flags
