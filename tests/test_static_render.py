@@ -1,5 +1,5 @@
 """Reports render without a kernel, a widget manager or a CDN: nbconvert HTML (what nbviewer
-serves too) and the bare mimebundle show the summary, the findings and the plots.
+serves too) and the bare mimebundle show the summary, the findings and the plots (inline SVG).
 
 The slow test executes tutorials/01_quickstart.ipynb the way `jupyter nbconvert --execute`
 does (nbclient, widget state stored: its default), converts it with nbconvert's HTMLExporter,
@@ -9,24 +9,23 @@ and reads the HTML back with a parser, looking only at what a browser would show
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import shutil
 import statistics
-import struct
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
-from gpuprof_nb.render.html import html_table, png_img
+from gpuprof_nb.render.html import html_table
 from gpuprof_nb.render.sections import Section
+from gpuprof_nb.render.svg import plot_html, svg_open
+from gpuprof_nb.render.svg import title as svg_title
 from gpuprof_nb.render.widgets import WIDGET_MIME, report_bundle, tabbed_html
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "tutorials" / "01_quickstart.ipynb"
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 VOID = frozenset(
     {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "wbr"}
 )
@@ -37,7 +36,8 @@ VOID = frozenset(
 
 class ReportReader(HTMLParser):
     """Collect, per gpuprof_nb report found outside <script>/<style>: the tab labels, and per
-    panel (data-section) its visible text and its <img src> values."""
+    panel (data-section) its visible text, its <img src> values and its inline <svg>s (size
+    and how many marks carry a hover <title>)."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -57,7 +57,8 @@ class ReportReader(HTMLParser):
             self.reports.append({"labels": [], "panels": []})
             role = "report"
         elif self._skip == 0 and self.reports and tag == "div" and "gp-panel" in classes:
-            self._panel = {"section": a.get("data-section"), "text": [], "imgs": []}
+            self._panel = {"section": a.get("data-section"), "text": [], "imgs": [],
+                           "svgs": []}
             self.reports[-1]["panels"].append(self._panel)  # type: ignore[attr-defined]
             role = "panel"
         elif self._skip == 0 and tag == "label" and "gp-tab" in classes:
@@ -65,6 +66,12 @@ class ReportReader(HTMLParser):
             role = "label"
         elif tag == "img" and self._panel is not None and self._skip == 0:
             self._panel["imgs"].append(a.get("src") or "")  # type: ignore[attr-defined]
+        elif tag == "svg" and self._panel is not None and self._skip == 0:
+            svg = {"width": int(a.get("width") or 0), "height": int(a.get("height") or 0),
+                   "titles": 0}
+            self._panel["svgs"].append(svg)  # type: ignore[attr-defined]
+        elif tag == "title" and self._panel is not None and self._panel["svgs"]:
+            self._panel["svgs"][-1]["titles"] += 1  # type: ignore[index]
         if tag not in VOID:
             self._stack.append((tag, role))
 
@@ -107,35 +114,13 @@ def panel_text(report: dict[str, object], section: str) -> str:
     raise AssertionError(f"no {section!r} panel; panels: {shown}")
 
 
-def png_size(src: str) -> tuple[int, int]:
-    """Return (width, height) read from the IHDR chunk of a data:image/png URI."""
-    prefix = "data:image/png;base64,"
-    assert src.startswith(prefix), src[:40]
-    raw = base64.b64decode(src[len(prefix) :], validate=True)
-    assert raw[:8] == PNG_SIGNATURE
-    assert raw[12:16] == b"IHDR"
-    width, height = struct.unpack(">II", raw[16:24])
-    return width, height
-
-
-def _tiny_png() -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import io
-
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(2, 1), dpi=50)
-    ax.plot([0, 1], [1, 0])
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+def _tiny_svg() -> str:
+    """A 100x50 drawing with one hovered mark, made with the report's own SVG helpers."""
+    return (svg_open(100, 50, "tiny plot") + '<rect x="10" y="10" width="80" height="30">'
+            + svg_title("gemm<float> & co") + "</rect></svg>")
 
 
 def _sections() -> list[Section]:
-    png = _tiny_png()
     return [
         Section("Summary", "median 3.41 ms", "<p>median 3.41 ms</p>"),
         Section(
@@ -145,7 +130,7 @@ def _sections() -> list[Section]:
                 ["op", "time"], [["void gemm<float, 128>", "2.2 ms"]], numeric=[False, True]
             ),
         ),
-        Section("Timeline <cpu & gpu>", "timeline", png_img(png, "timeline")),
+        Section("Timeline <cpu & gpu>", "timeline", plot_html(_tiny_svg())),
     ]
 
 
@@ -196,7 +181,8 @@ def test_tabs_deterministic_and_distinct_per_report() -> None:
 
 def test_nbconvert_shows_the_html_of_a_stored_output() -> None:
     """A notebook saved with the bundle as output (no kernel, no widget state) converts to
-    HTML that shows every section, the numbers of the text form and the PNG."""
+    HTML that shows every section, the numbers of the text form and the SVG with its
+    hover title."""
     import nbformat
     from nbconvert import HTMLExporter
 
@@ -209,9 +195,9 @@ def test_nbconvert_shows_the_html_of_a_stored_output() -> None:
     (report,) = read_reports(html)
     assert panel_text(report, "Summary").endswith("median 3.41 ms")
     assert "void gemm<float, 128> 2.2 ms" in panel_text(report, "Top ops")
-    (src,) = [s for p in report["panels"] for s in p["imgs"]]  # type: ignore[attr-defined]
-    width, height = png_size(src)
-    assert (width, height) == (100, 50)  # figsize (2, 1) at 50 dpi
+    (svg,) = [s for p in report["panels"] for s in p["svgs"]]  # type: ignore[attr-defined]
+    assert (svg["width"], svg["height"], svg["titles"]) == (100, 50, 1)
+    assert "<title>gemm&lt;float&gt; &amp; co</title>" in html
     assert "html-manager" not in html
 
 
@@ -291,10 +277,12 @@ def test_quickstart_html_shows_numbers_findings_and_plots(
         assert " ".join(title.split()) in diagnosis, title
 
     for section in ("Timeline", "Roofline"):
+        svgs = [s for p in report["panels"] if p["section"] == section for s in p["svgs"]]  # type: ignore[attr-defined]
+        assert svgs, f"no drawing in the {section} panel"
+        assert svgs[0]["width"] > 100 and svgs[0]["height"] > 100, (section, svgs[0])
+        assert svgs[0]["titles"] >= 1, (section, svgs[0])  # marks have hover titles
         imgs = [s for p in report["panels"] if p["section"] == section for s in p["imgs"]]  # type: ignore[attr-defined]
-        assert imgs, f"no image in the {section} panel"
-        width, height = png_size(imgs[0])
-        assert width > 100 and height > 100, (section, width, height)
+        assert not imgs, f"the {section} panel still embeds an image"
 
 
 def test_style_takes_colours_from_the_frontend_theme() -> None:

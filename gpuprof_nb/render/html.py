@@ -49,6 +49,10 @@ STYLE = (
 .gpuprof pre { background: var(--jp-layout-color2, var(--vscode-textCodeBlock-background,
   #f5f5f5)); color: inherit; padding: 6px; overflow-x: auto; }
 .gpuprof img { max-width: 100%; background: white; }
+.gpuprof .gp-plot[hidden] { display: block !important; margin: 4px 0; }
+.gpuprof .gp-plot-off { display: none; }
+.gpuprof svg.gp-svg { max-width: 100%; height: auto; overflow: visible; }
+.gpuprof svg.gp-svg text { white-space: pre; }
 .gpuprof a { color: var(--jp-content-link-color, var(--vscode-textLink-foreground, #1565c0)); }
 .gpuprof .gp-tabs { margin-top: 2px; }
 .gpuprof .gp-tab { display: inline-block; padding: 3px 12px; margin: 0 2px 0 0;

@@ -1,13 +1,15 @@
 """The Roofline section: a log-log plot (roofs, ridge points, one dot per op group) and the
-tables under it. matplotlib is imported inside plot_roofline only."""
+tables under it. The report draws the plot as inline SVG (`roofline_svg`); `plot_roofline`
+draws the same plot with matplotlib (imported inside it) for users who want a Figure."""
 
 from __future__ import annotations
 
-import io
+import math
 from typing import Any
 
 from gpuprof_nb.analysis.roofline import Roofline, RooflinePoint
-from gpuprof_nb.render.html import esc, html_table, note, png_img
+from gpuprof_nb.render import svg
+from gpuprof_nb.render.html import esc, html_table, note
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct, fmt_rate, fmt_us
@@ -127,6 +129,191 @@ def plot_roofline(roofline: Roofline, ax: Any = None, *, top: int = 5) -> Any:
     return fig
 
 
+# The SVG plot's natural size and plot-area margins (px); CSS scales it down where needed.
+_SVG_W, _SVG_H = 680, 420
+_SVG_LEFT, _SVG_RIGHT, _SVG_TOP, _SVG_BOTTOM = 62, 14, 30, 46
+# Dots drawn at most (the longest op groups); the table lists them all the same.
+MAX_SVG_POINTS = 300
+BOUND_LABELS = {"memory": "memory-bound", "compute": "compute-bound", None: "no roof"}
+
+
+def _point_title(p: RooflinePoint) -> str:
+    head = p.name + (f" [{p.shapes}]" if p.shapes else "") + (f" {p.dtype}" if p.dtype else "")
+    body = (f"{fmt_num(p.calls)} calls, {fmt_us(p.time_us)}; {fmt_rate(p.flops, 'FLOP')}, "
+            f"{fmt_bytes(p.bytes_moved)}, {fmt_num(p.intensity_flop_per_byte)} FLOP/B")
+    rate = f"achieved {fmt_rate(p.achieved_flops_per_s, 'FLOP/s')}"
+    if p.roof:
+        rate += (f"; {BOUND_LABELS.get(p.bound, 'n/a')}, {fmt_pct(p.fraction_of_roof)} of the "
+                 f"{ROOF_LABELS.get(p.roof, p.roof)} roof")
+    if p.above_roof:
+        rate += " (above roof!)"
+    return f"{head}\n{body}\n{rate}"
+
+
+def _place_label(label: str, x: float, y: float, r: float, size: float,
+                 placed: list[tuple[float, float, float, float]],
+                 box: tuple[float, float, float, float]) -> tuple[float, float, str]:
+    """Return (x, baseline y, anchor) for a dot's label: right of the dot, else above,
+    below or left of it, the first spot that overlaps no label placed so far."""
+    w, h = svg.text_width(label, size), size
+    candidates = ((x + r + 3, y + size * 0.35, "start"), (x + r + 2, y - r - 2, "start"),
+                  (x + r + 2, y + r + size, "start"), (x - r - 3, y + size * 0.35, "end"))
+    chosen = None
+    for cx, cy, anchor in candidates:
+        left = cx - w if anchor == "end" else cx
+        if left < box[0] or left + w > box[2]:
+            continue
+        rect = (left, cy - h, left + w, cy + 2)
+        if not any(rect[0] < b[2] and b[0] < rect[2] and rect[1] < b[3] and b[1] < rect[3]
+                   for b in placed):
+            chosen = (cx, cy, anchor, rect)
+            break
+    if chosen is None:
+        # Crowded: keep the first spot that fits the plot, overlapping or not.
+        cx, cy, anchor = candidates[0] if x + r + 3 + w <= box[2] else candidates[3]
+        left = cx - w if anchor == "end" else cx
+        chosen = (cx, cy, anchor, (left, cy - h, left + w, cy + 2))
+    placed.append(chosen[3])
+    return chosen[0], chosen[1], chosen[2]
+
+
+def roofline_svg(roofline: Roofline, *, top: int = 5) -> str:
+    """Return the roofline plot as an inline SVG string: log-log achieved FLOP/s against
+    FLOP/byte, the device's memory and compute roofs with their ridge points, one dot per op
+    group (area ~ time, colour = bound, a red ring when above the roof), the `top` longest
+    groups labelled; every dot, roof and ridge has a hover title with its numbers. The
+    root's data-x-log / data-y-log / data-plot-box attributes give the axes' limits and the
+    plot area, so tests can check positions. Empty string when no op has FLOPs and time."""
+    points = _plottable(roofline)
+    if not points:
+        return ""
+    spec = roofline.device
+    xs = [p.intensity_flop_per_byte or 1.0 for p in points]
+    ys = [p.achieved_flops_per_s or 1.0 for p in points]
+    roofs = drawn_roofs(roofline)
+    bw = spec.bandwidth_bytes_per_s if spec is not None else None
+    ridges = [peak / bw for _, peak in roofs] if bw else []
+    peaks = [peak for _, peak in roofs]
+    # The same limits as plot_roofline: room for the dots' size and the roofs' labels.
+    x_lo, x_hi = min(xs + ridges) / 4, max(xs + ridges) * 4
+    y_lo, y_hi = min(ys + peaks) / 10, max(ys + peaks) * 3
+    left, top_px = _SVG_LEFT, _SVG_TOP
+    right, bottom = _SVG_W - _SVG_RIGHT, _SVG_H - _SVG_BOTTOM
+    box = (left, top_px, right, bottom)
+    sx = svg.LogScale(x_lo, x_hi, left, right)
+    sy = svg.LogScale(y_lo, y_hi, bottom, top_px)
+    n = svg.num
+    title = f"Roofline: {spec.name}" if spec is not None else "Roofline (no device ceilings)"
+    if spec is not None:
+        title += " (measured)" if spec.measured else " (datasheet)"
+    out = [svg.svg_open(
+        _SVG_W, _SVG_H, f"{title}: achieved FLOP/s against arithmetic intensity per op group",
+        f' data-x-log="{x_lo!r} {x_hi!r}" data-y-log="{y_lo!r} {y_hi!r}"'
+        f' data-plot-box="{left} {top_px} {right} {bottom}"')]
+    out.append(svg.text(_SVG_W / 2, 16, title, size=12, anchor="middle",
+                        extra=' font-weight="600"'))
+    # Grid and decade ticks.
+    grid, labels = [], []
+    for v in svg.log_ticks(x_lo, x_hi):
+        x = sx(v)
+        grid.append(f"M{n(x)} {top_px}V{bottom}")
+        labels.append(svg.text(x, bottom + 14, svg.log_label(v), size=10, anchor="middle"))
+    for v in svg.log_ticks(y_lo, y_hi):
+        y = sy(v)
+        grid.append(f"M{left} {n(y)}H{right}")
+        labels.append(svg.text(left - 5, y + 3.5, fmt_rate(v, "").strip(), size=10,
+                               anchor="end"))
+    out.append(f'<path d="{"".join(grid)}" fill="none" stroke="currentColor" '
+               'stroke-opacity="0.13"/>')
+    out.append(f'<rect x="{left}" y="{top_px}" width="{right - left}" height="{bottom - top_px}"'
+               ' fill="none" stroke="currentColor" stroke-opacity="0.45"/>')
+    out.extend(labels)
+    out.append(svg.text((left + right) / 2, _SVG_H - 8, "arithmetic intensity (FLOP/byte)",
+                        anchor="middle"))
+    out.append(svg.text(14, (top_px + bottom) / 2, "achieved FLOP/s", anchor="middle",
+                        extra=f' transform="rotate(-90 14 {n((top_px + bottom) / 2)})"'))
+    # Label boxes placed so far (left, top, right, bottom): dot labels avoid them.
+    placed: list[tuple[float, float, float, float]] = []
+    # Roofs: the bandwidth slope up to the highest ridge, then one flat roof per precision.
+    if bw and roofs:
+        top_peak = roofs[-1][1]
+        seg = svg.clip_segment(sx(x_lo), sy(x_lo * bw), sx(top_peak / bw), sy(top_peak), box)
+        mem_label = f"memory {fmt_rate(bw, 'B/s')}"
+        if seg is not None:
+            x1, y1, x2, y2 = seg
+            out.append(f'<path d="M{n(x1)} {n(y1)}L{n(x2)} {n(y2)}" stroke="currentColor" '
+                       f'stroke-width="1.4" fill="none">'
+                       + svg.title(f"{mem_label} (bandwidth roof)") + "</path>")
+            angle = math.degrees(math.atan2(y2 - y1, x2 - x1))
+            lx, ly = x1 + 0.06 * (x2 - x1) + 4, y1 + 0.06 * (y2 - y1) - 5
+            out.append(svg.text(lx, ly, mem_label, size=10,
+                                extra=f' transform="rotate({n(angle)} {n(lx)} {n(ly)})"'))
+        for roof, peak in roofs:
+            ridge = peak / bw
+            xr, yr = sx(ridge), sy(peak)
+            tip = (f"{roof} roof: {fmt_rate(peak, 'FLOP/s')}; ridge at {fmt_num(ridge)} "
+                   "FLOP/byte (left of it memory-bound, right of it compute-bound)")
+            out.append(f'<path d="M{n(xr)} {n(yr)}H{right}" stroke="currentColor" '
+                       'stroke-width="1.2" fill="none">' + svg.title(tip) + "</path>")
+            out.append(f'<circle class="gp-ridge" cx="{n(xr)}" cy="{n(yr)}" r="2.6">'
+                       + svg.title(tip) + "</circle>")
+            roof_label = f"{roof} {fmt_rate(peak, 'FLOP/s')}"
+            out.append(svg.text(right - 4, yr - 4, roof_label, size=10, anchor="end"))
+            placed.append((right - 4 - svg.text_width(roof_label, 10), yr - 14, right, yr))
+            ridge_label = f"ridge {fmt_num(ridge)}"
+            out.append(svg.text(xr, yr + 12, ridge_label, size=9, anchor="middle",
+                                extra=' fill-opacity="0.7"'))
+            half = svg.text_width(ridge_label, 9) / 2
+            placed.append((xr - half, yr + 3, xr + half, yr + 14))
+    # Dots, longest first so short ones stay on top and hoverable.
+    shown = points[:MAX_SVG_POINTS]
+    longest = max(p.time_us for p in shown) or 1.0
+    dots = [f'<g fill-opacity="0.8" stroke-width="0.7" style="stroke:{svg.BACKGROUND}">']
+    geometry = []
+    for p in shown:
+        x, y = sx(p.intensity_flop_per_byte or 1.0), sy(p.achieved_flops_per_s or 1.0)
+        r = math.sqrt((20 + 380 * p.time_us / longest) / math.pi) * 1.2
+        geometry.append((x, y, r))
+        ring = f' stroke="{ABOVE_ROOF_COLOUR}" stroke-width="2"' if p.above_roof else ""
+        colour = BOUND_COLOURS.get(p.bound, BOUND_COLOURS[None])
+        dots.append(f'<circle class="gp-point" cx="{n(x)}" cy="{n(y)}" r="{n(r)}" '
+                    f'fill="{colour}"{ring}>' + svg.title(_point_title(p)) + "</circle>")
+    dots.append("</g>")
+    out.extend(dots)
+    # Legend, bottom right inside the plot: only what the dots use.
+    bounds = [b for b in ("memory", "compute", None) if any(p.bound == b for p in shown)]
+    entries = [(BOUND_LABELS[b], BOUND_COLOURS[b], "") for b in bounds]
+    if any(p.above_roof for p in shown):
+        entries.append(("above roof", "none", f' stroke="{ABOVE_ROOF_COLOUR}" stroke-width="2"'))
+    width = max(svg.text_width(label, 10) for label, _, _ in entries) + 30
+    height = 16 * len(entries) + 6
+    lx0, ly0 = right - width - 6, bottom - height - 6
+    out.append(f'<g transform="translate({n(lx0)},{n(ly0)})"><rect width="{n(width)}" '
+               f'height="{height}" rx="3" fill-opacity="0.85" stroke="currentColor" '
+               f'stroke-opacity="0.3" style="fill:{svg.BACKGROUND}"/>')
+    for i, (label, colour, ring) in enumerate(entries):
+        cy = 11 + 16 * i
+        out.append(f'<circle cx="11" cy="{cy}" r="4.5" fill="{colour}"{ring}/>'
+                   + svg.text(22, cy + 3.5, label, size=10))
+    out.append("</g>")
+    placed.append((lx0, ly0, lx0 + width, ly0 + height))
+    # Labels keep off the labelled dots themselves too.
+    placed.extend((x - r, y - r, x + r, y + r) for x, y, r in geometry[:top])
+    for i, (p, (x, y, r)) in enumerate(zip(shown, geometry, strict=True)):
+        if i >= top and not p.above_roof:
+            continue
+        label = (short_label(p) + (" (above roof!)" if p.above_roof else "")) if i < top \
+            else "above roof!"
+        lx, ly, anchor = _place_label(label, x, y, r, 10, placed, box)
+        colour = ABOVE_ROOF_COLOUR if p.above_roof else "currentColor"
+        out.append(svg.text(lx, ly, label, size=10, anchor=anchor, fill=colour))
+    if len(points) > len(shown):
+        out.append(svg.text(left + 4, top_px + 12, f"{len(points) - len(shown)} shorter op "
+                            "groups not drawn", size=10, extra=' fill-opacity="0.7"'))
+    out.append("</svg>")
+    return "".join(out)
+
+
 def _point_rows(points: tuple[RooflinePoint, ...]) -> list[list[str]]:
     return [
         [p.name, p.shapes, p.dtype, fmt_num(p.calls), fmt_us(p.time_us),
@@ -172,11 +359,7 @@ def roofline_section(roofline: Roofline, *, top: int = 20) -> Section:
                     f"{fmt_pct(share_cmp)} of attributed time")
     lines.append(summary)
     if _plottable(roofline):
-        fig = plot_roofline(roofline)
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", bbox_inches="tight")
-        html.append(png_img(buf.getvalue(), "roofline plot: achieved FLOP/s against "
-                                            "arithmetic intensity per op group"))
+        html.append(svg.plot_html(roofline_svg(roofline)))
     html.extend(note(line) for line in lines)
 
     if points:

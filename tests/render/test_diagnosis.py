@@ -1,9 +1,10 @@
-"""Diagnosis and Timeline sections: escaping, the same numbers in text and HTML, the PNG."""
+"""Diagnosis and Timeline sections: escaping, the same numbers in text and HTML, the drawing
+(its geometry is checked in test_svg_plots.py)."""
 
 from __future__ import annotations
 
-import base64
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -64,16 +65,20 @@ def test_empty_diagnosis_renders():
     assert "No findings." in s.text and "Nothing to judge" in s.html
 
 
-def test_timeline_section_numbers_and_png(nccl):
+def test_timeline_section_numbers_and_svg(nccl):
     trace, tl = nccl
     s = timeline_section(tl, trace)
     for c, us in tl.breakdown.us_by_category().items():
         assert fmt_us(us) in s.text and fmt_us(us) in s.html, c
         share = fmt_pct(tl.breakdown.fraction(c))
         assert share in s.text and share in s.html
-    m = re.search(r'src="data:image/png;base64,([^"]+)"', s.html)
-    assert m is not None
-    assert base64.b64decode(m.group(1))[:8] == b"\x89PNG\r\n\x1a\n"
+    m = re.search(r"<svg .*?</svg>", s.html, re.S)
+    assert m is not None and "<img" not in s.html
+    lanes = [g.get("data-lane") for g in ET.fromstring(m.group(0)).iter()
+             if g.get("class") == "gp-lane"]
+    streams = sorted({k.stream for k in trace.kernels})
+    assert [lane for lane in lanes if lane.startswith("GPU")] == [f"GPU 0 stream {s}"
+                                                                   for s in streams]
     rep = tl.representative_step
     assert f"step {rep.number} (median duration)" in s.text
 
@@ -115,7 +120,7 @@ def test_mimebundles(nccl):
     assert "text/plain" in bundle and "text/html" in bundle
     assert d.verdict in bundle["text/plain"]
     tb = tl._repr_mimebundle_()
-    assert "text/plain" in tb and "data:image/png;base64," in tb["text/html"]
+    assert "text/plain" in tb and "<svg " in tb["text/html"]
 
 
 def test_one_label_per_stretch_of_one_cause():
