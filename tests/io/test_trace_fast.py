@@ -1,0 +1,287 @@
+"""The msgspec fast path of load_trace gives exactly what the standard-library reader gives.
+
+The fast path decodes runs of whole events per msgspec call and falls back to the per-event
+reader wherever that fails; these tests check that nothing about the result or the errors
+depends on which reader did the work (Trace objects compared with == on every real trace),
+that the fast path really carries the load, and that msgspec is optional.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuprof_nb.errors import TraceFormatError
+from gpuprof_nb.io import trace as trace_io
+from gpuprof_nb.io.trace import load_trace, trace_from_dict
+
+pytest.importorskip("msgspec")
+
+DATA = Path(__file__).parents[1] / "data"
+SHARED = Path("/work/shared/traces")
+SMALL = DATA / "a100_event_sync" / "event_sync_trace.json.gz"
+BERT = DATA / "h100_bert_small" / "gaunernst_bert-small-uncased__1016001.json.gz"
+
+
+def _traces(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    out = []
+    for p in sorted(root.rglob("*")):
+        if not (p.is_file() and p.name.endswith((".json", ".json.gz"))):
+            continue
+        head = p.read_bytes()[:2]
+        opener: Any = gzip.open if head == b"\x1f\x8b" else open
+        with opener(p, "rb") as f:
+            start = f.read(1 << 16)
+        if b'"traceEvents"' in start or b'"ph"' in start:
+            out.append(p)
+    return out
+
+
+LOCAL = _traces(DATA)
+SHARED_FILES = _traces(SHARED)
+
+
+class _Counting:
+    """Counts the events the fast path hands to the builder."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.events = 0
+        original = trace_io._Builder.add_events
+
+        def add_events(builder: Any, events: list[Any], first_index: int) -> None:
+            self.events += len(events)
+            original(builder, events, first_index)
+
+        monkeypatch.setattr(trace_io._Builder, "add_events", add_events)
+
+
+def _load_without_msgspec(path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    with monkeypatch.context() as m:
+        m.setattr(trace_io, "_EVENT_DECODER", None)
+        return load_trace(path)
+
+
+def _raw_events(path: Path) -> list[Any]:
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    d = json.loads(raw)
+    return d["traceEvents"] if isinstance(d, dict) else d
+
+
+def _check_same(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    try:
+        slow = _load_without_msgspec(path, monkeypatch)
+    except TraceFormatError as exc:
+        with pytest.raises(TraceFormatError) as info:
+            load_trace(path)
+        assert str(info.value) == str(exc)
+        return
+    counter = _Counting(monkeypatch)
+    fast = load_trace(path)
+    assert fast == slow
+    # The fast path must have done the work, not silently left it all to the fallback.
+    events = len(_raw_events(path))
+    if events > 1000:
+        assert counter.events >= 0.9 * events
+
+
+@pytest.mark.parametrize("path", LOCAL, ids=lambda p: str(p.relative_to(DATA)))
+def test_fast_path_equals_stdlib_reader_on_copied_traces(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _check_same(path, monkeypatch)
+
+
+@pytest.mark.skipif(not SHARED_FILES, reason="/work/shared/traces is not on this machine")
+@pytest.mark.parametrize("path", SHARED_FILES, ids=lambda p: str(p.relative_to(SHARED)))
+def test_fast_path_equals_stdlib_reader_on_shared_traces(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _check_same(path, monkeypatch)
+
+
+# --------------------------------------------------------------------------------------------
+# splits in awkward places: every chunk size cuts the text somewhere else
+
+
+def _awkward_events() -> list[dict[str, Any]]:
+    """Events whose text holds '}', ',' and '{' in strings and nested objects, at every place
+    a chunk can end, plus values the two JSON libraries must read identically."""
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "x"}},
+    ]
+    for i in range(120):
+        ts = 1000.0 + i * 3.25
+        events.append({"ph": "X", "cat": "cpu_op", "name": f'aten::op}},{{"{i}', "pid": 1,
+                       "tid": "2", "ts": ts, "dur": 2.5,
+                       "args": {"External id": i, "Input Dims": [[i, 2], [], [3]],
+                                "Input type": ["float", "}, {"], "Call stack": "a.py(1): f;b"}})
+        # Args with a list of objects: a '}' followed by ', {' one level down.
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                       "args": {"correlation": 10_000 + i, "nested": [{"a": "}"}, {"b": [1]}],
+                                "External id": i},
+                       "pid": 1, "tid": 2, "ts": ts + 0.5, "dur": 1})
+        name = "void k<float, 1>(\u00e9\u4e2d\U0001f600)"
+        events.append({"ph": "X", "cat": "kernel", "name": name,
+                       "pid": 0, "tid": 7, "ts": ts + 1, "dur": -0.0 if i % 7 == 0 else 1.125,
+                       "args": {"device": 0, "stream": 7, "correlation": 10_000 + i,
+                                "grid": [i, 1, 1], "block": [128, 1, 1],
+                                "External id": 2**70 + i}})
+        events.append({"ph": "s", "id": i, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 2,
+                       "ts": ts + 0.5})
+        events.append({"ph": "f", "id": i, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7,
+                       "ts": ts + 1, "bp": "e"})
+        if i % 5 == 0:
+            events.append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1,
+                           "tid": 2, "ts": ts + 2, "s": "t",
+                           "args": {"Bytes": 512 * (-1) ** i, "Device Id": 0, "Device Type": 1,
+                                    "Addr": 2**40 + i, "Total Allocated": 4096 + i,
+                                    "Total Reserved": 8192}})
+    return events
+
+
+def _awkward_text(indent: int | None) -> str:
+    text = json.dumps({"schemaVersion": 1, "traceEvents": _awkward_events(),
+                       "deviceProperties": [{"id": 0, "name": "GPU}{", "computeMajor": 9,
+                                             "computeMinor": 0}]},
+                      indent=indent, ensure_ascii=False)
+    # A duplicate key inside one event: both readers keep the last value.
+    return text.replace('"name": "process_name",', '"name": "first", "name": "process_name",', 1)
+
+
+@pytest.mark.parametrize("indent", [None, 1])
+@pytest.mark.parametrize("chunk", [16, 61, 97, 256, 1000, 4093, 1 << 18])
+def test_chunk_splits_anywhere_give_the_json_load_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, indent: int | None
+) -> None:
+    text = _awkward_text(indent)
+    p = tmp_path / "awkward.json"
+    p.write_text(text, encoding="utf-8")
+    expected = trace_from_dict(json.loads(text), source=str(p))
+    monkeypatch.setattr(trace_io, "_CHUNK_CHARS", chunk)
+    counter = _Counting(monkeypatch)
+    assert load_trace(p) == expected
+    if chunk >= 1000:
+        assert counter.events > 0  # batches were decoded, not only the per-event loop
+    # Sanity of the expectation itself, from the raw events.
+    raw = _awkward_events()
+    assert len(expected.kernels) == sum(1 for e in raw if e.get("cat") == "kernel")
+    assert {k.external_id for k in expected.kernels} == {
+        e["args"]["External id"] for e in raw if e.get("cat") == "kernel"
+    }
+
+
+def test_bare_event_array_takes_the_fast_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = _raw_events(BERT)
+    p = tmp_path / "array.json"
+    p.write_text(json.dumps(events))
+    counter = _Counting(monkeypatch)
+    assert load_trace(p) == trace_from_dict(events, source=str(p))
+    assert counter.events >= 0.9 * len(events)
+
+
+def test_nan_in_the_middle_falls_back_for_that_stretch_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = _awkward_events()
+    # Python's json writes float('nan') as NaN: msgspec rejects it, the stdlib accepts it.
+    events[len(events) // 2]["args"] = {"value": float("nan")}
+    text = json.dumps({"traceEvents": events}, indent=1)
+    assert "NaN" in text
+    p = tmp_path / "nan.json"
+    p.write_text(text)
+    monkeypatch.setattr(trace_io, "_CHUNK_CHARS", 2000)
+    counter = _Counting(monkeypatch)
+    assert load_trace(p) == trace_from_dict(json.loads(text), source=str(p))
+    assert 0 < counter.events < len(events)
+
+
+# The kernel of round 80 (ts 1261.0), two thirds into the file: far beyond the first batch.
+_DEEP = 1000 + 80 * 3.25 + 1
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        {"dur": "x"},  # wrongly typed fields
+        {"dur": [1]},
+        {"pid": [1, 2]},
+        {"ts": float("nan")},  # NaN: not JSON, but the stdlib reads it
+        {"ts": None},
+        "bad JSON",
+    ],
+    ids=str,
+)
+def test_errors_deep_in_a_file_are_the_stdlib_readers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spoil: Any
+) -> None:
+    events = _awkward_events()
+    (deep,) = [e for e in events if e.get("cat") == "kernel" and e["ts"] == _DEEP]
+    if isinstance(spoil, dict):
+        deep.update(spoil)
+    text = json.dumps({"traceEvents": events})
+    if spoil == "bad JSON":
+        text = text.replace(f'"tid": 7, "ts": {_DEEP}', f'"tid": 7 "ts": {_DEEP}')
+        assert '"tid": 7 "ts"' in text
+    p = tmp_path / "bad.json"
+    p.write_text(text)
+    monkeypatch.setattr(trace_io, "_CHUNK_CHARS", 3000)
+    counter = _Counting(monkeypatch)
+    with pytest.raises(TraceFormatError) as fast:
+        load_trace(p)
+    assert counter.events > 0  # the batches before the bad event took the fast path
+    with pytest.raises(TraceFormatError) as slow:
+        _load_without_msgspec(p, monkeypatch)
+    assert str(fast.value) == str(slow.value)
+    assert str(p) in str(fast.value)
+    if spoil != "bad JSON":
+        assert f"event {events.index(deep)} " in str(fast.value)
+
+
+# --------------------------------------------------------------------------------------------
+# msgspec is optional; the collector is paused and restored
+
+
+def test_without_msgspec_installed(tmp_path: Path) -> None:
+    out = tmp_path / "trace.pickle"
+    code = (
+        "import pickle, sys\n"
+        "sys.modules['msgspec'] = None  # import msgspec -> ImportError\n"
+        "from gpuprof_nb.io import trace\n"
+        "assert trace.msgspec is None and trace._EVENT_DECODER is None\n"
+        f"t = trace.load_trace({str(BERT)!r})\n"
+        f"open({str(out)!r}, 'wb').write(pickle.dumps(t))\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
+    assert pickle.loads(out.read_bytes()) == load_trace(BERT)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_garbage_collector_state_is_restored(enabled: bool, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "ts": 1}]}')
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        load_trace(SMALL)
+        assert gc.isenabled() is enabled
+        with pytest.raises(TraceFormatError):
+            load_trace(bad)
+        assert gc.isenabled() is enabled
+        trace_from_dict({"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}]})
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
