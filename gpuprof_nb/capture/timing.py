@@ -5,6 +5,7 @@ call into the cell are paid once per block, not once per run."""
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -47,6 +48,7 @@ def time_cell(
     clock: Callable[[], int] = time.perf_counter_ns,
     before_each: Callable[[], object] | None = None,
     number: int | None = 1,
+    run_block: Callable[[int], Callable[[], object] | None] | None = None,
 ) -> TimingStats:
     """Return per-run wall times (and CUDA-event device times) in microseconds, one per
     sample; a sample is `number` back-to-back runs and its time is the block's divided by
@@ -63,6 +65,9 @@ def time_cell(
     `sync` (e.g. torch.cuda.synchronize) is called before each sample starts and after it
     ends, so the wall time covers the device work it queued, not just its launch; CUDA
     events bracket the whole block. `clock` returns nanoseconds; tests pass a fake one.
+    `run_block(n)`, if given, returns a callable that runs the cell n times back to back
+    (e.g. the cell compiled inside a loop: no call per run) or None; it is built before the
+    clock starts. Without it, or when it returns None, a block calls `run` n times.
 
     `before_each` (e.g. resetting grad mode) is called before every warm-up run and every
     sample, outside the timed span. A truthy return says the previous run had changed
@@ -85,7 +90,7 @@ def time_cell(
     for _ in range(n_warm):
         if before_each is not None:
             before_each()
-        warm.append(_wall_block(run, 1, sync, clock, None))
+        warm.append(_wall_block(run, 1, sync, clock))
     if once:
         number = 1
     between: Callable[[], object] | None = None
@@ -103,15 +108,17 @@ def time_cell(
             if number > 1:
                 # Calibration: the warm-up's pace (often a cold first run) sized this block;
                 # the block's own pace sizes the samples.
-                pace_us = _wall_block(run, number, sync, clock, None)
+                block = _block(run, number, None, run_block)
+                pace_us = _wall_block(block, number, sync, clock)
                 number = auto_number((pace_us,))
                 if before_each is not None and before_each():
                     number, between = 1, before_each
+        block = _block(run, number, between, run_block)
         if use_cuda_events:
-            wall_us, device_us = _cuda_block(run, number, sync, clock, between)
+            wall_us, device_us = _cuda_block(block, number, sync, clock)
             device.append(device_us)
         else:
-            wall_us = _wall_block(run, number, sync, clock, between)
+            wall_us = _wall_block(block, number, sync, clock)
         wall.append(wall_us)
     return TimingStats(
         wall_us=tuple(wall),
@@ -121,6 +128,22 @@ def time_cell(
         device_name=device_name,
         number=number or 1,
     )
+
+
+def _block(
+    run: Callable[[], object],
+    number: int,
+    between: Callable[[], object] | None,
+    run_block: Callable[[int], Callable[[], object] | None] | None,
+) -> Callable[[], object]:
+    """Return a callable that runs one block of `number` runs (`run` itself for one run)."""
+    if number == 1:
+        return run
+    if between is None and run_block is not None:
+        block = run_block(number)
+        if block is not None:
+            return block
+    return functools.partial(_loop, run, number, between)
 
 
 def _loop(run: Callable[[], object], number: int, between: Callable[[], object] | None) -> None:
@@ -137,35 +160,28 @@ def _loop(run: Callable[[], object], number: int, between: Callable[[], object] 
 
 
 def _wall_block(
-    run: Callable[[], object],
+    block: Callable[[], object],
     number: int,
     sync: Callable[[], None] | None,
     clock: Callable[[], int],
-    between: Callable[[], object] | None,
 ) -> float:
     """Return the wall time per run of one synchronised block of `number` runs, in
     microseconds."""
     __tracebackhide__ = True  # noqa: F841
     if sync is not None:
         sync()
-    if number == 1:
-        # One run: no loop frame between the clock reads (the common, long-cell case).
-        start = clock()
-        run()
-    else:
-        start = clock()
-        _loop(run, number, between)
+    start = clock()
+    block()
     if sync is not None:
         sync()
     return (clock() - start) / 1e3 / number
 
 
 def _cuda_block(
-    run: Callable[[], object],
+    block: Callable[[], object],
     number: int,
     sync: Callable[[], None] | None,
     clock: Callable[[], int],
-    between: Callable[[], object] | None,
 ) -> tuple[float, float]:
     """Return (wall_us, device_us) per run of one block of `number` runs; device time from
     CUDA events on the current stream around the whole block (elapsed_time reports
@@ -177,7 +193,7 @@ def _cuda_block(
     sync_fn()
     start = clock()
     start_ev.record()
-    _loop(run, number, between)
+    block()
     end_ev.record()
     sync_fn()
     wall_us = (clock() - start) / 1e3 / number

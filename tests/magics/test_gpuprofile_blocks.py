@@ -143,3 +143,24 @@ def test_rerun_cell_sees_new_future_flags(ip) -> None:
         assert ip.user_ns["note"]["x"] == "undefined_name"
     finally:
         ip.compile.flags = flags
+
+
+def test_blocks_leave_no_names_behind_and_run_the_cell_k_times(ip) -> None:
+    ip.user_ns.update(runs=0, seen=[])
+    before = set(ip.user_ns)
+    magic(ip, "-o r --quiet --timing-only --warmup 1 --repeat 3 --number 7",
+          "runs += 1\nseen.append(runs)\nlocal_name = runs * 2")
+    assert set(ip.user_ns) - before == {"local_name"}  # r existed before (earlier tests)
+    assert ip.user_ns["seen"] == list(range(1, 1 + 1 + 3 * 7))
+    assert ip.user_ns["local_name"] == 2 * (1 + 3 * 7)
+
+
+def test_future_import_cell_is_timed_in_blocks_too(ip) -> None:
+    flags = ip.compile.flags
+    ip.user_ns["runs"] = 0
+    try:
+        magic(ip, "-o r --quiet --timing-only --warmup 1 --repeat 2 --number 3",
+              "from __future__ import annotations\nruns += 1")
+    finally:
+        ip.compile.flags = flags
+    assert ip.user_ns["runs"] == 1 + 2 * 3 and ip.user_ns["r"].timing.number == 3
