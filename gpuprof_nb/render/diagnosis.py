@@ -4,8 +4,11 @@ breakdown with a drawing of one representative step (inline SVG from `timeline_s
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from gpuprof_nb.analysis.diagnose import Diagnosis, Finding, kernel_class
@@ -219,29 +222,38 @@ class _Run:
     longest: tuple[float, str]
 
 
+_start = attrgetter("start_us")
+
+
 def _lane_items(timeline: Timeline, trace: Trace | None, lo: float, hi: float
                 ) -> list[tuple[str, str, list[tuple[float, float, str, str]]]]:
-    """Return (lane label, what its bars are, [(start, end, colour, name)]) per lane, chosen
-    as plot_timeline chooses them: the busiest CPU threads' top-level ops, then the
-    device's streams."""
+    """Return (lane label, what its bars are, [(start, end, colour, name)] by start) per
+    lane, chosen as plot_timeline chooses them: the busiest CPU threads' top-level ops, then
+    the device's streams."""
     lanes: list[tuple[str, str, list[tuple[float, float, str, str]]]] = []
     if trace is not None:
+        # Only ops overlapping the drawn span are drawn, and an op enclosing one of them
+        # overlaps it too: the top-level test on those finds the same ops as on the whole
+        # trace, for a fraction of the cost when one step of a long trace is drawn.
+        before = trace.ops[: bisect.bisect_left(trace.ops, hi, key=_start)]
+        near = tuple(o for o in before if o.start_us + o.dur_us > lo)
         by_thread: dict[str, list[tuple[float, float, str, str]]] = {}
-        for o in top_level_ops(trace):
-            if o.end_us > lo and o.start_us < hi:
-                by_thread.setdefault(str(o.tid), []).append(
-                    (o.start_us, o.end_us, CPU_COLOUR, o.name))
+        for o in top_level_ops(dataclasses.replace(trace, ops=near)):
+            by_thread.setdefault(str(o.tid), []).append(
+                (o.start_us, o.start_us + o.dur_us, CPU_COLOUR, o.name))
         busy = {t: sum(e - s for s, e, _, _ in items) for t, items in by_thread.items()}
         for t in sorted(by_thread, key=lambda t: (-busy[t], t))[:_MAX_CPU_LANES]:
             lanes.append((f"CPU thread {t}", "ops", by_thread[t]))
         if timeline.device is not None:
             by_stream: dict[int, list[tuple[float, float, str, str]]] = {}
-            for k in trace.kernels:
-                if k.device == timeline.device and k.end_us > lo and k.start_us < hi:
+            device = timeline.device
+            for k in trace.kernels[: bisect.bisect_left(trace.kernels, hi, key=_start)]:
+                if k.device == device and k.start_us + k.dur_us > lo:
                     by_stream.setdefault(k.stream, []).append(
-                        (k.start_us, k.end_us, KERNEL_COLORS[kernel_class(k)], k.name))
+                        (k.start_us, k.start_us + k.dur_us, KERNEL_COLORS[kernel_class(k)],
+                         k.name))
             for st in sorted(by_stream)[:_MAX_GPU_LANES]:
-                lanes.append((f"GPU {timeline.device} stream {st}", "kernels", by_stream[st]))
+                lanes.append((f"GPU {device} stream {st}", "kernels", by_stream[st]))
     if not lanes:
         # Without the trace, busy time is the complement of the gaps.
         spans: list[tuple[float, float, str, str]] = []
@@ -255,30 +267,34 @@ def _lane_items(timeline: Timeline, trace: Trace | None, lo: float, hi: float
         if cursor < hi:
             spans.append((cursor, hi, BUSY_COLOUR, "busy"))
         lanes.append(("device" if timeline.on_device else "host", "busy stretches", spans))
+    for _, _, items in lanes:
+        items.sort(key=lambda it: (it[0], it[1]))
     return lanes
 
 
-def _merge(items: Sequence[tuple[float, float, str, str]], sx: svg.LinearScale,
-           lo: float, hi: float, merge_px: float) -> list[_Run]:
-    """Return the items (sorted by start) as rectangles, neighbours less than `merge_px`
-    apart joined; bars of different colours join only where one of them is that narrow."""
+def _merge(items: Sequence[tuple[float, float, float, float, str, str]],
+           merge_px: float) -> list[_Run]:
+    """Return items (a_px, b_px, start, end, colour, name), sorted by start, as rectangles,
+    neighbours less than `merge_px` apart joined; bars of different colours join only where
+    one of them is that narrow."""
     runs: list[_Run] = []
-    for s, e, colour, name in sorted(items, key=lambda it: (it[0], it[1])):
-        a, b = sx(max(s, lo)), sx(min(e, hi))
+    r: _Run | None = None
+    for a, b, s, e, colour, name in items:
         dur = e - s
-        if runs:
-            r = runs[-1]
-            if a - r.b < merge_px and (colour in r.colour_us or b - a < merge_px
-                                       or r.b - r.a < merge_px):
-                r.b = max(r.b, b)
-                r.end_us = max(r.end_us, e)
-                r.count += 1
-                r.busy_us += dur
-                r.colour_us[colour] = r.colour_us.get(colour, 0.0) + dur
-                if dur > r.longest[0]:
-                    r.longest = (dur, name)
-                continue
-        runs.append(_Run(a, b, s, e, 1, dur, {colour: dur}, (dur, name)))
+        if r is not None and a - r.b < merge_px and (colour in r.colour_us or b - a < merge_px
+                                                     or r.b - r.a < merge_px):
+            if b > r.b:
+                r.b = b
+            if e > r.end_us:
+                r.end_us = e
+            r.count += 1
+            r.busy_us += dur
+            r.colour_us[colour] = r.colour_us.get(colour, 0.0) + dur
+            if dur > r.longest[0]:
+                r.longest = (dur, name)
+            continue
+        r = _Run(a, b, s, e, 1, dur, {colour: dur}, (dur, name))
+        runs.append(r)
     return runs
 
 
@@ -321,12 +337,18 @@ def timeline_svg(timeline: Timeline, trace: Trace | None,
     sx = svg.LinearScale(lo, hi, left, right)
     gaps = [(max(g.start_us, lo), min(g.end_us, hi), g.cause, g.cause) for g in timeline.gaps
             if g.end_us > lo and g.start_us < hi]
-    # Coarsen merging until the drawing is small enough.
+    gaps.sort(key=lambda g: (g[0], g[1]))
+    # Pixel spans computed once, each merged at growing distances until the drawing is small.
+    lane_px = [[(sx(max(s, lo)), sx(min(e, hi)), s, e, c, name) for s, e, c, name in items]
+               for _, _, items in lanes]
+    gap_px: dict[str, list[tuple[float, float, float, float, str, str]]] = {
+        c: [] for c in CAUSE_COLORS}
+    for s, e, c, _ in gaps:
+        gap_px[c].append((sx(s), sx(e), s, e, c, c))
     merge_px = 1.0
     while True:
-        lane_runs = [_merge(items, sx, lo, hi, merge_px) for _, _, items in lanes]
-        gap_runs = {c: _merge([g for g in gaps if g[2] == c], sx, lo, hi, merge_px)
-                    for c in CAUSE_COLORS}
+        lane_runs = [_merge(items, merge_px) for items in lane_px]
+        gap_runs = {c: _merge(items, merge_px) for c, items in gap_px.items()}
         marks = sum(map(len, lane_runs)) + sum(map(len, gap_runs.values()))
         if marks <= MAX_TIMELINE_MARKS or merge_px > _TL_WIDTH:
             break

@@ -282,3 +282,32 @@ def test_plot_wrapper_is_shown_by_the_report_css_only():
     assert 'class="note gp-plot-off"' in html
     assert ".gpuprof .gp-plot[hidden] { display: block !important;" in STYLE
     assert ".gpuprof .gp-plot-off { display: none; }" in STYLE
+
+
+def test_lanes_of_a_step_match_the_whole_trace_computation(data_dir):
+    """The drawing looks for top-level ops among the ops near the step only; per step of a
+    real trace, its lanes hold exactly the ops and kernels found from the whole trace."""
+    from gpuprof_nb.analysis.timeline import top_level_ops
+    from gpuprof_nb.io.trace import load_trace
+    from gpuprof_nb.render.diagnosis import _lane_items
+
+    trace = load_trace(data_dir / "ddp_nccl_sampled" / "sampled_rank-0.json.gz")
+    tl = device_timeline(trace)
+    assert len(tl.steps) >= 2
+    for step in tl.steps:
+        lo, hi = step.start_us, step.end_us
+        lanes = {name: sorted((s, e, n) for s, e, _, n in items)
+                 for name, _, items in _lane_items(tl, trace, lo, hi)}
+        cpu = {}
+        for o in top_level_ops(trace):
+            if o.end_us > lo and o.start_us < hi:
+                cpu.setdefault(f"CPU thread {o.tid}", []).append((o.start_us, o.end_us, o.name))
+        gpu = {}
+        for k in trace.kernels:
+            if k.device == tl.device and k.end_us > lo and k.start_us < hi:
+                gpu.setdefault(f"GPU {tl.device} stream {k.stream}", []).append(
+                    (k.start_us, k.end_us, k.name))
+        want = {**cpu, **gpu}
+        assert lanes and all(sorted(want[name]) == items for name, items in lanes.items())
+        assert {n for n in want if n.startswith("GPU")} == {n for n in lanes if
+                                                            n.startswith("GPU")}
