@@ -164,3 +164,22 @@ def test_future_import_cell_is_timed_in_blocks_too(ip) -> None:
     finally:
         ip.compile.flags = flags
     assert ip.user_ns["runs"] == 1 + 2 * 3 and ip.user_ns["r"].timing.number == 3
+
+
+def test_a_report_that_cannot_render_is_shown_as_ipython_shows_any_failing_repr(
+    ip, monkeypatch
+) -> None:
+    """The report's bundle goes straight to the display publisher; if building it fails,
+    IPython's own display() handles the object (it prints the error and falls back to
+    repr), and the magic itself neither raises nor loses the -o report."""
+    from gpuprof_nb.report import ProfileReport
+
+    def broken(self, include=None, exclude=None):
+        raise RuntimeError("bundle broke")
+
+    monkeypatch.setattr(ProfileReport, "_repr_mimebundle_", broken)
+    with capture_output() as cap:
+        magic(ip, "-o shown_anyway --timing-only --number 1 --repeat 1", "pass")
+    assert ip.user_ns["shown_anyway"].timing.runs == 1
+    assert "bundle broke" in cap.stdout + cap.stderr
+    assert cap.outputs[0].data["text/plain"] == repr(ip.user_ns["shown_anyway"])
