@@ -24,6 +24,7 @@ Negative durations (seen in truncated Kineto exports) are clamped to 0 and count
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import gc
 import gzip
 import json
@@ -31,6 +32,7 @@ import math
 import os
 import re
 import sys
+import types
 import zlib
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -41,7 +43,7 @@ from typing import Any, BinaryIO
 try:
     import msgspec
 except ImportError:  # optional at run time: the standard library reader does the same work
-    msgspec = None
+    msgspec = None  # type: ignore[assignment]
 
 from gpuprof_nb.errors import TraceFormatError
 from gpuprof_nb.model.trace import (
@@ -180,17 +182,11 @@ def _event_decoder() -> Any:
     if msgspec is None:
         return None
 
-    class _Event(msgspec.Struct, gc=False):
-        ph: Any = None
-        name: Any = None
-        cat: Any = None
-        ts: Any = None
-        dur: Any = None
-        pid: Any = None
-        tid: Any = None
-        args: Any = None
-
-    return msgspec.json.Decoder(list[_Event])
+    # Built with defstruct, so no annotation has to be resolved by module name; gc=False: the
+    # structs hold no cycles and live for one batch.
+    fields = ("ph", "name", "cat", "ts", "dur", "pid", "tid", "args")
+    event: Any = msgspec.defstruct("_Event", [(f, Any, None) for f in fields], gc=False)
+    return msgspec.json.Decoder(list[event])
 
 
 _EVENT_DECODER = _event_decoder()
@@ -198,6 +194,39 @@ _EVENT_DECODER = _event_decoder()
 
 # --------------------------------------------------------------------------------------------
 # event -> model objects
+
+
+def _maker(cls: type) -> Any:
+    """Return a function that builds `cls(*values)` (every field, positionally) for a frozen
+    slotted dataclass without its generated __init__, or `cls` itself if the class does more
+    than store its fields (a __post_init__, a field that is not a slot or not an init field).
+
+    A frozen __init__ stores each field through object.__setattr__; storing through the slot
+    descriptors directly builds the same object in about half the time, and the loader builds
+    millions of them (tests/io/test_trace_fast.py checks the objects are equal)."""
+    fields = dataclasses.fields(cls)
+    names = [f.name for f in fields]
+    if (
+        hasattr(cls, "__post_init__")
+        or not all(f.init for f in fields)
+        or not all(isinstance(cls.__dict__.get(n), types.MemberDescriptorType) for n in names)
+    ):
+        return cls
+    scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    body = ["    obj = _new(_cls)"]
+    for i, name in enumerate(names):
+        scope[f"_set{i}"] = cls.__dict__[name].__set__
+        body.append(f"    _set{i}(obj, {name})")
+    source = f"def make_{cls.__name__}({', '.join(names)}):\n" + "\n".join(body)
+    exec(source + "\n    return obj\n", scope)  # the names are the class's own field names
+    return scope[f"make_{cls.__name__}"]
+
+
+_new_op = _maker(Op)
+_new_kernel = _maker(Kernel)
+_new_runtime = _maker(RuntimeCall)
+_new_sync = _maker(SyncEvent)
+_new_memory = _maker(MemoryEvent)
 
 
 def _host_id(value: Any) -> int | str:
@@ -292,8 +321,8 @@ class _Builder:
 
     def _str_tuple(self, value: Any) -> tuple[str, ...] | None:
         if isinstance(value, list):
-            return self._share(tuple(sys.intern(v) if isinstance(v, str) else str(v)
-                                     for v in value))
+            return self._share(tuple([sys.intern(v) if isinstance(v, str) else str(v)
+                                      for v in value]))
         if isinstance(value, str):
             # Some exporters join the stack with ';'.
             return self._share(tuple(sys.intern(p) for p in value.split(";") if p))
@@ -322,7 +351,12 @@ class _Builder:
         index = first_index
         try:
             for index, e in enumerate(events, first_index):  # noqa: B007 - read in except
-                add(index, e.ph, e.name, e.cat, e.ts, e.dur, e.pid, e.tid, e.args)
+                ph = e.ph
+                if ph == "f" or ph == "s":
+                    # Flow arrows: nothing to model (as in _add_fields), only counted.
+                    self.event_count += 1
+                    continue
+                add(index, ph, e.name, e.cat, e.ts, e.dur, e.pid, e.tid, e.args)
         except _FIELD_ERRORS as exc:
             raise self._odd_field(index, exc) from exc
 
@@ -363,8 +397,8 @@ class _Builder:
         name = sys.intern(name) if type(name) is str else str(name)
         if type(args) is not dict:
             args = {}
-        start = float(ts)
-        dur_f = float(dur)
+        start = ts if type(ts) is float else float(ts)
+        dur_f = dur if type(dur) is float else float(dur)
 
         op_kind = _OP_KINDS.get(cat)  # type: ignore[arg-type]
         if op_kind is not None:
@@ -380,34 +414,46 @@ class _Builder:
                 # an annotation whatever category an exporter gives it.
                 op_kind = "annotation"
             if not args:
-                self.ops.append(Op(name, op_kind, start, dur_f, pid, tid, index=index))  # type: ignore[arg-type]
+                self.ops.append(
+                    _new_op(name, op_kind, start, dur_f, pid, tid, None, None, None, None, None,
+                       None, None, None, index)
+                )
                 return
-            external = args.get("External id")
+            get = args.get
+            external = get("External id")
             if external is None:
-                external = args.get("external id")
+                external = get("external id")
             if external is not None and type(external) is not int:
                 external = _opt_int(external)
-            dims = args.get("Input Dims")
+            # Most of these are absent from most events: test before calling a helper.
+            dims = get("Input Dims")
             if dims is None:
-                dims = args.get("Input dims")
+                dims = get("Input dims")
+            if dims is not None:
+                dims = self._shared_tuple(dims)
+            in_types = get("Input type")
+            if in_types is not None:
+                in_types = self._str_tuple(in_types)
+            strides = get("Input Strides")
+            if strides is None:
+                strides = get("Input strides")
+            if strides is not None:
+                strides = self._share(_tuplify(strides)) if isinstance(strides, list) else None
+            concrete = get("Concrete Inputs")
+            if concrete is not None:
+                concrete = self._str_tuple(concrete)
+            seq = get("Sequence number")
+            if seq is not None and type(seq) is not int:
+                seq = _opt_int(seq)
+            fwd = get("Fwd thread id")
+            if fwd is not None and type(fwd) is not int:
+                fwd = _opt_int(fwd)
+            stack = get("Call stack")
+            if stack is not None:
+                stack = self._str_tuple(stack)
             self.ops.append(
-                Op(
-                    name,
-                    op_kind,  # type: ignore[arg-type]
-                    start,
-                    dur_f,
-                    pid,
-                    tid,
-                    external,
-                    self._shared_tuple(dims) if dims is not None else None,
-                    self._str_tuple(args.get("Input type")),
-                    self._shape_arg(args, "Input Strides", "Input strides"),
-                    self._str_tuple(args.get("Concrete Inputs")),
-                    _opt_int(args.get("Sequence number")),
-                    _opt_int(args.get("Fwd thread id")),
-                    self._str_tuple(args.get("Call stack")),
-                    index,
-                )
+                _new_op(name, op_kind, start, dur_f, pid, tid, external, dims, in_types, strides,
+                   concrete, seq, fwd, stack, index)
             )
             return
 
@@ -421,7 +467,7 @@ class _Builder:
                 external = args.get("external id")
             corr = args.get("correlation")
             self.runtime.append(
-                RuntimeCall(
+                _new_runtime(
                     name,
                     start,
                     dur_f,
@@ -451,9 +497,9 @@ class _Builder:
             grid = args.get("grid")
             block = args.get("block")
             self.kernels.append(
-                Kernel(
+                _new_kernel(
                     name,
-                    kernel_kind,  # type: ignore[arg-type]
+                    kernel_kind,
                     start,
                     dur_f,
                     device if device is not None else -1,
@@ -474,7 +520,7 @@ class _Builder:
                 device = _opt_int(pid)
             stream = _opt_int(args.get("stream"))
             self.syncs.append(
-                SyncEvent(
+                _new_sync(
                     name,
                     start,
                     dur_f,
@@ -501,22 +547,38 @@ class _Builder:
             return
         if type(args) is not dict:
             return
-        nbytes = _opt_int(args.get("Bytes"))
-        if nbytes is None:
-            return
-        device_type = _opt_int(args.get("Device Type"))
-        device_id = _opt_int(args.get("Device Id"))
+        get = args.get
+        nbytes = get("Bytes")
+        if type(nbytes) is not int:
+            nbytes = _opt_int(nbytes)
+            if nbytes is None:
+                return
+        device_type = get("Device Type")
+        if type(device_type) is not int:
+            device_type = _opt_int(device_type)
+        device_id = get("Device Id")
+        if type(device_id) is not int:
+            device_id = _opt_int(device_id)
+        addr = get("Addr")
+        if type(addr) is not int and addr is not None:
+            addr = _opt_int(addr)
+        allocated = get("Total Allocated")
+        if type(allocated) is not int and allocated is not None:
+            allocated = _opt_int(allocated)
+        reserved = get("Total Reserved")
+        if type(reserved) is not int and reserved is not None:
+            reserved = _opt_int(reserved)
         self.memory.append(
-            MemoryEvent(
-                float(ts),
+            _new_memory(
+                ts if type(ts) is float else float(ts),
                 nbytes,
                 device_type if device_type is not None else -1,
                 device_id if device_id is not None else -1,
-                _opt_int(args.get("Addr")),
-                _opt_int(args.get("Total Allocated")),
-                _opt_int(args.get("Total Reserved")),
-                _host_id(pid),
-                _host_id(tid),
+                addr,
+                allocated,
+                reserved,
+                pid if type(pid) is int else _host_id(pid),
+                tid if type(tid) is int else _host_id(tid),
             )
         )
 

@@ -285,3 +285,46 @@ def test_garbage_collector_state_is_restored(enabled: bool, tmp_path: Path) -> N
         assert gc.isenabled() is enabled
     finally:
         gc.enable() if was else gc.disable()
+
+
+# --------------------------------------------------------------------------------------------
+# model objects built without the frozen __init__ are the same objects
+
+
+def test_makers_build_what_the_dataclass_constructors_build() -> None:
+    import dataclasses
+
+    from gpuprof_nb.model.trace import Kernel, MemoryEvent, Op, RuntimeCall, SyncEvent
+
+    makers = {Op: trace_io._new_op, Kernel: trace_io._new_kernel,
+              RuntimeCall: trace_io._new_runtime, SyncEvent: trace_io._new_sync,
+              MemoryEvent: trace_io._new_memory}
+    for cls, make in makers.items():
+        assert make is not cls  # the fast maker is in use for the model as it is today
+        names = [f.name for f in dataclasses.fields(cls)]
+        values = [f"{cls.__name__}.{n}" if i % 2 else i * 1.5 for i, n in enumerate(names)]
+        built = make(*values)
+        expected = cls(*values)
+        assert type(built) is cls and built == expected and hash(built) == hash(expected)
+        assert [getattr(built, n) for n in names] == values
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(built, names[0], 3)  # still frozen
+
+
+def test_maker_falls_back_to_the_class_when_it_does_more_than_store() -> None:
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        a: int
+
+        def __post_init__(self) -> None:
+            if self.a < 0:
+                raise ValueError("negative")
+
+    @dataclasses.dataclass(frozen=True)
+    class NoSlots:
+        a: int
+
+    assert trace_io._maker(Checked) is Checked
+    assert trace_io._maker(NoSlots) is NoSlots
