@@ -23,7 +23,12 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import reduce
+from itertools import compress
+from operator import add, eq
 from typing import Any
+
+import numpy as np
 
 from gpuprof_nb.analysis.intervals import device_busy_us
 from gpuprof_nb.analysis.timeline import activity_window
@@ -188,94 +193,114 @@ class TraceSummary:
 # ops
 
 
-@dataclass(slots=True)
-class _OpStats:
-    self_cpu_us: float = 0.0
-    self_device_us: float = 0.0
-    total_device_us: float = 0.0
-
-
-def _attribute(trace: Trace) -> tuple[list[Op], list[_OpStats], float]:
-    """Return the torch ops, their self CPU / self and total device times (same order),
-    and the device time owned by no op."""
+def _attribute(trace: Trace) -> tuple[list[Op], Any, Any, list[float], float]:
+    """Return the torch ops, their self CPU, self device and total device microseconds (arrays
+    or lists in the same order), and the device time owned by no op."""
     ops = [o for o in trace.ops if o.kind == "op"]
-    stats = [_OpStats() for _ in ops]
-    parent = [-1] * len(ops)
-    child_cpu = [0.0] * len(ops)
+    n = len(ops)
+    parent = [-1] * n
+    child_cpu = [0.0] * n
     starts = [o.start_us for o in ops]
+    durs = [o.dur_us for o in ops]
     ends = [o.start_us + o.dur_us for o in ops]
-    by_thread: dict[tuple[Any, Any], list[int]] = defaultdict(list)
-    for i, op in enumerate(ops):
-        by_thread[(op.pid, op.tid)].append(i)
+    by_thread: dict[tuple[Any, Any], list[int]] = {}
+    for i, thread in enumerate(zip([o.pid for o in ops], [o.tid for o in ops], strict=True)):
+        group = by_thread.get(thread)
+        if group is None:
+            by_thread[thread] = [i]
+        else:
+            group.append(i)
+    kernels = trace.kernels
+    k_corr = [k.correlation for k in kernels]
     # Only calls that launched some device work matter (not cudaGetDevice and friends).
-    launched = {k.correlation for k in trace.kernels if k.correlation is not None}
+    launched = set(k_corr)
+    launched.discard(None)
     calls_by_thread: dict[tuple[Any, Any], list[RuntimeCall]] = defaultdict(list)
-    for call in trace.runtime:
-        if call.correlation in launched:
-            calls_by_thread[(call.pid, call.tid)].append(call)
+    for call in [c for c in trace.runtime if c.correlation in launched]:
+        calls_by_thread[(call.pid, call.tid)].append(call)
 
     owner_of_correlation: dict[int, int] = {}
     preorder: list[int] = []  # every parent before its children
+    inf = math.inf
     for thread in sorted(set(by_thread) | set(calls_by_thread), key=repr):
         idxs = by_thread.get(thread, [])
-        if any(starts[a] == starts[b] for a, b in zip(idxs, idxs[1:], strict=False)):
+        idx_starts = [starts[i] for i in idxs]
+        if any(map(eq, idx_starts, idx_starts[1:])):
             # Equal starts (common with integer-us traces): the longer op is the parent.
             # Two stable C-keyed sorts give the order (start, -end, file position).
             idxs.sort(key=ends.__getitem__, reverse=True)
             idxs.sort(key=starts.__getitem__)
+            idx_starts = [starts[i] for i in idxs]
         calls = calls_by_thread.get(thread, [])
+        call_starts = [c.start_us for c in calls]
+        call_corr = [c.correlation for c in calls]
         n_calls = len(calls)
         c = 0
-        stack: list[int] = []
+        next_call = call_starts[0] if n_calls else inf
+        # The open ops and their ends, above a sentinel that never closes (end inf).
+        stack = [-1]
+        stack_ends = [inf]
         # Merge the thread's ops and launch calls by start; at equal starts the op opens first.
-        for i in [*idxs, -1]:
-            start = starts[i] if i >= 0 else math.inf
-            while c < n_calls and calls[c].start_us < start:
-                call = calls[c]
-                while stack and ends[stack[-1]] <= call.start_us:
+        for i, start, end in zip(idxs, idx_starts, [ends[i] for i in idxs],
+                                 strict=True):
+            while next_call < start:
+                while stack_ends[-1] <= next_call:
                     stack.pop()
-                corr = call.correlation
-                if stack:
-                    owner_of_correlation[corr] = stack[-1]  # type: ignore[index]
-                else:
-                    owner_of_correlation.setdefault(corr, -1)  # type: ignore[arg-type]
-                c += 1
-            if i < 0:
-                break
-            while stack and ends[stack[-1]] <= start:
-                stack.pop()
-            if stack:
+                    stack_ends.pop()
                 top = stack[-1]
+                if top >= 0:
+                    owner_of_correlation[call_corr[c]] = top  # type: ignore[index]
+                else:
+                    owner_of_correlation.setdefault(call_corr[c], -1)  # type: ignore[arg-type]
+                c += 1
+                next_call = call_starts[c] if c < n_calls else inf
+            top_end = stack_ends[-1]
+            while top_end <= start:
+                stack.pop()
+                stack_ends.pop()
+                top_end = stack_ends[-1]
+            top = stack[-1]
+            if top >= 0:
                 parent[i] = top
-                child_cpu[top] += min(ends[i], ends[top]) - start
+                child_cpu[top] += (end if end <= top_end else top_end) - start
             stack.append(i)
-            preorder.append(i)
+            stack_ends.append(end)
+        for j in range(c, n_calls):  # launch calls after the thread's last op opened
+            while stack_ends[-1] <= call_starts[j]:
+                stack.pop()
+                stack_ends.pop()
+            top = stack[-1]
+            if top >= 0:
+                owner_of_correlation[call_corr[j]] = top  # type: ignore[index]
+            else:
+                owner_of_correlation.setdefault(call_corr[j], -1)  # type: ignore[arg-type]
+        preorder += idxs
 
-    by_external: dict[int, int] = {}
-    for i, op in enumerate(ops):
-        if op.external_id is not None:
-            by_external.setdefault(op.external_id, i)
+    # Each device event's owner: the op holding its launch call, else the op its External id
+    # names (first op with that id).
+    owners = [owner_of_correlation.get(c, -1) if c is not None else -1 for c in k_corr]
+    k_dur = [k.dur_us for k in kernels]
+    if -1 in owners:
+        by_external: dict[Any, int] = dict(zip(reversed([o.external_id for o in ops]),
+                                               range(n - 1, -1, -1), strict=True))
+        by_external.pop(None, None)
+        owners = [by_external.get(k.external_id, -1)
+                  if owner < 0 and k.external_id is not None else owner
+                  for owner, k in zip(owners, kernels, strict=True)]
+    owned = np.array(owners, dtype=np.intp) >= 0
+    # bincount adds each op's durations one by one in kernel order, like `+=` in a loop.
+    self_device = np.bincount(np.array(owners, dtype=np.intp)[owned],
+                              weights=np.array(k_dur, dtype=float)[owned], minlength=n)
+    unattributed = reduce(add, compress(k_dur, (~owned).tolist()), 0.0)
 
-    unattributed = 0.0
-    for kernel in trace.kernels:
-        owner = -1
-        if kernel.correlation is not None:
-            owner = owner_of_correlation.get(kernel.correlation, -1)
-        if owner < 0 and kernel.external_id is not None:
-            owner = by_external.get(kernel.external_id, -1)
-        if owner < 0:
-            unattributed += kernel.dur_us
-        else:
-            stats[owner].self_device_us += kernel.dur_us
-
-    for i, op in enumerate(ops):
-        stats[i].self_cpu_us = max(op.dur_us - child_cpu[i], 0.0)
-        stats[i].total_device_us += stats[i].self_device_us
+    self_cpu = np.maximum(np.array(durs, dtype=float) - np.array(child_cpu, dtype=float), 0.0)
+    total_device = self_device.tolist()
     # Reverse pre-order visits every child before its parent: one pass sums subtrees.
     for i in reversed(preorder):
-        if parent[i] >= 0:
-            stats[parent[i]].total_device_us += stats[i].total_device_us
-    return ops, stats, unattributed
+        p = parent[i]
+        if p >= 0:
+            total_device[p] += total_device[i]
+    return ops, self_cpu, self_device, total_device, unattributed
 
 
 def _shape_text(dims: Any) -> str:
@@ -304,21 +329,26 @@ def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTa
     if n is not None and (not isinstance(n, int) or n < 0):
         raise ValueError(f"n must be a non-negative int or None, got {n!r}")
 
-    ops, stats, unattributed = _attribute(trace)
-    groups: dict[str, list[float]] = {}
+    ops, self_cpu, self_device, total_device, unattributed = _attribute(trace)
+    names = [o.name for o in ops]
+    code_of = {name: c for c, name in enumerate(dict.fromkeys(names))}
+    codes = np.fromiter(map(code_of.__getitem__, names), dtype=np.intp, count=len(names))
+    k = len(code_of)
+    # bincount adds each group's values one by one in op order: the same sums as a loop.
+    call_counts = np.bincount(codes, minlength=k).tolist()
+    sums = [np.bincount(codes, weights=np.array(values, dtype=float), minlength=k).tolist()
+            if k else [] for values in (self_cpu, [o.dur_us for o in ops], self_device,
+                                        total_device)]
+    groups: dict[str, list[float]] = {
+        name: [call_counts[c], sums[0][c], sums[1][c], sums[2][c], sums[3][c]]
+        for name, c in code_of.items()}
     shapes: dict[str, Counter[Any]] = defaultdict(Counter)
-    for op, st in zip(ops, stats, strict=True):
-        g = groups.get(op.name)
-        if g is None:
-            g = groups[op.name] = [0, 0.0, 0.0, 0.0, 0.0]
-        g[0] += 1
-        g[1] += st.self_cpu_us
-        g[2] += op.dur_us
-        g[3] += st.self_device_us
-        g[4] += st.total_device_us
-        if op.input_dims is not None:
-            # Count the (shared, hashable) tuples; only distinct ones are formatted below.
-            shapes[op.name][op.input_dims] += 1
+    op_dims = [o.input_dims for o in ops]
+    if op_dims.count(None) < len(op_dims):
+        # Count the (shared, hashable) tuples; only distinct ones are formatted below.
+        for (name, d), count in Counter(zip(names, op_dims, strict=True)).items():
+            if d is not None:
+                shapes[name][d] = count
 
     totals = {
         "calls": float(len(ops)),
