@@ -261,17 +261,13 @@ class GpuprofileMagics(Magics):
         return (code if code.co_filename == filename else _renamed(code, filename)), source
 
     def _report(self, stats: Any, artifact: Any, args: Any, notes: list[str]) -> Any:
-        from gpuprof_nb.errors import GpuprofError
-        from gpuprof_nb.report import (
-            ProfileReport,
-            analyze,
-            count_steps_per_run,
-            save_trace_dict,
-        )
+        from gpuprof_nb.report import ProfileReport
 
         if artifact is None:
             return ProfileReport(timing=stats, trace=None, notes=tuple(notes))
+        from gpuprof_nb.errors import GpuprofError
         from gpuprof_nb.io.trace import trace_from_dict
+        from gpuprof_nb.report import analyze, count_steps_per_run, save_trace_dict
 
         try:
             trace = trace_from_dict(artifact, TRACE_SOURCE)
