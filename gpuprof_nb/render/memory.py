@@ -1,14 +1,17 @@
 """The memory report's sections (Findings, Timeline, At peak, Leaks, Segments) as text and
-HTML with the same digits, and the stacked timeline plot (matplotlib, imported lazily)."""
+HTML with the same digits, and the stacked timeline plot: inline SVG in the report
+(`memory_svg`), a matplotlib Figure from `plot_memory_timeline` (imported lazily)."""
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from gpuprof_nb.analysis.memory import MemoryTimeline, SiteBytes
-from gpuprof_nb.render.html import esc, html_table, note, png_img
+from gpuprof_nb.render import svg
+from gpuprof_nb.render.html import esc, html_table, note
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct
@@ -128,14 +131,167 @@ def plot_memory_timeline(timeline: MemoryTimeline, ax: Any = None) -> Any:
     return fig
 
 
-def _png(fig: Any) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+# matplotlib's tab10, so the SVG and plot_memory_timeline colour sites alike; the last two
+# rows of site_bytes ("(other sites)", "(allocated before recording)") are greys.
+TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+         "#7f7f7f", "#bcbd22", "#17becf")
+PEAK_COLOUR = "#c62828"
+_MEM_W, _MEM_PLOT_H = 900, 300
+_MEM_LEFT, _MEM_RIGHT, _MEM_TOP = 70, 14, 28
+_UNITS = ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "B"))
+
+
+def _site_colours(n: int) -> list[str]:
+    return [TAB10[i % 10] for i in range(max(n - 2, 0))] + ["#bbbbbb", "#777777"][-n:]
+
+
+def _column_maxima(px: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Return the indices to draw: per whole-pixel column, the sample with the largest
+    value (so no peak is lost), plus the first and the last sample."""
+    cols = np.floor(px).astype(np.int64)
+    # Sort by column, then by value descending: the first of each column is its maximum.
+    order = np.lexsort((-values, cols))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = cols[order][1:] != cols[order][:-1]
+    keep = np.union1d(order[first], [0, len(px) - 1])
+    return keep
+
+
+def memory_svg(timeline: MemoryTimeline) -> str:
+    """Return the memory timeline as an inline SVG string: active bytes stacked by
+    allocation site over time (step curves, as the allocator sees them), reserved bytes as
+    a dashed line, the peak marked; each site's area, the reserved line and the peak have
+    hover titles. Samples closer than a pixel are thinned to the largest one per pixel. The
+    root's data-x / data-y attributes give the axes' ranges (x in the timeline's unit, y
+    in bytes) and data-plot-box the plot area."""
+    x = np.asarray(timeline.sample_x, dtype=float)
+    ys = np.asarray(timeline.site_bytes, dtype=float).reshape(len(timeline.site_labels), -1)
+    labels = timeline.site_labels
+    reserved = timeline.reserved_bytes
+    has_reserved = reserved is not None and len(reserved) == len(timeline.x) and len(x) > 1
+    totals = ys.sum(axis=0) if ys.size else np.zeros(len(x))
+    y_top = max(float(timeline.peak_bytes), float(totals.max()) if totals.size else 0.0,
+                float(np.max(reserved)) if has_reserved and reserved is not None
+                and len(reserved) else 0.0) * 1.08 or 1.0
+    left, right = _MEM_LEFT, _MEM_W - _MEM_RIGHT
+    top, bottom = _MEM_TOP, _MEM_TOP + _MEM_PLOT_H
+    single = len(x) <= 1
+    x_lo, x_hi = (float(x[0]), float(x[-1])) if len(x) else (0.0, 1.0)
+    if single or x_hi <= x_lo:
+        x_lo, x_hi = x_lo - 0.5, x_lo + 0.5
+    sx = svg.LinearScale(x_lo, x_hi, left, right)
+    sy = svg.LinearScale(0.0, y_top, bottom, top)
+    n = svg.num
+    unit_x = "time (ms)" if timeline.time_unit == "ms" else "history entry"
+    out: list[str] = []
+    out.append(svg.text(_MEM_W / 2, 16, "Active memory by allocation site", size=12,
+                        anchor="middle", extra=' font-weight="600"'))
+    scale, unit = next((v, u) for v, u in _UNITS if y_top / 1.08 >= v or v == 1)
+    grid, ticks = [], []
+    for v in svg.nice_ticks(0.0, y_top / scale, target=6):
+        y = sy(v * scale)
+        grid.append(f"M{left} {n(y)}H{right}")
+        ticks.append(svg.text(left - 5, y + 3.5, f"{svg.tick_label(v)} {unit}", size=10,
+                              anchor="end"))
+    if not single:
+        for v in svg.nice_ticks(x_lo, x_hi, target=10):
+            xp = sx(v)
+            grid.append(f"M{n(xp)} {top}V{bottom}")
+            ticks.append(svg.text(xp, bottom + 14, svg.tick_label(v), size=10,
+                                  anchor="middle"))
+    out.append(f'<path d="{"".join(grid)}" fill="none" stroke="currentColor" '
+               'stroke-opacity="0.13"/>')
+    colours = _site_colours(len(labels))
+    peak_sample = int(np.argmax(totals)) if totals.size else 0
+    drawn: list[int] = []
+    if single:
+        # One sample: a stacked bar in the middle.
+        base = 0.0
+        for k, label in enumerate(labels):
+            v = float(ys[k, 0]) if ys.size else 0.0
+            if v <= 0:
+                continue
+            drawn.append(k)
+            y0, y1 = sy(base), sy(base + v)
+            out.append(f'<rect class="gp-site" x="{n(sx(x_lo + 0.25))}" y="{n(y1)}" '
+                       f'width="{n(sx(x_hi - 0.25) - sx(x_lo + 0.25))}" height="{n(y0 - y1)}" '
+                       f'fill="{colours[k]}">' + svg.title(f"{label}\n{fmt_bytes(v)}")
+                       + "</rect>")
+            base += v
+    else:
+        px = np.array([sx(v) for v in x])
+        keep = _column_maxima(px, totals)
+        cum = np.cumsum(ys[:, keep], axis=0)
+        xs = [n(v) for v in px[keep]]
+        base = n(bottom)
+        # Top site first, each area from the axis up to its stack top: the ones drawn after
+        # it cover its lower part, so only its own band shows, and the path is half as long.
+        for k in range(len(labels) - 1, -1, -1):
+            if not ys[k].any():
+                continue
+            drawn.append(k)
+            hs = [n(sy(v)) for v in cum[k]]
+            d = [f"M{xs[0]} {base}V{hs[0]}"]
+            last = hs[0]
+            for xv, hv in zip(xs[1:], hs[1:], strict=True):
+                d.append(f"H{xv}" + (f"V{hv}" if hv != last else ""))
+                last = hv
+            d.append(f"V{base}Z")
+            tip = (f"{labels[k]}\nat the peak: {fmt_bytes(float(ys[k, peak_sample]))}; "
+                   f"largest: {fmt_bytes(float(ys[k].max()))}")
+            out.append(f'<path class="gp-site" d="{"".join(d)}" fill="{colours[k]}" '
+                       f'fill-opacity="0.9">' + svg.title(tip) + "</path>")
+        drawn.reverse()
+        if has_reserved and reserved is not None:
+            rx = np.asarray(timeline.x, dtype=float)
+            rv = np.asarray(reserved, dtype=float)
+            rpx = np.array([sx(v) for v in rx])
+            rkeep = _column_maxima(rpx, rv)
+            pts = [(n(rpx[i]), n(sy(rv[i]))) for i in rkeep]
+            d = [f"M{pts[0][0]} {pts[0][1]}"]
+            last = pts[0][1]
+            for xv, hv in pts[1:]:
+                d.append(f"H{xv}" + (f"V{hv}" if hv != last else ""))
+                last = hv
+            out.append(f'<path class="gp-reserved" d="{"".join(d)}" fill="none" '
+                       'stroke="currentColor" stroke-width="1.2" stroke-dasharray="5 3">'
+                       + svg.title(f"reserved by the caching allocator; peak "
+                                   f"{fmt_bytes(timeline.reserved_peak_bytes)}")
+                       + "</path>")
+    # The peak: a thin line across, a marker and its value.
+    yp = sy(float(timeline.peak_bytes))
+    xp = sx(float(timeline.peak_x)) if not single else (left + right) / 2
+    peak_tip = f"peak {fmt_bytes(timeline.peak_bytes)} at {_x(timeline.peak_x, timeline.time_unit)}"
+    out.append(f'<path d="M{left} {n(yp)}H{right}" stroke="{PEAK_COLOUR}" stroke-width="0.8"/>')
+    out.append(f'<path class="gp-peak" d="M{n(xp - 5)} {n(yp - 9)}h10l-5 9z" '
+               f'fill="{PEAK_COLOUR}">' + svg.title(peak_tip) + "</path>")
+    label = f"peak {fmt_bytes(timeline.peak_bytes)}"
+    anchor = "end" if xp + 6 + svg.text_width(label, 10) > right else "start"
+    out.append(svg.text(xp + 6 if anchor == "start" else xp - 6, yp - 5, label, size=10,
+                        anchor=anchor, fill=PEAK_COLOUR))
+    out.append(f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" '
+               'fill="none" stroke="currentColor" stroke-opacity="0.45"/>')
+    out.extend(ticks)
+    if not single:
+        out.append(svg.text((left + right) / 2, bottom + 30, unit_x, anchor="middle"))
+    out.append(svg.text(14, (top + bottom) / 2, "active memory", anchor="middle",
+                        extra=f' transform="rotate(-90 14 {n((top + bottom) / 2)})"'))
+    entries = [(labels[k] if len(labels[k]) <= 70 else labels[k][:67] + "...",
+                f'<rect width="12" height="12" fill="{colours[k]}"/>') for k in drawn]
+    if has_reserved:
+        entries.append(("reserved", '<path d="M0 6h12" stroke="currentColor" '
+                                    'stroke-width="1.2" stroke-dasharray="4 2"/>'))
+    legend, legend_h = svg.legend_row(entries, left, bottom + 42, right - left, size=10)
+    out.append(legend)
+    height = int(bottom + 42 + legend_h + 4)
+    head = svg.svg_open(_MEM_W, height, "active memory by allocation site over time",
+                        f' data-x="{x_lo!r} {x_hi!r}" data-y="0 {y_top!r}"'
+                        f' data-plot-box="{left} {top} {right} {bottom}"')
+    return head + "".join(out) + "</svg>"
 
 
 def timeline_section(report: MemoryReport, with_plot: bool = True) -> Section:
-    """Return the Timeline section: the plot (PNG) and the numbers behind it."""
+    """Return the Timeline section: the plot (SVG) and the numbers behind it."""
     tl = report.timeline
     rows = [
         ("peak active", fmt_bytes(tl.peak_bytes)),
@@ -153,13 +309,8 @@ def timeline_section(report: MemoryReport, with_plot: bool = True) -> Section:
     text = text_table(("", "value"), rows, right=(False, True))
     html = html_table(("", "value"), rows, numeric=(False, True))
     if with_plot:
-        try:
-            png = _png(plot_memory_timeline(tl))
-        except ImportError:
-            png = None
-        if png is not None:
-            html = png_img(png, "active memory by allocation site over time") + html
-            text += "\n(plot in the HTML view)"
+        html = svg.plot_html(memory_svg(tl)) + html
+        text += "\n(plot in the HTML view)"
     return Section("Timeline", text, html)
 
 

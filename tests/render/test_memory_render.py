@@ -67,10 +67,90 @@ def test_include_exclude(leak_report) -> None:
     assert "text/html" not in no_html and "text/plain" in no_html
 
 
-def test_timeline_has_embedded_png(leak_report) -> None:
+def test_timeline_has_an_inline_svg(leak_report) -> None:
     html = leak_report._repr_mimebundle_()["text/html"]
-    assert "data:image/png;base64," in html
-    assert "<script" not in html and "http" not in html
+    assert '<div class="gp-plot" hidden><svg ' in html and "<img" not in html
+    assert "<script" not in html and "http://" not in html.replace(
+        'xmlns="http://www.w3.org/2000/svg"', "")
+
+
+NS = "{http://www.w3.org/2000/svg}"
+FA = [{"filename": "train.py", "line": 2, "name": "make_a<T>"}]
+FB = [{"filename": "train.py", "line": 9, "name": "make \"b\" & 'c'"}]
+# (action, address, size, frames, time us): A 2048 B, then B 1024 B, A freed, B 512 B more.
+EVENTS = [("alloc", 4096, 2048, FA, 10), ("alloc", 8192, 1024, FB, 20),
+          ("free_requested", 4096, 2048, FA, 30), ("free_completed", 4096, 2048, FA, 30),
+          ("alloc", 9216, 512, FB, 40)]
+
+
+def _steps(d: str) -> list[tuple[float, float]]:
+    """Return (x, value) for each level of an M/H/V step path: the value holds from x on."""
+    x = y = 0.0
+    out = []
+    for cmd, val in re.findall(r"([MHVZ])([^MHVZ]*)", d):
+        if cmd == "M":
+            x, y = (float(v) for v in val.split())
+        elif cmd == "H":
+            x = float(val)
+        elif cmd == "V":
+            y = float(val)
+            out.append((x, y))
+    return out
+
+
+def test_memory_svg_stacks_sites_where_the_bytes_say() -> None:
+    import xml.etree.ElementTree as ET
+
+    from gpuprof_nb.render.memory import memory_svg
+
+    snap = snapshot_from_dict({"segments": [], "device_traces": [[
+        {"action": a, "addr": addr, "size": size, "frames": fr, "time_us": t}
+        for a, addr, size, fr, t in EVENTS]]})
+    report = analyze_memory(snap)
+    root = ET.fromstring(memory_svg(report.timeline))
+    x_lo, x_hi = (float(v) for v in root.get("data-x").split())
+    y_lo, y_hi = (float(v) for v in root.get("data-y").split())
+    left, top, right, bottom = (float(v) for v in root.get("data-plot-box").split())
+    # Independent: per entry, each site's live bytes replayed by hand (free at completion).
+    live = {"a": 0, "b": 0}
+    rows = []
+    for a, _, size, fr, t in EVENTS:
+        site = "a" if fr is FA else "b"
+        live[site] += size if a == "alloc" else -size if a == "free_completed" else 0
+        rows.append(((t - 10) / 1000.0, live["a"], live["b"]))
+    assert (x_lo, x_hi) == (0.0, rows[-1][0])
+    assert report.peak_bytes == max(a + b for _, a, b in rows) == 3072
+
+    def to_data(px: float, py: float) -> tuple[float, float]:
+        return (x_lo + (px - left) / (right - left) * (x_hi - x_lo),
+                y_lo + (bottom - py) / (bottom - top) * (y_hi - y_lo))
+
+    paths = {p.findtext(f"{NS}title").split("\n")[0]: p for p in root.iter(f"{NS}path")
+             if p.get("class") == "gp-site"}
+    assert set(paths) == {"train.py:2 make_a<T>", "train.py:9 make \"b\" & 'c'"}
+    # Sites are stacked in the report's order: the first at the bottom.
+    first, second = (lab for lab in report.timeline.site_labels if lab in paths)
+    for label, height in ((first, lambda a, b: a if first.startswith("train.py:2") else b),
+                          (second, lambda a, b: a + b)):
+        # The levels drawn, in data units, without the last one (back down to the axis).
+        levels = [to_data(px, py) for px, py in _steps(paths[label].get("d"))][:-1]
+
+        def drawn(t: float, levels=levels) -> float:
+            return [v for x, v in levels if x <= t + 1e-9 * x_hi][-1]
+
+        for t in sorted({r[0] for r in rows}):
+            # Entries at one instant share a pixel: the drawing shows one of their values.
+            want = [height(a, b) for rt, a, b in rows if rt == t]
+            assert any(drawn(t) == pytest.approx(w, abs=2e-3 * y_hi) for w in want), (
+                label, t, drawn(t), want)
+    total = [to_data(px, py) for px, py in _steps(paths[second].get("d"))][:-1]
+    assert max(v for _, v in total) == pytest.approx(3072, abs=2e-3 * y_hi)
+    # The peak marker sits at the peak.
+    peak = next(p for p in root.iter(f"{NS}path") if p.get("class") == "gp-peak")
+    m = re.match(r"M([\d.]+) ([\d.]+)h10l-5 9z", peak.get("d"))
+    tip = to_data(float(m.group(1)) + 5, float(m.group(2)) + 9)
+    assert tip[0] == pytest.approx(0.01, abs=1e-3 * x_hi)
+    assert tip[1] == pytest.approx(3072, abs=2e-3 * y_hi)
 
 
 def test_plot_returns_figure_and_uses_given_axes(leak_report) -> None:
@@ -116,6 +196,7 @@ def test_memory_modules_import_without_torch_ipython_ipywidgets() -> None:
         "r = gpuprof_nb.analyze_memory(gpuprof_nb.load_snapshot(sys.argv[1]))",
         "b = r._repr_mimebundle_()",
         "assert 'text/plain' in b and 'text/html' in b",
+        "assert 'matplotlib' not in sys.modules, 'displaying the report drew with matplotlib'",
         "print('ok')",
     ])
     snap = root / "tests" / "data" / "snapshots" / "oom.pickle"
