@@ -231,9 +231,8 @@ class GpuprofileMagics(Magics):
 
     def _compile(self, cell: str) -> tuple[Any, str]:
         """Return the cell compiled as IPython would run it (line magics and `!` expanded),
-        and its transformed source;
-        a SyntaxError propagates before anything runs. The source is cached under the
-        code's file name so tracebacks show the user's lines.
+        and its transformed source; a SyntaxError propagates before anything runs. The
+        source is cached under the code's file name so tracebacks show the user's lines.
 
         A cell run again reuses its transformed source and code object (IPython's transform
         costs ~40 us, compiling ~10 us): the cache key holds everything they depend on:
