@@ -302,3 +302,28 @@ def test_cuda_blocks_put_the_events_around_the_whole_block(
     assert stats.wall_us == pytest.approx((2.0, 2.0))
     assert work.events == (["sync", "run", "sync"]
                            + ["sync", "record", "run", "run", "run", "record", "sync"] * 2)
+
+
+@pytest.mark.gpu
+def test_cuda_blocks_match_hand_written_events_around_k_runs() -> None:
+    import torch
+
+    a = torch.randn(256, 256, device="cuda")
+
+    def run() -> None:
+        a @ a
+
+    stats = time_cell(run, warmup=3, repeat=5, number=50, sync=torch.cuda.synchronize,
+                      use_cuda_events=True, device_name=torch.cuda.get_device_name())
+    hand = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(50):
+            run()
+        end.record()
+        torch.cuda.synchronize()
+        hand.append(start.elapsed_time(end) * 1e3 / 50)
+    assert stats.number == 50 and stats.device_us is not None
+    assert stats.median_us == pytest.approx(statistics.median(hand), rel=0.2)
