@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 from gpuprof_nb.model.trace import Trace
 
 Interval = tuple[float, float]
@@ -21,6 +23,28 @@ def merge_intervals(intervals: Iterable[Interval]) -> list[Interval]:
         else:
             merged.append((start, end))
     return merged
+
+
+def merge_arrays(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return the union of the intervals [starts[i], ends[i]] as two float arrays (starts,
+    ends) of sorted, disjoint intervals: the pairs merge_intervals returns, for many at once.
+    Empty or inverted intervals (end <= start) are dropped; touching ones are joined."""
+    starts = np.asarray(starts, dtype=float)
+    ends = np.asarray(ends, dtype=float)
+    keep = ends > starts
+    s, e = starts[keep], ends[keep]
+    if not len(s):
+        return s, e
+    order = np.lexsort((e, s))
+    s, e = s[order], e[order]
+    # An interval opens a new group when it starts after every earlier one has ended.
+    reach = np.maximum.accumulate(e)
+    opens = np.empty(len(s), dtype=bool)
+    opens[0] = True
+    np.greater(s[1:], reach[:-1], out=opens[1:])
+    firsts = np.flatnonzero(opens)
+    lasts = np.append(firsts[1:] - 1, len(s) - 1)
+    return s[firsts], reach[lasts]
 
 
 def union_length(intervals: Iterable[Interval]) -> float:

@@ -25,31 +25,19 @@ Python between them, ``dataloader`` time in DataLoader ``__next__``.
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress
-from operator import add, attrgetter, le, lt, methodcaller, not_
+from functools import reduce
+from operator import add, lt
 from typing import Any, Literal
 
-from gpuprof_nb.analysis import thresholds as th
-from gpuprof_nb.analysis.intervals import (
-    Interval,
-    clip_intervals,
-    gaps_between,
-    merge_intervals,
-    union_length,
-)
-from gpuprof_nb.model.trace import Kernel, Op, Trace
+import numpy as np
 
-_NAME = attrgetter("name")
-_KIND = attrgetter("kind")
-_START = attrgetter("start_us")
-_DUR = attrgetter("dur_us")
-_DEVICE = attrgetter("device")
-_CORRELATION = attrgetter("correlation")
-_INDEX = attrgetter("index")
-_THREAD = attrgetter("pid", "tid")
+from gpuprof_nb.analysis import thresholds as th
+from gpuprof_nb.analysis.intervals import Interval, gaps_between, merge_arrays, union_length
+from gpuprof_nb.model.trace import Kernel, Op, Trace
 
 IdleCause = Literal["dataloader", "sync", "launch", "host", "other"]
 IDLE_CAUSES: tuple[IdleCause, ...] = ("dataloader", "sync", "launch", "host", "other")
@@ -188,10 +176,12 @@ def _top_level_positions(ops: Sequence[Op]) -> list[int]:
     n = len(ops)
     if not n:
         return []
-    starts = list(map(_START, ops))
-    durs = list(map(_DUR, ops))
+    starts = [o.start_us for o in ops]
+    durs = [o.dur_us for o in ops]
     by_raw: dict[Any, list[int]] = {}
-    for i, kind, dur, thread in zip(range(n), map(_KIND, ops), durs, map(_THREAD, ops),
+    for i, kind, dur, thread in zip(range(n), [o.kind for o in ops], durs,
+                                    zip([o.pid for o in ops], [o.tid for o in ops],
+                                        strict=True),
                                     strict=True):
         if kind == "op" and dur >= 0:
             group = by_raw.get(thread)
@@ -208,7 +198,7 @@ def _top_level_positions(ops: Sequence[Op]) -> list[int]:
             by_thread[key] = sorted(by_thread[key] + group)
         else:
             by_thread[key] = group
-    ends = list(map(add, starts, durs))
+    ends = [s + d for s, d in zip(starts, durs, strict=True)]
     top: list[int] = []
     index: list[int] | None = None
     for key in sorted(by_thread):
@@ -218,18 +208,19 @@ def _top_level_positions(ops: Sequence[Op]) -> list[int]:
             # Order (start, longest first, index) by three stable sorts with C key functions
             # (a Python key per op costs more than the sorts).
             if index is None:
-                index = list(map(_INDEX, ops))
+                index = [o.index for o in ops]
             group.sort(key=index.__getitem__)
             group.sort(key=durs.__getitem__, reverse=True)
             group.sort(key=starts.__getitem__)
-        end = float("-inf")
-        for i in group:
-            if starts[i] >= end:
+            first = [starts[i] for i in group]
+        end = -math.inf
+        for i, start in zip(group, first, strict=True):
+            if start >= end:
                 top.append(i)
                 end = ends[i]
     if len(by_thread) > 1 or index is not None:
         if index is None:
-            index = list(map(_INDEX, ops))
+            index = [o.index for o in ops]
         top.sort(key=index.__getitem__)
         top.sort(key=starts.__getitem__)
     return top
@@ -249,7 +240,7 @@ def _device_choice(trace: Trace) -> tuple[int | None, tuple[str, ...], bool]:
     """Return (device, notes, whether every kernel ran on that device)."""
     if not trace.kernels:
         return None, (), True
-    devices = set(map(_DEVICE, trace.kernels))
+    devices = {k.device for k in trace.kernels}
     if len(devices) == 1:
         return next(iter(devices)), (), True
     busy: dict[int, list[Interval]] = {}
@@ -273,10 +264,6 @@ def device_kernels(trace: Trace, device: int | None) -> tuple[Kernel, ...]:
     return tuple(k for k in trace.kernels if k.device == device)
 
 
-def _sum_clipped(intervals: Sequence[Interval], lo: float, hi: float) -> float:
-    return union_length(clip_intervals(intervals, lo, hi))
-
-
 def _overlap(sorted_disjoint: Sequence[Interval], starts: Sequence[float],
              lo: float, hi: float) -> list[Interval]:
     """Return the parts of [lo, hi] covered by sorted disjoint intervals (bisect-based)."""
@@ -293,115 +280,109 @@ def _overlap(sorted_disjoint: Sequence[Interval], starts: Sequence[float],
     return out
 
 
-class _Classifier:
-    """Assigns causes to idle gaps; built once per trace so each gap costs a few bisects.
-    What only some gaps need (launch times, kernels by start) is built on first use."""
+def _spans(starts: Sequence[float], durs: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Return the union of [start, start + dur] spans as sorted disjoint (starts, ends)."""
+    s = np.array(starts, dtype=float)
+    return merge_arrays(s, s + np.array(durs, dtype=float))
 
-    def __init__(self, trace: Trace, device: int | None, busy: Sequence[Interval],
+
+_CODE = {cause: code for code, cause in enumerate(IDLE_CAUSES)}
+_DATALOADER, _SYNC, _LAUNCH, _HOST, _OTHER = range(len(IDLE_CAUSES))
+
+
+class _Classifier:
+    """Assigns causes to idle gaps, many gaps at once: every rule is an array operation over
+    the gaps (bisects become searchsorted). What only some gaps need (launch times) is built
+    on first use."""
+
+    def __init__(self, trace: Trace, device: int | None, busy_starts: np.ndarray,
                  top: Sequence[int], kernels: Sequence[Kernel]):
         self.on_device = device is not None
         self.trace = trace
         ops = trace.ops
-        self.op_spans = merge_intervals((ops[i].start_us, ops[i].end_us) for i in top)
-        self.op_starts = [s for s, _ in self.op_spans]
-        names = list(map(_NAME, ops))
-        self.dl_spans = merge_intervals(
-            (ops[i].start_us, ops[i].end_us) for i, name in enumerate(names)
-            if "DataLoader" in name and "__next__" in name)
-        self.dl_starts = [s for s, _ in self.dl_spans]
-        runtime = trace.runtime
-        sync_spans = [(runtime[i].start_us, runtime[i].end_us)
-                      for i, name in enumerate(map(_NAME, runtime))
-                      if name in SYNC_RUNTIME_NAMES]
-        sync_spans += [(s.start_us, s.end_us) for s in trace.syncs
-                       if s.name in HOST_SYNC_EVENT_NAMES and (device is None
-                                                               or s.device in (device, -1))]
-        self.sync_spans = merge_intervals(sync_spans)
-        self.sync_starts = [s for s, _ in self.sync_spans]
-        self.sync_ends = [e for _, e in self.sync_spans]
-        self.busy_starts = [s for s, _ in busy]
+        self.op_starts, self.op_ends = _spans([ops[i].start_us for i in top],
+                                              [ops[i].dur_us for i in top])
+        self.op_spans = list(zip(self.op_starts.tolist(), self.op_ends.tolist(), strict=True))
+        self.op_start_list = self.op_starts.tolist()
+        dl = [o for o in ops if "DataLoader" in o.name and "__next__" in o.name]
+        self.dl_starts, self.dl_ends = _spans([o.start_us for o in dl], [o.dur_us for o in dl])
+        self.dl_spans = list(zip(self.dl_starts.tolist(), self.dl_ends.tolist(), strict=True))
+        syncs = [r for r in trace.runtime if r.name in SYNC_RUNTIME_NAMES]
+        syncs += [s for s in trace.syncs  # type: ignore[misc]
+                  if s.name in HOST_SYNC_EVENT_NAMES and (device is None
+                                                          or s.device in (device, -1))]
+        self.sync_starts, self.sync_ends = _spans([s.start_us for s in syncs],
+                                                  [s.dur_us for s in syncs])
+        self.busy_starts = busy_starts
         self.kernels = kernels
-        self._next_launch: dict[int, float | None] = {}
-        self._launch_at: dict[Any, float] | None = None
-        self._k_starts: list[float] = []
-        self._k_corr: list[int | None] = []
+        self._next_launch: np.ndarray | None = None
 
-    def _next_launch_at(self, j: int) -> float | None:
-        """When was the first kernel of busy stretch `j` launched (the earliest launch among
-        kernels starting together)? A later launch than the gap's start means the host had not
-        issued it yet. None without launch information."""
-        if j in self._next_launch:
-            return self._next_launch[j]
-        if self._launch_at is None:
+    def next_launch(self) -> np.ndarray:
+        """For each busy stretch, when its first kernel was launched (the earliest launch
+        among kernels starting together; nan without launch information). A later launch
+        than a gap's start means the host had not issued it yet."""
+        if self._next_launch is None:
             runtime = self.trace.runtime
             # Reversed, so the first call with a correlation id wins.
-            launch_at: dict[Any, float] = dict(zip(reversed(list(map(_CORRELATION, runtime))),
-                                                   reversed(list(map(_START, runtime))),
+            launch_at: dict[Any, float] = dict(zip(reversed([r.correlation for r in runtime]),
+                                                   reversed([r.start_us for r in runtime]),
                                                    strict=True))
             launch_at.pop(None, None)
-            self._launch_at = launch_at
-            starts = list(map(_START, self.kernels))
-            corr = list(map(_CORRELATION, self.kernels))
-            if not all(map(le, starts, starts[1:])):
-                order = sorted(range(len(starts)), key=starts.__getitem__)
-                starts = [starts[i] for i in order]
-                corr = [corr[i] for i in order]
-            self._k_starts, self._k_corr = starts, corr
-        launch_at, k_starts, k_corr = self._launch_at, self._k_starts, self._k_corr
-        s = self.busy_starts[j]
-        k = bisect.bisect_left(k_starts, s)
-        launched: float | None = None
-        while k < len(k_starts) and k_starts[k] <= s:
-            c = k_corr[k]
-            if c is not None and c in launch_at:
-                t = launch_at[c]
-                launched = t if launched is None else min(launched, t)
-            k += 1
-        self._next_launch[j] = launched
-        return launched
+            nan = math.nan
+            launched = np.array([launch_at.get(k.correlation, nan) for k in self.kernels],
+                                dtype=float)
+            k_starts = np.array([k.start_us for k in self.kernels], dtype=float)
+            busy_starts = self.busy_starts
+            pos = np.searchsorted(busy_starts, k_starts, side="left")
+            match = pos < len(busy_starts)
+            match[match] = busy_starts[pos[match]] == k_starts[match]
+            first = np.full(len(busy_starts), nan)
+            # fmin ignores nan: a kernel without a known launch does not hide one with it.
+            np.fmin.at(first, pos[match], launched[match])
+            self._next_launch = first
+        return self._next_launch
 
-    def _sync_at(self, lo: float) -> bool:
-        """True if a blocking sync was under way when the gap began at `lo` (or returned within
-        the slack before it):
-        the host was waiting, so the queue drained. A sync that starts later in the gap did
-        not cause it (the device had gone idle before the host asked to wait)."""
-        i = bisect.bisect_left(self.sync_ends, lo - th.SYNC_SLACK_US)
-        return i < len(self.sync_spans) and self.sync_starts[i] <= lo
-
-    def classify(self, lo: float, hi: float, leading: bool, trailing: bool) -> list[IdleGap]:
-        """Return the pieces of one idle gap [lo, hi] with their causes."""
-        if not self.dl_spans:
-            return [IdleGap(lo, hi, self._cause(lo, lo, hi, leading, trailing))]
-        pieces: list[IdleGap] = []
-        dl = _overlap(self.dl_spans, self.dl_starts, lo, hi)
-        for a, b in dl:
-            pieces.append(IdleGap(a, b, "dataloader"))
-        rest = gaps_between(dl, lo, hi) if dl else [(lo, hi)]
-        for a, b in rest:
-            pieces.append(IdleGap(a, b, self._cause(a, lo, hi, leading, trailing)))
-        pieces.sort(key=_START)
-        return pieces
-
-    def _cause(self, a: float, lo: float, hi: float, leading: bool, trailing: bool) -> IdleCause:
-        if self.on_device and self.sync_spans and self._sync_at(a):
-            return "sync"
-        short = (th.LAUNCH_GAP_MAX_US if self.on_device else th.CPU_DISPATCH_GAP_MAX_US)
-        if not leading and not trailing and (hi - lo) < short:
-            return "launch"
-        if not self.on_device or leading or trailing:
-            return "host"
-        j = bisect.bisect_left(self.busy_starts, hi)
-        launched = self._next_launch_at(j) if j < len(self.busy_starts) else None
-        if launched is None:
-            return "other"
-        return "host" if launched > lo else "other"
+    def causes(self, lo_arr: np.ndarray, hi_arr: np.ndarray, leading: np.ndarray,
+               trailing: np.ndarray, piece_lo: np.ndarray | None = None) -> np.ndarray:
+        """Return the cause codes of idle pieces starting at `piece_lo` (default: the gaps'
+        own starts) inside the gaps [lo_arr, hi_arr] (no DataLoader in them)."""
+        a = lo_arr if piece_lo is None else piece_lo
+        n = len(a)
+        cause = np.full(n, _HOST, dtype=np.int8)
+        decided = np.zeros(n, dtype=bool)
+        edge = leading | trailing
+        if self.on_device and len(self.sync_ends):
+            # A blocking sync under way when the piece began (or returned within the slack
+            # before it): the host was waiting, so the queue drained. A sync that starts
+            # later in the gap did not cause it.
+            i = np.searchsorted(self.sync_ends, a - th.SYNC_SLACK_US, side="left")
+            inside = i < len(self.sync_ends)
+            decided[inside] = self.sync_starts[i[inside]] <= a[inside]
+            cause[decided] = _SYNC
+        short = th.LAUNCH_GAP_MAX_US if self.on_device else th.CPU_DISPATCH_GAP_MAX_US
+        launch = ~decided & ~edge & ((hi_arr - lo_arr) < short)
+        cause[launch] = _LAUNCH
+        decided |= launch
+        if not self.on_device:
+            return cause
+        decided |= edge  # edges stay "host"
+        rest = np.flatnonzero(~decided)
+        if len(rest):
+            j = np.searchsorted(self.busy_starts, hi_arr[rest], side="left")
+            launched = np.full(len(rest), math.nan)
+            known = j < len(self.busy_starts)
+            launched[known] = self.next_launch()[j[known]]
+            # Launched after the gap began: the host had not issued it yet.
+            host = launched > lo_arr[rest]
+            cause[rest] = np.where(host, _HOST, _OTHER)
+        return cause
 
     def host_in_ops_us(self, lo: float, hi: float) -> float:
         """Return the microseconds of [lo, hi] during which a torch op ran on the host."""
         # The same sum as union_length(_overlap(...)): the op spans are merged (sorted, apart),
         # so their clipped parts need no merging again.
         spans = self.op_spans
-        i = bisect.bisect_right(self.op_starts, lo) - 1
+        i = bisect.bisect_right(self.op_start_list, lo) - 1
         if i < 0:
             i = 0
         lengths = []
@@ -415,91 +396,56 @@ class _Classifier:
             i += 1
         return sum(lengths)
 
-    def gaps(self, busy: Sequence[Interval], lo: float, hi: float) -> list[IdleGap]:
-        """Return the idle gaps of [lo, hi] around the busy stretches, with their causes."""
-        holes = gaps_between(busy, lo, hi) if hi > lo else []
-        out: list[IdleGap] = []
-        if self.dl_spans:
-            for a, b in holes:
-                out.extend(self.classify(a, b, leading=(a <= lo), trailing=(b >= hi)))
+    def host_in_ops_many(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """host_in_ops_us for many gaps: at once where at most one op span can reach the gap,
+        one by one (the same sums) where several can."""
+        out = np.zeros(len(lo))
+        n_spans = len(self.op_starts)
+        if not n_spans or not len(lo):
             return out
-        # No DataLoader: each hole is one gap; _cause's checks inlined (one call per gap
-        # is most of the cost on traces with 10^5 gaps).
-        on_device = self.on_device
-        short = th.LAUNCH_GAP_MAX_US if on_device else th.CPU_DISPATCH_GAP_MAX_US
-        check_sync = on_device and bool(self.sync_spans)
-        sync_starts, sync_ends, slack = self.sync_starts, self.sync_ends, th.SYNC_SLACK_US
-        busy_starts = self.busy_starts
-        cause: IdleCause
-        for a, b in holes:
-            edge = a <= lo or b >= hi
-            if check_sync and (i := bisect.bisect_left(sync_ends, a - slack)) < len(
-                    sync_ends) and sync_starts[i] <= a:
-                cause = "sync"
-            elif not edge and (b - a) < short:
-                cause = "launch"
-            elif edge or not on_device:
-                cause = "host"
-            else:
-                j = bisect.bisect_left(busy_starts, b)
-                launched = self._next_launch_at(j) if j < len(busy_starts) else None
-                cause = "other" if launched is None or launched <= a else "host"
-            out.append(IdleGap(a, b, cause))
+        first = np.maximum(np.searchsorted(self.op_starts, lo, side="right") - 1, 0)
+        stop = np.searchsorted(self.op_starts, hi, side="left")
+        one = stop - first == 1
+        s, e = self.op_starts[first[one]], self.op_ends[first[one]]
+        piece = np.minimum(e, hi[one]) - np.maximum(s, lo[one])
+        out[one] = np.where(piece > 0, piece, 0.0)
+        for g in np.flatnonzero(stop - first > 1).tolist():
+            out[g] = self.host_in_ops_us(float(lo[g]), float(hi[g]))
         return out
 
 
-def _breakdown(busy: Sequence[Interval], busy_starts: Sequence[float], busy_ends: Sequence[float],
-               gaps: Sequence[IdleGap], first: int, last: int, lo: float, hi: float,
-               classifier: _Classifier, gap_host_us: dict[int, float]) -> IdleBreakdown:
-    """The breakdown of [lo, hi] from the gaps first..last-1 (those that can reach it)."""
-    span = max(hi - lo, 0.0)
-    per = dict.fromkeys(IDLE_CAUSES, 0.0)
-    host_in_ops = 0.0
-    with_ops = classifier.on_device
-    for j in range(first, last):
-        g = gaps[j]
-        a, b = max(g.start_us, lo), min(g.end_us, hi)
-        if b > a:
-            per[g.cause] += b - a
-            if with_ops and g.cause == "host":
-                if a == g.start_us and b == g.end_us:
-                    # A whole gap (most of them): computed once, shared by window and step.
-                    us = gap_host_us.get(j)
-                    if us is None:
-                        us = gap_host_us[j] = classifier.host_in_ops_us(a, b)
-                else:
-                    us = classifier.host_in_ops_us(a, b)
-                host_in_ops += us
-    # Only the busy stretches that end after lo and start before hi can reach [lo, hi]:
-    # bisect instead of clipping every stretch of the trace for every step.
-    reach = busy[bisect.bisect_right(busy_ends, lo):bisect.bisect_left(busy_starts, hi)]
-    busy_us = _sum_clipped(reach, lo, hi)
-    return IdleBreakdown(
-        span_us=span,
-        busy_us=busy_us,
-        dataloader_us=per["dataloader"],
-        sync_us=per["sync"],
-        launch_us=per["launch"],
-        host_us=per["host"],
-        other_us=per["other"],
-        host_in_ops_us=host_in_ops,
-    )
+def _per_cause(lengths: np.ndarray, causes: np.ndarray) -> dict[str, float]:
+    """Return {cause: sum of its lengths}, each added one by one in gap order from 0.0."""
+    return {cause: reduce(add, lengths[causes == code].tolist(), 0.0)
+            for code, cause in enumerate(IDLE_CAUSES)}
+
+
+def _busy_in(busy_starts: np.ndarray, busy_ends: np.ndarray, lo: float, hi: float) -> float:
+    """Return union_length(clip_intervals(busy, lo, hi)) for merged busy stretches; only those
+    ending after lo and starting before hi are looked at."""
+    i0 = int(np.searchsorted(busy_ends, lo, side="right"))
+    i1 = int(np.searchsorted(busy_starts, hi, side="left"))
+    s = np.maximum(busy_starts[i0:i1], lo)
+    e = np.minimum(busy_ends[i0:i1], hi)
+    keep = e > s
+    # Sorted, disjoint and apart after clipping: union_length's merge would change nothing.
+    return sum((e[keep] - s[keep]).tolist())
+
+
 def activity_window(trace: Trace) -> tuple[float, float]:
     """Return (start, end) in microseconds of the recorded work: ops, annotations, kernels and
     runtime calls, without the profiler's own span and instants (`PyTorch Profiler (0)`,
     `Record Window End`), which add its start-up and shutdown to the trace's window."""
     ops = trace.ops
-    starts = list(map(_START, ops))
-    ends = list(map(add, starts, map(_DUR, ops)))
-    profiler = list(map(methodcaller("startswith", "PyTorch Profiler"), map(_NAME, ops)))
-    if any(profiler):
-        keep = list(map(not_, profiler))
-        starts = list(compress(starts, keep))
-        ends = list(compress(ends, keep))
-    for seq in (trace.kernels, trace.runtime):
-        seq_starts = list(map(_START, seq))
-        starts += seq_starts
-        ends += map(add, seq_starts, map(_DUR, seq))
+    # Few distinct names: test each once, not once per op.
+    profiler = {name for name in {o.name for o in ops} if name.startswith("PyTorch Profiler")}
+    if profiler:
+        ops = tuple(o for o in ops if o.name not in profiler)
+    starts: list[float] = []
+    ends: list[float] = []
+    for seq in (ops, trace.kernels, trace.runtime):
+        starts += [e.start_us for e in seq]
+        ends += [e.start_us + e.dur_us for e in seq]
     lo, hi = trace.window_us
     if not starts:
         return lo, max(hi, lo)
@@ -518,33 +464,112 @@ def device_timeline(trace: Trace) -> Timeline:
     kernels: Sequence[Kernel] = ()
     if on_device:
         kernels = trace.kernels if only_device else device_kernels(trace, device)
-        k_starts = list(map(_START, kernels))
-        busy = merge_intervals(
-            clip_intervals(zip(k_starts, map(add, k_starts, map(_DUR, kernels)), strict=True),
-                           lo, hi))
+        spans = [k.start_us for k in kernels], [k.dur_us for k in kernels]
     else:
-        busy = merge_intervals(clip_intervals(
-            ((ops[i].start_us, ops[i].end_us) for i in top), lo, hi))
+        spans = [ops[i].start_us for i in top], [ops[i].dur_us for i in top]
         notes += ("no device activity in the trace: the breakdown is of the host "
                   "(busy = inside torch ops, host = Python between them)",)
-    classifier = _Classifier(trace, device, busy, top, kernels)
-    gaps = classifier.gaps(busy, lo, hi)
-    busy_starts = classifier.busy_starts
-    busy_ends = [e for _, e in busy]
-    gap_host_us: dict[int, float] = {}
-    overall = _breakdown(busy, busy_starts, busy_ends, gaps, 0, len(gaps), lo, hi, classifier,
-                         gap_host_us)
+    starts = np.array(spans[0], dtype=float)
+    ends = starts + np.array(spans[1], dtype=float)
+    # Clipped to the window, then merged: merge_intervals(clip_intervals(...)).
+    busy_starts, busy_ends = merge_arrays(np.maximum(starts, lo), np.minimum(ends, hi))
+    classifier = _Classifier(trace, device, busy_starts, top, kernels)
+
+    # The holes between busy stretches (gaps_between(busy, lo, hi)).
+    if hi > lo:
+        hole_lo = np.concatenate(([lo], busy_ends))
+        hole_hi = np.concatenate((busy_starts, [hi]))
+        keep = hole_hi > hole_lo
+        hole_lo, hole_hi = hole_lo[keep], hole_hi[keep]
+    else:
+        hole_lo = hole_hi = np.zeros(0)
+    leading, trailing = hole_lo <= lo, hole_hi >= hi
+    gap_lo, gap_hi = hole_lo, hole_hi
+    if len(classifier.dl_starts) and len(hole_lo):
+        k = np.searchsorted(classifier.dl_starts, hole_hi, side="left") - 1
+        with_dl = (k >= 0) & (classifier.dl_ends[np.maximum(k, 0)] > hole_lo)
+    else:
+        with_dl = np.zeros(len(hole_lo), dtype=bool)
+    if not with_dl.any():
+        gap_cause = classifier.causes(hole_lo, hole_hi, leading, trailing)
+    else:
+        # Holes the DataLoader reaches: its parts are "dataloader", the rest of the hole is
+        # judged as a whole hole would be (its bounds decide launch gaps and edges).
+        piece_lo: list[float] = []
+        piece_hi: list[float] = []
+        piece_hole: list[int] = []
+        piece_dl: list[bool] = []
+        for h, (a, b, touched) in enumerate(zip(hole_lo.tolist(), hole_hi.tolist(),
+                                                with_dl.tolist(), strict=True)):
+            if not touched:
+                piece_lo.append(a)
+                piece_hi.append(b)
+                piece_hole.append(h)
+                piece_dl.append(False)
+                continue
+            dl = _overlap(classifier.dl_spans, classifier.dl_starts.tolist(), a, b)
+            pieces = [(x, y, True) for x, y in dl]
+            pieces += [(x, y, False) for x, y in gaps_between(dl, a, b)]
+            pieces.sort(key=lambda p: p[0])
+            for x, y, is_dl in pieces:
+                piece_lo.append(x)
+                piece_hi.append(y)
+                piece_hole.append(h)
+                piece_dl.append(is_dl)
+        hole = np.array(piece_hole, dtype=np.intp)
+        gap_lo = np.array(piece_lo, dtype=float)
+        gap_hi = np.array(piece_hi, dtype=float)
+        gap_cause = classifier.causes(hole_lo[hole], hole_hi[hole], leading[hole],
+                                      trailing[hole], piece_lo=gap_lo)
+        gap_cause[np.array(piece_dl, dtype=bool)] = _DATALOADER
+    lo_list, hi_list = gap_lo.tolist(), gap_hi.tolist()
+    gaps = [IdleGap(a, b, IDLE_CAUSES[c])
+            for a, b, c in zip(lo_list, hi_list, gap_cause.tolist(), strict=True)]
+
+    # Host time inside torch ops, per host gap, computed once for the window and the steps.
+    is_host = gap_cause == _HOST
+    gap_host_us = np.zeros(len(gaps))
+    if on_device:
+        gap_host_us[is_host] = classifier.host_in_ops_many(gap_lo[is_host], gap_hi[is_host])
+
+    def breakdown(first: int, last: int, a: float, b: float) -> IdleBreakdown:
+        # The gaps first..last-1 clipped to [a, b] (max/min as clip_intervals does).
+        g_lo = np.maximum(gap_lo[first:last], a)
+        g_hi = np.minimum(gap_hi[first:last], b)
+        keep = g_hi > g_lo
+        causes = gap_cause[first:last][keep]
+        per = _per_cause((g_hi - g_lo)[keep], causes)
+        host_in_ops = 0.0
+        if on_device:
+            host = np.flatnonzero(keep & is_host[first:last])
+            whole = (g_lo[host] == gap_lo[first:last][host]) & (
+                g_hi[host] == gap_hi[first:last][host])
+            values = gap_host_us[first:last][host]
+            for g in np.flatnonzero(~whole).tolist():  # clipped at the span's edges
+                values[g] = classifier.host_in_ops_us(float(g_lo[host[g]]),
+                                                      float(g_hi[host[g]]))
+            host_in_ops = reduce(add, values.tolist(), 0.0)
+        return IdleBreakdown(
+            span_us=max(b - a, 0.0),
+            busy_us=_busy_in(busy_starts, busy_ends, a, b),
+            dataloader_us=per["dataloader"],
+            sync_us=per["sync"],
+            launch_us=per["launch"],
+            host_us=per["host"],
+            other_us=per["other"],
+            host_in_ops_us=host_in_ops,
+        )
+
+    overall = breakdown(0, len(gaps), lo, hi)
     steps = []
-    gap_starts = [g.start_us for g in gaps]
     for step in trace.steps:
         s_lo, s_hi = max(step.start_us, lo), min(step.end_us, hi)
         if s_hi < s_lo:
             s_hi = s_lo
-        first = max(bisect.bisect_right(gap_starts, s_lo) - 1, 0)
-        last = bisect.bisect_left(gap_starts, s_hi)
+        first = max(bisect.bisect_right(lo_list, s_lo) - 1, 0)
+        last = bisect.bisect_left(lo_list, s_hi)
         steps.append(StepTimeline(step.number, step.name, step.start_us, step.end_us,
-                                  _breakdown(busy, busy_starts, busy_ends, gaps, first, last,
-                                             s_lo, s_hi, classifier, gap_host_us)))
+                                  breakdown(first, last, s_lo, s_hi)))
     return Timeline(
         window_us=overall.span_us,
         busy_us=overall.busy_us,
