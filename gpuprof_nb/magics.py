@@ -40,10 +40,11 @@ class GpuprofileMagics(Magics):
     @argument("--number", type=int, default=None, metavar="K",
               help="runs per timed sample; times are shown per run (block time / K). "
                    "Default: chosen like timeit does: a cell faster than 0.5 ms per run "
-                   "(going by the warm-up) runs one untimed calibration block, then "
-                   "samples of K back-to-back runs lasting about 1 ms, so clock reads and "
-                   "call overhead vanish from the per-run time; slower cells, --warmup 0 "
-                   "and cells that change grad/autocast mode run once per sample. "
+                   "(going by the warm-up, or by the first timed run, then not kept, when "
+                   "the warm-up was a slow cold start) runs one untimed calibration block, "
+                   "then samples of K back-to-back runs lasting about 1 ms, so clock reads "
+                   "and call overhead vanish from the per-run time; slower cells, --warmup "
+                   "0 and cells that change grad/autocast mode run once per sample. "
                    "--number 1: the cell runs exactly --warmup + --repeat (+ 1 profiled) "
                    "times")
     @argument("--once", action="store_true",
@@ -424,7 +425,7 @@ def _display_report(report: Any) -> None:
 def _block_note(number: int, auto: bool) -> str:
     from gpuprof_nb.render.units import fmt_num
 
-    how = "chosen from the warm-up and a calibration block; --number sets it" if auto \
+    how = "chosen from a calibration block after the warm-up; --number sets it" if auto \
         else "--number"
     return (f"each timed sample is {fmt_num(number)} back-to-back runs ({how}); times are per "
             f"run: the sample's time / {fmt_num(number)}")

@@ -59,7 +59,9 @@ def time_cell(
     1 without a warm-up or when the fastest warm-up run took over half of BLOCK_TARGET_US;
     otherwise one more untimed block, sized from the warm-up, measures the pace of runs
     that follow one another (the first run of a cell is often slower), and samples are
-    blocks of about BLOCK_TARGET_US at that pace (auto_number).
+    blocks of about BLOCK_TARGET_US at that pace (auto_number). When the warm-up said
+    "slow" but the first timed run is short (a cold start), that run is not kept: the
+    calibration starts from it and all `repeat` samples are blocks.
 
     `once` runs `run` exactly one time, measured (so it includes cold-start effects).
     `sync` (e.g. torch.cuda.synchronize) is called before each sample starts and after it
@@ -93,33 +95,53 @@ def time_cell(
         warm.append(_wall_block(run, 1, sync, clock))
     if once:
         number = 1
+    # A cold first run (lazy initialisation, first kernel selection) can make a short cell
+    # look slow: the first timed run gets one look too, and if it shows a short cell it is
+    # not kept but starts the calibration. Not with --warmup 0 (no run may go unmeasured).
+    probing = number is None and n_warm > 0
     between: Callable[[], object] | None = None
+
+    def calibrated(first_number: int) -> int:
+        """Time one untimed block of `first_number` runs; return the runs per sample its
+        pace gives (1 if a run changed state that must be reset)."""
+        nonlocal between
+        block = _block(run, first_number, None, run_block)
+        pace_us = _wall_block(block, first_number, sync, clock)
+        if before_each is not None and before_each():
+            between = before_each
+            return 1
+        return auto_number((pace_us,))
+
     wall: list[float] = []
     device: list[float] = []
-    for _ in range(n_timed):
+    while len(wall) < n_timed:
         if before_each is not None and before_each():
             # The previous run changed state (grad/autocast mode): runs must not follow one
             # another unreset. Decided here, after a real run, so it costs nothing otherwise.
             if number is None:
                 number = 1
+            probing = False
             between = before_each
         if number is None:
+            # The warm-up's pace (often a cold first run) sizes a calibration block; the
+            # block's own pace sizes the samples.
             number = auto_number(tuple(warm))
             if number > 1:
-                # Calibration: the warm-up's pace (often a cold first run) sized this block;
-                # the block's own pace sizes the samples.
-                block = _block(run, number, None, run_block)
-                pace_us = _wall_block(block, number, sync, clock)
-                number = auto_number((pace_us,))
-                if before_each is not None and before_each():
-                    number, between = 1, before_each
+                number, probing = calibrated(number), False
         block = _block(run, number, between, run_block)
         if use_cuda_events:
             wall_us, device_us = _cuda_block(block, number, sync, clock)
-            device.append(device_us)
         else:
-            wall_us = _wall_block(block, number, sync, clock)
+            wall_us, device_us = _wall_block(block, number, sync, clock), 0.0
+        if probing:
+            probing = False
+            first_number = auto_number((wall_us,))
+            if first_number > 1 and between is None:
+                number = calibrated(first_number)
+                continue
         wall.append(wall_us)
+        if use_cuda_events:
+            device.append(device_us)
     return TimingStats(
         wall_us=tuple(wall),
         device_us=tuple(device) if use_cuda_events else None,

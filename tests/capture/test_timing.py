@@ -327,3 +327,37 @@ def test_cuda_blocks_match_hand_written_events_around_k_runs() -> None:
         hand.append(start.elapsed_time(end) * 1e3 / 50)
     assert stats.number == 50 and stats.device_us is not None
     assert stats.median_us == pytest.approx(statistics.median(hand), rel=0.2)
+
+
+def test_a_cold_warmup_does_not_hide_a_short_cell() -> None:
+    """The warm-up ran slow (a cold start) but the first timed run is short: that run is
+    not kept, a calibration block follows, and every sample is a block."""
+    from gpuprof_nb.capture.timing import BLOCK_TARGET_US
+
+    cold_ns, warm_ns = int(BLOCK_TARGET_US * 1e3 * 0.8), 40_000
+    k = int(BLOCK_TARGET_US // 40)
+    work = FakeWorkload([cold_ns] + [warm_ns] * (1 + k + 3 * k))
+    stats = time_cell(work.run, warmup=1, repeat=3, number=None, clock=work.clock)
+    assert stats.number == k and stats.runs == 3
+    assert work.calls == 1 + 1 + k + 3 * k  # warm-up, dropped probe, calibration, samples
+    assert stats.wall_us == pytest.approx((40.0, 40.0, 40.0))
+    assert stats.warmup_wall_us == pytest.approx((BLOCK_TARGET_US * 0.8,))
+
+
+def test_old_and_new_agree_run_by_run_for_cells_of_half_a_block_or_more() -> None:
+    """Cells slower than half the block target are timed exactly as before blocks existed:
+    one run per sample, per-run time = (end - start) / 1e3, recomputed here."""
+    import random
+
+    from gpuprof_nb.capture.timing import BLOCK_TARGET_US
+
+    rng = random.Random(7)
+    for _ in range(50):
+        durations = [rng.randint(int(BLOCK_TARGET_US * 500) + 1, 10**9) for _ in range(12)]
+        warmup, repeat = rng.randint(0, 3), rng.randint(1, 8)
+        work = FakeWorkload(durations)
+        stats = time_cell(work.run, warmup=warmup, repeat=repeat, number=None,
+                          clock=work.clock)
+        assert stats.number == 1 and work.calls == warmup + repeat
+        assert stats.warmup_wall_us == tuple(d / 1e3 for d in durations[:warmup])
+        assert stats.wall_us == tuple(d / 1e3 for d in durations[warmup:warmup + repeat])

@@ -46,7 +46,7 @@ def test_short_cell_gets_blocks_automatically(ip) -> None:
     assert k > 1
     # warm-up + calibration block + 3 samples of k runs.
     assert ip.user_ns["runs"] > 1 + 3 * k
-    assert any(f"each timed sample is {k:,} back-to-back runs (chosen from the warm-up" in n
+    assert any(f"each timed sample is {k:,} back-to-back runs (chosen from a calibration" in n
                for n in r.notes)
     # Per run, a block of k runs lasted about the target: not a single run's time.
     assert r.timing.median_us * k > BLOCK_TARGET_US / 20
@@ -183,3 +183,13 @@ def test_a_report_that_cannot_render_is_shown_as_ipython_shows_any_failing_repr(
     assert ip.user_ns["shown_anyway"].timing.runs == 1
     assert "bundle broke" in cap.stdout + cap.stderr
     assert cap.outputs[0].data["text/plain"] == repr(ip.user_ns["shown_anyway"])
+
+
+def test_a_slow_first_run_does_not_stop_blocks_for_a_short_cell(ip) -> None:
+    ip.user_ns.update(runs=0, pause_s=BLOCK_TARGET_US / 1e6)
+    magic(ip, "-o r --quiet --timing-only --warmup 1 --repeat 3",
+          "if runs == 0:\n    time.sleep(pause_s)\nruns += 1")
+    r = ip.user_ns["r"]
+    assert r.timing.warmup_wall_us[0] >= BLOCK_TARGET_US  # the cold start, kept apart
+    assert r.timing.number > 1 and r.timing.runs == 3
+    assert max(r.timing.wall_us) < BLOCK_TARGET_US / 2
