@@ -1,9 +1,10 @@
 """The quickstart in a real JupyterLab, driven by headless Chromium (Debian's, never a download).
 
 What a person would check after "Run All": the report's tabs are there and each one opens when
-clicked, the top-ops table has rows, the timeline and roofline are real PNG images, nothing
-printed a traceback or a widget error, and in the Dark theme the tables are still readable.
-Screenshots go to build/screenshots/.
+clicked, the top-ops table has rows, the timeline and roofline are drawn (inline SVG, shown,
+with hover titles on their marks), nothing printed a traceback or a widget error, and in the
+Dark theme the tables and the plots' text are still readable. Screenshots go to
+build/screenshots/.
 
 JupyterLab and the browser are started and stopped here (process group killed in `finally`).
 With CI=true a missing or broken browser fails the test; elsewhere it is skipped with a reason.
@@ -287,8 +288,10 @@ _JS_CONTRAST = """
     };
     return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]);
   }
-  const cells = [...root.querySelectorAll('.gp-panel td, .gp-panel th, .gp-tab, h3')]
-    .filter(e => e.offsetParent !== null && e.textContent.trim());
+  // SVG text drawn in currentColor (axes, labels) is checked like HTML text.
+  const cells = [...root.querySelectorAll('.gp-panel td, .gp-panel th, .gp-tab, h3, '
+                                          + '.gp-panel svg text:not([fill])')]
+    .filter(e => e.getClientRects().length > 0 && e.textContent.trim());
   return cells.map(e => {
     const fg = rgba(getComputedStyle(e).color), bg = background(e);
     const a = lum(fg), b = lum(bg);
@@ -296,6 +299,17 @@ _JS_CONTRAST = """
             bg: `rgb(${bg.slice(0, 3).join(',')})`,
             ratio: (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05)};
   });
+}
+"""
+
+
+_JS_PLOT_SHOWN = """
+(svg) => {
+  // Shown (the CSS un-hides its wrapper), a real size on the page, and marks with titles.
+  const r = svg.getBoundingClientRect();
+  const titled = [...svg.querySelectorAll('circle, rect, path')]
+    .filter(m => m.querySelector('title')).length;
+  return r.width > 100 && r.height > 60 && titled > 0;
 }
 """
 
@@ -345,7 +359,7 @@ def _check_reports(page: object, shot_prefix: str) -> dict[str, int]:
     reports = page.locator(".jp-OutputArea-output .gp-report")  # type: ignore[attr-defined]
     count = reports.count()
     assert count >= 1, "no gpuprof_nb report rendered in the notebook"
-    seen = {"top_ops_rows": 0, "timeline_png": 0, "roofline_png": 0, "tabs": 0}
+    seen = {"top_ops_rows": 0, "timeline_svg": 0, "roofline_svg": 0, "tabs": 0}
     for r in range(count):
         report = reports.nth(r)
         report.scroll_into_view_if_needed()
@@ -364,15 +378,18 @@ def _check_reports(page: object, shot_prefix: str) -> dict[str, int]:
             panel = panels.nth(i)
             if title == "Top ops":
                 seen["top_ops_rows"] += panel.locator("table tbody tr").count()
-            pngs = panel.locator('img[src^="data:image/png"]')
-            decoded = sum(
-                1 for k in range(pngs.count())
-                if pngs.nth(k).evaluate("img => img.complete && img.naturalWidth > 0")
+            plots = panel.locator("svg.gp-svg")
+            drawn = sum(
+                1 for k in range(plots.count())
+                if plots.nth(k).evaluate(_JS_PLOT_SHOWN)
             )  # fmt: skip
+            offs = panel.locator(".gp-plot-off")
+            assert not any(offs.nth(k).is_visible() for k in range(offs.count())), (
+                f"report {r}: tab {title!r} shows the note meant for viewers without SVG")
             if title == "Timeline":
-                seen["timeline_png"] += decoded
+                seen["timeline_svg"] += drawn
             if title == "Roofline":
-                seen["roofline_png"] += decoded
+                seen["roofline_svg"] += drawn
             report.screenshot(path=str(SCREENSHOTS / f"{shot_prefix}-report{r}-{i}.png"))
     return seen
 
@@ -406,8 +423,8 @@ def test_quickstart_in_jupyterlab(lab: dict[str, object], browser: object) -> No
             _assert_no_errors(page)
             seen = _check_reports(page, prefix)
             assert seen["top_ops_rows"] > 0, f"{theme}: no 'Top ops' tab with table rows: {seen}"
-            assert seen["timeline_png"] > 0, f"{theme}: no 'Timeline' tab with a PNG: {seen}"
-            assert seen["roofline_png"] > 0, f"{theme}: no 'Roofline' tab with a PNG: {seen}"
+            assert seen["timeline_svg"] > 0, f"{theme}: no 'Timeline' tab with a plot: {seen}"
+            assert seen["roofline_svg"] > 0, f"{theme}: no 'Roofline' tab with a plot: {seen}"
             _assert_readable(page, theme)
             page.locator(".gp-report").first.locator(".gp-tab").first.click()  # type: ignore[attr-defined]
             page.screenshot(path=str(SCREENSHOTS / f"{prefix}-notebook.png"), full_page=False)
