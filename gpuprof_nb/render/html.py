@@ -12,7 +12,9 @@ from collections.abc import Sequence
 # (light page). Tabs (render/widgets.tabbed_html) are radio inputs + CSS: the hiding rules sit
 # inside @supports so a browser without :has() shows every section instead of none.
 # `.gpuprof.gpuprof` outranks JupyterLab's `:not(.jp-RenderedMarkdown).jp-RenderedHTMLCommon td`
-# (which right-aligns every cell, names included).
+# (which right-aligns every cell, names included). Plots are inline SVG in a `hidden` wrapper
+# that only this style shows (render/svg.plot_html): where a viewer strips <style> and <svg>
+# (an untrusted notebook, GitHub) their hover titles would otherwise spill out as text.
 _TAB_COUNT = 12
 _TAB_SHOW = ",\n".join(
     f".gpuprof .gp-tabs:has(> .gp-tab:nth-of-type({i}) > input:checked)"
