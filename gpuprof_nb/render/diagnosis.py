@@ -198,11 +198,13 @@ def timeline_section(timeline: Timeline, trace: Trace | None) -> Section:
 _MAX_CPU_LANES = 4
 _MAX_GPU_LANES = 8
 
-# The SVG timeline's natural width (px) and the most rectangles (bars and shaded gaps) it
-# holds: neighbours closer than a pixel are merged first, then closer than 2, 4, ... pixels,
-# until the drawing fits, so a step with 100,000 kernels stays a few tens of kB.
+# The SVG timeline's natural width (px), the most rectangles (bars and shaded gaps) it holds
+# and about the most bytes they take (titles included): neighbours closer than a pixel are
+# merged first, then closer than 2, 4, ... pixels, until the drawing fits, so a step with
+# 100,000 kernels (or with long templated kernel names) stays under about 100 kB.
 _TL_WIDTH = 900
 MAX_TIMELINE_MARKS = 700
+MAX_TIMELINE_BYTES = 100_000
 _LANE_H, _BAR_H = 24, 16
 CPU_COLOUR = "#1f77b4"
 BUSY_COLOUR = "#2ca02c"
@@ -298,12 +300,21 @@ def _merge(items: Sequence[tuple[float, float, float, float, str, str]],
     return runs
 
 
+# Names in bar titles are cut here (the Kernels tab lists them in full): templated kernel
+# names run to thousands of characters and would crowd the merging budget out.
+_TITLE_NAME_CHARS = 160
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= _TITLE_NAME_CHARS else name[: _TITLE_NAME_CHARS - 3] + "..."
+
+
 def _bar_title(r: _Run, what: str, lo: float) -> str:
     if r.count == 1:
-        return f"{r.longest[1]}\n{fmt_us(r.busy_us)} at {fmt_us(r.start_us - lo)}"
+        return f"{_short(r.longest[1])}\n{fmt_us(r.busy_us)} at {fmt_us(r.start_us - lo)}"
     return (f"{fmt_num(r.count)} {what}, {fmt_us(r.busy_us)} busy in "
             f"{fmt_us(r.end_us - r.start_us)} from {fmt_us(r.start_us - lo)}\n"
-            f"longest: {r.longest[1]} ({fmt_us(r.longest[0])})")
+            f"longest: {_short(r.longest[1])} ({fmt_us(r.longest[0])})")
 
 
 def _gap_title(r: _Run, label: str, lo: float) -> str:
@@ -350,7 +361,10 @@ def timeline_svg(timeline: Timeline, trace: Trace | None,
         lane_runs = [_merge(items, merge_px) for items in lane_px]
         gap_runs = {c: _merge(items, merge_px) for c, items in gap_px.items()}
         marks = sum(map(len, lane_runs)) + sum(map(len, gap_runs.values()))
-        if marks <= MAX_TIMELINE_MARKS or merge_px > _TL_WIDTH:
+        # About 100 bytes of markup and numbers per rectangle, plus its title's name.
+        size = 100 * marks + sum(min(len(r.longest[1]), _TITLE_NAME_CHARS)
+                                 for runs in lane_runs for r in runs)
+        if (marks <= MAX_TIMELINE_MARKS and size <= MAX_TIMELINE_BYTES) or merge_px > _TL_WIDTH:
             break
         merge_px *= 2
     n = svg.num

@@ -222,7 +222,8 @@ def memory_svg(timeline: MemoryTimeline) -> str:
         px = np.array([sx(v) for v in x])
         keep = _column_maxima(px, totals)
         cum = np.cumsum(ys[:, keep], axis=0)
-        xs = [n(v) for v in px[keep]]
+        # A tenth of a pixel is plenty for these curves (and a fifth shorter than n()).
+        xs = [f"{v:.1f}" for v in px[keep]]
         base = n(bottom)
         # Top site first, each area from the axis up to its stack top: the ones drawn after
         # it cover its lower part, so only its own band shows, and the path is half as long.
@@ -230,7 +231,7 @@ def memory_svg(timeline: MemoryTimeline) -> str:
             if not ys[k].any():
                 continue
             drawn.append(k)
-            hs = [n(sy(v)) for v in cum[k]]
+            hs = [f"{sy(v):.1f}" for v in cum[k]]
             d = [f"M{xs[0]} {base}V{hs[0]}"]
             last = hs[0]
             for xv, hv in zip(xs[1:], hs[1:], strict=True):
@@ -247,7 +248,7 @@ def memory_svg(timeline: MemoryTimeline) -> str:
             rv = np.asarray(reserved, dtype=float)
             rpx = np.array([sx(v) for v in rx])
             rkeep = _column_maxima(rpx, rv)
-            pts = [(n(rpx[i]), n(sy(rv[i]))) for i in rkeep]
+            pts = [(f"{rpx[i]:.1f}", f"{sy(rv[i]):.1f}") for i in rkeep]
             d = [f"M{pts[0][0]} {pts[0][1]}"]
             last = pts[0][1]
             for xv, hv in pts[1:]:

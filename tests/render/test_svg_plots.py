@@ -15,7 +15,12 @@ from gpuprof_nb.analysis.timeline import device_timeline
 from gpuprof_nb.model.device import DeviceSpec
 from gpuprof_nb.model.trace import Kernel, Op, Trace
 from gpuprof_nb.render import svg
-from gpuprof_nb.render.diagnosis import MAX_TIMELINE_MARKS, timeline_section, timeline_svg
+from gpuprof_nb.render.diagnosis import (
+    MAX_TIMELINE_BYTES,
+    MAX_TIMELINE_MARKS,
+    timeline_section,
+    timeline_svg,
+)
 from gpuprof_nb.render.html import STYLE
 from gpuprof_nb.render.roofline import ABOVE_ROOF_COLOUR, roofline_section, roofline_svg
 
@@ -311,3 +316,17 @@ def test_lanes_of_a_step_match_the_whole_trace_computation(data_dir):
         assert lanes and all(sorted(want[name]) == items for name, items in lanes.items())
         assert {n for n in want if n.startswith("GPU")} == {n for n in lanes if
                                                             n.startswith("GPU")}
+
+
+def test_long_kernel_names_keep_the_drawing_small():
+    # 340 kernels 2.2 px apart with 270-character names: few enough rectangles, too many
+    # bytes, so names in titles are cut and merging goes on until the bytes fit.
+    long_name = "void cutlass::Kernel<" + "x" * 250 + ">"
+    kernels = tuple(Kernel(name=f"{long_name}{i}", kind="kernel", start_us=100.0 * i,
+                           dur_us=1.0, device=0, stream=7, index=i) for i in range(340))
+    trace = Trace(source="hand", ops=(), kernels=kernels, runtime=(), syncs=(), memory=(),
+                  steps=(), devices=(), distributed=None, window_us=(0.0, 34_000.0))
+    text = timeline_svg(device_timeline(trace), trace)
+    assert len(text.encode()) < MAX_TIMELINE_BYTES + 10_000
+    bars = _lane_rects(_parse(text), "GPU 0 stream 7")
+    assert all(len(_title(b).split("\n")[-1]) < 200 for b in bars)
