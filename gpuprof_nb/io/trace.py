@@ -316,15 +316,6 @@ class _Builder:
         key = _tuplify(value)
         return self._shared.setdefault(key, key)
 
-    def _shape_arg(self, args: Mapping[str, Any], *keys: str) -> Any:
-        for key in keys:
-            value = args.get(key)
-            if value is not None:
-                if isinstance(value, list):
-                    return self._share(_tuplify(value))
-                return None
-        return None
-
     def _str_tuple(self, value: Any) -> tuple[str, ...] | None:
         if isinstance(value, list):
             return self._share(tuple([sys.intern(v) if isinstance(v, str) else str(v)
@@ -420,10 +411,10 @@ class _Builder:
                 # an annotation whatever category an exporter gives it.
                 op_kind = "annotation"
             if not args:
-                self.ops.append(
-                    _new_op(name, op_kind, start, dur_f, pid, tid, None, None, None, None, None,
-                       None, None, None, index)
-                )
+                self.ops.append(_new_op(
+                    name, op_kind, start, dur_f, pid, tid,
+                    None, None, None, None, None, None, None, None, index,
+                ))
                 return
             get = args.get
             external = get("External id")
@@ -457,10 +448,10 @@ class _Builder:
             stack = get("Call stack")
             if stack is not None:
                 stack = self._str_tuple(stack)
-            self.ops.append(
-                _new_op(name, op_kind, start, dur_f, pid, tid, external, dims, in_types, strides,
-                   concrete, seq, fwd, stack, index)
-            )
+            self.ops.append(_new_op(
+                name, op_kind, start, dur_f, pid, tid,
+                external, dims, in_types, strides, concrete, seq, fwd, stack, index,
+            ))
             return
 
         if cat in _RUNTIME_CATS:
