@@ -219,6 +219,7 @@ _COMM_KERNEL_MARKS = ("nccl", "rccl", "gloo")
 _FP32_KERNEL_MARKS = ("sgemm", "f32f32_f32f32", "_fp32_")
 
 
+@functools.lru_cache(maxsize=8192)
 def op_class(name: str) -> str:
     """Return 'gemm', 'elementwise', 'cast' or 'other' for a torch op name (forward ops and
     autograd `evaluate_function: XBackward0` nodes)."""
@@ -332,6 +333,9 @@ class _Context:
 
 
 def _rule_dataloader(c: _Context) -> Finding | None:
+    if not any("DataLoader" in name and "__next__" in name
+               for name in {o.name for o in c.trace.ops}):
+        return None
     spans = merge_intervals((o.start_us, o.end_us) for o in c.trace.ops if is_dataloader_op(o))
     if not spans:
         return None
@@ -515,6 +519,9 @@ _HOST_COLLECTIVE_PREFIXES = ("gloo:", "nccl:", "c10d::", "mpi:", "ucc:")
 
 def _host_collective_spans(c: _Context) -> list[Interval]:
     """Return the merged host ranges of collectives (`gloo:all_reduce`, `c10d::allreduce_`)."""
+    if not any(name.lower().startswith(_HOST_COLLECTIVE_PREFIXES)
+               for name in {o.name for o in c.trace.ops}):
+        return []
     return merge_intervals(
         clip_intervals(((o.start_us, o.end_us) for o in c.trace.ops
                         if o.name.lower().startswith(_HOST_COLLECTIVE_PREFIXES)), c.lo, c.hi))
@@ -873,8 +880,8 @@ _REGION_IDS = re.compile(r"Torch-Compiled Region: (\d+)/(\d+)")
 
 
 def _rule_recompilation(c: _Context) -> Finding | None:
-    marked = [o for o in c.trace.ops if any(m in o.name for m in _COMPILE_MARKERS)]
-    if not marked:
+    # Traces repeat a few thousand op names: look for the markers once per name.
+    if not any(m in name for name in {o.name for o in c.trace.ops} for m in _COMPILE_MARKERS):
         return None
     compiles = [o for o in c.trace.ops if "compile_inner" in o.name]
     # Inner compiles nest (compile_inner inside _compile.compile_inner): count outermost.

@@ -158,29 +158,48 @@ class _Tree:
 
     def __init__(self, ops: Sequence[Op]) -> None:
         self.ops = list(ops)
-        self.parent: list[int | None] = [None] * len(self.ops)
-        self.children: list[list[int]] = [[] for _ in self.ops]
+        n = len(self.ops)
+        self.parent: list[int | None] = [None] * n
+        # Only parents get an entry: one empty list per op costs more than the tree.
+        self.children: dict[int, list[int]] = {}
         # Per thread: op indices in (start, longer first, file order) order, and their starts.
+        raw: dict[tuple[Any, Any], list[int]] = {}
+        for i, thread in enumerate(zip([o.pid for o in self.ops], [o.tid for o in self.ops],
+                                       strict=True)):
+            group = raw.get(thread)
+            if group is None:
+                raw[thread] = [i]
+            else:
+                group.append(i)
+        # Threads keyed by their ids as text: ids that print alike are one thread.
         self.threads: dict[tuple[str, str], list[int]] = {}
-        for i, op in enumerate(self.ops):
-            self.threads.setdefault((str(op.pid), str(op.tid)), []).append(i)
+        for (pid, tid), group in raw.items():
+            key = (str(pid), str(tid))
+            self.threads[key] = sorted(self.threads[key] + group) if key in self.threads \
+                else group
+        starts = [o.start_us for o in self.ops]
+        durs = [o.dur_us for o in self.ops]
+        ends = [o.start_us + o.dur_us for o in self.ops]
+        index = [o.index for o in self.ops]
         self.order: list[int] = []
         for key in sorted(self.threads):
-            idx = sorted(self.threads[key],
-                         key=lambda i: (self.ops[i].start_us, -self.ops[i].dur_us,
-                                        self.ops[i].index, i))
-            self.threads[key] = idx
+            # The order (start, -dur, index, position) by stable sorts with C key functions;
+            # each group is in position order to begin with.
+            idx = self.threads[key]
+            idx.sort(key=index.__getitem__)
+            idx.sort(key=durs.__getitem__, reverse=True)
+            idx.sort(key=starts.__getitem__)
             stack: list[int] = []
             for i in idx:
-                op = self.ops[i]
-                while stack and op.end_us > self.ops[stack[-1]].end_us + _EPS_US:
+                end = ends[i]
+                while stack and end > ends[stack[-1]] + _EPS_US:
                     stack.pop()
                 if stack:
                     self.parent[i] = stack[-1]
-                    self.children[stack[-1]].append(i)
+                    self.children.setdefault(stack[-1], []).append(i)
                 stack.append(i)
             self.order.extend(idx)
-        self.starts = {k: [self.ops[i].start_us for i in v] for k, v in self.threads.items()}
+        self.starts = {k: [starts[i] for i in v] for k, v in self.threads.items()}
 
     def innermost_at(self, pid: Any, tid: Any, t_us: float) -> int | None:
         """Return the deepest op on thread (pid, tid) whose interval holds t_us."""
@@ -321,14 +340,14 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
     def _wrapper_cost(i: int) -> OpCost | None:
         # A copy wrapper costs what its outermost costed descendants cost; nothing if none.
         found: list[OpCost] = []
-        stack = list(tree.children[i])
+        stack = list(tree.children.get(i, ()))
         while stack:
             j = stack.pop()
             c = cost(j)
             if c is not None:
                 found.append(c)
             else:
-                stack.extend(tree.children[j])
+                stack.extend(tree.children.get(j, ()))
         if not found:
             return None
         return OpCost(sum(c.flops for c in found), sum(c.bytes_moved for c in found),
@@ -463,12 +482,12 @@ def _is_host_device(name: str) -> bool:
 
 
 def _has_anchor_below(i: int, tree: _Tree, anchor_of: list[int | None]) -> bool:
-    stack = list(tree.children[i])
+    stack = list(tree.children.get(i, ()))
     while stack:
         j = stack.pop()
         if anchor_of[j] is not None:
             return True
-        stack.extend(tree.children[j])
+        stack.extend(tree.children.get(j, ()))
     return False
 
 
