@@ -224,7 +224,7 @@ def memory_svg(timeline: MemoryTimeline) -> str:
         cum = np.cumsum(ys[:, keep], axis=0)
         # A tenth of a pixel is plenty for these curves (and a fifth shorter than n()).
         xs = [f"{v:.1f}" for v in px[keep]]
-        base = n(bottom)
+        axis = n(bottom)
         # Top site first, each area from the axis up to its stack top: the ones drawn after
         # it cover its lower part, so only its own band shows, and the path is half as long.
         for k in range(len(labels) - 1, -1, -1):
@@ -232,12 +232,12 @@ def memory_svg(timeline: MemoryTimeline) -> str:
                 continue
             drawn.append(k)
             hs = [f"{sy(v):.1f}" for v in cum[k]]
-            d = [f"M{xs[0]} {base}V{hs[0]}"]
+            d = [f"M{xs[0]} {axis}V{hs[0]}"]
             last = hs[0]
             for xv, hv in zip(xs[1:], hs[1:], strict=True):
                 d.append(f"H{xv}" + (f"V{hv}" if hv != last else ""))
                 last = hv
-            d.append(f"V{base}Z")
+            d.append(f"V{axis}Z")
             tip = (f"{labels[k]}\nat the peak: {fmt_bytes(float(ys[k, peak_sample]))}; "
                    f"largest: {fmt_bytes(float(ys[k].max()))}")
             out.append(f'<path class="gp-site" d="{"".join(d)}" fill="{colours[k]}" '
