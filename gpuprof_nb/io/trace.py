@@ -296,6 +296,7 @@ class _Builder:
         self.negative_durations = 0
         self.event_count = 0
         self._shared: dict[Any, Any] = {}
+        self._str_tuples: dict[Any, tuple[str, ...]] = {}
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -313,17 +314,41 @@ class _Builder:
         """Nested lists -> nested tuples, one shared instance per distinct value."""
         if type(value) is not list:
             return None
-        key = _tuplify(value)
-        return self._shared.setdefault(key, key)
+        # Shapes are mostly lists of lists of numbers: convert two levels at C speed. Anything
+        # deeper or odder (a list or dict left inside) is unhashable, and takes _tuplify.
+        key = tuple([tuple(v) if type(v) is list else v for v in value])
+        try:
+            return self._shared.setdefault(key, key)
+        except TypeError:
+            key = _tuplify(value)
+            return self._shared.setdefault(key, key)
 
     def _str_tuple(self, value: Any) -> tuple[str, ...] | None:
+        """Strings (a list of them, or one joined with ';') -> a shared tuple of interned
+        strings. Results for all-string input are cached by the input itself: input types
+        and call stacks repeat across millions of ops."""
+        kind = type(value)
+        raw: Any = tuple(value) if kind is list else value if kind is str else None
+        if raw is not None:
+            try:
+                hit = self._str_tuples.get(raw)
+            except TypeError:  # a list inside: unhashable, not all strings anyway
+                raw = None
+            else:
+                if hit is not None:
+                    return hit
         if isinstance(value, list):
-            return self._share(tuple([sys.intern(v) if isinstance(v, str) else str(v)
-                                      for v in value]))
-        if isinstance(value, str):
+            result = self._share(tuple([sys.intern(v) if isinstance(v, str) else str(v)
+                                        for v in value]))
+        elif isinstance(value, str):
             # Some exporters join the stack with ';'.
-            return self._share(tuple(sys.intern(p) for p in value.split(";") if p))
-        return None
+            result = self._share(tuple(sys.intern(p) for p in value.split(";") if p))
+        else:
+            return None
+        # Only all-string keys: (1,) == (True,) as dict keys, but they convert differently.
+        if raw is not None and (kind is str or all(type(v) is str for v in value)):
+            self._str_tuples[raw] = result
+        return result
 
     # -- the per-event hot path -------------------------------------------------------------
 
