@@ -153,28 +153,28 @@ def _point_title(p: RooflinePoint) -> str:
 def _place_label(label: str, x: float, y: float, r: float, size: float,
                  placed: list[tuple[float, float, float, float]],
                  box: tuple[float, float, float, float]) -> tuple[float, float, str]:
-    """Return (x, baseline y, anchor) for a dot's label: right of the dot, else above,
-    below or left of it, the first spot that overlaps no label placed so far."""
+    """Return (x, baseline y, anchor) for a dot's label: right of the dot, else left of
+    it, then a line higher or lower, and so on: the first spot inside the plot that
+    overlaps no label or dot placed so far (crowded: the first spot inside the plot)."""
     w, h = svg.text_width(label, size), size
-    candidates = ((x + r + 3, y + size * 0.35, "start"), (x + r + 2, y - r - 2, "start"),
-                  (x + r + 2, y + r + size, "start"), (x - r - 3, y + size * 0.35, "end"))
-    chosen = None
+    base = y + size * 0.35
+    candidates = []
+    for dy in (0.0, -h - 2, h + 2, -2 * (h + 2), 2 * (h + 2), -3 * (h + 2), 3 * (h + 2)):
+        candidates += [(x + r + 3, base + dy, "start"), (x - r - 3, base + dy, "end")]
+    inside = []
     for cx, cy, anchor in candidates:
         left = cx - w if anchor == "end" else cx
-        if left < box[0] or left + w > box[2]:
-            continue
         rect = (left, cy - h, left + w, cy + 2)
+        if left < box[0] or rect[2] > box[2] or rect[1] < box[1] or rect[3] > box[3]:
+            continue
+        inside.append((cx, cy, anchor, rect))
         if not any(rect[0] < b[2] and b[0] < rect[2] and rect[1] < b[3] and b[1] < rect[3]
                    for b in placed):
-            chosen = (cx, cy, anchor, rect)
-            break
-    if chosen is None:
-        # Crowded: keep the first spot that fits the plot, overlapping or not.
-        cx, cy, anchor = candidates[0] if x + r + 3 + w <= box[2] else candidates[3]
-        left = cx - w if anchor == "end" else cx
-        chosen = (cx, cy, anchor, (left, cy - h, left + w, cy + 2))
-    placed.append(chosen[3])
-    return chosen[0], chosen[1], chosen[2]
+            placed.append(rect)
+            return cx, cy, anchor
+    cx, cy, anchor, rect = inside[0] if inside else (*candidates[0], (0.0, 0.0, 0.0, 0.0))
+    placed.append(rect)
+    return cx, cy, anchor
 
 
 def roofline_svg(roofline: Roofline, *, top: int = 5) -> str:
@@ -297,8 +297,8 @@ def roofline_svg(roofline: Roofline, *, top: int = 5) -> str:
                    + svg.text(22, cy + 3.5, label, size=10))
     out.append("</g>")
     placed.append((lx0, ly0, lx0 + width, ly0 + height))
-    # Labels keep off the labelled dots themselves too.
-    placed.extend((x - r, y - r, x + r, y + r) for x, y, r in geometry[:top])
+    # Labels keep off the dots too (the crowded fallback may still cover one).
+    placed.extend((x - r, y - r, x + r, y + r) for x, y, r in geometry)
     for i, (p, (x, y, r)) in enumerate(zip(shown, geometry, strict=True)):
         if i >= top and not p.above_roof:
             continue
@@ -306,6 +306,11 @@ def roofline_svg(roofline: Roofline, *, top: int = 5) -> str:
             else "above roof!"
         lx, ly, anchor = _place_label(label, x, y, r, 10, placed, box)
         colour = ABOVE_ROOF_COLOUR if p.above_roof else "currentColor"
+        if abs(ly - 3.5 - y) > 1:
+            # Moved up or down out of the crowd: a leader line says which dot it names.
+            side = 1 if anchor == "start" else -1
+            out.append(f'<path d="M{n(x + side * r * 0.7)} {n(y)}L{n(lx - side)} '
+                       f'{n(ly - 3.5)}" stroke="currentColor" stroke-opacity="0.45"/>')
         out.append(svg.text(lx, ly, label, size=10, anchor=anchor, fill=colour))
     if len(points) > len(shown):
         out.append(svg.text(left + 4, top_px + 12, f"{len(points) - len(shown)} shorter op "
