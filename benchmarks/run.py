@@ -1,6 +1,6 @@
 """Run every comparison and write benchmarks/RESULTS.md (`make bench`).
 
-    python benchmarks/run.py [--quick] [--only overhead,accuracy,traces,snapshots,notebook]
+    python benchmarks/run.py [--quick] [--only overhead,accuracy,traces,json,snapshots,notebook]
                              [--repeats N] [--big-trace-mb N] [--big-snapshot-mb N]
                              [--traces-dir DIR] [--hta-python PATH] [--out PATH]
                              [--cache-dir DIR] [--cap-gb N]
@@ -37,6 +37,7 @@ COMPARISONS = {
     "overhead": "benchmarks.overhead",
     "accuracy": "benchmarks.accuracy",
     "traces": "benchmarks.trace_analysis",
+    "json": "benchmarks.json_choice",
     "snapshots": "benchmarks.snapshot_analysis",
     "notebook": "benchmarks.notebook_weight",
 }

@@ -162,7 +162,7 @@ def test_run_quick_writes_results(tmp_path: Path) -> None:
     env = dict(os.environ, KINETO_LOG_LEVEL="6", MPLBACKEND="Agg")
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "run.py"), "--quick",
-         "--only", "overhead,accuracy,traces,snapshots",
+         "--only", "overhead,accuracy,traces,json,snapshots",
          "--traces-dir", str(traces), "--hta-python", str(tmp_path / "no-hta"),
          "--big-trace-mb", "1", "--big-snapshot-mb", "1", "--out", str(out),
          "--cache-dir", str(tmp_path / "cache")],
@@ -171,7 +171,7 @@ def test_run_quick_writes_results(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = out.read_text()
     for title in ("1. Overhead", "2. Timing accuracy", "3. Trace analysis",
-                  "4. Snapshot analysis"):
+                  "JSON library choice", "4. Snapshot analysis"):
         assert f"## {title}" in text
     assert "This comparison failed" not in text
     assert "HTA venv not available" in text
