@@ -14,6 +14,7 @@ round by round so machine drift hits them alike:
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import statistics
 import time
@@ -77,8 +78,14 @@ def start_shell() -> Any:
 
 
 def run_cell(shell: Any, source: str) -> float:
-    """Run one cell; return its wall time in seconds. Output is swallowed; errors raise."""
+    """Run one cell; return its wall time in seconds. Output is swallowed; errors raise.
+
+    A full garbage collection is run first, untimed: otherwise the one that earlier cells'
+    allocations make due lands on whichever cell crosses the threshold (hundreds of ms on
+    this shell's heap), which measures the order of the cells rather than what they cost.
+    `timeit` avoids the same noise by switching the collector off."""
     sink = io.StringIO()
+    gc.collect()
     with contextlib.redirect_stdout(sink):
         t0 = time.perf_counter()
         result = shell.run_cell(source, store_history=False)
@@ -143,7 +150,8 @@ def run(cfg: BenchConfig) -> Section:
     rounds = cfg.repeats if cfg.quick else max(cfg.repeats, 7)
     lines = [
         f"Wall time of the whole cell, median of {rounds} interleaved rounds, in one "
-        f"in-process IPython shell (torch threads: {cfg.threads}). Ratios are against bare "
+        f"in-process IPython shell (torch threads: {cfg.threads}), each cell after an untimed "
+        "`gc.collect()`. Ratios are against bare "
         "for `--timing-only` and against the hand-written profiler block for the full "
         "profile.",
         "",
