@@ -51,7 +51,11 @@ def summary_pairs(report: Any) -> list[tuple[str, str]]:
     pairs.append(("device", _device_label(report)))
     if timing is not None:
         measured = "CUDA events" if timing.device_us else "wall clock"
-        runs = f"{fmt_num(timing.runs)} timed ({measured})"
+        if timing.number > 1:
+            runs = (f"{fmt_num(timing.runs)} timed samples of {fmt_num(timing.number)} "
+                    f"back-to-back runs ({measured}; times are per run)")
+        else:
+            runs = f"{fmt_num(timing.runs)} timed ({measured})"
         if timing.warmup_wall_us:
             runs += f", {fmt_num(len(timing.warmup_wall_us))} warm-up not measured"
         if timing.once:

@@ -35,7 +35,11 @@ def test_forced_number_runs_blocks_and_says_so(ip) -> None:
     assert ip.user_ns["runs"] == 1 + 2 * 5  # warm-up, then two blocks of five
     assert r.timing.number == 5 and r.timing.runs == 2 and r.timing.timed_runs == 10
     assert any("each timed sample is 5 back-to-back runs (--number)" in n for n in r.notes)
-    assert "5 back-to-back runs" in cap.outputs[0].data["text/plain"]
+    text = cap.outputs[0].data["text/plain"]
+    assert "5 back-to-back runs" in text
+    # The Summary's runs row says what a sample is, in both bundles.
+    assert "2 timed samples of 5 back-to-back runs" in text
+    assert "2 timed samples of 5 back-to-back runs" in cap.outputs[0].data["text/html"]
 
 
 def test_short_cell_gets_blocks_automatically(ip) -> None:
