@@ -32,8 +32,10 @@ class GpuprofileMagics(Magics):
         self._code_cache: dict[Any, tuple[str, Any]] = {}
 
     @magic_arguments()
-    @argument("--warmup", type=int, default=1, metavar="N",
-              help="unmeasured runs before timing (default 1)")
+    @argument("--warmup", type=int, default=None, metavar="N",
+              help="unmeasured runs before timing (default: at least 1, and more while "
+                   "they add up to under 5 ms, so a short cell reaches its steady pace "
+                   "before it is timed; a cell of 5 ms or more warms up once)")
     @argument("--repeat", type=int, default=3, metavar="N",
               help="timed samples, without the profiler attached (default 3); a sample "
                    "is one run, or a block of --number back-to-back runs for short cells")
@@ -45,7 +47,7 @@ class GpuprofileMagics(Magics):
                    "then samples of K back-to-back runs lasting about 1 ms, so clock reads "
                    "and call overhead vanish from the per-run time; slower cells, --warmup "
                    "0 and cells that change grad/autocast mode run once per sample. "
-                   "--number 1: the cell runs exactly --warmup + --repeat (+ 1 profiled) "
+                   "--number 1 --warmup N: the cell runs exactly N + --repeat (+ 1 profiled) "
                    "times")
     @argument("--once", action="store_true",
               help="run the cell exactly once (cells with side effects), timed and "
@@ -205,7 +207,7 @@ class GpuprofileMagics(Magics):
         except ValueError as exc:  # unbalanced quotes in the option line
             raise UsageError(f"%%gpuprofile: {exc}\n{_usage(parser)}") from None
         problems = []
-        if args.warmup < 0:
+        if args.warmup is not None and args.warmup < 0:
             problems.append(f"--warmup must be 0 or more, got {args.warmup}")
         if args.repeat < 1:
             problems.append(f"--repeat must be 1 or more, got {args.repeat}")

@@ -22,6 +22,15 @@ from gpuprof_nb.model.timing import TimingStats
 BLOCK_TARGET_US = 1_000.0
 # Most runs in one block: a cell measuring 0 us (clock resolution) must not loop forever.
 MAX_NUMBER = 1_000_000
+# The automatic warm-up (warmup=None): runs until they add up to this much, at least one.
+# One run is not enough for a cell of about a millisecond: measured on a 0.7 ms matmul cell
+# (issue 7), the first runs after a pause take 10-40% longer (caches, branch predictors,
+# the allocator), and with one warm-up run the median of 3 samples read 1-29% above
+# Timer's; after 4 or more warm-up runs it read within 1.5%. 5 ms of warm-up costs a cell
+# of 5 ms or more its single warm-up run, as before.
+WARMUP_BUDGET_US = 5_000.0
+# Most automatic warm-up runs (a cell measuring 0 us must not loop forever).
+MAX_AUTO_WARMUP = 10_000
 
 
 def auto_number(run_us: tuple[float, ...], target_us: float = BLOCK_TARGET_US) -> int:
@@ -39,7 +48,7 @@ def auto_number(run_us: tuple[float, ...], target_us: float = BLOCK_TARGET_US) -
 def time_cell(
     run: Callable[[], object],
     *,
-    warmup: int = 1,
+    warmup: int | None = 1,
     repeat: int = 3,
     once: bool = False,
     sync: Callable[[], None] | None = None,
@@ -55,7 +64,8 @@ def time_cell(
     `number` (TimingStats.number says how many).
 
     `warmup` runs are single runs timed by wall clock only and kept in `warmup_wall_us`,
-    never in the statistics. `number=None` picks the runs per sample the way timeit does:
+    never in the statistics; `warmup=None` runs at least one and goes on until they add up
+    to WARMUP_BUDGET_US (a short cell reaches its steady pace; a slow one runs once). `number=None` picks the runs per sample the way timeit does:
     1 without a warm-up or when the fastest warm-up run took over half of BLOCK_TARGET_US;
     otherwise one more untimed block, sized from the warm-up, measures the pace of runs
     that follow one another (the first run of a cell is often slower), and samples are
@@ -82,23 +92,26 @@ def time_cell(
     __tracebackhide__ = True  # noqa: F841
     if repeat < 1 and not once:
         raise ValueError(f"repeat must be at least 1, got {repeat}")
-    if warmup < 0:
+    if warmup is not None and warmup < 0:
         raise ValueError(f"warmup must be 0 or more, got {warmup}")
     if number is not None and number < 1:
         raise ValueError(f"number must be at least 1, got {number}")
     n_warm, n_timed = (0, 1) if once else (warmup, repeat)
 
     warm: list[float] = []
-    for _ in range(n_warm):
+    spent_us = 0.0
+    while (len(warm) < n_warm if n_warm is not None
+           else not warm or (spent_us < WARMUP_BUDGET_US and len(warm) < MAX_AUTO_WARMUP)):
         if before_each is not None:
             before_each()
         warm.append(_wall_block(run, 1, sync, clock))
+        spent_us += warm[-1]
     if once:
         number = 1
     # A cold first run (lazy initialisation, first kernel selection) can make a short cell
     # look slow: the first timed run gets one look too, and if it shows a short cell it is
     # not kept but starts the calibration. Not with --warmup 0 (no run may go unmeasured).
-    probing = number is None and n_warm > 0
+    probing = number is None and bool(warm)
     between: Callable[[], object] | None = None
 
     def calibrated(first_number: int) -> int:

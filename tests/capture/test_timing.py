@@ -361,3 +361,27 @@ def test_old_and_new_agree_run_by_run_for_cells_of_half_a_block_or_more() -> Non
         assert stats.number == 1 and work.calls == warmup + repeat
         assert stats.warmup_wall_us == tuple(d / 1e3 for d in durations[:warmup])
         assert stats.wall_us == tuple(d / 1e3 for d in durations[warmup:warmup + repeat])
+
+
+def test_automatic_warmup_runs_until_the_budget_then_stops() -> None:
+    from gpuprof_nb.capture.timing import WARMUP_BUDGET_US
+
+    # 1.2 ms runs: five warm-up runs reach 6 ms, four only 4.8 ms of the 5 ms budget.
+    run_ns = 1_200_000
+    assert 4 * run_ns / 1e3 < WARMUP_BUDGET_US <= 5 * run_ns / 1e3
+    work = FakeWorkload([run_ns] * 8)
+    stats = time_cell(work.run, warmup=None, repeat=3, clock=work.clock)
+    assert len(stats.warmup_wall_us) == 5 and work.calls == 8
+    # A cell slower than the budget warms up exactly once, as with warmup=1.
+    work = FakeWorkload([int(WARMUP_BUDGET_US * 1e3) + 1] * 4)
+    stats = time_cell(work.run, warmup=None, repeat=3, clock=work.clock)
+    assert len(stats.warmup_wall_us) == 1 and work.calls == 4
+
+
+def test_automatic_warmup_of_a_zero_time_cell_is_capped() -> None:
+    from gpuprof_nb.capture.timing import MAX_AUTO_WARMUP
+
+    work = FakeWorkload([0] * (MAX_AUTO_WARMUP + 3))
+    stats = time_cell(work.run, warmup=None, repeat=3, clock=work.clock)
+    assert len(stats.warmup_wall_us) == MAX_AUTO_WARMUP
+    assert work.calls == MAX_AUTO_WARMUP + 3

@@ -68,7 +68,7 @@ def test_long_cell_runs_once_per_sample(ip) -> None:
 
 def test_cell_changing_grad_mode_is_timed_run_by_run(ip) -> None:
     ip.user_ns["runs"] = 0
-    magic(ip, "-o r --quiet --timing-only --repeat 3",
+    magic(ip, "-o r --quiet --timing-only --warmup 1 --repeat 3",
           "runs += 1\ntorch.set_grad_enabled(not torch.is_grad_enabled())")
     assert ip.user_ns["r"].timing.number == 1 and ip.user_ns["runs"] == 4
     assert torch.is_grad_enabled()
@@ -197,3 +197,19 @@ def test_a_slow_first_run_does_not_stop_blocks_for_a_short_cell(ip) -> None:
     assert r.timing.warmup_wall_us[0] >= BLOCK_TARGET_US  # the cold start, kept apart
     assert r.timing.number > 1 and r.timing.runs == 3
     assert max(r.timing.wall_us) < BLOCK_TARGET_US / 2
+
+
+def test_default_warmup_runs_a_short_cell_until_the_budget_and_counts_every_run(ip) -> None:
+    """Without --warmup, a short cell warms up for about WARMUP_BUDGET_US; every run the cell
+    made is accounted for by the report (warm-up + samples x runs per sample + profiled)."""
+    from gpuprof_nb.capture.timing import WARMUP_BUDGET_US
+
+    ip.user_ns["runs"] = 0
+    magic(ip, "-o r --quiet --repeat 3", "runs += 1\nsum(range(200))")
+    t = ip.user_ns["r"].timing
+    assert len(t.warmup_wall_us) > 1
+    assert sum(t.warmup_wall_us) >= WARMUP_BUDGET_US
+    # Without the last warm-up run, the budget was not yet spent.
+    assert sum(t.warmup_wall_us[:-1]) < WARMUP_BUDGET_US
+    calibration = ip.user_ns["runs"] - len(t.warmup_wall_us) - t.timed_runs - 1
+    assert calibration >= 0
