@@ -11,6 +11,7 @@ activity the anchor's own (inclusive) CPU time is used instead.
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -276,6 +277,35 @@ def _shapes(op: Op) -> str:
     return ", ".join(parts)
 
 
+# Words that name a host processor, not a GPU: "cpu", "Intel(R) Xeon(R) ...", "AMD EPYC 7763",
+# "AWS Graviton3" (a model number may follow the family name with no space).
+_CPU_NAME = re.compile(
+    r"\bcpu\b|\b(?:xeon|epyc|ryzen|threadripper|core i[3579]|graviton|neoverse|apple m\d)"
+    r"|core\(tm\)", flags=re.IGNORECASE)
+
+
+def _check_device_name(trace: Trace, device: str) -> None:
+    """Raise ValueError when the device name and the trace are of different kinds: a name
+    picks datasheet GPU ceilings, which would be drawn over CPU times on a CPU-only trace, and
+    a CPU's name has no GPU ceilings for a trace whose times are kernel times."""
+    if not trace.has_device_activity:
+        spec = lookup_device_spec(device)
+        what = (f"the GPU {spec.name} ({spec.kind})" if spec is not None
+                else "a device name, which only selects datasheet GPU ceilings")
+        raise ValueError(
+            f"compute_roofline: device={device!r} is {what}, but this is a CPU trace (no "
+            "kernels: its times are CPU times). Leave device= out to get FLOPs, bytes and "
+            "intensity without roofs, or pass CPU ceilings measured on this machine with "
+            "gpuprof_nb.measure_ceilings(); for GPU roofs, profile the code on the GPU.")
+    if _CPU_NAME.search(device) and lookup_device_spec(device) is None:
+        gpus = ", ".join(d.name for d in trace.devices) or "a GPU the trace does not name"
+        raise ValueError(
+            f"compute_roofline: device={device!r} names a CPU, but this is a GPU trace "
+            f"({len(trace.kernels)} device activities on {gpus}: its times are kernel times). "
+            "Leave device= out to use the trace's GPU, or pass that GPU's name (e.g. "
+            "'NVIDIA H100') or its ceilings from gpuprof_nb.measure_ceilings() run on it.")
+
+
 def _resolve_device(
     trace: Trace, device: DeviceSpec | str | None
 ) -> tuple[DeviceSpec | None, str]:
@@ -289,6 +319,7 @@ def _resolve_device(
         origin = "measured" if device.measured else "datasheet"
         return device, f"ceilings: {device.name}, {origin} ({device.source})"
     if isinstance(device, str):
+        _check_device_name(trace, device)
         spec = lookup_device_spec(device)
         if spec is None:
             return None, (f"unknown GPU {device!r}: no datasheet row and no measured ceilings; "
@@ -322,7 +353,9 @@ class _Acc:
 def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Roofline:
     """Return the roofline of the trace: FLOPs (count), bytes, intensity (FLOP/byte),
     achieved FLOP/s and bytes/s per op group, against `device`'s ceilings (a DeviceSpec, a
-    GPU name, or None: the trace's first deviceProperties entry via the datasheet table)."""
+    GPU name, or None: the trace's first deviceProperties entry via the datasheet table).
+    Raises ValueError for a device name of the wrong kind: any name on a CPU-only trace, a
+    CPU's name on a GPU trace."""
     spec, device_note = _resolve_device(trace, device)
     tree = _Tree([op for op in trace.ops if op.kind == "op"])
     ops = tree.ops

@@ -260,3 +260,35 @@ def test_host_device_copy_is_not_measured_against_hbm():
     assert h2d.achieved_bytes_per_s == pytest.approx(8000 / 4e-6)
     assert d2d.direction == "device"
     assert d2d.fraction_of_bandwidth == pytest.approx(4000 / 0.5e-6 / 1e11)
+
+
+@pytest.mark.parametrize("name", ["H100", "NVIDIA A100-SXM4-80GB", "MI300X", "cpu", "Mystery"])
+def test_device_name_on_a_cpu_trace_is_refused_with_the_kinds_named(name):
+    cpu_trace = trace_of([op("aten::mm", 0, 10, **MM)])
+    with pytest.raises(ValueError) as err:
+        compute_roofline(cpu_trace, name)
+    msg = str(err.value)
+    assert f"device={name!r}" in msg and "CPU trace" in msg
+    assert "Leave device= out" in msg and "measure_ceilings()" in msg
+    if name in ("H100", "MI300X"):
+        assert "the GPU NVIDIA H100" in msg or "the GPU AMD Instinct MI300X (rocm)" in msg
+    # Without the name the same trace still gets FLOPs and bytes (no roofs).
+    r = compute_roofline(cpu_trace)
+    assert r.device is None and r.points[0].flops == 2 * 1024**3
+
+
+@pytest.mark.parametrize("name", ["cpu", "Intel(R) Xeon(R) Platinum 8480+", "AMD EPYC 7763",
+                                  "Intel(R) Core(TM) i7-12700", "AWS Graviton3"])
+def test_cpu_name_on_a_gpu_trace_is_refused_with_the_kinds_named(name):
+    h100 = DeviceInfo(index=0, name="NVIDIA H100 80GB HBM3", total_memory_bytes=85018279936)
+    gpu_trace = trace_of([op("aten::mm", 0, 10, ext=1, **MM)], [kern("gemm", 10, 10, ext=1)],
+                         devices=[h100])
+    with pytest.raises(ValueError) as err:
+        compute_roofline(gpu_trace, name)
+    msg = str(err.value)
+    assert f"device={name!r} names a CPU" in msg and "GPU trace" in msg
+    assert "1 device activities on NVIDIA H100 80GB HBM3" in msg
+    assert "Leave device= out" in msg
+    # A GPU's name on the same trace still resolves (AMD names a GPU here, not a CPU).
+    assert compute_roofline(gpu_trace, "AMD Instinct MI300X").device.kind == "rocm"
+    assert compute_roofline(gpu_trace, "NVIDIA H100").device.name == "NVIDIA H100 SXM"
