@@ -50,7 +50,8 @@ HAND_WRITTEN = '''
 import time as _time
 from torch.profiler import profile as _profile, ProfilerActivity as _PA
 _code = compile({body!r}, "<cell>", "exec")
-exec(_code, globals())
+for _i in range({warmup}):
+    exec(_code, globals())
 _times = []
 for _i in range(3):
     if torch.cuda.is_available(): torch.cuda.synchronize()
@@ -102,21 +103,33 @@ class Approach:
     run: Callable[[], float]
 
 
-def _approaches(shell: Any, body: str) -> list[Approach]:
-    # Bare: the cell's code run 1 + 3 times inside one cell, exec'd like the magic runs it,
-    # so the difference is only what the magic adds (not IPython's per-cell cost x4).
+def magic_runs(shell: Any, body: str) -> int:
+    """How many times `%%gpuprofile --timing-only` with its defaults runs this cell: its
+    warm-up adapts to the cell (at least 1 run, about 5 ms for short cells) and a short
+    cell is timed in blocks, so bare and the hand-written block are given the same number
+    of runs (TimingStats.cell_runs: warm-up + calibration + timed) to compare like with
+    like."""
+    run_cell(shell, "%%gpuprofile --timing-only --quiet -o _r_count\n" + body)
+    return int(shell.user_ns["_r_count"].timing.cell_runs)
+
+
+def _approaches(shell: Any, body: str, runs: int) -> list[Approach]:
+    # Bare: the cell's code run as many times as the magic runs it (`runs`),
+    # inside one cell, exec'd like the magic runs it, so the difference is only what the
+    # magic adds (not IPython's per-cell cost per run).
     shell.user_ns["_bare_code"] = compile(body, "<cell>", "exec")
-    bare_cell = "for _bare_i in range(4):\n    exec(_bare_code, globals())\n"
+    bare_cell = f"for _bare_i in range({runs}):\n    exec(_bare_code, globals())\n"
 
     def bare() -> float:
         return run_cell(shell, bare_cell)
 
     return [
-        Approach("bare (1 + 3 runs)", bare),
+        Approach("bare", bare),
         Approach("%%gpuprofile --timing-only",
                  lambda: run_cell(shell, "%%gpuprofile --timing-only -o _r_t\n" + body)),
         Approach("hand-written torch.profiler block",
-                 lambda: run_cell(shell, HAND_WRITTEN.format(body=body))),
+                 lambda: run_cell(shell, HAND_WRITTEN.format(body=body,
+                                                             warmup=max(runs - 3, 0)))),
         Approach("%%gpuprofile", lambda: run_cell(shell, "%%gpuprofile -o _r_f\n" + body)),
         Approach("%%gpuprofile --quiet",
                  lambda: run_cell(shell, "%%gpuprofile --quiet -o _r_q\n" + body)),
@@ -125,18 +138,38 @@ def _approaches(shell: Any, body: str) -> list[Approach]:
 
 def measure_workload(
     shell: Any, n: int, body: str, rounds: int, threads: int
-) -> dict[str, list[float]]:
-    """Seconds per approach over `rounds` rounds; the order rotates each round."""
+) -> tuple[dict[str, list[float]], int]:
+    """Seconds per approach over `rounds` rounds (the order rotates each round), and how
+    many times the magic (and so bare) runs the cell."""
     run_cell(shell, SETUP.format(n=n, threads=threads))
-    approaches = _approaches(shell, body)
+    runs = magic_runs(shell, body)
+    approaches = _approaches(shell, body, runs)
     for approach in approaches:  # one untimed pass: imports, allocator, profiler init
         approach.run()
     times: dict[str, list[float]] = {a.label: [] for a in approaches}
+    # The magic's run count can differ from round to round (its warm-up is timed): each
+    # round, the reference of each magic cell gets the runs that cell made beyond `runs`
+    # (or fewer) added at bare's pace, so every ratio compares the same number of runs.
+    magic_outputs = {"%%gpuprofile --timing-only": ("_r_t", "bare"),
+                     "%%gpuprofile": ("_r_f", "hand-written torch.profiler block"),
+                     "%%gpuprofile --quiet": ("_r_q", "hand-written torch.profiler block")}
+    for label in magic_outputs:
+        times[f"reference for {label}"] = []
     for r in range(rounds):
         order = approaches[r % len(approaches):] + approaches[: r % len(approaches)]
         for approach in order:
             times[approach.label].append(approach.run())
-    return times
+        pace = times["bare"][-1] / runs
+        for label, (output, reference) in magic_outputs.items():
+            made = shell.user_ns[output].timing.cell_runs
+            times[f"reference for {label}"].append(times[reference][-1] + (made - runs) * pace)
+    return times, runs
+
+
+def median_ratio(times: dict[str, list[float]], label: str) -> float:
+    """Median over rounds of (magic cell / its same-runs reference) - 1."""
+    return statistics.median(
+        t / ref - 1 for t, ref in zip(times[label], times[f"reference for {label}"], strict=True))
 
 
 def _fmt(seconds: float) -> str:
@@ -147,38 +180,50 @@ def run(cfg: BenchConfig) -> Section:
     """Measure each workload; return the RESULTS.md section and its two targets."""
     shell = start_shell()
     workloads = WORKLOADS_QUICK if cfg.quick else WORKLOADS_FULL
-    rounds = cfg.repeats if cfg.quick else max(cfg.repeats, 7)
+    # Cells of a few ms vary by a few % from run to run: 15 rounds keep the medians' own
+    # spread below the 2% being judged.
+    rounds = cfg.repeats if cfg.quick else max(cfg.repeats, 15)
     lines = [
         f"Wall time of the whole cell, median of {rounds} interleaved rounds, in one "
         f"in-process IPython shell (torch threads: {cfg.threads}), each cell after an untimed "
-        "`gc.collect()`. Ratios are against bare "
-        "for `--timing-only` and against the hand-written profiler block for the full "
-        "profile.",
+        "`gc.collect()`. Bare runs the cell's code as many times as `--timing-only` does with "
+        "its defaults (warm-up + 3 timed runs, or blocks of runs for a short cell; the warm-up "
+        "adapts to the cell) and the hand-written block warms up to the same count, so "
+        "every approach does the same work. "
+        "Ratios are against bare for `--timing-only` and against the hand-written profiler "
+        "block for the full profile: the median over rounds of each round's ratio, its "
+        "reference adjusted at bare's pace per run to the runs that round's magic cell made "
+        "(the warm-up is timed, so the count can move by a run or so).",
         "",
-        "| workload | bare (1+3 runs) | --timing-only | vs bare | hand-written profiler "
-        "| %%gpuprofile | vs hand-written | %%gpuprofile --quiet | vs hand-written |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| workload | runs of the cell | bare | --timing-only | vs bare "
+        "| hand-written profiler | %%gpuprofile | vs hand-written | %%gpuprofile --quiet "
+        "| vs hand-written |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     targets: list[Target] = []
     # Signed: negative means the magic's cell ran faster than its reference (noise).
     worst_timing = worst_full = worst_quiet = float("-inf")
     fixed_ms: list[tuple[float, float]] = []  # (magic's extra ms per cell, bare ms per run)
     for name, (n, body) in workloads.items():
-        times = measure_workload(shell, n, body, rounds, cfg.threads)
+        times, runs = measure_workload(shell, n, body, rounds, cfg.threads)
         med = {k: statistics.median(v) for k, v in times.items()}
-        bare = med["bare (1 + 3 runs)"]
+        bare = med["bare"]
         timing = med["%%gpuprofile --timing-only"]
+        vs_bare = median_ratio(times, "%%gpuprofile --timing-only")
+        vs_hand = median_ratio(times, "%%gpuprofile")
+        quiet_vs_hand = median_ratio(times, "%%gpuprofile --quiet")
         hand = med["hand-written torch.profiler block"]
         full = med["%%gpuprofile"]
         quiet = med["%%gpuprofile --quiet"]
-        fixed_ms.append(((timing - bare) * 1000, bare * 1000 / 4))
-        worst_timing = max(worst_timing, timing / bare - 1)
-        worst_full = max(worst_full, full / hand - 1)
-        worst_quiet = max(worst_quiet, quiet / hand - 1)
+        fixed_ms.append((vs_bare * bare * 1000, bare * 1000 / runs, runs))
+        worst_timing = max(worst_timing, vs_bare)
+        worst_full = max(worst_full, vs_hand)
+        worst_quiet = max(worst_quiet, quiet_vs_hand)
         lines.append(
-            f"| {name} | {_fmt(bare)} | {_fmt(timing)} | {timing / bare - 1:+.1%} "
-            f"| {_fmt(hand)} | {_fmt(full)} | {full / hand - 1:+.1%} | {_fmt(quiet)} "
-            f"| {quiet / hand - 1:+.1%} |"
+            f"| {name} | {runs} | {_fmt(bare)} | {_fmt(timing)} "
+            f"| {vs_bare:+.1%} "
+            f"| {_fmt(hand)} | {_fmt(full)} | {vs_hand:+.1%} | {_fmt(quiet)} "
+            f"| {quiet_vs_hand:+.1%} |"
         )
     notes = _gap_notes(shell, fixed_ms, worst_timing, worst_full)
     if notes:
@@ -193,20 +238,21 @@ def run(cfg: BenchConfig) -> Section:
 
 
 def _gap_notes(
-    shell: Any, fixed_ms: list[tuple[float, float]], worst_timing: float, worst_full: float
+    shell: Any, fixed_ms: list[tuple[float, float, int]], worst_timing: float,
+    worst_full: float,
 ) -> list[str]:
     """What the overhead numbers say when a target is missed."""
     out: list[str] = []
     if worst_timing > 0.02 and fixed_ms:
-        extra = statistics.median(e for e, _ in fixed_ms)
+        extra = statistics.median(e for e, _, _ in fixed_ms)
         out.append(
-            f"- `--timing-only` adds about {extra:.2f} ms per cell whatever the cell does "
-            "(argument parsing, compiling the cell, per-run bookkeeping, the small timing "
-            "report): "
-            + "; ".join(f"{e / (4 * run):+.1%} on a {run:.1f} ms-per-run cell"
-                        for e, run in fixed_ms)
-            + f". Within 2% needs cells of at least {extra / 0.02 / 4:.0f} ms per run, or a "
-            "smaller fixed cost."
+            "- What `--timing-only` adds to the cell (median of the rounds; the cell-magic "
+            "dispatch by IPython, option parsing, the timing bookkeeping and publishing the "
+            "small report): "
+            + "; ".join(f"{e:+.2f} ms ({e / (runs * run):+.1%}) on a {run:.1f} ms-per-run "
+                        f"cell run {runs} times" for e, run, runs in fixed_ms)
+            + f". At {extra:.2f} ms per cell, within 2% needs a cell of at least "
+            f"{extra / 0.02:.0f} ms in all."
         )
     report = shell.user_ns.get("_r_f")
     if worst_full > 0.10 and report is not None:

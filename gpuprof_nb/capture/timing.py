@@ -65,8 +65,9 @@ def time_cell(
 
     `warmup` runs are single runs timed by wall clock only and kept in `warmup_wall_us`,
     never in the statistics; `warmup=None` runs at least one and goes on until they add up
-    to WARMUP_BUDGET_US (a short cell reaches its steady pace; a slow one runs once). `number=None` picks the runs per sample the way timeit does:
-    1 without a warm-up or when the fastest warm-up run took over half of BLOCK_TARGET_US;
+    to WARMUP_BUDGET_US (a short cell reaches its steady pace; a slow one runs once).
+    `number=None` picks the runs per sample the way timeit does: 1 without a warm-up or
+    when the fastest warm-up run took over half of BLOCK_TARGET_US;
     otherwise one more untimed block, sized from the warm-up, measures the pace of runs
     that follow one another (the first run of a cell is often slower), and samples are
     blocks of about BLOCK_TARGET_US at that pace (auto_number). When the warm-up said
@@ -113,11 +114,13 @@ def time_cell(
     # not kept but starts the calibration. Not with --warmup 0 (no run may go unmeasured).
     probing = number is None and bool(warm)
     between: Callable[[], object] | None = None
+    untimed = 0  # runs between the warm-up and the samples (calibration, a probe not kept)
 
     def calibrated(first_number: int) -> int:
         """Time one untimed block of `first_number` runs; return the runs per sample its
         pace gives (1 if a run changed state that must be reset)."""
-        nonlocal between
+        nonlocal between, untimed
+        untimed += first_number
         block = _block(run, first_number, None, run_block)
         pace_us = _wall_block(block, first_number, sync, clock)
         if before_each is not None and before_each():
@@ -150,6 +153,7 @@ def time_cell(
             probing = False
             first_number = auto_number((wall_us,))
             if first_number > 1 and between is None:
+                untimed += number
                 number = calibrated(first_number)
                 continue
         wall.append(wall_us)
@@ -162,6 +166,7 @@ def time_cell(
         once=once,
         device_name=device_name,
         number=number or 1,
+        calibration_runs=untimed,
     )
 
 

@@ -28,7 +28,9 @@ class TimingStats:
     `profiled` means that run had the profiler attached (so its time includes the overhead);
     `steps_per_run` is the number of training steps the profiled run held, when known.
     `number` is how many back-to-back runs each sample timed: each entry of `wall_us` and
-    `device_us` is that block's time divided by `number` (1: every entry is one run)."""
+    `device_us` is that block's time divided by `number` (1: every entry is one run).
+    `calibration_runs` counts the untimed runs between the warm-up and the samples that sized
+    the blocks (0 when every sample is one run)."""
 
     wall_us: tuple[float, ...]
     device_us: tuple[float, ...] | None = None
@@ -38,6 +40,7 @@ class TimingStats:
     steps_per_run: int | None = None
     profiled: bool = False
     number: int = 1
+    calibration_runs: int = 0
 
     @property
     def times_us(self) -> tuple[float, ...]:
@@ -60,6 +63,12 @@ class TimingStats:
     def timed_runs(self) -> int:
         """The number of timed runs of the cell: samples times runs per sample."""
         return len(self.wall_us) * self.number
+
+    @property
+    def cell_runs(self) -> int:
+        """Every run of the cell the timing made: warm-up, calibration and timed runs (a
+        profiled run, when there is one, comes on top)."""
+        return len(self.warmup_wall_us) + self.calibration_runs + self.timed_runs
 
     @property
     def median_us(self) -> float:

@@ -212,6 +212,8 @@ def test_auto_blocks_calibrate_on_a_block_then_time_blocks_of_the_target() -> No
     stats = time_cell(work.run, warmup=1, repeat=3, number=None, clock=work.clock)
     assert stats.number == k
     assert work.calls == 1 + k0 + 3 * k
+    # Every call of the cell is accounted for, calibration included.
+    assert stats.calibration_runs == k0 and stats.cell_runs == work.calls
     assert stats.wall_us == pytest.approx((50.0, 50.0, 50.0))
     assert stats.warmup_wall_us == pytest.approx((400.0,))
 
@@ -340,6 +342,7 @@ def test_a_cold_warmup_does_not_hide_a_short_cell() -> None:
     stats = time_cell(work.run, warmup=1, repeat=3, number=None, clock=work.clock)
     assert stats.number == k and stats.runs == 3
     assert work.calls == 1 + 1 + k + 3 * k  # warm-up, dropped probe, calibration, samples
+    assert stats.calibration_runs == 1 + k and stats.cell_runs == work.calls
     assert stats.wall_us == pytest.approx((40.0, 40.0, 40.0))
     assert stats.warmup_wall_us == pytest.approx((BLOCK_TARGET_US * 0.8,))
 
@@ -371,7 +374,7 @@ def test_automatic_warmup_runs_until_the_budget_then_stops() -> None:
     assert 4 * run_ns / 1e3 < WARMUP_BUDGET_US <= 5 * run_ns / 1e3
     work = FakeWorkload([run_ns] * 8)
     stats = time_cell(work.run, warmup=None, repeat=3, clock=work.clock)
-    assert len(stats.warmup_wall_us) == 5 and work.calls == 8
+    assert len(stats.warmup_wall_us) == 5 and work.calls == 8 == stats.cell_runs
     # A cell slower than the budget warms up exactly once, as with warmup=1.
     work = FakeWorkload([int(WARMUP_BUDGET_US * 1e3) + 1] * 4)
     stats = time_cell(work.run, warmup=None, repeat=3, clock=work.clock)

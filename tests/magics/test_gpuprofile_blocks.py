@@ -211,5 +211,5 @@ def test_default_warmup_runs_a_short_cell_until_the_budget_and_counts_every_run(
     assert sum(t.warmup_wall_us) >= WARMUP_BUDGET_US
     # Without the last warm-up run, the budget was not yet spent.
     assert sum(t.warmup_wall_us[:-1]) < WARMUP_BUDGET_US
-    calibration = ip.user_ns["runs"] - len(t.warmup_wall_us) - t.timed_runs - 1
-    assert calibration >= 0
+    # Every run is accounted for: warm-up + calibration + samples x K, then the profiled run.
+    assert ip.user_ns["runs"] == t.cell_runs + 1
