@@ -54,7 +54,8 @@ def run(cfg: BenchConfig) -> Section:
     lines = [
         f"torch threads: {cfg.threads}. Per statement, {rounds} back-to-back rounds of "
         "`%%gpuprofile --quiet -o r` "
-        "(its defaults: --warmup 1 --repeat 3, and with --repeat 10; a statement under "
+        "(its defaults: a warm-up of at least 1 run and about 5 ms, --repeat 3; and with "
+        "--repeat 10; a statement under "
         "0.5 ms per run is timed like Timer does, in samples of K back-to-back runs of about "
         "1 ms, K shown below) and "
         f"`torch.utils.benchmark.Timer(stmt, num_threads=torch.get_num_threads())"
