@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import base64
 import html as _html
+import re
 from collections.abc import Sequence
+from typing import Any
 
 # Inline style used by every report. var(--jp-...) and var(--vscode-...) are the frontends'
 # own theme variables; the literal after each comma is the fallback for nbviewer/GitHub/nbconvert
@@ -39,6 +41,9 @@ STYLE = (
 .gpuprof table td.name { overflow-wrap: anywhere; min-width: 14em; max-width: 60em;
   font-family: var(--jp-code-font-family, var(--vscode-editor-font-family, monospace)); }
 .gpuprof details > summary { font-weight: 600; cursor: pointer; margin: 6px 0; }
+.gpuprof td.name details.gp-name > summary { font-weight: normal; margin: 0; }
+.gpuprof td.name .gp-full { margin: 2px 0 4px 1em; font-size: 12px;
+  color: var(--jp-ui-font-color2, var(--vscode-descriptionForeground, #555)); }
 .gpuprof .note { color: var(--jp-ui-font-color2, var(--vscode-descriptionForeground, #555)); }
 .gpuprof .sev-high { color: var(--jp-error-color1, var(--vscode-errorForeground, #c62828));
   font-weight: 600; }
@@ -88,16 +93,137 @@ def esc(value: object) -> str:
     return _html.escape(str(value), quote=True)
 
 
+# Widest short name shown in a table cell (characters), before the full name is a click away.
+SHORT_NAME_WIDTH = 80
+_OPERATOR = re.compile(r"operator\s*(?:\(\)|\[\]|->\*?|<=>|<<=?|>>=?|[-+*/%^&|~!=<>,]=?)")
+# `f() const::{lambda...}`: `const` there is a qualifier of f, not a namespace.
+_QUALIFIER = re.compile(r"\b(?!const::)(?:\w+::)+")
+_PAIRS = {"<": ">", "(": ")"}
+# `f(...)::{lambda()#1}::operator()() const::{lambda(...)#2}`: lambdas nested in a function.
+_LAMBDAS = re.compile(
+    r"(?:::\{lambda\((?:\.\.\.)?\)#\d+\}(?:::operator\(\)\((?:\.\.\.)?\)(?: const)?)?)+")
+
+
+def _parse_brackets(name: str) -> list[Any] | None:
+    """Return the name as a list of text pieces and (opener, children) groups for its <...>
+    and (...) brackets; None when they do not balance (then the caller only cuts)."""
+    root: list[Any] = []
+    stack: list[tuple[str, list[Any]]] = []
+    out, text, i = root, "", 0
+    while i < len(name):
+        op = _OPERATOR.match(name, i) if name.startswith("operator", i) else None
+        if op:
+            # `operator()` and `operator<` are names, not brackets.
+            text += op.group(0)
+            i = op.end()
+            continue
+        ch = name[i]
+        if ch in _PAIRS:
+            if text:
+                out.append(text)
+            group: list[Any] = []
+            out.append((ch, group))
+            stack.append((ch, out))
+            out, text = group, ""
+        elif ch in (">", ")"):
+            if not stack or _PAIRS[stack[-1][0]] != ch:
+                return None
+            if text:
+                out.append(text)
+            out, text = stack.pop()[1], ""
+        else:
+            text += ch
+        i += 1
+    if stack:
+        return None
+    if text:
+        out.append(text)
+    return root
+
+
+def _collapsed(parts: list[Any], depth: int) -> str:
+    """Return template arguments with brackets nested deeper than `depth` shown as <...> or
+    (...), namespace qualifiers dropped ('at::native::CUDAFunctor_add' -> 'CUDAFunctor_add')
+    and a chain of lambdas as '::{lambda}'."""
+    out = []
+    for part in parts:
+        if isinstance(part, str):
+            out.append(_QUALIFIER.sub("", part))
+            continue
+        opener, children = part
+        if not children:
+            inner = ""
+        elif depth > 1 and opener == "<":
+            inner = _collapsed(children, depth - 1)
+        else:
+            inner = "..."
+        out.append(opener + inner + _PAIRS[opener])
+    return _LAMBDAS.sub("::{lambda}", "".join(out)).strip()
+
+
+def short_kernel_name(name: str, width: int = SHORT_NAME_WIDTH) -> str:
+    """Return a C++ kernel name cut to at most `width` characters for a table cell: no
+    'void ' prefix, the parameter list as (...), template arguments kept one level deep
+    (deeper brackets as <...>) and shortened, then cut with '…'. Names that fit are returned
+    as they are (less 'void ')."""
+    full = name.strip()
+    if full.startswith("void "):
+        full = full[5:].lstrip()
+    if len(full) <= width:
+        return full
+    parts = _parse_brackets(full.replace("(anonymous namespace)::", ""))
+    if parts is not None:
+        # The first template argument list is where kernels differ (the functor, the tile
+        # shape); the outer name keeps its namespace only while everything fits.
+        firsts = [i for i, p in enumerate(parts) if isinstance(p, tuple) and p[0] == "<"]
+        first = firsts[0] if firsts else None
+
+        def shown(qualified: bool, depth: int, budget: int | None = None) -> str:
+            out = []
+            for i, part in enumerate(parts):
+                if isinstance(part, str):
+                    out.append(part if qualified else _QUALIFIER.sub("", part))
+                    continue
+                opener, children = part
+                if i == first:
+                    inner = _collapsed(children, depth)
+                else:
+                    inner = "..." if children else ""
+                if budget is not None and i == first and len(inner) > budget:
+                    # Never end inside a '<...>' or '(...)' that was cut.
+                    cut = re.sub(r"[<(]\.{0,3}$", "", inner[: max(budget - 1, 0)])
+                    inner = cut.rstrip(", ") + "…"
+                out.append(opener + inner + _PAIRS[opener])
+            return _LAMBDAS.sub("::{lambda}", "".join(out))
+
+        # Template arguments say more than namespaces: drop the namespace before a level.
+        for depth in (3, 2, 1):
+            for qualified in (True, False):
+                text = shown(qualified, depth)
+                if len(text) <= width:
+                    return text
+        bare = shown(False, 1, 0)
+        # What is left for the first template list once the rest is in place.
+        budget = width - (len(bare) - 1)
+        if first is not None and budget >= 8:
+            return shown(False, 1, budget)
+        full = bare
+    return full if len(full) <= width else full[: width - 1] + "…"
+
+
 def html_table(
     headers: Sequence[str],
     rows: Sequence[Sequence[str]],
     *,
     numeric: Sequence[bool] | None = None,
     name_cols: Sequence[int] = (),
+    short_cols: Sequence[int] = (),
     table_class: str = "",
 ) -> str:
     """Return an escaped HTML table. `numeric[i]` right-aligns column i; columns listed in
-    `name_cols` wrap long names instead of truncating them."""
+    `name_cols` wrap long names instead of truncating them. Cells of `short_cols` (kernel
+    names, hundreds of characters of C++ templates) show `short_kernel_name` with the full
+    name in the cell's title (hover) and in a <details> under it."""
     num = list(numeric) if numeric is not None else [False] * len(headers)
 
     def cls(i: int) -> str:
@@ -109,9 +235,22 @@ def html_table(
         return f' class="{" ".join(names)}"' if names else ""
 
     head = "".join(f"<th{cls(i)}>{esc(h)}</th>" for i, h in enumerate(headers))
+
+    def cell(i: int, value: object) -> str:
+        if i in short_cols:
+            full = str(value)
+            short = short_kernel_name(full)
+            if short == full.removeprefix("void "):
+                if short != full:
+                    return f'<td{cls(i)} title="{esc(full)}">{esc(short)}</td>'
+            else:
+                return (f'<td{cls(i)} title="{esc(full)}"><details class="gp-name">'
+                        f'<summary>{esc(short)}</summary><div class="gp-full">{esc(full)}</div>'
+                        "</details></td>")
+        return f"<td{cls(i)}>{esc(value)}</td>"
+
     body = "".join(
-        "<tr>" + "".join(f"<td{cls(i)}>{esc(c)}</td>" for i, c in enumerate(r)) + "</tr>"
-        for r in rows
+        "<tr>" + "".join(cell(i, c) for i, c in enumerate(r)) + "</tr>" for r in rows
     )
     klass = f' class="{esc(table_class)}"' if table_class else ""
     return f"<table{klass}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -213,7 +213,8 @@ def kernel_rows(table: Any) -> list[tuple[str, ...]]:
 
 def kernels_section(table: Any) -> Section:
     """Return the Kernels section: kernels, memcpys and memsets by total time, with bytes
-    and achieved bandwidth for copies and sets where the trace gives them."""
+    and achieved bandwidth for copies and sets where the trace gives them. Text has the full
+    kernel names; HTML a short form with the full name on hover and under a click."""
     rows = kernel_rows(table)
     if not rows:
         text = "No kernels, copies or memsets in this trace (a CPU-only run?)."
@@ -225,7 +226,7 @@ def kernels_section(table: Any) -> Section:
     )
     text = f"{caption}\n" + text_table(KERNEL_HEADERS, rows, right=KERNEL_NUMERIC)
     html = _TABLE_STYLE + note(caption) + html_table(
-        KERNEL_HEADERS, rows, numeric=KERNEL_NUMERIC, name_cols=(0,)
+        KERNEL_HEADERS, rows, numeric=KERNEL_NUMERIC, name_cols=(0,), short_cols=(0,)
     )
     return Section("Kernels", text, html)
 

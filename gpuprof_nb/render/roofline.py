@@ -389,7 +389,8 @@ def roofline_section(roofline: Roofline, *, top: int = 20) -> Section:
         lines += ["", "per kernel (ops that launched a single kernel):",
                   text_table(_KERNEL_HEAD, rows, right=_KERNEL_NUM, max_width=160)]
         html.append("<p><b>per kernel (ops that launched a single kernel)</b></p>")
-        html.append(html_table(_KERNEL_HEAD, rows, numeric=_KERNEL_NUM, name_cols=(0,)))
+        html.append(html_table(_KERNEL_HEAD, rows, numeric=_KERNEL_NUM, name_cols=(0,),
+                               short_cols=(0,)))
     if roofline.data_movement:
         rows = [[d.name, d.shapes, d.dtype, fmt_num(d.calls), fmt_us(d.time_us),
                  fmt_bytes(d.bytes_moved), fmt_rate(d.achieved_bytes_per_s, "B/s"),
