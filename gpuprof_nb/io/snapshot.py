@@ -41,6 +41,17 @@ from gpuprof_nb.model.memory import (
 # a saved pickle; PyTorch's viewer ignores keys it does not know.
 EXTRA_KEY = "gpuprof_nb"
 
+# A pickle may reference one list or dict from many places through its memo (two to five
+# bytes a reference), so a file of a few KB can unpickle into millions of history entries
+# or blocks. A snapshot torch wrote spends 60-140 bytes on each entry or block (measured
+# on tests/data/snapshots, a pickled 64 MB training history, and torch's own layout with
+# shared frame lists); a file that yields more than one per MIN_BYTES_PER_ITEM bytes, past
+# a small allowance for hand-made files, repeats containers by reference and is refused.
+MIN_BYTES_PER_ITEM = 8
+FREE_ITEMS = 100_000
+# Frame lists longer than this are cached by identity (see _StackTable.stack_of).
+_LONG_STACK = 32
+
 
 class _RestrictedUnpickler(pickle.Unpickler):
     """An unpickler that builds only plain containers and scalars: any global a pickle
@@ -60,9 +71,11 @@ class _RestrictedUnpickler(pickle.Unpickler):
         )
 
 
-def _unpickle(stream: Any, where: str) -> Any:  # any binary file object
+def _unpickle(stream: Any, where: str) -> tuple[Any, int]:  # any binary file object
+    """Return the unpickled object and the pickle bytes it was read from (after gzip)."""
     try:
-        return _RestrictedUnpickler(stream).load()
+        data = _RestrictedUnpickler(stream).load()
+        return data, stream.tell()
     except SnapshotFormatError as e:
         raise SnapshotFormatError(f"{where}: {e}") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError,
@@ -105,7 +118,8 @@ def _load_snapshot(source: str | os.PathLike[str] | bytes | Mapping[str, Any]
         # compressed bytes give a SnapshotFormatError too.
         stream: BinaryIO = (gzip.GzipFile(fileobj=io.BytesIO(raw)) if raw[:2] == b"\x1f\x8b"
                             else io.BytesIO(raw))
-        return snapshot_from_dict(_unpickle(stream, "snapshot bytes"), where="snapshot bytes")
+        data, n_bytes = _unpickle(stream, "snapshot bytes")
+        return _snapshot_from_dict(data, "snapshot bytes", n_bytes)
     path = Path(source)
     where = str(path)
     try:
@@ -118,8 +132,8 @@ def _load_snapshot(source: str | os.PathLike[str] | bytes | Mapping[str, Any]
         ) from None
     opener = gzip.open if gz else open
     with opener(path, "rb") as f:  # type: ignore[operator]
-        data = _unpickle(f, where)
-    return snapshot_from_dict(data, where=where)
+        data, n_bytes = _unpickle(f, where)
+    return _snapshot_from_dict(data, where, n_bytes)
 
 
 class _StackTable:
@@ -135,6 +149,7 @@ class _StackTable:
         self._stack_index: dict[tuple[int, ...], int] = {}
         self._frame_by_id: dict[int, int] = {}
         self._by_id_key: dict[tuple[int, ...], int] = {}
+        self._by_list: dict[int, int] = {}
         self._keep: list[Any] = []  # keeps cached objects alive so their ids stay unique
 
     def stack_of(self, frames: Any) -> int:
@@ -147,9 +162,17 @@ class _StackTable:
                 f"{self.where}: 'frames' is a {type(frames).__name__}, expected a list of "
                 "{filename, line, name} dicts"
             )
+        # A hostile pickle can name one long list from millions of entries: a long list
+        # seen before costs one lookup, so the work stays within the pickle's size (short
+        # ones are cheaper to key than to cache, and entries are bounded in number).
+        long = len(frames) > _LONG_STACK
+        if long:
+            index = self._by_list.get(id(frames), -1)
+            if index >= 0:
+                return index
         # Newer allocators build a fresh list per entry but share the frame dicts in it, so
         # the tuple of the frames' identities names the stack; building it runs in C. Every
-        # frame seen is kept alive (self._keep), so an identity is never reused for another.
+        # list and frame seen is kept alive (self._keep), so an identity is never reused.
         id_key = tuple(map(id, frames))
         index = self._by_id_key.get(id_key, -1)
         if index < 0:
@@ -160,6 +183,9 @@ class _StackTable:
                 self.stacks.append(key)
                 self._stack_index[key] = index
             self._by_id_key[id_key] = index
+        if long:
+            self._by_list[id(frames)] = index
+            self._keep.append(frames)
         return index
 
     def _frame_of(self, f: Any) -> int:
@@ -311,7 +337,40 @@ def snapshot_from_dict(data: Any, *, where: str = "snapshot") -> MemorySnapshot:
         return _snapshot_from_dict(data, where)
 
 
-def _snapshot_from_dict(data: Any, where: str) -> MemorySnapshot:
+def _check_expansion(raw_segments: Sequence[Any], raw_traces: Sequence[Any],
+                     step_starts: Any, n_bytes: int, where: str) -> None:
+    """Raise SnapshotFormatError when `n_bytes` of pickle unpickled into more entries,
+    blocks, segments, devices and step marks than a real snapshot of that size can hold
+    (see MIN_BYTES_PER_ITEM). Counts only list lengths, before anything is built."""
+
+    def lengths(items: Any) -> int:
+        if not isinstance(items, Sequence) or isinstance(items, (str, bytes)):
+            return 0
+        return sum(len(x) for x in items
+                   if isinstance(x, Sequence) and not isinstance(x, (str, bytes)))
+
+    counts = {
+        "history entries": lengths(raw_traces),
+        "blocks": lengths([s.get("blocks") for s in raw_segments if isinstance(s, Mapping)]),
+        "segments": len(raw_segments),
+        "device traces": len(raw_traces),
+        "step marks": lengths(step_starts),
+    }
+    limit = FREE_ITEMS + n_bytes // MIN_BYTES_PER_ITEM
+    if sum(counts.values()) > limit:
+        found = ", ".join(f"{n:,} {what}" for what, n in counts.items() if n)
+        raise SnapshotFormatError(
+            f"{where}: {n_bytes:,} bytes of pickle unpickle into {found}, more than the "
+            f"{limit:,} items a real snapshot of that size can hold (at least "
+            f"{MIN_BYTES_PER_ITEM} bytes each): the file repeats the same lists by "
+            "reference, and expanding them would exhaust memory. Refused. Load a snapshot "
+            "written by torch.cuda.memory._dump_snapshot or %%memsnap --save."
+        )
+
+
+def _snapshot_from_dict(data: Any, where: str, n_bytes: int | None = None) -> MemorySnapshot:
+    """`n_bytes`: the pickle size the dict came from (None for a dict passed in as is,
+    which is not checked for expansion: it is already in memory)."""
     if not isinstance(data, Mapping):
         raise SnapshotFormatError(
             f"{where}: top level is a {type(data).__name__}, expected the dict that "
@@ -326,6 +385,10 @@ def _snapshot_from_dict(data: Any, where: str) -> MemorySnapshot:
     raw_traces = data.get("device_traces") or []
     if not isinstance(raw_segments, Sequence) or not isinstance(raw_traces, Sequence):
         raise SnapshotFormatError(f"{where}: 'segments' and 'device_traces' must be lists")
+    extra = data.get(EXTRA_KEY)
+    extra = extra if isinstance(extra, Mapping) else {}
+    if n_bytes is not None:
+        _check_expansion(raw_segments, raw_traces, extra.get("step_starts"), n_bytes, where)
     table = _StackTable(where)
     segments = tuple(_segment(s, i, where, table) for i, s in enumerate(raw_segments))
     categories: dict[str, int] = {}
@@ -333,8 +396,6 @@ def _snapshot_from_dict(data: Any, where: str) -> MemorySnapshot:
         _device_trace(d, entries, where, table, categories)
         for d, entries in enumerate(raw_traces)
     )
-    extra = data.get(EXTRA_KEY)
-    extra = extra if isinstance(extra, Mapping) else {}
     notes = extra.get("notes", ())
     notes = notes if isinstance(notes, (list, tuple)) else ()
     settings = data.get("allocator_settings")
@@ -351,7 +412,9 @@ def _snapshot_from_dict(data: Any, where: str) -> MemorySnapshot:
         allocator_settings=dict(settings) if isinstance(settings, Mapping) else {},
         source=str(extra.get("source", "cuda")),
         step_starts=step_starts,
-        notes=tuple(n for n in notes if isinstance(n, str)),
+        # Repeats dropped: one long note referenced many times would otherwise be shown
+        # that many times.
+        notes=tuple(dict.fromkeys(n for n in notes if isinstance(n, str))),
     )
 
 

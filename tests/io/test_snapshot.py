@@ -282,3 +282,108 @@ def test_damaged_gzip_and_odd_notes_are_format_errors(tmp_path) -> None:
             _load(path)
     odd = {"segments": [], "device_traces": [], "gpuprof_nb": {"notes": 5}}
     assert _load(odd).notes == ()
+
+
+# ---------------------------------------------------------------------------------------
+# Pickles that expand through memo references
+
+
+def _entry(addr: int) -> dict:
+    return {"action": "alloc", "addr": addr, "size": 512, "stream": 0, "frames": []}
+
+
+def test_memo_bomb_of_entries_refused_naming_file_and_counts(tmp_path: Path) -> None:
+    # One list of 1000 references to one entry, referenced 1000 times as devices:
+    # 10^6 entries from a few KB, since pickle writes each repeat as a memo reference.
+    shared = [_entry(16)] * 1000
+    payload = pickle.dumps({"segments": [], "device_traces": [shared] * 1000}, protocol=4)
+    assert len(payload) < 10_000
+    path = tmp_path / "bomb.pickle"
+    path.write_bytes(payload)
+    with pytest.raises(SnapshotFormatError) as info:
+        load_snapshot(path)
+    msg = str(info.value)
+    assert str(path) in msg and "1,000,000 history entries" in msg
+    assert f"{len(payload):,} bytes" in msg and "_dump_snapshot" in msg
+    with pytest.raises(SnapshotFormatError, match="snapshot bytes: .*repeats the same lists"):
+        load_snapshot(payload)
+
+
+def test_memo_bomb_of_blocks_and_step_marks_refused(tmp_path: Path) -> None:
+    block = {"address": 0, "size": 512, "state": "inactive", "frames": []}
+    segment = {"device": 0, "address": 0, "total_size": 512, "blocks": [block] * 1000}
+    with pytest.raises(SnapshotFormatError, match=r"1,000,000 blocks"):
+        load_snapshot(pickle.dumps({"segments": [segment] * 1000, "device_traces": []}))
+    marks = [0] * 1000
+    bomb = {"segments": [], "device_traces": [], "gpuprof_nb": {"step_starts": [marks] * 1000}}
+    with pytest.raises(SnapshotFormatError, match=r"1,000,000 step marks"):
+        load_snapshot(pickle.dumps(bomb))
+    # Empty containers cost objects too: a million segments or devices from one memo entry.
+    empty = {"device": 0, "address": 0, "total_size": 0, "blocks": []}
+    with pytest.raises(SnapshotFormatError, match=r"1,000,000 segments"):
+        load_snapshot(pickle.dumps({"segments": [empty] * 10**6, "device_traces": []}))
+    with pytest.raises(SnapshotFormatError, match=r"1,000,000 device traces"):
+        load_snapshot(pickle.dumps({"segments": [], "device_traces": [[]] * 10**6}))
+
+
+def test_limit_counts_the_unzipped_pickle_not_the_file(tmp_path: Path) -> None:
+    # 150,000 distinct entries with equal bytes: gzip shrinks them to a few KB, far below
+    # 8 bytes an entry, but the pickle itself is large enough to hold them honestly.
+    n = 150_000
+    payload = pickle.dumps({"segments": [], "device_traces": [[_entry(16) for _ in range(n)]]},
+                           protocol=4)
+    packed = gzip.compress(payload)
+    assert n > 100_000 + len(packed) // 8 and n < 100_000 + len(payload) // 8
+    path = tmp_path / "many.pickle.gz"
+    path.write_bytes(packed)
+    for source in (path, packed):
+        assert load_snapshot(source).trace(0).n_events == n
+
+
+def test_real_snapshots_are_far_inside_the_limit(snaps: Path) -> None:
+    from gpuprof_nb.io.snapshot import MIN_BYTES_PER_ITEM
+
+    # Independent count with plain pickle: every fixture spends many times the minimum
+    # bytes on each entry and block, so the limit has a wide margin.
+    for path in sorted(snaps.glob("*.pickle")):
+        data = raw(path)
+        items = (sum(len(t) for t in data.get("device_traces", []))
+                 + sum(len(s["blocks"]) + 1 for s in data.get("segments", [])))
+        assert path.stat().st_size / items > 5 * MIN_BYTES_PER_ITEM, path.name
+
+
+def test_dicts_passed_in_are_not_limited() -> None:
+    # A dict already in memory (what %%memsnap hands over from torch) is the caller's own.
+    shared = [_entry(16)] * 1000
+    snap = snapshot_from_dict({"segments": [], "device_traces": [shared] * 150})
+    assert sum(t.n_events for t in snap.traces) == 150_000
+
+
+def test_one_long_frame_list_named_by_many_entries_is_keyed_once(tmp_path: Path) -> None:
+    from gpuprof_nb.io.snapshot import _StackTable
+
+    class CountingList(list):
+        iterations = 0
+
+        def __iter__(self):
+            CountingList.iterations += 1
+            return super().__iter__()
+
+    frames = CountingList({"filename": "f.py", "line": i, "name": f"fn{i}"} for i in range(40))
+    table = _StackTable("x")
+    assert {table.stack_of(frames) for _ in range(1000)} == {0}
+    assert CountingList.iterations <= 2  # identities once, contents once; not per entry
+    # End to end: 3000 entries sharing one 20,000-frame stack load as one interned stack.
+    deep = [{"filename": "f.py", "line": i, "name": "fn"} for i in range(20_000)]
+    entries = [dict(_entry(16 * i), frames=deep) for i in range(3000)]
+    snap = load_snapshot(pickle.dumps({"segments": [], "device_traces": [entries]}))
+    assert len(snap.stacks) == 1 and len(snap.stacks[0]) == 20_000
+    assert set(snap.trace(0).stack.tolist()) == {0}
+    assert [snap.frames[i].line for i in snap.stacks[0][:3]] == [0, 1, 2]
+
+
+def test_repeated_notes_are_shown_once() -> None:
+    note = "x" * 1000
+    snap = load_snapshot(pickle.dumps({"segments": [], "device_traces": [],
+                                       "gpuprof_nb": {"notes": [note] * 5000 + ["y"]}}))
+    assert snap.notes == (note, "y")
