@@ -41,7 +41,9 @@ STYLE = (
 .gpuprof table td.name { overflow-wrap: anywhere; min-width: 14em; max-width: 60em;
   font-family: var(--jp-code-font-family, var(--vscode-editor-font-family, monospace)); }
 .gpuprof details > summary { font-weight: 600; cursor: pointer; margin: 6px 0; }
-.gpuprof td.name details.gp-name > summary { font-weight: normal; margin: 0; }
+.gpuprof td.name details.gp-name > summary { font-weight: normal; margin: 0;
+  word-break: break-all; }
+.gpuprof table td.kname { min-width: 26em; }
 .gpuprof td.name .gp-full { margin: 2px 0 4px 1em; font-size: 12px;
   color: var(--jp-ui-font-color2, var(--vscode-descriptionForeground, #555)); }
 .gpuprof .note { color: var(--jp-ui-font-color2, var(--vscode-descriptionForeground, #555)); }
@@ -232,6 +234,9 @@ def html_table(
             names.append("num")
         if i in name_cols:
             names.append("name")
+        if i in short_cols:
+            # Wide enough for a short name in about three lines.
+            names.append("kname")
         return f' class="{" ".join(names)}"' if names else ""
 
     head = "".join(f"<th{cls(i)}>{esc(h)}</th>" for i, h in enumerate(headers))
