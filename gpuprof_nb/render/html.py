@@ -113,7 +113,8 @@ def _parse_brackets(name: str) -> list[Any] | None:
     stack: list[tuple[str, list[Any]]] = []
     out, text, i = root, "", 0
     while i < len(name):
-        op = _OPERATOR.match(name, i) if name.startswith("operator", i) else None
+        word_start = i == 0 or not (name[i - 1].isalnum() or name[i - 1] == "_")
+        op = _OPERATOR.match(name, i) if word_start and name.startswith("operator", i) else None
         if op:
             # `operator()` and `operator<` are names, not brackets.
             text += op.group(0)

@@ -108,6 +108,9 @@ def test_short_form_by_hand() -> None:
     # 'operator()' and 'operator<' are names, not brackets.
     op = "void k<F::operator()(float) const, G::operator<>(" + "int, " * 30 + "int)"
     assert short_kernel_name(op) == "k<operator()(...) const, operator<>(...)"
+    # ...but only as a whole word: 'my_operator<T>' is a template.
+    named = "void my_operator<" + "T<long long int>, " * 5 + "U>(int)"
+    assert short_kernel_name(named) == "my_operator<" + "T<...>, " * 5 + "U>(...)"
 
 
 def _cells(table_html: str) -> tuple[list[str], list[list[ET.Element]]]:
