@@ -34,7 +34,9 @@ class MemsnapMagics(Magics):
     def memsnap(self, line: str, cell: str) -> Any:
         """Record memory around the cell and show what used it: the timeline by allocation
         site, what was live at the peak, leaks, segments and findings. An out-of-memory
-        error is reported, then raised again.
+        error is reported, then raised again. A CUDA memory history you are already
+        recording (torch.cuda.memory._record_memory_history) is read from the cell on and
+        left running with its own settings.
 
         Example::
 

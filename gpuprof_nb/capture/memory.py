@@ -1,8 +1,9 @@
 """Memory history around a cell -> a snapshot dict (the format _dump_snapshot pickles).
 
 CUDA: the caching allocator's own history (`torch.cuda.memory._record_memory_history`),
-always switched off again, with a snapshot taken at an out-of-memory error before it
-propagates. Without CUDA: torch.profiler's memory events (profile_memory, shapes, Python
+switched off again afterwards, with a snapshot taken at an out-of-memory error before it
+propagates; a history the user was already recording is read, not restarted, and left
+running. Without CUDA: torch.profiler's memory events (profile_memory, shapes, Python
 stacks) rebuilt into the same dict, with the categories PyTorch's memory profiler assigns.
 """
 
@@ -63,15 +64,31 @@ def _start_history(max_entries: int, stacks: str) -> None:
         record(enabled="all", context="all", stacks=stacks, max_entries=max_entries)
 
 
+def history_recording() -> bool:
+    """Return True when the CUDA allocator is already recording a memory history (someone
+    called torch.cuda.memory._record_memory_history before); False when it is not, or when
+    this torch build cannot tell (then it is treated as not recording, as before)."""
+    probe = getattr(torch._C, "_cuda_isHistoryEnabled", None)
+    if probe is None:
+        return False
+    try:
+        return bool(probe())
+    except RuntimeError:
+        return False
+
+
 def record_cuda_memory(run: Callable[[], object], *, repeat: int = 1,
                        max_entries: int = DEFAULT_MAX_ENTRIES, stacks: str = "python"
                        ) -> MemoryCapture:
     """Return the CUDA caching allocator's history over `repeat` calls of `run`.
 
     Recording is switched off (`_record_memory_history(enabled=None)`) before this returns
-    or raises. On torch.cuda.OutOfMemoryError the snapshot is taken right away (the
-    traceback still holds the frames, so their tensors are still live) and the error is
-    returned in `.oom` for the caller to re-raise after showing the report.
+    or raises. If a history was already being recorded when this began, it is neither
+    restarted (that would clear its buffer and change its settings) nor switched off: the
+    snapshot keeps only the entries from the cell on, and a note says so. On
+    torch.cuda.OutOfMemoryError the snapshot is taken right away (the traceback still holds
+    the frames, so their tensors are still live) and the error is returned in `.oom` for
+    the caller to re-raise after showing the report.
     """
     if stacks not in ("python", "all"):
         raise ValueError(f"stacks must be 'python' or 'all', got {stacks!r}")
@@ -80,13 +97,15 @@ def record_cuda_memory(run: Callable[[], object], *, repeat: int = 1,
     device = torch.cuda.current_device()
     starts_us: list[int] = []
     oom: BaseException | None = None
-    try:
-        _start_history(max_entries, stacks)
-    except (RuntimeError, AttributeError) as e:
-        raise CaptureError(
-            f"could not start CUDA memory history ({e}); this torch build may lack it. "
-            "Update torch, or run without %%memsnap."
-        ) from e
+    users = history_recording()
+    if not users:
+        try:
+            _start_history(max_entries, stacks)
+        except (RuntimeError, AttributeError) as e:
+            raise CaptureError(
+                f"could not start CUDA memory history ({e}); this torch build may lack it. "
+                "Update torch, or run without %%memsnap."
+            ) from e
     try:
         try:
             for _ in range(repeat):
@@ -98,13 +117,42 @@ def record_cuda_memory(run: Callable[[], object], *, repeat: int = 1,
             oom = e
         snapshot = torch.cuda.memory._snapshot()
     finally:
-        torch.cuda.memory._record_memory_history(enabled=None)
+        if not users:
+            torch.cuda.memory._record_memory_history(enabled=None)
+    notes: tuple[str, ...] = ()
+    if users:
+        snapshot, notes = _from_cell_on(snapshot, device, starts_us[0])
+    elif _full(snapshot, device, max_entries):
+        notes = ("The history buffer may have dropped the oldest entries (--max-entries); "
+                 "those frees count as 'allocated before recording'.",)
     step_starts = _indices_at(snapshot, device, starts_us) if repeat > 1 else ()
-    notes = ("The history buffer may have dropped the oldest entries (--max-entries); "
-             "those frees count as 'allocated before recording'.",) if _full(
-        snapshot, device, max_entries) else ()
     return MemoryCapture(snapshot=snapshot, device=device, source="cuda",
                          step_starts=step_starts, oom=oom, notes=notes)
+
+
+def _from_cell_on(snapshot: dict[str, Any], device: int, start_us: int
+                  ) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Return a copy of a snapshot from the user's own running history with only the
+    entries recorded from `start_us` (unix us, the clock time_us uses) on, and the notes
+    that say so. Without times every entry is kept, and the note says that too."""
+    notes = ["A CUDA memory history was already being recorded when the cell started "
+             "(torch.cuda.memory._record_memory_history): %%memsnap read it and left it "
+             "running with its own settings (--max-entries and --stacks do not apply)."]
+    traces = snapshot.get("device_traces") or []
+    mine = traces[device] if device < len(traces) else []
+    if len(mine) <= 1:
+        notes.append("Its buffer holds at most one entry: a recording started with "
+                     "enabled='state' or max_entries=1 keeps no history, so allocations "
+                     "may be missing. To record the cell in full, stop it with "
+                     "torch.cuda.memory._record_memory_history(enabled=None) and run the "
+                     "cell again.")
+    if any(e.get("time_us") is None for t in traces for e in t):
+        notes.append("Its entries carry no times, so entries from before the cell are "
+                     "included.")
+        return snapshot, tuple(notes)
+    notes.append("Entries recorded before the cell are left out.")
+    kept = [[e for e in t if e["time_us"] >= start_us] for t in traces]
+    return {**snapshot, "device_traces": kept}, tuple(notes)
 
 
 def _full(snapshot: dict[str, Any], device: int, max_entries: int) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -119,10 +121,10 @@ class FakeCuda:
     """Stands in for torch.cuda's memory-history calls on a machine without CUDA: records
     every call and hands back a fixture snapshot, so the on/off discipline is testable."""
 
-    def __init__(self, snapshot: dict) -> None:
+    def __init__(self, snapshot: dict, recording: bool = False) -> None:
         self.calls: list[dict] = []
         self.snapshot = snapshot
-        self.recording = False
+        self.recording = recording  # True: the user started a history before the cell
 
     def record(self, enabled="all", **kwargs) -> None:
         self.calls.append({"enabled": enabled, **kwargs})
@@ -144,6 +146,9 @@ def fake_cuda(monkeypatch, data_dir):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
     monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", fake.record)
     monkeypatch.setattr(torch.cuda.memory, "_snapshot", fake.take)
+    # CPU builds of torch lack this probe; CUDA builds have it.
+    monkeypatch.setattr(torch._C, "_cuda_isHistoryEnabled", lambda: fake.recording,
+                        raising=False)
     return fake
 
 
@@ -191,3 +196,117 @@ def test_cuda_repeat_starts_map_to_entry_indices() -> None:
     # A clock that does not match (all starts past the end) gives no steps, not wrong ones.
     assert _indices_at(snap, 0, [10**9, 10**9 + 5]) == ()
     assert _indices_at({"device_traces": [[{"action": "alloc"}]]}, 0, [1, 2]) == ()
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+@pytest.fixture
+def users_history(fake_cuda):
+    """The user's own history, recording since before the cell: two old entries (a minute
+    ago, from the fixture's frames); the cell appends its own with the current time."""
+    old = fake_cuda.snapshot["device_traces"][0][:2]
+    fake_cuda.snapshot = {**fake_cuda.snapshot, "device_traces": [[
+        {**e, "time_us": _now_us() - 60_000_000} for e in old]]}
+    fake_cuda.recording = True
+    return fake_cuda
+
+
+def _cell_allocates(fake: FakeCuda, size: int):
+    def run() -> None:
+        fake.snapshot["device_traces"][0].append(
+            {"action": "alloc", "addr": 0x1000, "size": size, "stream": 0, "frames": [],
+             "time_us": _now_us()})
+        time.sleep(0.002)  # the cell goes on a moment: the next repeat starts on a later us
+    return run
+
+
+def test_users_running_history_is_read_and_left_running(users_history) -> None:
+    before = list(users_history.snapshot["device_traces"][0])
+    capture = record_memory(_cell_allocates(users_history, 12345), max_entries=99)
+    # Never restarted (that would clear the user's buffer and settings), never stopped.
+    assert users_history.calls == [] and users_history.recording
+    # The report sees only the cell's entries; the user's buffer itself is untouched.
+    assert [e["size"] for e in capture.snapshot["device_traces"][0]] == [12345]
+    assert users_history.snapshot["device_traces"][0][:2] == before
+    assert any("already being recorded" in n and "left it running" in n
+               for n in capture.notes)
+    assert not any("dropped the oldest" in n for n in capture.notes)
+
+
+def test_users_history_survives_an_oom_and_other_errors(users_history) -> None:
+    err = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    alloc = _cell_allocates(users_history, 777)
+
+    def oom() -> None:
+        alloc()
+        raise err
+
+    capture = record_cuda_memory(oom)
+    assert capture.oom is err and users_history.recording and users_history.calls == []
+    assert [e["size"] for e in capture.snapshot["device_traces"][0]] == [777]
+    with pytest.raises(RuntimeError, match="not memory"):
+        record_cuda_memory(lambda: (_ for _ in ()).throw(RuntimeError("not memory")))
+    assert users_history.recording and users_history.calls == []
+
+
+def test_users_history_without_times_keeps_all_and_says_so(users_history) -> None:
+    entries = users_history.snapshot["device_traces"][0]
+    for e in entries:
+        del e["time_us"]
+    capture = record_cuda_memory(lambda: None)
+    assert capture.snapshot["device_traces"][0] == entries
+    assert any("before the cell are included" in n for n in capture.notes)
+
+
+def test_users_history_of_state_only_is_flagged(fake_cuda) -> None:
+    # enabled='state' keeps a one-entry buffer: the report warns that allocations are missing.
+    fake_cuda.snapshot = {**fake_cuda.snapshot, "device_traces": [[]]}
+    fake_cuda.recording = True
+    capture = record_cuda_memory(lambda: None)
+    assert fake_cuda.recording and fake_cuda.calls == []
+    assert any("enabled='state'" in n for n in capture.notes)
+
+
+def test_repeat_starts_index_the_cells_entries_only(users_history) -> None:
+    capture = record_cuda_memory(_cell_allocates(users_history, 64), repeat=3)
+    assert [e["size"] for e in capture.snapshot["device_traces"][0]] == [64, 64, 64]
+    assert capture.step_starts == (0, 1, 2)
+
+
+def test_torch_without_the_probe_counts_as_not_recording(fake_cuda, monkeypatch) -> None:
+    from gpuprof_nb.capture.memory import history_recording
+
+    monkeypatch.delattr(torch._C, "_cuda_isHistoryEnabled", raising=False)
+    assert history_recording() is False
+    record_cuda_memory(lambda: None)
+    assert fake_cuda.calls[0]["enabled"] == "all" and fake_cuda.calls[-1] == {"enabled": None}
+
+
+@pytest.mark.gpu
+def test_cuda_users_history_left_running_with_its_buffer() -> None:
+    mib = 1 << 20
+    torch.cuda.memory._record_memory_history(max_entries=10_000)
+    try:
+        before = torch.empty(3 * mib, dtype=torch.uint8, device="cuda")
+
+        def work() -> None:
+            a = torch.empty(5 * mib, dtype=torch.uint8, device="cuda")
+            del a
+
+        capture = record_cuda_memory(work)
+        assert torch._C._cuda_isHistoryEnabled()
+        sizes = [e["size"] for e in capture.snapshot["device_traces"][capture.device]
+                 if e["action"] == "alloc"]
+        assert 5 * mib in sizes and 3 * mib not in sizes
+        assert any("left it running" in n for n in capture.notes)
+        # The user's buffer still holds the allocation from before the cell and keeps
+        # recording after it.
+        after = torch.empty(7 * mib, dtype=torch.uint8, device="cuda")
+        own = torch.cuda.memory._snapshot()["device_traces"][capture.device]
+        own_sizes = [e["size"] for e in own if e["action"] == "alloc"]
+        assert 3 * mib in own_sizes and 5 * mib in own_sizes and 7 * mib in own_sizes
+        del before, after
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)

@@ -189,3 +189,36 @@ def test_oom_still_propagates_when_save_fails(ip, monkeypatch, data_dir, tmp_pat
     with capture_output(), pytest.raises(torch.cuda.OutOfMemoryError) as info:
         ip.run_cell_magic("memsnap", f"--quiet --save {unwritable}", "raise oom_error")
     assert info.value is err
+
+
+def test_users_own_history_left_running_and_noted(ip, monkeypatch, data_dir, tmp_path) -> None:
+    """A memory history the user started before the cell is neither restarted nor stopped
+    by %%memsnap (CUDA faked), and the report's notes say so; --save writes the cell's
+    entries."""
+    import pickle
+    import time
+
+    with open(data_dir / "snapshots" / "oom.pickle", "rb") as f:
+        old = pickle.load(f)["device_traces"][0][:2]
+    history = [{**e, "time_us": time.time_ns() // 1000 - 60_000_000} for e in old]
+    calls: list[object] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch._C, "_cuda_isHistoryEnabled", lambda: True, raising=False)
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history",
+                        lambda *a, **k: calls.append((a, k)))
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot",
+                        lambda: {"segments": [], "device_traces": [history]})
+    ip.user_ns["history"] = history
+    cell = ("history.append({'action': 'alloc', 'addr': 4096, 'size': 5 << 20, 'stream': 0,"
+            " 'frames': [], 'time_us': __import__('time').time_ns() // 1000})")
+    path = tmp_path / "cell.pickle"
+    with capture_output() as out:
+        ip.run_cell_magic("memsnap", f"-o rep --save {path}", cell)
+    assert calls == []  # the user's recording: not restarted, not switched off
+    rep = ip.user_ns["rep"]
+    assert any("already being recorded" in n for n in rep.snapshot.notes)
+    assert "left it running" in out.outputs[0].data["text/plain"]
+    saved = load_snapshot(path)
+    assert saved.trace(0).size.tolist() == [5 << 20]
