@@ -18,7 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gpuprof_nb.analysis.diagnose import diagnose  # noqa: E402
+from gpuprof_nb.analysis.diagnose import diagnose, unrecorded_launches  # noqa: E402
 from gpuprof_nb.analysis.roofline import compute_roofline  # noqa: E402
 from gpuprof_nb.analysis.timeline import chosen_device, device_timeline  # noqa: E402
 from gpuprof_nb.errors import GpuprofError  # noqa: E402
@@ -50,8 +50,12 @@ def index_descriptions(traces_dir: Path) -> dict[str, str]:
 
 
 def device_name(trace: Trace) -> str:
-    """Return the name of the device the timeline describes, or 'CPU only'."""
+    """Return the name of the device the timeline describes, or 'CPU only' (a GPU whose
+    launches were recorded without kernel events is named, with that said)."""
     device, _ = chosen_device(trace)
+    if device is None and unrecorded_launches(trace):
+        named = [d.name for d in trace.devices if d.name]
+        return f"{named[0] if named else 'a GPU'} (launches recorded, no kernel events)"
     if device is None:
         return "CPU only (no device activity)"
     for d in trace.devices:

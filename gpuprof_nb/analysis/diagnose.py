@@ -39,7 +39,7 @@ from gpuprof_nb.analysis.timeline import (
     top_level_ops,
 )
 from gpuprof_nb.model.timing import TimingStats
-from gpuprof_nb.model.trace import Kernel, MemoryEvent, Op, Trace
+from gpuprof_nb.model.trace import Kernel, MemoryEvent, Op, RuntimeCall, Trace
 
 SEVERITIES = ("high", "medium", "low", "info")
 
@@ -211,9 +211,25 @@ _FP16_FIX = (
     "scaler.scale(loss).backward(); scaler.step(opt); scaler.update()"
 )
 
-_GEMM_KERNEL_MARKS = ("gemm", "cutlass", "xmma", "cublas", "s1688", "s16816", "h1688",
-                      "h16816", "convolve", "conv2d", "conv3d", "dgrad", "wgrad", "fprop",
-                      "flash", "fmha", "attention", "triton_tem", "matmul", "cudnn")
+# Kernel-name marks of matmuls and convolutions, as the libraries name their kernels (cuBLAS
+# sgemm/gemmSN/gemmk1, CUTLASS and xmma tensor-core tiles, cuDNN implicit-gemm "scudnn",
+# winograd, dgrad/wgrad, MIOpen igemm, rocBLAS/Tensile "Cijk_", composable-kernel grouped_conv,
+# attention, Triton templates). Library names alone are not marks: cuDNN also runs batchnorm,
+# pooling, softmax and layout transposes, cuBLAS split-K reductions, epilogues and gemv, and
+# fbgemm_gpu (whose name contains "gemm") embedding lookups and permutes.
+_GEMM_KERNEL_MARKS = ("gemm", "xmma", "s1688", "s16816", "h1688", "h16816", "s161616",
+                      "cijk_", "convolve", "conv2d", "conv3d", "grouped_conv", "conv_fwd",
+                      "conv_bwd", "dgrad", "wgrad", "fprop", "scudnn", "hcudnn", "winograd",
+                      "flash", "fmha", "attention", "triton_tem", "matmul")
+# cuDNN's FFT convolution kernels are named fft2d_r2c_...: a convolution only inside cuDNN.
+_CUDNN_CONV_MARKS = ("fft", "conv")
+# Helper kernels that sit next to GEMMs in the same libraries but only move, scale or reduce
+# data (low arithmetic intensity). Matched on the function name before its template and
+# argument lists, where a real GEMM's template arguments may mention an epilogue or transpose.
+_NOT_GEMM_KERNEL_MARKS = ("gemv", "bn_fw", "bn_bw", "batchnorm", "batch_norm", "nchwtonhwc",
+                          "nhwctonchw", "transpose", "splitkreduce", "reducesplitk",
+                          "epilogue", "offsets", "scalepackedtensor", "im2col", "scal_kernel",
+                          "pool", "softmax")
 _COMM_KERNEL_MARKS = ("nccl", "rccl", "gloo")
 # TF32 kernels already use tensor cores: they are not "fp32 matmuls" for the precision rule.
 _FP32_KERNEL_MARKS = ("sgemm", "f32f32_f32f32", "_fp32_")
@@ -255,9 +271,22 @@ def _kernel_name_class(name: str) -> str:
     n = name.lower()
     if any(m in n for m in _COMM_KERNEL_MARKS):
         return "comm"
-    if any(m in n for m in _GEMM_KERNEL_MARKS):
+    if _is_gemm_kernel_name(n):
         return "gemm"
     return "elementwise"
+
+
+def _is_gemm_kernel_name(lower_name: str) -> bool:
+    """Return whether a lower-cased kernel name is a matmul or convolution by its name."""
+    head = re.split(r"[<(]", lower_name, maxsplit=1)[0]
+    # A mangled name (_ZN...) has no separate template list: its "head" is everything.
+    if not head.startswith("_z") and any(m in head for m in _NOT_GEMM_KERNEL_MARKS):
+        return False
+    # "fbgemm" names the library, not the operation: look past it.
+    n = lower_name.replace("fbgemm", "")
+    if any(m in n for m in _GEMM_KERNEL_MARKS):
+        return True
+    return "cudnn" in n and any(m in head for m in _CUDNN_CONV_MARKS)
 
 
 # Fixes for runs without device activity: no CUDA autocast, CUDA graphs or pinned memory,
@@ -288,6 +317,36 @@ CPU_FIXES: dict[str, str] = {
         "(torch.set_num_threads), or a GPU."
     ),
 }
+
+
+# Runtime calls that queue work on the device: kernel and graph launches, copies, memsets
+# (cudaLaunchKernel, cuLaunchKernel, hipLaunchKernel, cudaGraphLaunch, cudaMemcpyAsync, ...).
+_DEVICE_WORK_CALL_MARKS = ("launch", "memcpy", "memset")
+
+
+def unrecorded_launches(trace: Trace) -> tuple[RuntimeCall, ...]:
+    """Return the runtime calls that queued device work on a trace without kernel events (the
+    device ran, but its activity was not recorded as kernels: CUPTI range-profiler mode, or a
+    run without ProfilerActivity.CUDA); empty when kernels were recorded or nothing was
+    launched (a CPU-only run)."""
+    if trace.kernels:
+        return ()
+    return tuple(r for r in trace.runtime
+                 if any(m in r.name.lower() for m in _DEVICE_WORK_CALL_MARKS))
+
+
+def _unrecorded_device_words(calls: Sequence[RuntimeCall]) -> str:
+    """Return what the trace holds instead of kernels, and how to record them, for users."""
+    by_name: dict[str, int] = {}
+    for r in calls:
+        by_name[r.name] = by_name.get(r.name, 0) + 1
+    names = sorted(by_name, key=lambda n: (-by_name[n], n))[:3]
+    listed = ", ".join(f"{by_name[n]} {n}" for n in names)
+    return (f"the trace holds {len(calls)} calls that queue GPU work ({listed}) but no "
+            "kernel events, so the GPU's own time is unknown (a trace taken in CUPTI "
+            "range-profiler mode, for one, records cuda_profiler_range counters instead). "
+            "Record kernels with a normal run: torch.profiler.profile(activities="
+            "[ProfilerActivity.CPU, ProfilerActivity.CUDA]) or %%gpuprofile")
 
 
 def _severity(share: float) -> str:
@@ -550,21 +609,31 @@ def _rule_compute_memory_precision(c: _Context, roofline: object | None) -> list
         spans = merge_intervals((k.start_us, k.end_us) for k in compute)
         busy = _union_in(spans, c.lo, c.hi)
         gemm = [k for k in compute if kernel_class(k) == "gemm"]
+        # A matmul kernel shorter than a launch is latency-bound, not compute-bound: only the
+        # others count as large.
+        large = [k for k in gemm if k.dur_us >= th.TINY_KERNEL_US]
         # Tiny kernels count too: launch_overhead charges the idle gaps around them, this
         # rule their device time, which fusion would also save.
         low = [k for k in compute if kernel_class(k) == "elementwise"]
-        gemm_us = _union_in(merge_intervals((k.start_us, k.end_us) for k in gemm), c.lo, c.hi)
+        gemm_us = _union_in(merge_intervals((k.start_us, k.end_us) for k in large), c.lo, c.hi)
+        small_us = _union_in(merge_intervals((k.start_us, k.end_us) for k in gemm
+                                             if k.dur_us < th.TINY_KERNEL_US), c.lo, c.hi)
         low_us = _union_in(merge_intervals((k.start_us, k.end_us) for k in low), c.lo, c.hi)
         base = busy
+        named = float(len(large))
     else:
-        gemm_ops = [o for o in c.top_ops if op_class(o.name) == "gemm"]
         tiny_names = _tiny_op_names(c.top_ops)
+        gemm_ops = [o for o in c.top_ops if op_class(o.name) == "gemm"]
+        # Ops whose calls are tiny are dispatch-bound (launch_overhead's time), not large.
+        large_ops = [o for o in gemm_ops if o.name not in tiny_names]
         low_ops = [o for o in c.top_ops if op_class(o.name) == "elementwise"
                    and o.name not in tiny_names]
-        gemm_us = sum(o.dur_us for o in gemm_ops)
+        gemm_us = sum(o.dur_us for o in large_ops)
+        small_us = sum(o.dur_us for o in gemm_ops if o.name in tiny_names)
         low_us = sum(o.dur_us for o in low_ops)
         base = c.timeline.busy_us
         gemm = []
+        named = float(len(large_ops))
     if base <= 0:
         return out
     gemm_share = gemm_us / base
@@ -590,14 +659,22 @@ def _rule_compute_memory_precision(c: _Context, roofline: object | None) -> list
     # could classify ops; op and kernel names decide otherwise.
     compute_share = roof_compute if roof_compute is not None else gemm_share
     if compute_share >= th.COMPUTE_BOUND_MIN_SHARE:
+        evidence: dict[str, float] = {"gemm_share_of_busy_fraction": gemm_share,
+                                      "gemm_time_us": gemm_us, "small_gemm_time_us": small_us,
+                                      "busy_us": base, **roof_evidence}
+        if roof_compute is None:
+            # Without shapes there are no FLOPs: the call rests on names, and says so.
+            what = "kernel" if c.on_device else "op"
+            evidence[f"gemm_{what}s_judged_by_name_not_flops_count"] = named
+            how = f"judged by {what} name, not measured FLOPs"
+        else:
+            how = "by the roofline's FLOPs and bytes"
         out.append(Finding(
             "compute_bound", "info",
             f"Healthy: {compute_share * 100:.0f}% of the "
             f"{'device' if c.on_device else 'op'} time is large matmuls/convolutions "
-            "(compute-bound)",
-            {"gemm_share_of_busy_fraction": gemm_share, "gemm_time_us": gemm_us,
-             "busy_us": base, **roof_evidence},
-            FIXES["compute_bound"], 0.0))
+            f"(compute-bound; {how})",
+            evidence, FIXES["compute_bound"], 0.0))
     if roof_memory is not None:
         low_us = roof_memory * base
     if low_us > 0:
@@ -1020,10 +1097,13 @@ def diagnose(trace: Trace, *, timeline: Timeline | None = None, roofline: object
     # What the loader had to repair (negative durations, ...) bounds how far to trust this.
     notes.extend(f"trace: {w}" for w in getattr(trace, "load_warnings", ()))
     considered: list[Finding] = []
+    # A GPU program whose kernels were not recorded: judge the host, never the device.
+    blind = unrecorded_launches(trace)
 
     def add(f: Finding | None) -> None:
         if f is not None:
-            if not c.on_device and f.kind in CPU_FIXES:
+            # CPU fixes suit CPU programs only; a GPU program keeps its CUDA fixes.
+            if not c.on_device and not blind and f.kind in CPU_FIXES:
                 f = dataclasses.replace(f, fix=CPU_FIXES[f.kind])
             considered.append(f)
 
@@ -1036,13 +1116,19 @@ def diagnose(trace: Trace, *, timeline: Timeline | None = None, roofline: object
     add(_rule_dataloader(c))
     if c.on_device:
         add(_rule_host_sync(c))
+    elif blind:
+        not_judged.append("compute_bound, memory_bound, precision, host_sync, "
+                          "host_device_copy: " + _unrecorded_device_words(blind))
     else:
         not_judged.append("host_sync, precision, host_device_copy: "
                           "no device activity in the trace")
     for f in _rule_launch_and_python(c):
         add(f)
-    for f in _rule_compute_memory_precision(c, roofline):
-        add(f)
+    # Host op time of a GPU program is launch time, not the device's math: without kernels
+    # there is nothing to call compute- or memory-bound.
+    if not blind:
+        for f in _rule_compute_memory_precision(c, roofline):
+            add(f)
     if c.on_device and _compute_capability(trace, device) is None:
         not_judged.append("precision: the trace has no device properties (compute capability)")
     add(_rule_dtype_cast(c))
@@ -1081,14 +1167,20 @@ def diagnose(trace: Trace, *, timeline: Timeline | None = None, roofline: object
     return Diagnosis(
         findings=tuple(reported),
         not_judged=tuple(not_judged),
-        verdict=_verdict(reported, c),
+        verdict=_verdict(reported, c, len(blind)),
         considered=tuple(considered),
         notes=tuple(notes),
     )
 
 
-def _verdict(reported: Sequence[Finding], c: _Context) -> str:
+def _verdict(reported: Sequence[Finding], c: _Context, unrecorded: int = 0) -> str:
     serious = [f for f in reported if f.severity in ("high", "medium")]
+    if unrecorded:
+        blind = (f"GPU not judged: {unrecorded} calls queued GPU work but the trace has no "
+                 "kernel events (record them with ProfilerActivity.CUDA)")
+        if serious:
+            return f"{blind}; on the host: {serious[0].kind} - {serious[0].title}"
+        return f"{blind}; on the host no rule found a problem worth 10% or more of the time"
     if serious:
         return f"Main bottleneck: {serious[0].kind} - {serious[0].title}"
     if any(f.kind == "compute_bound" for f in reported):
