@@ -98,7 +98,11 @@ def record_cuda_memory(run: Callable[[], object], *, repeat: int = 1,
     starts_us: list[int] = []
     oom: BaseException | None = None
     users = history_recording()
-    if not users:
+    marker: object = None
+    marker_addr = 0
+    if users:
+        marker, marker_addr = _history_marker(device)
+    else:
         try:
             _start_history(max_entries, stacks)
         except (RuntimeError, AttributeError) as e:
@@ -117,11 +121,14 @@ def record_cuda_memory(run: Callable[[], object], *, repeat: int = 1,
             oom = e
         snapshot = torch.cuda.memory._snapshot()
     finally:
+        # Freed only now, so nothing in the cell can have been given its address; freed
+        # here too when the cell raises (a kept traceback would hold it otherwise).
+        marker = None  # noqa: F841
         if not users:
             torch.cuda.memory._record_memory_history(enabled=None)
     notes: tuple[str, ...] = ()
     if users:
-        snapshot, notes = _from_cell_on(snapshot, device, starts_us[0])
+        snapshot, notes = _from_cell_on(snapshot, device, marker_addr, starts_us[0])
     elif _full(snapshot, device, max_entries):
         notes = ("The history buffer may have dropped the oldest entries (--max-entries); "
                  "those frees count as 'allocated before recording'.",)
@@ -130,14 +137,25 @@ def record_cuda_memory(run: Callable[[], object], *, repeat: int = 1,
                          step_starts=step_starts, oom=oom, notes=notes)
 
 
-def _from_cell_on(snapshot: dict[str, Any], device: int, start_us: int
+def _history_marker(device: int) -> tuple[object, int]:
+    """Return a small CUDA tensor and its address: its alloc entry in a running history
+    marks where the cell begins, on the allocator's own record rather than a clock."""
+    marker = torch.empty(512, dtype=torch.uint8, device=torch.device("cuda", device))
+    return marker, int(marker.data_ptr())
+
+
+def _from_cell_on(snapshot: dict[str, Any], device: int, marker_addr: int, start_us: int
                   ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """Return a copy of a snapshot from the user's own running history with only the
-    entries recorded from `start_us` (unix us, the clock time_us uses) on, and the notes
-    that say so. Without times every entry is kept, and the note says that too."""
+    entries after the marker's alloc on `device` (allocated just before the cell, live
+    until the snapshot, so the last alloc at its address is the marker), and the notes
+    that say so. When the buffer no longer holds the marker (it wrapped, or skips allocs),
+    entries from `start_us` (unix us, the clock time_us uses) on are kept; without times,
+    every entry is kept, and the note says that too."""
     notes = ["A CUDA memory history was already being recorded when the cell started "
              "(torch.cuda.memory._record_memory_history): %%memsnap read it and left it "
-             "running with its own settings (--max-entries and --stacks do not apply)."]
+             "running with its own settings (--max-entries and --stacks do not apply; "
+             "one 512-byte allocation in it marks where the cell began)."]
     traces = snapshot.get("device_traces") or []
     mine = traces[device] if device < len(traces) else []
     if len(mine) <= 1:
@@ -146,12 +164,23 @@ def _from_cell_on(snapshot: dict[str, Any], device: int, start_us: int
                      "may be missing. To record the cell in full, stop it with "
                      "torch.cuda.memory._record_memory_history(enabled=None) and run the "
                      "cell again.")
-    if any(e.get("time_us") is None for t in traces for e in t):
+    cut = next((i for i in range(len(mine) - 1, -1, -1)
+                if mine[i].get("action") == "alloc" and mine[i].get("addr") == marker_addr),
+               None)
+    if cut is not None:
+        kept = [list(t) for t in traces]
+        kept[device] = list(mine[cut + 1:])
+        # Other devices have no marker: their entries are cut by time where they have it.
+        for d, t in enumerate(traces):
+            if d != device and all(e.get("time_us") is not None for e in t):
+                kept[d] = [e for e in t if e["time_us"] >= start_us]
+    elif all(e.get("time_us") is not None for t in traces for e in t):
+        kept = [[e for e in t if e["time_us"] >= start_us] for t in traces]
+    else:
         notes.append("Its entries carry no times, so entries from before the cell are "
                      "included.")
         return snapshot, tuple(notes)
     notes.append("Entries recorded before the cell are left out.")
-    kept = [[e for e in t if e["time_us"] >= start_us] for t in traces]
     return {**snapshot, "device_traces": kept}, tuple(notes)
 
 

@@ -202,14 +202,28 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
+MARK_ADDR = 0x7F00DEAD0000
+
+
 @pytest.fixture
-def users_history(fake_cuda):
+def users_history(fake_cuda, monkeypatch):
     """The user's own history, recording since before the cell: two old entries (a minute
-    ago, from the fixture's frames); the cell appends its own with the current time."""
+    ago, from the fixture's frames), one of them an alloc at the address the marker will
+    get (freed before the cell); the marker's alloc; then the cell's own entries."""
+    import gpuprof_nb.capture.memory as cm
+
     old = fake_cuda.snapshot["device_traces"][0][:2]
-    fake_cuda.snapshot = {**fake_cuda.snapshot, "device_traces": [[
-        {**e, "time_us": _now_us() - 60_000_000} for e in old]]}
+    history = [{**e, "time_us": _now_us() - 60_000_000} for e in old]
+    history[0] = {**history[0], "action": "alloc", "addr": MARK_ADDR}
+    fake_cuda.snapshot = {**fake_cuda.snapshot, "device_traces": [history]}
     fake_cuda.recording = True
+
+    def marker(device: int) -> tuple[object, int]:
+        history.append({"action": "alloc", "addr": MARK_ADDR, "size": 512, "stream": 0,
+                        "frames": [], "time_us": _now_us()})
+        return object(), MARK_ADDR
+
+    monkeypatch.setattr(cm, "_history_marker", marker)
     return fake_cuda
 
 
@@ -251,17 +265,37 @@ def test_users_history_survives_an_oom_and_other_errors(users_history) -> None:
     assert users_history.recording and users_history.calls == []
 
 
-def test_users_history_without_times_keeps_all_and_says_so(users_history) -> None:
+def test_users_history_is_cut_at_the_marker_not_by_clock(users_history) -> None:
+    # Entries from before the cell stamped in the future (a clock that disagrees with ours)
+    # are still left out: the cut is the marker's alloc in the allocator's own record.
+    for e in users_history.snapshot["device_traces"][0]:
+        e["time_us"] = _now_us() + 10**9
+    capture = record_cuda_memory(_cell_allocates(users_history, 4242))
+    assert [e["size"] for e in capture.snapshot["device_traces"][0]] == [4242]
+    assert any("before the cell are left out" in n for n in capture.notes)
+
+
+def test_users_history_without_marker_falls_back_to_times(users_history, monkeypatch) -> None:
+    import gpuprof_nb.capture.memory as cm
+
+    # The buffer no longer holds the marker (wrapped, or allocs skipped): times decide.
+    monkeypatch.setattr(cm, "_history_marker", lambda device: (object(), 0x1234))
+    capture = record_cuda_memory(_cell_allocates(users_history, 99))
+    assert [e["size"] for e in capture.snapshot["device_traces"][0]] == [99]
+    # ... and with no times either, every entry is kept and the note says so.
     entries = users_history.snapshot["device_traces"][0]
     for e in entries:
-        del e["time_us"]
+        e.pop("time_us")
     capture = record_cuda_memory(lambda: None)
     assert capture.snapshot["device_traces"][0] == entries
     assert any("before the cell are included" in n for n in capture.notes)
 
 
-def test_users_history_of_state_only_is_flagged(fake_cuda) -> None:
+def test_users_history_of_state_only_is_flagged(fake_cuda, monkeypatch) -> None:
+    import gpuprof_nb.capture.memory as cm
+
     # enabled='state' keeps a one-entry buffer: the report warns that allocations are missing.
+    monkeypatch.setattr(cm, "_history_marker", lambda device: (object(), 0x1234))
     fake_cuda.snapshot = {**fake_cuda.snapshot, "device_traces": [[]]}
     fake_cuda.recording = True
     capture = record_cuda_memory(lambda: None)

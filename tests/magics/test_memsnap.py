@@ -206,6 +206,14 @@ def test_users_own_history_left_running_and_noted(ip, monkeypatch, data_dir, tmp
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
     monkeypatch.setattr(torch._C, "_cuda_isHistoryEnabled", lambda: True, raising=False)
+    import gpuprof_nb.capture.memory as cm
+
+    def marker(device: int) -> tuple[object, int]:  # its alloc marks where the cell began
+        history.append({"action": "alloc", "addr": 0xABC00, "size": 512, "stream": 0,
+                        "frames": [], "time_us": time.time_ns() // 1000})
+        return object(), 0xABC00
+
+    monkeypatch.setattr(cm, "_history_marker", marker)
     monkeypatch.setattr(torch.cuda.memory, "_record_memory_history",
                         lambda *a, **k: calls.append((a, k)))
     monkeypatch.setattr(torch.cuda.memory, "_snapshot",
