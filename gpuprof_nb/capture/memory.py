@@ -101,7 +101,10 @@ def record_cuda_memory(run: Callable[[], object], *, repeat: int = 1,
     marker: object = None
     marker_addr = 0
     if users:
-        marker, marker_addr = _history_marker(device)
+        try:
+            marker, marker_addr = _history_marker(device)
+        except torch.cuda.OutOfMemoryError:
+            pass  # not even 512 bytes free: the cell's entries are then told by their times
     else:
         try:
             _start_history(max_entries, stacks)

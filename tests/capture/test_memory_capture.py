@@ -282,6 +282,15 @@ def test_users_history_without_marker_falls_back_to_times(users_history, monkeyp
     monkeypatch.setattr(cm, "_history_marker", lambda device: (object(), 0x1234))
     capture = record_cuda_memory(_cell_allocates(users_history, 99))
     assert [e["size"] for e in capture.snapshot["device_traces"][0]] == [99]
+
+    # Memory so full that the marker cannot be allocated: the cell still runs.
+    def no_room(device: int) -> tuple[object, int]:
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 512 bytes")
+
+    monkeypatch.setattr(cm, "_history_marker", no_room)
+    capture = record_cuda_memory(_cell_allocates(users_history, 98))
+    assert [e["size"] for e in capture.snapshot["device_traces"][0]] == [98]
+    assert capture.oom is None and users_history.recording and users_history.calls == []
     # ... and with no times either, every entry is kept and the note says so.
     entries = users_history.snapshot["device_traces"][0]
     for e in entries:
