@@ -20,7 +20,7 @@ import pickle
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -116,8 +116,9 @@ def _load_snapshot(source: str | os.PathLike[str] | bytes | Mapping[str, Any]
         raw = bytes(source)
         # gzip is read through the same guarded unpickling as a file, so damaged
         # compressed bytes give a SnapshotFormatError too.
-        stream: BinaryIO = (gzip.GzipFile(fileobj=io.BytesIO(raw)) if raw[:2] == b"\x1f\x8b"
-                            else io.BytesIO(raw))
+        stream: io.BufferedIOBase = (gzip.GzipFile(fileobj=io.BytesIO(raw))
+                                     if raw[:2] == b"\x1f\x8b"
+                                     else io.BytesIO(raw))
         data, n_bytes = _unpickle(stream, "snapshot bytes")
         return _snapshot_from_dict(data, "snapshot bytes", n_bytes)
     path = Path(source)
