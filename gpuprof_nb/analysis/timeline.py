@@ -30,14 +30,17 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
-from operator import add, lt
+from operator import add, attrgetter, lt
 from typing import Any, Literal
 
 import numpy as np
 
 from gpuprof_nb.analysis import thresholds as th
-from gpuprof_nb.analysis.intervals import Interval, gaps_between, merge_arrays, union_length
+from gpuprof_nb.analysis.intervals import Interval, merge_arrays, union_length
 from gpuprof_nb.model.trace import Kernel, Op, Trace
+
+_START = attrgetter("start_us")
+_DUR = attrgetter("dur_us")
 
 IdleCause = Literal["dataloader", "sync", "launch", "host", "other"]
 IDLE_CAUSES: tuple[IdleCause, ...] = ("dataloader", "sync", "launch", "host", "other")
@@ -172,7 +175,10 @@ class Timeline:
 
 def _top_level_positions(ops: Sequence[Op]) -> list[int]:
     """Return the positions in `ops` of the torch ops (kind 'op') not nested inside another op
-    on the same thread, ordered by (start, index)."""
+    on the same thread, ordered by (start, index).
+
+    `ops` is in a Trace's order (by start, ties by index), so positions are in (start, index)
+    order too: only equal starts need sorting (longest first)."""
     n = len(ops)
     if not n:
         return []
@@ -190,7 +196,7 @@ def _top_level_positions(ops: Sequence[Op]) -> list[int]:
             else:
                 group.append(i)
     # Threads are keyed by their ids as text (an int and a str id naming the same thread are
-    # one thread); positions stay in file order within a thread for the stable sorts below.
+    # one thread); positions stay in (start, index) order within a thread.
     by_thread: dict[tuple[str, str], list[int]] = {}
     for (pid, tid), group in by_raw.items():
         key = (str(pid), str(tid))
@@ -198,31 +204,23 @@ def _top_level_positions(ops: Sequence[Op]) -> list[int]:
             by_thread[key] = sorted(by_thread[key] + group)
         else:
             by_thread[key] = group
-    ends = [s + d for s, d in zip(starts, durs, strict=True)]
     top: list[int] = []
-    index: list[int] | None = None
     for key in sorted(by_thread):
         group = by_thread[key]
         first = [starts[i] for i in group]
         if not all(map(lt, first, first[1:])):
-            # Order (start, longest first, index) by three stable sorts with C key functions
-            # (a Python key per op costs more than the sorts).
-            if index is None:
-                index = [o.index for o in ops]
-            group.sort(key=index.__getitem__)
+            # Equal starts: (start, longest first, index) by two stable sorts with C key
+            # functions (a Python key per op costs more than the sorts).
             group.sort(key=durs.__getitem__, reverse=True)
             group.sort(key=starts.__getitem__)
             first = [starts[i] for i in group]
         end = -math.inf
-        for i, start in zip(group, first, strict=True):
+        for i, start, dur in zip(group, first, [durs[i] for i in group], strict=True):
             if start >= end:
                 top.append(i)
-                end = ends[i]
-    if len(by_thread) > 1 or index is not None:
-        if index is None:
-            index = [o.index for o in ops]
-        top.sort(key=index.__getitem__)
-        top.sort(key=starts.__getitem__)
+                end = start + dur
+    if len(by_thread) > 1:
+        top.sort()
     return top
 
 
@@ -264,22 +262,6 @@ def device_kernels(trace: Trace, device: int | None) -> tuple[Kernel, ...]:
     return tuple(k for k in trace.kernels if k.device == device)
 
 
-def _overlap(sorted_disjoint: Sequence[Interval], starts: Sequence[float],
-             lo: float, hi: float) -> list[Interval]:
-    """Return the parts of [lo, hi] covered by sorted disjoint intervals (bisect-based)."""
-    out: list[Interval] = []
-    i = max(bisect.bisect_right(starts, lo) - 1, 0)
-    while i < len(sorted_disjoint):
-        s, e = sorted_disjoint[i]
-        if s >= hi:
-            break
-        a, b = max(s, lo), min(e, hi)
-        if b > a:
-            out.append((a, b))
-        i += 1
-    return out
-
-
 def _spans(starts: Sequence[float], durs: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     """Return the union of [start, start + dur] spans as sorted disjoint (starts, ends)."""
     s = np.array(starts, dtype=float)
@@ -304,9 +286,10 @@ class _Classifier:
                                               [ops[i].dur_us for i in top])
         self.op_spans = list(zip(self.op_starts.tolist(), self.op_ends.tolist(), strict=True))
         self.op_start_list = self.op_starts.tolist()
-        dl = [o for o in ops if "DataLoader" in o.name and "__next__" in o.name]
+        # Few distinct names: test each once, not once per op.
+        dl_names = {n for n in {o.name for o in ops} if "DataLoader" in n and "__next__" in n}
+        dl = [o for o in ops if o.name in dl_names] if dl_names else []
         self.dl_starts, self.dl_ends = _spans([o.start_us for o in dl], [o.dur_us for o in dl])
-        self.dl_spans = list(zip(self.dl_starts.tolist(), self.dl_ends.tolist(), strict=True))
         syncs = [r for r in trace.runtime if r.name in SYNC_RUNTIME_NAMES]
         syncs += [s for s in trace.syncs  # type: ignore[misc]
                   if s.name in HOST_SYNC_EVENT_NAMES and (device is None
@@ -379,8 +362,8 @@ class _Classifier:
 
     def host_in_ops_us(self, lo: float, hi: float) -> float:
         """Return the microseconds of [lo, hi] during which a torch op ran on the host."""
-        # The same sum as union_length(_overlap(...)): the op spans are merged (sorted, apart),
-        # so their clipped parts need no merging again.
+        # The same sum as union_length(clip_intervals(...)): the op spans are merged (sorted,
+        # apart), so their clipped parts need no merging again.
         spans = self.op_spans
         i = bisect.bisect_right(self.op_start_list, lo) - 1
         if i < 0:
@@ -441,15 +424,14 @@ def activity_window(trace: Trace) -> tuple[float, float]:
     profiler = {name for name in {o.name for o in ops} if name.startswith("PyTorch Profiler")}
     if profiler:
         ops = tuple(o for o in ops if o.name not in profiler)
-    starts: list[float] = []
-    ends: list[float] = []
-    for seq in (ops, trace.kernels, trace.runtime):
-        starts += [e.start_us for e in seq]
-        ends += [e.start_us + e.dur_us for e in seq]
+    seqs = [seq for seq in (ops, trace.kernels, trace.runtime) if seq]
     lo, hi = trace.window_us
-    if not starts:
+    if not seqs:
         return lo, max(hi, lo)
-    a, b = max(min(starts), lo), min(max(ends), hi)
+    # Each sequence is sorted by start: its first element starts first.
+    first = min(seq[0].start_us for seq in seqs)
+    last = max(max(map(add, map(_START, seq), map(_DUR, seq))) for seq in seqs)
+    a, b = max(first, lo), min(last, hi)
     return (a, b) if b > a else (lo, max(hi, lo))
 
 
@@ -494,34 +476,25 @@ def device_timeline(trace: Trace) -> Timeline:
         gap_cause = classifier.causes(hole_lo, hole_hi, leading, trailing)
     else:
         # Holes the DataLoader reaches: its parts are "dataloader", the rest of the hole is
-        # judged as a whole hole would be (its bounds decide launch gaps and edges).
-        piece_lo: list[float] = []
-        piece_hi: list[float] = []
-        piece_hole: list[int] = []
-        piece_dl: list[bool] = []
-        for h, (a, b, touched) in enumerate(zip(hole_lo.tolist(), hole_hi.tolist(),
-                                                with_dl.tolist(), strict=True)):
-            if not touched:
-                piece_lo.append(a)
-                piece_hi.append(b)
-                piece_hole.append(h)
-                piece_dl.append(False)
-                continue
-            dl = _overlap(classifier.dl_spans, classifier.dl_starts.tolist(), a, b)
-            pieces = [(x, y, True) for x, y in dl]
-            pieces += [(x, y, False) for x, y in gaps_between(dl, a, b)]
-            pieces.sort(key=lambda p: p[0])
-            for x, y, is_dl in pieces:
-                piece_lo.append(x)
-                piece_hi.append(y)
-                piece_hole.append(h)
-                piece_dl.append(is_dl)
-        hole = np.array(piece_hole, dtype=np.intp)
-        gap_lo = np.array(piece_lo, dtype=float)
-        gap_hi = np.array(piece_hi, dtype=float)
+        # judged as a whole hole would be (its bounds decide launch gaps and edges). The
+        # DataLoader spans are merged (sorted, apart), so their ends strictly inside holes cut
+        # the holes into pieces that are each wholly in a span or wholly out of all.
+        dl_starts, dl_ends = classifier.dl_starts, classifier.dl_ends
+        cuts = np.concatenate((dl_starts, dl_ends))
+        h = np.searchsorted(hole_lo, cuts, side="right") - 1
+        inside = h >= 0
+        inside[inside] = cuts[inside] < hole_hi[h[inside]]
+        inside &= cuts > hole_lo[np.maximum(h, 0)]
+        cuts = cuts[inside]
+        # Pieces in order: the i-th start goes with the i-th end (holes are disjoint).
+        gap_lo = np.sort(np.concatenate((hole_lo, cuts)))
+        gap_hi = np.sort(np.concatenate((hole_hi, cuts)))
+        hole = np.searchsorted(hole_lo, gap_lo, side="right") - 1
+        k = np.searchsorted(dl_starts, gap_lo, side="right") - 1
+        piece_dl = (k >= 0) & (dl_ends[np.maximum(k, 0)] > gap_lo)
         gap_cause = classifier.causes(hole_lo[hole], hole_hi[hole], leading[hole],
                                       trailing[hole], piece_lo=gap_lo)
-        gap_cause[np.array(piece_dl, dtype=bool)] = _DATALOADER
+        gap_cause[piece_dl] = _DATALOADER
     lo_list, hi_list = gap_lo.tolist(), gap_hi.tolist()
     gaps = [IdleGap(a, b, IDLE_CAUSES[c])
             for a, b, c in zip(lo_list, hi_list, gap_cause.tolist(), strict=True)]

@@ -17,8 +17,9 @@ Files are decoded incrementally from a buffer read in chunks, and each event bec
 model object at once, so peak memory is the model plus a chunk's worth of events rather than
 every event dict (what `json.load` would build). With msgspec installed, the runs of whole
 events in the buffer are decoded in one call each into light structs that hold only the fields
-the model reads (about 2x faster than `json.load`; benchmarks/json_choice.py has the
-measurements); the standard-library reader, one event at a time, handles the rest: what msgspec
+the model reads, args included (only the keys in _ARG_KEYS; nested ones such as shapes and
+call stacks stay JSON text, converted once per distinct text), about 2x faster than
+`json.load` (benchmarks/json_choice.py has the measurements); the standard-library reader, one event at a time, handles the rest: what msgspec
 refuses (NaN, bad JSON, with located error messages), and everything when msgspec is missing.
 Both feed the same field-level event path (`_Builder._add_fields`).
 
@@ -100,6 +101,7 @@ _KERNEL_KINDS = {
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime"})
 # Pseudo-processes holding the profiler's own summary spans, not the workload.
 _SUMMARY_PIDS = frozenset({"Traces", "Spans"})
+_MISSING = object()
 
 _HOW_TO_EXPORT = (
     "export it with torch.profiler's prof.export_chrome_trace(path) "
@@ -182,20 +184,102 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _event_decoder() -> Any:
-    """msgspec's decoder of a JSON array of events into light structs holding only the fields
-    the model reads (None where an event lacks one), or None without msgspec."""
+# The args the model reads: attribute name -> the key in a trace event's "args". Two spellings
+# of one key (2021 traces write 'external id', 'Input dims') are two attributes.
+_ARG_KEYS = {
+    "external_id": "External id",
+    "external_id_2021": "external id",
+    "input_dims": "Input Dims",
+    "input_dims_2021": "Input dims",
+    "input_types": "Input type",
+    "input_strides": "Input Strides",
+    "input_strides_2021": "Input strides",
+    "concrete_inputs": "Concrete Inputs",
+    "sequence_number": "Sequence number",
+    "fwd_thread_id": "Fwd thread id",
+    "call_stack": "Call stack",
+    "correlation": "correlation",
+    "device": "device",
+    "stream": "stream",
+    "grid": "grid",
+    "block": "block",
+    "nbytes": "bytes",
+    "mem_bytes": "Bytes",
+    "device_type": "Device Type",
+    "device_id": "Device Id",
+    "addr": "Addr",
+    "total_allocated": "Total Allocated",
+    "total_reserved": "Total Reserved",
+}
+# The nested ones (lists of shapes, types, stack frames): repeated across thousands of ops,
+# so the fast reader keeps their JSON text (msgspec.Raw) and converts each distinct text once.
+_NESTED_ARGS = frozenset({
+    "input_dims", "input_dims_2021", "input_types", "input_strides", "input_strides_2021",
+    "concrete_inputs", "call_stack", "grid", "block",
+})
+
+
+class _PyArgs:
+    """The args the model reads, from an args dict (None where absent): what the per-event
+    reader and `trace_from_dict` use when msgspec is missing. Same attributes as _Args."""
+
+    __slots__ = tuple(_ARG_KEYS)
+
+    def __init__(self, args: Mapping[str, Any]) -> None:
+        get = args.get
+        for attr, key in _ARG_KEYS.items():
+            setattr(self, attr, get(key))
+
+
+def _args_types() -> tuple[Any, Any, Any, Any]:
+    """Return (decoder of a JSON array of events, its args struct, struct for an args dict,
+    Raw type).
+
+    The decoder reads events into light structs holding only the fields the model reads
+    (None where an event lacks one); their args into a struct of the keys in _ARG_KEYS, the
+    nested ones kept as JSON text (args that are not an object decode as they are, and are
+    then ignored, as the per-event reader ignores them). Without msgspec: (None, a type
+    nothing has, _PyArgs, another type nothing has)."""
     if msgspec is None:
-        return None
+        return None, type("_NoArgs", (), {}), _PyArgs, type("_NoRaw", (), {})
 
     # Built with defstruct, so no annotation has to be resolved by module name; gc=False: the
     # structs hold no cycles and live for one batch.
-    fields = ("ph", "name", "cat", "ts", "dur", "pid", "tid", "args")
-    event: Any = msgspec.defstruct("_Event", [(f, Any, None) for f in fields], gc=False)
-    return msgspec.json.Decoder(list[event])
+    def args_struct(name: str, nested: Any) -> Any:
+        return msgspec.defstruct(
+            name,
+            [(a, nested if a in _NESTED_ARGS else Any, None) for a in _ARG_KEYS],
+            rename=_ARG_KEYS,
+            gc=False,
+        )
+
+    raw_args = args_struct("_Args", msgspec.Raw)
+    fields: list[Any] = [(f, Any, None) for f in ("ph", "name", "cat", "ts", "dur", "pid", "tid")]
+    fields.append(("args", raw_args | None | list | str | int | float | bool, None))
+    event: Any = msgspec.defstruct("_Event", fields, gc=False)
+    return (msgspec.json.Decoder(list[event]), raw_args, args_struct("_ParsedArgs", Any),
+            msgspec.Raw)
 
 
-_EVENT_DECODER = _event_decoder()
+_EVENT_DECODER, _RAW_ARGS, _ARGS_STRUCT, _Raw = _args_types()
+_NO_ARGS = _PyArgs({})
+
+
+def _args_of(args: Any) -> Any:
+    """An event's args dict -> the args object the model reads (None for anything that is not
+    a dict)."""
+    if type(args) is not dict:
+        if not isinstance(args, Mapping):
+            return None
+        args = dict(args)
+    if _ARGS_STRUCT is _PyArgs:
+        return _PyArgs(args)
+    try:
+        return msgspec.convert(args, _ARGS_STRUCT)
+    except msgspec.ValidationError:  # a key that is not a string (never in JSON)
+        return _PyArgs(args)
+
+
 
 
 # --------------------------------------------------------------------------------------------
@@ -256,9 +340,10 @@ def _opt_int(value: Any) -> int | None:
     return None
 
 
-def _stream_of(args: Mapping[str, Any], tid: Any) -> int:
-    """The stream of a device event: args['stream'], else the tid ('stream 7' or 7); -1 if none."""
-    stream = _opt_int(args.get("stream"))
+def _stream_of(stream: Any, tid: Any) -> int:
+    """The stream of a device event: its args' stream, else the tid ('stream 7' or 7); -1 if
+    none."""
+    stream = _opt_int(stream)
     if stream is not None:
         return stream
     if isinstance(tid, str) and tid.startswith("stream "):
@@ -297,6 +382,9 @@ class _Builder:
         self.event_count = 0
         self._shared: dict[Any, Any] = {}
         self._str_tuples: dict[Any, tuple[str, ...]] = {}
+        # JSON text of a nested arg (fast reader) -> its converted, shared value.
+        self._raw_shapes: dict[bytes, Any] = {}
+        self._raw_strings: dict[bytes, Any] = {}
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -322,6 +410,28 @@ class _Builder:
         except TypeError:
             key = _tuplify(value)
             return self._shared.setdefault(key, key)
+
+    def _shape(self, value: Any) -> Any:
+        """A nested arg that holds numbers (shapes, strides, grid, block), as JSON text or
+        decoded -> a shared nested tuple, or None if it is not a list."""
+        if type(value) is _Raw:
+            key = bytes(value)
+            hit = self._raw_shapes.get(key, _MISSING)
+            if hit is _MISSING:
+                hit = self._raw_shapes[key] = self._shared_tuple(msgspec.json.decode(key))
+            return hit
+        return self._shared_tuple(value)
+
+    def _strings(self, value: Any) -> tuple[str, ...] | None:
+        """A nested arg that holds strings (input types, concrete inputs, call stack), as JSON
+        text or decoded -> a shared tuple of strings, or None."""
+        if type(value) is _Raw:
+            key = bytes(value)
+            hit = self._raw_strings.get(key, _MISSING)
+            if hit is _MISSING:
+                hit = self._raw_strings[key] = self._str_tuple(msgspec.json.decode(key))
+            return hit
+        return self._str_tuple(value)
 
     def _str_tuple(self, value: Any) -> tuple[str, ...] | None:
         """Strings (a list of them, or one joined with ';') -> a shared tuple of interned
@@ -360,9 +470,10 @@ class _Builder:
                     raise self._fail(index, f"is a {type(event).__name__}, not a JSON object")
                 event = dict(event)
             get = event.get
+            args = get("args")
             self._add_fields(
                 index, get("ph"), get("name"), get("cat"), get("ts"), get("dur"), get("pid"),
-                get("tid"), get("args"),
+                get("tid"), _args_of(args) if args is not None else None,
             )
         except _FIELD_ERRORS as exc:
             raise self._odd_field(index, exc) from exc
@@ -370,6 +481,7 @@ class _Builder:
     def add_events(self, events: list[Any], first_index: int) -> None:
         """Model the fast reader's decoded `_Event` structs, numbered from `first_index`."""
         add = self._add_fields
+        args_type = _RAW_ARGS
         index = first_index
         try:
             for index, e in enumerate(events, first_index):  # noqa: B007 - read in except
@@ -378,7 +490,10 @@ class _Builder:
                     # Flow arrows: nothing to model (as in _add_fields), only counted.
                     self.event_count += 1
                     continue
-                add(index, ph, e.name, e.cat, e.ts, e.dur, e.pid, e.tid, e.args)
+                args = e.args
+                if args is not None and type(args) is not args_type:
+                    args = None  # not a JSON object: no args the model reads
+                add(index, ph, e.name, e.cat, e.ts, e.dur, e.pid, e.tid, args)
         except _FIELD_ERRORS as exc:
             raise self._odd_field(index, exc) from exc
 
@@ -390,8 +505,9 @@ class _Builder:
         self, index: int, ph: Any, name: Any, cat: Any, ts: Any, dur: Any, pid: Any, tid: Any,
         args: Any,
     ) -> None:
-        """Model one event given its fields (None where the event lacks one): the one place
-        that decides what an event becomes, whichever reader decoded it."""
+        """Model one event given its fields (None where the event lacks one; `args` an _Args,
+        _ParsedArgs or _PyArgs): the one place that decides what an event becomes, whichever
+        reader decoded it."""
         self.event_count += 1
         if ph != "X":
             if ph == "i" or ph == "I":
@@ -417,8 +533,6 @@ class _Builder:
         if end > self.hi:
             self.hi = end
         name = sys.intern(name) if type(name) is str else str(name)
-        if type(args) is not dict:
-            args = {}
         start = ts if type(ts) is float else float(ts)
         dur_f = dur if type(dur) is float else float(dur)
 
@@ -435,59 +549,64 @@ class _Builder:
                 # 2021 traces recorded record_function scopes as Operator; a step marker is
                 # an annotation whatever category an exporter gives it.
                 op_kind = "annotation"
-            if not args:
+            if args is None:
                 self.ops.append(_new_op(
                     name, op_kind, start, dur_f, pid, tid,
                     None, None, None, None, None, None, None, None, index,
                 ))
                 return
-            get = args.get
-            external = get("External id")
+            external = args.external_id
             if external is None:
-                external = get("external id")
+                external = args.external_id_2021
             if external is not None and type(external) is not int:
                 external = _opt_int(external)
             # Most of these are absent from most events: test before calling a helper.
-            dims = get("Input Dims")
-            if dims is None:
-                dims = get("Input dims")
+            dims = args.input_dims
             if dims is not None:
-                dims = self._shared_tuple(dims)
-            in_types = get("Input type")
+                dims = self._shape(dims)
+            if dims is None:
+                dims = args.input_dims_2021
+                if dims is not None:
+                    dims = self._shape(dims)
+            in_types = args.input_types
             if in_types is not None:
-                in_types = self._str_tuple(in_types)
-            strides = get("Input Strides")
-            if strides is None:
-                strides = get("Input strides")
+                in_types = self._strings(in_types)
+            strides = args.input_strides
             if strides is not None:
-                strides = self._share(_tuplify(strides)) if isinstance(strides, list) else None
-            concrete = get("Concrete Inputs")
+                strides = self._shape(strides)
+            if strides is None:
+                strides = args.input_strides_2021
+                if strides is not None:
+                    strides = self._shape(strides)
+            concrete = args.concrete_inputs
             if concrete is not None:
-                concrete = self._str_tuple(concrete)
-            seq = get("Sequence number")
+                concrete = self._strings(concrete)
+            seq = args.sequence_number
             if seq is not None and type(seq) is not int:
                 seq = _opt_int(seq)
-            fwd = get("Fwd thread id")
+            fwd = args.fwd_thread_id
             if fwd is not None and type(fwd) is not int:
                 fwd = _opt_int(fwd)
-            stack = get("Call stack")
+            stack = args.call_stack
             if stack is not None:
-                stack = self._str_tuple(stack)
+                stack = self._strings(stack)
             self.ops.append(_new_op(
                 name, op_kind, start, dur_f, pid, tid,
                 external, dims, in_types, strides, concrete, seq, fwd, stack, index,
             ))
             return
 
+        if args is None:
+            args = _NO_ARGS
         if cat in _RUNTIME_CATS:
             if type(pid) is not int:
                 pid = _host_id(pid)
             if type(tid) is not int:
                 tid = _host_id(tid)
-            external = args.get("External id")
+            external = args.external_id
             if external is None:
-                external = args.get("external id")
-            corr = args.get("correlation")
+                external = args.external_id_2021
+            corr = args.correlation
             self.runtime.append(
                 _new_runtime(
                     name,
@@ -504,20 +623,20 @@ class _Builder:
 
         kernel_kind = _KERNEL_KINDS.get(cat)  # type: ignore[arg-type]
         if kernel_kind is not None:
-            device = args.get("device")
+            device = args.device
             if type(device) is not int:
                 device = _opt_int(device)
                 if device is None:
                     device = _opt_int(pid)
-            stream = args.get("stream")
+            stream = args.stream
             if type(stream) is not int:
-                stream = _stream_of(args, tid)
-            external = args.get("External id")
+                stream = _stream_of(stream, tid)
+            external = args.external_id
             if external is None:
-                external = args.get("external id")
-            corr = args.get("correlation")
-            grid = args.get("grid")
-            block = args.get("block")
+                external = args.external_id_2021
+            corr = args.correlation
+            grid = args.grid
+            block = args.block
             self.kernels.append(
                 _new_kernel(
                     name,
@@ -528,19 +647,19 @@ class _Builder:
                     stream,
                     corr if type(corr) is int else _opt_int(corr),
                     external if type(external) is int else _opt_int(external),
-                    _opt_int(args.get("bytes")) if kernel_kind != "kernel" else None,
-                    self._shared_tuple(grid) if type(grid) is list else None,
-                    self._shared_tuple(block) if type(block) is list else None,
+                    _opt_int(args.nbytes) if kernel_kind != "kernel" else None,
+                    self._shape(grid) if grid is not None else None,
+                    self._shape(block) if block is not None else None,
                     index,
                 )
             )
             return
 
         if cat == "cuda_sync":
-            device = _opt_int(args.get("device"))
+            device = _opt_int(args.device)
             if device is None:
                 device = _opt_int(pid)
-            stream = _opt_int(args.get("stream"))
+            stream = _opt_int(args.stream)
             self.syncs.append(
                 _new_sync(
                     name,
@@ -548,7 +667,7 @@ class _Builder:
                     dur_f,
                     device if device is not None else -1,
                     stream if stream is not None else -1,
-                    _opt_int(args.get("correlation")),
+                    _opt_int(args.correlation),
                     index,
                 )
             )
@@ -567,27 +686,26 @@ class _Builder:
             self.hi = ts
         if name != "[memory]":
             return
-        if type(args) is not dict:
+        if args is None:
             return
-        get = args.get
-        nbytes = get("Bytes")
+        nbytes = args.mem_bytes
         if type(nbytes) is not int:
             nbytes = _opt_int(nbytes)
             if nbytes is None:
                 return
-        device_type = get("Device Type")
+        device_type = args.device_type
         if type(device_type) is not int:
             device_type = _opt_int(device_type)
-        device_id = get("Device Id")
+        device_id = args.device_id
         if type(device_id) is not int:
             device_id = _opt_int(device_id)
-        addr = get("Addr")
+        addr = args.addr
         if type(addr) is not int and addr is not None:
             addr = _opt_int(addr)
-        allocated = get("Total Allocated")
+        allocated = args.total_allocated
         if type(allocated) is not int and allocated is not None:
             allocated = _opt_int(allocated)
-        reserved = get("Total Reserved")
+        reserved = args.total_reserved
         if type(reserved) is not int and reserved is not None:
             reserved = _opt_int(reserved)
         self.memory.append(

@@ -182,6 +182,68 @@ def test_chunk_splits_anywhere_give_the_json_load_result(
     }
 
 
+def _odd_args_events() -> list[dict[str, Any]]:
+    """Ops and kernels whose args take every form the loader reads: both spellings, null,
+    wrong types, nested lists of lists, a call stack as one ';'-joined string, no args."""
+    forms: list[Any] = [
+        {"Input Dims": [[4, 8], [8]], "Input type": ["float", "float"], "External id": 3},
+        {"Input Dims": None, "Input dims": [[2]], "external id": "7"},  # null -> 2021 key
+        {"Input Dims": 5, "Input Strides": [[[1]], {"a": 1}], "Sequence number": 4.0},
+        {"Input strides": [[8, 1]], "Concrete Inputs": ["", "1"], "Fwd thread id": 2},
+        {"Call stack": "a.py(1): f;b.py(2): g;", "Input type": "float"},
+        {"Input Dims": [[4, 8], [8]], "Input type": ["float", "float"]},  # repeats row 0
+        {},
+        [1, 2],  # not a dict
+        None,
+    ]
+    events: list[dict[str, Any]] = []
+    for i in range(200):
+        ts = 10.0 + 4 * i
+        op: dict[str, Any] = {"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 3}",
+                              "pid": 1, "tid": 1, "ts": ts, "dur": 1.0}
+        if i % 10 != 9:
+            op["args"] = forms[i % len(forms)]
+        events.append(op)
+        grid: Any = [[i, 1, 1], 5, None, "x"][i % 4]
+        events.append({"ph": "X", "cat": "gpu_memcpy" if i % 5 == 0 else "kernel",
+                       "name": "k", "pid": 0, "tid": "stream 7", "ts": ts + 1, "dur": 1.0,
+                       "args": {"grid": grid, "block": [128, 1, 1], "bytes": 64,
+                                "correlation": i} if i % 6 else forms[7]})
+    return events
+
+
+def test_every_form_of_args_reads_the_same_on_every_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = _odd_args_events()
+    p = tmp_path / "odd_args.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    counter = _Counting(monkeypatch)
+    fast = load_trace(p)
+    assert counter.events >= 0.9 * len(events)  # the typed fast path read them
+    assert fast == _load_without_msgspec(p, monkeypatch)
+    assert fast == trace_from_dict(json.loads(p.read_text()), source=str(p))
+    # The values themselves, from the JSON above.
+    ops = {o.index: o for o in fast.ops}
+    assert ops[0].input_dims == ((4, 8), (8,)) and ops[0].input_types == ("float", "float")
+    assert ops[0].external_id == 3
+    assert ops[2].input_dims == ((2,),) and ops[2].external_id == 7
+    assert ops[4].input_dims is None and ops[4].sequence_number == 4
+    assert ops[4].input_strides == (((1,),), "{'a': 1}")
+    assert ops[6].input_strides == ((8, 1),) and ops[6].concrete_inputs == ("", "1")
+    assert ops[8].stack == ("a.py(1): f", "b.py(2): g") and ops[8].input_types == ("float",)
+    assert ops[10].input_dims is ops[0].input_dims  # one shared tuple per distinct shape
+    for i in (12, 14, 16, 18):  # {}, a list, null, no args
+        o = ops[i]
+        assert (o.external_id, o.input_dims, o.input_types, o.stack) == (None,) * 4
+    kernels = {k.index: k for k in fast.kernels}
+    assert kernels[9].grid == (4, 1, 1) and kernels[9].block == (128, 1, 1)
+    assert kernels[3].grid is None and kernels[3].stream == 7  # grid 5; stream from the tid
+    assert kernels[5].grid is None and kernels[7].grid is None  # null, "x"
+    assert kernels[1].grid is None and kernels[1].correlation is None  # args [1, 2]
+    assert kernels[21].kind == "memcpy" and kernels[21].bytes == 64
+
+
 def test_bare_event_array_takes_the_fast_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -256,17 +318,19 @@ def test_errors_deep_in_a_file_are_the_stdlib_readers(
 
 
 def test_without_msgspec_installed(tmp_path: Path) -> None:
-    out = tmp_path / "trace.pickle"
+    odd = tmp_path / "odd_args.json"
+    odd.write_text(json.dumps({"traceEvents": _odd_args_events()}))
+    out = tmp_path / "traces.pickle"
     code = (
         "import pickle, sys\n"
         "sys.modules['msgspec'] = None  # import msgspec -> ImportError\n"
         "from gpuprof_nb.io import trace\n"
         "assert trace.msgspec is None and trace._EVENT_DECODER is None\n"
-        f"t = trace.load_trace({str(BERT)!r})\n"
+        f"t = [trace.load_trace(p) for p in ({str(BERT)!r}, {str(odd)!r})]\n"
         f"open({str(out)!r}, 'wb').write(pickle.dumps(t))\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
-    assert pickle.loads(out.read_bytes()) == load_trace(BERT)
+    assert pickle.loads(out.read_bytes()) == [load_trace(BERT), load_trace(odd)]
 
 
 @pytest.mark.parametrize("enabled", [True, False])
