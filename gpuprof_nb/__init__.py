@@ -58,10 +58,10 @@ def __getattr__(name: str) -> Any:
         globals()[name] = module
         return module
     try:
-        module, attr = _LAZY[name]
+        module_name, attr = _LAZY[name]
     except KeyError:
         raise AttributeError(f"module 'gpuprof_nb' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), attr)
+    value = getattr(importlib.import_module(module_name), attr)
     globals()[name] = value
     return value
 

@@ -383,13 +383,13 @@ def _block_builder(
                                for node in body):
                 return None
             first = body[0]
-            target = ast.Subscript(value=ast.List(elts=[ast.Constant(None)], ctx=ast.Load()),
-                                   slice=ast.Constant(0), ctx=ast.Store())
-            times = ast.BinOp(left=ast.Tuple(elts=[ast.Constant(None)], ctx=ast.Load()),
-                              op=ast.Mult(), right=ast.Constant(number))
+            holder = ast.List(elts=[ast.Constant(None)], ctx=ast.Load())
+            target = ast.Subscript(value=holder, slice=ast.Constant(0), ctx=ast.Store())
+            nones = ast.Tuple(elts=[ast.Constant(None)], ctx=ast.Load())
+            times = ast.BinOp(left=nones, op=ast.Mult(), right=ast.Constant(number))
             loop = ast.For(target=target, iter=times, body=body, orelse=[])
-            for node in (loop, target, target.value, *target.value.elts, target.slice, times,
-                         *times.left.elts, times.left, times.right):
+            for node in (loop, target, holder, *holder.elts, target.slice, times,
+                         *nones.elts, nones, times.right):
                 ast.copy_location(node, first)
             module = ast.Module(body=[loop], type_ignores=[])
             looped = compile(module, filename, "exec", ip.compile.flags, True)

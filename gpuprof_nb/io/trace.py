@@ -19,8 +19,9 @@ every event dict (what `json.load` would build). With msgspec installed, the run
 events in the buffer are decoded in one call each into light structs that hold only the fields
 the model reads, args included (only the keys in _ARG_KEYS; nested ones such as shapes and
 call stacks stay JSON text, converted once per distinct text), about 2x faster than
-`json.load` (benchmarks/json_choice.py has the measurements); the standard-library reader, one event at a time, handles the rest: what msgspec
-refuses (NaN, bad JSON, with located error messages), and everything when msgspec is missing.
+`json.load` (benchmarks/json_choice.py has the measurements); the standard-library reader,
+one event at a time, handles the rest: what msgspec refuses (NaN, bad JSON, with located
+error messages), and everything when msgspec is missing.
 Both feed the same field-level event path (`_Builder._add_fields`).
 
 Negative durations (seen in truncated Kineto exports) are clamped to 0 and counted in
