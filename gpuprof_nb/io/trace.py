@@ -22,7 +22,7 @@ call stacks stay JSON text, converted once per distinct text), about 2x faster t
 `json.load` (benchmarks/json_choice.py has the measurements); the standard-library reader,
 one event at a time, handles the rest: what msgspec refuses (NaN, bad JSON, with located
 error messages), and everything when msgspec is missing.
-Both feed the same field-level event path (`_Builder._add_fields`).
+Both feed the same event loop (`_Builder.add_events`).
 
 Negative durations (seen in truncated Kineto exports) are clamped to 0 and counted in
 `Trace.load_warnings`; they never make an interval run backwards.
@@ -100,6 +100,14 @@ _KERNEL_KINDS = {
     "Memset": "memset",
 }
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime"})
+# Category -> (which list, kind): one lookup per event decides where it goes.
+_OPS, _RUNTIME, _KERNELS, _SYNCS = range(4)
+_ROUTE: dict[str, tuple[int, Any]] = {
+    **{cat: (_OPS, kind) for cat, kind in _OP_KINDS.items()},
+    **{cat: (_RUNTIME, None) for cat in _RUNTIME_CATS},
+    **{cat: (_KERNELS, kind) for cat, kind in _KERNEL_KINDS.items()},
+    "cuda_sync": (_SYNCS, None),
+}
 # Pseudo-processes holding the profiler's own summary spans, not the workload.
 _SUMMARY_PIDS = frozenset({"Traces", "Spans"})
 _MISSING = object()
@@ -263,7 +271,26 @@ def _args_types() -> tuple[Any, Any, Any, Any]:
 
 
 _EVENT_DECODER, _RAW_ARGS, _ARGS_STRUCT, _Raw = _args_types()
+_ARGS_TYPES = frozenset({_RAW_ARGS, _ARGS_STRUCT, _PyArgs})
 _NO_ARGS = _PyArgs({})
+
+
+class _PyEvent:
+    """An event dict's fields, for the per-event reader and `trace_from_dict` (the fast
+    reader's _Event struct has the same attributes)."""
+
+    __slots__ = ("ph", "name", "cat", "ts", "dur", "pid", "tid", "args")
+
+    def __init__(self, ph: Any, name: Any, cat: Any, ts: Any, dur: Any, pid: Any, tid: Any,
+                 args: Any) -> None:
+        self.ph = ph
+        self.name = name
+        self.cat = cat
+        self.ts = ts
+        self.dur = dur
+        self.pid = pid
+        self.tid = tid
+        self.args = args
 
 
 def _args_of(args: Any) -> Any:
@@ -292,9 +319,12 @@ def _maker(cls: type) -> Any:
     slotted dataclass without its generated __init__, or `cls` itself if the class does more
     than store its fields (a __post_init__, a field that is not a slot or not an init field).
 
-    A frozen __init__ stores each field through object.__setattr__; storing through the slot
-    descriptors directly builds the same object in about half the time, and the loader builds
-    millions of them (tests/io/test_trace_fast.py checks the objects are equal)."""
+    A frozen __init__ stores each field through object.__setattr__ (about 1 us for a 15-field
+    Op). The function here fills an instance of a plain class with the same slots, whose
+    attribute stores Python does at C speed, then makes it a `cls` by assigning __class__
+    (allowed between classes of identical layout): the same object, about 5x faster, and
+    the loader builds millions of them (tests/io/test_trace_fast.py checks the objects are
+    equal). Where the layouts differ, the slot descriptors are called directly instead."""
     fields = dataclasses.fields(cls)
     names = [f.name for f in fields]
     if (
@@ -303,13 +333,25 @@ def _maker(cls: type) -> Any:
         or not all(isinstance(cls.__dict__.get(n), types.MemberDescriptorType) for n in names)
     ):
         return cls
-    scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
-    body = ["    obj = _new(_cls)"]
+    shell = type(f"_{cls.__name__}Shell", (), {"__slots__": cls.__dict__["__slots__"]})
+    scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_shell": shell}
+    head = f"def make_{cls.__name__}({', '.join(names)}):\n"
+    # The names are the class's own field names.
+    exec(head + "    obj = _new(_shell)\n"
+         + "".join(f"    obj.{name} = {name}\n" for name in names)
+         + "    obj.__class__ = _cls\n    return obj\n", scope)
+    make = scope[f"make_{cls.__name__}"]
+    try:
+        probe = make(*names)
+    except TypeError:  # "__class__ assignment: ... object layout differs"
+        probe = None
+    if type(probe) is cls and all(getattr(probe, n) == n for n in names):
+        return make
     for i, name in enumerate(names):
         scope[f"_set{i}"] = cls.__dict__[name].__set__
-        body.append(f"    _set{i}(obj, {name})")
-    source = f"def make_{cls.__name__}({', '.join(names)}):\n" + "\n".join(body)
-    exec(source + "\n    return obj\n", scope)  # the names are the class's own field names
+    exec(head + "    obj = _new(_cls)\n"
+         + "".join(f"    _set{i}(obj, {name})\n" for i, name in enumerate(names))
+         + "    return obj\n", scope)
     return scope[f"make_{cls.__name__}"]
 
 
@@ -465,213 +507,215 @@ class _Builder:
 
     def add(self, event: Any, index: int) -> None:
         """Model one event dict (`index`: its position in traceEvents, for messages and ties)."""
+        if type(event) is not dict:
+            if not isinstance(event, Mapping):
+                raise self._fail(index, f"is a {type(event).__name__}, not a JSON object")
+            event = dict(event)
+        get = event.get
         try:
-            if type(event) is not dict:
-                if not isinstance(event, Mapping):
-                    raise self._fail(index, f"is a {type(event).__name__}, not a JSON object")
-                event = dict(event)
-            get = event.get
             args = get("args")
-            self._add_fields(
-                index, get("ph"), get("name"), get("cat"), get("ts"), get("dur"), get("pid"),
-                get("tid"), _args_of(args) if args is not None else None,
-            )
+            fields = _PyEvent(get("ph"), get("name"), get("cat"), get("ts"), get("dur"),
+                              get("pid"), get("tid"), None if args is None else _args_of(args))
         except _FIELD_ERRORS as exc:
             raise self._odd_field(index, exc) from exc
-
-    def add_events(self, events: list[Any], first_index: int) -> None:
-        """Model the fast reader's decoded `_Event` structs, numbered from `first_index`."""
-        add = self._add_fields
-        args_type = _RAW_ARGS
-        index = first_index
-        try:
-            for index, e in enumerate(events, first_index):  # noqa: B007 - read in except
-                ph = e.ph
-                if ph == "f" or ph == "s":
-                    # Flow arrows: nothing to model (as in _add_fields), only counted.
-                    self.event_count += 1
-                    continue
-                args = e.args
-                if args is not None and type(args) is not args_type:
-                    args = None  # not a JSON object: no args the model reads
-                add(index, ph, e.name, e.cat, e.ts, e.dur, e.pid, e.tid, args)
-        except _FIELD_ERRORS as exc:
-            raise self._odd_field(index, exc) from exc
+        self._model([fields], index)
 
     def _odd_field(self, index: int, exc: Exception) -> TraceFormatError:
         # e.g. a list where a pid or category should be: unhashable, not comparable.
         return self._fail(index, f"has a field of an unexpected type ({exc})")
 
-    def _add_fields(
-        self, index: int, ph: Any, name: Any, cat: Any, ts: Any, dur: Any, pid: Any, tid: Any,
-        args: Any,
-    ) -> None:
-        """Model one event given its fields (None where the event lacks one; `args` an _Args,
-        _ParsedArgs or _PyArgs): the one place that decides what an event becomes, whichever
-        reader decoded it."""
-        self.event_count += 1
-        if ph != "X":
-            if ph == "i" or ph == "I":
-                self._add_instant(index, name, ts, pid, tid, args)
-            # 'M' metadata (unrelated early ts), 's'/'f' flows, counters: nothing to model.
-            return
-        # This runs once per event of a trace that may hold millions: helpers are inlined
-        # for the common types (int ids, dict args) and fall back to the general ones.
-        tst = type(ts)
-        if (tst is not float and tst is not int) or ts - ts != 0:
-            raise self._fail(index, f"({name!r}) has no numeric 'ts' (got {ts!r})")
-        tst = type(dur)
-        if (tst is not float and tst is not int) or dur - dur != 0:
-            raise self._fail(index, f"({name!r}) has no numeric 'dur' (got {dur!r})")
-        if dur < 0:
-            self.negative_durations += 1
-            dur = 0
-        if cat == "Trace" or pid in _SUMMARY_PIDS:
-            return
-        if ts < self.lo:
-            self.lo = ts
-        end = ts + dur
-        if end > self.hi:
-            self.hi = end
-        name = sys.intern(name) if type(name) is str else str(name)
-        start = ts if type(ts) is float else float(ts)
-        dur_f = dur if type(dur) is float else float(dur)
+    def add_events(self, events: list[Any], first_index: int) -> None:
+        """Model the fast reader's decoded `_Event` structs, numbered from `first_index`."""
+        self._model(events, first_index)
 
-        op_kind = _OP_KINDS.get(cat)  # type: ignore[arg-type]
-        if op_kind is not None:
-            if type(pid) is not int:
-                pid = _host_id(pid)
-            if type(tid) is not int:
-                tid = _host_id(tid)
-            if op_kind == "op" and (
-                name.startswith("ProfilerStep#")
-                or (cat == "Operator" and name.startswith("Optimizer."))
-            ):
-                # 2021 traces recorded record_function scopes as Operator; a step marker is
-                # an annotation whatever category an exporter gives it.
-                op_kind = "annotation"
-            if args is None:
-                self.ops.append(_new_op(
-                    name, op_kind, start, dur_f, pid, tid,
-                    None, None, None, None, None, None, None, None, index,
-                ))
-                return
-            external = args.external_id
-            if external is None:
-                external = args.external_id_2021
-            if external is not None and type(external) is not int:
-                external = _opt_int(external)
-            # Most of these are absent from most events: test before calling a helper.
-            dims = args.input_dims
-            if dims is not None:
-                dims = self._shape(dims)
-            if dims is None:
-                dims = args.input_dims_2021
-                if dims is not None:
-                    dims = self._shape(dims)
-            in_types = args.input_types
-            if in_types is not None:
-                in_types = self._strings(in_types)
-            strides = args.input_strides
-            if strides is not None:
-                strides = self._shape(strides)
-            if strides is None:
-                strides = args.input_strides_2021
-                if strides is not None:
-                    strides = self._shape(strides)
-            concrete = args.concrete_inputs
-            if concrete is not None:
-                concrete = self._strings(concrete)
-            seq = args.sequence_number
-            if seq is not None and type(seq) is not int:
-                seq = _opt_int(seq)
-            fwd = args.fwd_thread_id
-            if fwd is not None and type(fwd) is not int:
-                fwd = _opt_int(fwd)
-            stack = args.call_stack
-            if stack is not None:
-                stack = self._strings(stack)
-            self.ops.append(_new_op(
-                name, op_kind, start, dur_f, pid, tid,
-                external, dims, in_types, strides, concrete, seq, fwd, stack, index,
-            ))
-            return
+    def _model(self, events: list[Any], first_index: int) -> None:
+        """Model events numbered from `first_index`: the fast reader's decoded `_Event` structs
+        or `_PyEvent`s made from event dicts (fields None where an event lacks one). The one
+        place that decides what an event becomes, whichever reader decoded it.
 
-        if args is None:
-            args = _NO_ARGS
-        if cat in _RUNTIME_CATS:
-            if type(pid) is not int:
-                pid = _host_id(pid)
-            if type(tid) is not int:
-                tid = _host_id(tid)
-            external = args.external_id
-            if external is None:
-                external = args.external_id_2021
-            corr = args.correlation
-            self.runtime.append(
-                _new_runtime(
-                    name,
-                    start,
-                    dur_f,
-                    pid,
-                    tid,
-                    corr if type(corr) is int else _opt_int(corr),
-                    external if type(external) is int else _opt_int(external),
-                    index,
-                )
-            )
-            return
+        This loop runs once per event of a trace that may hold millions, so it is one loop
+        with everything inlined: helpers are called only for what most events lack (nested
+        args, ids that are not ints), and the window and counters live in locals."""
+        self.event_count += len(events)
+        ops_append = self.ops.append
+        runtime_append = self.runtime.append
+        kernels_append = self.kernels.append
+        route = _ROUTE
+        summary_pids = _SUMMARY_PIDS
+        args_types = _ARGS_TYPES
+        intern = sys.intern
+        new_op = _new_op
+        shape = self._shape
+        strings = self._strings
+        lo, hi = self.lo, self.hi
+        negative = 0
+        index = first_index
+        try:
+            for index, e in enumerate(events, first_index):  # noqa: B007 - read in except
+                ph = e.ph
+                if ph != "X":
+                    if ph == "i" or ph == "I":
+                        args = e.args
+                        if args is not None and type(args) not in args_types:
+                            args = None  # not a JSON object: no args the model reads
+                        self.lo, self.hi = lo, hi
+                        self._add_instant(index, e.name, e.ts, e.pid, e.tid, args)
+                        lo, hi = self.lo, self.hi
+                    # 'M' metadata (unrelated early ts), 's'/'f' flows, counters: nothing to
+                    # model.
+                    continue
+                ts = e.ts
+                dur = e.dur
+                t = type(ts)
+                if (t is not float and t is not int) or ts - ts != 0:
+                    raise self._fail(index, f"({e.name!r}) has no numeric 'ts' (got {ts!r})")
+                t = type(dur)
+                if (t is not float and t is not int) or dur - dur != 0:
+                    raise self._fail(index, f"({e.name!r}) has no numeric 'dur' (got {dur!r})")
+                if dur < 0:
+                    negative += 1
+                    dur = 0
+                cat = e.cat
+                pid = e.pid
+                if cat == "Trace" or pid in summary_pids:
+                    continue
+                if ts < lo:
+                    lo = ts
+                end = ts + dur
+                if end > hi:
+                    hi = end
+                where = route.get(cat)
+                if where is None:
+                    continue  # a category not modelled: it only widens the window
+                name = e.name
+                name = intern(name) if type(name) is str else str(name)
+                start = ts if type(ts) is float else float(ts)
+                dur_f = dur if type(dur) is float else float(dur)
+                tid = e.tid
+                args = e.args
+                if args is not None and type(args) not in args_types:
+                    args = None  # not a JSON object: no args the model reads
+                code, kind = where
 
-        kernel_kind = _KERNEL_KINDS.get(cat)  # type: ignore[arg-type]
-        if kernel_kind is not None:
-            device = args.device
-            if type(device) is not int:
-                device = _opt_int(device)
-                if device is None:
-                    device = _opt_int(pid)
-            stream = args.stream
-            if type(stream) is not int:
-                stream = _stream_of(stream, tid)
-            external = args.external_id
-            if external is None:
-                external = args.external_id_2021
-            corr = args.correlation
-            grid = args.grid
-            block = args.block
-            self.kernels.append(
-                _new_kernel(
-                    name,
-                    kernel_kind,
-                    start,
-                    dur_f,
-                    device if device is not None else -1,
-                    stream,
-                    corr if type(corr) is int else _opt_int(corr),
-                    external if type(external) is int else _opt_int(external),
-                    _opt_int(args.nbytes) if kernel_kind != "kernel" else None,
-                    self._shape(grid) if grid is not None else None,
-                    self._shape(block) if block is not None else None,
-                    index,
-                )
-            )
-            return
+                if code == _OPS:
+                    if type(pid) is not int:
+                        pid = _host_id(pid)
+                    if type(tid) is not int:
+                        tid = _host_id(tid)
+                    if kind == "op" and (
+                        name.startswith("ProfilerStep#")
+                        or (cat == "Operator" and name.startswith("Optimizer."))
+                    ):
+                        # 2021 traces recorded record_function scopes as Operator; a step
+                        # marker is an annotation whatever category an exporter gives it.
+                        kind = "annotation"
+                    if args is None:
+                        ops_append(new_op(
+                            name, kind, start, dur_f, pid, tid,
+                            None, None, None, None, None, None, None, None, index,
+                        ))
+                        continue
+                    external = args.external_id
+                    if external is None:
+                        external = args.external_id_2021
+                    if external is not None and type(external) is not int:
+                        external = _opt_int(external)
+                    # Most of these are absent from most events: test before calling a helper.
+                    dims = args.input_dims
+                    if dims is not None:
+                        dims = shape(dims)
+                    if dims is None:
+                        dims = args.input_dims_2021
+                        if dims is not None:
+                            dims = shape(dims)
+                    in_types = args.input_types
+                    if in_types is not None:
+                        in_types = strings(in_types)
+                    strides = args.input_strides
+                    if strides is not None:
+                        strides = shape(strides)
+                    if strides is None:
+                        strides = args.input_strides_2021
+                        if strides is not None:
+                            strides = shape(strides)
+                    concrete = args.concrete_inputs
+                    if concrete is not None:
+                        concrete = strings(concrete)
+                    seq = args.sequence_number
+                    if seq is not None and type(seq) is not int:
+                        seq = _opt_int(seq)
+                    fwd = args.fwd_thread_id
+                    if fwd is not None and type(fwd) is not int:
+                        fwd = _opt_int(fwd)
+                    stack = args.call_stack
+                    if stack is not None:
+                        stack = strings(stack)
+                    ops_append(new_op(
+                        name, kind, start, dur_f, pid, tid,
+                        external, dims, in_types, strides, concrete, seq, fwd, stack, index,
+                    ))
+                    continue
 
-        if cat == "cuda_sync":
-            device = _opt_int(args.device)
-            if device is None:
-                device = _opt_int(pid)
-            stream = _opt_int(args.stream)
-            self.syncs.append(
-                _new_sync(
-                    name,
-                    start,
-                    dur_f,
-                    device if device is not None else -1,
-                    stream if stream is not None else -1,
-                    _opt_int(args.correlation),
-                    index,
-                )
-            )
+                if args is None:
+                    args = _NO_ARGS
+                if code == _RUNTIME:
+                    if type(pid) is not int:
+                        pid = _host_id(pid)
+                    if type(tid) is not int:
+                        tid = _host_id(tid)
+                    external = args.external_id
+                    if external is None:
+                        external = args.external_id_2021
+                    corr = args.correlation
+                    runtime_append(_new_runtime(
+                        name, start, dur_f, pid, tid,
+                        corr if type(corr) is int else _opt_int(corr),
+                        external if type(external) is int else _opt_int(external),
+                        index,
+                    ))
+                elif code == _KERNELS:
+                    device = args.device
+                    if type(device) is not int:
+                        device = _opt_int(device)
+                        if device is None:
+                            device = _opt_int(pid)
+                    stream = args.stream
+                    if type(stream) is not int:
+                        stream = _stream_of(stream, tid)
+                    external = args.external_id
+                    if external is None:
+                        external = args.external_id_2021
+                    corr = args.correlation
+                    grid = args.grid
+                    block = args.block
+                    kernels_append(_new_kernel(
+                        name, kind, start, dur_f,
+                        device if device is not None else -1,
+                        stream,
+                        corr if type(corr) is int else _opt_int(corr),
+                        external if type(external) is int else _opt_int(external),
+                        _opt_int(args.nbytes) if kind != "kernel" else None,
+                        shape(grid) if grid is not None else None,
+                        shape(block) if block is not None else None,
+                        index,
+                    ))
+                else:  # a host-side sync event
+                    device = _opt_int(args.device)
+                    if device is None:
+                        device = _opt_int(pid)
+                    stream = _opt_int(args.stream)
+                    self.syncs.append(_new_sync(
+                        name, start, dur_f,
+                        device if device is not None else -1,
+                        stream if stream is not None else -1,
+                        _opt_int(args.correlation),
+                        index,
+                    ))
+        except _FIELD_ERRORS as exc:
+            raise self._odd_field(index, exc) from exc
+        finally:
+            self.lo, self.hi = lo, hi
+            self.negative_durations += negative
 
     def _add_instant(
         self, index: int, name: Any, ts: Any, pid: Any, tid: Any, args: Any

@@ -8,6 +8,7 @@ that the fast path really carries the load, and that msgspec is optional.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import gzip
 import json
@@ -373,6 +374,25 @@ def test_makers_build_what_the_dataclass_constructors_build() -> None:
         assert [getattr(built, n) for n in names] == values
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(built, names[0], 3)  # still frozen
+        # The fast way (a same-layout shell whose __class__ becomes cls) is the one in use.
+        assert "_shell" in make.__code__.co_names
+
+
+class _SlottedBase:
+    __slots__ = ("extra",)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _OtherLayout(_SlottedBase):
+    x: int
+    y: str
+
+
+def test_maker_sets_the_slots_directly_when_the_layout_differs() -> None:
+    make = trace_io._maker(_OtherLayout)
+    assert make is not _OtherLayout and "_shell" not in make.__code__.co_names
+    built = make(1, "a")
+    assert type(built) is _OtherLayout and built == _OtherLayout(1, "a")
 
 
 def test_maker_falls_back_to_the_class_when_it_does_more_than_store() -> None:
