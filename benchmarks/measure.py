@@ -178,6 +178,26 @@ def measure(
     return Outcome(label, tuple(runs))
 
 
+def measure_interleaved(
+    approaches: list[tuple[str, str, str]], path: str, *, repeats: int, cap_bytes: int
+) -> dict[str, Outcome]:
+    """Run each approach (label, python, mode) `repeats` times, round-robin (one run of each
+    per round), so a slow spell of a shared machine falls on all of them alike; an approach
+    stops at its first failure, which is reported."""
+    runs: dict[str, list[Run]] = {label: [] for label, _, _ in approaches}
+    errors: dict[str, str] = {}
+    for _ in range(repeats):
+        for label, python, mode in approaches:
+            if label in errors:
+                continue
+            try:
+                runs[label].append(run_child(python, mode, path, cap_bytes=cap_bytes))
+            except (RuntimeError, ValueError, OSError) as exc:
+                errors[label] = str(exc)
+    return {label: Outcome(label, tuple(runs[label]), error=errors.get(label))
+            for label, _, _ in approaches}
+
+
 def hotspot_lines(run: Run, limit: int = 6) -> list[str]:
     """Markdown rows `| function | calls | own s | cumulative s |` from a profiled run."""
     rows = ["| function | calls | own time | cumulative |", "|---|---|---|---|"]
