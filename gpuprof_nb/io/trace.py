@@ -22,7 +22,7 @@ call stacks stay JSON text, converted once per distinct text), about 2x faster t
 `json.load` (benchmarks/json_choice.py has the measurements); the standard-library reader,
 one event at a time, handles the rest: what msgspec refuses (NaN, bad JSON, with located
 error messages), and everything when msgspec is missing.
-Both feed the same event loop (`_Builder.add_events`).
+Both feed the same event loop (`_Builder._model`).
 
 Negative durations (seen in truncated Kineto exports) are clamped to 0 and counted in
 `Trace.load_warnings`; they never make an interval run backwards.
