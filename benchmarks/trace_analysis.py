@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -156,8 +157,13 @@ def _ratio(a: float, b: float) -> float:
 
 
 def _time_ratio(a: Outcome, b: Outcome) -> float:
-    """a's median time over b's; NaN when either failed."""
-    return _ratio(a.median_seconds, b.median_seconds) if a.ok and b.ok else float("nan")
+    """a's time over b's: the median over rounds of each round's ratio (the two ran one after
+    the other in each round, so a slow spell of the machine cancels out of the ratio); NaN
+    when either failed."""
+    if not (a.ok and b.ok):
+        return float("nan")
+    return statistics.median(_ratio(x.seconds, y.seconds)
+                             for x, y in zip(a.runs, b.runs, strict=False))
 
 
 def _fmt_s(seconds: float) -> str:
@@ -240,7 +246,8 @@ def run(cfg: BenchConfig) -> Section:
         "Each approach runs in its own child process; time is the work only (imports "
         "excluded), the median of the runs, which take turns (one run of each approach per "
         f"round; {JUDGED_REPEATS} rounds for traces of 5 MB or more, the ones the targets "
-        f"judge, {cfg.repeats} for smaller ones, {cfg.big_repeats} for the large trace); "
+        f"judge, {cfg.repeats} for smaller ones, {cfg.big_repeats} for the large trace); the "
+        "ratios (HTA / ours, ours / floor) are the median over rounds of each round's ratio; "
         "peak memory is the child's whole process tree, "
         "and (added) is the peak minus the RSS after imports, the part the trace costs.",
         "gpuprof_nb = `load_trace` + `top_ops` + `kernel_table` + `device_timeline`; "

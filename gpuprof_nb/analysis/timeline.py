@@ -380,21 +380,29 @@ class _Classifier:
         return sum(lengths)
 
     def host_in_ops_many(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """host_in_ops_us for many gaps: at once where at most one op span can reach the gap,
-        one by one (the same sums) where several can."""
+        """host_in_ops_us for many gaps at once: the k-th op span reaching each gap is added
+        in the k-th pass over the gaps, so every gap's sum adds the same pieces in the same
+        order as host_in_ops_us (which the few gaps reached by very many spans still use)."""
         out = np.zeros(len(lo))
-        n_spans = len(self.op_starts)
-        if not n_spans or not len(lo):
+        if not len(self.op_starts) or not len(lo):
             return out
         first = np.maximum(np.searchsorted(self.op_starts, lo, side="right") - 1, 0)
-        stop = np.searchsorted(self.op_starts, hi, side="left")
-        one = stop - first == 1
-        s, e = self.op_starts[first[one]], self.op_ends[first[one]]
-        piece = np.minimum(e, hi[one]) - np.maximum(s, lo[one])
-        out[one] = np.where(piece > 0, piece, 0.0)
-        for g in np.flatnonzero(stop - first > 1).tolist():
+        count = np.searchsorted(self.op_starts, hi, side="left") - first
+        many = count > _VECTOR_SPANS
+        for g in np.flatnonzero(many).tolist():
             out[g] = self.host_in_ops_us(float(lo[g]), float(hi[g]))
+        gaps = np.flatnonzero(~many & (count > 0))
+        for k in range(int(count[gaps].max()) if len(gaps) else 0):
+            gaps = gaps[count[gaps] > k]
+            span = first[gaps] + k
+            piece = (np.minimum(self.op_ends[span], hi[gaps])
+                     - np.maximum(self.op_starts[span], lo[gaps]))
+            out[gaps] += np.where(piece > 0, piece, 0.0)  # + 0.0 leaves a sum as it is
         return out
+
+
+# Gaps reached by more op spans than this are summed one by one (host_in_ops_many).
+_VECTOR_SPANS = 64
 
 
 def _per_cause(lengths: np.ndarray, causes: np.ndarray) -> dict[str, float]:
