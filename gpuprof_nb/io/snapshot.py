@@ -10,21 +10,20 @@ pickle names, so loading a snapshot never runs code from it.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import gzip
 import io
 import math
 import os
 import pickle
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gpuprof_nb.errors import SnapshotFormatError
+from gpuprof_nb.io.gcpause import gc_paused
 from gpuprof_nb.model.memory import (
     ACTION_CODE,
     ACTIONS,
@@ -87,24 +86,10 @@ def _unpickle(stream: Any, where: str) -> tuple[Any, int]:  # any binary file ob
         ) from None
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while millions of containers are built: they
-    hold no cycles, and each collection would walk all of them again (it makes loading a
-    large snapshot several times slower). Restored on exit, whatever happens."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def load_snapshot(source: str | os.PathLike[str] | bytes | Mapping[str, Any]) -> MemorySnapshot:
     """Return the MemorySnapshot in a pickle file (optionally gzipped), pickle bytes, or an
     already-unpickled snapshot dict. Raises SnapshotFormatError on anything else."""
-    with _gc_paused():
+    with gc_paused():
         return _load_snapshot(source)
 
 
@@ -334,7 +319,7 @@ def _device_trace(
 def snapshot_from_dict(data: Any, *, where: str = "snapshot") -> MemorySnapshot:
     """Return the MemorySnapshot for an unpickled snapshot dict (see module docstring).
     Raises SnapshotFormatError, naming the place, when the dict is not a snapshot."""
-    with _gc_paused():
+    with gc_paused():
         return _snapshot_from_dict(data, where)
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
-import gc
 import gzip
 import json
 import math
@@ -42,8 +41,7 @@ import sys
 import types
 import zlib
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from operator import attrgetter
 from typing import Any, BinaryIO
 
@@ -53,6 +51,7 @@ except ImportError:  # optional at run time: the standard library reader does th
     msgspec = None  # type: ignore[assignment]
 
 from gpuprof_nb.errors import TraceFormatError
+from gpuprof_nb.io.gcpause import gc_paused
 from gpuprof_nb.model.trace import (
     DeviceInfo,
     DistributedInfo,
@@ -139,7 +138,7 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         raw.seek(0)
         stream: Any = gzip.GzipFile(fileobj=raw, mode="rb") if magic == _GZIP_MAGIC else raw
         builder = _Builder(source)
-        with _gc_paused():
+        with gc_paused():
             top = _StreamParser(stream, source, gzipped=magic == _GZIP_MAGIC).parse(builder)
             return builder.finish(top)
     finally:
@@ -172,25 +171,10 @@ def trace_from_dict(d: Mapping[str, Any], source: str = "<dict>") -> Trace:
         )
     builder = _Builder(source)
     add = builder.add
-    with _gc_paused():
+    with gc_paused():
         for index, event in enumerate(events):
             add(event, index)
         return builder.finish(top)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a trace is modelled: the loader makes millions
-    of objects and no reference cycles, and each automatic collection re-walks the ones made
-    so far (1 GB benchmark trace, 3.4 M objects: 14.3 s with the collector, 9.5-12.7 s
-    paused, on a loaded 2-core machine)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 # The args the model reads: attribute name -> the key in a trace event's "args". Two spellings
@@ -306,8 +290,6 @@ def _args_of(args: Any) -> Any:
         return msgspec.convert(args, _ARGS_STRUCT)
     except msgspec.ValidationError:  # a key that is not a string (never in JSON)
         return _PyArgs(args)
-
-
 
 
 # --------------------------------------------------------------------------------------------

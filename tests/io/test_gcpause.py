@@ -1,0 +1,88 @@
+"""The loaders' garbage-collector pause: state restored, objects moved to the oldest
+generation on the way out (so no collection walks them right after), frozen objects left
+frozen."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from pathlib import Path
+
+import pytest
+
+from gpuprof_nb.io.gcpause import gc_paused
+from gpuprof_nb.io.snapshot import load_snapshot
+from gpuprof_nb.io.trace import load_trace
+
+DATA = Path(__file__).parents[1] / "data"
+TRACE = DATA / "a100_event_sync" / "event_sync_trace.json.gz"
+SNAPSHOT = DATA / "snapshots" / "fragmented.pickle"
+
+
+def _in_generation(obj: object, generation: int) -> bool:
+    return any(o is obj for o in gc.get_objects(generation=generation))
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_state_restored_and_made_objects_are_old(enabled: bool) -> None:
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        with gc_paused():
+            assert not gc.isenabled()
+            made = [[i] for i in range(1000)]  # tracked containers, no cycles
+            assert _in_generation(made[0], 0)
+        assert gc.isenabled() is enabled
+        # Moved to the oldest generation only when the collector runs at all.
+        assert _in_generation(made[0], 2 if enabled else 0)
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.enable() if was else gc.disable()
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a reference cycle: only the cyclic collector frees it
+
+
+def test_young_garbage_is_collected_not_moved_along() -> None:
+    assert gc.isenabled()
+    gc.disable()  # no automatic collection between these lines
+    try:
+        cycle = _Node()
+        gone = weakref.ref(cycle)
+        del cycle
+        assert gone() is not None  # garbage, but in a cycle: still there
+    finally:
+        gc.enable()
+    with gc_paused():
+        assert gone() is None  # collected before anything was moved to the old generation
+
+
+def test_raising_inside_restores_the_state() -> None:
+    assert gc.isenabled()
+    with pytest.raises(KeyError), gc_paused():
+        raise KeyError("x")
+    assert gc.isenabled()
+
+
+def test_objects_frozen_by_someone_else_stay_frozen() -> None:
+    keep = [[i] for i in range(100)]
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        with gc_paused():
+            young = [[1]]
+        assert gc.get_freeze_count() == frozen  # not unfrozen by the pause
+        assert _in_generation(young[0], 0)  # left where it was: no promotion then
+    finally:
+        gc.unfreeze()
+    assert keep
+
+
+def test_loaders_leave_their_results_in_the_oldest_generation() -> None:
+    trace = load_trace(TRACE)
+    assert _in_generation(trace.ops[0], 2) and _in_generation(trace.kernels[0], 2)
+    snapshot = load_snapshot(SNAPSHOT)
+    assert _in_generation(snapshot, 2)
