@@ -159,11 +159,15 @@ def measure_workload(
     for label in magic_outputs:
         times[f"reference for {label}"] = []
         times[f"runs of {label}"] = []
+    times["empty cell"] = []
     for r in range(rounds):
         order = approaches[r % len(approaches):] + approaches[: r % len(approaches)]
         for approach in order:
             times[approach.label].append(approach.run())
-        pace = times["bare"][-1] / runs
+        # The pace of one run: bare's time without what any cell costs IPython (an empty
+        # cell's time, measured in the same round).
+        times["empty cell"].append(run_cell(shell, "pass\n"))
+        pace = max(times["bare"][-1] - times["empty cell"][-1], 0.0) / runs
         for label, (output, reference) in magic_outputs.items():
             made = shell.user_ns[output].timing.cell_runs
             times[f"reference for {label}"].append(times[reference][-1] + (made - runs) * pace)
@@ -197,8 +201,9 @@ def run(cfg: BenchConfig) -> Section:
         "every approach does the same work. "
         "Ratios are against bare for `--timing-only` and against the hand-written profiler "
         "block for the full profile: the median over rounds of each round's ratio, its "
-        "reference adjusted at bare's pace per run to the runs that round's magic cell made "
-        "(the warm-up is timed, so the count can move by a run or so). The bare and "
+        "reference adjusted at bare's pace per run (bare's time less an empty cell's, over "
+        "its runs) to the runs that round's magic cell made (the warm-up is timed, so the "
+        "count can move by a run or so). The bare and "
         "hand-written columns show those same-runs references (medians), next to the runs "
         "the magic made (median over rounds; the count measured before the rounds in "
         "brackets, what bare and the hand-written block run as they are).",
