@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import functools
 import gzip
 import json
 import math
@@ -436,27 +437,19 @@ class _Builder:
             key = _tuplify(value)
             return self._shared.setdefault(key, key)
 
-    def _shape(self, value: Any) -> Any:
-        """A nested arg that holds numbers (shapes, strides, grid, block), as JSON text or
-        decoded -> a shared nested tuple, or None if it is not a list."""
+    @staticmethod
+    def _nested(cache: dict[bytes, Any], convert: Any, value: Any) -> Any:
+        """A nested arg (shapes, strides, grid, block with convert=_shared_tuple; input types,
+        concrete inputs, call stack with convert=_str_tuple), as JSON text from the fast
+        reader or already decoded -> convert(value). Each distinct JSON text is decoded and
+        converted once, kept in `cache`."""
         if type(value) is _Raw:
             key = bytes(value)
-            hit = self._raw_shapes.get(key, _MISSING)
+            hit = cache.get(key, _MISSING)
             if hit is _MISSING:
-                hit = self._raw_shapes[key] = self._shared_tuple(msgspec.json.decode(key))
+                hit = cache[key] = convert(msgspec.json.decode(key))
             return hit
-        return self._shared_tuple(value)
-
-    def _strings(self, value: Any) -> tuple[str, ...] | None:
-        """A nested arg that holds strings (input types, concrete inputs, call stack), as JSON
-        text or decoded -> a shared tuple of strings, or None."""
-        if type(value) is _Raw:
-            key = bytes(value)
-            hit = self._raw_strings.get(key, _MISSING)
-            if hit is _MISSING:
-                hit = self._raw_strings[key] = self._str_tuple(msgspec.json.decode(key))
-            return hit
-        return self._str_tuple(value)
+        return convert(value)
 
     def _str_tuple(self, value: Any) -> tuple[str, ...] | None:
         """Strings (a list of them, or one joined with ';') -> a shared tuple of interned
@@ -527,8 +520,10 @@ class _Builder:
         args_types = _ARGS_TYPES
         intern = sys.intern
         new_op = _new_op
-        shape = self._shape
-        strings = self._strings
+        # Bound per call, not stored on self: a partial of a bound method kept on the builder
+        # would make a reference cycle.
+        shape = functools.partial(self._nested, self._raw_shapes, self._shared_tuple)
+        strings = functools.partial(self._nested, self._raw_strings, self._str_tuple)
         lo, hi = self.lo, self.hi
         negative = 0
         index = first_index
