@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 
 from benchmarks.config import BenchConfig, Section, Target
-from benchmarks.overhead import SETUP, run_cell, start_shell
+from benchmarks.shell import SETUP, run_cell, start_shell
 
 # name -> (setup size n, statement). Small: tens of microseconds per run, where fixed
 # per-run costs (exec, clock reads) show; large: tens of milliseconds.

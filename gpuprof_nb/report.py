@@ -104,6 +104,12 @@ class ProfileReport:
             wanted.append(("Roofline", lambda: _roofline_section(self.roofline)))
         return [rp.guarded_section(title, build) for title, build in wanted]
 
+    def text(self) -> str:
+        """Return the report as plain text (the bundle's text/plain), every section in order."""
+        from gpuprof_nb.render.sections import report_text
+
+        return report_text(TITLE, self.sections())
+
     def _repr_mimebundle_(
         self, include: Iterable[str] | None = None, exclude: Iterable[str] | None = None
     ) -> dict[str, Any]:

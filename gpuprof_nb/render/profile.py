@@ -3,13 +3,12 @@ numbers, every one formatted through render/units)."""
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpuprof_nb.model.timing import NOISY_RATIO
-from gpuprof_nb.render.html import html_table, note
+from gpuprof_nb.render.html import esc, html_table, note
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct, fmt_rate, fmt_us
@@ -32,13 +31,20 @@ def guarded_section(title: str, build: Callable[[], Section]) -> Section:
 
 
 def _pairs_section(title: str, pairs: Sequence[tuple[str, str]], notes: Sequence[str]) -> Section:
-    """Return a Section of label/value rows followed by notes, identical in text and HTML."""
-    text = text_table(("", ""), pairs).split("\n", 2)[-1] if pairs else ""
+    """Return a Section of label/value rows followed by notes, identical in text and HTML.
+
+    Built in one pass without the generic table helpers: every `%%gpuprofile --timing-only`
+    cell renders this section, and its cost is part of the overhead users pay per cell
+    (issue 7). The text is what text_table gives for these rows (labels padded, no header);
+    the HTML a header-less html_table."""
+    width = max((len(label) for label, _ in pairs), default=0)
+    text = "\n".join(f"{label.ljust(width)}  {value}".rstrip() for label, value in pairs)
     lines = [text] if text else []
     lines += [f"note: {n}" for n in notes]
-    # A label/value list needs no header row.
-    html = re.sub(r"<thead>.*?</thead>", "", html_table(("", ""), pairs)) if pairs else ""
-    html += "".join(note(f"note: {n}") for n in notes)
+    rows = "".join(f"<tr><td>{esc(label)}</td><td>{esc(value)}</td></tr>"
+                   for label, value in pairs)
+    html = f"<table><tbody>{rows}</tbody></table>" if pairs else ""
+    html += "".join(f'<p class="note">{esc("note: " + n)}</p>' for n in notes)
     return Section(title, "\n".join(lines), html)
 
 

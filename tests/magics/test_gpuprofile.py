@@ -17,6 +17,7 @@ from IPython.core.error import UsageError  # noqa: E402
 from IPython.utils.capture import capture_output  # noqa: E402
 
 from gpuprof_nb.capture.profiler import profiler_running  # noqa: E402
+from gpuprof_nb.render.units import fmt_us  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +93,21 @@ def test_timing_only_has_no_trace(ip) -> None:
     assert r.timing.runs == 2
     text = r._repr_mimebundle_()["text/plain"]
     assert "Summary" in text and "Top ops" not in text
+
+
+def test_timing_only_prints_its_text_like_timeit_and_displays_nothing(ip) -> None:
+    """A rich display costs ipykernel two synchronous stream flushes; --timing-only prints
+    the report's text instead (the stored report still renders as HTML)."""
+    with capture_output() as cap:
+        magic(ip, "-o r --timing-only --warmup 0 --repeat 2", COUNTING_CELL)
+    r = ip.user_ns["r"]
+    assert not cap.outputs
+    assert cap.stdout == r.text() + "\n" == r._repr_mimebundle_()["text/plain"] + "\n"
+    assert f"median per run     {fmt_us(r.timing.median_us)}" in cap.stdout
+    assert "--timing-only: no profiler trace was recorded" in cap.stdout
+    with capture_output() as cap:
+        magic(ip, "-o r --timing-only --quiet --warmup 0 --repeat 2", COUNTING_CELL)
+    assert cap.stdout == "" and not cap.outputs
 
 
 def test_once_runs_the_cell_exactly_once(ip) -> None:

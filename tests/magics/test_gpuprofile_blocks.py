@@ -35,11 +35,14 @@ def test_forced_number_runs_blocks_and_says_so(ip) -> None:
     assert ip.user_ns["runs"] == 1 + 2 * 5  # warm-up, then two blocks of five
     assert r.timing.number == 5 and r.timing.runs == 2 and r.timing.timed_runs == 10
     assert any("each timed sample is 5 back-to-back runs (--number)" in n for n in r.notes)
-    text = cap.outputs[0].data["text/plain"]
-    assert "5 back-to-back runs" in text
-    # The Summary's runs row says what a sample is, in both bundles.
-    assert "2 timed samples of 5 back-to-back runs" in text
-    assert "2 timed samples of 5 back-to-back runs" in cap.outputs[0].data["text/html"]
+    # --timing-only prints its text, as %timeit does; the stored report renders both ways.
+    assert not cap.outputs
+    assert "5 back-to-back runs" in cap.stdout
+    # The Summary's runs row says what a sample is, in the printed text and in both bundles.
+    assert "2 timed samples of 5 back-to-back runs" in cap.stdout
+    bundle = r._repr_mimebundle_()
+    assert "2 timed samples of 5 back-to-back runs" in bundle["text/plain"]
+    assert "2 timed samples of 5 back-to-back runs" in bundle["text/html"]
 
 
 def test_short_cell_gets_blocks_automatically(ip) -> None:
@@ -183,10 +186,28 @@ def test_a_report_that_cannot_render_is_shown_as_ipython_shows_any_failing_repr(
 
     monkeypatch.setattr(ProfileReport, "_repr_mimebundle_", broken)
     with capture_output() as cap:
-        magic(ip, "-o shown_anyway --timing-only --number 1 --repeat 1", "pass")
+        magic(ip, "-o shown_anyway --number 1 --repeat 1 --warmup 0", "pass")
     assert ip.user_ns["shown_anyway"].timing.runs == 1
     assert "bundle broke" in cap.stdout + cap.stderr
     assert cap.outputs[0].data["text/plain"] == repr(ip.user_ns["shown_anyway"])
+
+
+def test_a_timing_only_report_that_cannot_render_prints_its_repr_and_why(
+    ip, monkeypatch
+) -> None:
+    from gpuprof_nb.report import ProfileReport
+
+    def broken(self):
+        raise RuntimeError("text broke")
+
+    monkeypatch.setattr(ProfileReport, "text", broken)
+    with capture_output() as cap:
+        magic(ip, "-o printed_anyway --timing-only --number 1 --repeat 1", "pass")
+    report = ip.user_ns["printed_anyway"]
+    assert report.timing.runs == 1
+    assert cap.stdout == (f"{report!r}\n(the report's text could not be rendered: "
+                          "RuntimeError: text broke)\n")
+    assert not cap.outputs
 
 
 def test_a_slow_first_run_does_not_stop_blocks_for_a_short_cell(ip) -> None:

@@ -161,10 +161,37 @@ def test_sections_in_order_and_include_exclude() -> None:
 def test_timing_only_report_shows_the_summary_alone() -> None:
     report = ProfileReport(timing=TimingStats(wall_us=(5.0, 7.0)), trace=None)
     text = report._repr_mimebundle_()["text/plain"]
+    assert report.text() == text  # what --timing-only prints
     assert re.findall(r"^-- (.+) --$", text, re.M) == ["Summary"]
     assert re.search(r"median per run\s+6 us", text)
     with pytest.raises(GpuprofError, match="no trace"):
         report.save("x.json")
+
+
+def test_label_value_sections_are_the_generic_tables_without_a_header() -> None:
+    """The Summary is built in one pass (it is rendered on every --timing-only cell); it
+    must read exactly as the generic text and HTML tables would show the same rows."""
+    import random
+
+    from gpuprof_nb.render.html import html_table, note
+    from gpuprof_nb.render.profile import _pairs_section
+    from gpuprof_nb.render.text import text_table
+
+    rng = random.Random(7)
+
+    def word() -> str:
+        return "".join(rng.choice("ab <>&\"' x") for _ in range(rng.randint(0, 12)))
+
+    for _ in range(500):
+        pairs = [(word(), word()) for _ in range(rng.randint(0, 6))]
+        notes = [word() for _ in range(rng.randint(0, 3))]
+        rows = text_table(("", ""), pairs).split("\n", 2)[-1] if pairs else ""
+        text = "\n".join(([rows] if rows else []) + [f"note: {n}" for n in notes])
+        table = html_table(("", ""), pairs) if pairs else ""
+        html = re.sub(r"<thead>.*?</thead>", "", table) + "".join(
+            note(f"note: {n}") for n in notes)
+        section = _pairs_section("Summary", pairs, notes)
+        assert (section.text, section.html) == (text, html), (pairs, notes)
 
 
 def test_a_failing_section_says_so_and_the_rest_renders() -> None:
