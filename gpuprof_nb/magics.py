@@ -351,8 +351,10 @@ class _CellRunner:
 _AUTOCAST_DEVICES = ("cpu", "cuda")
 
 
+@functools.cache
 def _autocast_devices(torch: Any) -> tuple[str, ...]:
-    """Return the devices whose autocast state this torch build can read."""
+    """Return the devices whose autocast state this torch build can read (probed once per
+    process: the build does not change while it runs, and every cell would pay for it)."""
     readable = []
     for dev in _AUTOCAST_DEVICES:
         try:

@@ -106,8 +106,14 @@ class ProfileReport:
 
     def text(self) -> str:
         """Return the report as plain text (the bundle's text/plain), every section in order."""
-        from gpuprof_nb.render.sections import report_text
+        from gpuprof_nb.render.sections import Section, report_text
 
+        if all(part is None for part in (self.diagnosis, self.ops, self.kernels,
+                                         self.timeline, self.roofline)):
+            # Timing only: the Summary is the one section, and its HTML is not needed.
+            from gpuprof_nb.render.profile import summary_text
+
+            return report_text(TITLE, [Section("Summary", summary_text(self), "")])
         return report_text(TITLE, self.sections())
 
     def _repr_mimebundle_(

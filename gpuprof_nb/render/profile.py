@@ -31,21 +31,27 @@ def guarded_section(title: str, build: Callable[[], Section]) -> Section:
 
 
 def _pairs_section(title: str, pairs: Sequence[tuple[str, str]], notes: Sequence[str]) -> Section:
-    """Return a Section of label/value rows followed by notes, identical in text and HTML.
+    """Return a Section of label/value rows followed by notes, identical in text and HTML."""
+    return Section(title, _pairs_text(pairs, notes), _pairs_html(pairs, notes))
 
-    Built in one pass without the generic table helpers: every `%%gpuprofile --timing-only`
-    cell renders this section, and its cost is part of the overhead users pay per cell
-    (issue 7). The text is what text_table gives for these rows (labels padded, no header);
-    the HTML a header-less html_table."""
+
+def _pairs_text(pairs: Sequence[tuple[str, str]], notes: Sequence[str]) -> str:
+    """Label/value rows (labels padded, as text_table shows them without a header), then
+    notes. Built in one pass: every `%%gpuprofile --timing-only` cell prints this, and its
+    cost is part of the overhead users pay per cell (issue 7)."""
     width = max((len(label) for label, _ in pairs), default=0)
     text = "\n".join(f"{label.ljust(width)}  {value}".rstrip() for label, value in pairs)
     lines = [text] if text else []
     lines += [f"note: {n}" for n in notes]
+    return "\n".join(lines)
+
+
+def _pairs_html(pairs: Sequence[tuple[str, str]], notes: Sequence[str]) -> str:
+    """The same rows as a header-less html_table, then the notes."""
     rows = "".join(f"<tr><td>{esc(label)}</td><td>{esc(value)}</td></tr>"
                    for label, value in pairs)
     html = f"<table><tbody>{rows}</tbody></table>" if pairs else ""
-    html += "".join(f'<p class="note">{esc("note: " + n)}</p>' for n in notes)
-    return Section(title, "\n".join(lines), html)
+    return html + "".join(f'<p class="note">{esc("note: " + n)}</p>' for n in notes)
 
 
 def summary_pairs(report: Any) -> list[tuple[str, str]]:
@@ -128,6 +134,11 @@ def summary_section(report: Any) -> Section:
     """Return the Summary section: device, runs, median/IQR/min/max per run and per step,
     GPU busy % over the profiled window, ops and kernels per step, and the report's notes."""
     return _pairs_section("Summary", summary_pairs(report), summary_notes(report))
+
+
+def summary_text(report: Any) -> str:
+    """Return the Summary section's text alone (what `--timing-only` prints)."""
+    return _pairs_text(summary_pairs(report), summary_notes(report))
 
 
 OP_HEADERS = ("name", "calls", "self CPU", "total CPU", "self device", "total device",
@@ -242,6 +253,7 @@ __all__ = [
     "kernels_section",
     "ops_section",
     "summary_section",
+    "summary_text",
 ]
 
 

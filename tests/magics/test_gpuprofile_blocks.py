@@ -77,6 +77,41 @@ def test_cell_changing_grad_mode_is_timed_run_by_run(ip) -> None:
     assert torch.is_grad_enabled()
 
 
+def test_cell_turning_autocast_on_is_reset_before_every_run(ip) -> None:
+    """Only autocast changes (grad mode stays): every run starts with autocast off, as the
+    first did."""
+    ip.user_ns.update(runs=0, seen=[])
+    magic(ip, "-o r --quiet --timing-only --warmup 2 --repeat 3",
+          "runs += 1\nseen.append(torch.is_autocast_enabled('cpu'))\n"
+          "torch.set_autocast_enabled('cpu', True)")
+    assert ip.user_ns["seen"] == [False] * 5 and ip.user_ns["r"].timing.number == 1
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_autocast_dtype_changed_while_off_is_put_back(ip) -> None:
+    before = torch.get_autocast_dtype("cpu")
+    other = torch.float16 if before != torch.float16 else torch.bfloat16
+    ip.user_ns.update(runs=0, other=other)
+    magic(ip, "-o r --quiet --timing-only --warmup 1 --repeat 3",
+          "runs += 1\ntorch.set_autocast_dtype('cpu', other)")
+    assert torch.get_autocast_dtype("cpu") == before and not torch.is_autocast_enabled("cpu")
+
+
+def test_a_cell_run_under_autocast_keeps_it_between_runs(ip) -> None:
+    """Started with autocast on: a run that turns it off is reset to on before the next,
+    and it is on again afterwards."""
+    ip.user_ns.update(runs=0, seen=[])
+    torch.set_autocast_enabled("cpu", True)
+    try:
+        magic(ip, "-o r --quiet --timing-only --warmup 1 --repeat 3",
+              "runs += 1\nseen.append(torch.is_autocast_enabled('cpu'))\n"
+              "torch.set_autocast_enabled('cpu', False)")
+        assert torch.is_autocast_enabled("cpu")
+    finally:
+        torch.set_autocast_enabled("cpu", False)
+    assert ip.user_ns["seen"] == [True] * 4
+
+
 @pytest.mark.parametrize("line", ["--number 4", ""])
 def test_error_inside_a_block_propagates_and_restores_modes(ip, line: str) -> None:
     ip.user_ns.update(runs=0, fail_on=4)  # 1 warm-up, then inside the first block

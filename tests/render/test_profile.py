@@ -153,6 +153,11 @@ def test_sections_in_order_and_include_exclude() -> None:
     text = report._repr_mimebundle_()["text/plain"]
     titles = re.findall(r"^-- (.+) --$", text, re.M)
     assert titles == ["Diagnosis", "Summary", "Top ops", "Kernels", "Timeline", "Roofline"]
+    assert report.text() == text
+    # A trace whose analyses all failed shows the Summary alone, through text()'s short way.
+    bare = ProfileReport(timing=report.timing, trace=report.trace, summary=report.summary)
+    assert bare.text() == bare._repr_mimebundle_()["text/plain"]
+    assert re.findall(r"^-- (.+) --$", bare.text(), re.M) == ["Summary"]
     assert set(report._repr_mimebundle_(include={"text/plain"})) == {"text/plain"}
     assert "text/html" not in report._repr_mimebundle_(exclude={"text/html"})
     assert "ProfileReport" in repr(report) and "<hand>" not in repr(report)
