@@ -330,7 +330,7 @@ def _section(results: dict[str, Timings], timing_rounds: int, profile_rounds: in
             f"| {name} | {_ms(med(t.cell_s[HAND]))} | {_ms(med(t.cell_s[FULL]))} "
             f"| {_pct(t.ratios(FULL))} | {_ms(med(t.cell_s[FULL_QUIET]))} "
             f"| {_pct(t.ratios(FULL_QUIET))} |")
-    lines += ["", *_notes(results)]
+    lines += ["", *_notes(results, worst)]
     targets = (
         Target("--timing-only vs bare (worst workload)", f"{worst[TIMING]:+.1%}",
                "within 2%", worst[TIMING] <= 0.02),
@@ -342,8 +342,9 @@ def _section(results: dict[str, Timings], timing_rounds: int, profile_rounds: in
     return Section("1. Overhead on the same cell", "\n".join(lines), targets)
 
 
-def _notes(results: dict[str, Timings]) -> list[str]:
-    """What the numbers say: the client's view, and where the --timing-only overhead goes."""
+def _notes(results: dict[str, Timings], worst: dict[str, float]) -> list[str]:
+    """What the numbers say: the client's view, where the --timing-only overhead goes, and,
+    when the 2% is missed, what it would take."""
     med = statistics.median
     out = []
     for name, t in results.items():
@@ -356,4 +357,16 @@ def _notes(results: dict[str, Timings]) -> list[str]:
             f"{_ms(med(t.round_trip_s[BARE]))} for bare, {_pct(t.ratios(TIMING, round_trip=True))}"
             f" for --timing-only and {_pct(t.ratios(TIMING_QUIET, round_trip=True))} for "
             "--timing-only --quiet.")
+    if worst[TIMING] > 0.02:
+        fixed_ms = med(t.extra_s(TIMING) for t in results.values()) * 1e3
+        floor = "within" if worst[PRINTED] <= 0.02 else "over"
+        out.append(
+            f"- The 2% for --timing-only is missed: {worst[TIMING]:+.1%} on the worst workload. "
+            f"Its own work, shown by --quiet, is {worst[TIMING_QUIET]:+.1%} there; showing any "
+            f"answer in ipykernel, one printed line in a bare cell, is {worst[PRINTED]:+.1%} by "
+            f"itself, {floor} the 2% before gpuprof_nb does anything (a rich display costs "
+            "more: two synchronous flushes of stdout and stderr through ipykernel's I/O "
+            "thread, which is why --timing-only prints). At about "
+            f"{fixed_ms:.2f} ms per cell, the 2% holds for cells of at least "
+            f"{fixed_ms / 0.02:.0f} ms in all (the magic's runs included).")
     return out
