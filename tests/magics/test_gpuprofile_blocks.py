@@ -172,6 +172,39 @@ def test_rerun_cell_reports_errors_under_its_own_execution_number(ip) -> None:
     assert names[0] != names[1] and names[1] == names[2]
 
 
+def test_under_ipykernels_compiler_cells_are_named_from_a_digest(ip, monkeypatch) -> None:
+    """ipykernel names a registered cell by a pure-Python hash of its raw code (~0.4 ms for
+    3 KB); the magic hands it a short digest instead, and tracebacks still name this run's
+    `In[n]` and show the cell's lines."""
+    compiler = pytest.importorskip("ipykernel.compiler")
+    seen: list[str] = []
+
+    class Recording(compiler.XCachingCompiler):
+        def get_code_name(self, raw_code, code, number):
+            seen.append(raw_code)
+            return super().get_code_name(raw_code, code, number)
+
+    recording = Recording()
+    recording.flags = ip.compile.flags
+    monkeypatch.setattr(ip, "compile", recording)
+    big = "runs += 1\n" + "".join(f"v{i} = {i}\n" for i in range(300)) + "raise KeyError('x')\n"
+    names = []
+    saved = ip.execution_count
+    try:
+        for count, cell in ((911, big), (912, big), (913, big.replace("v1 ", "w1 "))):
+            ip.execution_count = count
+            with pytest.raises(KeyError) as info:
+                magic(ip, "--quiet --timing-only --number 1", cell)
+            filename = info.traceback[-1].frame.code.raw.co_filename
+            names.append(filename)
+            assert recording.format_code_name(filename) == ("Cell", f"In[{count}]")
+            assert "raise KeyError" in linecache.getline(filename, 302)
+    finally:
+        ip.execution_count = saved
+    assert len(big) > 3000 and seen and max(map(len, seen)) < 80
+    assert names[0] == names[1] != names[2]
+
+
 def test_rerun_cell_sees_new_future_flags(ip) -> None:
     """A `from __future__` import in an earlier cell changes how later cells compile; a cell
     compiled before must not be reused as it was."""
