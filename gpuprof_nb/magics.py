@@ -418,9 +418,15 @@ def _name_key(cell: str) -> str:
     for tracebacks: a digest of it. IPython's compiler names a cell by its transformed source
     and ignores this; ipykernel's names it by a pure-Python hash of this text, about 0.4 ms
     for a 3 KB cell, which it has already paid once for the whole cell. Distinct cells still
-    get distinct names, and a cell the same name each time."""
-    digest = hashlib.sha1(cell.encode("utf-8", "surrogatepass")).hexdigest()
-    return f"%%gpuprofile cell {digest}"
+    get distinct names, and a cell the same name each time (a cell shorter than a digest key
+    is its own key, so the two kinds never meet)."""
+    if len(cell) < _NAME_KEY_LENGTH:
+        return cell
+    return "%%gpuprofile cell " + hashlib.sha1(cell.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# Length of _name_key's digest form: the prefix and a SHA-1 in hex.
+_NAME_KEY_LENGTH = len("%%gpuprofile cell ") + 40
 
 
 def _renamed(code: Any, filename: str) -> Any:

@@ -205,6 +205,19 @@ def test_under_ipykernels_compiler_cells_are_named_from_a_digest(ip, monkeypatch
     assert names[0] == names[1] != names[2]
 
 
+def test_name_keys_are_the_cell_when_short_and_a_digest_when_long() -> None:
+    from gpuprof_nb.magics import _name_key
+
+    short = "runs += 1\n"
+    assert _name_key(short) == short
+    long_a, long_b = "x = 1\n" * 40, "x = 2\n" * 40
+    assert len(_name_key(long_a)) == len(_name_key(long_b)) < len(long_a)
+    assert _name_key(long_a) != _name_key(long_b) and _name_key(long_a) == _name_key(long_a)
+    # A cell whose text is some digest key is not its own key (keys come from cells at least
+    # as long as a key), so it cannot take that other cell's name.
+    assert _name_key(_name_key(long_a)) != _name_key(long_a)
+
+
 def test_rerun_cell_sees_new_future_flags(ip) -> None:
     """A `from __future__` import in an earlier cell changes how later cells compile; a cell
     compiled before must not be reused as it was."""
