@@ -31,8 +31,10 @@ from __future__ import annotations
 import ast
 import json
 import math
+import os
 import queue
 import statistics
+import sys
 import textwrap
 import time
 from dataclasses import dataclass
@@ -78,7 +80,7 @@ print(_prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
 # and notes how many runs the magic made, its warm-up runs and its runs per sample (its
 # report is stored as _bench_r).
 HOOKS = """
-import gc as _bench_gc, json as _bench_json, time as _bench_time
+import gc as _bench_gc, time as _bench_time
 _bench_log = []
 _bench_t0 = _bench_time.perf_counter_ns()
 def _bench_pre(info):
@@ -116,8 +118,19 @@ class Kernel:
         self.manager = KernelManager(kernel_name="python3")
         self.manager.start_kernel()
         self.client = self.manager.client()
-        self.client.start_channels()
-        self.client.wait_for_ready(timeout=timeout_s)
+        try:
+            self.client.start_channels()
+            self.client.wait_for_ready(timeout=timeout_s)
+            # A user-level "python3" kernelspec can point at another environment.
+            python = self.value("__import__('sys').executable")
+            if os.path.realpath(python) != os.path.realpath(sys.executable):
+                raise RuntimeError(
+                    f"the python3 kernel runs {python}, not this environment's "
+                    f"{sys.executable}; remove or fix that kernelspec (`jupyter kernelspec "
+                    "list`) so the benchmark measures the code it was run with")
+        except BaseException:
+            self.close()
+            raise
 
     def run(self, code: str, *, silent: bool = False,
             user_expressions: dict[str, str] | None = None) -> tuple[float, dict[str, Any]]:
@@ -141,7 +154,7 @@ class Kernel:
     def value(self, expr: str) -> Any:
         """Return a JSON-able expression's value, evaluated in the kernel (silently)."""
         _, content = self.run("", silent=True,
-                              user_expressions={"v": f"_bench_json.dumps({expr})"})
+                              user_expressions={"v": f"__import__('json').dumps({expr})"})
         result = content["user_expressions"]["v"]
         if result["status"] != "ok":
             raise RuntimeError(f"cannot evaluate {expr!r} in the kernel: {result.get('evalue')}")

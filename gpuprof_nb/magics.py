@@ -168,7 +168,7 @@ class GpuprofileMagics(Magics):
     def _publish(self, report: Any, args: Any) -> None:
         """Store the report under -o NAME and show it unless --quiet: the tabbed report, or,
         after --timing-only, its text printed the way %timeit prints (a rich display costs
-        ipykernel two synchronous stdout/stderr flushes, about 0.4 ms: 5% of a 8 ms cell,
+        ipykernel two synchronous stdout/stderr flushes, about 0.4 ms: 5% of an 8 ms cell,
         which --timing-only must not add; the stored report still displays as HTML)."""
         if args.output:
             self._ip.user_ns[args.output] = report
