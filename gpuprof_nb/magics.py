@@ -12,7 +12,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 TRACE_SOURCE = "%%gpuprofile cell"
@@ -73,6 +73,7 @@ class GpuprofileMagics(Magics):
               help="store the ProfileReport in the variable NAME")
     @argument("--quiet", action="store_true", help="display nothing")
     @cell_magic
+    @no_var_expand
     def gpuprofile(self, line: str, cell: str) -> None:
         """Time and profile the cell: warm-up runs, timed samples (no profiler), then one
         run under torch.profiler; show where the time goes. Times are per run: a sample of a
@@ -85,6 +86,12 @@ class GpuprofileMagics(Magics):
             loss = model(x).sum(); loss.backward(); opt.step()
         """
         __tracebackhide__ = True  # noqa: F841 - IPython hides this frame in user tracebacks
+        if "$" in line or "{" in line:
+            # IPython's `$name` and `{expr}` in the option line, expanded as IPython would
+            # (in the same frame: this one sits between it and the user's). The magic opts out
+            # of IPython's own expansion, which copies the user namespace on every call even
+            # when there is nothing to expand (it grows by a name per cell run).
+            line = self._ip.var_expand(line, 3)
         args = self._parse(line)
         if not cell.strip():
             raise UsageError(

@@ -324,3 +324,20 @@ def test_cuda_cell_gets_event_timing_and_a_kernels_table(ip) -> None:
     assert r.ops.rows[0].name in ("aten::mm", "aten::matmul")
     assert r.ops.sort_key == "self_device_us"
     assert 0 < r.summary.busy_fraction <= 1
+
+
+def test_option_line_expands_dollar_names_and_braces_as_ipython_does(ip, tmp_path) -> None:
+    """The magic skips IPython's variable expansion (a copy of the whole namespace per call)
+    unless the line has `$` or `{`; then it expands exactly as IPython would."""
+    ip.user_ns.update(runs=0, out_name="expanded_report", n_repeat=2)
+    magic(ip, "-o $out_name --quiet --timing-only --warmup 0 --repeat {n_repeat}",
+          COUNTING_CELL)
+    assert ip.user_ns["expanded_report"].timing.runs == 2 and ip.user_ns["runs"] == 2
+    # Locals of the frame IPython's own expansion reads (two above run_cell_magic: here,
+    # since `magic` calls it) count too.
+    local_repeat = 3  # noqa: F841
+    magic(ip, "-o r --quiet --timing-only --warmup 0 --repeat {local_repeat}", COUNTING_CELL)
+    assert ip.user_ns["r"].timing.runs == 3
+    # Nothing to expand: the line is parsed as it is (a lone '}' is no placeholder).
+    with pytest.raises(UsageError, match="unrecognized arguments: }"):
+        magic(ip, "--quiet }", COUNTING_CELL)
