@@ -6,8 +6,10 @@ stdout and stderr synchronously through its I/O thread, and the first print of a
 that thread. So every approach runs in one ipykernel started with jupyter_client, on the same
 cell, interleaved round by round so machine drift hits them alike:
 
-- bare: the cell's code in a loop, as many times as the magic runs it with its defaults
-  (its adaptive warm-up + 3 timed runs, or blocks for a short cell);
+- bare: the cell's code in a loop, as many times as the magic runs it: with the warm-up and
+  runs per sample its defaults choose for the cell (adaptive warm-up + 3 timed runs, or blocks
+  for a short cell), pinned as `--warmup K --number N` so the count cannot move by a run
+  between rounds;
 - bare + one printed line: the same, then one `print`: what showing any answer at all costs
   in ipykernel, the floor for a tool that shows its result;
 - `%%gpuprofile --timing-only`: the magic's own runs, timed by it, its summary printed;
