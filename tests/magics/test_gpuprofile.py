@@ -326,7 +326,7 @@ def test_cuda_cell_gets_event_timing_and_a_kernels_table(ip) -> None:
     assert 0 < r.summary.busy_fraction <= 1
 
 
-def test_option_line_expands_dollar_names_and_braces_as_ipython_does(ip, tmp_path) -> None:
+def test_option_line_expands_dollar_names_and_braces_as_ipython_does(ip) -> None:
     """The magic skips IPython's variable expansion (a copy of the whole namespace per call)
     unless the line has `$` or `{`; then it expands exactly as IPython would."""
     ip.user_ns.update(runs=0, out_name="expanded_report", n_repeat=2)
