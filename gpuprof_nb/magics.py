@@ -420,6 +420,10 @@ def _block_builder(
     return build
 
 
+# Length of _name_key's digest form: the prefix and a SHA-1 in hex.
+_NAME_KEY_LENGTH = len("%%gpuprofile cell ") + 40
+
+
 def _name_key(cell: str) -> str:
     """Return what the magic gives IPython as the cell's raw code when it registers the cell
     for tracebacks: a digest of it. IPython's compiler names a cell by its transformed source
@@ -430,10 +434,6 @@ def _name_key(cell: str) -> str:
     if len(cell) < _NAME_KEY_LENGTH:
         return cell
     return "%%gpuprofile cell " + hashlib.sha1(cell.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-# Length of _name_key's digest form: the prefix and a SHA-1 in hex.
-_NAME_KEY_LENGTH = len("%%gpuprofile cell ") + 40
 
 
 def _renamed(code: Any, filename: str) -> Any:

@@ -88,6 +88,12 @@ class ProfileReport:
     def sections(self) -> list[Any]:
         """Return the report's render Sections in display order: Diagnosis, Summary, Top ops,
         Kernels, Timeline, Roofline (those with nothing to show are left out)."""
+        from gpuprof_nb.render.profile import guarded_section
+
+        return [guarded_section(title, build) for title, build in self._section_builders()]
+
+    def _section_builders(self) -> list[tuple[str, Any]]:
+        """Return (title, build) for every section the report shows, in display order."""
         from gpuprof_nb.render import profile as rp
 
         wanted: list[tuple[str, Any]] = []
@@ -102,14 +108,13 @@ class ProfileReport:
             wanted.append(("Timeline", lambda: _timeline_section(self.timeline, self.trace)))
         if self.roofline is not None:
             wanted.append(("Roofline", lambda: _roofline_section(self.roofline)))
-        return [rp.guarded_section(title, build) for title, build in wanted]
+        return wanted
 
     def text(self) -> str:
         """Return the report as plain text (the bundle's text/plain), every section in order."""
         from gpuprof_nb.render.sections import Section, report_text
 
-        if all(part is None for part in (self.diagnosis, self.ops, self.kernels,
-                                         self.timeline, self.roofline)):
+        if [title for title, _ in self._section_builders()] == ["Summary"]:
             # Timing only: the Summary is the one section, and its HTML is not needed.
             from gpuprof_nb.render.profile import summary_text
 

@@ -51,7 +51,7 @@ def _pairs_html(pairs: Sequence[tuple[str, str]], notes: Sequence[str]) -> str:
     rows = "".join(f"<tr><td>{esc(label)}</td><td>{esc(value)}</td></tr>"
                    for label, value in pairs)
     html = f"<table><tbody>{rows}</tbody></table>" if pairs else ""
-    return html + "".join(f'<p class="note">{esc("note: " + n)}</p>' for n in notes)
+    return html + "".join(note(f"note: {n}") for n in notes)
 
 
 def summary_pairs(report: Any) -> list[tuple[str, str]]:
