@@ -7,6 +7,7 @@ import ast
 import dataclasses
 import functools
 import hashlib
+import linecache
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +31,9 @@ class GpuprofileMagics(Magics):
         super().__init__(shell=shell, **kwargs)
         # Per shell: option lines already parsed, cells already transformed and compiled.
         self._args_cache: dict[str, Any] = {}
-        self._code_cache: dict[Any, tuple[str, Any, str]] = {}
+        self._code_cache: dict[Any, tuple[str, Any, str, Any]] = {}
+        # The compiler last asked, and whether it names a cell without its execution number.
+        self._names_probe: tuple[Any, bool] = (None, False)
 
     @magic_arguments()
     @argument("--warmup", type=int, default=None, metavar="N",
@@ -268,17 +271,49 @@ class GpuprofileMagics(Magics):
         if hit is None:
             source = ip.transform_cell(cell)
             name_key = _name_key(cell)
-            filename = ip.compile.cache(source, ip.execution_count, raw_code=name_key)
+            filename = self._register(source, name_key)
             code = ip.compile(source, filename, "exec")
             if len(source.splitlines()) > 1 and not ip.input_transformers_post:
                 # Several lines: IPython's namespace-dependent rewrites never apply.
-                _remember(self._code_cache, key, (source, code, name_key))
+                _remember(self._code_cache, key,
+                          (source, code, name_key, linecache.cache.get(filename)))
             return code, source
-        source, code, name_key = hit
+        source, code, name_key, entry = hit
+        filename = code.co_filename
+        numbers = getattr(ip.compile, "_filename_map", None)
+        if (type(numbers) is dict and linecache.cache.get(filename) is entry
+                and self._names_fixed(ip.compile, source, name_key)):
+            # The compiler names the cell as last time and its lines are still registered:
+            # only the name's execution number (traceback's `Cell In[n]`) is new. What
+            # compile.cache would do, without hashing the name again (ipykernel hashes it in
+            # pure Python: ~30 us per cell from cold caches).
+            numbers[filename] = ip.execution_count
+            return code, source
         # Registered again under this execution's name, as IPython does for every cell, so a
         # traceback says `Cell In[n]` with this cell's number.
-        filename = ip.compile.cache(source, ip.execution_count, raw_code=name_key)
-        return (code if code.co_filename == filename else _renamed(code, filename)), source
+        filename = self._register(source, name_key)
+        if code.co_filename != filename:
+            code = _renamed(code, filename)
+        _remember(self._code_cache, key, (source, code, name_key, linecache.cache.get(filename)))
+        return code, source
+
+    def _register(self, source: str, name_key: str) -> str:
+        """Register the cell's lines in linecache under this execution's name; return it."""
+        ip = self._ip
+        return ip.compile.cache(source, ip.execution_count, raw_code=name_key)
+
+    def _names_fixed(self, compiler: Any, source: str, name_key: str) -> bool:
+        """Whether `compiler` names a cell by its text alone, not its execution number too
+        (asked once per compiler: IPython's names hold the number, ipykernel's do not)."""
+        known, fixed = self._names_probe
+        if known is not compiler:
+            try:
+                fixed = (compiler.get_code_name(name_key, source, 1)
+                         == compiler.get_code_name(name_key, source, 2))
+            except Exception:  # noqa: BLE001 - an unknown compiler: register every run
+                fixed = False
+            self._names_probe = (compiler, fixed)
+        return fixed
 
     def _report(self, stats: Any, artifact: Any, args: Any, notes: list[str]) -> Any:
         from gpuprof_nb.report import ProfileReport
@@ -378,8 +413,8 @@ def _autocast_devices(torch: Any) -> tuple[str, ...]:
 
 
 def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
-    """Store key -> value, dropping the oldest entry when the cache is full."""
-    if len(cache) >= _CACHE_SIZE:
+    """Store key -> value, dropping the oldest entry when a new key finds the cache full."""
+    if key not in cache and len(cache) >= _CACHE_SIZE:
         del cache[next(iter(cache))]
     cache[key] = value
 
@@ -480,7 +515,10 @@ def _block_note(number: int, auto: bool) -> str:
             f"run: the sample's time / {fmt_num(number)}")
 
 
+@functools.cache
 def _cuda_available() -> bool:
+    """Whether torch sees a CUDA device (asked once per process: the answer cannot change
+    once torch has looked, and the call costs ~10 us per cell from cold caches)."""
     import torch
 
     return bool(torch.cuda.is_available())

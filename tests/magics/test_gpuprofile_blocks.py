@@ -205,6 +205,49 @@ def test_under_ipykernels_compiler_cells_are_named_from_a_digest(ip, monkeypatch
     assert names[0] == names[1] != names[2]
 
 
+def test_under_ipykernels_compiler_a_rerun_updates_only_its_number(ip, monkeypatch) -> None:
+    """ipykernel names a cell by its text alone, so a re-run keeps its file name: the magic
+    asks the compiler once whether names hold the execution number, then re-runs only move
+    the name to this run's In[n] (no hash), and a function the cell defined, raising in a
+    later run, names that run. Lines dropped from linecache are registered again."""
+    compiler = pytest.importorskip("ipykernel.compiler")
+    calls: list[int] = []
+
+    class Counting(compiler.XCachingCompiler):
+        def get_code_name(self, raw_code, code, number):
+            calls.append(number)
+            return super().get_code_name(raw_code, code, number)
+
+    counting = Counting()
+    counting.flags = ip.compile.flags
+    monkeypatch.setattr(ip, "compile", counting)
+    cell = "def boom():\n    raise IndexError('late')\n\nruns += 1\n"
+    saved = ip.execution_count
+    try:
+        names, hashed = [], []
+        for count in (931, 932, 933, 934):
+            ip.execution_count = count
+            if count == 934:
+                linecache.clearcache()
+            magic(ip, "--quiet --timing-only --warmup 0 --repeat 1 --number 1", cell)
+            filename = ip.user_ns["boom"].__code__.co_filename
+            names.append(filename)
+            hashed.append(len(calls))
+            assert counting.format_code_name(filename) == ("Cell", f"In[{count}]")
+            assert "raise IndexError" in linecache.getline(filename, 2)
+            if count == 933:
+                with pytest.raises(IndexError) as info:
+                    ip.user_ns["boom"]()
+                raised_in = info.traceback[-1].frame.code.raw.co_filename
+                assert counting.format_code_name(raised_in) == ("Cell", "In[933]")
+    finally:
+        ip.execution_count = saved
+    assert len(set(names)) == 1
+    # First run: hashed once to register; second: the two-call probe; third: nothing;
+    # fourth (linecache cleared): registered again.
+    assert hashed == [1, 3, 3, 4]
+
+
 def test_name_keys_are_the_cell_when_short_and_a_digest_when_long() -> None:
     from gpuprof_nb.magics import _name_key
 
