@@ -11,7 +11,10 @@ cell, interleaved round by round so machine drift hits them alike:
   for a short cell), pinned as `--warmup K --number N` so the count cannot move by a run
   between rounds;
 - bare + one printed line: the same, then one `print`: what showing any answer at all costs
-  in ipykernel, the floor for a tool that shows its result;
+  in ipykernel;
+- a minimal cell magic: `%%bench_floor N` runs the cell's code N times (compiled once, by
+  exec in the user namespace, as the magic runs it) and prints one line: what any cell magic
+  that shows an answer costs in IPython and ipykernel, the floor for `--timing-only`;
 - `%%gpuprofile --timing-only`: the magic's own runs, timed by it, its summary printed;
 - `%%gpuprofile --timing-only --quiet`: the same with nothing shown (the magic's own work);
 - hand-written: what a user writes by hand for the profile: warm-up runs to the same count,
@@ -96,10 +99,22 @@ def _bench_post(result):
                        (timing.cell_runs, len(timing.warmup_wall_us), timing.number)))
 get_ipython().events.register("pre_run_cell", _bench_pre)
 get_ipython().events.register("post_run_cell", _bench_post)
+from IPython.core.magic import register_cell_magic as _bench_register
+_bench_floor_code = {}
+@_bench_register
+def bench_floor(line, cell):
+    code = _bench_floor_code.get(cell)
+    if code is None:
+        code = _bench_floor_code[cell] = compile(cell, "<bench_floor>", "exec")
+    namespace = get_ipython().user_ns
+    for _ in range(int(line)):
+        exec(code, namespace)
+    print("median 1.02 ms per run")
 """
 
 BARE = "bare"
 PRINTED = "bare + one printed line"
+FLOOR = "minimal cell magic (runs the cell, prints a line)"
 TIMING = "%%gpuprofile --timing-only"
 TIMING_QUIET = "%%gpuprofile --timing-only --quiet"
 HAND = "hand-written torch.profiler block"
@@ -236,6 +251,7 @@ def measure_workload(kernel: Kernel, n: int, body: str, timing_rounds: int,
     cells = {
         BARE: bare,
         PRINTED: bare + "print('median 1.02 ms per run')\n",
+        FLOOR: f"%%bench_floor {runs}\n" + body,
         TIMING: f"%%gpuprofile --timing-only {options} -o _bench_r\n" + body,
         TIMING_QUIET: f"%%gpuprofile --timing-only --quiet {options} -o _bench_r\n" + body,
         HAND: HAND_WRITTEN.format(body=body, warmup=max(runs - 3, 0)),
@@ -247,7 +263,7 @@ def measure_workload(kernel: Kernel, n: int, body: str, timing_rounds: int,
     kernel.run("_bench_log.clear()", silent=True)
     order: list[str] = []
     round_trip: dict[str, list[float]] = {label: [] for label in cells}
-    phases = (([BARE, PRINTED, TIMING, TIMING_QUIET], timing_rounds, False),
+    phases = (([BARE, PRINTED, FLOOR, TIMING, TIMING_QUIET], timing_rounds, False),
               ([HAND, FULL, FULL_QUIET], profile_rounds, True))
     for labels, rounds, collect_each in phases:
         for r in range(rounds):
@@ -316,19 +332,21 @@ def _section(results: dict[str, Timings], timing_rounds: int, profile_rounds: in
         f"Timing ({timing_rounds} interleaved rounds):",
         "",
         "| workload | runs of the cell (magic's options) | bare | bare + one printed line "
-        "| vs bare | --timing-only | vs bare | --timing-only --quiet | vs bare |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| vs bare | minimal cell magic | vs bare | --timing-only | vs bare "
+        "| --timing-only --quiet | vs bare |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     worst: dict[str, float] = {}
     for name, t in results.items():
         ratio = {label: t.ratios(label)
-                 for label in (PRINTED, TIMING, TIMING_QUIET, FULL, FULL_QUIET)}
+                 for label in (PRINTED, FLOOR, TIMING, TIMING_QUIET, FULL, FULL_QUIET)}
         printed = ratio[PRINTED]
         for label, values in ratio.items():
             worst[label] = max(worst.get(label, float("-inf")), med(values))
         lines.append(
             f"| {name} | {t.runs} (`{t.options}`) | {_ms(med(t.cell_s[BARE]))} "
             f"| {_ms(med(t.cell_s[PRINTED]))} | {_pct(printed)} "
+            f"| {_ms(med(t.cell_s[FLOOR]))} | {_pct(ratio[FLOOR])} "
             f"| {_ms(med(t.cell_s[TIMING]))} | {_pct(ratio[TIMING])} "
             f"| {_ms(med(t.cell_s[TIMING_QUIET]))} | {_pct(ratio[TIMING_QUIET])} |")
     lines += [
@@ -346,9 +364,14 @@ def _section(results: dict[str, Timings], timing_rounds: int, profile_rounds: in
             f"| {_pct(t.ratios(FULL))} | {_ms(med(t.cell_s[FULL_QUIET]))} "
             f"| {_pct(t.ratios(FULL_QUIET))} |")
     lines += ["", *_notes(results, worst)]
+    # --timing-only's cost is a fixed amount per cell, so its ratio depends on the cell's
+    # length: judged on each workload, so the table says for which cell it holds.
+    timing_targets = tuple(
+        Target(f"--timing-only vs bare: {name} ({_ms(med(t.cell_s[BARE]))} cell)",
+               f"{med(t.ratios(TIMING)):+.1%}", "within 2%", med(t.ratios(TIMING)) <= 0.02)
+        for name, t in results.items())
     targets = (
-        Target("--timing-only vs bare (worst workload)", f"{worst[TIMING]:+.1%}",
-               "within 2%", worst[TIMING] <= 0.02),
+        *timing_targets,
         Target("%%gpuprofile (displayed) vs hand-written profiler block (worst)",
                f"{worst[FULL]:+.1%}", "within 10%", worst[FULL] <= 0.10),
         Target("%%gpuprofile --quiet vs hand-written profiler block (worst)",
@@ -375,16 +398,27 @@ def _notes(results: dict[str, Timings], worst: dict[str, float]) -> list[str]:
     if worst[TIMING] > 0.02:
         name, t = max(results.items(), key=lambda item: med(item[1].ratios(TIMING)))
         quiet, printed = med(t.ratios(TIMING_QUIET)), med(t.ratios(PRINTED))
+        floor = med(t.ratios(FLOOR))
         # What the magic adds grows with how cold the cell leaves the caches (more after the
         # big matmuls than after the small adds): the largest of the workloads' sets the size.
         fixed_ms = max(w.extra_s(TIMING) for w in results.values()) * 1e3
+        floor_s, bare_s = t.extra_s(FLOOR), med(t.cell_s[BARE])
+        left_us = max(0.02 * bare_s - floor_s, 0.0) * 1e6
+        above_us = (t.extra_s(TIMING) - floor_s) * 1e6
         out.append(
-            f"- The 2% for --timing-only is missed: {worst[TIMING]:+.1%} on {name}. There, its "
-            f"own work (--quiet) is {quiet:+.1%}, and showing any answer in ipykernel (one "
-            f"printed line in a bare cell) costs {printed:+.1%} by itself, "
-            f"{'of the 2% allowed' if printed <= 0.02 else 'over the 2% on its own'} (a rich "
-            "display costs more: two synchronous flushes of stdout and stderr through "
-            "ipykernel's I/O thread, which is why --timing-only prints). At up to "
-            f"{fixed_ms:.2f} ms per cell (the most it added on any workload), the 2% holds for "
-            f"cells of at least {fixed_ms / 0.02:.0f} ms in all (the magic's runs included).")
+            f"- The 2% for --timing-only is missed on {name}: {worst[TIMING]:+.1%}. On that "
+            f"cell a minimal cell magic, which only runs the code as many times and prints one "
+            f"line, already costs {floor:+.1%} ({floor_s * 1e3:.2f} ms): IPython's cell-magic "
+            "dispatch and ipykernel's first write of a cell, which wakes the kernel's I/O "
+            f"thread (a printed line in the bare cell costs {printed:+.1%}). That leaves "
+            f"{left_us:.0f} us per cell for everything else --timing-only does, paid from the "
+            "caches as the cell's runs leave them: the option line and the compiled cell from "
+            "their caches, the grad/autocast check around each run, the timing statistics, "
+            f"the report and its text. It spends {above_us:.0f} us on them ({quiet:+.1%} with "
+            "nothing shown, --quiet). The floor itself could only come down by writing into "
+            "ipykernel's private stream buffer, which gpuprof_nb does not do: it would break "
+            "on other ipykernel versions and hold the text back to the end of the cell when "
+            f"the magic is called from code. At up to {fixed_ms:.2f} ms per cell (the most "
+            "--timing-only added on any workload), the 2% holds for cells of at least "
+            f"{fixed_ms / 0.02:.0f} ms in all (the magic's runs included).")
     return out
