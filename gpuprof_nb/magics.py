@@ -31,7 +31,7 @@ class GpuprofileMagics(Magics):
         super().__init__(shell=shell, **kwargs)
         # Per shell: option lines already parsed, cells already transformed and compiled.
         self._args_cache: dict[str, Any] = {}
-        self._code_cache: dict[Any, tuple[str, Any, str, Any]] = {}
+        self._code_cache: dict[Any, tuple[str, Any, str, Any, Any]] = {}
         # The compiler last asked, and whether it names a cell without its execution number.
         self._names_probe: tuple[Any, bool] = (None, False)
 
@@ -275,14 +275,14 @@ class GpuprofileMagics(Magics):
             code = ip.compile(source, filename, "exec")
             if len(source.splitlines()) > 1 and not ip.input_transformers_post:
                 # Several lines: IPython's namespace-dependent rewrites never apply.
-                _remember(self._code_cache, key,
-                          (source, code, name_key, linecache.cache.get(filename)))
+                _remember(self._code_cache, key, self._cached(source, code, name_key))
             return code, source
-        source, code, name_key, entry = hit
+        source, code, name_key, entry, compiler = hit
         filename = code.co_filename
-        numbers = getattr(ip.compile, "_filename_map", None)
-        if (type(numbers) is dict and linecache.cache.get(filename) is entry
-                and self._names_fixed(ip.compile, source, name_key)):
+        numbers = getattr(compiler, "_filename_map", None)
+        if (compiler is ip.compile and type(numbers) is dict
+                and linecache.cache.get(filename) is entry
+                and self._names_fixed(compiler, source, name_key)):
             # The compiler names the cell as last time and its lines are still registered:
             # only the name's execution number (traceback's `Cell In[n]`) is new. What
             # compile.cache would do, without hashing the name again (ipykernel hashes it in
@@ -294,8 +294,13 @@ class GpuprofileMagics(Magics):
         filename = self._register(source, name_key)
         if code.co_filename != filename:
             code = _renamed(code, filename)
-        _remember(self._code_cache, key, (source, code, name_key, linecache.cache.get(filename)))
+        _remember(self._code_cache, key, self._cached(source, code, name_key))
         return code, source
+
+    def _cached(self, source: str, code: Any, name_key: str) -> tuple[Any, ...]:
+        """What the code cache keeps for a cell: its transformed source, code, name key, the
+        linecache entry its registration made and the compiler that made it."""
+        return (source, code, name_key, linecache.cache.get(code.co_filename), self._ip.compile)
 
     def _register(self, source: str, name_key: str) -> str:
         """Register the cell's lines in linecache under this execution's name; return it."""
