@@ -172,21 +172,28 @@ def test_rerun_cell_reports_errors_under_its_own_execution_number(ip) -> None:
     assert names[0] != names[1] and names[1] == names[2]
 
 
-def test_under_ipykernels_compiler_cells_are_named_from_a_digest(ip, monkeypatch) -> None:
-    """ipykernel names a registered cell by a pure-Python hash of its raw code (~0.4 ms for
-    3 KB); the magic hands it a short digest instead, and tracebacks still name this run's
-    `In[n]` and show the cell's lines."""
+def ipykernel_compiler(ip, monkeypatch, record):
+    """Give `ip` ipykernel's compiler, calling record(raw_code, number) for every cell name
+    it makes."""
     compiler = pytest.importorskip("ipykernel.compiler")
-    seen: list[str] = []
 
     class Recording(compiler.XCachingCompiler):
         def get_code_name(self, raw_code, code, number):
-            seen.append(raw_code)
+            record(raw_code, number)
             return super().get_code_name(raw_code, code, number)
 
     recording = Recording()
     recording.flags = ip.compile.flags
     monkeypatch.setattr(ip, "compile", recording)
+    return recording
+
+
+def test_under_ipykernels_compiler_cells_are_named_from_a_digest(ip, monkeypatch) -> None:
+    """ipykernel names a registered cell by a pure-Python hash of its raw code (~0.4 ms for
+    3 KB); the magic hands it a short digest instead, and tracebacks still name this run's
+    `In[n]` and show the cell's lines."""
+    seen: list[str] = []
+    recording = ipykernel_compiler(ip, monkeypatch, lambda raw_code, _: seen.append(raw_code))
     big = "runs += 1\n" + "".join(f"v{i} = {i}\n" for i in range(300)) + "raise KeyError('x')\n"
     names = []
     saved = ip.execution_count
@@ -210,17 +217,8 @@ def test_under_ipykernels_compiler_a_rerun_updates_only_its_number(ip, monkeypat
     asks the compiler once whether names hold the execution number, then re-runs only move
     the name to this run's In[n] (no hash), and a function the cell defined, raising in a
     later run, names that run. Lines dropped from linecache are registered again."""
-    compiler = pytest.importorskip("ipykernel.compiler")
     calls: list[int] = []
-
-    class Counting(compiler.XCachingCompiler):
-        def get_code_name(self, raw_code, code, number):
-            calls.append(number)
-            return super().get_code_name(raw_code, code, number)
-
-    counting = Counting()
-    counting.flags = ip.compile.flags
-    monkeypatch.setattr(ip, "compile", counting)
+    counting = ipykernel_compiler(ip, monkeypatch, lambda _, number: calls.append(number))
     cell = "def boom():\n    raise IndexError('late')\n\nruns += 1\n"
     saved = ip.execution_count
     try:
