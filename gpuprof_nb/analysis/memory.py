@@ -14,8 +14,15 @@ How the history is replayed (the rules the tests check):
   recording) freed a block that was live until then. So the live bytes at entry i are
       before(i) = (those unexplained active blocks) + (sizes of unmatched frees after i)
       active(i) = before(i) + (recorded allocations opened at or before i, not closed by i).
-  The curve never goes negative, and at the last entry it equals the active blocks at dump
-  time whenever history and segments agree.
+  The curve never goes negative.
+- The segments at dump time are the truth about the end, so the curve ends exactly at their
+  active bytes (what torch.cuda.memory_allocated() counted then). The history records each
+  allocation's requested size, the segments the block the allocator gave it (rounded up,
+  sometimes with an unsplit remainder): an allocation still live at dump counts with its
+  block's size from its `alloc` on. One the history leaves open but no active block holds
+  (its free was not recorded) is closed at the last entry. Every earlier level is that end
+  walked back through the history, so a history that starts mid-run starts at what was
+  live then, and the peak is never below either end.
 - Reserved memory replays segment_alloc/segment_map (+) and segment_free/segment_unmap (-)
   backwards from the segments' total at dump time.
 """
@@ -266,6 +273,10 @@ class _Replay:
     before_end_blocks: tuple[tuple[int, int, int], ...]  # (address, size, site)
     before_end_bytes: int
     implicit_closes: int
+    resized_opens: int  # allocations live at dump that count with their block's size
+    rounding_bytes: int  # what those blocks hold above the requested sizes
+    lost_frees: int  # allocations left open by the history, absent from the segments
+    time_problem: str  # why time_us could not be the x axis ("" when it is, or is absent)
     active: np.ndarray
     reserved: np.ndarray | None
     x: np.ndarray
@@ -315,13 +326,29 @@ def _replay(snapshot: MemorySnapshot, device: int, site_of_stack: np.ndarray) ->
     alloc_site = site_of_stack[stack + 1]
     unmatched_idx = np.sort(unmatched)
     unmatched_size = trace.size[unmatched_idx]
+    segs = snapshot.segments_of(device)
+    resized = rounding = lost = 0
+    if snapshot.segments and n:
+        # The dump says what was live at the end (see the module docstring).
+        live_block = {b.address: b.size for seg in segs for b in seg.blocks if b.is_active}
+        open_pos = np.flatnonzero(close_idx == n)
+        block = np.array([live_block.get(a, -1) for a in alloc_addr[open_pos].tolist()],
+                         dtype=np.int64)
+        gone = block < 0
+        close_idx[open_pos[gone]] = n - 1
+        lost = int(np.count_nonzero(gone))
+        held = open_pos[~gone]
+        extra = block[~gone] - alloc_size[held]
+        resized = int(np.count_nonzero(extra))
+        rounding = int(extra.sum())
+        alloc_size[held] = block[~gone]
 
     # Active blocks at dump time that no still-open recorded alloc explains were live
     # before recording began.
     open_addrs = set(alloc_addr[close_idx == n].tolist())
     before_blocks = tuple(
         (b.address, b.size, int(site_of_stack[b.stack + 1]))
-        for seg in snapshot.segments_of(device)
+        for seg in segs
         for b in seg.blocks
         if b.is_active and b.address not in open_addrs
     )
@@ -329,17 +356,17 @@ def _replay(snapshot: MemorySnapshot, device: int, site_of_stack: np.ndarray) ->
     baseline = before_end + int(unmatched_size.sum())
 
     if n:
-        delta = np.bincount(alloc_idx, weights=alloc_size, minlength=n)
+        # Bytes per entry, summed in integers (the last entry may close several blocks).
+        delta = np.zeros(n, dtype=np.int64)
+        delta[alloc_idx] += alloc_size
         closed_mask = close_idx < n
-        delta -= np.bincount(close_idx[closed_mask], weights=alloc_size[closed_mask],
-                             minlength=n)
-        delta -= np.bincount(unmatched_idx, weights=unmatched_size, minlength=n)
-        active = baseline + np.cumsum(delta).astype(np.int64)
+        np.subtract.at(delta, close_idx[closed_mask], alloc_size[closed_mask])
+        delta[unmatched_idx] -= unmatched_size
+        active = baseline + np.cumsum(delta)
     else:
         active = np.array([before_end], dtype=np.int64)
 
     reserved: np.ndarray | None = None
-    segs = snapshot.segments_of(device)
     seg_kind = np.isin(action, (SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP))
     # The CPU fallback has no allocator segments to replay: no reserved curve there.
     if snapshot.source != "cpu-profiler" and (segs or seg_kind.any()):
@@ -355,16 +382,26 @@ def _replay(snapshot: MemorySnapshot, device: int, site_of_stack: np.ndarray) ->
 
     time_unit = "event"
     x = np.arange(max(n, 1), dtype=np.float64)
+    time_problem = ""
     if n and trace.time_us is not None and not np.isnan(trace.time_us).any():
-        time_unit = "ms"
-        x = (trace.time_us - trace.time_us[0]) / 1000.0
+        steps = np.diff(trace.time_us)
+        if not np.isfinite(trace.time_us).all() or (steps < 0).any():
+            bad = np.flatnonzero(~np.isfinite(trace.time_us[1:]) | ~(steps >= 0))
+            time_problem = (f"time_us is not a clock reading from entry {int(bad[0]) + 1} on "
+                            "(it is not finite, or goes back): the timeline is drawn by "
+                            "history entry instead of time.")
+        else:
+            time_unit = "ms"
+            x = (trace.time_us - trace.time_us[0]) / 1000.0
     return _Replay(
         n=n, alloc_idx=alloc_idx, alloc_size=alloc_size, alloc_site=alloc_site,
         alloc_addr=alloc_addr, alloc_category=trace.category[alloc_idx],
         close_idx=close_idx, unmatched_idx=unmatched_idx, unmatched_size=unmatched_size,
         unmatched_addr=trace.addr[unmatched_idx],
         before_end_blocks=before_blocks, before_end_bytes=before_end,
-        implicit_closes=implicit, active=active, reserved=reserved, x=x, time_unit=time_unit,
+        implicit_closes=implicit, resized_opens=resized, rounding_bytes=rounding,
+        lost_frees=lost, time_problem=time_problem, active=active, reserved=reserved, x=x,
+        time_unit=time_unit,
     )
 
 
@@ -446,13 +483,22 @@ def _timeline(rep: _Replay, device: int, sites: tuple[Site, ...], lo: int, hi: i
         lo, hi = (min(lo, n_points - 1), min(lo, n_points - 1) + 1)
         notes.append("The window holds no history entries; showing the nearest one.")
     seg = rep.active[lo:hi]
+    if lo > 0:
+        start_bytes = int(rep.active[lo - 1])
+    else:
+        # Before the first entry: everything live since before recording.
+        start_bytes = int(_before_at(rep, np.array([-1]))[0])
     peak = lo + int(np.argmax(seg))
+    if start_bytes > rep.active[peak]:
+        # The level only fell in the window: its peak is the state it started from (the
+        # point before entry `lo`; -1 is before the first entry).
+        peak = lo - 1
     # Top sites by bytes live at the peak.
     live_at_peak = (rep.alloc_idx <= peak) & (rep.close_idx > peak)
     per_site = np.bincount(rep.alloc_site[live_at_peak], weights=rep.alloc_size[live_at_peak],
                            minlength=len(sites))
     ranked = [int(k) for k in np.argsort(-per_site, kind="stable") if per_site[k] > 0][:top_n]
-    points = _sample_points(rep.active, lo, hi, peak, 2000)
+    points = _sample_points(rep.active, lo, hi, max(peak, lo), 2000)
     rows = [_live_at(rep, points, rep.alloc_site == k) for k in ranked]
     before = _before_at(rep, points)
     total = rep.active[points]
@@ -460,15 +506,11 @@ def _timeline(rep: _Replay, device: int, sites: tuple[Site, ...], lo: int, hi: i
     labels = tuple(sites[k].label for k in ranked) + (OTHER_LABEL, BEFORE_LABEL)
     stacked = np.vstack([*rows, other, before]).astype(np.int64)
     reserved = rep.reserved[lo:hi] if rep.reserved is not None else None
-    if lo > 0:
-        start_bytes = int(rep.active[lo - 1])
-    else:
-        # Before the first entry: everything live since before recording.
-        start_bytes = int(_before_at(rep, np.array([-1]))[0])
     return MemoryTimeline(
         device=device, time_unit=rep.time_unit, x=rep.x[lo:hi], active_bytes=seg,
-        reserved_bytes=reserved, first_index=lo, peak_bytes=int(rep.active[peak]),
-        peak_index=peak, peak_x=float(rep.x[peak]),
+        reserved_bytes=reserved, first_index=lo,
+        peak_bytes=int(rep.active[peak]) if peak >= lo else start_bytes,
+        peak_index=peak, peak_x=float(rep.x[max(peak, lo)]),
         start_bytes=start_bytes,
         end_bytes=int(rep.active[hi - 1]),
         reserved_peak_bytes=int(reserved.max()) if reserved is not None and len(reserved)
@@ -766,6 +808,18 @@ def analyze_snapshot(
     sites, site_of_stack = stack_sites(snapshot)
     rep = _replay(snapshot, device, site_of_stack)
     notes: list[str] = []
+    if rep.time_problem:
+        notes.append(rep.time_problem)
+    if rep.resized_opens:
+        notes.append(f"{rep.resized_opens} allocation(s) still live at the end count with the "
+                     "size of their block in the segments, "
+                     f"{rep.rounding_bytes:+,} B over the requested sizes the history "
+                     "records (the allocator rounds blocks up), so the curve ends at the "
+                     "active bytes the segments hold.")
+    if rep.lost_frees:
+        notes.append(f"{rep.lost_frees} allocation(s) the history leaves open are not live "
+                     "in the segments at dump time (their free was not recorded); counted "
+                     "as freed at the last entry.")
     if rep.implicit_closes:
         notes.append(f"{rep.implicit_closes} allocation(s) were reused without a recorded "
                      "free_completed (entries skipped); treated as freed at the reuse.")
