@@ -214,6 +214,42 @@ def _int(value: Any, what: str, where: str, default: int = 0) -> int:
     return value
 
 
+# No device holds this much (the largest hold a few hundred GB): a history entry or block of
+# more bytes is damage, not an allocation. An `oom` entry is exempt: it records what the
+# program asked for, and a request can be absurd (that is why it failed).
+MAX_BYTES = 2**48
+
+
+def _size_problem(size: int) -> str | None:
+    """Return why `size` cannot be the bytes of a block or history entry, or None."""
+    if size < 0:
+        return f"is {size}, a negative number of bytes"
+    if size > MAX_BYTES:
+        return f"is {size:,} bytes, more than any device holds ({MAX_BYTES:,})"
+    return None
+
+
+def _check_sizes(size: np.ndarray, action: np.ndarray, here: str) -> None:
+    """Raise SnapshotFormatError naming the first history entry whose 'size' is negative, or
+    beyond MAX_BYTES on an entry other than `oom`."""
+    bad = (size < 0) | ((size > MAX_BYTES) & (action != OOM))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise SnapshotFormatError(
+            f"{here}[{i}]: 'size' {_size_problem(int(size[i]))}; the snapshot is damaged "
+            "(dump it again with torch.cuda.memory._dump_snapshot)"
+        )
+
+
+def _checked_size(value: Any, what: str, where: str, default: int = 0) -> int:
+    """Return a block or segment size in bytes, or raise SnapshotFormatError naming it."""
+    size = _int(value, what, where, default)
+    problem = _size_problem(size)
+    if problem is not None:
+        raise SnapshotFormatError(f"{where}: {what} {problem}; the snapshot is damaged")
+    return size
+
+
 def _segment(seg: Any, i: int, where: str, table: _StackTable) -> Segment:
     here = f"{where}: segments[{i}]"
     if not isinstance(seg, Mapping):
@@ -228,7 +264,7 @@ def _segment(seg: Any, i: int, where: str, table: _StackTable) -> Segment:
         bhere = f"{here}.blocks[{j}]"
         if not isinstance(b, Mapping):
             raise SnapshotFormatError(f"{bhere} is a {type(b).__name__}, expected a dict")
-        size = _int(b.get("size"), "'size'", bhere)
+        size = _checked_size(b.get("size"), "'size'", bhere)
         if "frames" in b:
             frames = b.get("frames")
             requested = b.get("requested_size", size)
@@ -244,20 +280,23 @@ def _segment(seg: Any, i: int, where: str, table: _StackTable) -> Segment:
         # the segment in order, so the running offset recovers them.
         addr = _int(b.get("address"), "'address'", bhere, default=offset)
         blocks.append(Block(address=addr, size=size,
-                            requested_size=_int(requested, "'requested_size'", bhere, size),
+                            requested_size=_checked_size(requested, "'requested_size'", bhere,
+                                                         size),
                             state=str(b.get("state", "inactive")),
                             stack=table.stack_of(frames)))
         offset = addr + size
-    total = _int(seg.get("total_size"), "'total_size'", here, sum(b.size for b in blocks))
+    total = _checked_size(seg.get("total_size"), "'total_size'", here,
+                          sum(b.size for b in blocks))
     active = [b for b in blocks if b.is_active]
     return Segment(
         device=_int(seg.get("device"), "'device'", here),
         address=seg_addr,
         total_size=total,
-        allocated_size=_int(seg.get("allocated_size"), "'allocated_size'", here,
-                            sum(b.size for b in active if b.state == "active_allocated")),
-        active_size=_int(seg.get("active_size"), "'active_size'", here,
-                         sum(b.size for b in active)),
+        allocated_size=_checked_size(
+            seg.get("allocated_size"), "'allocated_size'", here,
+            sum(b.size for b in active if b.state == "active_allocated")),
+        active_size=_checked_size(seg.get("active_size"), "'active_size'", here,
+                                  sum(b.size for b in active)),
         stream=_int(seg.get("stream"), "'stream'", here),
         segment_type=str(seg.get("segment_type", "large" if total > 2**20 else "small")),
         blocks=tuple(blocks),
@@ -295,6 +334,7 @@ def _device_trace(
                            else OTHER for e in entries], dtype=np.int8)
     addr = _column([e.get("addr") or 0 for e in entries], np.int64, "addr", here)
     size = _column([e.get("size") or 0 for e in entries], np.int64, "size", here)
+    _check_sizes(size, action, here)
     stream = _column([e.get("stream") or 0 for e in entries], np.int64, "stream", here)
     stack = np.array([table.stack_of(e.get("frames")) for e in entries], dtype=np.int32)
     time_us: np.ndarray | None = None

@@ -1089,8 +1089,10 @@ class _StreamParser:
                     if m is None:
                         break
                     pos = m.end()
-            except (StopIteration, decode_error):
-                cut = True  # the value at `pos` is cut by the chunk end, or is bad JSON
+            except (StopIteration, decode_error, RecursionError):
+                # The value at `pos` is cut by the chunk end, or is bad JSON, or nests too
+                # deep for the C scanner: the slow path below says which, and where.
+                cut = True
             if cut:
                 self.pos = pos
                 add(self._value(), index)
