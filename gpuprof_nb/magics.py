@@ -3,11 +3,9 @@ load, analyse, display, store. No analysis or formatting lives here."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import functools
-import hashlib
-import linecache
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,24 +14,23 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-TRACE_SOURCE = "%%gpuprofile cell"
+from gpuprof_nb.capture.cell import CellCompiler, block_builder, remember
 
-# Entries kept in each per-shell cache (parsed option lines, compiled cells): a notebook
-# re-runs a handful of cells; beyond that the oldest entry goes.
-_CACHE_SIZE = 64
+TRACE_SOURCE = "%%gpuprofile cell"
 
 
 @magics_class
 class GpuprofileMagics(Magics):
     """The `%%gpuprofile` cell magic."""
 
+    # The clock the timed runs read (nanoseconds); tests put a fake one here.
+    clock: Callable[[], int] = staticmethod(time.perf_counter_ns)
+
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
         # Per shell: option lines already parsed, cells already transformed and compiled.
         self._args_cache: dict[str, Any] = {}
-        self._code_cache: dict[Any, tuple[str, Any, str, Any, Any]] = {}
-        # The compiler last asked, and whether it names a cell without its execution number.
-        self._names_probe: tuple[Any, bool] = (None, False)
+        self._cells = CellCompiler(shell)
 
     @magic_arguments()
     @argument("--warmup", type=int, default=None, metavar="N",
@@ -104,6 +101,7 @@ class GpuprofileMagics(Magics):
         try:
             import torch  # noqa: F401 - fail here, clearly, before anything runs
 
+            from gpuprof_nb.capture.cell import CellRunner
             from gpuprof_nb.capture.profiler import (
                 ProfilerStoppedByCell,
                 profile_cell,
@@ -121,9 +119,9 @@ class GpuprofileMagics(Magics):
                 "%%gpuprofile: a torch profiler is already recording (started in an earlier "
                 "cell?); stop it first (prof.stop() or leave its `with` block)"
             )
-        code, source = self._compile(cell)
+        code, source = self._cells.compile(cell)
         cuda = _cuda_available()
-        runner = _CellRunner(code, self._ip.user_ns)
+        runner = CellRunner(code, self._ip.user_ns)
         # The timed runs call exec directly: no Python frame of ours between the clock
         # reads and the cell's code (a method call per run showed in ~10 us cells).
         run = functools.partial(exec, code, self._ip.user_ns)
@@ -141,7 +139,7 @@ class GpuprofileMagics(Magics):
                 def timed_once() -> None:
                     __tracebackhide__ = True  # noqa: F841
                     box.append(time_cell(runner, once=True, sync=sync, use_cuda_events=cuda,
-                                         device_name=device_name,
+                                         device_name=device_name, clock=self.clock,
                                          before_each=runner.restore_modes))
 
                 try:
@@ -154,8 +152,8 @@ class GpuprofileMagics(Magics):
                 stats = time_cell(run, warmup=args.warmup, repeat=args.repeat,
                                   once=args.once, sync=sync, use_cuda_events=cuda,
                                   device_name=device_name, before_each=runner.restore_modes,
-                                  number=args.number,
-                                  run_block=_block_builder(self._ip, source, code))
+                                  number=args.number, clock=self.clock,
+                                  run_block=block_builder(self._cells, source, code))
                 if stats.number > 1:
                     notes.append(_block_note(stats.number, args.number is None))
                 if not args.timing_only:
@@ -215,7 +213,7 @@ class GpuprofileMagics(Magics):
         args = self._args_cache.get(line)
         if args is None:
             args = self._parse_uncached(line)
-            _remember(self._args_cache, line, args)
+            remember(self._args_cache, line, args)
         return args
 
     def _parse_uncached(self, line: str) -> Any:
@@ -252,74 +250,6 @@ class GpuprofileMagics(Magics):
             raise UsageError("%%gpuprofile: " + "; ".join(problems) + "\n" + _usage(parser))
         return args
 
-    def _compile(self, cell: str) -> tuple[Any, str]:
-        """Return the cell compiled as IPython would run it (line magics and `!` expanded),
-        and its transformed source; a SyntaxError propagates before anything runs. The
-        source is cached under the code's file name so tracebacks show the user's lines.
-
-        A cell run again reuses its transformed source and code object (IPython's transform
-        costs ~40 us, compiling ~10 us): the cache key holds everything they depend on:
-        the cell text, the compiler's __future__ flags and the input transformers in place.
-        One-line cells are transformed every time (IPython's automagic/autocall rewrite
-        them depending on the user's variables)."""
-        ip = self._ip
-        tm = ip.input_transformer_manager
-        key = (cell, ip.compile.flags, *map(id, tm.cleanup_transforms),
-               None, *map(id, tm.line_transforms), None, *map(id, tm.token_transformers),
-               None, *map(id, ip.input_transformers_post))
-        hit = self._code_cache.get(key)
-        if hit is None:
-            source = ip.transform_cell(cell)
-            name_key = _name_key(cell)
-            filename = self._register(source, name_key)
-            code = ip.compile(source, filename, "exec")
-            if len(source.splitlines()) > 1 and not ip.input_transformers_post:
-                # Several lines: IPython's namespace-dependent rewrites never apply.
-                _remember(self._code_cache, key, self._cached(source, code, name_key))
-            return code, source
-        source, code, name_key, entry, compiler = hit
-        filename = code.co_filename
-        numbers = getattr(compiler, "_filename_map", None)
-        if (compiler is ip.compile and type(numbers) is dict
-                and linecache.cache.get(filename) is entry
-                and self._names_fixed(compiler, source, name_key)):
-            # The compiler names the cell as last time and its lines are still registered:
-            # only the name's execution number (traceback's `Cell In[n]`) is new. What
-            # compile.cache would do, without hashing the name again (ipykernel hashes it in
-            # pure Python: ~30 us per cell from cold caches).
-            numbers[filename] = ip.execution_count
-            return code, source
-        # Registered again under this execution's name, as IPython does for every cell, so a
-        # traceback says `Cell In[n]` with this cell's number.
-        filename = self._register(source, name_key)
-        if code.co_filename != filename:
-            code = _renamed(code, filename)
-        _remember(self._code_cache, key, self._cached(source, code, name_key))
-        return code, source
-
-    def _cached(self, source: str, code: Any, name_key: str) -> tuple[Any, ...]:
-        """What the code cache keeps for a cell: its transformed source, code, name key, the
-        linecache entry its registration made and the compiler that made it."""
-        return (source, code, name_key, linecache.cache.get(code.co_filename), self._ip.compile)
-
-    def _register(self, source: str, name_key: str) -> str:
-        """Register the cell's lines in linecache under this execution's name; return it."""
-        ip = self._ip
-        return ip.compile.cache(source, ip.execution_count, raw_code=name_key)
-
-    def _names_fixed(self, compiler: Any, source: str, name_key: str) -> bool:
-        """Whether `compiler` names a cell by its text alone, not its execution number too
-        (asked once per compiler: IPython's names hold the number, ipykernel's do not)."""
-        known, fixed = self._names_probe
-        if known is not compiler:
-            try:
-                fixed = (compiler.get_code_name(name_key, source, 1)
-                         == compiler.get_code_name(name_key, source, 2))
-            except Exception:  # noqa: BLE001 - an unknown compiler: register every run
-                fixed = False
-            self._names_probe = (compiler, fixed)
-        return fixed
-
     def _report(self, stats: Any, artifact: Any, args: Any, notes: list[str]) -> Any:
         from gpuprof_nb.report import ProfileReport
 
@@ -355,133 +285,6 @@ class GpuprofileMagics(Magics):
         except Exception as exc:  # noqa: BLE001 - reported in the notes, never hidden
             notes.append(f"analysis failed: {type(exc).__name__}: {exc}")
             return ProfileReport(timing=stats, trace=trace, artifact=artifact, notes=tuple(notes))
-
-
-class _CellRunner:
-    """Runs the compiled cell in the user namespace. `restore_modes` puts back the grad and
-    autocast modes found before the first run; the magic calls it before every run or block
-    of runs (outside the timed span), so a run that changed them (or raised half-way through
-    a `with` block) does not change the next, and once more at the end. It says whether
-    anything had changed, so time_cell knows not to chain runs of such a cell in blocks."""
-
-    def __init__(self, code: Any, namespace: dict[str, Any]) -> None:
-        import torch
-
-        self.code = code
-        self.namespace = namespace
-        self._torch = torch
-        self.devices = _autocast_devices(torch)
-        self.modes = self._read_modes()
-
-    def __call__(self) -> None:
-        __tracebackhide__ = True  # noqa: F841
-        exec(self.code, self.namespace)
-
-    def _read_modes(self) -> list[Any]:
-        """Return [grad enabled, then (autocast enabled, autocast dtype) per device]."""
-        torch = self._torch
-        modes = [torch.is_grad_enabled()]
-        for dev in self.devices:
-            modes.append(torch.is_autocast_enabled(dev))
-            modes.append(torch.get_autocast_dtype(dev))
-        return modes
-
-    def restore_modes(self) -> bool:
-        """Put back the modes found before the first run; return True if they had changed.
-        Called around every run, so it reads (cheap) before it writes."""
-        if self._read_modes() == self.modes:
-            return False
-        torch = self._torch
-        torch.set_grad_enabled(self.modes[0])
-        for i, dev in enumerate(self.devices):
-            torch.set_autocast_enabled(dev, self.modes[1 + 2 * i])
-            torch.set_autocast_dtype(dev, self.modes[2 + 2 * i])
-        return True
-
-
-_AUTOCAST_DEVICES = ("cpu", "cuda")
-
-
-@functools.cache
-def _autocast_devices(torch: Any) -> tuple[str, ...]:
-    """Return the devices whose autocast state this torch build can read (probed once per
-    process: the build does not change while it runs, and every cell would pay for it)."""
-    readable = []
-    for dev in _AUTOCAST_DEVICES:
-        try:
-            torch.is_autocast_enabled(dev)
-            torch.get_autocast_dtype(dev)
-        except (RuntimeError, TypeError, AttributeError):
-            continue
-        readable.append(dev)
-    return tuple(readable)
-
-
-def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
-    """Store key -> value, dropping the oldest entry when a new key finds the cache full."""
-    if key not in cache and len(cache) >= _CACHE_SIZE:
-        del cache[next(iter(cache))]
-    cache[key] = value
-
-
-def _block_builder(
-    ip: InteractiveShell, source: str, code: Any
-) -> Callable[[int], Callable[[], object] | None]:
-    """Return run_block for time_cell: n -> a callable running the cell n times in one exec,
-    its statements compiled inside `for [None][0] in (None,) * n:` (no exec, frame or call
-    per run: ~0.25 us per run, 2-3% of a 10 us cell, that timeit does not pay either; the
-    target stores into a throwaway list, so no name lands in the user's namespace). Same
-    file name and line numbers as the cell, so errors read the same. None where the cell
-    cannot sit in a loop (`from __future__` must come first; a comment-only cell)."""
-    namespace = ip.user_ns
-    filename = code.co_filename
-
-    def build(number: int) -> Callable[[], object] | None:
-        try:
-            body = ip.compile.ast_parse(source, filename).body
-            if not body or any(isinstance(node, ast.ImportFrom) and node.module == "__future__"
-                               for node in body):
-                return None
-            first = body[0]
-            holder = ast.List(elts=[ast.Constant(None)], ctx=ast.Load())
-            target = ast.Subscript(value=holder, slice=ast.Constant(0), ctx=ast.Store())
-            nones = ast.Tuple(elts=[ast.Constant(None)], ctx=ast.Load())
-            times = ast.BinOp(left=nones, op=ast.Mult(), right=ast.Constant(number))
-            loop = ast.For(target=target, iter=times, body=body, orelse=[])
-            for node in (loop, target, holder, *holder.elts, target.slice, times,
-                         *nones.elts, nones, times.right):
-                ast.copy_location(node, first)
-            module = ast.Module(body=[loop], type_ignores=[])
-            looped = compile(module, filename, "exec", ip.compile.flags, True)
-        except (SyntaxError, ValueError):
-            return None
-        return functools.partial(exec, looped, namespace)
-
-    return build
-
-
-# Length of _name_key's digest form: the prefix and a SHA-1 in hex.
-_NAME_KEY_LENGTH = len("%%gpuprofile cell ") + 40
-
-
-def _name_key(cell: str) -> str:
-    """Return what the magic gives IPython as the cell's raw code when it registers the cell
-    for tracebacks: a digest of it. IPython's compiler names a cell by its transformed source
-    and ignores this; ipykernel's names it by a pure-Python hash of this text, about 0.4 ms
-    for a 3 KB cell, which it has already paid once for the whole cell. Distinct cells still
-    get distinct names, and a cell the same name each time (a cell shorter than a digest key
-    is its own key, so the two kinds never meet)."""
-    if len(cell) < _NAME_KEY_LENGTH:
-        return cell
-    return "%%gpuprofile cell " + hashlib.sha1(cell.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _renamed(code: Any, filename: str) -> Any:
-    """Return `code` with its file name (and that of every function, class or comprehension
-    compiled inside it) set to `filename`."""
-    consts = tuple(_renamed(c, filename) if isinstance(c, type(code)) else c
-                   for c in code.co_consts)
-    return code.replace(co_filename=filename, co_consts=consts)
 
 
 def _display_report(report: Any) -> None:

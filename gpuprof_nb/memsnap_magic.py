@@ -9,10 +9,16 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from gpuprof_nb.capture.cell import CellCompiler
+
 
 @magics_class
 class MemsnapMagics(Magics):
     """The `%%memsnap` cell magic."""
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
+        self._cells = CellCompiler(shell)
 
     @magic_arguments()
     @argument("--max-entries", type=int, default=None, metavar="N",
@@ -50,10 +56,11 @@ class MemsnapMagics(Magics):
                 "%%memsnap: the cell is empty; put the code to record below the magic line"
             )
         try:
-            import torch
+            import torch  # noqa: F401 - fail here, clearly, before anything runs
         except ImportError as exc:
             raise UsageError(f"%%memsnap needs PyTorch ({exc}); pip install torch") from exc
         from gpuprof_nb.analysis.memory import parse_window
+        from gpuprof_nb.capture.cell import CellRunner
         from gpuprof_nb.capture.memory import DEFAULT_MAX_ENTRIES, record_memory
 
         window = None
@@ -62,21 +69,21 @@ class MemsnapMagics(Magics):
                 window = parse_window(args.window)
             except ValueError as e:
                 raise UsageError(f"%%memsnap --window: {e}") from None
-        code = self._compile(cell)
+        code, _source = self._cells.compile(cell)
         namespace = self._shell().user_ns
-        grad = torch.is_grad_enabled()
+        runner = CellRunner(code, namespace)
 
         def run() -> None:
             __tracebackhide__ = True  # noqa: F841
-            torch.set_grad_enabled(grad)
-            exec(code, namespace)
+            runner.restore_modes()
+            runner()
 
         try:
             capture = record_memory(
                 run, repeat=args.repeat,
                 max_entries=args.max_entries or DEFAULT_MAX_ENTRIES, stacks=args.stacks)
         finally:
-            torch.set_grad_enabled(grad)
+            runner.restore_modes()
         try:
             report = self._report(capture, window)
             if args.save:
@@ -106,14 +113,6 @@ class MemsnapMagics(Magics):
         if args.output is not None and not args.output.isidentifier():
             raise UsageError(f"%%memsnap -o: {args.output!r} is not a valid variable name")
         return args
-
-    def _compile(self, cell: str) -> Any:
-        """Return the cell compiled as IPython would run it; a SyntaxError propagates before
-        anything runs. The source is cached so tracebacks show the user's lines."""
-        shell = self._shell()
-        source = shell.transform_cell(cell)
-        filename = shell.compile.cache(source, shell.execution_count, raw_code=cell)
-        return shell.compile(source, filename, "exec")
 
     def _shell(self) -> Any:
         """The shell this magic is registered with (Magics types it as optional)."""

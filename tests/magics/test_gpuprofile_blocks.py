@@ -247,7 +247,7 @@ def test_under_ipykernels_compiler_a_rerun_updates_only_its_number(ip, monkeypat
 
 
 def test_name_keys_are_the_cell_when_short_and_a_digest_when_long() -> None:
-    from gpuprof_nb.magics import _name_key
+    from gpuprof_nb.capture.cell import name_key_of as _name_key
 
     short = "runs += 1\n"
     assert _name_key(short) == short
