@@ -37,6 +37,7 @@ from gpuprof_nb.analysis.timeline import (
     is_dataloader_op,
     median_duration_us,
     top_level_ops,
+    unrecorded_launches,
 )
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Kernel, MemoryEvent, Op, RuntimeCall, Trace
@@ -61,15 +62,19 @@ class Finding:
 
 @dataclass(frozen=True, slots=True)
 class Diagnosis:
-    """The findings, most important first, what could not be judged, and a one-line verdict.
-    `considered` holds every rule that measured something, reported or not (below the
-    reporting share), so its evidence is still at hand."""
+    """The findings about the steady state, most important first, what could not be judged,
+    and a one-line verdict. `one_off` holds what the first run alone paid (cold_start),
+    reported apart: it is not what holds the cell back run after run (under --once, where
+    the first run is what was measured, it is a finding like any other). `considered` holds
+    every rule that measured something, reported or not (below the reporting share), so its
+    evidence is still at hand."""
 
     findings: tuple[Finding, ...] = ()
     not_judged: tuple[str, ...] = ()
     verdict: str = ""
     considered: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()
+    one_off: tuple[Finding, ...] = ()
 
     @property
     def top(self) -> Finding | None:
@@ -162,9 +167,12 @@ FIXES: dict[str, str] = {
         "or shard with FSDP."
     ),
     "cold_start": (
-        "The first run pays for allocation, autotuning and compilation: warm up before\n"
-        "timing (one untimed run), keep compiled functions and models alive between cells,\n"
-        "and set torch.backends.cudnn.benchmark only for fixed input shapes."
+        "A one-off: the first run pays for lazy initialisation (CUDA context, library\n"
+        "handles), first allocations and autotuning or compilation; later runs do not.\n"
+        "It matters when this code runs only a few times per process (short jobs, a fresh\n"
+        "server): keep models and compiled functions alive and reuse them, warm up once at\n"
+        "start-up with a representative input, and set torch.backends.cudnn.benchmark only\n"
+        "for fixed input shapes."
     ),
     "recompilation": (
         "Stop shapes or Python values from changing between calls, or mark them dynamic:\n"
@@ -319,22 +327,6 @@ CPU_FIXES: dict[str, str] = {
 }
 
 
-# Runtime calls that queue work on the device: kernel and graph launches, copies, memsets
-# (cudaLaunchKernel, cuLaunchKernel, hipLaunchKernel, cudaGraphLaunch, cudaMemcpyAsync, ...).
-_DEVICE_WORK_CALL_MARKS = ("launch", "memcpy", "memset")
-
-
-def unrecorded_launches(trace: Trace) -> tuple[RuntimeCall, ...]:
-    """Return the runtime calls that queued device work on a trace without kernel events (the
-    device ran, but its activity was not recorded as kernels: CUPTI range-profiler mode, or a
-    run without ProfilerActivity.CUDA); empty when kernels were recorded or nothing was
-    launched (a CPU-only run)."""
-    if trace.kernels:
-        return ()
-    return tuple(r for r in trace.runtime
-                 if any(m in r.name.lower() for m in _DEVICE_WORK_CALL_MARKS))
-
-
 def _unrecorded_device_words(calls: Sequence[RuntimeCall]) -> str:
     """Return what the trace holds instead of kernels, and how to record them, for users."""
     by_name: dict[str, int] = {}
@@ -381,8 +373,18 @@ class _Context:
     top_ops: tuple[Op, ...]
     kernels: tuple[Kernel, ...]
     on_device: bool
+    # One-time setup inside host ops that kept the device idle (cold start), and the ops.
+    setup_idle_us: float = 0.0
+    setup_ops: tuple[Op, ...] = ()
+    # Of it, what is a one-off left out of every other share (see diagnose): the shares
+    # are then of the steady rest of the window.
+    one_off_us: float = 0.0
 
     def frac(self, us: float) -> float:
+        rest = self.span_us - self.one_off_us
+        return us / rest if rest > 0 else 0.0
+
+    def frac_of_window(self, us: float) -> float:
         return us / self.span_us if self.span_us > 0 else 0.0
 
     @property
@@ -468,8 +470,7 @@ def _rule_launch_and_python(c: _Context) -> list[Finding]:
                 and per_step_kernels >= th.MIN_KERNELS_FOR_OVERHEAD)
         # Device idle while the host is inside torch ops: dispatch and CPU-side op work set
         # the pace (overhead-bound), except one-time setup ops, which are cold start.
-        cold_us = _cold_ops_idle_us(c)[0]
-        host_ops = max(bd.host_in_ops_us - cold_us, 0.0)
+        host_ops = max(bd.host_in_ops_us - c.setup_idle_us, 0.0)
         share = c.frac(bd.launch_us + host_ops)
         evidence = {
             "kernels_per_step": per_step_kernels,
@@ -918,6 +919,12 @@ def _duration_words(us: float) -> str:
 
 
 def _rule_cold_start(c: _Context, timing: TimingStats | None) -> Finding | None:
+    """The first run's one-off cost. From the run timings: the first warm-up run against the
+    timed runs, only when its excess over their median lies beyond their own spread (a
+    noisy machine makes every run differ; that is not a cold start). From the trace: setup
+    ops (see _cold_ops_idle_us). Unless the cell ran once (--once, where the first run is
+    what was measured), a one-off is not the steady state users ask about: the finding is
+    `info` and comes after every steady-state finding."""
     evidence: dict[str, float] = {}
     share = 0.0
     titles: list[str] = []
@@ -925,28 +932,39 @@ def _rule_cold_start(c: _Context, timing: TimingStats | None) -> Finding | None:
         first = timing.warmup_wall_us[0]
         # Warm-up runs only have wall time: compare wall with wall.
         median = float(statistics.median(timing.wall_us))
+        spread = max(timing.wall_us) - min(timing.wall_us)
         if median > 0:
             ratio = first / median
             total = first + sum(timing.wall_us) + sum(timing.warmup_wall_us[1:])
-            if ratio >= th.COLD_START_RATIO and total > 0:
+            if ratio >= th.COLD_START_RATIO and first - median > spread and total > 0:
                 share = (first - median) / total
             evidence.update({"first_run_us": first, "median_run_us": median,
-                             "first_over_median_ratio": ratio})
-            titles.append(f"The first run took {ratio:.3g}x the median run")
-    idle_us, cold_ops = _cold_ops_idle_us(c)
-    if cold_ops:
-        longest = max(cold_ops, key=lambda o: (o.dur_us, -o.index))
+                             "first_over_median_ratio": ratio,
+                             "timed_runs_spread_us": spread})
+            titles.append(f"the first run took {ratio:.3g}x the median run")
+    if c.setup_ops:
+        idle_us = c.setup_idle_us
+        longest = max(c.setup_ops, key=lambda o: (o.dur_us, -o.index))
         evidence.update({"device_idle_in_setup_ops_us": idle_us,
-                         "longest_setup_op_us": longest.dur_us})
-        share = max(share, c.frac(idle_us))
+                         "longest_setup_op_us": longest.dur_us,
+                         "setup_share_of_window_fraction": c.frac_of_window(idle_us)})
+        share = max(share, c.frac_of_window(idle_us))
         titles.append(f"one-time setup inside torch ops keeps the GPU idle "
-                      f"{c.frac(idle_us) * 100:.0f}% of the time (first {longest.name} took "
-                      f"{_duration_words(longest.dur_us)})")
+                      f"{c.frac_of_window(idle_us) * 100:.0f}% of the window (first "
+                      f"{longest.name} took {_duration_words(longest.dur_us)})")
     if not evidence:
         return None
-    title = "; ".join(titles)
-    title = title[0].upper() + title[1:] + " (allocation, initialisation, autotuning)"
-    return _finding("cold_start", title, share, evidence)
+    once = timing is not None and timing.once
+    title = "; ".join(titles) + " (allocation, initialisation, autotuning)"
+    if once:
+        return _finding("cold_start", title[0].upper() + title[1:], share, evidence)
+    f = _finding("cold_start", "One-off, not the steady state: " + title, share, evidence)
+    return dataclasses.replace(f, severity="info")
+
+
+def _is_one_off(f: Finding, timing: TimingStats | None) -> bool:
+    """Whether a finding is about a one-off cost rather than the steady state."""
+    return f.kind == "cold_start" and not (timing is not None and timing.once)
 
 
 _COMPILE_MARKERS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup", "CompiledFunction",
@@ -1092,6 +1110,14 @@ def diagnose(trace: Trace, *, timeline: Timeline | None = None, roofline: object
         n_steps=len(trace.steps), top_ops=top_level_ops(trace),
         kernels=device_kernels(trace, device) if device is not None else (),
         on_device=device is not None)
+    # A cell profiled after its warm-up repeats whatever its profiled run did, so setup-like
+    # ops there are its steady state. Elsewhere they are the first run's one-off: under
+    # --once they are part of what was measured; in a trace recorded elsewhere they are left
+    # out of every other share, which are then of the steady rest of the window.
+    if timing is None or timing.once:
+        setup_idle_us, setup_ops = _cold_ops_idle_us(c)
+        c = dataclasses.replace(c, setup_idle_us=setup_idle_us, setup_ops=setup_ops,
+                                one_off_us=setup_idle_us if timing is None else 0.0)
     not_judged: list[str] = []
     notes: list[str] = list(tl.notes)
     # What the loader had to repair (negative durations, ...) bounds how far to trust this.
@@ -1164,16 +1190,36 @@ def diagnose(trace: Trace, *, timeline: Timeline | None = None, roofline: object
         return 0 if f.severity in ("high", "medium") else 2
 
     reported.sort(key=lambda f: (group(f), -f.share, FIX_ORDER.index(f.kind), f.title))
+    # A one-off cost is reported apart: the headline and the findings are the steady state.
+    one_off = [f for f in reported if _is_one_off(f, timing)]
+    reported = [f for f in reported if not _is_one_off(f, timing)]
+    if c.one_off_us > 0 and c.frac_of_window(c.one_off_us) >= th.MIN_REPORT_SHARE:
+        notes.append(f"one-off setup ops kept the device idle "
+                     f"{c.frac_of_window(c.one_off_us) * 100:.0f}% of the window "
+                     f"({_duration_words(c.one_off_us)}); every other share is of the "
+                     f"remaining {_duration_words(c.span_us - c.one_off_us)}")
     return Diagnosis(
         findings=tuple(reported),
         not_judged=tuple(not_judged),
         verdict=_verdict(reported, c, len(blind)),
         considered=tuple(considered),
         notes=tuple(notes),
+        one_off=tuple(one_off),
     )
 
 
 def _verdict(reported: Sequence[Finding], c: _Context, unrecorded: int = 0) -> str:
+    verdict = _steady_verdict(reported, c, unrecorded)
+    if c.one_off_us > 0 and c.frac_of_window(c.one_off_us) >= th.MIN_REPORT_SHARE:
+        longest = max(c.setup_ops, key=lambda o: (o.dur_us, -o.index))
+        verdict += (f". A one-off setup cost took {c.frac_of_window(c.one_off_us) * 100:.0f}% "
+                    f"of the trace (first {longest.name} took "
+                    f"{_duration_words(longest.dur_us)}; see cold_start): the verdict is "
+                    "about the rest")
+    return verdict
+
+
+def _steady_verdict(reported: Sequence[Finding], c: _Context, unrecorded: int) -> str:
     serious = [f for f in reported if f.severity in ("high", "medium")]
     if unrecorded:
         blind = (f"GPU not judged: {unrecorded} calls queued GPU work but the trace has no "

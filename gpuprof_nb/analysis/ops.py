@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from gpuprof_nb.analysis.intervals import device_busy_us
-from gpuprof_nb.analysis.timeline import activity_window
+from gpuprof_nb.analysis.timeline import activity_window, unrecorded_launches
 from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, Trace
 
 __all__ = [
@@ -160,6 +160,9 @@ class KernelTable:
     kernel_us: float
     memcpy_us: float
     memset_us: float
+    # Runtime calls that queued GPU work in a trace without kernel events (its device ran,
+    # but was not recorded); 0 when kernels were recorded or nothing was launched.
+    unrecorded_launches: int = 0
 
     def _repr_mimebundle_(
         self, include: Iterable[str] | None = None, exclude: Iterable[str] | None = None
@@ -187,6 +190,7 @@ class TraceSummary:
     memset_count: int
     ops_per_step: float | None  # mean over steps; None without steps
     kernels_per_step: float | None
+    unrecorded_launches: int = 0  # as KernelTable.unrecorded_launches
 
 
 # --------------------------------------------------------------------------------------------
@@ -441,6 +445,7 @@ def kernel_table(trace: Trace) -> KernelTable:
         kernel_us=float(by_kind["kernel"]),
         memcpy_us=float(by_kind["memcpy"]),
         memset_us=float(by_kind["memset"]),
+        unrecorded_launches=len(unrecorded_launches(trace)),
     )
 
 
@@ -508,4 +513,5 @@ def summarize_trace(trace: Trace) -> TraceSummary:
         memset_count=sum(1 for k in trace.kernels if k.kind == "memset"),
         ops_per_step=ops_per_step,
         kernels_per_step=kernels_per_step,
+        unrecorded_launches=len(unrecorded_launches(trace)),
     )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuprof_nb.analysis.flops import COPY_WRAPPERS, MATMUL_CATEGORIES, OpCost, op_cost
+from gpuprof_nb.analysis.timeline import unrecorded_launches
 from gpuprof_nb.model.device import DeviceSpec, lookup_device_spec
 from gpuprof_nb.model.trace import Kernel, Op, Trace
 
@@ -326,6 +327,12 @@ def _resolve_device(
                           "run gpuprof_nb.measure_ceilings() on it and pass the result")
         return spec, f"ceilings: {spec.name}, datasheet ({spec.source})"
     if not on_device:
+        launched = len(unrecorded_launches(trace))
+        if launched:
+            return None, (f"GPU kernels not recorded ({launched} calls queued GPU work, but "
+                          "the trace has no kernel events): no device times to place ops "
+                          "against the GPU's roofs; host-side FLOPs, bytes and intensity "
+                          "only. Record kernels (ProfilerActivity.CUDA) to get the roofline")
         return None, ("CPU trace: FLOPs, bytes and intensity only; pass CPU ceilings from "
                       "gpuprof_nb.measure_ceilings() to draw roofs")
     if not trace.devices:

@@ -37,7 +37,7 @@ import numpy as np
 
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.intervals import Interval, merge_arrays, union_length
-from gpuprof_nb.model.trace import Kernel, Op, Trace
+from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, Trace
 
 _START = attrgetter("start_us")
 _DUR = attrgetter("dur_us")
@@ -443,6 +443,22 @@ def activity_window(trace: Trace) -> tuple[float, float]:
     return (a, b) if b > a else (lo, max(hi, lo))
 
 
+# Runtime calls that queue work on the device: kernel and graph launches, copies, memsets
+# (cudaLaunchKernel, cuLaunchKernel, hipLaunchKernel, cudaGraphLaunch, cudaMemcpyAsync, ...).
+_DEVICE_WORK_CALL_MARKS = ("launch", "memcpy", "memset")
+
+
+def unrecorded_launches(trace: Trace) -> tuple[RuntimeCall, ...]:
+    """Return the runtime calls that queued device work on a trace without kernel events (the
+    device ran, but its activity was not recorded as kernels: CUPTI range-profiler mode, or a
+    run without ProfilerActivity.CUDA); empty when kernels were recorded or nothing was
+    launched (a CPU-only run)."""
+    if trace.kernels:
+        return ()
+    return tuple(r for r in trace.runtime
+                 if any(m in r.name.lower() for m in _DEVICE_WORK_CALL_MARKS))
+
+
 def device_timeline(trace: Trace) -> Timeline:
     """Return the device's busy and idle microseconds over the recorded activity and per step,
     with each idle gap's cause (the host's view, busy = inside torch ops, without a device)."""
@@ -457,7 +473,10 @@ def device_timeline(trace: Trace) -> Timeline:
         spans = [k.start_us for k in kernels], [k.dur_us for k in kernels]
     else:
         spans = [ops[i].start_us for i in top], [ops[i].dur_us for i in top]
-        notes += ("no device activity in the trace: the breakdown is of the host "
+        launched = len(unrecorded_launches(trace))
+        what = (f"the GPU ran ({launched} calls queued work on it) but its kernels were not "
+                "recorded" if launched else "no device activity in the trace")
+        notes += (f"{what}: the breakdown is of the host "
                   "(busy = inside torch ops, host = Python between them)",)
     starts = np.array(spans[0], dtype=float)
     ends = starts + np.array(spans[1], dtype=float)

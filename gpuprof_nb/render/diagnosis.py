@@ -125,6 +125,13 @@ def diagnosis_section(diagnosis: Diagnosis) -> Section:
     for n, f in enumerate(diagnosis.findings, start=1):
         text_parts.append(_finding_text(n, f))
         html_parts.append(_finding_html(f))
+    if diagnosis.one_off:
+        head = "One-off costs (the first run only; not in the steady state above):"
+        text_parts.append(head)
+        html_parts.append(f"<p>{esc(head)}</p>")
+    for n, f in enumerate(diagnosis.one_off, start=len(diagnosis.findings) + 1):
+        text_parts.append(_finding_text(n, f))
+        html_parts.append(_finding_html(f))
     if diagnosis.not_judged:
         text_parts.append("Not judged:\n" + "\n".join(f"  - {x}" for x in diagnosis.not_judged))
         html_parts.append("<p>Not judged:</p><ul>"

@@ -79,7 +79,7 @@ def summary_pairs(report: Any) -> list[tuple[str, str]]:
         if timing.device_us:
             pairs.append(("median wall per run", fmt_us(statistics.median(timing.wall_us))))
         if timing.warmup_wall_us:
-            pairs.append(("first warm-up run", fmt_us(timing.warmup_wall_us[0])))
+            pairs.append(("first warm-up run", _first_run_words(timing)))
         if timing.steps_per_run:
             pairs.append(("steps per run", fmt_num(timing.steps_per_run)))
             pairs.append(("median per step", fmt_us(timing.median_step_us)))
@@ -94,6 +94,10 @@ def summary_pairs(report: Any) -> list[tuple[str, str]]:
         if trace is not None and trace.kernels:
             pairs.append(("GPU busy", f"{fmt_pct(summary.busy_fraction)} "
                                       f"({fmt_us(summary.busy_us)} of the window)"))
+        elif summary.unrecorded_launches:
+            pairs.append(("GPU busy", f"not judged: {fmt_num(summary.unrecorded_launches)} "
+                                      "calls queued GPU work, but no kernel events were "
+                                      "recorded"))
         else:
             pairs.append(("GPU busy", "n/a (no device activity recorded)"))
         if summary.ops_per_step is not None:
@@ -103,6 +107,17 @@ def summary_pairs(report: Any) -> list[tuple[str, str]]:
             pairs.append(("ops", fmt_num(summary.op_count)))
             pairs.append(("kernels", fmt_num(summary.kernel_count)))
     return pairs
+
+
+def _first_run_words(timing: Any) -> str:
+    """The first (warm-up) run's time and how it compares: its one-off cost is reported
+    here, apart from the steady-state numbers above it."""
+    first = timing.warmup_wall_us[0]
+    wall_median = statistics.median(timing.wall_us) if timing.wall_us else 0.0
+    if wall_median <= 0:
+        return fmt_us(first)
+    return (f"{fmt_us(first)} ({fmt_num(first / wall_median)}x the median wall time; "
+            "a one-off, left out of the numbers above)")
 
 
 def _device_label(report: Any) -> str:
@@ -234,7 +249,12 @@ def kernels_section(table: Any) -> Section:
     kernel names; HTML a short form with the full name on hover and under a click."""
     rows = kernel_rows(table)
     if not rows:
-        text = "No kernels, copies or memsets in this trace (a CPU-only run?)."
+        text = ("No kernels, copies or memsets in this trace (a CPU-only run?)."
+                if not table.unrecorded_launches else
+                f"No kernel events, though {fmt_num(table.unrecorded_launches)} calls queued "
+                "GPU work: the device ran, but its activity was not recorded (CUPTI "
+                "range-profiler mode, or a profile without ProfilerActivity.CUDA). Profile "
+                "again with ProfilerActivity.CUDA (or %%gpuprofile) to see kernels.")
         return Section("Kernels", text, note(text))
     caption = (
         f"{fmt_num(table.calls)} device activities, {fmt_us(table.total_us)} in all: kernels "

@@ -162,28 +162,73 @@ class TestRules:
         d = diagnose(make_trace(kernels=[kernel(0, 10)]), timing=timing)
         f = d.finding("cold_start")
         assert f.evidence["first_over_median_ratio"] == pytest.approx(10.0)
+        assert f.evidence["timed_runs_spread_us"] == pytest.approx(20.0)
         assert f.share == pytest.approx((1000 - 100) / (1000 + 300))
+        # A one-off, reported apart: info, never a finding about the steady state.
+        assert f.severity == "info" and d.one_off == (f,)
+        assert f not in d.findings and "cold_start" not in d.verdict
         no_timing = diagnose(make_trace(kernels=[kernel(0, 10)]))
         assert any(x.startswith("cold_start") for x in no_timing.not_judged)
 
-    def test_cold_start_from_a_first_call_in_the_trace(self):
+    def test_cold_start_fires_only_beyond_the_spread_of_the_timed_runs(self):
+        # Timed runs 90-300 us (median 100): a first run of 400 us lies 300 us above the
+        # median, beyond their 210 us spread; one of 250 us (2.5x) lies within it.
+        runs = (100.0, 300.0, 90.0)
+        beyond = diagnose(make_trace(kernels=[kernel(0, 10)]),
+                          timing=TimingStats(wall_us=runs, warmup_wall_us=(400.0,)))
+        assert beyond.finding("cold_start").share == pytest.approx(300 / (400 + 490))
+        assert [f.kind for f in beyond.one_off] == ["cold_start"]
+        within = diagnose(make_trace(kernels=[kernel(0, 10)]),
+                          timing=TimingStats(wall_us=runs, warmup_wall_us=(250.0,)))
+        assert within.finding("cold_start").share == 0.0
+        assert within.one_off == ()
+
+    @staticmethod
+    def _setup_trace() -> Trace:
         # The first .to() holds the host 200 ms (lazy CUDA init) while the device idles; the
-        # later .to() calls take 10 us. Kernels run after it.
+        # later .to() calls take 10 us. Kernels run after it, with a 200 us gap between them
+        # in which the host waits inside the third .to().
         ops = [op("aten::to", 0, 200_000), op("aten::to", 200_100, 10),
-               op("aten::to", 200_300, 10)]
+               op("aten::to", 200_200, 190)]
         kernels = [kernel(200_050, 100, corr=1), kernel(200_400, 100, corr=2)]
         runtime = [RuntimeCall("cudaLaunchKernel", 200_020.0, 5.0, 1, 1, correlation=1),
-                   RuntimeCall("cudaLaunchKernel", 200_320.0, 5.0, 1, 1, correlation=2)]
-        d = diagnose(make_trace(ops=ops, kernels=kernels, runtime=runtime))
-        f = d.findings[0]
-        assert f.kind == "cold_start"
+                   RuntimeCall("cudaLaunchKernel", 200_390.0, 5.0, 1, 1, correlation=2)]
+        return make_trace(ops=ops, kernels=kernels, runtime=runtime)
+
+    def test_cold_start_from_a_first_call_in_a_trace_recorded_elsewhere(self):
+        d = diagnose(self._setup_trace())
+        f = d.finding("cold_start")
         # Idle from 0 to 200 000 us inside the first aten::to: all of it setup.
         assert f.evidence["device_idle_in_setup_ops_us"] == pytest.approx(200_000)
         assert f.evidence["longest_setup_op_us"] == pytest.approx(200_000)
         assert f.share == pytest.approx(200_000 / 200_500)
-        # Not counted again as host overhead.
+        # A one-off: reported apart, and the verdict names the steady state of the rest.
+        assert f.severity == "info" and d.one_off == (f,)
+        assert all(g.kind != "cold_start" for g in d.findings)
+        assert d.verdict.startswith("Main bottleneck: launch_overhead")
+        assert "one-off setup cost took 100% of the trace" in d.verdict
+        # The rest is 500 us: the host held the device idle inside ops for part of it
+        # (the gap 200 150-200 400 inside the third .to()), a share of the rest, not of 200 ms.
         lo = d.finding("launch_overhead")
         assert lo.evidence["device_idle_while_host_in_ops_us"] < 1_000
+        assert lo.share == pytest.approx(
+            (lo.evidence["device_idle_while_host_in_ops_us"]
+             + lo.evidence["short_gaps_between_kernels_us"]) / 500)
+        assert any("remaining 500 us" in n for n in d.notes)
+
+    def test_cold_start_under_once_is_part_of_what_was_measured(self):
+        once = TimingStats(wall_us=(200_500.0,), once=True, profiled=True)
+        d = diagnose(self._setup_trace(), timing=once)
+        assert d.findings[0].kind == "cold_start" and d.findings[0].severity == "high"
+        assert "cold_start" in d.verdict and d.one_off == ()
+
+    def test_setup_ops_in_a_run_after_the_warm_up_are_its_steady_state(self):
+        # The magic profiled this run after warming up: a 200 ms op here recurs every run.
+        warm = TimingStats(wall_us=(200_500.0,) * 3, warmup_wall_us=(200_600.0,))
+        d = diagnose(self._setup_trace(), timing=warm)
+        assert d.finding("cold_start").share == 0.0
+        assert d.findings[0].kind == "launch_overhead"
+        assert d.findings[0].share == pytest.approx(1.0, abs=0.01)
 
     def test_few_tiny_kernels_are_not_many_small_kernels(self):
         kernels = [kernel(i * 100.0, 5, corr=i) for i in range(5)]

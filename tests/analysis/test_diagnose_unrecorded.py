@@ -88,3 +88,23 @@ def test_real_traces_without_launches_keep_host_verdicts(name):
     d = diagnose(trace)
     assert not d.verdict.startswith("GPU not judged")
     assert any(x.startswith("host_sync, precision, host_device_copy") for x in d.not_judged)
+
+
+def test_every_tab_says_the_device_ran_unrecorded_not_cpu_only():
+    """The Summary, Kernels, Timeline and Roofline of the range-profiler trace say the GPU's
+    work went unrecorded, never that it was a CPU run; the count is the trace's own."""
+    from gpuprof_nb.report import analyze
+
+    events = raw_events(RANGE)
+    queued = sum(1 for e in events if e.get("cat") == "cuda_runtime"
+                 and any(w in e["name"] for w in ("Launch", "Memcpy", "Memset")))
+    report = analyze(load_trace(RANGE))
+    assert report.summary.unrecorded_launches == report.kernels.unrecorded_launches == queued
+    sections = {s.title: s.text for s in report.sections()}
+    assert f"not judged: {queued} calls queued GPU work" in sections["Summary"]
+    assert f"No kernel events, though {queued} calls queued GPU work" in sections["Kernels"]
+    assert f"the GPU ran ({queued} calls queued work on it)" in sections["Timeline"]
+    assert "GPU kernels not recorded" in sections["Roofline"]
+    text = report.text()
+    assert "CPU-only" not in text and "CPU trace" not in text
+    assert "no device activity" not in text

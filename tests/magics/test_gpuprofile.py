@@ -102,6 +102,30 @@ def test_a_fast_cell_is_timed_in_blocks_and_reported_per_run(ip, fake_clock) -> 
     assert ip.user_ns["runs"] == 500 + 100 + 3 * 100 == t.cell_runs
 
 
+def test_a_cold_first_run_is_reported_apart_from_the_steady_state(ip, fake_clock) -> None:
+    """The warm-up's one-off cost (42x the median here) is a Summary line and a one-off
+    finding; the headline and the findings are about the runs that follow."""
+    ip.user_ns["planted"] = [42_000.0, 1000.0, 1010.0, 990.0, 1000.0]
+    magic(ip, "-o r --quiet --warmup 1 --repeat 3 --number 1", "spend(planted.pop(0))")
+    r = ip.user_ns["r"]
+    d = r.diagnosis
+    assert [f.kind for f in d.one_off] == ["cold_start"]
+    assert d.one_off[0].evidence["first_over_median_ratio"] == pytest.approx(42.0)
+    assert all(f.kind != "cold_start" for f in d.findings)
+    assert "cold_start" not in d.verdict and "first run" not in d.verdict
+    text = r.text()
+    assert "first warm-up run  42 ms (42x the median wall time; a one-off" in text
+    assert text.index("One-off costs") > text.index(d.verdict)
+
+
+def test_a_first_run_within_the_noise_is_no_cold_start(ip, fake_clock) -> None:
+    # 2.5x the median, but the timed runs themselves spread over 3x: noise, not a cold start.
+    ip.user_ns["planted"] = [2500.0, 1000.0, 3000.0, 900.0, 1000.0]
+    magic(ip, "-o r --quiet --warmup 1 --repeat 3 --number 1", "spend(planted.pop(0))")
+    d = ip.user_ns["r"].diagnosis
+    assert d.one_off == () and d.finding("cold_start").share == 0.0
+
+
 def test_top_op_is_the_matmul(ip) -> None:
     ip.user_ns["M"] = torch.randn(400, 400)
     magic(ip, "-o r --quiet --repeat 1", "for _ in range(3):\n    P = M @ M\nS = P.relu()")
