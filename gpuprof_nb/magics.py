@@ -259,6 +259,8 @@ class GpuprofileMagics(Magics):
         from gpuprof_nb.io.trace import trace_from_dict
         from gpuprof_nb.report import analyze, count_steps_per_run, save_trace_dict
 
+        if args.stack:
+            self._name_cells(artifact)
         try:
             trace = trace_from_dict(artifact, TRACE_SOURCE)
         except GpuprofError as exc:
@@ -285,6 +287,20 @@ class GpuprofileMagics(Magics):
         except Exception as exc:  # noqa: BLE001 - reported in the notes, never hidden
             notes.append(f"analysis failed: {type(exc).__name__}: {exc}")
             return ProfileReport(timing=stats, trace=trace, artifact=artifact, notes=tuple(notes))
+
+    def _name_cells(self, artifact: dict[str, Any]) -> None:
+        """Store, with the trace, the execution number of each notebook cell its Python
+        frames ran in (under gpuprof_nb's own key, which other tools ignore), so the report,
+        and the trace saved and loaded again, names them `In [n]`."""
+        from gpuprof_nb.analysis.sources import profiler_frame_file
+        from gpuprof_nb.io.cells import KEY
+
+        events = artifact.get("traceEvents")
+        files = (profiler_frame_file(str(e.get("name", ""))) for e in events or ()
+                 if isinstance(e, dict) and e.get("cat") == "python_function")
+        cells = self._cells.cell_numbers(f for f in files if f)
+        if cells:
+            artifact[KEY] = {"cells": cells}
 
 
 def _display_report(report: Any) -> None:

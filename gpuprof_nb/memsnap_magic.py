@@ -120,15 +120,23 @@ class MemsnapMagics(Magics):
             raise UsageError("%%memsnap runs inside an IPython shell or Jupyter kernel")
         return self.shell
 
-    @staticmethod
-    def _report(capture: Any, window: Any) -> Any:
+    def _report(self, capture: Any, window: Any) -> Any:
+        import dataclasses
+
+        from gpuprof_nb.io.cells import KEY
         from gpuprof_nb.io.snapshot import snapshot_from_dict
         from gpuprof_nb.memory_report import analyze_memory
 
         snapshot = snapshot_from_dict(capture.snapshot, where="%%memsnap")
+        # The execution number of each notebook cell the stacks ran in, so sites read
+        # `In [n], line L`; kept in the raw dict too, so a saved snapshot keeps them.
+        cells = self._cells.cell_numbers(f.filename for f in snapshot.frames)
+        if cells:
+            snapshot = dataclasses.replace(snapshot, cells=cells)
+            extra = capture.snapshot.setdefault(KEY, {})
+            if isinstance(extra, dict):
+                extra["cells"] = cells
         if capture.source == "cuda":
-            import dataclasses
-
             # Capture notes (e.g. a full --max-entries buffer) always reach the report.
             snapshot = dataclasses.replace(snapshot, notes=snapshot.notes + capture.notes)
             if capture.step_starts:
@@ -145,8 +153,9 @@ class MemsnapMagics(Magics):
         from gpuprof_nb.io.snapshot import save_snapshot
 
         try:
-            # On CUDA the allocator's own dict is written as is, byte-compatible with
-            # torch.cuda.memory._dump_snapshot; the CPU fallback writes the rebuilt one.
+            # On CUDA the allocator's own dict is written as is (plus gpuprof_nb's own key,
+            # which PyTorch's memory_viz ignores), as torch.cuda.memory._dump_snapshot
+            # writes it; the CPU fallback writes the rebuilt one.
             out = save_snapshot(capture.snapshot if capture.source == "cuda"
                                 else report.snapshot, path)
         except OSError as e:

@@ -27,6 +27,7 @@ from gpuprof_nb.analysis.intervals import (
     merge_intervals,
     union_length,
 )
+from gpuprof_nb.analysis.sources import profiler_frame_label
 from gpuprof_nb.analysis.timeline import (
     SYNC_RUNTIME_NAMES,
     IdleGap,
@@ -50,7 +51,8 @@ class Finding:
     """One thing that holds the cell back. `evidence` maps names whose suffix is the unit
     (`_us`, `_fraction`, `_bytes`, `_bytes_per_s`, `_count`, `_per_step`, `_ratio`) to numbers
     from the trace; `share` is the fraction (0..1) of the profiled time fixing it could recover
-    (for memory_growth: the fraction of peak memory that is growth)."""
+    (for memory_growth: the fraction of the memory the window held at its peak, above its
+    lowest level, that is growth)."""
 
     kind: str
     severity: str  # "high" | "medium" | "low" | "info"
@@ -571,7 +573,8 @@ def _python_hotspot(c: _Context) -> str:
     if not held:
         return ""
     name = min(held, key=lambda n: (-held[n], n))
-    return f" (mostly in {name}: {c.frac(held[name]) * 100:.0f}% of the time)"
+    where = profiler_frame_label(name, c.trace.cells)
+    return f" (mostly in {where}: {c.frac(held[name]) * 100:.0f}% of the time)"
 
 
 _HOST_COLLECTIVE_PREFIXES = ("gloo:", "nccl:", "c10d::", "mpi:", "ucc:")
@@ -1047,11 +1050,18 @@ def _rule_memory_growth(c: _Context) -> Finding | None:
         rising = sum(1 for m in moves if m > 0) / len(moves)
         growth = levels[-1] - levels[0]
         peak = max(lv for _, lv in series)
+        # The share is of what the window itself held at its peak, above its lowest level:
+        # memory held before the window (a loaded model) is not the window's, and on CPU
+        # the profiler's running total also drifts up across profiling sessions (frees of
+        # blocks allocated before the session are not subtracted), so only differences
+        # within the window mean anything.
+        held = peak - min(lv for _, lv in series)
         steady = rising >= th.GROWTH_RISING_SHARE and growth >= th.MIN_GROWTH_BYTES
-        share = growth / peak if steady and peak > 0 else 0.0
+        share = min(growth / held, 1.0) if steady and held > 0 else 0.0
         where = "per step" if c.trace.steps else "per slice of the window"
         evidence = {"growth_per_step_bytes": growth / len(moves), "growth_total_bytes": growth,
-                    "rising_steps_fraction": rising, "peak_allocated_bytes": peak}
+                    "rising_steps_fraction": rising, "peak_allocated_bytes": peak,
+                    "peak_above_window_low_bytes": held}
         site = ""
         if steady:
             live = _live_bytes_by_site(c, [m for m in events

@@ -30,12 +30,13 @@ How the history is replayed (the rules the tests check):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from gpuprof_nb.analysis.diagnose import Finding
+from gpuprof_nb.analysis.sources import source_label
 from gpuprof_nb.model.memory import (
     ALLOC,
     FREE_COMPLETED,
@@ -222,25 +223,27 @@ def user_frame(frames: Sequence[Frame]) -> Frame | None:
     return frames[0] if frames else None
 
 
-def _site_of(frame: Frame | None) -> Site:
+def _site_of(frame: Frame | None, cells: Mapping[str, int], first_line: bool) -> Site:
     if frame is None:
         return Site(NO_STACK_LABEL)
-    short = frame.filename.replace("\\", "/").rsplit("/", 1)[-1]
-    return Site(f"{short}:{frame.line} {frame.name}", frame.filename, frame.line, frame.name)
+    label = source_label(frame.filename, frame.line, frame.name, cells, first_line=first_line)
+    return Site(label, frame.filename, frame.line, frame.name)
 
 
 def stack_sites(snapshot: MemorySnapshot) -> tuple[tuple[Site, ...], np.ndarray]:
     """Return the distinct sites and, per stack index, its site index (int32 array).
-    Site 0 is always 'no stack recorded'; index a stack of -1 with position 0 too."""
+    Site 0 is always 'no stack recorded'; index a stack of -1 with position 0 too. A site
+    in a notebook cell is named `In [n], line L` (see analysis/sources.py)."""
     sites: list[Site] = [Site(NO_STACK_LABEL)]
     index: dict[Site, int] = {sites[0]: 0}
     of_stack = np.zeros(len(snapshot.stacks) + 1, dtype=np.int32)
     for i, stack in enumerate(snapshot.stacks):
         frames = [snapshot.frames[j] for j in stack]
-        site = _site_of(user_frame(frames))
-        if frames and frames[0].filename == OP_FILENAME and site.label != NO_STACK_LABEL:
-            # Profiler-made stacks (the CPU fallback) carry each Python function's first
-            # line, not the calling line, so the allocating op tells sites apart instead.
+        # Profiler-made stacks (the CPU fallback) carry each Python function's first line,
+        # not the calling line, so the allocating op tells sites apart instead.
+        profiler_made = bool(frames) and frames[0].filename == OP_FILENAME
+        site = _site_of(user_frame(frames), snapshot.cells, profiler_made)
+        if profiler_made and site.label != NO_STACK_LABEL:
             site = Site(f"{site.label} [{frames[0].name}]", site.filename, site.line,
                         site.function)
         k = index.setdefault(site, len(sites))

@@ -19,7 +19,7 @@ import ast
 import functools
 import hashlib
 import linecache
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 # Entries kept in each per-shell cache (compiled cells): a notebook re-runs a handful of
@@ -90,6 +90,16 @@ class CellCompiler:
             code = _renamed(code, filename)
         remember(self._code_cache, key, self._cached(source, code, name_key))
         return code, source
+
+    def cell_numbers(self, filenames: Iterable[str]) -> dict[str, int]:
+        """Return {file name: execution number} for those of `filenames` that are cells this
+        shell ran (its compiler's map; empty for a compiler without one), so reports can
+        name them `In [n]` instead of by their hashed file names."""
+        numbers = getattr(self.shell.compile, "_filename_map", None)
+        if not isinstance(numbers, dict):
+            return {}
+        return {f: n for f in set(filenames)
+                if type(n := numbers.get(f)) is int}
 
     def tree(self, source: str, filename: str) -> Any:
         """Return the cell's source parsed with the compiler's flags, and passed through the

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from gpuprof_nb.errors import SnapshotFormatError
+from gpuprof_nb.io.cells import cells_of
 from gpuprof_nb.io.gcpause import gc_paused
 from gpuprof_nb.model.memory import (
     ACTION_CODE,
@@ -441,6 +442,7 @@ def _snapshot_from_dict(data: Any, where: str, n_bytes: int | None = None) -> Me
         # Repeats dropped: one long note referenced many times would otherwise be shown
         # that many times.
         notes=tuple(dict.fromkeys(n for n in notes if isinstance(n, str))),
+        cells=cells_of(data),
     )
 
 
@@ -500,6 +502,7 @@ def snapshot_to_dict(snapshot: MemorySnapshot) -> dict[str, Any]:
         "source": snapshot.source,
         "step_starts": [list(s) for s in snapshot.step_starts],
         "notes": list(snapshot.notes),
+        "cells": dict(snapshot.cells),
     }
     return data
 

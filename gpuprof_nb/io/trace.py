@@ -52,6 +52,7 @@ except ImportError:  # optional at run time: the standard library reader does th
     msgspec = None  # type: ignore[assignment]
 
 from gpuprof_nb.errors import TraceFormatError
+from gpuprof_nb.io.cells import cells_of
 from gpuprof_nb.io.gcpause import gc_paused
 from gpuprof_nb.model.trace import (
     DeviceInfo,
@@ -785,6 +786,7 @@ class _Builder:
             schema_version=schema if type(schema) is int else None,
             metadata=dict(top),
             load_warnings=tuple(warnings),
+            cells=cells_of(top),
         )
 
 

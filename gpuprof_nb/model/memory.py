@@ -132,7 +132,8 @@ class MemorySnapshot:
     innermost frame first (as the allocator records them). `source` says what produced
     it: "cuda" (the caching allocator) or "cpu-profiler" (the CPU fallback, rebuilt from
     torch.profiler memory events). `step_starts` holds, per device, the trace indices where
-    repeats of a cell began (empty when unknown); `notes` explain anything approximate.
+    repeats of a cell began (empty when unknown); `notes` explain anything approximate;
+    `cells` names notebook cells' files by their execution numbers.
     """
 
     segments: tuple[Segment, ...]
@@ -144,6 +145,9 @@ class MemorySnapshot:
     source: str = "cuda"
     step_starts: tuple[tuple[int, ...], ...] = ()
     notes: tuple[str, ...] = ()
+    # Notebook cells' file names -> their execution numbers (`In [n]`), as the recording
+    # shell knew them (see analysis/sources.py); empty when not recorded in a notebook.
+    cells: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def devices(self) -> tuple[int, ...]:

@@ -171,6 +171,9 @@ class Trace:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     # What the loader had to repair (e.g. negative durations clamped to 0), for the report.
     load_warnings: tuple[str, ...] = ()
+    # Notebook cells' file names -> their execution numbers (`In [n]`), when gpuprof_nb
+    # recorded the trace in a notebook (see analysis/sources.py).
+    cells: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def has_device_activity(self) -> bool:

@@ -125,7 +125,8 @@ class TestRules:
         f = diagnose(make_trace(ops=ops, cc=None)).finding("python_overhead")
         # Python: 100-600 inside slow_fn, 700-990 in <module> only.
         assert f.evidence["python_outside_ops_us"] == pytest.approx(500 + 290)
-        assert f.title.endswith("(mostly in train.py(10): slow_fn: 50% of the time)")
+        assert f.title.endswith(
+            "(mostly in train.py, slow_fn (defined at line 10): 50% of the time)")
 
     def test_precision_fp32_gemm_on_ampere_and_volta(self):
         kernels = [kernel(0, 100, name="ampere_sgemm_128x64_nn"), kernel(100, 20)]

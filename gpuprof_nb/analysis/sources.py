@@ -1,0 +1,89 @@
+"""Names of source lines as users wrote them: `In [12], line 4` for a notebook cell,
+`train.py:123 step` for a file.
+
+Jupyter runs each cell from a file named by a hash (ipykernel: `/tmp/ipykernel_<pid>/
+117277944.py`; IPython: `<ipython-input-12-0a1b2c>`), which means nothing to the person who
+wrote the cell. The magics record which execution number each such file holds (the shell's
+compiler keeps that map) and hand it to the analyses as `cells`: {file name: number}.
+
+Frames rebuilt from torch.profiler events (the CPU memory fallback, `python_function`
+events) carry the line where a function starts, not the line running inside it: a function
+is named with the line it is defined at, a cell's own top-level code with "line unknown".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+# IPython's own cell names: <ipython-input-12-0a1b2c3d>, the execution number inside.
+_IPYTHON_INPUT = re.compile(r"^<ipython-input-(\d+)-[0-9a-f]+>$")
+# ipykernel's: <tmp>/ipykernel_<pid>/<hash>.py (no number inside).
+_IPYKERNEL_CELL = re.compile(r"(?:^|[\\/])ipykernel_\d+[\\/](\d+)\.py$")
+# torch.profiler's python_function event names: "path/file.py(123): function".
+_PROFILER_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
+
+MODULE = "<module>"
+
+
+def cell_number(filename: str, cells: Mapping[str, int]) -> int | None:
+    """Return the execution number of the notebook cell run from `filename`, or None."""
+    number = cells.get(filename)
+    if number is not None:
+        return number
+    m = _IPYTHON_INPUT.match(filename)
+    return int(m.group(1)) if m else None
+
+
+def is_cell_file(filename: str) -> bool:
+    """Whether `filename` is a notebook cell's (IPython or ipykernel), numbered or not."""
+    return bool(_IPYTHON_INPUT.match(filename) or _IPYKERNEL_CELL.search(filename))
+
+
+def _short(filename: str) -> str:
+    return filename.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def source_label(filename: str, line: int, function: str, cells: Mapping[str, int], *,
+                 first_line: bool = False) -> str:
+    """Return how users name this frame: `In [12], line 4` (`..., line 4 in step` inside a
+    function the cell defined), a cell whose number is not known by its file
+    (`cell 117277944.py, line 4`), else `train.py:123 step`. `first_line`: the frame comes
+    from profiler events, whose line is where its function starts (see the module): it is
+    named `..., step (defined at line 120)`."""
+    number = cell_number(filename, cells)
+    if number is not None:
+        where = f"In [{number}]"
+    elif is_cell_file(filename):
+        where = f"cell {_short(filename)}"
+    else:
+        where = ""
+    if where:
+        if first_line:
+            if function == MODULE or line <= 0:
+                return f"{where}, line unknown" + ("" if function == MODULE else
+                                                   f" in {function}")
+            return f"{where}, {function} (defined at line {line})"
+        inside = "" if function == MODULE else f" in {function}"
+        return f"{where}, line {line}{inside}" if line > 0 else \
+            f"{where}, line unknown{inside}"
+    if line <= 0 or (first_line and function == MODULE):
+        return f"{_short(filename)} (line unknown) {function}"
+    if first_line:
+        return f"{_short(filename)}, {function} (defined at line {line})"
+    return f"{_short(filename)}:{line} {function}"
+
+
+def profiler_frame_label(name: str, cells: Mapping[str, int]) -> str:
+    """Return the user's name for a torch.profiler python_function event name
+    (`path(line): function`); other names (built-in calls) come back unchanged."""
+    m = _PROFILER_FRAME.match(name)
+    if not m:
+        return name
+    return source_label(m.group(1), int(m.group(2)), m.group(3), cells, first_line=True)
+
+
+def profiler_frame_file(name: str) -> str | None:
+    """Return the file of a python_function event name, or None for a built-in call."""
+    m = _PROFILER_FRAME.match(name)
+    return m.group(1) if m else None

@@ -1,0 +1,75 @@
+"""Sites, stacks and hotspots name notebook cells `In [n], line L`, as the user numbered
+them, under ipykernel's compiler (cells run from hashed files such as
+/tmp/ipykernel_<pid>/117277944.py), and keep those names when saved and loaded again."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+torch = pytest.importorskip("torch")
+
+from IPython.utils.capture import capture_output  # noqa: E402
+
+from gpuprof_nb.io.snapshot import load_snapshot  # noqa: E402
+from gpuprof_nb.io.trace import load_trace  # noqa: E402
+from gpuprof_nb.memory_report import analyze_memory  # noqa: E402
+from gpuprof_nb.report import analyze  # noqa: E402
+
+HASHED = re.compile(r"\d{6,}\.py")
+
+
+@pytest.fixture
+def kernel_ip(ipython_shell, monkeypatch):
+    """The shared shell with ipykernel's compiler, as in Jupyter."""
+    compiler = pytest.importorskip("ipykernel.compiler")
+    kc = compiler.XCachingCompiler()
+    kc.flags = ipython_shell.compile.flags
+    monkeypatch.setattr(ipython_shell, "compile", kc)
+    saved = ipython_shell.execution_count
+    yield ipython_shell
+    ipython_shell.execution_count = saved
+
+
+def run_as(ip, number: int, cell: str) -> None:
+    ip.execution_count = number
+    assert ip.run_cell(cell).success
+
+
+def test_memory_sites_name_cells_and_lines(kernel_ip, tmp_path) -> None:
+    ip = kernel_ip
+    run_as(ip, 41, "import torch\ndef make():\n    return torch.zeros(1000, 1000)\n")
+    ip.execution_count = 42
+    with capture_output():
+        ip.run_cell_magic("memsnap", "-o m --quiet --save " + str(tmp_path / "s.pickle"),
+                         "a = torch.randn(500, 500)\nb = make()\nc = torch.zeros_like(b)\n")
+    m = ip.user_ns["m"]
+    labels = [s.site.label for s in m.at_peak.sites]
+    assert "In [41], make (defined at line 2) [aten::zeros]" in labels
+    assert "In [42], line unknown [aten::zeros_like]" in labels
+    text = m._repr_mimebundle_()["text/plain"]
+    assert not HASHED.search(text) and ".py:0" not in text
+    # Saved and loaded again, the snapshot still names the cells.
+    again = analyze_memory(load_snapshot(tmp_path / "s.pickle"))
+    assert [s.site.label for s in again.at_peak.sites] == labels
+
+
+def test_python_hotspot_names_the_cell_function(kernel_ip, tmp_path) -> None:
+    ip = kernel_ip
+    run_as(ip, 51, "def spin(n):\n    acc = 0\n    for j in range(n):\n        acc += j * j % 7\n"
+                   "    return acc\n")
+    ip.execution_count = 52
+    ip.run_cell_magic("gpuprofile", "-o r --quiet --stack --warmup 0 --repeat 1 --number 1",
+                      "import torch\nt = torch.ones(4)\nfor _ in range(20):\n"
+                      "    spin(3000)\n    t = t + 1\n")
+    r = ip.user_ns["r"]
+    title = r.diagnosis.finding("python_overhead").title
+    assert "mostly in In [51], spin (defined at line 1)" in title, title
+    assert not HASHED.search(r.text())
+    # The trace written with the report keeps the names for a later offline analysis.
+    path = r.save(tmp_path / "t.json.gz")
+    offline = analyze(load_trace(path))
+    assert offline.diagnosis.finding("python_overhead").title == title
