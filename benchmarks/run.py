@@ -1,6 +1,7 @@
 """Run every comparison and write benchmarks/RESULTS.md (`make bench`).
 
-    python benchmarks/run.py [--quick] [--only overhead,accuracy,traces,json,snapshots,notebook]
+    python benchmarks/run.py [--quick]
+                             [--only overhead,accuracy,traces,json,snapshots,notebook,findings]
                              [--repeats N] [--big-trace-mb N] [--big-snapshot-mb N]
                              [--traces-dir DIR] [--hta-python PATH] [--out PATH]
                              [--cache-dir DIR] [--cap-gb N]
@@ -40,6 +41,17 @@ COMPARISONS = {
     "json": "benchmarks.json_choice",
     "snapshots": "benchmarks.snapshot_analysis",
     "notebook": "benchmarks.notebook_weight",
+    "findings": "benchmarks.first_finding",
+}
+# Each comparison's section title in RESULTS.md (what --reuse finds there).
+TITLES = {
+    "overhead": "1. Overhead on the same cell",
+    "accuracy": "2. Timing accuracy",
+    "traces": "3. Trace analysis",
+    "json": "JSON library choice",
+    "snapshots": "4. Snapshot analysis",
+    "notebook": "5. Notebook weight",
+    "findings": "6. First finding under load",
 }
 
 
@@ -66,7 +78,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "RESULTS.md"))
     parser.add_argument("--reuse", action="store_true",
                         help="fill the comparisons not run now (--only) from the last run's "
-                             "saved sections, each marked with when and how it was measured")
+                             "saved sections (benchmarks/.cache), else from the sections of "
+                             "the --out file, each marked with when and how it was measured")
     parser.add_argument("--cache-dir", default=str(CACHE),
                         help="where generated inputs go (default benchmarks/.cache, ignored)")
     return parser.parse_args(argv)
@@ -172,6 +185,33 @@ def _mark(met: bool | None) -> str:
     return {True: "met", False: "**missed**", None: "not judged"}[met]
 
 
+_MARKS = {"met": True, "**missed**": False, "not judged": None}
+
+
+def sections_in_results(text: str) -> dict[str, Section]:
+    """Return the sections of an earlier RESULTS.md by title, each with its rows of the
+    Targets table: what `--reuse` keeps when the saved sections of that run are not on this
+    machine (benchmarks/.cache is not in the repository, so a fresh clone has none)."""
+    targets: dict[str, list[Target]] = {}
+    bodies: dict[str, list[str]] = {}
+    current: str | None = None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            current = line[3:].strip()
+            if current != "Targets":
+                bodies[current] = []
+            continue
+        if current == "Targets":
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) == 5 and cells[4] in _MARKS:
+                title, name, goal, measured, mark = cells
+                targets.setdefault(title, []).append(Target(name, measured, goal, _MARKS[mark]))
+        elif current is not None:
+            bodies[current].append(line)
+    return {title: Section(title, "\n".join(body).strip("\n"), tuple(targets.get(title, ())))
+            for title, body in bodies.items()}
+
+
 def render_results(
     cfg: BenchConfig, sections: list[Section], command: str, elapsed_s: float
 ) -> str:
@@ -217,11 +257,15 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     command = "python benchmarks/run.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     saved = cfg.cache_dir / "sections"
+    earlier = (sections_in_results(Path(args.out).read_text())
+               if args.reuse and Path(args.out).exists() else {})
     sections: list[Section] = []
     for name in COMPARISONS:
         if name not in chosen:
             if args.reuse and (saved / f"{name}.json").exists():
                 sections.append(load_section(saved / f"{name}.json"))
+            elif args.reuse and TITLES[name] in earlier:
+                sections.append(earlier[TITLES[name]])
             continue
         t0 = time.perf_counter()
         print(f"[bench] {name} ...", flush=True)

@@ -4,6 +4,7 @@ one known problem, must get that problem as their first finding."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -100,20 +101,24 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("kind", "cell", "memory"), CASES, ids=[c[0] for c in CASES])
-def test_planted_bottleneck_is_the_first_finding(kind, cell, memory, tmp_path):
-    try:
-        d = diagnose(record(cell, tmp_path, memory=memory))
-    finally:
-        NAMESPACE.clear()
+# The planted cells recorded once by tools/record_planted.py (real torch.profiler traces):
+# which finding comes first depends on how fast the machine ran the cell (a thread paused
+# between two tiny ops turns a dispatch gap into a Python gap), so the unit tests judge fixed
+# recordings. benchmarks/first_finding.py measures the live ranking on a loaded machine.
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "planted_cpu"
+
+
+@pytest.mark.parametrize("kind", [c[0] for c in CASES])
+def test_planted_bottleneck_is_the_first_finding(kind):
+    d = diagnose(load_trace(RECORDED / f"{kind}.json.gz"))
     assert d.findings, d.verdict
     assert d.findings[0].kind == kind, [(f.kind, round(f.share, 3)) for f in d.findings]
     assert d.findings[0].severity in ("high", "medium")
     assert kind in d.verdict
 
 
-def test_large_matmuls_are_compute_bound_and_healthy(tmp_path):
-    d = diagnose(record(big_matmul_cell, tmp_path))
+def test_large_matmuls_are_compute_bound_and_healthy():
+    d = diagnose(load_trace(RECORDED / "compute_bound.json.gz"))
     assert d.findings[0].kind == "compute_bound"
     assert d.findings[0].severity == "info"
     problems = [f for f in d.findings if f.severity in ("high", "medium")]
@@ -121,9 +126,28 @@ def test_large_matmuls_are_compute_bound_and_healthy(tmp_path):
     assert "healthy" in d.verdict.lower()
 
 
+def test_the_recordings_are_what_the_planted_cells_record_now(tmp_path):
+    """Every planted cell recorded live on this torch holds what its fixture holds (the
+    same ops, by name and count): the fixtures are not stale."""
+    for kind, cell, memory in CASES:
+        try:
+            live = record(cell, tmp_path, memory=memory)
+        finally:
+            NAMESPACE.clear()
+        fixed = load_trace(RECORDED / f"{kind}.json.gz")
+        names = {o.name for o in fixed.ops if o.kind == "op"}
+        for name in ("aten::mul", "aten::add", "aten::sin", "aten::to", "aten::mm"):
+            if name in names:
+                count = sum(1 for o in fixed.ops if o.name == name)
+                assert sum(1 for o in live.ops if o.name == name) == count, (kind, name)
+
+
+# Live recordings: what does not depend on the machine's speed.
+
+
 def test_dataloader_evidence_matches_the_annotations(tmp_path):
     trace = record(slow_dataset_cell, tmp_path)
-    f = diagnose(trace).findings[0]
+    f = diagnose(trace).finding("dataloader")
     nexts = [o for o in trace.ops if "DataLoader" in o.name and "__next__" in o.name]
     # 8 samples in batches of 2 -> 4 batches, plus the call that raises StopIteration.
     assert f.evidence["dataloader_calls_count"] == len(nexts) == 5
@@ -134,5 +158,23 @@ def test_dataloader_evidence_matches_the_annotations(tmp_path):
 
 def test_dtype_cast_counts_every_conversion(tmp_path):
     trace = record(dtype_roundtrip_cell, tmp_path)
-    f = diagnose(trace).findings[0]
+    f = diagnose(trace).finding("dtype_cast")
     assert f.evidence["casts_per_step"] == 24  # 12 round-trips, two casts each, no steps
+
+
+def test_tiny_ops_are_counted_per_cell(tmp_path):
+    trace = record(tiny_ops_cell, tmp_path)
+    f = diagnose(trace).finding("launch_overhead")
+    # 1500 iterations of a mul and an add, plus the ones() that starts the cell.
+    assert f.evidence["ops_per_step"] == 1 + 2 * 1500
+
+
+def test_kept_graphs_grow_memory_every_step(tmp_path):
+    try:
+        trace = record(graph_kept_alive_cell, tmp_path, memory=True)
+    finally:
+        NAMESPACE.clear()
+    f = diagnose(trace).finding("memory_growth")
+    assert f.share > 0 and f.evidence["rising_steps_fraction"] >= 0.6
+    # Each step keeps x @ w (256x256 fp32) alive in the list, and more through `total`.
+    assert f.evidence["growth_total_bytes"] >= 11 * 256 * 256 * 4

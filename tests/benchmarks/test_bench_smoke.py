@@ -190,3 +190,20 @@ def test_notebook_weight_counts_outputs() -> None:
         outputs_json = len(json.dumps(nb.cells[index].outputs))
         assert weight["in_cell"] >= outputs_json * 0.9
         assert weight["total"] > 0
+
+
+def test_reuse_reads_the_sections_and_targets_of_an_earlier_results_file() -> None:
+    """--reuse on a fresh clone (no benchmarks/.cache) keeps the sections RESULTS.md holds:
+    read back, they render to the same text."""
+    from benchmarks.config import BenchConfig, Section, Target
+    from benchmarks.run import render_results, sections_in_results
+
+    cfg = BenchConfig(traces_dir=REPO, cache_dir=REPO, hta_python=None)
+    made = [Section("1. A", "body | with a pipe\n\n| t | x |\n|---|---|",
+                    (Target("speed", "2.0x", ">= 1x", True), Target("mem", "1 MB", "< 2", None))),
+            Section("B", "no targets here"),
+            Section("2. C", "text", (Target("x", "3", "5", False),))]
+    text = render_results(cfg, made, "cmd", 1.0)
+    again = sections_in_results(text)
+    assert list(again) == ["1. A", "B", "2. C"]
+    assert [again[s.title] for s in made] == made

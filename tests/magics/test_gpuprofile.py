@@ -48,30 +48,6 @@ def test_default_order_warmup_timed_profiled_and_o_stores(ip) -> None:
     assert any("CPU mode" in n for n in r.notes)
 
 
-class FakeClock:
-    """A nanosecond clock that moves only when the cell says how long its run took."""
-
-    def __init__(self) -> None:
-        self.ns = 0
-
-    def __call__(self) -> int:
-        return self.ns
-
-    def spend_us(self, us: float) -> None:
-        self.ns += round(us * 1000)
-
-
-@pytest.fixture
-def fake_clock(ip):
-    """The magic reads this clock instead of perf_counter_ns; cells call `spend(us)`."""
-    magics = ip.magics_manager.registry["GpuprofileMagics"]
-    clock = FakeClock()
-    magics.clock = clock
-    ip.user_ns["spend"] = clock.spend_us
-    yield clock
-    del magics.clock
-
-
 def test_timing_reports_the_planted_run_times(ip, fake_clock) -> None:
     """Accuracy against torch.utils.benchmark.Timer is measured in benchmarks/ (a timed
     assertion here would fail on a loaded machine); this checks the arithmetic exactly: the

@@ -45,18 +45,19 @@ def test_forced_number_runs_blocks_and_says_so(ip) -> None:
     assert "2 timed samples of 5 back-to-back runs" in bundle["text/html"]
 
 
-def test_short_cell_gets_blocks_automatically(ip) -> None:
+def test_short_cell_gets_blocks_automatically(ip, fake_clock) -> None:
+    # A 5 us cell: the warm-up run sizes a calibration block of 200 runs (1 ms at its pace),
+    # whose pace sizes the samples: 3 blocks of 200 runs, each run 5 us.
     ip.user_ns["runs"] = 0
-    magic(ip, "-o r --quiet --timing-only --warmup 1 --repeat 3", "runs += 1")
+    magic(ip, "-o r --quiet --timing-only --warmup 1 --repeat 3", "runs += 1\nspend(5)")
     r = ip.user_ns["r"]
     k = r.timing.number
-    assert k > 1
-    # warm-up + calibration block + 3 samples of k runs.
-    assert ip.user_ns["runs"] > 1 + 3 * k
+    assert k == BLOCK_TARGET_US / 5 == 200 and r.timing.calibration_runs == 200
+    assert ip.user_ns["runs"] == 1 + 200 + 3 * 200 == r.timing.cell_runs
     assert any(f"each timed sample is {k:,} back-to-back runs (chosen from a calibration" in n
                for n in r.notes)
-    # Per run, a block of k runs lasted about the target: not a single run's time.
-    assert r.timing.median_us * k > BLOCK_TARGET_US / 20
+    # Per run, not per block.
+    assert r.timing.wall_us == (5.0, 5.0, 5.0)
 
 
 def test_long_cell_runs_once_per_sample(ip) -> None:
@@ -332,27 +333,31 @@ def test_a_timing_only_report_that_cannot_render_prints_its_repr_and_why(
     assert not cap.outputs
 
 
-def test_a_slow_first_run_does_not_stop_blocks_for_a_short_cell(ip) -> None:
-    ip.user_ns.update(runs=0, pause_s=BLOCK_TARGET_US / 1e6)
+def test_a_slow_first_run_does_not_stop_blocks_for_a_short_cell(ip, fake_clock) -> None:
+    # The first run takes 1 ms (a cold start), every later one 2 us: the first timed run
+    # shows the cell is short, so it starts a calibration instead of being kept.
+    ip.user_ns["runs"] = 0
     magic(ip, "-o r --quiet --timing-only --warmup 1 --repeat 3",
-          "if runs == 0:\n    time.sleep(pause_s)\nruns += 1")
+          "spend(1000 if runs == 0 else 2)\nruns += 1")
     r = ip.user_ns["r"]
-    assert r.timing.warmup_wall_us[0] >= BLOCK_TARGET_US  # the cold start, kept apart
-    assert r.timing.number > 1 and r.timing.runs == 3
-    assert max(r.timing.wall_us) < BLOCK_TARGET_US / 2
+    assert r.timing.warmup_wall_us == (1000.0,)  # the cold start, kept apart
+    assert r.timing.number == 500 and r.timing.runs == 3
+    assert r.timing.wall_us == (2.0, 2.0, 2.0)
+    # warm-up, the probe run not kept, the calibration block, three samples.
+    assert ip.user_ns["runs"] == 1 + 1 + 500 + 3 * 500 == r.timing.cell_runs
 
 
-def test_default_warmup_runs_a_short_cell_until_the_budget_and_counts_every_run(ip) -> None:
+def test_default_warmup_runs_a_short_cell_until_the_budget_and_counts_every_run(
+        ip, fake_clock) -> None:
     """Without --warmup, a short cell warms up for about WARMUP_BUDGET_US; every run the cell
     made is accounted for by the report (warm-up + samples x runs per sample + profiled)."""
     from gpuprof_nb.capture.timing import WARMUP_BUDGET_US
 
     ip.user_ns["runs"] = 0
-    magic(ip, "-o r --quiet --repeat 3", "runs += 1\nsum(range(200))")
+    magic(ip, "-o r --quiet --repeat 3", "runs += 1\nspend(7)")
     t = ip.user_ns["r"].timing
-    assert len(t.warmup_wall_us) > 1
-    assert sum(t.warmup_wall_us) >= WARMUP_BUDGET_US
-    # Without the last warm-up run, the budget was not yet spent.
-    assert sum(t.warmup_wall_us[:-1]) < WARMUP_BUDGET_US
+    # 714 runs of 7 us make 4998 us, under the 5 ms budget; the 715th passes it.
+    assert WARMUP_BUDGET_US == 5000 and len(t.warmup_wall_us) == 715
+    assert t.number == 142 and t.wall_us == (7.0, 7.0, 7.0)
     # Every run is accounted for: warm-up + calibration + samples x K, then the profiled run.
-    assert ip.user_ns["runs"] == t.cell_runs + 1
+    assert ip.user_ns["runs"] == t.cell_runs + 1 == 715 + 142 + 3 * 142 + 1

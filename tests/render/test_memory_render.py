@@ -50,14 +50,14 @@ def test_numbers_agree_between_text_and_html(leak_report, data_dir: Path) -> Non
 
 
 def test_html_escapes_frame_names() -> None:
-    frames = [{"filename": "<ipython-input-3-abc>", "line": 2, "name": "<module>"}]
+    frames = [{"filename": "<frozen run<T>>", "line": 2, "name": "<module>"}]
     snap = snapshot_from_dict({"segments": [], "device_traces": [[
         {"action": "alloc", "addr": 4096, "size": 2048, "frames": frames, "time_us": 10},
         {"action": "alloc", "addr": 8192, "size": 512, "frames": frames, "time_us": 20},
     ]]})
     html = analyze_memory(snap)._repr_mimebundle_()["text/html"]
-    assert "&lt;ipython-input-3-abc&gt;:2 &lt;module&gt;" in html
-    assert "<ipython-input" not in html and "<module>" not in html
+    assert "&lt;frozen run&lt;T&gt;&gt;:2 &lt;module&gt;" in html
+    assert "<frozen" not in html and "<module>" not in html
 
 
 def test_include_exclude(leak_report) -> None:
