@@ -19,7 +19,9 @@ import ast
 import functools
 import hashlib
 import linecache
+import sys
 from collections.abc import Callable, Iterable
+from types import FrameType
 from typing import Any
 
 # Entries kept in each per-shell cache (compiled cells): a notebook re-runs a handful of
@@ -81,7 +83,7 @@ class CellCompiler:
             # only the name's execution number (traceback's `Cell In[n]`) is new. What
             # compile.cache would do, without hashing the name again (ipykernel hashes it in
             # pure Python: ~30 us per cell from cold caches).
-            numbers[filename] = ip.execution_count
+            numbers[filename] = self.execution_number()
             return code, source
         # Registered again under this execution's name, as IPython does for every cell, so a
         # traceback says `Cell In[n]` with this cell's number.
@@ -119,7 +121,24 @@ class CellCompiler:
     def _register(self, source: str, name_key: str) -> str:
         """Register the cell's lines in linecache under this execution's name; return it."""
         ip = self.shell
-        return str(ip.compile.cache(source, ip.execution_count, raw_code=name_key))
+        return str(ip.compile.cache(source, self.execution_number(), raw_code=name_key))
+
+    def execution_number(self) -> int:
+        """Return the number of the notebook cell running the magic (its `In [n]`): the
+        number the shell's compiler gave the file of the innermost cell on the call stack.
+        Not `shell.execution_count`, which IPython 9 moves to the next number before the
+        cell runs (8 after it). Without a cell on the stack (a magic called from code),
+        the shell's count."""
+        ip = self.shell
+        numbers = getattr(ip.compile, "_filename_map", None)
+        if isinstance(numbers, dict) and numbers:
+            frame: FrameType | None = sys._getframe(1)
+            while frame is not None:
+                number = numbers.get(frame.f_code.co_filename)
+                if type(number) is int:
+                    return number
+                frame = frame.f_back
+        return int(ip.execution_count)
 
     def _names_fixed(self, compiler: Any, source: str, name_key: str) -> bool:
         """Whether `compiler` names a cell by its text alone, not its execution number too

@@ -73,3 +73,20 @@ def test_python_hotspot_names_the_cell_function(kernel_ip, tmp_path) -> None:
     path = r.save(tmp_path / "t.json.gz")
     offline = analyze(load_trace(path))
     assert offline.diagnosis.finding("python_overhead").title == title
+
+
+def test_a_magic_cell_is_named_by_its_own_number(kernel_ip) -> None:
+    """IPython 9 moves execution_count to the next number before a cell runs; the magic
+    names its cell by the number the shell gave the cell, as the prompt shows it."""
+    ip = kernel_ip
+    result = ip.run_cell("%%memsnap -o m --quiet\nz = torch.zeros(1000)\n", store_history=True)
+    assert result.success
+    labels = [s.site.label for s in ip.user_ns["m"].at_peak.sites]
+    assert labels == [f"In [{result.execution_count}], line unknown [aten::zeros]"]
+    result = ip.run_cell("%%gpuprofile --quiet --timing-only --warmup 0 --repeat 1 --number 1"
+                         "\nraise KeyError('where')\n", store_history=True)
+    tb = result.error_in_exec.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    assert ip.compile.format_code_name(tb.tb_frame.f_code.co_filename) == \
+        ("Cell", f"In[{result.execution_count}]")
