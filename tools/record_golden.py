@@ -1,0 +1,90 @@
+"""Record what every report shows, text and HTML, on every real trace and snapshot, into
+tests/data/golden/reports.json.gz; tests/test_golden_reports.py checks that the package
+still renders exactly that.
+
+What is recorded, per input: the ProfileReport (`analyze(load_trace(path))`) or MemoryReport
+(`analyze_memory(load_snapshot(path))`) bundle, and the bundles of the results it holds
+(ops, kernels, timeline, roofline, diagnosis), each as its full text and the SHA-256 of its
+HTML. Inputs: the traces in ../shared/traces (when present) and in tests/data, the snapshots
+in tests/data/snapshots.
+
+Record again (and review the diff of the text) only when a change of output is intended:
+
+    KINETO_LOG_LEVEL=6 .venv/bin/python tools/record_golden.py
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+SHARED = REPO.parent / "shared" / "traces"
+DATA = REPO / "tests" / "data"
+OUT = DATA / "golden" / "reports.json.gz"
+# Not traces: loader error cases.
+NOT_TRACES = ("memory_timeline.raw.gz",)
+
+
+def inputs() -> Iterator[tuple[str, str, Path]]:
+    """(key, kind, path) for every input: kind is "trace" or "snapshot"."""
+    for root, prefix in ((SHARED, "shared"), (DATA, "data")):
+        if not root.is_dir():
+            continue
+        for path in sorted(root.rglob("*")):
+            name = path.name
+            if path.is_dir() or name in NOT_TRACES or "golden" in path.parts:
+                continue
+            key = f"{prefix}:{path.relative_to(root).as_posix()}"
+            if name.endswith((".json", ".json.gz")) and name != "expected.json":
+                yield key, "trace", path
+            elif name.endswith(".pickle") and prefix == "data":
+                yield key, "snapshot", path
+
+
+def _entry(bundle: dict[str, Any]) -> dict[str, str]:
+    return {"text": bundle["text/plain"],
+            "html_sha256": hashlib.sha256(bundle["text/html"].encode("utf-8")).hexdigest()}
+
+
+def render_all(kind: str, path: Path) -> dict[str, dict[str, str]]:
+    """Return {part: {text, html_sha256}} for one input."""
+    from gpuprof_nb.io.snapshot import load_snapshot
+    from gpuprof_nb.io.trace import load_trace
+    from gpuprof_nb.memory_report import analyze_memory
+    from gpuprof_nb.report import analyze
+
+    if kind == "snapshot":
+        report: Any = analyze_memory(load_snapshot(path))
+        return {"report": _entry(report._repr_mimebundle_())}
+    report = analyze(load_trace(path))
+    parts = {"report": _entry(report._repr_mimebundle_())}
+    for name in ("ops", "kernels", "timeline", "roofline", "diagnosis"):
+        value = getattr(report, name)
+        if value is not None:
+            parts[name] = _entry(value._repr_mimebundle_())
+    return parts
+
+
+def record() -> dict[str, dict[str, dict[str, str]]]:
+    return {key: render_all(kind, path) for key, kind, path in inputs()}
+
+
+def main() -> int:
+    golden = record()
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    raw = json.dumps(golden, sort_keys=True, indent=0).encode("utf-8")
+    with open(OUT, "wb") as fh, gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:
+        gz.write(raw)
+    print(f"{OUT.relative_to(REPO)}: {len(golden)} inputs, {OUT.stat().st_size:,} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
