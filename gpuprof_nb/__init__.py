@@ -12,17 +12,18 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from gpuprof_nb.errors import CaptureError, GpuprofError, SnapshotFormatError, TraceFormatError
+from gpuprof_nb.results import display as _display
 
 __version__ = "0.1.0"
 
 _LAZY: dict[str, tuple[str, str]] = {
     "load_trace": ("gpuprof_nb.io.trace", "load_trace"),
-    "analyze": ("gpuprof_nb.report", "analyze"),
-    "ProfileReport": ("gpuprof_nb.report", "ProfileReport"),
+    "analyze": ("gpuprof_nb.analysis.report", "analyze"),
+    "ProfileReport": ("gpuprof_nb.results.report", "ProfileReport"),
     "diagnose": ("gpuprof_nb.analysis.diagnose", "diagnose"),
     "load_snapshot": ("gpuprof_nb.io.snapshot", "load_snapshot"),
-    "analyze_memory": ("gpuprof_nb.memory_report", "analyze_memory"),
-    "MemoryReport": ("gpuprof_nb.memory_report", "MemoryReport"),
+    "analyze_memory": ("gpuprof_nb.analysis.report", "analyze_memory"),
+    "MemoryReport": ("gpuprof_nb.results.report", "MemoryReport"),
     "measure_ceilings": ("gpuprof_nb.capture.device", "measure_ceilings"),
 }
 
@@ -45,11 +46,11 @@ __all__ = [
 
 if TYPE_CHECKING:
     from gpuprof_nb.analysis.diagnose import diagnose
+    from gpuprof_nb.analysis.report import analyze, analyze_memory
     from gpuprof_nb.capture.device import measure_ceilings
     from gpuprof_nb.io.snapshot import load_snapshot
     from gpuprof_nb.io.trace import load_trace
-    from gpuprof_nb.memory_report import MemoryReport, analyze_memory
-    from gpuprof_nb.report import ProfileReport, analyze
+    from gpuprof_nb.results.report import MemoryReport, ProfileReport
 
 
 def __getattr__(name: str) -> Any:
@@ -64,6 +65,28 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module_name), attr)
     globals()[name] = value
     return value
+
+
+class _Renderer:
+    """Displays results (see results/display.py): the render layer, imported on first use."""
+
+    def bundle(self, obj: object, include: Any, exclude: Any) -> dict[str, Any]:
+        from gpuprof_nb.render.display import bundle
+
+        return bundle(obj, include, exclude)
+
+    def text(self, obj: object) -> str:
+        from gpuprof_nb.render.display import text
+
+        return text(obj)
+
+    def widget(self, obj: object) -> Any:
+        from gpuprof_nb.render.display import widget
+
+        return widget(obj)
+
+
+_display.use_renderer(_Renderer())
 
 
 def load_ipython_extension(ipython: Any) -> None:

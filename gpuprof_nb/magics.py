@@ -191,7 +191,7 @@ class GpuprofileMagics(Magics):
                          args: Any) -> None:
         """Publish a timing-only report after the profiled run raised; never raise itself,
         so the user's exception is the one that propagates."""
-        from gpuprof_nb.report import ProfileReport
+        from gpuprof_nb.results.report import ProfileReport
 
         why = f"the profiled run raised {type(exc).__name__}: only the timed runs are shown"
         try:
@@ -251,13 +251,14 @@ class GpuprofileMagics(Magics):
         return args
 
     def _report(self, stats: Any, artifact: Any, args: Any, notes: list[str]) -> Any:
-        from gpuprof_nb.report import ProfileReport
+        from gpuprof_nb.results.report import ProfileReport
 
         if artifact is None:
             return ProfileReport(timing=stats, trace=None, notes=tuple(notes))
+        from gpuprof_nb.analysis.report import analyze, count_steps_per_run
+        from gpuprof_nb.capture.device import trace_device_spec
         from gpuprof_nb.errors import GpuprofError
-        from gpuprof_nb.io.trace import trace_from_dict
-        from gpuprof_nb.report import analyze, count_steps_per_run, save_trace_dict
+        from gpuprof_nb.io.trace import save_trace_dict, trace_from_dict
 
         if args.stack:
             self._name_cells(artifact)
@@ -282,7 +283,9 @@ class GpuprofileMagics(Magics):
         # --sort was checked before the cell ran, so a failure here is ours, not the user's:
         # keep the timings and the raw trace, and say what broke.
         try:
-            return analyze(trace, timing=stats, top=args.top, sort=args.sort,
+            # Captured here: this machine's measured CPU ceilings apply too (io/ceilings.py).
+            device = trace_device_spec(trace, this_machine=True)
+            return analyze(trace, device, timing=stats, top=args.top, sort=args.sort,
                            artifact=artifact, notes=notes)
         except Exception as exc:  # noqa: BLE001 - reported in the notes, never hidden
             notes.append(f"analysis failed: {type(exc).__name__}: {exc}")

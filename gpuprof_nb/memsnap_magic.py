@@ -123,9 +123,9 @@ class MemsnapMagics(Magics):
     def _report(self, capture: Any, window: Any) -> Any:
         import dataclasses
 
+        from gpuprof_nb.analysis.report import analyze_memory
         from gpuprof_nb.io.cells import KEY
         from gpuprof_nb.io.snapshot import snapshot_from_dict
-        from gpuprof_nb.memory_report import analyze_memory
 
         snapshot = snapshot_from_dict(capture.snapshot, where="%%memsnap")
         # The execution number of each notebook cell the stacks ran in, so sites read

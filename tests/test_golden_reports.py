@@ -1,4 +1,4 @@
-"""Every report renders exactly what tests/data/golden/reports.json.gz recorded (full text,
+"""Every report renders exactly what tests/data/golden/reports.golden.gz recorded (full text,
 HTML by SHA-256) on every real trace and snapshot: refactors of the result and display
 layers must not change a byte users see. Record again with tools/record_golden.py only when a
 change of output is intended, and review the text diff."""
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = ROOT / "tests" / "data" / "golden" / "reports.json.gz"
+GOLDEN = ROOT / "tests" / "data" / "golden" / "reports.golden.gz"
 
 
 def _tool():

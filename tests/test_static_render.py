@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from gpuprof_nb.render.bundle import report_bundle, tabbed_html
 from gpuprof_nb.render.html import html_table
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.svg import plot_html, svg_open
 from gpuprof_nb.render.svg import title as svg_title
-from gpuprof_nb.render.widgets import WIDGET_MIME, report_bundle, tabbed_html
+from gpuprof_nb.render.widgets import WIDGET_MIME
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "tutorials" / "01_quickstart.ipynb"

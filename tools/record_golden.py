@@ -1,5 +1,5 @@
 """Record what every report shows, text and HTML, on every real trace and snapshot, into
-tests/data/golden/reports.json.gz; tests/test_golden_reports.py checks that the package
+tests/data/golden/reports.golden.gz; tests/test_golden_reports.py checks that the package
 still renders exactly that.
 
 What is recorded, per input: the ProfileReport (`analyze(load_trace(path))`) or MemoryReport
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 SHARED = REPO.parent / "shared" / "traces"
 DATA = REPO / "tests" / "data"
-OUT = DATA / "golden" / "reports.json.gz"
+OUT = DATA / "golden" / "reports.golden.gz"  # not *.json.gz: tests glob those as traces
 # Not traces: loader error cases.
 NOT_TRACES = ("memory_timeline.raw.gz",)
 
@@ -55,10 +55,9 @@ def _entry(bundle: dict[str, Any]) -> dict[str, str]:
 
 def render_all(kind: str, path: Path) -> dict[str, dict[str, str]]:
     """Return {part: {text, html_sha256}} for one input."""
+    from gpuprof_nb.analysis.report import analyze, analyze_memory
     from gpuprof_nb.io.snapshot import load_snapshot
     from gpuprof_nb.io.trace import load_trace
-    from gpuprof_nb.memory_report import analyze_memory
-    from gpuprof_nb.report import analyze
 
     if kind == "snapshot":
         report: Any = analyze_memory(load_snapshot(path))

@@ -53,7 +53,6 @@ SCALAR_TYPES: dict[int, tuple[str, int]] = {
 
 Category = str  # "gemm" | "conv" | "attention" | "elementwise" | "reduction" | "softmax"
 #                 | "norm" | "embedding" | "copy"
-MATMUL_CATEGORIES = frozenset({"gemm", "conv", "attention"})
 
 
 @dataclass(frozen=True, slots=True)

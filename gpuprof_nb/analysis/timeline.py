@@ -28,22 +28,26 @@ import bisect
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import reduce
 from operator import add, attrgetter, lt
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.intervals import Interval, merge_arrays, union_length
 from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, Trace
+from gpuprof_nb.results.timeline import (
+    IDLE_CAUSES,
+    IdleBreakdown,
+    IdleGap,
+    StepTimeline,
+    Timeline,
+)
 
 _START = attrgetter("start_us")
 _DUR = attrgetter("dur_us")
 
-IdleCause = Literal["dataloader", "sync", "launch", "host", "other"]
-IDLE_CAUSES: tuple[IdleCause, ...] = ("dataloader", "sync", "launch", "host", "other")
 
 # Blocking host calls: the host thread waits for the device inside them.
 SYNC_RUNTIME_NAMES = frozenset(
@@ -65,6 +69,7 @@ SYNC_RUNTIME_NAMES = frozenset(
         "hipMemcpy2D",
     }
 )
+
 # cuda_sync events where the host waited ("Stream Wait Event" is a device-side wait).
 HOST_SYNC_EVENT_NAMES = frozenset({"Stream Sync", "Context Sync", "Event Sync"})
 
@@ -72,105 +77,6 @@ HOST_SYNC_EVENT_NAMES = frozenset({"Stream Sync", "Context Sync", "Event Sync"})
 def is_dataloader_op(op: Op) -> bool:
     """True for the DataLoader's `__next__` range (`enumerate(DataLoader)#...__next__`)."""
     return "DataLoader" in op.name and "__next__" in op.name
-
-
-@dataclass(frozen=True, slots=True)
-class IdleGap:
-    """One stretch of device idle time (microseconds) and its cause."""
-
-    start_us: float
-    end_us: float
-    cause: IdleCause
-
-    @property
-    def dur_us(self) -> float:
-        return self.end_us - self.start_us
-
-
-@dataclass(frozen=True, slots=True)
-class IdleBreakdown:
-    """Microseconds of a span by category; the six categories sum to `span_us`."""
-
-    span_us: float
-    busy_us: float
-    dataloader_us: float
-    sync_us: float
-    launch_us: float
-    host_us: float
-    other_us: float
-    # Part of host_us in which a host thread was inside a torch op (dispatch, not Python).
-    host_in_ops_us: float = 0.0
-
-    @property
-    def idle_us(self) -> float:
-        return self.span_us - self.busy_us
-
-    def us_by_category(self) -> dict[str, float]:
-        """Return {category: microseconds}, busy first, then the idle causes."""
-        return {
-            "busy": self.busy_us,
-            "dataloader": self.dataloader_us,
-            "sync": self.sync_us,
-            "launch": self.launch_us,
-            "host": self.host_us,
-            "other": self.other_us,
-        }
-
-    def fraction(self, category: str) -> float:
-        """Return the share (0..1) of the span in one category (0 for an empty span)."""
-        return self.us_by_category()[category] / self.span_us if self.span_us > 0 else 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class StepTimeline:
-    """The breakdown of one training step (`ProfilerStep#N`)."""
-
-    number: int
-    name: str
-    start_us: float
-    end_us: float
-    breakdown: IdleBreakdown
-
-    @property
-    def dur_us(self) -> float:
-        return self.end_us - self.start_us
-
-
-@dataclass(frozen=True, slots=True)
-class Timeline:
-    """The device's busy and idle time over the profiled window (microseconds): overall,
-    per step, and the gaps with their causes. `window_us` is the window's length."""
-
-    window_us: float
-    busy_us: float
-    start_us: float = 0.0
-    end_us: float = 0.0
-    device: int | None = None
-    on_device: bool = False
-    breakdown: IdleBreakdown | None = None
-    steps: tuple[StepTimeline, ...] = ()
-    gaps: tuple[IdleGap, ...] = ()
-    notes: tuple[str, ...] = ()
-
-    @property
-    def busy_fraction(self) -> float:
-        return self.busy_us / self.window_us if self.window_us > 0 else 0.0
-
-    @property
-    def representative_step(self) -> StepTimeline | None:
-        """The step of median duration (the shorter of the two middle ones; ties: lower
-        number), or None without steps."""
-        if not self.steps:
-            return None
-        ordered = sorted(self.steps, key=lambda s: (s.dur_us, s.number))
-        return ordered[(len(ordered) - 1) // 2]
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        from gpuprof_nb.render.diagnosis import timeline_section
-        from gpuprof_nb.render.widgets import report_bundle
-
-        return report_bundle("gpuprof_nb timeline", [timeline_section(self, None)],
-                             include, exclude)
 
 
 def _top_level_positions(ops: Sequence[Op]) -> list[int]:

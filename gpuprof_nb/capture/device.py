@@ -1,6 +1,7 @@
 """Which device a cell runs on, and its ceilings: from the datasheet table, or measured
-(`measure_ceilings`: large matmuls per dtype and a large copy) and cached per device in
-~/.cache/gpuprof_nb/ceilings.json (GPUPROF_NB_CACHE_DIR overrides the folder).
+(`measure_ceilings`: large matmuls per dtype and a large copy) and cached per device by
+io/ceilings.py in ~/.cache/gpuprof_nb/ceilings.json (GPUPROF_NB_CACHE_DIR overrides the
+folder).
 
 torch is imported inside the functions that measure, so reading the cache for an offline
 trace stays cheap.
@@ -10,73 +11,26 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
-import json
-import os
 import platform
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpuprof_nb.errors import CaptureError, GpuprofError
+from gpuprof_nb.errors import CaptureError
+from gpuprof_nb.io.ceilings import (
+    CACHE_ENV,
+    cache_path,
+    cached_ceilings,
+    device_key,
+    trace_ceilings,
+    write_ceilings,
+)
 from gpuprof_nb.model.device import DeviceSpec, lookup_device_spec
 from gpuprof_nb.model.trace import Trace
 
-CACHE_ENV = "GPUPROF_NB_CACHE_DIR"
-_CACHE_FILE = "ceilings.json"
-_CACHE_VERSION = 1
-
-
-def cache_path() -> Path:
-    """Return the ceilings cache file: $GPUPROF_NB_CACHE_DIR/ceilings.json, else
-    ~/.cache/gpuprof_nb/ceilings.json."""
-    folder = os.environ.get(CACHE_ENV)
-    base = Path(folder) if folder else Path.home() / ".cache" / "gpuprof_nb"
-    return base / _CACHE_FILE
-
-
-def device_key(kind: str, name: str, memory_bytes: int | None) -> str:
-    """Return the cache key of a device: kind, name and memory size (or CPU threads)."""
-    return f"{kind}|{name}|{memory_bytes if memory_bytes is not None else ''}"
-
-
-def _read_cache() -> dict[str, Any]:
-    path = cache_path()
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        warnings.warn(f"{path}: unreadable ceilings cache ({exc}); ignoring it (delete it, "
-                      "or run gpuprof_nb.measure_ceilings() to rewrite it)", stacklevel=3)
-        return {}
-    devices = data.get("devices") if isinstance(data, dict) else None
-    return devices if isinstance(devices, dict) else {}
-
-
-def _write_cache(key: str, spec: DeviceSpec) -> None:
-    path = cache_path()
-    devices = _read_cache()
-    devices[key] = spec.as_dict()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"version": _CACHE_VERSION, "devices": devices}, indent=1,
-                              sort_keys=True), encoding="utf-8")
-    tmp.replace(path)  # atomic: a concurrent reader never sees half a file
-
-
-def cached_ceilings(kind: str, name: str, memory_bytes: int | None) -> DeviceSpec | None:
-    """Return the measured ceilings cached for this device, None when none were measured."""
-    entry = _read_cache().get(device_key(kind, name, memory_bytes))
-    if entry is None:
-        return None
-    try:
-        return DeviceSpec.from_dict(entry, where=f"{cache_path()} [{name}]")
-    except GpuprofError as exc:
-        warnings.warn(str(exc), stacklevel=2)
-        return None
-
+__all__ = ["CACHE_ENV", "cache_path", "current_device_spec", "device_key", "measure_ceilings",
+           "trace_device_spec"]
 
 def _cpu_name() -> str:
     try:
@@ -114,14 +68,8 @@ def trace_device_spec(trace: Trace, *, this_machine: bool = False) -> DeviceSpec
     """Return the ceilings for a trace: for a GPU trace, measured ones cached for its device
     (name and memory from deviceProperties) else the datasheet row; for a CPU trace, this
     machine's cached CPU ceilings when `this_machine` (a live capture), else None."""
-    if trace.has_device_activity:
-        if not trace.devices:
-            return None
-        info = trace.devices[0]
-        measured = cached_ceilings("cuda", info.name, info.total_memory_bytes)
-        return measured or lookup_device_spec(info.name, info.total_memory_bytes)
-    if not this_machine:
-        return None
+    if trace.has_device_activity or not this_machine:
+        return trace_ceilings(trace)
     name, threads = _cpu_identity()
     return cached_ceilings("cpu", name, threads)
 
@@ -200,7 +148,7 @@ def measure_ceilings(
         raise CaptureError(f"measure_ceilings: out of memory on {name}; pass smaller "
                            "matmul_size= and copy_bytes=, or free memory first") from None
     if cache:
-        _write_cache(key, spec)
+        write_ceilings(key, spec)
     return spec
 
 

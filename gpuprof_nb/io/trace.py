@@ -44,6 +44,7 @@ import zlib
 from collections import Counter
 from collections.abc import Mapping
 from operator import attrgetter
+from pathlib import Path
 from typing import Any, BinaryIO
 
 try:
@@ -51,7 +52,7 @@ try:
 except ImportError:  # optional at run time: the standard library reader does the same work
     msgspec = None  # type: ignore[assignment]
 
-from gpuprof_nb.errors import TraceFormatError
+from gpuprof_nb.errors import GpuprofError, TraceFormatError
 from gpuprof_nb.io.cells import cells_of
 from gpuprof_nb.io.gcpause import gc_paused
 from gpuprof_nb.model.trace import (
@@ -1166,3 +1167,19 @@ class _StreamParser:
         if self._skip_ws() != "":
             raise self._syntax("extra data after the trace")
 
+
+def save_trace_dict(trace: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write a Chrome trace dict as JSON (gzip when the name ends in .gz), creating the
+    parent folder; return the path written."""
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.name.endswith(".gz"):
+            with gzip.open(target, "wt", encoding="utf-8") as fh:
+                json.dump(trace, fh)
+        else:
+            with open(target, "w", encoding="utf-8") as fh:
+                json.dump(trace, fh)
+    except OSError as exc:
+        raise GpuprofError(f"cannot write the trace to {target}: {exc}") from exc
+    return target

@@ -4,22 +4,18 @@ sweep and settings. Every number goes through render/units so text and HTML agre
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from gpuprof_nb.render.bundle import report_of
 from gpuprof_nb.render.html import esc, html_table, note, png_img
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct, fmt_us
+from gpuprof_nb.results.ladder import BatchSweep, LadderComparison, LadderReport, RungResult
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from gpuprof_nb.ladder.report import (
-        BatchSweep,
-        LadderComparison,
-        LadderReport,
-        RungResult,
-    )
 
 _STATUS_COLOURS = {
     "baseline": "#607d8b",
@@ -266,3 +262,18 @@ def comparison_sections(comparison: LadderComparison) -> tuple[Section, ...]:
     text = text_table(headers, rows, right=numeric) + "\n" + speed
     html = html_table(headers, rows, numeric=numeric) + f"<p>{esc(speed)}</p>"
     return (Section("Rung by rung", text, html),)
+
+
+@report_of.register
+def _ladder_report(report: LadderReport) -> tuple[str, Sequence[Section]]:
+    return "Optimisation ladder", ladder_sections(report)
+
+
+@report_of.register
+def _batch_sweep(sweep: BatchSweep) -> tuple[str, Sequence[Section]]:
+    return "Batch-size sweep", batch_sweep_sections(sweep)
+
+
+@report_of.register
+def _comparison(comparison: LadderComparison) -> tuple[str, Sequence[Section]]:
+    return "Ladder comparison", comparison_sections(comparison)

@@ -5,19 +5,18 @@ HTML with the same digits, and the stacked timeline plot: inline SVG in the repo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from gpuprof_nb.analysis.memory import MemoryTimeline, SiteBytes
 from gpuprof_nb.render import svg
+from gpuprof_nb.render.bundle import report_of
 from gpuprof_nb.render.html import esc, html_table, note
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct
-
-if TYPE_CHECKING:
-    from gpuprof_nb.memory_report import MemoryReport
+from gpuprof_nb.results.memory import MemoryTimeline, SiteBytes
+from gpuprof_nb.results.report import MemoryReport
 
 CPU_NOTE = ("CPU fallback: no CUDA device, so this report is rebuilt from torch.profiler's "
             "memory events on the CPU (categories from PyTorch's memory profiler where it "
@@ -412,3 +411,8 @@ def memory_sections(report: MemoryReport, with_plot: bool = True) -> list[Sectio
     """Return the report's sections in tab order."""
     return [findings_section(report), timeline_section(report, with_plot),
             at_peak_section(report), leaks_section(report), segments_section(report)]
+
+
+@report_of.register
+def _memory_report(report: MemoryReport) -> tuple[str, Sequence[Section]]:
+    return memory_title(report), memory_sections(report)

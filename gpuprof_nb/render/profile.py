@@ -8,10 +8,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpuprof_nb.model.timing import NOISY_RATIO
+from gpuprof_nb.render.bundle import report_of, text_of, widget_of
+from gpuprof_nb.render.diagnosis import diagnosis_section
 from gpuprof_nb.render.html import esc, html_table, note
-from gpuprof_nb.render.sections import Section
+from gpuprof_nb.render.roofline import roofline_section
+from gpuprof_nb.render.sections import Section, report_text
 from gpuprof_nb.render.text import text_table
+from gpuprof_nb.render.timeline import timeline_section
 from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct, fmt_rate, fmt_us
+from gpuprof_nb.results.report import ProfileReport
+from gpuprof_nb.results.tables import KernelTable, OpTable
+
+TITLE = "gpuprof_nb profile"
 
 # Numbers with their unit ("98.7 us") must not break across lines in narrow table columns.
 _TABLE_STYLE = "<style>.gpuprof td.num { white-space: nowrap; }</style>"
@@ -268,10 +276,61 @@ def kernels_section(table: Any) -> Section:
     return Section("Kernels", text, html)
 
 
+def _section_builders(report: ProfileReport) -> list[tuple[str, Callable[[], Section]]]:
+    """Return (title, build) for every section the report shows, in display order: Diagnosis,
+    Summary, Top ops, Kernels, Timeline, Roofline (those with nothing to show left out)."""
+    wanted: list[tuple[str, Callable[[], Section]]] = []
+    diagnosis, ops, kernels = report.diagnosis, report.ops, report.kernels
+    timeline, trace, roofline = report.timeline, report.trace, report.roofline
+    if diagnosis is not None:
+        wanted.append(("Diagnosis", lambda: diagnosis_section(diagnosis)))
+    wanted.append(("Summary", lambda: summary_section(report)))
+    if ops is not None:
+        wanted.append(("Top ops", lambda: ops_section(ops)))
+    if kernels is not None:
+        wanted.append(("Kernels", lambda: kernels_section(kernels)))
+    if timeline is not None and trace is not None:
+        wanted.append(("Timeline", lambda: timeline_section(timeline, trace)))
+    if roofline is not None:
+        wanted.append(("Roofline", lambda: roofline_section(roofline)))
+    return wanted
+
+
+def profile_sections(report: ProfileReport) -> list[Section]:
+    """Return the report's Sections in display order (a section that fails to build says
+    so in its place, see guarded_section)."""
+    return [guarded_section(title, build) for title, build in _section_builders(report)]
+
+
+@report_of.register
+def _profile_report(report: ProfileReport) -> tuple[str, Sequence[Section]]:
+    return TITLE, profile_sections(report)
+
+
+@text_of.register
+def _profile_text(report: ProfileReport) -> str:
+    if [title for title, _ in _section_builders(report)] == ["Summary"]:
+        # Timing only: the Summary is the one section, and its HTML is not needed.
+        return report_text(TITLE, [Section("Summary", summary_text(report), "")])
+    return report_text(TITLE, profile_sections(report))
+
+
+@report_of.register
+def _op_table(table: OpTable) -> tuple[str, Sequence[Section]]:
+    return "Top ops", [ops_section(table)]
+
+
+@report_of.register
+def _kernel_table(table: KernelTable) -> tuple[str, Sequence[Section]]:
+    return "Kernels", [kernels_section(table)]
+
+
 __all__ = [
+    "TITLE",
     "guarded_section",
     "kernels_section",
     "ops_section",
+    "profile_sections",
     "summary_section",
     "summary_text",
 ]
@@ -287,7 +346,8 @@ SORT_CHOICES: tuple[tuple[str, str], ...] = (
 )
 
 
-def profile_widget(report: Any, title: str) -> Any:
+@widget_of.register
+def profile_widget(report: ProfileReport) -> Any:
     """Return an ipywidgets VBox of the report's tabs where Top ops has a "sort by" dropdown
     that recomputes the table from the trace (ipywidgets is imported here, lazily)."""
     import ipywidgets as widgets
@@ -295,10 +355,11 @@ def profile_widget(report: Any, title: str) -> Any:
     from gpuprof_nb.analysis.ops import top_ops
     from gpuprof_nb.render.widgets import report_widget, widget_html
 
-    sections = report.sections()
-    box = report_widget(title, sections)
+    sections = profile_sections(report)
+    box = report_widget(TITLE, sections)
     titles = [s.title for s in sections]
-    if report.ops is None or report.trace is None or "Top ops" not in titles:
+    trace = report.trace
+    if report.ops is None or trace is None or "Top ops" not in titles:
         return box
     tab = box.children[1]
     index = titles.index("Top ops")
@@ -307,7 +368,7 @@ def profile_widget(report: Any, title: str) -> Any:
                               description="sort by")
 
     def resort(change: dict[str, Any]) -> None:
-        table = top_ops(report.trace, n=report.top, sort=change["new"])
+        table = top_ops(trace, n=report.top, sort=change["new"])
         table_html.value = widget_html(ops_section(table).html)
 
     choice.observe(resort, names="value")

@@ -5,14 +5,16 @@ draws the same plot with matplotlib (imported inside it) for users who want a Fi
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
-from gpuprof_nb.analysis.roofline import Roofline, RooflinePoint
 from gpuprof_nb.render import svg
+from gpuprof_nb.render.bundle import report_of
 from gpuprof_nb.render.html import esc, html_table, note
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct, fmt_rate, fmt_us
+from gpuprof_nb.results.roofline import Roofline, RooflinePoint
 
 BOUND_COLOURS = {"memory": "#1f77b4", "compute": "#ff7f0e", None: "#7f7f7f"}
 ABOVE_ROOF_COLOUR = "#d62728"
@@ -409,3 +411,8 @@ def roofline_section(roofline: Roofline, *, top: int = 20) -> Section:
         html.append(f"<p><b>{esc('not on the roofline (no formula or no shapes)')}</b></p>")
         html.append(html_table(unmod_head, rows, numeric=[False, True, True], name_cols=(0,)))
     return Section("Roofline", "\n".join(lines), "".join(html))
+
+
+@report_of.register
+def _roofline(roofline: Roofline) -> tuple[str, Sequence[Section]]:
+    return "Roofline", [roofline_section(roofline)]

@@ -93,14 +93,15 @@ def test_real_traces_without_launches_keep_host_verdicts(name):
 def test_every_tab_says_the_device_ran_unrecorded_not_cpu_only():
     """The Summary, Kernels, Timeline and Roofline of the range-profiler trace say the GPU's
     work went unrecorded, never that it was a CPU run; the count is the trace's own."""
-    from gpuprof_nb.report import analyze
+    from gpuprof_nb.analysis.report import analyze
+    from gpuprof_nb.render.profile import profile_sections
 
     events = raw_events(RANGE)
     queued = sum(1 for e in events if e.get("cat") == "cuda_runtime"
                  and any(w in e["name"] for w in ("Launch", "Memcpy", "Memset")))
     report = analyze(load_trace(RANGE))
     assert report.summary.unrecorded_launches == report.kernels.unrecorded_launches == queued
-    sections = {s.title: s.text for s in report.sections()}
+    sections = {s.title: s.text for s in profile_sections(report)}
     assert f"not judged: {queued} calls queued GPU work" in sections["Summary"]
     assert f"No kernel events, though {queued} calls queued GPU work" in sections["Kernels"]
     assert f"the GPU ran ({queued} calls queued work on it)" in sections["Timeline"]

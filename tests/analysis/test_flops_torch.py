@@ -14,9 +14,9 @@ F = torch.nn.functional
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from gpuprof_nb.analysis.flops import MATMUL_CATEGORIES  # noqa: E402
 from gpuprof_nb.analysis.roofline import compute_roofline  # noqa: E402
 from gpuprof_nb.io.trace import trace_from_dict  # noqa: E402
+from gpuprof_nb.results.roofline import MATMUL_CATEGORIES  # noqa: E402
 
 
 def profiled_trace(fn, tmp_path):

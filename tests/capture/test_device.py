@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import pytest
 
+from gpuprof_nb.analysis.roofline import compute_roofline
 from gpuprof_nb.capture import device as cdev
 from gpuprof_nb.errors import CaptureError, GpuprofError
+from gpuprof_nb.io.ceilings import write_ceilings
 from gpuprof_nb.model.device import DEVICE_TABLE, DeviceSpec, lookup_device_spec
 
 GiB = 2**30
@@ -104,9 +107,10 @@ def test_measure_ceilings_on_cpu_and_cache_round_trip(cache_dir):
     stored = json.loads(path.read_text())["devices"]
     assert len(stored) == 1
     assert DeviceSpec.from_dict(next(iter(stored.values()))) == spec
-    # The second call is answered from the cache, not measured again.
-    assert cdev.measure_ceilings("cpu", **SMALL) == spec
-    assert cdev.current_device_spec("cpu") == spec
+    # The second call is answered from the cache, not measured again, and says so.
+    cached = dataclasses.replace(spec, source=f"{spec.source}; read from {path}")
+    assert cdev.measure_ceilings("cpu", **SMALL) == cached
+    assert cdev.current_device_spec("cpu") == cached
     # refresh measures again and overwrites; cache=False neither reads nor writes.
     again = cdev.measure_ceilings("cpu", refresh=True, **SMALL)
     assert DeviceSpec.from_dict(
@@ -135,8 +139,11 @@ def test_trace_device_spec_prefers_measured_ceilings(cache_dir):
     measured = DeviceSpec(name=info.name, kind="cuda", fp32_flops_per_s=5e13,
                           bandwidth_bytes_per_s=3e12, bf16_flops_per_s=7e14,
                           memory_bytes=info.total_memory_bytes, measured=True, source="m")
-    cdev._write_cache(cdev.device_key("cuda", info.name, info.total_memory_bytes), measured)
-    assert cdev.trace_device_spec(trace) == measured
+    write_ceilings(cdev.device_key("cuda", info.name, info.total_memory_bytes), measured)
+    # The spec says where it was read from, so the roofline's note does too.
+    read = cdev.trace_device_spec(trace)
+    assert read == dataclasses.replace(measured, source=f"m; read from {cdev.cache_path()}")
+    assert f"read from {cdev.cache_path()}" in compute_roofline(trace, read).note
     cpu_trace = Trace(source="t", ops=(), kernels=(), runtime=(), syncs=(), memory=(),
                       steps=(), devices=(), distributed=None, window_us=(0, 1))
     assert cdev.trace_device_spec(cpu_trace) is None

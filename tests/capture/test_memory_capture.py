@@ -7,10 +7,10 @@ import time
 import pytest
 import torch
 
+from gpuprof_nb.analysis.report import analyze_memory
 from gpuprof_nb.capture.memory import record_cpu_memory, record_cuda_memory, record_memory
 from gpuprof_nb.capture.profiler import profiler_running
 from gpuprof_nb.io.snapshot import snapshot_from_dict
-from gpuprof_nb.memory_report import analyze_memory
 
 N, D, H = 256, 64, 128
 

@@ -14,10 +14,9 @@ torch = pytest.importorskip("torch")
 
 from IPython.utils.capture import capture_output  # noqa: E402
 
+from gpuprof_nb.analysis.report import analyze, analyze_memory  # noqa: E402
 from gpuprof_nb.io.snapshot import load_snapshot  # noqa: E402
 from gpuprof_nb.io.trace import load_trace  # noqa: E402
-from gpuprof_nb.memory_report import analyze_memory  # noqa: E402
-from gpuprof_nb.report import analyze  # noqa: E402
 
 HASHED = re.compile(r"\d{6,}\.py")
 

@@ -302,7 +302,7 @@ def test_a_report_that_cannot_render_is_shown_as_ipython_shows_any_failing_repr(
     """The report's bundle goes straight to the display publisher; if building it fails,
     IPython's own display() handles the object (it prints the error and falls back to
     repr), and the magic itself neither raises nor loses the -o report."""
-    from gpuprof_nb.report import ProfileReport
+    from gpuprof_nb.results.report import ProfileReport
 
     def broken(self, include=None, exclude=None):
         raise RuntimeError("bundle broke")
@@ -318,7 +318,7 @@ def test_a_report_that_cannot_render_is_shown_as_ipython_shows_any_failing_repr(
 def test_a_timing_only_report_that_cannot_render_prints_its_repr_and_why(
     ip, monkeypatch
 ) -> None:
-    from gpuprof_nb.report import ProfileReport
+    from gpuprof_nb.results.report import ProfileReport
 
     def broken(self):
         raise RuntimeError("text broke")

@@ -9,16 +9,17 @@ import pytest
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 torch = pytest.importorskip("torch")
 
-import gpuprof_nb.report  # noqa: E402
+import gpuprof_nb.analysis.report  # noqa: E402
+
 from gpuprof_nb.model.timing import TimingStats  # noqa: E402
-from gpuprof_nb.report import ProfileReport  # noqa: E402
+from gpuprof_nb.results.report import ProfileReport  # noqa: E402
 
 
 def test_analysis_failure_keeps_timings_and_trace(ipython_shell, monkeypatch, tmp_path) -> None:
     def broken(*args, **kwargs):
         raise RuntimeError("boom in analysis")
 
-    monkeypatch.setattr(gpuprof_nb.report, "analyze", broken)
+    monkeypatch.setattr(gpuprof_nb.analysis.report, "analyze", broken)
     ipython_shell.user_ns["W"] = torch.randn(64, 64)
     ipython_shell.run_cell_magic("gpuprofile", "-o rf --quiet --repeat 2", "V = W @ W")
     report = ipython_shell.user_ns["rf"]

@@ -13,9 +13,9 @@ torch = pytest.importorskip("torch")
 from IPython.core.error import UsageError  # noqa: E402
 from IPython.utils.capture import capture_output  # noqa: E402
 
+from gpuprof_nb.analysis.report import analyze_memory  # noqa: E402
 from gpuprof_nb.capture.profiler import profiler_running  # noqa: E402
 from gpuprof_nb.io.snapshot import load_snapshot  # noqa: E402
-from gpuprof_nb.memory_report import analyze_memory  # noqa: E402
 
 LEAK_CELL = """\
 runs += 1

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuprof_nb.analysis.report import analyze_memory
 from gpuprof_nb.io.snapshot import load_snapshot, snapshot_from_dict
-from gpuprof_nb.memory_report import analyze_memory
 from gpuprof_nb.render.memory import memory_sections, plot_memory_timeline
 from gpuprof_nb.render.units import fmt_bytes, fmt_pct
 

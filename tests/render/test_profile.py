@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuprof_nb.analysis.ops import kernel_table, top_ops
+from gpuprof_nb.analysis.report import analyze, count_steps_per_run
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.model.timing import TimingStats
@@ -22,7 +23,7 @@ from gpuprof_nb.render.profile import (
     summary_section,
 )
 from gpuprof_nb.render.sections import Section
-from gpuprof_nb.report import ProfileReport, analyze, count_steps_per_run
+from gpuprof_nb.results.report import ProfileReport
 
 GEMM = "void gemm_kernel<float, 128, (cutlass::Arch)80>(Params<float>)"
 LONG_OP = "myext::" + "very_long_operator_name_" * 8 + "end"
@@ -234,12 +235,12 @@ def test_steps_per_run_counts_every_optimizer_step() -> None:
 
 
 def test_a_failing_analysis_costs_its_tab_not_the_report(monkeypatch) -> None:
-    import gpuprof_nb.analysis.roofline as roofline_mod
+    import gpuprof_nb.analysis.report as report_mod
 
     def broken(trace, device=None):
         raise ArithmeticError("no roofs today")
 
-    monkeypatch.setattr(roofline_mod, "compute_roofline", broken)
+    monkeypatch.setattr(report_mod, "compute_roofline", broken)
     report = analyze(hand_trace())
     assert report.roofline is None
     assert any("roofline could not be computed: ArithmeticError: no roofs today" in n

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from gpuprof_nb.analysis.ops import kernel_table
+from gpuprof_nb.analysis.report import analyze
 from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.render.html import SHORT_NAME_WIDTH, html_table, short_kernel_name
-from gpuprof_nb.render.profile import kernels_section
-from gpuprof_nb.report import analyze
+from gpuprof_nb.render.profile import kernels_section, profile_sections
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 REAL = [
@@ -154,7 +154,7 @@ def _tables(html: str) -> list[str]:
 def test_real_report_tables_show_short_names_and_text_keeps_full_ones() -> None:
     names = _kernel_names(BERT)
     report = analyze(load_trace(BERT), top=10)
-    sections = {s.title: s for s in report.sections()}
+    sections = {s.title: s for s in profile_sections(report)}
     kernels = sections["Kernels"]
     (table,) = _tables(kernels.html)
     headers, rows = _cells(table)

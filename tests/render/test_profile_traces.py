@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuprof_nb.analysis.report import analyze
 from gpuprof_nb.errors import TraceFormatError
 from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.render.units import fmt_num
-from gpuprof_nb.report import analyze
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 TRACES = sorted(

@@ -11,6 +11,7 @@ widgets = pytest.importorskip("ipywidgets")
 
 import gpuprof_nb  # noqa: E402
 from gpuprof_nb.analysis.ops import top_ops  # noqa: E402
+from gpuprof_nb.render.profile import profile_sections  # noqa: E402
 
 TRACE = (Path(__file__).parents[1] / "data" / "h100_bert_small"
          / "gaunernst_bert-small-uncased__1016001.json.gz")
@@ -28,7 +29,7 @@ def test_widget_tabs_and_resort() -> None:
     box = report.widget()
     tab = box.children[1]
     assert isinstance(tab, widgets.Tab)
-    assert list(tab.titles) == [s.title for s in report.sections()]
+    assert list(tab.titles) == [s.title for s in profile_sections(report)]
     assert list(tab.titles)[:3] == ["Diagnosis", "Summary", "Top ops"]
     ops_tab = tab.children[list(tab.titles).index("Top ops")]
     dropdown, table = ops_tab.children

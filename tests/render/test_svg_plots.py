@@ -15,14 +15,14 @@ from gpuprof_nb.analysis.timeline import device_timeline
 from gpuprof_nb.model.device import DeviceSpec
 from gpuprof_nb.model.trace import Kernel, Op, Trace
 from gpuprof_nb.render import svg
-from gpuprof_nb.render.diagnosis import (
+from gpuprof_nb.render.html import STYLE
+from gpuprof_nb.render.roofline import ABOVE_ROOF_COLOUR, roofline_section, roofline_svg
+from gpuprof_nb.render.timeline import (
     MAX_TIMELINE_BYTES,
     MAX_TIMELINE_MARKS,
     timeline_section,
     timeline_svg,
 )
-from gpuprof_nb.render.html import STYLE
-from gpuprof_nb.render.roofline import ABOVE_ROOF_COLOUR, roofline_section, roofline_svg
 
 NS = "{http://www.w3.org/2000/svg}"
 F32, BF16 = "float", "c10::BFloat16"
@@ -294,7 +294,7 @@ def test_lanes_of_a_step_match_the_whole_trace_computation(data_dir):
     real trace, its lanes hold exactly the ops and kernels found from the whole trace."""
     from gpuprof_nb.analysis.timeline import top_level_ops
     from gpuprof_nb.io.trace import load_trace
-    from gpuprof_nb.render.diagnosis import _lane_items
+    from gpuprof_nb.render.timeline import _lane_items
 
     trace = load_trace(data_dir / "ddp_nccl_sampled" / "sampled_rank-0.json.gz")
     tl = device_timeline(trace)

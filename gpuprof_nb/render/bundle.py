@@ -1,0 +1,111 @@
+"""The mimebundle every result displays: tabbed HTML that needs no JavaScript, plus text;
+and the registry that says which sections each result type shows.
+
+Every render module registers its result types with `report_of` (title and sections);
+`render/display.py` imports them all and is what the package root hands to
+`results.display` (see there). A result type can also register its own `text_of` (a
+shorter way to the same text) or `widget_of` (a richer live view).
+
+Why no ipywidgets view in the bundle: a `application/vnd.jupyter.widget-view+json` output
+outranks `text/html` in every frontend, yet it only renders while the kernel that made it is
+alive (JupyterLab shows "Error displaying widget: model not found" after a restart, VS Code the
+same), and where widget state was saved (nbclient and `nbconvert --execute` save it by default)
+nbconvert and nbviewer replace the HTML with a script that loads the widget manager from a CDN,
+so the report is blank offline. Tabs made of radio inputs and CSS (`render/html.STYLE`) are
+clickable in JupyterLab, VS Code, Colab, nbconvert and nbviewer, and where CSS is stripped
+(GitHub) every section simply shows one after the other. `render/widgets.py` builds the live
+ipywidgets view for code that asks for one (`result.widget()`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from gpuprof_nb.render.html import STYLE, esc
+from gpuprof_nb.render.sections import Section, report_text
+
+
+@functools.singledispatch
+def report_of(obj: object) -> tuple[str, Sequence[Section]]:
+    """Return (title, sections) of a result; each render module registers its types."""
+    raise TypeError(f"gpuprof_nb has no display for a {type(obj).__name__}")
+
+
+@functools.singledispatch
+def text_of(obj: object) -> str:
+    """Return a result's plain text: every section in order (types may register a shorter
+    way to the same text)."""
+    title, sections = report_of(obj)
+    return report_text(title, sections)
+
+
+@functools.singledispatch
+def widget_of(obj: object) -> Any:
+    """Return a live ipywidgets view of a result: its sections as tabs (types may register
+    a richer view)."""
+    from gpuprof_nb.render.widgets import report_widget
+
+    title, sections = report_of(obj)
+    return report_widget(title, sections)
+
+
+def _group_name(title: str, sections: Sequence[Section]) -> str:
+    """Return a radio-group name unique to this report's content (deterministic, so the same
+    report renders to the same bytes; two identical reports on one page share a group, and
+    the CSS then falls back to showing the first tab of the one left unchecked)."""
+    digest = hashlib.sha1(title.encode("utf-8"))
+    for s in sections:
+        digest.update(b"\x00" + s.title.encode("utf-8") + b"\x00" + s.html.encode("utf-8"))
+    return "gp-" + digest.hexdigest()[:12]
+
+
+def tabbed_html(title: str, sections: Sequence[Section]) -> str:
+    """Return self-contained HTML for the report: one clickable tab per section, made of
+    radio inputs and CSS only (no script, no CDN). Without CSS every section shows in order,
+    each under its own heading."""
+    group = _group_name(title, sections)
+    labels = "".join(
+        f'<label class="gp-tab" title="{esc(s.title)}">'
+        f'<input type="radio" name="{group}" value="{i}"{" checked" if i == 0 else ""}/>'
+        f"{esc(s.title)}</label>"
+        for i, s in enumerate(sections)
+    )
+    panels = "".join(
+        f'<div class="gp-panel" data-section="{esc(s.title)}">'
+        f'<h4 class="gp-h">{esc(s.title)}</h4>{s.html}</div>'
+        for s in sections
+    )
+    return (
+        f'<div class="gpuprof gp-report"><style>{STYLE}</style>'
+        f'<h3>{esc(title)}</h3><div class="gp-tabs">{labels}{panels}</div></div>'
+    )
+
+
+def report_bundle(
+    title: str,
+    sections: Sequence[Section],
+    include: Iterable[str] | None = None,
+    exclude: Iterable[str] | None = None,
+) -> dict[str, Any]:
+    """Return a mimebundle {"text/html": tabbed HTML, "text/plain": the text report}, the
+    same in a live kernel, nbconvert, nbviewer or a saved file. Respects IPython's
+    include/exclude."""
+    bundle: dict[str, Any] = {
+        "text/plain": report_text(title, sections),
+        "text/html": tabbed_html(title, sections),
+    }
+    return _filtered(bundle, include, exclude)
+
+
+def _filtered(bundle: dict[str, Any], include: Iterable[str] | None,
+              exclude: Iterable[str] | None) -> dict[str, Any]:
+    if include is not None:
+        keep = set(include)
+        bundle = {k: v for k, v in bundle.items() if k in keep}
+    if exclude is not None:
+        drop = set(exclude)
+        bundle = {k: v for k, v in bundle.items() if k not in drop}
+    return bundle

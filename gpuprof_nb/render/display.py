@@ -1,0 +1,29 @@
+"""What displays results (the renderer the package root hands to results/display.py):
+every render module registers the result types it shows (render/bundle.py), and importing
+them here puts every registration in place before the first result is shown."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+# Imported for their registrations with report_of / text_of / widget_of.
+from gpuprof_nb.render import diagnosis, ladder, memory, profile, roofline, timeline  # noqa: F401
+from gpuprof_nb.render.bundle import report_bundle, report_of, text_of, widget_of
+
+
+def bundle(obj: object, include: Iterable[str] | None = None,
+           exclude: Iterable[str] | None = None) -> dict[str, Any]:
+    """Return a result's mimebundle: tabbed HTML and text/plain (see render/bundle.py)."""
+    title, sections = report_of(obj)
+    return report_bundle(title, sections, include, exclude)
+
+
+def text(obj: object) -> str:
+    """Return a result's plain text, the same as its bundle's text/plain."""
+    return text_of(obj)
+
+
+def widget(obj: object) -> Any:
+    """Return a live ipywidgets view of a result."""
+    return widget_of(obj)

@@ -1,0 +1,57 @@
+"""What holds a cell back: findings (kind, severity, evidence, fix) and the diagnosis that
+orders them. Produced by analysis/diagnose.py and analysis/memory.py."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gpuprof_nb.results.display import Displayable
+
+SEVERITIES = ("high", "medium", "low", "info")
+
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One thing that holds the cell back. `evidence` maps names whose suffix is the unit
+    (`_us`, `_fraction`, `_bytes`, `_bytes_per_s`, `_count`, `_per_step`, `_ratio`) to numbers
+    from the trace; `share` is the fraction (0..1) of the profiled time fixing it could recover
+    (for memory_growth: the fraction of the memory the window held at its peak, above its
+    lowest level, that is growth)."""
+
+    kind: str
+    severity: str  # "high" | "medium" | "low" | "info"
+    title: str
+    evidence: Mapping[str, float] = field(default_factory=dict)
+    fix: str = ""
+    share: float = 0.0
+
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis(Displayable):
+    """The findings about the steady state, most important first, what could not be judged,
+    and a one-line verdict. `one_off` holds what the first run alone paid (cold_start),
+    reported apart: it is not what holds the cell back run after run (under --once, where
+    the first run is what was measured, it is a finding like any other). `considered` holds
+    every rule that measured something, reported or not (below the reporting share), so its
+    evidence is still at hand."""
+
+    findings: tuple[Finding, ...] = ()
+    not_judged: tuple[str, ...] = ()
+    verdict: str = ""
+    considered: tuple[Finding, ...] = ()
+    notes: tuple[str, ...] = ()
+    one_off: tuple[Finding, ...] = ()
+
+    @property
+    def top(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+    def finding(self, kind: str) -> Finding | None:
+        """Return the considered finding of one kind, reported or not, or None."""
+        for f in self.considered:
+            if f.kind == kind:
+                return f
+        return None

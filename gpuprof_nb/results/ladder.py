@@ -1,0 +1,413 @@
+"""What the optimisation ladder measured: every rung, the three-run reading, the batch-size
+sweep, two reports compared, and the advice in words. Nothing here imports torch: a saved
+report (io/ladder.py) can be loaded, compared and displayed anywhere."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.io.ladder import FORMAT, check_format, write_ladder_json
+from gpuprof_nb.model.timing import TimingStats
+from gpuprof_nb.results.display import Displayable
+
+# Every rung the ladder knows, in the order it climbs them.
+RUNG_NAMES = (
+    "fp32",
+    "bf16",
+    "compile",
+    "reduce_overhead",
+    "fused_adamw",
+    "grad_accum",
+    "dataloader",
+    "checkpoint",
+)
+
+
+
+# baseline: the fp32 reference; kept/dropped: measured and judged; flagged: the loss drifted;
+# failed: raised (first line of the error in `reason`); skipped: not run (why in `reason`);
+# reference: measured for the three-run reading only; trial: one setting of a sweep.
+STATUSES = ("baseline", "kept", "dropped", "flagged", "failed", "skipped", "reference", "trial")
+
+
+
+@dataclass(frozen=True, slots=True)
+class RungResult:
+    """One rung: the full configuration it ran, what it measured, and the verdict.
+    Times in microseconds per optimizer step; memory in bytes; loss is the fp32 eval-mode
+    loss on the slice's first batch after the last step (the same probe for every rung)."""
+
+    name: str
+    settings: str
+    status: str
+    reason: str = ""
+    step_times_us: tuple[float, ...] = ()
+    samples_per_step: int = 0
+    peak_memory_bytes: int | None = None
+    compile_time_us: float | None = None
+    final_loss: float | None = None
+    loss_drift: float | None = None
+    trials: tuple[RungResult, ...] = ()
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.step_times_us)
+
+    @property
+    def timing(self) -> TimingStats:
+        """The step times as TimingStats (wall clock, device synchronised before each read)."""
+        return TimingStats(wall_us=self.step_times_us, steps_per_run=1)
+
+    @property
+    def step_median_us(self) -> float | None:
+        return statistics.median(self.step_times_us) if self.step_times_us else None
+
+    @property
+    def step_iqr_us(self) -> float | None:
+        return self.timing.iqr_us if self.step_times_us else None
+
+    @property
+    def samples_per_s(self) -> float | None:
+        """Samples per second at the median step time."""
+        median = self.step_median_us
+        if not median or median <= 0:
+            return None
+        return self.samples_per_step / (median / 1e6)
+
+
+
+@dataclass(frozen=True, slots=True)
+class ThreeRunReading:
+    """fp32 vs low precision vs low precision + torch.compile, in samples/s, and what it means.
+    Gains are fractions (0.25 = 25% more samples/s)."""
+
+    fp32_samples_per_s: float
+    amp_samples_per_s: float | None
+    compile_samples_per_s: float | None
+    precision_gain: float | None
+    compile_gain: float | None
+    precision_is_bottleneck: bool | None
+    verdict: str
+    next_step: str
+    amp_label: str = "bf16"
+
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPoint:
+    """One batch size of the sweep: status 'ok', 'oom' (did not fit) or 'failed'."""
+
+    batch_size: int
+    status: str
+    step_times_us: tuple[float, ...] = ()
+    peak_memory_bytes: int | None = None
+    error: str = ""
+
+    @property
+    def step_median_us(self) -> float | None:
+        return statistics.median(self.step_times_us) if self.step_times_us else None
+
+    @property
+    def samples_per_s(self) -> float | None:
+        median = self.step_median_us
+        if not median or median <= 0:
+            return None
+        return self.batch_size / (median / 1e6)
+
+
+
+def find_plateau(points: Sequence[BatchPoint], *, tolerance: float = 0.10) -> int | None:
+    """Return the smallest batch size from which no larger batch size that ran raises
+    samples/s by more than `tolerance` (the compute-bound plateau), or None with fewer
+    than two measured points or when throughput still climbs at the largest size."""
+    ok = sorted((p for p in points if p.samples_per_s), key=lambda p: p.batch_size)
+    if len(ok) < 2:
+        return None
+    for i, point in enumerate(ok[:-1]):
+        rate = point.samples_per_s or 0.0
+        if all((later.samples_per_s or 0.0) <= rate * (1.0 + tolerance) for later in ok[i + 1:]):
+            return point.batch_size
+    return None
+
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSweep(Displayable):
+    """Throughput against batch size for one configuration."""
+
+    settings: str
+    points: tuple[BatchPoint, ...]
+    memory_method: str = ""
+    plateau_tolerance: float = 0.10
+
+    @property
+    def plateau_batch_size(self) -> int | None:
+        return find_plateau(self.points, tolerance=self.plateau_tolerance)
+
+    @property
+    def oom_batch_size(self) -> int | None:
+        """The smallest batch size that ran out of memory, or None."""
+        sizes = [p.batch_size for p in self.points if p.status == "oom"]
+        return min(sizes) if sizes else None
+
+    @property
+    def best(self) -> BatchPoint | None:
+        ok = [p for p in self.points if p.samples_per_s]
+        return max(ok, key=lambda p: (p.samples_per_s or 0.0, -p.batch_size)) if ok else None
+
+    def summary(self) -> str:
+        """Return one paragraph: where throughput plateaus and where memory runs out."""
+        parts = []
+        plateau = self.plateau_batch_size
+        if plateau is not None:
+            parts.append(
+                f"Throughput plateaus from batch size {plateau} (within "
+                f"{self.plateau_tolerance * 100:.0f}%): compute bound there."
+            )
+        else:
+            parts.append("Throughput had not plateaued at the largest batch size that ran.")
+        oom = self.oom_batch_size
+        if oom is not None:
+            parts.append(f"Batch size {oom} ran out of memory.")
+        else:
+            parts.append("No batch size ran out of memory.")
+        return " ".join(parts)
+
+@dataclass(frozen=True, slots=True)
+class ComparisonRow:
+    """One rung in two reports: samples/s in each and their ratio (this / other)."""
+
+    name: str
+    this_status: str
+    other_status: str
+    this_samples_per_s: float | None
+    other_samples_per_s: float | None
+    this_peak_memory_bytes: int | None
+    other_peak_memory_bytes: int | None
+
+    @property
+    def speed_ratio(self) -> float | None:
+        if not self.this_samples_per_s or not self.other_samples_per_s:
+            return None
+        return self.this_samples_per_s / self.other_samples_per_s
+
+
+
+@dataclass(frozen=True, slots=True)
+class LadderComparison(Displayable):
+    """Two ladder reports side by side (for example before and after a code change)."""
+
+    this_label: str
+    other_label: str
+    rows: tuple[ComparisonRow, ...]
+    this_speedup: float | None
+    other_speedup: float | None
+
+@dataclass(frozen=True, slots=True)
+class LadderReport(Displayable):
+    """Every rung the ladder ran on one model, the three-run reading and, if asked for, the
+    batch-size sweep. `memory_method` says how peak memory was measured."""
+
+    rungs: tuple[RungResult, ...]
+    three_run: ThreeRunReading | None
+    device_name: str
+    memory_method: str
+    steps: int
+    warmup: int
+    batch_size: int
+    seed: int
+    loss_tolerance: float
+    torch_version: str = ""
+    created_utc: str = ""
+    label: str = ""
+    notes: tuple[str, ...] = ()
+    batch_sweep: BatchSweep | None = None
+
+    @property
+    def baseline(self) -> RungResult:
+        for rung in self.rungs:
+            if rung.status == "baseline":
+                return rung
+        raise GpuprofError("ladder report has no baseline rung (a damaged file?)")
+
+    @property
+    def kept(self) -> tuple[RungResult, ...]:
+        return tuple(r for r in self.rungs if r.status == "kept")
+
+    @property
+    def final(self) -> RungResult:
+        """The last kept rung (it ran with every kept rung combined), else the baseline."""
+        kept = self.kept
+        return kept[-1] if kept else self.baseline
+
+    @property
+    def speedup(self) -> float | None:
+        """Combined samples/s of the final configuration over the fp32 baseline."""
+        base, final = self.baseline.samples_per_s, self.final.samples_per_s
+        return final / base if base and final else None
+
+    @property
+    def memory_ratio(self) -> float | None:
+        """Peak memory of the final configuration over the baseline's."""
+        base, final = self.baseline.peak_memory_bytes, self.final.peak_memory_bytes
+        return final / base if base and final is not None else None
+
+    def rung(self, name: str) -> RungResult:
+        """Return the rung called `name`."""
+        for r in self.rungs:
+            if r.name == name:
+                return r
+        known = ", ".join(r.name for r in self.rungs)
+        raise GpuprofError(f"no rung named {name!r} in this report; it has: {known}")
+
+    @property
+    def recommendation(self) -> str:
+        """Return the final advice in words: which rungs to keep, combined speed-up, memory."""
+        return recommend(self)
+
+    def compare(self, other: LadderReport) -> LadderComparison:
+        """Return this report and `other` side by side, rung by rung."""
+        names = [r.name for r in self.rungs]
+        names += [r.name for r in other.rungs if r.name not in names]
+        rows = []
+        for name in names:
+            mine = next((r for r in self.rungs if r.name == name), None)
+            theirs = next((r for r in other.rungs if r.name == name), None)
+            rows.append(
+                ComparisonRow(
+                    name=name,
+                    this_status=mine.status if mine else "absent",
+                    other_status=theirs.status if theirs else "absent",
+                    this_samples_per_s=mine.samples_per_s if mine else None,
+                    other_samples_per_s=theirs.samples_per_s if theirs else None,
+                    this_peak_memory_bytes=mine.peak_memory_bytes if mine else None,
+                    other_peak_memory_bytes=theirs.peak_memory_bytes if theirs else None,
+                )
+            )
+        return LadderComparison(
+            this_label=self.label or self.created_utc or "this",
+            other_label=other.label or other.created_utc or "other",
+            rows=tuple(rows),
+            this_speedup=self.speedup,
+            other_speedup=other.speedup,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the report as plain JSON-ready data (with the format tag)."""
+        return {**asdict(self), "format": FORMAT}
+
+    def save(self, path: str | Path) -> Path:
+        """Write the report as JSON to `path` (io/ladder.py) and return the path."""
+        return write_ladder_json(self.to_dict(), path)
+
+def recommend(report: LadderReport) -> str:
+    """Return the advice in words for `report`: what to keep, the combined speed-up and
+    memory against fp32, and what was dropped, flagged or failed."""
+    kept = report.kept
+    lines = []
+    if not kept:
+        lines.append(
+            "Keep the fp32 baseline: no rung beat it on this model, data and device."
+        )
+    else:
+        lines.append("Keep: " + "; ".join(f"{r.name} ({r.reason})" for r in kept) + ".")
+        speedup = report.speedup
+        if speedup is not None:
+            lines.append(
+                f"Combined: {speedup:.2f}x the fp32 baseline's samples/s "
+                f"({report.final.settings})."
+            )
+    ratio = report.memory_ratio
+    base_peak = report.baseline.peak_memory_bytes
+    if ratio is not None and base_peak is not None and base_peak < 2**20:
+        lines.append(
+            f"Peak memory: under 1 MiB for the baseline ({report.memory_method}), too small "
+            "to compare rungs by."
+        )
+    elif ratio is not None:
+        lines.append(f"Peak memory: {ratio:.2f}x the baseline's ({report.memory_method}).")
+    for status, verb in (("flagged", "Flagged"), ("failed", "Failed"), ("dropped", "Dropped")):
+        group = [r for r in report.rungs if r.status == status]
+        if group:
+            lines.append(f"{verb}: " + "; ".join(f"{r.name} ({r.reason})" for r in group) + ".")
+    if report.three_run is not None:
+        lines.append(report.three_run.next_step)
+    return "\n".join(lines)
+
+
+
+def _rung_from(data: Mapping[str, Any]) -> RungResult:
+    return RungResult(
+        name=str(data["name"]),
+        settings=str(data["settings"]),
+        status=str(data["status"]),
+        reason=str(data.get("reason", "")),
+        step_times_us=tuple(float(t) for t in data.get("step_times_us", ())),
+        samples_per_step=int(data.get("samples_per_step", 0)),
+        peak_memory_bytes=_opt_int(data.get("peak_memory_bytes")),
+        compile_time_us=_opt_float(data.get("compile_time_us")),
+        final_loss=_opt_float(data.get("final_loss")),
+        loss_drift=_opt_float(data.get("loss_drift")),
+        trials=tuple(_rung_from(t) for t in data.get("trials", ())),
+    )
+
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+
+def report_from_dict(data: Mapping[str, Any], *, where: str = "ladder report") -> LadderReport:
+    """Return the LadderReport stored in `data` (as written by `LadderReport.to_dict`)."""
+    check_format(data, where)
+    try:
+        three = data.get("three_run")
+        sweep = data.get("batch_sweep")
+        return LadderReport(
+            rungs=tuple(_rung_from(r) for r in data["rungs"]),
+            three_run=ThreeRunReading(**three) if three else None,
+            device_name=str(data["device_name"]),
+            memory_method=str(data["memory_method"]),
+            steps=int(data["steps"]),
+            warmup=int(data["warmup"]),
+            batch_size=int(data["batch_size"]),
+            seed=int(data["seed"]),
+            loss_tolerance=float(data["loss_tolerance"]),
+            torch_version=str(data.get("torch_version", "")),
+            created_utc=str(data.get("created_utc", "")),
+            label=str(data.get("label", "")),
+            notes=tuple(str(n) for n in data.get("notes", ())),
+            batch_sweep=BatchSweep(
+                settings=str(sweep["settings"]),
+                points=tuple(
+                    BatchPoint(
+                        batch_size=int(p["batch_size"]),
+                        status=str(p["status"]),
+                        step_times_us=tuple(float(t) for t in p.get("step_times_us", ())),
+                        peak_memory_bytes=_opt_int(p.get("peak_memory_bytes")),
+                        error=str(p.get("error", "")),
+                    )
+                    for p in sweep["points"]
+                ),
+                memory_method=str(sweep.get("memory_method", "")),
+                plateau_tolerance=float(sweep.get("plateau_tolerance", 0.10)),
+            )
+            if sweep
+            else None,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise GpuprofError(
+            f"{where}: a field is missing or has the wrong type ({type(exc).__name__}: {exc}); "
+            "the file may be damaged or from another version - re-run the ladder and save again"
+        ) from None
