@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuprof_nb.analysis.diagnose import Finding
+from gpuprof_nb.analysis.fixes import MEMORY_FIXES, peak_memory_advice
 from gpuprof_nb.analysis.sources import source_label
 from gpuprof_nb.model.memory import (
     ALLOC,
@@ -574,13 +575,7 @@ def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
             title=f"Out of memory: a request for {_size(oom.requested_bytes)} at "
                   f"{oom.site.label} failed; {why}. Largest holder: {top}",
             evidence=evidence,
-            fix=("Free what the failing step does not need (del tensors kept from earlier "
-                 "cells, .item() for logged losses), shrink the batch or use gradient "
-                 "accumulation, and wrap activations in "
-                 "torch.utils.checkpoint.checkpoint(fn, x, use_reentrant=False)."
-                 + (" Cached memory was fragmented: set "
-                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before importing "
-                    "torch." if frag else "")),
+            fix=MEMORY_FIXES["oom"] + (MEMORY_FIXES["oom_fragmented"] if frag else ""),
         ))
     free = segments.free_bytes
     if segments.reserved_bytes and free >= 0.25 * segments.reserved_bytes and free >= _MIB \
@@ -596,10 +591,7 @@ def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
                 "largest_free_block_bytes": segments.largest_free_block_bytes,
                 "fragmentation_ratio": segments.fragmentation_ratio,
             },
-            fix=("Let segments grow instead of splitting: "
-                 "os.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True' before "
-                 "importing torch. Keep tensor sizes steady across steps (pad to buckets); "
-                 "call torch.cuda.empty_cache() only between phases, never in the loop."),
+            fix=MEMORY_FIXES["fragmentation"],
         ))
     if leaks.growth_bytes_per_step is not None and leaks.growth_bytes_per_step > 0 \
             and leaks.step_end_bytes[-1] > leaks.step_end_bytes[0]:
@@ -616,9 +608,7 @@ def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
                 "last_step_end_bytes": leaks.step_end_bytes[-1],
                 "left_allocated_bytes": leaks.left_bytes,
             },
-            fix=("Something keeps tensors (and their autograd graphs) alive across steps. "
-                 "Log numbers, not tensors: losses.append(loss.item()) or loss.detach(); "
-                 "run evaluation under torch.no_grad(); remove hooks you no longer need."),
+            fix=MEMORY_FIXES["memory_growth"],
         ))
     elif leaks.left_bytes and tl.peak_bytes and leaks.left_bytes >= 0.05 * tl.peak_bytes:
         top = leaks.left_sites[0].site.label if leaks.left_sites else "unknown"
@@ -627,34 +617,20 @@ def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
             title=f"The cell left {_size(leaks.left_bytes)} allocated that it did not free; "
                   f"most from {top}",
             evidence={"left_allocated_bytes": leaks.left_bytes, "peak_bytes": tl.peak_bytes},
-            fix=("Expected for new parameters, optimizer state or results you keep. If it "
-                 "grows each time the cell runs, something keeps tensors alive: store "
-                 "loss.item() instead of loss, and del intermediates you no longer need."),
+            fix=MEMORY_FIXES["left_allocated"],
         ))
     if tl.peak_bytes > 0 and at_peak.sites:
         holder = at_peak.sites[0]
         cats = {s.category for s in at_peak.sites if s.category}
-        advice = [
-            "activation checkpointing: torch.utils.checkpoint.checkpoint(block, x, "
-            "use_reentrant=False) recomputes activations in backward instead of keeping them",
-            "bf16 autocast: with torch.autocast('cuda', dtype=torch.bfloat16): halves "
-            "activation memory",
-        ]
-        if "optimizer_state" in cats or "optimizer state" in cats:
-            advice.append("8-bit or sharded optimizer state (bitsandbytes AdamW8bit, FSDP); "
-                          "AdamW(fused=True) avoids temporary copies")
-        else:
-            advice.append("8-bit optimizers (bitsandbytes) or AdamW(fused=True) when "
-                          "optimizer state or its temporaries are large")
-        advice.append("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when reserved memory "
-                      "runs far above the peak")
+        optimizer = "optimizer_state" in cats or "optimizer state" in cats
+        advice = peak_memory_advice(optimizer_state_at_peak=optimizer)
         out.append(Finding(
             kind="peak_memory", severity="info",
             title=f"Peak {_size(tl.peak_bytes)}; {holder.site.label} held "
                   f"{holder.share * 100:.1f}% of it",
             evidence={"peak_bytes": tl.peak_bytes, "top_site_bytes": holder.bytes,
                       "top_site_share": holder.share},
-            fix="To lower the peak: " + "; ".join(advice) + ".",
+            fix=advice,
         ))
     return tuple(sorted(out, key=lambda f: (_SEVERITY_ORDER.get(f.severity, 9), f.kind)))
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-from gpuprof_nb.analysis.diagnose import kernel_class
+from gpuprof_nb.analysis.classify import kernel_class
 from gpuprof_nb.analysis.timeline import top_level_ops
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.render import svg

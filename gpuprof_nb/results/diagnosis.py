@@ -5,10 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from gpuprof_nb.results.display import Displayable
 
-SEVERITIES = ("high", "medium", "low", "info")
+# Every kind of finding (ARCHITECTURE.md's table): what holds a cell back, what a memory
+# snapshot shows, and what a multi-rank run adds.
+FindingKind = Literal[
+    "dataloader", "host_sync", "launch_overhead", "python_overhead", "memory_bound",
+    "compute_bound", "precision", "dtype_cast", "host_device_copy", "communication",
+    "cold_start", "recompilation", "memory_growth", "fragmentation", "oom", "peak_memory",
+    "straggler", "load_imbalance",
+]
+Severity = Literal["high", "medium", "low", "info"]
+FINDING_KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
 
 
 
@@ -20,8 +31,8 @@ class Finding:
     (for memory_growth: the fraction of the memory the window held at its peak, above its
     lowest level, that is growth)."""
 
-    kind: str
-    severity: str  # "high" | "medium" | "low" | "info"
+    kind: FindingKind
+    severity: Severity
     title: str
     evidence: Mapping[str, float] = field(default_factory=dict)
     fix: str = ""
@@ -49,7 +60,7 @@ class Diagnosis(Displayable):
     def top(self) -> Finding | None:
         return self.findings[0] if self.findings else None
 
-    def finding(self, kind: str) -> Finding | None:
+    def finding(self, kind: FindingKind) -> Finding | None:
         """Return the considered finding of one kind, reported or not, or None."""
         for f in self.considered:
             if f.kind == kind:

@@ -24,6 +24,7 @@ from gpuprof_nb.model.trace import (
     SyncEvent,
     Trace,
 )
+from gpuprof_nb.results.roofline import Roofline, RooflinePoint
 
 KINDS = {"dataloader", "host_sync", "launch_overhead", "python_overhead", "memory_bound",
          "compute_bound", "precision", "dtype_cast", "host_device_copy", "communication",
@@ -330,13 +331,22 @@ class TestRules:
         assert shares == sorted(shares, reverse=True)
 
     def test_roofline_shares_decide_on_device(self):
-        class FakeRoofline:
-            def time_share(self, bound):
-                return {"memory": 0.25, "compute": 0.75}[bound]
+        def roofline(compute_us, memory_us, total_us=None, bound=True):
+            def point(kind, us):
+                return RooflinePoint(
+                    name=kind, shapes="", calls=1, flops=1, bytes_moved=1,
+                    intensity_flop_per_byte=1.0, time_us=us, achieved_flops_per_s=None,
+                    achieved_bytes_per_s=None, roof=None, peak_flops_per_s=None,
+                    roof_flops_per_s=None, bound=kind if bound else None,
+                    fraction_of_roof=None, above_roof=False, flop_source="", bytes_model="",
+                    dtype="fp32", category="gemm", op_name=kind)
+            return Roofline(points=(point("compute", compute_us), point("memory", memory_us)),
+                            data_movement=(), device=None, note="", time_basis="device",
+                            total_time_us=total_us or compute_us + memory_us)
 
         # By kernel names this is all elementwise; the roofline says 75% compute-bound.
         kernels = [kernel(0, 100), kernel(100, 100)]
-        d = diagnose(make_trace(kernels=kernels), roofline=FakeRoofline())
+        d = diagnose(make_trace(kernels=kernels), roofline=roofline(75, 25))
         cb = d.finding("compute_bound")
         assert cb.evidence["roofline_compute_bound_share_fraction"] == pytest.approx(0.75)
         mb = d.finding("memory_bound")
@@ -344,23 +354,14 @@ class TestRules:
         assert mb.share == pytest.approx(0.25 * th.MEMORY_BOUND_RECOVERABLE)
         # Shares are of the attributed time: a device roofline covering half the busy time
         # speaks for half of it.
-        class HalfCovered(FakeRoofline):
-            time_basis = "device"
-            coverage = 0.5
-
-        half = diagnose(make_trace(kernels=kernels), roofline=HalfCovered())
+        half = diagnose(make_trace(kernels=kernels), roofline=roofline(75, 25, total_us=200))
         assert half.finding("compute_bound") is None  # 0.75 x 0.5 < COMPUTE_BOUND_MIN_SHARE
         assert half.finding("memory_bound").evidence["low_intensity_time_us"] == \
             pytest.approx(0.25 * 0.5 * 200)
-        # A roofline that could not classify (None) or is not one leaves names in charge.
-        class Unclassified:
-            def time_share(self, bound):
-                return None
-
-        for roof in (Unclassified(), object()):
-            d2 = diagnose(make_trace(kernels=kernels), roofline=roof)
-            assert d2.finding("compute_bound") is None
-            assert d2.finding("memory_bound").evidence["low_intensity_time_us"] == 200
+        # A roofline that could not classify (no device ceilings) leaves names in charge.
+        d2 = diagnose(make_trace(kernels=kernels), roofline=roofline(75, 25, bound=False))
+        assert d2.finding("compute_bound") is None
+        assert d2.finding("memory_bound").evidence["low_intensity_time_us"] == 200
 
     def test_op_class(self):
         assert op_class("aten::addmm") == "gemm"

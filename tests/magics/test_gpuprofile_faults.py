@@ -10,7 +10,6 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 torch = pytest.importorskip("torch")
 
 import gpuprof_nb.analysis.report  # noqa: E402
-
 from gpuprof_nb.model.timing import TimingStats  # noqa: E402
 from gpuprof_nb.results.report import ProfileReport  # noqa: E402
 

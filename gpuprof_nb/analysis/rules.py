@@ -1,0 +1,808 @@
+"""The diagnosis rules: each measures one kind of bottleneck from the trace (and the run
+timings when given) and returns a Finding with its evidence and the share of the profiled
+time fixing it could recover, or None when the trace holds nothing to judge. The rules
+share a Context computed once per trace; analysis/diagnose.py runs them and orders what
+they find."""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import re
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuprof_nb.analysis import thresholds as th
+from gpuprof_nb.analysis.classify import kernel_class, op_class
+from gpuprof_nb.analysis.fixes import FIXES, FP16_FIX
+from gpuprof_nb.analysis.intervals import (
+    Interval,
+    clip_intervals,
+    gaps_between,
+    merge_intervals,
+    union_length,
+)
+from gpuprof_nb.analysis.sources import profiler_frame_label
+from gpuprof_nb.analysis.timeline import (
+    SYNC_RUNTIME_NAMES,
+    IdleGap,
+    Timeline,
+    is_dataloader_op,
+    median_duration_us,
+)
+from gpuprof_nb.model.timing import TimingStats
+from gpuprof_nb.model.trace import Kernel, MemoryEvent, Op, RuntimeCall, Trace
+from gpuprof_nb.results.diagnosis import Finding, FindingKind, Severity
+from gpuprof_nb.results.roofline import Roofline
+
+# TF32 kernels already use tensor cores: they are not "fp32 matmuls" for the precision rule.
+FP32_KERNEL_MARKS = ("sgemm", "f32f32_f32f32", "_fp32_")
+
+
+def unrecorded_device_words(calls: Sequence[RuntimeCall]) -> str:
+    """Return what the trace holds instead of kernels, and how to record them, for users."""
+    by_name: dict[str, int] = {}
+    for r in calls:
+        by_name[r.name] = by_name.get(r.name, 0) + 1
+    names = sorted(by_name, key=lambda n: (-by_name[n], n))[:3]
+    listed = ", ".join(f"{by_name[n]} {n}" for n in names)
+    return (f"the trace holds {len(calls)} calls that queue GPU work ({listed}) but no "
+            "kernel events, so the GPU's own time is unknown (a trace taken in CUPTI "
+            "range-profiler mode, for one, records cuda_profiler_range counters instead). "
+            "Record kernels with a normal run: torch.profiler.profile(activities="
+            "[ProfilerActivity.CPU, ProfilerActivity.CUDA]) or %%gpuprofile")
+
+
+def severity_of(share: float) -> Severity:
+    if share >= th.SEVERITY_HIGH_SHARE:
+        return "high"
+    if share >= th.SEVERITY_MEDIUM_SHARE:
+        return "medium"
+    if share >= th.MIN_REPORT_SHARE:
+        return "low"
+    return "info"
+
+
+def make_finding(kind: FindingKind, title: str, share: float, evidence: Mapping[str, float]
+                 ) -> Finding:
+    share = max(0.0, float(share))
+    return Finding(kind, severity_of(share), title, dict(evidence), FIXES[kind], share)
+
+
+def _union_in(spans: Sequence[Interval], lo: float, hi: float) -> float:
+    return union_length(clip_intervals(spans, lo, hi))
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What every rule needs, computed once."""
+
+    trace: Trace
+    timeline: Timeline
+    lo: float
+    hi: float
+    span_us: float
+    n_steps: int
+    top_ops: tuple[Op, ...]
+    kernels: tuple[Kernel, ...]
+    on_device: bool
+    # One-time setup inside host ops that kept the device idle (cold start), and the ops.
+    setup_idle_us: float = 0.0
+    setup_ops: tuple[Op, ...] = ()
+    # Of it, what is a one-off left out of every other share (see diagnose): the shares
+    # are then of the steady rest of the window.
+    one_off_us: float = 0.0
+
+    def frac(self, us: float) -> float:
+        rest = self.span_us - self.one_off_us
+        return us / rest if rest > 0 else 0.0
+
+    def frac_of_window(self, us: float) -> float:
+        return us / self.span_us if self.span_us > 0 else 0.0
+
+    @property
+    def each(self) -> str:
+        """How titles say 'per step': without steps the counts are for the whole cell."""
+        return "per step" if self.n_steps else "in the cell"
+
+
+def rule_dataloader(c: Context) -> Finding | None:
+    if not any("DataLoader" in name and "__next__" in name
+               for name in {o.name for o in c.trace.ops}):
+        return None
+    spans = merge_intervals((o.start_us, o.end_us) for o in c.trace.ops if is_dataloader_op(o))
+    if not spans:
+        return None
+    dl_us = _union_in(spans, c.lo, c.hi)
+    count = sum(1 for o in c.trace.ops if is_dataloader_op(o))
+    steps = merge_intervals((s.start_us, s.end_us) for s in c.trace.steps)
+    step_us = union_length(steps) if steps else c.span_us
+    step_dl = _union_in(spans, *_bounds(steps)) if steps else dl_us
+    evidence: dict[str, float] = {
+        "dataloader_time_us": dl_us,
+        "dataloader_share_of_step_time_fraction": step_dl / step_us if step_us > 0 else 0.0,
+        "dataloader_calls_count": float(count),
+    }
+    bd = c.timeline.breakdown
+    if c.on_device and bd is not None:
+        evidence["device_idle_in_dataloader_us"] = bd.dataloader_us
+        evidence["device_idle_in_dataloader_fraction"] = c.frac(bd.dataloader_us)
+        share = c.frac(bd.dataloader_us)
+    else:
+        share = c.frac(dl_us)
+    title = (f"The {'GPU' if c.on_device else 'step'} waits for the DataLoader: "
+             f"{share * 100:.0f}% of the time goes to loading batches")
+    return make_finding("dataloader", title, share, evidence)
+
+
+def _bounds(spans: Sequence[Interval]) -> tuple[float, float]:
+    return (spans[0][0], spans[-1][1]) if spans else (0.0, 0.0)
+
+
+def rule_host_sync(c: Context) -> Finding | None:
+    calls = [r for r in c.trace.runtime if r.name in SYNC_RUNTIME_NAMES]
+    events = [s for s in c.trace.syncs if s.name in ("Stream Sync", "Context Sync", "Event Sync")]
+    items = [o for o in c.trace.ops
+             if o.kind == "op" and o.name in ("aten::item", "aten::_local_scalar_dense")]
+    # aten::item calls aten::_local_scalar_dense: count the outer one only.
+    n_item = sum(1 for o in items if o.name == "aten::item") or len(items)
+    if not calls and not events and not n_item:
+        return None
+    if not c.on_device:
+        return None
+    blocked = merge_intervals([(r.start_us, r.end_us) for r in calls]
+                              + [(s.start_us, s.end_us) for s in events])
+    bd = c.timeline.breakdown
+    idle = bd.sync_us if bd is not None else 0.0
+    per_step = max(c.n_steps, 1)
+    evidence = {
+        "sync_calls_per_step": (len(calls) or len(events)) / per_step,
+        "item_calls_per_step": n_item / per_step,
+        "host_blocked_us": _union_in(blocked, c.lo, c.hi),
+        "device_idle_after_sync_us": idle,
+        "device_idle_after_sync_fraction": c.frac(idle),
+    }
+    share = c.frac(idle)
+    title = (f"The host waits for the GPU at synchronisation points "
+             f"({evidence['sync_calls_per_step']:.3g} {c.each}); the GPU then idles "
+             f"{share * 100:.0f}% of the time")
+    return make_finding("host_sync", title, share, evidence)
+
+
+def rule_launch_and_python(c: Context) -> list[Finding]:
+    bd = c.timeline.breakdown
+    out: list[Finding] = []
+    if bd is None:
+        return out
+    per_step = max(c.n_steps, 1)
+    if c.on_device:
+        compute = [k for k in c.kernels if k.kind == "kernel"]
+        med = median_duration_us([k.dur_us for k in compute])
+        per_step_kernels = len(compute) / per_step
+        tiny = (bool(compute) and med < th.TINY_KERNEL_US
+                and per_step_kernels >= th.MIN_KERNELS_FOR_OVERHEAD)
+        # Device idle while the host is inside torch ops: dispatch and CPU-side op work set
+        # the pace (overhead-bound), except one-time setup ops, which are cold start.
+        host_ops = max(bd.host_in_ops_us - c.setup_idle_us, 0.0)
+        share = c.frac(bd.launch_us + host_ops)
+        evidence = {
+            "kernels_per_step": per_step_kernels,
+            "median_kernel_us": med,
+            "short_gaps_between_kernels_us": bd.launch_us,
+            "device_idle_while_host_in_ops_us": host_ops,
+        }
+        if compute:
+            title = (f"Many small kernels: {per_step_kernels:.0f} {c.each}, median {med:.3g} us;"
+                     " launching them sets the pace" if tiny else
+                     f"The host sets the pace: the GPU idles {share * 100:.0f}% of the time "
+                     "while the host dispatches torch ops")
+            out.append(make_finding("launch_overhead", title, share, evidence))
+        python_us = max(bd.host_us - bd.host_in_ops_us, 0.0)
+        covered = _union_in(merge_intervals((o.start_us, o.end_us) for o in c.top_ops),
+                            c.lo, c.hi)
+        out.append(make_finding(
+            "python_overhead",
+            f"The GPU waits for Python: {c.frac(python_us) * 100:.0f}% of the time nothing "
+            "was launched and no torch op ran" + _python_hotspot(c), c.frac(python_us),
+            {"device_idle_host_outside_ops_us": python_us,
+             "device_idle_waiting_on_host_us": bd.host_us,
+             "wall_not_in_torch_ops_fraction": 1.0 - c.frac(covered)}))
+        return out
+    if not c.top_ops:
+        return out
+    durations = [o.dur_us for o in c.top_ops]
+    med = median_duration_us(durations)
+    tiny_names = _tiny_op_names(c.top_ops)
+    tiny_us = sum(o.dur_us for o in c.top_ops if o.name in tiny_names)
+    many = len(c.top_ops) / per_step >= th.MIN_OPS_FOR_OVERHEAD
+    tiny = many and med < th.TINY_CPU_OP_US
+    share = c.frac(bd.launch_us + tiny_us) if tiny else c.frac(bd.launch_us)
+    out.append(make_finding(
+        "launch_overhead",
+        f"Thousands of tiny ops: {len(c.top_ops) / per_step:.0f} {c.each}, median "
+        f"{med:.3g} us each; dispatch, not math, sets the pace" if tiny else
+        f"Short dispatch gaps between ops take {share * 100:.0f}% of the time",
+        share,
+        {"ops_per_step": len(c.top_ops) / per_step, "median_op_us": med,
+         "time_in_tiny_ops_us": tiny_us, "dispatch_gaps_between_ops_us": bd.launch_us}))
+    # Time inside CPU collectives (gloo) is waiting on other ranks, not Python.
+    host_gaps = merge_intervals((g.start_us, g.end_us) for g in c.timeline.gaps
+                                if g.cause == "host")
+    in_comm = union_length(_intersect(host_gaps, _host_collective_spans(c)))
+    python_us = max(bd.host_us - in_comm, 0.0)
+    out.append(make_finding(
+        "python_overhead",
+        f"{c.frac(python_us) * 100:.0f}% of the time is Python outside torch ops"
+        + _python_hotspot(c),
+        c.frac(python_us),
+        {"python_outside_ops_us": python_us,
+         "wall_not_in_torch_ops_fraction": c.frac(bd.span_us - bd.busy_us)}))
+    return out
+
+
+def _python_time(c: Context) -> list[Interval]:
+    """Return the host-wait stretches in which no torch op and no host collective ran."""
+    host = merge_intervals((g.start_us, g.end_us) for g in c.timeline.gaps if g.cause == "host")
+    busy = merge_intervals([(o.start_us, o.end_us) for o in c.top_ops]
+                           + list(_host_collective_spans(c)))
+    return _intersect(host, gaps_between(busy, c.lo, c.hi))
+
+
+def _python_hotspot(c: Context) -> str:
+    """Return ' (mostly in NAME: N% of the time)' naming the innermost Python function
+    (python_function events, recorded with with_stack=True) that holds the most Python time
+    outside torch ops, or '' without such events."""
+    funcs = [o for o in c.trace.ops if o.kind == "python" and o.dur_us >= 0]
+    if not funcs:
+        return ""
+    gaps = [IdleGap(a, b, "host") for a, b in _python_time(c)]
+    if not gaps:
+        return ""
+    # Python events nest properly on one thread: take the thread with the most of them.
+    per_thread: dict[str, int] = {}
+    for o in funcs:
+        per_thread[str(o.tid)] = per_thread.get(str(o.tid), 0) + 1
+    main = min(per_thread, key=lambda t: (-per_thread[t], t))
+    funcs = sorted((o for o in funcs if str(o.tid) == main),
+                   key=lambda o: (o.start_us, -o.dur_us, o.index))
+    held: dict[str, float] = {}
+    stack: list[Op] = []
+    i = 0
+    # Sweep the gaps in time order with a stack of open functions; each gap goes to the
+    # innermost function open at its middle.
+    for g in sorted(gaps, key=lambda g: g.start_us):
+        mid = (g.start_us + g.end_us) / 2
+        while i < len(funcs) and funcs[i].start_us <= mid:
+            while stack and stack[-1].end_us < funcs[i].start_us:
+                stack.pop()
+            stack.append(funcs[i])
+            i += 1
+        while stack and stack[-1].end_us < mid:
+            stack.pop()
+        if stack:
+            held[stack[-1].name] = held.get(stack[-1].name, 0.0) + g.dur_us
+    if not held:
+        return ""
+    name = min(held, key=lambda n: (-held[n], n))
+    where = profiler_frame_label(name, c.trace.cells)
+    return f" (mostly in {where}: {c.frac(held[name]) * 100:.0f}% of the time)"
+
+
+_HOST_COLLECTIVE_PREFIXES = ("gloo:", "nccl:", "c10d::", "mpi:", "ucc:")
+
+
+def _host_collective_spans(c: Context) -> list[Interval]:
+    """Return the merged host ranges of collectives (`gloo:all_reduce`, `c10d::allreduce_`)."""
+    if not any(name.lower().startswith(_HOST_COLLECTIVE_PREFIXES)
+               for name in {o.name for o in c.trace.ops}):
+        return []
+    return merge_intervals(
+        clip_intervals(((o.start_us, o.end_us) for o in c.trace.ops
+                        if o.name.lower().startswith(_HOST_COLLECTIVE_PREFIXES)), c.lo, c.hi))
+
+
+def _tiny_op_names(ops: Sequence[Op]) -> frozenset[str]:
+    """Return the op names whose median call is tiny on the CPU. Judging by the name's median,
+    not each call, keeps a call that the OS paused mid-way (a loaded machine) a tiny op."""
+    by_name: dict[str, list[float]] = {}
+    for o in ops:
+        by_name.setdefault(o.name, []).append(o.dur_us)
+    return frozenset(n for n, d in by_name.items()
+                     if median_duration_us(d) < th.TINY_CPU_OP_US)
+
+
+def _gemm_precision_fp32(op: Op) -> bool:
+    types = [t for t in (op.input_types or ()) if t]
+    return bool(types) and "float" in types and not any(
+        t in ("c10::BFloat16", "c10::Half", "BFloat16", "Half") for t in types)
+
+
+def rule_compute_memory_precision(c: Context, roofline: Roofline | None) -> list[Finding]:
+    out: list[Finding] = []
+    if c.on_device:
+        compute = [k for k in c.kernels if k.kind == "kernel"]
+        spans = merge_intervals((k.start_us, k.end_us) for k in compute)
+        busy = _union_in(spans, c.lo, c.hi)
+        gemm = [k for k in compute if kernel_class(k) == "gemm"]
+        # A matmul kernel shorter than a launch is latency-bound, not compute-bound: only the
+        # others count as large.
+        large = [k for k in gemm if k.dur_us >= th.TINY_KERNEL_US]
+        # Tiny kernels count too: launch_overhead charges the idle gaps around them, this
+        # rule their device time, which fusion would also save.
+        low = [k for k in compute if kernel_class(k) == "elementwise"]
+        gemm_us = _union_in(merge_intervals((k.start_us, k.end_us) for k in large), c.lo, c.hi)
+        small_us = _union_in(merge_intervals((k.start_us, k.end_us) for k in gemm
+                                             if k.dur_us < th.TINY_KERNEL_US), c.lo, c.hi)
+        low_us = _union_in(merge_intervals((k.start_us, k.end_us) for k in low), c.lo, c.hi)
+        base = busy
+        named = float(len(large))
+    else:
+        tiny_names = _tiny_op_names(c.top_ops)
+        gemm_ops = [o for o in c.top_ops if op_class(o.name) == "gemm"]
+        # Ops whose calls are tiny are dispatch-bound (launch_overhead's time), not large.
+        large_ops = [o for o in gemm_ops if o.name not in tiny_names]
+        low_ops = [o for o in c.top_ops if op_class(o.name) == "elementwise"
+                   and o.name not in tiny_names]
+        gemm_us = sum(o.dur_us for o in large_ops)
+        small_us = sum(o.dur_us for o in gemm_ops if o.name in tiny_names)
+        low_us = sum(o.dur_us for o in low_ops)
+        base = c.timeline.busy_us
+        gemm = []
+        named = float(len(large_ops))
+    if base <= 0:
+        return out
+    gemm_share = gemm_us / base
+    # On CPU traces tiny ops are launch_overhead's time; the roofline there would count them
+    # again, so only device traces take its shares.
+    roof_memory, roof_compute = _roofline_shares(roofline) if c.on_device else (None, None)
+    roof_evidence: dict[str, float] = {}
+    if roof_memory is not None:
+        roof_evidence["roofline_memory_bound_share_fraction"] = roof_memory
+    if roof_compute is not None:
+        roof_evidence["roofline_compute_bound_share_fraction"] = roof_compute
+    # The roofline's shares are of the time it could attribute to ops; scale them to the busy
+    # time by its coverage, so a roofline that explains a tenth of the kernels does not speak
+    # for all of them.
+    coverage = roofline.coverage if roofline is not None else None
+    if (coverage is not None and roofline is not None and roofline.time_basis == "device"
+            and (roof_memory is not None or roof_compute is not None)):
+        coverage = min(max(coverage, 0.0), 1.0)
+        roof_evidence["roofline_coverage_of_busy_fraction"] = coverage
+        roof_memory = roof_memory * coverage if roof_memory is not None else None
+        roof_compute = roof_compute * coverage if roof_compute is not None else None
+    # The roofline (FLOPs and bytes from shapes against the device's roofs) decides when it
+    # could classify ops; op and kernel names decide otherwise.
+    compute_share = roof_compute if roof_compute is not None else gemm_share
+    if compute_share >= th.COMPUTE_BOUND_MIN_SHARE:
+        evidence: dict[str, float] = {"gemm_share_of_busy_fraction": gemm_share,
+                                      "gemm_time_us": gemm_us, "small_gemm_time_us": small_us,
+                                      "busy_us": base, **roof_evidence}
+        if roof_compute is None:
+            # Without shapes there are no FLOPs: the call rests on names, and says so.
+            what = "kernel" if c.on_device else "op"
+            evidence[f"gemm_{what}s_judged_by_name_not_flops_count"] = named
+            how = f"judged by {what} name, not measured FLOPs"
+        else:
+            how = "by the roofline's FLOPs and bytes"
+        out.append(Finding(
+            "compute_bound", "info",
+            f"Healthy: {compute_share * 100:.0f}% of the "
+            f"{'device' if c.on_device else 'op'} time is large matmuls/convolutions "
+            f"(compute-bound; {how})",
+            evidence, FIXES["compute_bound"], 0.0))
+    if roof_memory is not None:
+        low_us = roof_memory * base
+    if low_us > 0:
+        share = c.frac(low_us) * th.MEMORY_BOUND_RECOVERABLE
+        out.append(make_finding(
+            "memory_bound",
+            f"Memory-bound: {low_us / base * 100:.0f}% of the "
+            f"{'device' if c.on_device else 'op'} time is "
+            + ("in ops under the roofline's ridge point (low arithmetic intensity)"
+               if roof_memory is not None else
+               "elementwise, norm, softmax or reduction ops (low arithmetic intensity)"),
+            share,
+            {"low_intensity_time_us": low_us, "low_intensity_share_of_busy_fraction":
+             low_us / base, "low_intensity_share_of_window_fraction": c.frac(low_us),
+             **roof_evidence}))
+    if c.on_device and gemm:
+        fp32_ids = {o.external_id for o in c.trace.ops
+                    if o.external_id is not None and op_class(o.name) == "gemm"
+                    and _gemm_precision_fp32(o)}
+        fp32 = [k for k in gemm if (k.external_id in fp32_ids)
+                or any(m in k.name.lower() for m in FP32_KERNEL_MARKS)]
+        cc = compute_capability(c.trace, c.timeline.device)
+        fp32_us = _union_in(merge_intervals((k.start_us, k.end_us) for k in fp32), c.lo, c.hi)
+        if fp32_us > 0 and cc is not None and cc >= th.PRECISION_MIN_CC:
+            share = c.frac(fp32_us) * th.PRECISION_RECOVERABLE
+            low_cc = cc < th.BF16_MIN_CC
+            out.append(make_finding(
+                "precision",
+                f"fp32 matmuls on a tensor-core GPU (compute capability {cc[0]}.{cc[1]}): "
+                f"{fp32_us / base * 100:.0f}% of device time",
+                share,
+                {"fp32_gemm_time_us": fp32_us, "fp32_gemm_share_of_busy_fraction":
+                 fp32_us / base, "compute_capability": float(f"{cc[0]}.{cc[1]}")}))
+            if low_cc:
+                # No bf16 before Ampere: fp16 with loss scaling is the tensor-core path there.
+                f = out[-1]
+                out[-1] = Finding(f.kind, f.severity, f.title, f.evidence, FP16_FIX, f.share)
+    return out
+
+
+def _roofline_shares(roofline: Roofline | None) -> tuple[float | None, float | None]:
+    """Return the roofline's (memory-bound, compute-bound) time shares, None where it could
+    not classify (no device ceilings)."""
+    if roofline is None:
+        return None, None
+    return roofline.time_share("memory"), roofline.time_share("compute")
+
+
+def compute_capability(trace: Trace, device: int | None) -> tuple[int, int] | None:
+    for d in trace.devices:
+        if d.index == device and d.compute_capability:
+            return d.compute_capability
+    caps = [d.compute_capability for d in trace.devices if d.compute_capability]
+    return caps[0] if caps else None
+
+
+def rule_dtype_cast(c: Context) -> Finding | None:
+    casts = [o for o in c.top_ops if op_class(o.name) == "cast"]
+    if not casts:
+        return None
+    # A cast that launched a memcpy is a device transfer (host_device_copy's business).
+    memcpy_calls: dict[str, list[float]] = {}
+    for r in c.trace.runtime:
+        if "Memcpy" in r.name:
+            memcpy_calls.setdefault(str(r.tid), []).append(r.start_us)
+    for v in memcpy_calls.values():
+        v.sort()
+
+    def transfers(o: Op) -> bool:
+        starts = memcpy_calls.get(str(o.tid), [])
+        i = bisect.bisect_left(starts, o.start_us)
+        return i < len(starts) and starts[i] <= o.end_us
+
+    casts = [o for o in casts if not transfers(o)]
+    if not casts:
+        return None
+    if c.on_device:
+        cast_us = _device_time_launched_in(c, casts)
+    else:
+        cast_us = sum(o.dur_us for o in casts)
+    per_step = len(casts) / max(c.n_steps, 1)
+    share = c.frac(cast_us) if per_step >= th.DTYPE_CAST_MIN_PER_STEP else 0.0
+    return make_finding(
+        "dtype_cast",
+        f"Repeated dtype conversions: {per_step:.0f} casts {c.each} take "
+        f"{c.frac(cast_us) * 100:.0f}% of the time",
+        share,
+        {"casts_per_step": per_step, "cast_time_us": cast_us,
+         "cast_share_fraction": c.frac(cast_us)})
+
+
+def _device_time_launched_in(c: Context, ops: Sequence[Op]) -> float:
+    """Return device microseconds of kernels launched from inside the given host ops."""
+    by_thread: dict[str, list[tuple[float, float]]] = {}
+    for o in ops:
+        by_thread.setdefault(str(o.tid), []).append((o.start_us, o.end_us))
+    for v in by_thread.values():
+        v.sort()
+    launched: set[int] = set()
+    for r in c.trace.runtime:
+        spans = by_thread.get(str(r.tid))
+        if not spans or r.correlation is None:
+            continue
+        i = bisect.bisect_right(spans, (r.start_us, float("inf"))) - 1
+        if i >= 0 and spans[i][0] <= r.start_us <= spans[i][1]:
+            launched.add(r.correlation)
+    return sum(k.dur_us for k in c.kernels if k.correlation in launched)
+
+
+def rule_host_device_copy(c: Context) -> Finding | None:
+    copies = [k for k in c.kernels if k.kind == "memcpy"]
+    if not copies:
+        return None
+    compute = merge_intervals((k.start_us, k.end_us) for k in c.kernels if k.kind == "kernel")
+    copy_spans = merge_intervals(clip_intervals(((k.start_us, k.end_us) for k in copies),
+                                                c.lo, c.hi))
+    copy_us = union_length(copy_spans)
+    overlapped = union_length(_intersect(copy_spans, compute))
+    exposed = copy_us - overlapped
+    pageable = [k for k in copies if "pageable" in k.name.lower()]
+    sized = [k for k in copies if k.bytes and k.dur_us > 0]
+    evidence = {
+        "memcpy_time_us": copy_us,
+        "memcpy_share_fraction": c.frac(copy_us),
+        "memcpy_not_overlapped_fraction": c.frac(exposed),
+        "pageable_copies_count": float(len(pageable)),
+    }
+    if sized:
+        evidence["memcpy_bandwidth_bytes_per_s"] = (
+            sum(k.bytes or 0 for k in sized) / (sum(k.dur_us for k in sized) * 1e-6))
+    return make_finding(
+        "host_device_copy",
+        f"Host-device copies take {c.frac(copy_us) * 100:.0f}% of the time, "
+        f"{c.frac(exposed) * 100:.0f}% not hidden behind compute"
+        + (f" ({len(pageable)} from pageable memory)" if pageable else ""),
+        c.frac(exposed), evidence)
+
+
+def _intersect(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
+    """Return the intersection of two sorted disjoint interval lists."""
+    out: list[Interval] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def rule_communication(c: Context) -> Finding | None:
+    if not c.on_device:
+        return _rule_host_communication(c)
+    comm = [k for k in c.kernels if k.kind == "kernel" and kernel_class(k) == "comm"]
+    if not comm:
+        return None
+    comm_spans = merge_intervals(clip_intervals(((k.start_us, k.end_us) for k in comm),
+                                                c.lo, c.hi))
+    other = merge_intervals((k.start_us, k.end_us) for k in c.kernels
+                            if k.kind == "kernel" and kernel_class(k) != "comm")
+    comm_us = union_length(comm_spans)
+    overlap_us = union_length(_intersect(comm_spans, other))
+    exposed = comm_us - overlap_us
+    overlap = overlap_us / comm_us if comm_us > 0 else 0.0
+    return make_finding(
+        "communication",
+        f"Collectives take {c.frac(comm_us) * 100:.0f}% of the time; "
+        f"{overlap * 100:.0f}% of it overlaps compute",
+        c.frac(exposed),
+        {"communication_time_us": comm_us, "communication_share_fraction": c.frac(comm_us),
+         "overlap_with_compute_fraction": overlap, "exposed_communication_us": exposed,
+         "collective_kernels_count": float(len(comm))})
+
+
+def _rule_host_communication(c: Context) -> Finding | None:
+    """Collectives on a trace without device activity (gloo on CPU): the host ranges of the
+    collectives, and how much of them torch ops on other threads overlap."""
+    comm_spans = _host_collective_spans(c)
+    if not comm_spans:
+        return None
+    comm_us = union_length(comm_spans)
+    compute = merge_intervals((o.start_us, o.end_us) for o in c.top_ops
+                              if not o.name.lower().startswith(_HOST_COLLECTIVE_PREFIXES))
+    overlap_us = union_length(_intersect(comm_spans, compute))
+    overlap = overlap_us / comm_us if comm_us > 0 else 0.0
+    count = sum(1 for o in c.trace.ops if o.name.lower().startswith(_HOST_COLLECTIVE_PREFIXES))
+    return make_finding(
+        "communication",
+        f"Collectives on the host take {c.frac(comm_us) * 100:.0f}% of the time; "
+        f"{overlap * 100:.0f}% of it overlaps torch ops",
+        c.frac(comm_us - overlap_us),
+        {"communication_time_us": comm_us, "communication_share_fraction": c.frac(comm_us),
+         "overlap_with_compute_fraction": overlap,
+         "exposed_communication_us": comm_us - overlap_us,
+         "collective_calls_count": float(count)})
+
+
+def cold_ops_idle_us(c: Context) -> tuple[float, tuple[Op, ...]]:
+    """Return the device-idle microseconds spent inside one-time setup ops on the host, and
+    those ops: calls of at least COLD_OP_MIN_US that are the only call of their name or far
+    slower than its other calls (lazy CUDA init in the first .to(), cuDNN autotuning in the
+    first convolution, ...)."""
+    if not c.on_device:
+        return 0.0, ()
+    by_name: dict[str, list[float]] = {}
+    for o in c.top_ops:
+        by_name.setdefault(o.name, []).append(o.dur_us)
+    cold: list[Op] = []
+    for o in c.top_ops:
+        if o.dur_us < th.COLD_OP_MIN_US:
+            continue
+        others = sorted(by_name[o.name])
+        others.remove(o.dur_us)
+        if not others or o.dur_us >= th.COLD_OP_RATIO * median_duration_us(others):
+            cold.append(o)
+    if not cold:
+        return 0.0, ()
+    host_gaps = [(g.start_us, g.end_us) for g in c.timeline.gaps if g.cause == "host"]
+    spans = merge_intervals((o.start_us, o.end_us) for o in cold)
+    return union_length(_intersect(spans, merge_intervals(host_gaps))), tuple(cold)
+
+
+def duration_words(us: float) -> str:
+    """Return a duration for a title: '29.9 s', '412 ms' (same digits as render's fmt_us)."""
+    if us >= 1e6:
+        return f"{us / 1e6:.3g} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.3g} ms"
+    return f"{us:.3g} us"
+
+
+def rule_cold_start(c: Context, timing: TimingStats | None) -> Finding | None:
+    """The first run's one-off cost. From the run timings: the first warm-up run against the
+    timed runs, only when its excess over their median lies beyond their own spread (a
+    noisy machine makes every run differ; that is not a cold start). From the trace: setup
+    ops (see cold_ops_idle_us). Unless the cell ran once (--once, where the first run is
+    what was measured), a one-off is not the steady state users ask about: the finding is
+    `info` and comes after every steady-state finding."""
+    evidence: dict[str, float] = {}
+    share = 0.0
+    titles: list[str] = []
+    if timing is not None and timing.warmup_wall_us and timing.wall_us:
+        first = timing.warmup_wall_us[0]
+        # Warm-up runs only have wall time: compare wall with wall.
+        median = float(statistics.median(timing.wall_us))
+        spread = max(timing.wall_us) - min(timing.wall_us)
+        if median > 0:
+            ratio = first / median
+            total = first + sum(timing.wall_us) + sum(timing.warmup_wall_us[1:])
+            if ratio >= th.COLD_START_RATIO and first - median > spread and total > 0:
+                share = (first - median) / total
+            evidence.update({"first_run_us": first, "median_run_us": median,
+                             "first_over_median_ratio": ratio,
+                             "timed_runs_spread_us": spread})
+            titles.append(f"the first run took {ratio:.3g}x the median run")
+    if c.setup_ops:
+        idle_us = c.setup_idle_us
+        longest = max(c.setup_ops, key=lambda o: (o.dur_us, -o.index))
+        evidence.update({"device_idle_in_setup_ops_us": idle_us,
+                         "longest_setup_op_us": longest.dur_us,
+                         "setup_share_of_window_fraction": c.frac_of_window(idle_us)})
+        share = max(share, c.frac_of_window(idle_us))
+        titles.append(f"one-time setup inside torch ops keeps the GPU idle "
+                      f"{c.frac_of_window(idle_us) * 100:.0f}% of the window (first "
+                      f"{longest.name} took {duration_words(longest.dur_us)})")
+    if not evidence:
+        return None
+    once = timing is not None and timing.once
+    title = "; ".join(titles) + " (allocation, initialisation, autotuning)"
+    if once:
+        return make_finding("cold_start", title[0].upper() + title[1:], share, evidence)
+    f = make_finding("cold_start", "One-off, not the steady state: " + title, share, evidence)
+    return dataclasses.replace(f, severity="info")
+
+
+_COMPILE_MARKERS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup", "CompiledFunction",
+                    "Compiled Function", "(dynamo_timed)", "torch._dynamo", "inductor")
+
+
+_REGION_IDS = re.compile(r"Torch-Compiled Region: (\d+)/(\d+)")
+
+
+def rule_recompilation(c: Context) -> Finding | None:
+    # Traces repeat a few thousand op names: look for the markers once per name.
+    if not any(m in name for name in {o.name for o in c.trace.ops} for m in _COMPILE_MARKERS):
+        return None
+    compiles = [o for o in c.trace.ops if "compile_inner" in o.name]
+    # Inner compiles nest (compile_inner inside _compile.compile_inner): count outermost.
+    spans = merge_intervals((o.start_us, o.end_us) for o in compiles)
+    compile_us = _union_in(spans, c.lo, c.hi)
+    regions = [o for o in c.trace.ops if "Torch-Compiled Region" in o.name]
+    # "Torch-Compiled Region: F/N" runs graph N of frame F: graphs beyond the first of a frame
+    # are recompilations, even when they were compiled before the profiled run.
+    graphs: dict[int, set[int]] = {}
+    for o in regions:
+        m = _REGION_IDS.search(o.name)
+        if m:
+            graphs.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
+    recompiles = sum(len(ids) - 1 for ids in graphs.values())
+    n = len(spans)
+    share = c.frac(compile_us)
+    if recompiles:
+        # Each new shape or guard failure compiles again; even when this run paid nothing,
+        # the next new shape will: worth reporting, at least as a detail.
+        share = max(share, th.MIN_REPORT_SHARE)
+    elif not n:
+        share = 0.0
+    title = (f"torch.compile compiled {n} time(s) during the cell, taking "
+             f"{c.frac(compile_us) * 100:.0f}% of the time")
+    if recompiles:
+        title += f"; {recompiles} recompiled graph(s) ran (shapes or guards changed)"
+    return make_finding(
+        "recompilation", title, share,
+        {"compile_count": float(n), "compile_time_us": compile_us,
+         "recompiled_graphs_count": float(recompiles),
+         "compiled_region_calls_count": float(len(regions))})
+
+
+def rule_memory_growth(c: Context) -> Finding | None:
+    events = sorted(c.trace.memory, key=lambda m: m.ts_us)
+    if not events:
+        return None
+    by_dev: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    running: dict[tuple[int, int], float] = {}
+    for m in events:
+        key = (m.device_type, m.device_id)
+        if m.total_allocated is not None:
+            level = float(m.total_allocated)
+        else:
+            level = running.get(key, 0.0) + m.bytes
+        running[key] = level
+        by_dev.setdefault(key, []).append((m.ts_us, level))
+    cuts = [s.end_us for s in c.trace.steps]
+    best: Finding | None = None
+    best_rank: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    for key in sorted(by_dev):
+        series = by_dev[key]
+        levels: list[float] = []
+        if cuts:
+            times = [t for t, _ in series]
+            for cut in cuts:
+                i = bisect.bisect_right(times, cut) - 1
+                levels.append(series[i][1] if i >= 0 else 0.0)
+        else:
+            # Without steps, cut the event sequence into slices of equal event counts (not
+            # equal time, which a stalled process would leave empty) and watch the level.
+            n = len(series)
+            ends = sorted({n * (i + 1) // th.GROWTH_SLICES - 1 for i in range(th.GROWTH_SLICES)})
+            levels = [series[i][1] for i in ends if i >= 0]
+        if len(levels) < 3:
+            continue
+        moves = [b - a for a, b in zip(levels, levels[1:], strict=False)]
+        rising = sum(1 for m in moves if m > 0) / len(moves)
+        growth = levels[-1] - levels[0]
+        peak = max(lv for _, lv in series)
+        # The share is of what the window itself held at its peak, above its lowest level:
+        # memory held before the window (a loaded model) is not the window's, and on CPU
+        # the profiler's running total also drifts up across profiling sessions (frees of
+        # blocks allocated before the session are not subtracted), so only differences
+        # within the window mean anything.
+        held = peak - min(lv for _, lv in series)
+        steady = rising >= th.GROWTH_RISING_SHARE and growth >= th.MIN_GROWTH_BYTES
+        share = min(growth / held, 1.0) if steady and held > 0 else 0.0
+        where = "per step" if c.trace.steps else "per slice of the window"
+        evidence = {"growth_per_step_bytes": growth / len(moves), "growth_total_bytes": growth,
+                    "rising_steps_fraction": rising, "peak_allocated_bytes": peak,
+                    "peak_above_window_low_bytes": held}
+        site = ""
+        if steady:
+            live = _live_bytes_by_site(c, [m for m in events
+                                           if (m.device_type, m.device_id) == key])
+            if live:
+                name = min(live, key=lambda n: (-live[n], n))
+                evidence["largest_site_live_bytes"] = live[name]
+                site = f"; what stays allocated comes mostly from {name}"
+        f = make_finding(
+            "memory_growth",
+            (f"Memory grows {where}: +{growth / len(moves) / 2**20:.3g} MiB each, "
+             f"{growth / 2**20:.3g} MiB over the cell" if steady else
+             f"Memory does not grow steadily {where}")
+            + f" ({'GPU' if key[0] else 'CPU'} memory){site}",
+            share, evidence)
+        # Of several devices, show the one that grows most, else the one with most memory.
+        rank = (f.share, growth, peak)
+        if best is None or rank > best_rank:
+            best, best_rank = f, rank
+    return best
+
+
+def _live_bytes_by_site(c: Context, events: Sequence[MemoryEvent]) -> dict[str, float]:
+    """Return the bytes still allocated at the last event, by the top-level op that allocated
+    them (the allocation site users recognise: aten::mm, a backward node, ...). Needs the
+    events' addresses to pair frees with allocations; empty without them."""
+    if not events or any(m.addr is None for m in events):
+        return {}
+    by_thread: dict[str, list[Op]] = {}
+    for o in c.top_ops:
+        by_thread.setdefault(str(o.tid), []).append(o)
+    starts = {t: [o.start_us for o in ops] for t, ops in by_thread.items()}
+    live: dict[int, tuple[str, int]] = {}
+    for m in events:
+        if m.bytes > 0:
+            ops = by_thread.get(str(m.tid), [])
+            i = bisect.bisect_right(starts.get(str(m.tid), []), m.ts_us) - 1
+            site = ops[i].name if i >= 0 and ops[i].end_us >= m.ts_us else "outside torch ops"
+            live[m.addr or 0] = (site, m.bytes)
+        elif m.bytes < 0:
+            live.pop(m.addr or 0, None)
+    out: dict[str, float] = {}
+    for site, nbytes in live.values():
+        out[site] = out.get(site, 0.0) + nbytes
+    return out
