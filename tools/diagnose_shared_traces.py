@@ -24,7 +24,7 @@ from gpuprof_nb.analysis.timeline import chosen_device, device_timeline  # noqa:
 from gpuprof_nb.errors import GpuprofError  # noqa: E402
 from gpuprof_nb.io.trace import load_trace  # noqa: E402
 from gpuprof_nb.model.trace import Trace  # noqa: E402
-from gpuprof_nb.render.diagnosis import evidence_rows  # noqa: E402
+from gpuprof_nb.render.evidence import evidence_rows  # noqa: E402
 from gpuprof_nb.render.timeline import breakdown_rows  # noqa: E402
 
 DEFAULT_TRACES = REPO.parent / "shared" / "traces"

@@ -90,4 +90,4 @@ def device_busy_us(trace: Trace, start: float | None = None, end: float | None =
     starts = np.array([k.start_us for k in trace.kernels], dtype=float)
     ends = starts + np.array([k.dur_us for k in trace.kernels], dtype=float)
     merged_starts, merged_ends = merge_arrays(np.maximum(starts, lo), np.minimum(ends, hi))
-    return sum((merged_ends - merged_starts).tolist())
+    return float(sum((merged_ends - merged_starts).tolist()))

@@ -589,7 +589,7 @@ def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
                 "allocated_bytes": segments.allocated_bytes,
                 "free_in_segments_bytes": free,
                 "largest_free_block_bytes": segments.largest_free_block_bytes,
-                "fragmentation_ratio": segments.fragmentation_ratio,
+                "fragmentation_fraction": segments.fragmentation_ratio,
             },
             fix=MEMORY_FIXES["fragmentation"],
         ))
@@ -602,8 +602,8 @@ def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
             title=f"Memory grows by {_size(leaks.growth_bytes_per_step)} per step over "
                   f"{steps} steps; most from {top}",
             evidence={
-                "growth_bytes_per_step": leaks.growth_bytes_per_step,
-                "steps": steps,
+                "growth_per_step_bytes": leaks.growth_bytes_per_step,
+                "steps_count": steps,
                 "first_step_end_bytes": leaks.step_end_bytes[0],
                 "last_step_end_bytes": leaks.step_end_bytes[-1],
                 "left_allocated_bytes": leaks.left_bytes,
@@ -629,7 +629,7 @@ def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
             title=f"Peak {_size(tl.peak_bytes)}; {holder.site.label} held "
                   f"{holder.share * 100:.1f}% of it",
             evidence={"peak_bytes": tl.peak_bytes, "top_site_bytes": holder.bytes,
-                      "top_site_share": holder.share},
+                      "top_site_share_fraction": holder.share},
             fix=advice,
         ))
     return tuple(sorted(out, key=lambda f: (_SEVERITY_ORDER.get(f.severity, 9), f.kind)))

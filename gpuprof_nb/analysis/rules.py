@@ -26,8 +26,6 @@ from gpuprof_nb.analysis.intervals import (
 from gpuprof_nb.analysis.sources import profiler_frame_label
 from gpuprof_nb.analysis.timeline import (
     SYNC_RUNTIME_NAMES,
-    IdleGap,
-    Timeline,
     is_dataloader_op,
     median_duration_us,
 )
@@ -35,6 +33,7 @@ from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Kernel, MemoryEvent, Op, RuntimeCall, Trace
 from gpuprof_nb.results.diagnosis import Finding, FindingKind, Severity
 from gpuprof_nb.results.roofline import Roofline
+from gpuprof_nb.results.timeline import IdleGap, Timeline
 
 # TF32 kernels already use tensor cores: they are not "fp32 matmuls" for the precision rule.
 FP32_KERNEL_MARKS = ("sgemm", "f32f32_f32f32", "_fp32_")
@@ -423,7 +422,7 @@ def rule_compute_memory_precision(c: Context, roofline: Roofline | None) -> list
                 f"{fp32_us / base * 100:.0f}% of device time",
                 share,
                 {"fp32_gemm_time_us": fp32_us, "fp32_gemm_share_of_busy_fraction":
-                 fp32_us / base, "compute_capability": float(f"{cc[0]}.{cc[1]}")}))
+                 fp32_us / base, "compute_capability_version": float(f"{cc[0]}.{cc[1]}")}))
             if low_cc:
                 # No bf16 before Ampere: fp16 with loss scaling is the tensor-core path there.
                 f = out[-1]

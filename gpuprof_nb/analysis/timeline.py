@@ -283,7 +283,7 @@ class _Classifier:
             if b > a:
                 lengths.append(b - a)
             i += 1
-        return sum(lengths)
+        return float(sum(lengths))
 
     def host_in_ops_many(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """host_in_ops_us for many gaps at once: the k-th op span reaching each gap is added
@@ -326,7 +326,7 @@ def _busy_in(busy_starts: np.ndarray, busy_ends: np.ndarray, lo: float, hi: floa
     e = np.minimum(busy_ends[i0:i1], hi)
     keep = e > s
     # Sorted, disjoint and apart after clipping: union_length's merge would change nothing.
-    return sum((e[keep] - s[keep]).tolist())
+    return float(sum((e[keep] - s[keep]).tolist()))
 
 
 def activity_window(trace: Trace) -> tuple[float, float]:

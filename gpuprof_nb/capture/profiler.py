@@ -98,7 +98,8 @@ def _export(prof: profile) -> dict[str, Any]:
         prof.export_chrome_trace(path)
         with open(path, encoding="utf-8", errors="replace") as fh:
             # strict=False: Kineto writes raw control characters in some names.
-            return json.loads(fh.read(), strict=False)
+            data: dict[str, Any] = json.loads(fh.read(), strict=False)
+            return data
     except (OSError, ValueError, RuntimeError) as exc:
         raise CaptureError(
             f"could not export the profiler trace through {path}: {exc}; "

@@ -228,8 +228,8 @@ def _cuda_block(
     milliseconds)."""
     __tracebackhide__ = True  # noqa: F841
     sync_fn = sync if sync is not None else torch.cuda.synchronize
-    start_ev = torch.cuda.Event(enable_timing=True)
-    end_ev = torch.cuda.Event(enable_timing=True)
+    start_ev = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    end_ev = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
     sync_fn()
     start = clock()
     start_ev.record()

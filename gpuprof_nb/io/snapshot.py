@@ -118,7 +118,7 @@ def _load_snapshot(source: str | os.PathLike[str] | bytes | Mapping[str, Any]
             "by torch.cuda.memory._dump_snapshot or %%memsnap --save."
         ) from None
     opener = gzip.open if gz else open
-    with opener(path, "rb") as f:  # type: ignore[operator]
+    with opener(path, "rb") as f:
         data, n_bytes = _unpickle(f, where)
     return _snapshot_from_dict(data, where, n_bytes)
 

@@ -371,9 +371,9 @@ def _opt_int(value: Any) -> int | None:
 def _stream_of(stream: Any, tid: Any) -> int:
     """The stream of a device event: its args' stream, else the tid ('stream 7' or 7); -1 if
     none."""
-    stream = _opt_int(stream)
-    if stream is not None:
-        return stream
+    number = _opt_int(stream)
+    if number is not None:
+        return number
     if isinstance(tid, str) and tid.startswith("stream "):
         parsed = _opt_int(tid[7:].strip())
         if parsed is not None:
@@ -467,6 +467,7 @@ class _Builder:
             else:
                 if hit is not None:
                     return hit
+        result: tuple[str, ...]
         if isinstance(value, list):
             result = self._share(tuple([sys.intern(v) if isinstance(v, str) else str(v)
                                         for v in value]))

@@ -238,7 +238,7 @@ def _split_batch(batch: Any) -> tuple[Any, Any]:
     )
 
 
-def _batches(loader: DataLoader) -> Iterator[Any]:
+def _batches(loader: DataLoader[Any]) -> Iterator[Any]:
     """Cycle through the loader (so a short dataset still feeds every step); raise a clear
     error when it yields nothing at all."""
     for epoch in itertools.count():
@@ -260,7 +260,8 @@ def _batches(loader: DataLoader) -> Iterator[Any]:
             )
 
 
-def build_loader(workload: Workload, settings: LoaderSettings, batch_size: int) -> DataLoader:
+def build_loader(workload: Workload, settings: LoaderSettings, batch_size: int
+                 ) -> DataLoader[Any]:
     """Return a DataLoader over the workload's data in a fixed order (same slice every rung)."""
     kwargs: dict[str, Any] = {
         "batch_size": batch_size,
@@ -347,12 +348,14 @@ def apply_checkpointing(model: torch.nn.Module, names: Sequence[str] | None) -> 
         layers = model
 
         def forward(x: Any) -> Any:
-            return checkpoint_sequential(layers, segments, x, use_reentrant=False)
+            # torch leaves checkpoint_sequential unannotated.
+            return checkpoint_sequential(  # type: ignore[no-untyped-call]
+                layers, segments, x, use_reentrant=False)
 
         model.forward = forward  # type: ignore[method-assign]
         return f"{segments} segments of the Sequential (the last one is not checkpointed)"
     for _, module in targets:
-        module.forward = _checkpointed(module.forward)  # type: ignore[method-assign]
+        module.forward = _checkpointed(module.forward)
     return ", ".join(name for name, _ in targets)
 
 
@@ -450,9 +453,10 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
                     else train_model(inputs)
                 loss = workload.loss_fn(out, targets) / k
             if scaler is not None:
-                scaler.scale(loss).backward()
+                # torch leaves Tensor.backward unannotated.
+                scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
             else:
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]
             total = total + loss.detach().float()
         if scaler is not None:
             scaler.step(optimizer)

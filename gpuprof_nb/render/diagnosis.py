@@ -3,55 +3,15 @@ one-off costs, what could not be judged."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from gpuprof_nb.render.bundle import report_of
+from gpuprof_nb.render.evidence import evidence_rows
 from gpuprof_nb.render.html import esc, html_table, note
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
-from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct, fmt_rate, fmt_us
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding
-
-_SUFFIXES: tuple[tuple[str, str], ...] = (
-    ("_bytes_per_s", "B/s"),
-    ("_fraction", "%"),
-    ("_bytes", "bytes"),
-    ("_us", "time"),
-    ("_ratio", "x"),
-    ("_per_step", "per step"),
-    ("_count", "count"),
-)
-
-
-def evidence_rows(evidence: Mapping[str, float]) -> list[tuple[str, str]]:
-    """Return (label, formatted value) per evidence entry, the unit taken from the suffix."""
-    rows = []
-    for key, value in evidence.items():
-        label, unit = key, ""
-        for suffix, u in _SUFFIXES:
-            if key.endswith(suffix):
-                label, unit = key[: -len(suffix)], u
-                break
-        if unit == "B/s":
-            shown = fmt_rate(value, "B/s")
-        elif unit == "%":
-            shown = fmt_pct(value)
-        elif unit == "bytes":
-            shown = fmt_bytes(value)
-        elif unit == "time":
-            shown = fmt_us(value)
-        elif unit == "x":
-            shown = fmt_num(value) + "x"
-        else:
-            shown = fmt_num(value)
-        if unit == "per step":
-            label += " per step"
-        rows.append((label.replace("_", " "), shown, unit))
-    # The same quantity often comes as time and as share: say which row is which.
-    labels = [r[0] for r in rows]
-    return [(f"{lab} (share)" if unit == "%" and labels.count(lab) > 1 else lab, shown)
-            for lab, shown, unit in rows]
 
 
 def _finding_text(n: int, f: Finding) -> str:

@@ -4,13 +4,14 @@ HTML with the same digits, and the stacked timeline plot: inline SVG in the repo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from gpuprof_nb.render import svg
 from gpuprof_nb.render.bundle import report_of
+from gpuprof_nb.render.evidence import evidence_rows
 from gpuprof_nb.render.html import esc, html_table, note
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
@@ -27,19 +28,6 @@ def memory_title(report: MemoryReport) -> str:
     where = "CPU (profiler fallback)" if report.snapshot.source == "cpu-profiler" \
         else f"cuda:{report.device}"
     return f"Memory on {where}: peak {fmt_bytes(report.peak_bytes)}"
-
-
-def evidence_value(key: str, value: float) -> str:
-    """Format one evidence number by the unit its name ends with."""
-    if key.endswith("_bytes") or key.endswith("_bytes_per_step"):
-        return fmt_bytes(value)
-    if key.endswith(("_share", "_ratio", "_fraction")):
-        return fmt_pct(value)
-    return fmt_num(value)
-
-
-def _evidence_rows(evidence: Mapping[str, float]) -> list[tuple[str, str]]:
-    return [(k.replace("_", " "), evidence_value(k, v)) for k, v in evidence.items()]
 
 
 def _x(value: float | None, unit: str) -> str:
@@ -72,7 +60,7 @@ def findings_section(report: MemoryReport) -> Section:
         text.append("No findings.")
         html.append(note("No findings."))
     for n, f in enumerate(report.findings, start=1):
-        rows = _evidence_rows(f.evidence)
+        rows = evidence_rows(f.evidence)
         table = text_table(("evidence", "value"), rows, right=(False, True))
         text.append(f"{n}. [{f.severity}] {f.title}  ({f.kind})\n"
                     + "\n".join("   " + line for line in table.splitlines())

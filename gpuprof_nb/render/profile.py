@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpuprof_nb.model.timing import NOISY_RATIO
+from gpuprof_nb.model.timing import NOISY_RATIO, TimingStats
 from gpuprof_nb.render.bundle import report_of, text_of, widget_of
 from gpuprof_nb.render.diagnosis import diagnosis_section
 from gpuprof_nb.render.html import esc, html_table, note
@@ -62,7 +62,7 @@ def _pairs_html(pairs: Sequence[tuple[str, str]], notes: Sequence[str]) -> str:
     return html + "".join(note(f"note: {n}") for n in notes)
 
 
-def summary_pairs(report: Any) -> list[tuple[str, str]]:
+def summary_pairs(report: ProfileReport) -> list[tuple[str, str]]:
     """Return the summary as (label, formatted value) rows."""
     pairs: list[tuple[str, str]] = []
     timing = report.timing
@@ -117,7 +117,7 @@ def summary_pairs(report: Any) -> list[tuple[str, str]]:
     return pairs
 
 
-def _first_run_words(timing: Any) -> str:
+def _first_run_words(timing: TimingStats) -> str:
     """The first (warm-up) run's time and how it compares: its one-off cost is reported
     here, apart from the steady-state numbers above it."""
     first = timing.warmup_wall_us[0]
@@ -128,7 +128,7 @@ def _first_run_words(timing: Any) -> str:
             "a one-off, left out of the numbers above)")
 
 
-def _device_label(report: Any) -> str:
+def _device_label(report: ProfileReport) -> str:
     if report.timing is not None and report.timing.device_name:
         return str(report.timing.device_name)
     trace = report.trace
@@ -139,7 +139,7 @@ def _device_label(report: Any) -> str:
     return "unknown (the trace names no device)"
 
 
-def summary_notes(report: Any) -> list[str]:
+def summary_notes(report: ProfileReport) -> list[str]:
     """Return the summary's warnings and caveats, most important first."""
     notes = []
     timing = report.timing
@@ -153,13 +153,13 @@ def summary_notes(report: Any) -> list[str]:
     return notes
 
 
-def summary_section(report: Any) -> Section:
+def summary_section(report: ProfileReport) -> Section:
     """Return the Summary section: device, runs, median/IQR/min/max per run and per step,
     GPU busy % over the profiled window, ops and kernels per step, and the report's notes."""
     return _pairs_section("Summary", summary_pairs(report), summary_notes(report))
 
 
-def summary_text(report: Any) -> str:
+def summary_text(report: ProfileReport) -> str:
     """Return the Summary section's text alone (what `--timing-only` prints)."""
     return _pairs_text(summary_pairs(report), summary_notes(report))
 
@@ -171,11 +171,11 @@ OP_NUMERIC = (False, True, True, True, True, True, True, False)
 _CPU_COLUMNS = (0, 1, 2, 3, 6, 7)
 
 
-def _op_columns(table: Any) -> tuple[int, ...]:
+def _op_columns(table: OpTable) -> tuple[int, ...]:
     return tuple(range(len(OP_HEADERS))) if table.has_device_time else _CPU_COLUMNS
 
 
-def op_rows(table: Any) -> list[tuple[str, ...]]:
+def op_rows(table: OpTable) -> list[tuple[str, ...]]:
     """Return the ops table as formatted rows (the same strings for text and HTML); the
     device columns are left out when the trace has no device time."""
     cols = _op_columns(table)
@@ -196,7 +196,7 @@ def op_rows(table: Any) -> list[tuple[str, ...]]:
     return rows
 
 
-def ops_section(table: Any) -> Section:
+def ops_section(table: OpTable) -> Section:
     """Return the Top ops section: one row per op name in the table's order (its sort key,
     descending); names and shapes in full (wrapped in HTML, never truncated)."""
     rows = op_rows(table)
@@ -230,7 +230,7 @@ KERNEL_HEADERS = ("name", "kind", "calls", "total", "mean", "max", "streams",
 KERNEL_NUMERIC = (False, False, True, True, True, True, False, True, True, True)
 
 
-def kernel_rows(table: Any) -> list[tuple[str, ...]]:
+def kernel_rows(table: KernelTable) -> list[tuple[str, ...]]:
     """Return the kernels table as formatted rows (the same strings for text and HTML);
     bytes and bandwidth only where the trace gives them (memcpy/memset)."""
     rows: list[tuple[str, ...]] = []
@@ -251,7 +251,7 @@ def kernel_rows(table: Any) -> list[tuple[str, ...]]:
     return rows
 
 
-def kernels_section(table: Any) -> Section:
+def kernels_section(table: KernelTable) -> Section:
     """Return the Kernels section: kernels, memcpys and memsets by total time, with bytes
     and achieved bandwidth for copies and sets where the trace gives them. Text has the full
     kernel names; HTML a short form with the full name on hover and under a click."""

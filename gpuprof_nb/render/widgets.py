@@ -19,7 +19,7 @@ def live_kernel() -> bool:
         from IPython import get_ipython
     except ImportError:
         return False
-    shell = get_ipython()  # type: ignore[no-untyped-call]
+    shell = get_ipython()
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 

@@ -134,7 +134,7 @@ class TestRules:
         d = diagnose(make_trace(kernels=kernels, cc=(8, 0)))
         f = d.finding("precision")
         assert f.evidence["fp32_gemm_time_us"] == pytest.approx(100.0)
-        assert f.evidence["compute_capability"] == pytest.approx(8.0)
+        assert f.evidence["compute_capability_version"] == pytest.approx(8.0)
         assert f.share == pytest.approx(100 / 120 * th.PRECISION_RECOVERABLE)
         assert "bfloat16" in f.fix
         volta = diagnose(make_trace(kernels=kernels, cc=(7, 0))).finding("precision")

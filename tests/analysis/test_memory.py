@@ -233,7 +233,7 @@ def test_leak_across_steps(snaps: Path, expected: dict) -> None:
     assert leaks.growing_sites[0].bytes == pytest.approx(truth["leak_bytes_per_step"] - 512)
     growth = [f for f in result.findings if f.kind == "memory_growth"]
     assert growth and growth[0].severity == "high"
-    assert growth[0].evidence["growth_bytes_per_step"] == pytest.approx(3 * MIB)
+    assert growth[0].evidence["growth_per_step_bytes"] == pytest.approx(3 * MIB)
     # Without steps there is no growth figure, only what was left allocated.
     plain = analyze_snapshot(load_snapshot(snaps / "leak_steps.pickle"), step_starts=())
     assert plain.leaks.growth_bytes_per_step is None

@@ -12,7 +12,8 @@ import pytest
 from gpuprof_nb.analysis.diagnose import Diagnosis, Finding, diagnose
 from gpuprof_nb.analysis.timeline import device_timeline
 from gpuprof_nb.io.trace import load_trace
-from gpuprof_nb.render.diagnosis import diagnosis_section, evidence_rows
+from gpuprof_nb.render.diagnosis import diagnosis_section
+from gpuprof_nb.render.evidence import evidence_rows
 from gpuprof_nb.render.timeline import plot_timeline, timeline_section
 from gpuprof_nb.render.units import fmt_bytes, fmt_pct, fmt_us
 
