@@ -113,22 +113,35 @@ def trace_texts() -> dict[str, str]:
             for name in TRACES}
 
 
-@pytest.mark.slow
-def test_mutated_trace_files_give_reports_or_trace_format_errors(
-        trace_texts: dict[str, str], tmp_path: Path) -> None:
-    rng = random.Random(20261125)
+def _fuzz(count: int, names: list[str], mutated: Any, allowed: type[GpuprofError]
+          ) -> tuple[int, int]:
+    """Run `count` mutations, cycling over `names`: `mutated(k, name)` returns a callable
+    that loads and analyses the k-th mutant. Return how many gave a report and how many were
+    refused with `allowed`; anything else fails, naming the mutation."""
     made = refused = 0
-    for k in range(240):
-        name = TRACES[k % len(TRACES)]
-        text = _mutate_text(trace_texts[name], rng)
-        path = tmp_path / f"m{k}.json"
-        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    for k in range(count):
+        name = names[k % len(names)]
         try:
-            ok = _report_or_format_error(lambda p=path: analyze(load_trace(p)), TraceFormatError)
+            ok = _report_or_format_error(mutated(k, name), allowed)
         except AssertionError as exc:
             raise AssertionError(f"mutation {k} of {name}: {exc}") from None
         made += ok
         refused += not ok
+    return made, refused
+
+
+@pytest.mark.slow
+def test_mutated_trace_files_give_reports_or_trace_format_errors(
+        trace_texts: dict[str, str], tmp_path: Path) -> None:
+    rng = random.Random(20261125)
+
+    def mutated(k: int, name: str) -> Any:
+        path = tmp_path / f"m{k}.json"
+        path.write_text(_mutate_text(trace_texts[name], rng), encoding="utf-8",
+                        errors="surrogatepass")
+        return lambda: analyze(load_trace(path))
+
+    made, refused = _fuzz(240, TRACES, mutated, TraceFormatError)
     # Both outcomes occur: the mutations are neither all harmless nor all fatal.
     assert made > 20 and refused > 20, (made, refused)
 
@@ -138,18 +151,13 @@ def test_mutated_trace_events_give_reports_or_trace_format_errors(
         trace_texts: dict[str, str]) -> None:
     rng = random.Random(7)
     parsed = {name: json.loads(text) for name, text in trace_texts.items()}
-    made = refused = 0
-    for k in range(240):
-        name = TRACES[k % len(TRACES)]
+
+    def mutated(k: int, name: str) -> Any:
         trace = copy.deepcopy(parsed[name])
         _mutate_events(trace, rng)
-        try:
-            ok = _report_or_format_error(lambda t=trace: analyze(trace_from_dict(t, "fuzz")),
-                                         TraceFormatError)
-        except AssertionError as exc:
-            raise AssertionError(f"mutation {k} of {name}: {exc}") from None
-        made += ok
-        refused += not ok
+        return lambda: analyze(trace_from_dict(trace, "fuzz"))
+
+    made, refused = _fuzz(240, TRACES, mutated, TraceFormatError)
     assert made > 20 and refused > 20, (made, refused)
 
 
@@ -197,27 +205,21 @@ def _mutate_snapshot(d: dict[str, Any], rng: random.Random) -> None:
 def test_mutated_snapshot_dicts_give_reports_or_snapshot_format_errors() -> None:
     rng = random.Random(11)
     bases = {name: _raw(name) for name in SNAPSHOTS}
-    made = refused = 0
-    for k in range(300):
-        name = SNAPSHOTS[k % len(SNAPSHOTS)]
+
+    def mutated(k: int, name: str) -> Any:
         d = copy.deepcopy(bases[name])
         _mutate_snapshot(d, rng)
-        try:
-            ok = _report_or_format_error(
-                lambda d=d: analyze_memory(snapshot_from_dict(d)), SnapshotFormatError)
-        except AssertionError as exc:
-            raise AssertionError(f"mutation {k} of {name}: {exc}") from None
-        made += ok
-        refused += not ok
+        return lambda: analyze_memory(snapshot_from_dict(d))
+
+    made, refused = _fuzz(300, SNAPSHOTS, mutated, SnapshotFormatError)
     assert made > 20 and refused > 20, (made, refused)
 
 
 @pytest.mark.slow
 def test_mutated_snapshot_files_give_reports_or_snapshot_format_errors(tmp_path: Path) -> None:
     rng = random.Random(3)
-    made = refused = 0
-    for k in range(200):
-        name = SNAPSHOTS[k % len(SNAPSHOTS)]
+
+    def mutated(k: int, name: str) -> Any:
         raw = bytearray((DATA / "snapshots" / name).read_bytes())
         for _ in range(rng.randint(1, 4)):
             i = rng.randrange(len(raw))
@@ -230,13 +232,9 @@ def test_mutated_snapshot_files_give_reports_or_snapshot_format_errors(tmp_path:
             data = gzip.compress(data)
         path = tmp_path / f"m{k}.pickle"
         path.write_bytes(data)
-        try:
-            ok = _report_or_format_error(lambda p=path: analyze_memory(load_snapshot(p)),
-                                         SnapshotFormatError)
-        except AssertionError as exc:
-            raise AssertionError(f"mutation {k} of {name}: {exc}") from None
-        made += ok
-        refused += not ok
+        return lambda: analyze_memory(load_snapshot(path))
+
+    made, refused = _fuzz(200, SNAPSHOTS, mutated, SnapshotFormatError)
     assert made > 5 and refused > 20, (made, refused)
 
 
