@@ -1,7 +1,8 @@
 """Run every comparison and write benchmarks/RESULTS.md (`make bench`).
 
     python benchmarks/run.py [--quick]
-                             [--only overhead,accuracy,traces,json,snapshots,notebook,findings]
+                             [--only overhead,accuracy,traces,json,snapshots,notebook,findings,
+                                     compare]
                              [--repeats N] [--big-trace-mb N] [--big-snapshot-mb N]
                              [--traces-dir DIR] [--hta-python PATH] [--out PATH]
                              [--cache-dir DIR] [--cap-gb N]
@@ -42,6 +43,7 @@ COMPARISONS = {
     "snapshots": "benchmarks.snapshot_analysis",
     "notebook": "benchmarks.notebook_weight",
     "findings": "benchmarks.first_finding",
+    "compare": "benchmarks.compare_noise",
 }
 # Each comparison's section title in RESULTS.md (what --reuse finds there).
 TITLES = {
@@ -52,6 +54,7 @@ TITLES = {
     "snapshots": "4. Snapshot analysis",
     "notebook": "5. Notebook weight",
     "findings": "6. First finding under load",
+    "compare": "7. Before/after verdict and noise",
 }
 
 

@@ -19,6 +19,8 @@ __version__ = "0.1.0"
 _LAZY: dict[str, tuple[str, str]] = {
     "load_trace": ("gpuprof_nb.io.trace", "load_trace"),
     "analyze": ("gpuprof_nb.analysis.report", "analyze"),
+    "compare": ("gpuprof_nb.analysis.compare", "compare"),
+    "Comparison": ("gpuprof_nb.results.compare", "Comparison"),
     "ProfileReport": ("gpuprof_nb.results.report", "ProfileReport"),
     "diagnose": ("gpuprof_nb.analysis.diagnose", "diagnose"),
     "load_snapshot": ("gpuprof_nb.io.snapshot", "load_snapshot"),
@@ -29,6 +31,7 @@ _LAZY: dict[str, tuple[str, str]] = {
 
 __all__ = [
     "CaptureError",
+    "Comparison",
     "GpuprofError",
     "MemoryReport",
     "ProfileReport",
@@ -36,6 +39,7 @@ __all__ = [
     "TraceFormatError",
     "analyze",
     "analyze_memory",
+    "compare",
     "diagnose",
     "ladder",
     "load_ipython_extension",
@@ -45,11 +49,13 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from gpuprof_nb.analysis.compare import compare
     from gpuprof_nb.analysis.diagnose import diagnose
     from gpuprof_nb.analysis.report import analyze, analyze_memory
     from gpuprof_nb.capture.device import measure_ceilings
     from gpuprof_nb.io.snapshot import load_snapshot
     from gpuprof_nb.io.trace import load_trace
+    from gpuprof_nb.results.compare import Comparison
     from gpuprof_nb.results.report import MemoryReport, ProfileReport
 
 

@@ -69,6 +69,11 @@ class GpuprofileMagics(Magics):
                    "self CPU time on CPU")
     @argument("--trace", default=None, metavar="PATH",
               help="also write the Chrome/Perfetto trace JSON here (gzip if PATH ends in .gz)")
+    @argument("--baseline", default=None, metavar="NAME",
+              help="compare this run with the report stored in the variable NAME (an "
+                   "earlier %%gpuprofile -o NAME) and show the comparison first: faster, "
+                   "slower or no clear change, and what changed; with --timing-only, the "
+                   "verdict alone")
     @argument("-o", dest="output", default=None, metavar="NAME",
               help="store the ProfileReport in the variable NAME")
     @argument("--quiet", action="store_true", help="display nothing")
@@ -93,6 +98,7 @@ class GpuprofileMagics(Magics):
             # when there is nothing to expand (it grows by a name per cell run).
             line = self._ip.var_expand(line, 3)
         args = self._parse(line)
+        baseline = self._baseline(args.baseline)
         if not cell.strip():
             raise UsageError(
                 "%%gpuprofile: the cell is empty; put the code to profile below the magic "
@@ -171,21 +177,50 @@ class GpuprofileMagics(Magics):
                         raise
         finally:
             runner.restore_modes()
-        self._publish(self._report(stats, artifact, args, notes), args)
+        self._publish(self._report(stats, artifact, args, notes), args, baseline)
 
-    def _publish(self, report: Any, args: Any) -> None:
+    def _publish(self, report: Any, args: Any, baseline: Any = None) -> None:
         """Store the report under -o NAME and show it unless --quiet: the tabbed report, or,
         after --timing-only, its text printed the way %timeit prints (a rich display costs
         ipykernel two synchronous stdout/stderr flushes, about 0.4 ms: 5% of an 8 ms cell,
-        which --timing-only must not add; the stored report still displays as HTML)."""
+        which --timing-only must not add; the stored report still displays as HTML). With
+        --baseline, the comparison with it comes first (after --timing-only: its verdict)."""
         if args.output:
             self._ip.user_ns[args.output] = report
         if args.quiet:
             return
+        comparison = _compare(baseline, report, args.baseline) if baseline is not None \
+            else None
         if args.timing_only:
-            _print_report(report)
-        else:
-            _display_report(report)
+            if comparison is not None:
+                from gpuprof_nb.render.compare import verdict_words
+
+                print(f"vs {args.baseline}: {verdict_words(comparison)}")
+            else:
+                _print_report(report)
+            return
+        if comparison is not None:
+            _display_report(comparison)
+        _display_report(report)
+
+    def _baseline(self, name: str | None) -> Any:
+        """Return the report stored under --baseline NAME, checked before the cell runs."""
+        if name is None:
+            return None
+        from gpuprof_nb.results.report import ProfileReport
+
+        if not name.isidentifier():
+            raise UsageError(f"%%gpuprofile --baseline needs a variable name, got {name!r}")
+        if name not in self._ip.user_ns:
+            raise UsageError(
+                f"%%gpuprofile --baseline {name}: no variable {name!r}; store a report first "
+                f"with `%%gpuprofile -o {name}`")
+        value = self._ip.user_ns[name]
+        if not isinstance(value, ProfileReport):
+            raise UsageError(
+                f"%%gpuprofile --baseline {name}: {name!r} is a {type(value).__name__}, not a "
+                f"ProfileReport; store one with `%%gpuprofile -o {name}`")
+        return value
 
     def _publish_partial(self, stats: Any, notes: list[str], exc: BaseException,
                          args: Any) -> None:
@@ -320,6 +355,18 @@ def _display_report(report: Any) -> None:
         return
     data, metadata = bundle if isinstance(bundle, tuple) else (bundle, {})
     publish_display_data(data, metadata=metadata)
+
+
+def _compare(baseline: Any, report: Any, name: str) -> Any:
+    """Return the comparison of `report` with the --baseline report, or None (with the
+    reason printed) when it cannot be made: the run's own report is shown either way."""
+    from gpuprof_nb.analysis.compare import compare
+
+    try:
+        return compare(baseline, report, before_label=name, after_label="this run")
+    except Exception as exc:  # noqa: BLE001 - shown to the user, not swallowed
+        print(f"%%gpuprofile --baseline {name}: no comparison ({type(exc).__name__}: {exc})")
+        return None
 
 
 def _print_report(report: Any) -> None:

@@ -101,12 +101,13 @@ def kernel_class(kernel: Kernel) -> str:
     norm or copy kernels: low arithmetic intensity."""
     if kernel.kind != "kernel":
         return "copy"
-    return _kernel_name_class(kernel.name)
+    return kernel_name_class(kernel.name)
 
 
 
 @functools.lru_cache(maxsize=4096)
-def _kernel_name_class(name: str) -> str:
+def kernel_name_class(name: str) -> str:
+    """Return 'comm', 'gemm' or 'elementwise' for a kernel name (see kernel_class)."""
     # Traces repeat a few hundred kernel names thousands of times: classify each name once.
     n = name.lower()
     if any(m in n for m in _COMM_KERNEL_MARKS):

@@ -5,10 +5,12 @@ file format in io/ladder.py; nothing here imports torch."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.ladder import read_ladder_json
+from gpuprof_nb.results.compare import Verdict
 from gpuprof_nb.results.ladder import (
     RUNG_NAMES,
     STATUSES,
@@ -126,9 +128,15 @@ def judge_speed_rung(
     *,
     loss_tolerance: float,
     min_gain: float,
+    current_us_per_sample: Sequence[float] = (),
+    candidate_us_per_sample: Sequence[float] = (),
 ) -> tuple[str, str]:
     """Return (status, reason) for a rung meant to go faster: flagged when the loss drifts
-    beyond `loss_tolerance`, kept when it gains at least `min_gain`, else dropped."""
+    beyond `loss_tolerance`; else, by the noise-aware verdict on the step times per sample
+    (results/compare.Verdict, the one compare() gives, with `min_gain` as its floor: the
+    rungs are measured back to back in one process, and a gain is worth keeping from
+    `min_gain` on): 'no clear change' when the difference is inside the noise, dropped when
+    slower, kept when faster. Without two step times a side, by the medians alone."""
     gain = candidate_samples_per_s / current_samples_per_s - 1.0
     if loss_drift is None or loss_drift > loss_tolerance:
         drift = "unknown" if loss_drift is None else f"{loss_drift * 100:.2f}%"
@@ -138,6 +146,12 @@ def judge_speed_rung(
             f"{loss_tolerance * 100:.1f}%); not kept although throughput changed "
             f"{gain * 100:+.1f}%",
         )
+    verdict = Verdict.from_samples(current_us_per_sample, candidate_us_per_sample,
+                                   noise_floor=min_gain)
+    if verdict is not None and verdict.kind == "no clear change":
+        return "no clear change", (
+            f"{gain * 100:+.1f}% samples/s, inside the noise (95% interval of the time "
+            f"ratio {verdict.ci_low:.3g}x to {verdict.ci_high:.3g}x); not kept")
     if gain >= min_gain:
         return "kept", f"{gain * 100:+.1f}% samples/s over the rungs kept so far"
     if gain < 0:

@@ -133,6 +133,12 @@ class _Climb:
         self.results.append(result)
         return result
 
+    def current_us_per_sample(self) -> tuple[float, ...]:
+        """Step times per sample of the configuration kept so far."""
+        if self.current_measurement is None:
+            raise GpuprofError("internal: the ladder has no baseline measurement yet")
+        return _us_per_sample(self.current_measurement)
+
     def current_rate(self) -> float:
         """Samples/s of the configuration kept so far."""
         if self.current_measurement is None:
@@ -149,6 +155,8 @@ class _Climb:
         status, reason = judge_speed_rung(
             self.current_rate(), _rate(got), drift,
             loss_tolerance=self.loss_tolerance, min_gain=self.min_gain,
+            current_us_per_sample=self.current_us_per_sample(),
+            candidate_us_per_sample=_us_per_sample(got),
         )
         if status != "kept" and note is not None:
             extra = note(_rate(got) / self.current_rate())
@@ -157,6 +165,12 @@ class _Climb:
         if status == "kept":
             self.current, self.current_measurement = config, got
         return result
+
+
+def _us_per_sample(measured: Measurement) -> tuple[float, ...]:
+    """Each step's time over its samples (what the speed verdict compares)."""
+    n = measured.samples_per_step or 1
+    return tuple(t / n for t in measured.step_times_us)
 
 
 def _rate(measured: Measurement) -> float:
@@ -444,7 +458,9 @@ def _run_dataloader(climb: _Climb, wanted: set[str], grid: Sequence[LoaderSettin
         drift = relative_drift(got.final_loss, climb.baseline_loss)
         status, reason = judge_speed_rung(climb.current_rate(), rate, drift,
                                           loss_tolerance=climb.loss_tolerance,
-                                          min_gain=climb.min_gain)
+                                          min_gain=climb.min_gain,
+                                          current_us_per_sample=climb.current_us_per_sample(),
+                                          candidate_us_per_sample=_us_per_sample(got))
         reason = f"best of {len(grid)}: {config.loader.describe()}; {reason}"
     result = climb.result_from("dataloader", config, got, status, reason)
     climb.results.append(replace(result, trials=tuple(trials)))

@@ -8,7 +8,15 @@ from collections.abc import Iterable
 from typing import Any
 
 # Imported for their registrations with report_of / text_of / widget_of.
-from gpuprof_nb.render import diagnosis, ladder, memory, profile, roofline, timeline  # noqa: F401
+from gpuprof_nb.render import (  # noqa: F401
+    compare,
+    diagnosis,
+    ladder,
+    memory,
+    profile,
+    roofline,
+    timeline,
+)
 from gpuprof_nb.render.bundle import report_bundle, report_of, text_of, widget_of
 
 

@@ -21,6 +21,7 @@ _STATUS_COLOURS = {
     "baseline": "#607d8b",
     "kept": "#2e7d32",
     "dropped": "#9e9e9e",
+    "no clear change": "#bdbdbd",
     "flagged": "#ef6c00",
     "reference": "#1565c0",
     "trial": "#9e9e9e",
@@ -240,13 +241,14 @@ def comparison_sections(comparison: LadderComparison) -> tuple[Section, ...]:
     """Return one section: each rung's samples/s and peak memory in both reports."""
     this, other = comparison.this_label, comparison.other_label
     headers = ("rung", f"status ({this})", f"status ({other})", f"samples/s ({this})",
-               f"samples/s ({other})", "ratio", f"peak ({this})", f"peak ({other})")
+               f"samples/s ({other})", "ratio", "verdict", f"peak ({this})", f"peak ({other})")
     rows = [
         (
             r.name, r.this_status, r.other_status,
             fmt_samples(r.this_samples_per_s),
             fmt_samples(r.other_samples_per_s),
             f"{fmt_num(r.speed_ratio, 3)}x" if r.speed_ratio else "-",
+            r.verdict.kind if r.verdict is not None else "-",
             fmt_bytes(r.this_peak_memory_bytes) if r.this_peak_memory_bytes is not None
             else "-",
             fmt_bytes(r.other_peak_memory_bytes) if r.other_peak_memory_bytes is not None
@@ -254,7 +256,7 @@ def comparison_sections(comparison: LadderComparison) -> tuple[Section, ...]:
         )
         for r in comparison.rows
     ]
-    numeric = (False, False, False, True, True, True, True, True)
+    numeric = (False, False, False, True, True, True, False, True, True)
     speed = (
         f"Combined speed-up over fp32: {fmt_num(comparison.this_speedup, 3)}x ({this}) vs "
         f"{fmt_num(comparison.other_speedup, 3)}x ({other})"

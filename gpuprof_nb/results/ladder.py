@@ -13,6 +13,7 @@ from typing import Any
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.ladder import FORMAT, check_format, write_ladder_json
 from gpuprof_nb.model.timing import TimingStats
+from gpuprof_nb.results.compare import Verdict
 from gpuprof_nb.results.display import Displayable
 
 # Every rung the ladder knows, in the order it climbs them.
@@ -29,10 +30,13 @@ RUNG_NAMES = (
 
 
 
-# baseline: the fp32 reference; kept/dropped: measured and judged; flagged: the loss drifted;
+# baseline: the fp32 reference; kept/dropped: measured and judged (dropped: slower, or faster
+# by less than is worth keeping); no clear change: measured inside the noise (see
+# results/compare.Verdict), so not kept; flagged: the loss drifted;
 # failed: raised (first line of the error in `reason`); skipped: not run (why in `reason`);
 # reference: measured for the three-run reading only; trial: one setting of a sweep.
-STATUSES = ("baseline", "kept", "dropped", "flagged", "failed", "skipped", "reference", "trial")
+STATUSES = ("baseline", "kept", "dropped", "no clear change", "flagged", "failed", "skipped",
+            "reference", "trial")
 
 
 
@@ -70,6 +74,12 @@ class RungResult:
     @property
     def step_iqr_us(self) -> float | None:
         return self.timing.iqr_us if self.step_times_us else None
+
+    @property
+    def us_per_sample(self) -> tuple[float, ...]:
+        """Each step's time over the samples it took (what two rungs' speeds compare by)."""
+        n = self.samples_per_step or 1
+        return tuple(t / n for t in self.step_times_us)
 
     @property
     def samples_per_s(self) -> float | None:
@@ -189,6 +199,9 @@ class ComparisonRow:
     other_samples_per_s: float | None
     this_peak_memory_bytes: int | None
     other_peak_memory_bytes: int | None
+    # This rung against the other report's, from their step times (None where either was
+    # not measured): the same noise-aware verdict as compare() and the ladder's own rungs.
+    verdict: Verdict | None = None
 
     @property
     def speed_ratio(self) -> float | None:
@@ -287,6 +300,8 @@ class LadderReport(Displayable):
                     other_samples_per_s=theirs.samples_per_s if theirs else None,
                     this_peak_memory_bytes=mine.peak_memory_bytes if mine else None,
                     other_peak_memory_bytes=theirs.peak_memory_bytes if theirs else None,
+                    verdict=Verdict.from_samples(theirs.us_per_sample, mine.us_per_sample)
+                    if mine and theirs else None,
                 )
             )
         return LadderComparison(

@@ -38,7 +38,7 @@ def test_failed_rung_is_reported_and_the_ladder_goes_on(tiny):
     bf16 = report.rung("bf16")
     assert bf16.status == "failed"
     assert bf16.reason == "RuntimeError: this op has no bf16 kernel"
-    assert report.rung("fused_adamw").status in ("kept", "dropped")
+    assert report.rung("fused_adamw").status in ("kept", "dropped", "no clear change")
     assert report.rung("fused_adamw").step_times_us
     assert "Failed: bf16 (RuntimeError: this op has no bf16 kernel)" in report.recommendation
     assert report.three_run.amp_samples_per_s is None
@@ -57,7 +57,7 @@ def test_compile_rung_runs_for_real_and_is_reset(tiny, monkeypatch):
                         warmup=1, batch_size=8, rungs=["fp32", "compile"], compile=True,
                         compile_backend="eager", progress=False)
     rung = report.rung("compile")
-    assert rung.status in ("kept", "dropped", "flagged")
+    assert rung.status in ("kept", "dropped", "no clear change", "flagged")
     assert rung.compile_time_us is not None and rung.compile_time_us >= 0
     assert "compile(default, eager)" in rung.settings
     # Compiling did not change the numbers: same loss as the eager baseline.

@@ -55,7 +55,7 @@ def test_checkpointing_blocks_keeps_the_loss_and_lowers_the_peak():
                         lambda p: torch.optim.SGD(p, lr=1e-2), steps=2, warmup=1,
                         batch_size=1024, rungs=["fp32", "checkpoint"], progress=False)
     rung = report.rung("checkpoint")
-    assert rung.status in ("kept", "dropped")
+    assert rung.status in ("kept", "dropped", "no clear change")
     assert rung.reason.startswith("on 0, 1, 2, 3, 4, 5:")
     # Recomputation is exact on CPU: same loss as without checkpointing.
     assert rung.final_loss == pytest.approx(report.baseline.final_loss, rel=1e-6)

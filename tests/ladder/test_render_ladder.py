@@ -88,6 +88,9 @@ def test_comparison_across_sessions(tmp_path):
     assert row.speed_ratio == pytest.approx(500.0 / 400.0)
     text = comparison_sections(comparison)[0].text
     assert "1.25x" in text and "80,000" in text and "64,000" in text
+    # bf16's steps went from 500 to 400 us each: faster, beyond the noise.
+    assert row.verdict is not None and row.verdict.kind == "faster"
+    assert "faster" in text
     assert comparison.this_speedup == pytest.approx(2.5)
     bundle = comparison._repr_mimebundle_()
     assert "1.25x" in bundle["text/html"]

@@ -80,6 +80,24 @@ def test_judge_speed_rung():
                             min_gain=0.03)[0] == "flagged"
 
 
+def test_judge_speed_rung_by_the_noise_aware_verdict():
+    """With step times on both sides, the verdict compare() gives decides: a gain inside
+    the noise is 'no clear change', not kept and not dropped."""
+    base = (1000.0, 1100.0, 950.0, 1050.0)
+    noisy = (930.0, 1080.0, 900.0, 990.0)  # a 6% median gain, the samples overlapping
+    status, reason = judge_speed_rung(100.0, 106.0, 0.0, loss_tolerance=0.05, min_gain=0.03,
+                                      current_us_per_sample=base, candidate_us_per_sample=noisy)
+    assert status == "no clear change" and "inside the noise" in reason
+    clear = tuple(t / 1.5 for t in base)
+    assert judge_speed_rung(100.0, 150.0, 0.0, loss_tolerance=0.05, min_gain=0.03,
+                            current_us_per_sample=base, candidate_us_per_sample=clear)[0] \
+        == "kept"
+    slower = tuple(t * 1.5 for t in base)
+    assert judge_speed_rung(100.0, 66.7, 0.0, loss_tolerance=0.05, min_gain=0.03,
+                            current_us_per_sample=base, candidate_us_per_sample=slower)[0] \
+        == "dropped"
+
+
 def test_judge_checkpoint_rung():
     # 40% memory saved for 25% more time per sample: worth it.
     status, reason = judge_checkpoint_rung(100.0, 10 * 2**20, 80.0, 6 * 2**20, 0.0,

@@ -39,9 +39,11 @@ def test_every_rung_runs_or_says_why(report):
         assert names.count(name) == 1, name
     for rung in report.rungs:
         assert rung.status in STATUSES
-        if rung.status in ("skipped", "failed", "kept", "dropped", "flagged"):
+        if rung.status in ("skipped", "failed", "kept", "dropped", "no clear change",
+                           "flagged"):
             assert rung.reason, rung.name
-        if rung.status in ("baseline", "kept", "dropped", "flagged", "reference"):
+        if rung.status in ("baseline", "kept", "dropped", "no clear change", "flagged",
+                           "reference"):
             assert len(rung.step_times_us) == STEPS
             assert rung.peak_memory_bytes is not None and rung.peak_memory_bytes >= 0
     assert report.rung("fp32").status == "baseline"
@@ -159,6 +161,8 @@ def test_save_load_round_trip(report, tmp_path):
     for row in comparison.rows:
         if row.this_samples_per_s:
             assert row.speed_ratio == pytest.approx(1.0)
+            # The same step times on both sides: the verdict compare() gives is no change.
+            assert row.verdict is not None and row.verdict.kind == "no clear change"
 
 
 def test_bundle_shows_the_same_numbers_in_text_and_html(report):

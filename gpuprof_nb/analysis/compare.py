@@ -1,0 +1,279 @@
+"""Before and after: `compare(before, after)` puts two profiles side by side and says whether
+the change is real (docs/compare.md has the method).
+
+- Each side is a ProfileReport (from %%gpuprofile or `analyze`), a Trace, or a trace file.
+- Times are per training step when both sides have steps, else per run of the cell (two
+  %%gpuprofile reports), else per profiled window.
+- The verdict comes from the timed samples of %%gpuprofile reports: a 95% bootstrap interval
+  for the ratio of median times, called faster or slower only when it lies wholly beyond the
+  noise floor. A trace has no samples, so it gets the numbers and no verdict.
+- Changes are matched by name across the two sides, tolerating the renames users meet:
+  kernels that differ only in tile sizes or template arguments are one family, the
+  DataLoader's iterator classes are one DataLoader row, and eager ops or kernels that ran
+  before only, when compiled code (Triton kernels, compiled regions) ran after, are marked
+  as replaced by it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from gpuprof_nb.analysis.classify import kernel_name_class
+from gpuprof_nb.analysis.intervals import clip_intervals, merge_intervals, union_length
+from gpuprof_nb.analysis.ops import kernel_table, top_ops
+from gpuprof_nb.analysis.report import analyze, count_steps_per_run
+from gpuprof_nb.analysis.timeline import is_dataloader_op
+from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.io.trace import load_trace
+from gpuprof_nb.model.timing import TimingStats
+from gpuprof_nb.model.trace import Trace
+from gpuprof_nb.results.compare import (
+    COMPARE_NOISE_FLOOR,
+    ChangeRow,
+    Comparison,
+    IdleDelta,
+    Per,
+    Verdict,
+)
+from gpuprof_nb.results.diagnosis import Finding
+from gpuprof_nb.results.report import ProfileReport
+
+Side = ProfileReport | Trace | str | os.PathLike[str]
+
+# Host-side collectives (gloo on CPU); their time is communication, not compute.
+_HOST_COLLECTIVE_PREFIXES = ("gloo:", "nccl:", "c10d::", "mpi:", "ucc:")
+# What compiled code looks like in a trace: Triton kernels, compiled regions and graphs.
+_COMPILED_OP_MARKS = ("Torch-Compiled Region", "CompiledFunction", "Compiled Function")
+_DATALOADER = "DataLoader (next batch)"
+
+
+def timing_verdict(before: Sequence[float], after: Sequence[float], *,
+                   noise_floor: float = COMPARE_NOISE_FLOOR) -> Verdict | None:
+    """Return the verdict on two sets of timed samples (Verdict.from_samples)."""
+    return Verdict.from_samples(before, after, noise_floor=noise_floor)
+
+
+@dataclass(frozen=True, slots=True)
+class _Side:
+    label: str
+    report: ProfileReport
+    trace: Trace | None
+    timing: TimingStats | None
+    steps: int | None
+
+
+def _side(value: object, which: str, label: str | None) -> _Side:
+    if isinstance(value, ProfileReport):
+        report, name = value, which
+    elif isinstance(value, Trace):
+        report, name = analyze(value), which
+    elif isinstance(value, (str, os.PathLike)):
+        report, name = analyze(load_trace(value)), Path(value).name
+    else:
+        raise GpuprofError(
+            f"compare: {which} is a {type(value).__name__}; pass a ProfileReport (from "
+            "%%gpuprofile -o NAME or gpuprof_nb.analyze), a Trace, or a trace file's path")
+    trace = report.trace
+    steps = count_steps_per_run(trace) if trace is not None else None
+    return _Side(label or name, report, trace, report.timing, steps)
+
+
+def _per(before: _Side, after: _Side, notes: list[str]) -> Per:
+    if before.steps and after.steps:
+        return "step"
+    if before.steps or after.steps:
+        notes.append("one side has training steps and the other not: times are per "
+                     + ("run" if before.timing and after.timing else "profiled window"))
+    return "run" if before.timing is not None and after.timing is not None else "window"
+
+
+def _step_median(side: _Side, per: Per) -> float | None:
+    timing, summary = side.timing, side.report.summary
+    if per == "step":
+        if timing is not None and timing.median_step_us is not None:
+            return timing.median_step_us
+        if summary is not None and summary.median_step_us is not None:
+            return summary.median_step_us
+        return summary.window_us / side.steps if summary is not None and side.steps else None
+    if per == "run" and timing is not None:
+        return timing.median_us
+    return summary.window_us if summary is not None else None
+
+
+def _samples(side: _Side, per: Per) -> tuple[float, ...]:
+    timing = side.timing
+    if timing is None:
+        return ()
+    steps = timing.steps_per_run if per == "step" and timing.steps_per_run else 1
+    return tuple(t / steps for t in timing.times_us)
+
+
+def kernel_family(name: str) -> str:
+    """Return the family of a kernel name: without template and argument lists, tile and
+    stage sizes, or a trailing instance number, so `..._128x64_stage3...<float, 4>` and
+    `..._64x64_stage4...<float, 2>`, or `triton_poi_fused_add_0` and `..._1`, are one."""
+    head = re.split(r"[<(]", name, maxsplit=1)[0].strip() or name
+    head = re.sub(r"\d+x\d+(?:x\d+)*", "NxN", head)
+    head = re.sub(r"(tile|stage|warp|cta|block|split|align)(size)?\d+", r"\1N", head,
+                  flags=re.IGNORECASE)
+    return re.sub(r"_\d+$", "", head)
+
+
+def _rows(side: _Side, divisor: float) -> dict[tuple[str, str], ChangeRow]:
+    """Per (category, name): time and calls per step/run/window of one side (as a ChangeRow
+    whose `before` fields hold them)."""
+    trace = side.trace
+    rows: dict[tuple[str, str], ChangeRow] = {}
+    if trace is None:
+        return rows
+
+    def add(category: str, name: str, us: float, calls: float) -> None:
+        old = rows.get((category, name))
+        if old is not None:
+            us, calls = us + old.before_us * divisor, calls + old.calls_before * divisor
+        rows[(category, name)] = ChangeRow(name, category, us / divisor, 0.0,
+                                           calls / divisor, 0.0)
+
+    loader = [o for o in trace.ops if is_dataloader_op(o)]
+    loader_names = {o.name for o in loader}
+    for op in top_ops(trace, n=None, sort="self_cpu_us").rows:
+        if op.name in loader_names:
+            continue  # the DataLoader row below holds it, whatever its iterator's class
+        comm = op.name.lower().startswith(_HOST_COLLECTIVE_PREFIXES)
+        add("communication" if comm else "op", op.name, op.self_cpu_us, op.calls)
+    for k in kernel_table(trace).rows:
+        if k.kind == "kernel":
+            category = "communication" if kernel_name_class(k.name) == "comm" else "kernel"
+        else:
+            category = k.kind
+        add(category, kernel_family(k.name) if category == "kernel" else k.name,
+            k.total_us, k.calls)
+    if loader:
+        spans = merge_intervals(clip_intervals(((o.start_us, o.end_us) for o in loader),
+                                               *trace.window_us))
+        add("DataLoader", _DATALOADER, union_length(spans), len(loader))
+    return rows
+
+
+def _compiled(side: _Side) -> int:
+    """How many compiled-code items ran: Triton kernel calls and compiled regions."""
+    trace = side.trace
+    if trace is None:
+        return 0
+    return (sum(1 for k in trace.kernels if k.name.startswith("triton_"))
+            + sum(1 for o in trace.ops if any(m in o.name for m in _COMPILED_OP_MARKS)))
+
+
+def _changes(before: _Side, after: _Side, per: Per) -> tuple[ChangeRow, ...]:
+    div_b = float(before.steps) if per == "step" and before.steps else 1.0
+    div_a = float(after.steps) if per == "step" and after.steps else 1.0
+    rows_b, rows_a = _rows(before, div_b), _rows(after, div_a)
+    compiled_after = _compiled(after) > 0 and _compiled(before) == 0
+    out = []
+    for key in set(rows_b) | set(rows_a):
+        b, a = rows_b.get(key), rows_a.get(key)
+        before_us = b.before_us if b else 0.0
+        after_us = a.before_us if a else 0.0
+        if abs(after_us - before_us) <= 1e-6:
+            continue
+        replaced = ("compiled code (Triton kernels, compiled regions)"
+                    if compiled_after and a is None and key[0] in ("op", "kernel") else "")
+        out.append(ChangeRow(key[1], key[0], before_us, after_us,
+                             b.calls_before if b else 0.0, a.calls_before if a else 0.0,
+                             replaced))
+    out.sort(key=lambda r: (-abs(r.delta_us), r.category, r.name))
+    return tuple(out)
+
+
+def _idle(before: _Side, after: _Side, per: Per, notes: list[str]) -> tuple[IdleDelta, ...]:
+    tb, ta = before.report.timeline, after.report.timeline
+    if tb is None or ta is None or tb.breakdown is None or ta.breakdown is None:
+        return ()
+    if tb.on_device != ta.on_device:
+        notes.append("the idle breakdown is of the device on one side and of the host on the "
+                     "other (one trace has no device activity): compare it with care")
+    div_b = float(before.steps) if per == "step" and before.steps else 1.0
+    div_a = float(after.steps) if per == "step" and after.steps else 1.0
+    b, a = tb.breakdown.us_by_category(), ta.breakdown.us_by_category()
+    return tuple(IdleDelta(c, b[c] / div_b, a[c] / div_a) for c in b)
+
+
+def _idle_of(before: _Side, after: _Side) -> Literal["device", "host", "mixed"]:
+    tb, ta = before.report.timeline, after.report.timeline
+    kinds = {t.on_device for t in (tb, ta) if t is not None}
+    if kinds == {True}:
+        return "device"
+    return "host" if kinds == {False} else "mixed"
+
+
+def _peak(side: _Side) -> int | None:
+    trace = side.trace
+    levels = [m.total_allocated for m in trace.memory if m.total_allocated is not None] \
+        if trace is not None else []
+    return max(levels) if levels else None
+
+
+def _findings(before: _Side, after: _Side
+              ) -> tuple[tuple[Finding, ...], tuple[Finding, ...], tuple[Finding, ...]]:
+    fb = before.report.diagnosis.findings if before.report.diagnosis else ()
+    fa = after.report.diagnosis.findings if after.report.diagnosis else ()
+    kinds_b, kinds_a = {f.kind for f in fb}, {f.kind for f in fa}
+    return (tuple(f for f in fb if f.kind not in kinds_a),
+            tuple(f for f in fa if f.kind not in kinds_b),
+            tuple(f for f in fa if f.kind in kinds_b))
+
+
+def _device_notes(before: _Side, after: _Side, notes: list[str]) -> None:
+    names = []
+    for side in (before, after):
+        summary = side.report.summary
+        if side.timing is not None:
+            names.append(side.timing.device_name or "cpu")
+        elif summary is not None and summary.device_names and side.trace is not None \
+                and side.trace.kernels:
+            names.append(", ".join(summary.device_names))
+        else:
+            names.append("cpu")
+    if names[0] != names[1]:
+        notes.append(f"before ran on {names[0]}, after on {names[1]}: the difference mixes "
+                     "the change with the hardware; op rows compare host (CPU) time, kernel "
+                     "rows device time, where each side has it")
+
+
+def compare(before: Side, after: Side, *, before_label: str | None = None,
+            after_label: str | None = None,
+            noise_floor: float = COMPARE_NOISE_FLOOR) -> Comparison:
+    """Return `before` and `after` side by side (see the module docstring): step medians,
+    the verdict (reports from %%gpuprofile only), the changes most important first, the
+    idle breakdown, memory peaks and findings before and after. The labels name the sides
+    in the display (default: "before"/"after", or the file names); `noise_floor` is the
+    fraction of change below which no verdict calls a change (results/compare.py says why
+    it is 20% by default; lower it on a quiet, dedicated machine)."""
+    b, a = _side(before, "before", before_label), _side(after, "after", after_label)
+    notes: list[str] = []
+    _device_notes(b, a, notes)
+    per = _per(b, a, notes)
+    verdict = timing_verdict(_samples(b, per), _samples(a, per), noise_floor=noise_floor)
+    if verdict is not None:
+        verdict_note = ""
+    elif b.timing is None or a.timing is None:
+        verdict_note = ("no verdict: a trace holds one profiled run, not timed samples; "
+                        "profile both sides with %%gpuprofile to know whether the change is "
+                        "real")
+    else:
+        verdict_note = "no verdict: a side has fewer than two timed samples (raise --repeat)"
+    resolved, new, still = _findings(b, a)
+    return Comparison(
+        before_label=b.label, after_label=a.label, per=per,
+        step_median_us=(_step_median(b, per), _step_median(a, per)),
+        verdict=verdict, verdict_note=verdict_note,
+        changes=_changes(b, a, per), idle=_idle(b, a, per, notes),
+        memory_peak_bytes=(_peak(b), _peak(a)), idle_of=_idle_of(b, a),
+        findings_resolved=resolved, findings_new=new, findings_still=still,
+        notes=tuple(notes),
+    )
