@@ -177,3 +177,12 @@ def test_a_dataloader_change_comes_first_with_its_true_size(tmp_path: Path) -> N
     # The iterator's class changed (single-process -> multi-process): still one row.
     assert sum(1 for r in c.changes if r.category == "DataLoader") == 1
     assert not any("DataLoaderIter" in r.name for r in c.changes)
+
+
+def test_a_cpu_trace_against_a_gpu_trace_compares_and_says_what_cannot_be() -> None:
+    cpu = DATA / "cpu_only_trace" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+    c = compare(cpu, BERT)
+    assert c.changes and c.idle_of == "mixed"
+    assert any("before ran on cpu, after on NVIDIA H100" in n for n in c.notes)
+    assert any("idle breakdown is of the device on one side" in n for n in c.notes)
+    assert "Note:" in c.text()
