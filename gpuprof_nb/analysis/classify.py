@@ -129,3 +129,12 @@ def _is_gemm_kernel_name(lower_name: str) -> bool:
     if any(m in n for m in _GEMM_KERNEL_MARKS):
         return True
     return "cudnn" in n and any(m in head for m in _CUDNN_CONV_MARKS)
+
+
+# Host-side ranges of collectives: gloo and NCCL record_function annotations, c10d ops.
+HOST_COLLECTIVE_PREFIXES = ("gloo:", "nccl:", "c10d::", "mpi:", "ucc:")
+
+
+def is_host_collective(name: str) -> bool:
+    """Whether a host op or annotation is a collective (`gloo:all_reduce`, `c10d::allreduce_`)."""
+    return name.lower().startswith(HOST_COLLECTIVE_PREFIXES)

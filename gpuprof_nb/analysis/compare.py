@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gpuprof_nb.analysis.classify import kernel_name_class
+from gpuprof_nb.analysis.classify import is_host_collective, kernel_name_class
 from gpuprof_nb.analysis.intervals import clip_intervals, merge_intervals, union_length
 from gpuprof_nb.analysis.ops import kernel_table, top_ops
 from gpuprof_nb.analysis.report import analyze, count_steps_per_run
@@ -45,8 +45,6 @@ from gpuprof_nb.results.report import ProfileReport
 
 Side = ProfileReport | Trace | str | os.PathLike[str]
 
-# Host-side collectives (gloo on CPU); their time is communication, not compute.
-_HOST_COLLECTIVE_PREFIXES = ("gloo:", "nccl:", "c10d::", "mpi:", "ucc:")
 # What compiled code looks like in a trace: Triton kernels, compiled regions and graphs.
 _COMPILED_OP_MARKS = ("Torch-Compiled Region", "CompiledFunction", "Compiled Function")
 _DATALOADER = "DataLoader (next batch)"
@@ -144,7 +142,7 @@ def _rows(side: _Side, divisor: float) -> dict[tuple[str, str], ChangeRow]:
     for op in top_ops(trace, n=None, sort="self_cpu_us").rows:
         if op.name in loader_names:
             continue  # the DataLoader row below holds it, whatever its iterator's class
-        comm = op.name.lower().startswith(_HOST_COLLECTIVE_PREFIXES)
+        comm = is_host_collective(op.name)
         add("communication" if comm else "op", op.name, op.self_cpu_us, op.calls)
     for k in kernel_table(trace).rows:
         if k.kind == "kernel":

@@ -91,3 +91,18 @@ def device_busy_us(trace: Trace, start: float | None = None, end: float | None =
     ends = starts + np.array([k.dur_us for k in trace.kernels], dtype=float)
     merged_starts, merged_ends = merge_arrays(np.maximum(starts, lo), np.minimum(ends, hi))
     return float(sum((merged_ends - merged_starts).tolist()))
+
+
+def intersect_intervals(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
+    """Return the intersection of two sorted disjoint interval lists."""
+    out: list[Interval] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out

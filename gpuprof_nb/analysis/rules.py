@@ -14,12 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuprof_nb.analysis import thresholds as th
-from gpuprof_nb.analysis.classify import kernel_class, op_class
+from gpuprof_nb.analysis.classify import is_host_collective, kernel_class, op_class
 from gpuprof_nb.analysis.fixes import FIXES, FP16_FIX
 from gpuprof_nb.analysis.intervals import (
     Interval,
     clip_intervals,
     gaps_between,
+    intersect_intervals,
     merge_intervals,
     union_length,
 )
@@ -228,7 +229,7 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
     # Time inside CPU collectives (gloo) is waiting on other ranks, not Python.
     host_gaps = merge_intervals((g.start_us, g.end_us) for g in c.timeline.gaps
                                 if g.cause == "host")
-    in_comm = union_length(_intersect(host_gaps, _host_collective_spans(c)))
+    in_comm = union_length(intersect_intervals(host_gaps, _host_collective_spans(c)))
     python_us = max(bd.host_us - in_comm, 0.0)
     out.append(make_finding(
         "python_overhead",
@@ -245,7 +246,7 @@ def _python_time(c: Context) -> list[Interval]:
     host = merge_intervals((g.start_us, g.end_us) for g in c.timeline.gaps if g.cause == "host")
     busy = merge_intervals([(o.start_us, o.end_us) for o in c.top_ops]
                            + list(_host_collective_spans(c)))
-    return _intersect(host, gaps_between(busy, c.lo, c.hi))
+    return intersect_intervals(host, gaps_between(busy, c.lo, c.hi))
 
 
 def _python_hotspot(c: Context) -> str:
@@ -288,17 +289,16 @@ def _python_hotspot(c: Context) -> str:
     return f" (mostly in {where}: {c.frac(held[name]) * 100:.0f}% of the time)"
 
 
-_HOST_COLLECTIVE_PREFIXES = ("gloo:", "nccl:", "c10d::", "mpi:", "ucc:")
 
 
 def _host_collective_spans(c: Context) -> list[Interval]:
     """Return the merged host ranges of collectives (`gloo:all_reduce`, `c10d::allreduce_`)."""
-    if not any(name.lower().startswith(_HOST_COLLECTIVE_PREFIXES)
+    if not any(is_host_collective(name)
                for name in {o.name for o in c.trace.ops}):
         return []
     return merge_intervals(
         clip_intervals(((o.start_us, o.end_us) for o in c.trace.ops
-                        if o.name.lower().startswith(_HOST_COLLECTIVE_PREFIXES)), c.lo, c.hi))
+                        if is_host_collective(o.name)), c.lo, c.hi))
 
 
 def _tiny_op_names(ops: Sequence[Op]) -> frozenset[str]:
@@ -507,7 +507,7 @@ def rule_host_device_copy(c: Context) -> Finding | None:
     copy_spans = merge_intervals(clip_intervals(((k.start_us, k.end_us) for k in copies),
                                                 c.lo, c.hi))
     copy_us = union_length(copy_spans)
-    overlapped = union_length(_intersect(copy_spans, compute))
+    overlapped = union_length(intersect_intervals(copy_spans, compute))
     exposed = copy_us - overlapped
     pageable = [k for k in copies if "pageable" in k.name.lower()]
     sized = [k for k in copies if k.bytes and k.dur_us > 0]
@@ -528,21 +528,6 @@ def rule_host_device_copy(c: Context) -> Finding | None:
         c.frac(exposed), evidence)
 
 
-def _intersect(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
-    """Return the intersection of two sorted disjoint interval lists."""
-    out: list[Interval] = []
-    i = j = 0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if hi > lo:
-            out.append((lo, hi))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
-
-
 def rule_communication(c: Context) -> Finding | None:
     if not c.on_device:
         return _rule_host_communication(c)
@@ -554,7 +539,7 @@ def rule_communication(c: Context) -> Finding | None:
     other = merge_intervals((k.start_us, k.end_us) for k in c.kernels
                             if k.kind == "kernel" and kernel_class(k) != "comm")
     comm_us = union_length(comm_spans)
-    overlap_us = union_length(_intersect(comm_spans, other))
+    overlap_us = union_length(intersect_intervals(comm_spans, other))
     exposed = comm_us - overlap_us
     overlap = overlap_us / comm_us if comm_us > 0 else 0.0
     return make_finding(
@@ -575,10 +560,10 @@ def _rule_host_communication(c: Context) -> Finding | None:
         return None
     comm_us = union_length(comm_spans)
     compute = merge_intervals((o.start_us, o.end_us) for o in c.top_ops
-                              if not o.name.lower().startswith(_HOST_COLLECTIVE_PREFIXES))
-    overlap_us = union_length(_intersect(comm_spans, compute))
+                              if not is_host_collective(o.name))
+    overlap_us = union_length(intersect_intervals(comm_spans, compute))
     overlap = overlap_us / comm_us if comm_us > 0 else 0.0
-    count = sum(1 for o in c.trace.ops if o.name.lower().startswith(_HOST_COLLECTIVE_PREFIXES))
+    count = sum(1 for o in c.trace.ops if is_host_collective(o.name))
     return make_finding(
         "communication",
         f"Collectives on the host take {c.frac(comm_us) * 100:.0f}% of the time; "
@@ -612,7 +597,7 @@ def cold_ops_idle_us(c: Context) -> tuple[float, tuple[Op, ...]]:
         return 0.0, ()
     host_gaps = [(g.start_us, g.end_us) for g in c.timeline.gaps if g.cause == "host"]
     spans = merge_intervals((o.start_us, o.end_us) for o in cold)
-    return union_length(_intersect(spans, merge_intervals(host_gaps))), tuple(cold)
+    return union_length(intersect_intervals(spans, merge_intervals(host_gaps))), tuple(cold)
 
 
 def duration_words(us: float) -> str:

@@ -56,6 +56,7 @@ from gpuprof_nb.errors import GpuprofError, TraceFormatError
 from gpuprof_nb.io.cells import cells_of
 from gpuprof_nb.io.gcpause import gc_paused
 from gpuprof_nb.model.trace import (
+    Collective,
     DeviceInfo,
     DistributedInfo,
     Kernel,
@@ -206,6 +207,11 @@ _ARG_KEYS = {
     "addr": "Addr",
     "total_allocated": "Total Allocated",
     "total_reserved": "Total Reserved",
+    "coll_name": "Collective name",
+    "coll_in_nelems": "In msg nelems",
+    "coll_out_nelems": "Out msg nelems",
+    "coll_group_size": "Group size",
+    "coll_dtype": "dtype",
 }
 # The nested ones (lists of shapes, types, stack frames): repeated across thousands of ops,
 # so the fast reader keeps their JSON text (msgspec.Raw) and converts each distinct text once.
@@ -366,6 +372,16 @@ def _opt_int(value: Any) -> int | None:
     if isinstance(value, str) and value.lstrip("-").isdigit():
         return int(value)
     return None
+
+
+def _collective(args: Any) -> Collective | None:
+    """The collective a kernel's args describe (NCCL/RCCL kernels), or None."""
+    name = args.coll_name
+    if not isinstance(name, str):
+        return None
+    dtype = args.coll_dtype
+    return Collective(name, _opt_int(args.coll_in_nelems), _opt_int(args.coll_out_nelems),
+                      _opt_int(args.coll_group_size), dtype if isinstance(dtype, str) else None)
 
 
 def _stream_of(stream: Any, tid: Any) -> int:
@@ -678,6 +694,7 @@ class _Builder:
                         shape(grid) if grid is not None else None,
                         shape(block) if block is not None else None,
                         index,
+                        _collective(args) if args.coll_name is not None else None,
                     ))
                 else:  # a host-side sync event
                     device = _opt_int(args.device)

@@ -45,6 +45,18 @@ class Op:
 
 
 @dataclass(frozen=True, slots=True)
+class Collective:
+    """What a collective kernel moved, as NCCL/RCCL kernel args record it ("Collective name",
+    "In msg nelems", "Out msg nelems", "Group size", "dtype"); None where absent."""
+
+    name: str
+    in_nelems: int | None = None
+    out_nelems: int | None = None
+    group_size: int | None = None
+    dtype: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Kernel:
     """A device activity: a kernel, a memcpy or a memset, on one device and stream."""
 
@@ -60,6 +72,7 @@ class Kernel:
     grid: tuple[int, ...] | None = None
     block: tuple[int, ...] | None = None
     index: int = 0
+    collective: Collective | None = None  # collective kernels whose args say what they moved
 
     @property
     def end_us(self) -> float:
