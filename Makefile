@@ -28,7 +28,7 @@ $(PY):
 # and pip never reaches for a different (multi-GB CUDA) build.
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --quiet $(TORCH_PIP_ARGS) "torch==$(TORCH_VERSION)"
-	$(PY) -m pip install --quiet -e ".[test,browser]"
+	$(PY) -m pip install --quiet -e ".[test,browser,distributed]"
 	touch $@
 
 venv install: $(STAMP)

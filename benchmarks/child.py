@@ -149,6 +149,48 @@ def hta_trace(path: str, stages: _Stages) -> dict[str, Any]:
     return facts
 
 
+def _gpuprof_run(workers: int) -> Callable[[str, _Stages], dict[str, Any]]:
+    """gpuprof_nb.analyze_run on a directory of rank traces with a pool of `workers`
+    processes; this process is the coordinator, whose own peak memory is reported."""
+
+    def run(path: str, stages: _Stages) -> dict[str, Any]:
+        sys.path.insert(0, str(REPO))
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
+        from gpuprof_nb.runs import analyze_run
+
+        before = _rss_bytes()
+
+        def go() -> Any:
+            with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+                return analyze_run(path, executor=pool, progress=False)
+
+        report = stages.run("analyze_run", go)
+        return {"ranks": len(report.ranks), "failures": len(report.failures),
+                "coordinator_rss_before_bytes": before,
+                "coordinator_peak_rss_bytes": _peak_rss_bytes(),
+                "busy_us": [r.busy_us for r in report.ranks],
+                "comm_us": [r.comm_us for r in report.ranks]}
+
+    return run
+
+
+def hta_run(path: str, stages: _Stages) -> dict[str, Any]:
+    """HolisticTraceAnalysis on the same directory: TraceAnalysis(trace_dir) parses every
+    rank, then its communication/computation overlap and temporal breakdown per rank."""
+    import logging
+
+    logging.disable(logging.WARNING)
+    from hta.trace_analysis import TraceAnalysis
+
+    analyzer = stages.run("load", lambda: TraceAnalysis(trace_dir=os.path.abspath(path)))
+    overlap = stages.run("comm/comp overlap",
+                         lambda: analyzer.get_comm_comp_overlap(visualize=False))
+    stages.run("temporal breakdown", lambda: analyzer.get_temporal_breakdown(visualize=False))
+    return {"ranks": int(len(overlap)), "coordinator_peak_rss_bytes": _peak_rss_bytes()}
+
+
 def unpickle_floor(path: str, stages: _Stages) -> dict[str, Any]:
     """The floor for snapshots: pickle.load alone."""
 
@@ -195,6 +237,9 @@ MODES: dict[str, Callable[[str, _Stages], dict[str, Any]]] = {
     "orjson-floor": orjson_floor,
     "gpuprof-trace": gpuprof_trace,
     "hta-trace": hta_trace,
+    "gpuprof-run-1": _gpuprof_run(1),
+    "gpuprof-run-2": _gpuprof_run(2),
+    "hta-run": hta_run,
     "unpickle-floor": unpickle_floor,
     "gpuprof-snapshot": gpuprof_snapshot,
 }

@@ -44,6 +44,7 @@ COMPARISONS = {
     "notebook": "benchmarks.notebook_weight",
     "findings": "benchmarks.first_finding",
     "compare": "benchmarks.compare_noise",
+    "runs": "benchmarks.distributed_runs",
 }
 # Each comparison's section title in RESULTS.md (what --reuse finds there).
 TITLES = {
@@ -55,6 +56,7 @@ TITLES = {
     "notebook": "5. Notebook weight",
     "findings": "6. First finding under load",
     "compare": "7. Before/after verdict and noise",
+    "runs": "8. Distributed runs",
 }
 
 

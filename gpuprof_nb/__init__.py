@@ -1,7 +1,8 @@
 """gpuprof_nb: Jupyter-native profiling for PyTorch.
 
 `%load_ext gpuprof_nb`, then `%%gpuprofile` or `%%memsnap` on a cell. Offline:
-`load_trace` + `analyze` (+ `diagnose`), `load_snapshot` + `analyze_memory`.
+`load_trace` + `analyze` (+ `diagnose`), `load_snapshot` + `analyze_memory`, `compare`,
+`analyze_run` (every rank of a distributed run).
 
 Public names are imported lazily so `import gpuprof_nb` pulls in neither torch nor IPython.
 """
@@ -27,6 +28,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "analyze_memory": ("gpuprof_nb.analysis.report", "analyze_memory"),
     "MemoryReport": ("gpuprof_nb.results.report", "MemoryReport"),
     "measure_ceilings": ("gpuprof_nb.capture.device", "measure_ceilings"),
+    "analyze_run": ("gpuprof_nb.runs", "analyze_run"),
+    "RunReport": ("gpuprof_nb.results.run", "RunReport"),
 }
 
 __all__ = [
@@ -35,10 +38,12 @@ __all__ = [
     "GpuprofError",
     "MemoryReport",
     "ProfileReport",
+    "RunReport",
     "SnapshotFormatError",
     "TraceFormatError",
     "analyze",
     "analyze_memory",
+    "analyze_run",
     "compare",
     "diagnose",
     "ladder",
@@ -57,6 +62,8 @@ if TYPE_CHECKING:
     from gpuprof_nb.io.trace import load_trace
     from gpuprof_nb.results.compare import Comparison
     from gpuprof_nb.results.report import MemoryReport, ProfileReport
+    from gpuprof_nb.results.run import RunReport
+    from gpuprof_nb.runs import analyze_run
 
 
 def __getattr__(name: str) -> Any:

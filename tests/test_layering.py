@@ -67,7 +67,7 @@ def test_blocking_really_blocks() -> None:
 # above everything.
 LAYERS: dict[str, int] = {
     "errors": 0, "model": 1, "io": 2, "results": 3, "analysis": 4, "render": 5, "capture": 5,
-    "ladder": 6, "magics": 7, "memsnap_magic": 7, "report": 8, "memory_report": 8, "": 8,
+    "ladder": 6, "runs": 6, "magics": 7, "memsnap_magic": 7, "report": 8, "memory_report": 8, "": 8,
 }
 GLUE = {"magics", "memsnap_magic"}
 

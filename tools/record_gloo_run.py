@@ -1,10 +1,12 @@
 """Record a real multi-rank training run on CPU: N processes train a small model with
 DistributedDataParallel over gloo, each under torch.profiler, and each rank writes its own
-trace (rank-<r>.json.gz), as a distributed job's ranks do. One rank can be made slow (extra
-work in each step, as a straggler on a busy host would be).
+trace (rank-<r>.json.gz), as a distributed job's ranks do. One rank can be made slow: each
+step it first computes for --slow-ms more (matrix products until that much wall time has
+passed, so the delay holds however the processes share the cores), as a straggler with more
+work or a slower device would.
 
     KINETO_LOG_LEVEL=6 .venv/bin/python tools/record_gloo_run.py OUT_DIR
-        [--ranks 4] [--steps 6] [--slow-rank 2] [--slow-factor 3]
+        [--ranks 4] [--steps 8] [--slow-rank 2] [--slow-ms 50] [--batch 512]
 
 The trainer is `train_rank` below: tests and the distributed tutorial import it.
 """
@@ -17,6 +19,7 @@ import os
 import shutil
 import socket
 import sys
+import time
 from pathlib import Path
 
 
@@ -27,9 +30,9 @@ def free_port() -> int:
 
 
 def train_rank(rank: int, world: int, port: int, out: str, steps: int, slow_rank: int,
-               slow_factor: int) -> None:
-    """One rank: a DDP step per ProfilerStep, profiled; rank `slow_rank` (-1: none) runs its
-    forward `slow_factor` times per step (its compute takes that much longer)."""
+               slow_ms: float, batch: int = 512) -> None:
+    """One rank: a DDP step per ProfilerStep, profiled; rank `slow_rank` (-1: none) computes
+    `slow_ms` more in each step, before its forward."""
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     import torch
     import torch.distributed as dist
@@ -43,14 +46,15 @@ def train_rank(rank: int, world: int, port: int, out: str, steps: int, slow_rank
     model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
                                     torch.nn.Linear(512, 256)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(64, 256), torch.randn(64, 256)
-    repeats = slow_factor if rank == slow_rank else 1
+    x, y = torch.randn(batch, 256), torch.randn(batch, 256)
+    extra_s = slow_ms / 1e3 if rank == slow_rank else 0.0
+    a = torch.randn(256, 256)
 
     def step() -> None:
         opt.zero_grad()
-        for _ in range(repeats - 1):
-            with torch.no_grad():
-                model.module(x)  # the straggler's extra work (no collective in it)
+        until = time.perf_counter() + extra_s
+        while time.perf_counter() < until:  # the straggler's extra work (no collective)
+            torch.mm(a, a)
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()  # DDP all-reduces the gradients here
         opt.step()
@@ -69,14 +73,14 @@ def train_rank(rank: int, world: int, port: int, out: str, steps: int, slow_rank
     dist.destroy_process_group()
 
 
-def record(out: Path, ranks: int = 4, steps: int = 6, slow_rank: int = -1,
-           slow_factor: int = 3) -> list[Path]:
+def record(out: Path, ranks: int = 4, steps: int = 8, slow_rank: int = -1,
+           slow_ms: float = 50.0, batch: int = 512) -> list[Path]:
     """Run the job (one process per rank, spawned) and return the traces it wrote."""
     import torch.multiprocessing as mp
 
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    mp.spawn(train_rank, args=(ranks, port, str(out), steps, slow_rank, slow_factor),
+    mp.spawn(train_rank, args=(ranks, port, str(out), steps, slow_rank, slow_ms, batch),
              nprocs=ranks, join=True)
     return sorted(out.glob("rank-*.json.gz"))
 
@@ -85,12 +89,13 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out")
     parser.add_argument("--ranks", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--slow-rank", type=int, default=-1)
-    parser.add_argument("--slow-factor", type=int, default=3)
+    parser.add_argument("--slow-ms", type=float, default=50.0)
+    parser.add_argument("--batch", type=int, default=512)
     args = parser.parse_args(argv)
     for path in record(Path(args.out), args.ranks, args.steps, args.slow_rank,
-                       args.slow_factor):
+                       args.slow_ms, args.batch):
         print(path, path.stat().st_size)
     return 0
 

@@ -79,6 +79,20 @@ FIXES: dict[FindingKind, str] = {
         "model = torch.compile(model, dynamic=True)\n"
         "pad inputs to a few bucket sizes; see why with TORCH_LOGS=recompiles."
     ),
+    "straggler": (
+        "One rank holds the others back at every collective. Find what it does more of: open\n"
+        "its own report (run.rank(n)) and compare it with a fast rank's\n"
+        "(gpuprof_nb.compare(run.rank(fast), run.rank(n))). Usual causes: a slower or busier\n"
+        "host or GPU (check nvidia-smi, thermal throttling, other jobs), uneven data (longer\n"
+        "sequences on that rank: bucket by length), or extra work only it does (logging,\n"
+        "checkpointing, evaluation on rank 0: move it off the critical path)."
+    ),
+    "load_imbalance": (
+        "Ranks do unequal work per step, so the fastest wait for the slowest at every\n"
+        "collective. Balance the shards (DistributedSampler with drop_last, equal sequence\n"
+        "lengths per rank: pack or bucket), and keep rank-only work (logging, metrics,\n"
+        "checkpoints) out of the step."
+    ),
     "memory_growth": (
         "Something keeps every step's tensors (and their graphs) alive. Store numbers,\n"
         "not tensors: total += loss.item()  (not total += loss), losses.append(loss.detach()),\n"

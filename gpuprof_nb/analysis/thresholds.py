@@ -107,3 +107,28 @@ GROWTH_RISING_SHARE = 0.6
 # Without steps the memory events are cut into this many slices of equal event counts to
 # watch the level move (enough points to see a trend, few enough to span whole iterations).
 GROWTH_SLICES = 8
+
+# --- distributed runs -------------------------------------------------------------------------
+
+# A rank is a straggler when the others wait for it at collectives. A call ends on every rank
+# together, so the rank that arrives last has the shortest call: a straggler's calls are
+# shorter than its peers' median in most calls (this fraction of them; in a balanced run
+# each rank is shorter about half the time) ...
+STRAGGLER_MIN_LEAD_CALLS = 0.75
+
+# ... by a median of this share of a step or more (less is not worth chasing) ...
+STRAGGLER_MIN_WAIT_SHARE = 0.05
+
+# ... and, with 3 ranks or more, by this many times the run's own noise: the median size of
+# the other ranks' leads over each other (on a busy host single calls move by several ms on
+# any rank). Over 24 balanced 4-rank gloo runs on the 2-core machine the largest median
+# lead of any rank was 1.2x that noise; over 12 runs with a rank planted 50 ms slow per step
+# the slow rank's was 2.6x to 22x. The bar sits between (their geometric mean).
+STRAGGLER_MIN_LEAD_OVER_NOISE = 1.75
+
+# ... over at least this many calls matched on every rank (fewer cannot tell a pattern).
+STRAGGLER_MIN_MATCHED_CALLS = 3
+
+# Compute per step differing by this fraction of the median between the busiest and the
+# idlest rank is a load imbalance worth reporting.
+LOAD_IMBALANCE_MIN_SPREAD = 0.10

@@ -30,7 +30,6 @@ from gpuprof_nb.ladder.measure import (
     memory_method,
     resolve_data,
 )
-from gpuprof_nb.ladder.progress import Progress
 from gpuprof_nb.ladder.report import (
     RUNG_NAMES,
     BatchPoint,
@@ -43,6 +42,7 @@ from gpuprof_nb.ladder.report import (
     relative_drift,
 )
 from gpuprof_nb.model.timing import TimingStats
+from gpuprof_nb.render.progress import Progress
 
 # Measured on the shared 2-core machine the ladder was written on (see docs/ladder.md).
 _CPU_COMPILE_SKIP = (

@@ -15,6 +15,7 @@ from gpuprof_nb.render import (  # noqa: F401
     memory,
     profile,
     roofline,
+    run,
     timeline,
 )
 from gpuprof_nb.render.bundle import report_bundle, report_of, text_of, widget_of

@@ -1,4 +1,5 @@
-"""Progress while rungs run: an ipywidgets IntProgress in a live kernel, text lines otherwise."""
+"""Progress over a known number of tasks (the ladder's measurements, a run's ranks): an
+ipywidgets IntProgress in a live kernel, text lines otherwise."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ from gpuprof_nb.render.widgets import live_kernel
 
 
 class Progress:
-    """Counts measurements done out of `total`; shows nothing when `enabled` is False."""
+    """Counts tasks done out of `total`; shows nothing when `enabled` is False. `what` names
+    the work (the bar's label) and `unit` the tasks (the closing line)."""
 
-    def __init__(self, total: int, *, enabled: bool = True, stream: TextIO | None = None) -> None:
+    def __init__(self, total: int, *, enabled: bool = True, stream: TextIO | None = None,
+                 what: str = "ladder", unit: str = "measurements") -> None:
         self.total = max(total, 1)
+        self.what = what
+        self.unit = unit
         self.done = 0
         self.enabled = enabled
         self.stream = stream if stream is not None else sys.stdout
@@ -27,13 +32,13 @@ class Progress:
             except ImportError:
                 return
             self._bar = widgets.IntProgress(value=0, min=0, max=self.total,
-                                            description="ladder")
+                                            description=what)
             self._label = widgets.Label(value="starting")
             self._box = widgets.HBox([self._bar, self._label])
             self._handle = display(self._box, display_id=True)
 
     def start(self, label: str) -> None:
-        """Say which measurement runs now."""
+        """Say which task runs now."""
         if not self.enabled:
             return
         if self._label is not None:
@@ -42,7 +47,7 @@ class Progress:
             print(f"[{self.done + 1}/{self.total}] {label} ...", file=self.stream, flush=True)
 
     def finish(self, outcome: str) -> None:
-        """Count one measurement as done and say how it went."""
+        """Count one task as done and say how it went."""
         self.done += 1
         if not self.enabled:
             return
@@ -59,7 +64,7 @@ class Progress:
             return
         from IPython.display import Pretty
 
-        line = f"ladder: {self.done}/{self.total} measurements done"
+        line = f"{self.what}: {self.done}/{self.total} {self.unit} done"
         if self._handle is not None:
             self._handle.update(Pretty(line))
         self._box.close()

@@ -6,8 +6,8 @@ import io
 
 import IPython.display
 
-from gpuprof_nb.ladder import progress as progress_module
-from gpuprof_nb.ladder.progress import Progress
+from gpuprof_nb.render import progress as progress_module
+from gpuprof_nb.render.progress import Progress
 
 
 def test_widget_in_a_live_kernel(monkeypatch):

@@ -1,0 +1,162 @@
+"""`analyze_run(traces)`: every rank of a distributed run analysed on an executor, one rank per
+task, and the compact summaries read together (analysis/run.py). The default executor is a
+local process pool; any `concurrent.futures.Executor` works, a Dask client's
+`client.get_executor()` among them (the `gpuprof_nb[distributed]` extra).
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import multiprocessing
+import os
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
+from dataclasses import replace
+from pathlib import Path
+
+from gpuprof_nb.analysis.report import analyze
+from gpuprof_nb.analysis.run import combine, rank_from_name, summarize_path, summarize_rank
+from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.io.trace import load_trace
+from gpuprof_nb.model.trace import Trace
+from gpuprof_nb.render.progress import Progress
+from gpuprof_nb.render.widgets import live_kernel
+from gpuprof_nb.results.report import ProfileReport
+from gpuprof_nb.results.run import RankSummary, RunReport
+
+# What a directory's trace files are called (torch.profiler's export_chrome_trace and
+# tensorboard_trace_handler write *.json or *.pt.trace.json, optionally gzipped).
+TRACE_PATTERNS = ("*.json", "*.json.gz")
+
+Source = str | os.PathLike[str] | Trace
+
+
+def analyze_run(traces: str | os.PathLike[str] | Sequence[Source], *,
+                executor: Executor | None = None, progress: bool = True) -> RunReport:
+    """Analyse every rank of a distributed run and return its RunReport.
+
+    `traces`: a directory (its *.json and *.json.gz files), a glob, or a list of paths or
+    `Trace` objects, one per rank. A rank is the trace's distributedInfo rank, else the one
+    its file name gives (`rank-3`, `worker3`), else (Trace objects only) its place in the list.
+    Each file is loaded and summarised in a task on `executor` (default: a process pool with
+    one worker per core); only the summary comes back. Trace objects already in memory are
+    summarised here. In a notebook a progress bar counts the ranks (`progress=False`: none).
+    A rank that cannot be read is named in the report's `failures`; the others still count.
+    """
+    items = _sources(traces)
+    paths = [(i, item) for i, item in enumerate(items) if not isinstance(item, Trace)]
+    summaries: dict[int, RankSummary] = {}
+    bar = Progress(len(items), enabled=progress and live_kernel(), what="ranks",
+                   unit="ranks")
+    try:
+        for i, item in enumerate(items):
+            if isinstance(item, Trace):
+                summaries[i] = _summarize_object(item, i)
+                bar.finish(_outcome(summaries[i]))
+        if paths:
+            for i, summary in _summarize_files(paths, executor):
+                summaries[i] = summary
+                bar.finish(_outcome(summary))
+    finally:
+        bar.close()
+    report = combine([summaries[i] for i in range(len(items))])
+    by_rank = {s.rank: items[i] for i, s in summaries.items() if not s.error}
+    return _with_loader(report, by_rank)
+
+
+def _sources(traces: str | os.PathLike[str] | Sequence[Source]) -> list[str | Trace]:
+    """The traces to read, in order: a directory's trace files, a glob's matches, a list."""
+    if isinstance(traces, Trace):
+        return [traces]
+    if isinstance(traces, (str, os.PathLike)):
+        text = os.fspath(traces)
+        path = Path(text)
+        if path.is_dir():
+            found: list[str | Trace] = [*sorted({str(p) for pattern in TRACE_PATTERNS
+                                                 for p in path.glob(pattern)})]
+            if not found:
+                raise GpuprofError(f"{text}: no trace files in this directory (looked for "
+                                   f"{', '.join(TRACE_PATTERNS)}); pass the directory the "
+                                   "ranks wrote their traces to, or a glob")
+            return found
+        if path.is_file():
+            return [text]
+        if glob.has_magic(text):
+            matches: list[str | Trace] = [*sorted(glob.glob(text))]
+            if not matches:
+                raise GpuprofError(f"{text}: the glob matches no file")
+            return matches
+        raise GpuprofError(f"{text}: no such file or directory")
+    items: list[str | Trace] = []
+    for i, item in enumerate(traces):
+        if isinstance(item, Trace):
+            items.append(item)
+        elif isinstance(item, (str, os.PathLike)):
+            items.append(os.fspath(item))
+        else:
+            raise GpuprofError(f"traces[{i}] is a {type(item).__name__}: pass trace file paths "
+                               "or Trace objects (gpuprof_nb.load_trace)")
+    if not items:
+        raise GpuprofError("no traces given: pass a directory, a glob, or a list of paths")
+    return items
+
+
+def _summarize_object(trace: Trace, position: int) -> RankSummary:
+    """A Trace already in memory: its distributedInfo rank, else its name's, else its place."""
+    dist = trace.distributed
+    named = dist.rank if dist is not None and dist.rank is not None else \
+        rank_from_name(trace.source)
+    try:
+        return summarize_rank(trace, trace.source or f"traces[{position}]",
+                              named if named is not None else position)
+    except GpuprofError as exc:
+        return RankSummary(rank=position, source=trace.source or f"traces[{position}]",
+                           error=f"{type(exc).__name__}: {exc}")
+
+
+def _summarize_files(paths: Sequence[tuple[int, str | Trace]], executor: Executor | None
+                     ) -> Iterable[tuple[int, RankSummary]]:
+    """Yield (position, summary) for each file as its task finishes."""
+    own = executor is None and len(paths) > 1
+    pool: Executor | None = executor
+    if own:
+        # spawn: a worker forked from a kernel that holds torch's thread pools can hang.
+        pool = ProcessPoolExecutor(max_workers=min(os.cpu_count() or 1, len(paths)),
+                                   mp_context=multiprocessing.get_context("spawn"))
+    try:
+        if pool is None:  # one file: no pool to start
+            for i, path in paths:
+                yield i, summarize_path(str(path))
+            return
+        futures: dict[Future[RankSummary], tuple[int, str]] = {
+            pool.submit(summarize_path, str(path)): (i, str(path)) for i, path in paths}
+        for future in as_completed(futures):
+            i, path = futures[future]
+            try:
+                summary = future.result()
+            except Exception as exc:  # a worker's own failure: name it, keep the others
+                guess = rank_from_name(path)
+                summary = RankSummary(rank=guess if guess is not None else -1, source=path,
+                                      error=f"{type(exc).__name__}: {exc}")
+            yield i, summary
+    finally:
+        if own and pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _outcome(summary: RankSummary) -> str:
+    name = Path(summary.source).name
+    return f"{name}: could not be read" if summary.error else f"rank {summary.rank} ({name})"
+
+
+def _with_loader(report: RunReport, by_rank: dict[int, str | Trace]) -> RunReport:
+    return replace(report, _load_rank=functools.partial(_rank_report, by_rank))
+
+
+def _rank_report(by_rank: dict[int, str | Trace], n: int) -> ProfileReport:
+    if n not in by_rank:
+        have = ", ".join(map(str, sorted(by_rank))) or "none"
+        raise GpuprofError(f"rank {n} is not in this run (ranks read: {have})")
+    item = by_rank[n]
+    return analyze(item if isinstance(item, Trace) else load_trace(item))
