@@ -103,10 +103,12 @@ def _tree_rss_bytes(root: int) -> int:
 
 def run_child(
     python: str, mode: str, path: str, *, cap_bytes: int, timeout_s: float = 1800.0,
-    profile: bool = False,
+    profile: bool = False, poll_s: float = 0.02,
 ) -> Run:
     """Run `child.py MODE PATH` with `python`; raise RuntimeError with the reason on failure.
-    With `profile`, the child runs under cProfile and reports its hotspots in the facts."""
+    With `profile`, the child runs under cProfile and reports its hotspots in the facts.
+    The process tree's memory is read every `poll_s` seconds (each read costs about 2 ms of
+    CPU: a longer interval for long runs that must leave every core to the child)."""
     env = dict(os.environ, KINETO_LOG_LEVEL="6", MPLBACKEND="Agg", PYTHONHASHSEED="0")
     if profile:
         env["GPUPROF_BENCH_PROFILE"] = "1"
@@ -124,7 +126,7 @@ def run_child(
     def watch() -> None:
         nonlocal peak_tree, killed_for
         start = time.monotonic()
-        while not done.wait(0.02):
+        while not done.wait(poll_s):
             rss = _tree_rss_bytes(proc.pid)
             peak_tree = max(peak_tree, rss)
             if rss > cap_bytes:
@@ -179,7 +181,8 @@ def measure(
 
 
 def measure_interleaved(
-    approaches: list[tuple[str, str, str]], path: str, *, repeats: int, cap_bytes: int
+    approaches: list[tuple[str, str, str]], path: str, *, repeats: int, cap_bytes: int,
+    poll_s: float = 0.02,
 ) -> dict[str, Outcome]:
     """Run each approach (label, python, mode) `repeats` times, round-robin (one run of each
     per round), so a slow spell of a shared machine falls on all of them alike; an approach
@@ -191,7 +194,8 @@ def measure_interleaved(
             if label in errors:
                 continue
             try:
-                runs[label].append(run_child(python, mode, path, cap_bytes=cap_bytes))
+                runs[label].append(run_child(python, mode, path, cap_bytes=cap_bytes,
+                                             poll_s=poll_s))
             except (RuntimeError, ValueError, OSError) as exc:
                 errors[label] = str(exc)
     return {label: Outcome(label, tuple(runs[label]), error=errors.get(label))

@@ -45,6 +45,7 @@ COMPARISONS = {
     "findings": "benchmarks.first_finding",
     "compare": "benchmarks.compare_noise",
     "runs": "benchmarks.distributed_runs",
+    "stragglers": "benchmarks.stragglers",
 }
 # Each comparison's section title in RESULTS.md (what --reuse finds there).
 TITLES = {
@@ -57,6 +58,7 @@ TITLES = {
     "findings": "6. First finding under load",
     "compare": "7. Before/after verdict and noise",
     "runs": "8. Distributed runs",
+    "stragglers": "9. Stragglers named",
 }
 
 

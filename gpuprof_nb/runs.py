@@ -11,7 +11,13 @@ import glob
 import multiprocessing
 import os
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import (
+    BrokenExecutor,
+    Executor,
+    Future,
+    ProcessPoolExecutor,
+    as_completed,
+)
 from dataclasses import replace
 from pathlib import Path
 
@@ -135,6 +141,12 @@ def _summarize_files(paths: Sequence[tuple[int, str | Trace]], executor: Executo
             i, path = futures[future]
             try:
                 summary = future.result()
+            except BrokenExecutor as exc:  # the pool itself died: no rank can be read
+                raise GpuprofError(
+                    f"the worker processes died ({type(exc).__name__}) before {path} was "
+                    "read. In a script, call analyze_run under `if __name__ == \"__main__\":`"
+                    " (the pool starts fresh processes that import the script); otherwise "
+                    "the workers' own error is printed above") from exc
             except Exception as exc:  # a worker's own failure: name it, keep the others
                 guess = rank_from_name(path)
                 summary = RankSummary(rank=guess if guess is not None else -1, source=path,

@@ -52,7 +52,7 @@ def test_binder_pins_the_cpu_torch_of_the_makefile() -> None:
     assert torch_pins == [f"torch=={_makefile_torch_version()}+cpu"], torch_pins
     assert f"--extra-index-url {PYTORCH_INDEX}" in lines
     # The package itself, resolved against the repository root (repo2docker's working dir).
-    assert "." in lines or "-e ." in lines
+    assert {".", "-e .", ".[distributed]", "-e .[distributed]"} & set(lines)
     assert any(re.match(r"jupyterlab\b", ln) for ln in lines)
     assert any(re.match(r"ipywidgets\b", ln) for ln in lines)
     runtime = (BINDER / "runtime.txt").read_text(encoding="utf-8").strip()

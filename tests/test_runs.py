@@ -84,6 +84,23 @@ def test_a_worker_failure_is_named_and_the_rest_still_count():
     assert "Failed:" in report.text() and "rank-2.json.gz" in report.text()
 
 
+class _Broken(Executor):
+    """An executor whose worker processes died: every task fails with BrokenProcessPool."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        from concurrent.futures.process import BrokenProcessPool
+
+        future: Future = Future()
+        future.set_exception(BrokenProcessPool("a process was terminated abruptly"))
+        return future
+
+
+def test_a_dead_pool_says_what_to_do():
+    with pytest.raises(GpuprofError, match=r"the worker processes died \(BrokenProcessPool\)"
+                                           r".*if __name__ == \"__main__\""):
+        gpuprof_nb.analyze_run(SLOW, executor=_Broken(), progress=False)
+
+
 def test_an_unreadable_rank_file(tmp_path):
     for p in SLOW.glob("*.json.gz"):
         shutil.copy(p, tmp_path / p.name)

@@ -72,7 +72,7 @@ def _gpu_numbers(path: Path) -> dict[str, float]:
     kernels = [e for e in ev if e.get("cat") == "kernel"]
     comm = [_span(e) for e in kernels if "nccl" in e["name"].lower()]
     compute = [_span(e) for e in kernels if "nccl" not in e["name"].lower()]
-    return {"busy": _union(gpu), "comm": _union(comm),
+    return {"busy": _union(gpu), "comm": _union(comm), "compute": _union(compute),
             "exposed": _union(comm) - _intersection(comm, compute)}
 
 
@@ -112,6 +112,7 @@ def test_nccl_rank_numbers_match_the_raw_json(path):
     assert not s.error and s.on_device
     assert s.busy_us == pytest.approx(want["busy"], rel=1e-9)
     assert s.comm_us == pytest.approx(want["comm"], rel=1e-9) and s.comm_us > 0
+    assert s.compute_us == pytest.approx(want["compute"], rel=1e-9)
     assert s.exposed_comm_us == pytest.approx(want["exposed"], rel=1e-9, abs=1e-6)
     calls = sum(len(d) for _, d in s.collective_calls)
     assert calls == sum(1 for e in _events(path)

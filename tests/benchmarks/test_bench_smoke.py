@@ -207,3 +207,19 @@ def test_reuse_reads_the_sections_and_targets_of_an_earlier_results_file() -> No
     again = sections_in_results(text)
     assert list(again) == ["1. A", "B", "2. C"]
     assert [again[s.title] for s in made] == made
+
+
+def test_distributed_run_copies_rewrite_the_rank(tmp_path: Path) -> None:
+    from benchmarks.distributed_runs import write_run
+
+    source = DATA / "a100_nccl" / "nccl_data.json.gz"
+    out = write_run(source, tmp_path / "run", 3)
+    docs = [json.loads((out / f"rank-{r}.json").read_text()) for r in range(3)]
+    assert [d["distributedInfo"]["rank"] for d in docs] == [0, 1, 2]
+    assert {d["distributedInfo"]["world_size"] for d in docs} == {3}
+    assert all(d["traceEvents"] == _events(source) for d in docs)
+    # Both worker counts and the coordinator's memory come back from the child.
+    run = run_child(sys.executable, "gpuprof-run-2", str(out), cap_bytes=4 * 2**30)
+    assert run.facts["ranks"] == 3 and run.facts["failures"] == 0
+    assert len(set(run.facts["busy_us"])) == 1  # the same trace three times
+    assert run.facts["coordinator_peak_rss_bytes"] >= run.baseline_rss_bytes > 0
