@@ -44,3 +44,28 @@ def ipython_shell():
     shell = globalipapp.start_ipython() or globalipapp.get_ipython()
     shell.run_line_magic("load_ext", "gpuprof_nb")
     return shell
+
+
+@pytest.fixture
+def live_display(monkeypatch: pytest.MonkeyPatch):
+    """A live kernel as the progress bar sees it: `display` records what is shown
+    (`.shown`) and what its handle is updated with (`.updates`)."""
+    from types import SimpleNamespace
+
+    import IPython.display
+
+    from gpuprof_nb.render import progress
+
+    seen = SimpleNamespace(shown=[], updates=[])
+
+    class Handle:
+        def update(self, obj: object) -> None:
+            seen.updates.append(obj)
+
+    def fake_display(obj: object, display_id: object = None) -> Handle:
+        seen.shown.append(obj)
+        return Handle()
+
+    monkeypatch.setattr(progress, "live_kernel", lambda: True)
+    monkeypatch.setattr(IPython.display, "display", fake_display)
+    return seen

@@ -9,7 +9,6 @@ import shutil
 from concurrent.futures import Executor, Future
 from pathlib import Path
 
-import IPython.display
 import pytest
 
 import gpuprof_nb
@@ -144,22 +143,9 @@ def test_rank_loads_its_full_report_again():
         report.rank(7)
 
 
-def test_progress_bar_over_ranks_in_a_kernel(monkeypatch):
-    from gpuprof_nb.render import progress as progress_module
-
-    shown, updates = [], []
-
-    class Handle:
-        def update(self, obj):
-            updates.append(obj)
-
-    def fake_display(obj, display_id=None):
-        shown.append(obj)
-        return Handle()
-
+def test_progress_bar_over_ranks_in_a_kernel(live_display, monkeypatch):
+    shown, updates = live_display.shown, live_display.updates
     monkeypatch.setattr(runs, "live_kernel", lambda: True)
-    monkeypatch.setattr(progress_module, "live_kernel", lambda: True)
-    monkeypatch.setattr(IPython.display, "display", fake_display)
     gpuprof_nb.analyze_run(SLOW, executor=_Raising())
     assert len(shown) == 1  # the bar
     assert [u.data for u in updates] == ["ranks: 4/4 ranks done"]

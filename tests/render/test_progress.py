@@ -4,26 +4,11 @@ from __future__ import annotations
 
 import io
 
-import IPython.display
-
-from gpuprof_nb.render import progress as progress_module
 from gpuprof_nb.render.progress import Progress
 
 
-def test_widget_in_a_live_kernel(monkeypatch):
-    shown = []
-    updates = []
-
-    class Handle:
-        def update(self, obj):
-            updates.append(obj)
-
-    def fake_display(obj, display_id=None):
-        shown.append(obj)
-        return Handle()
-
-    monkeypatch.setattr(progress_module, "live_kernel", lambda: True)
-    monkeypatch.setattr(IPython.display, "display", fake_display)
+def test_widget_in_a_live_kernel(live_display):
+    shown, updates = live_display.shown, live_display.updates
     bar = Progress(3)
     assert len(shown) == 1
     widget = bar._bar
