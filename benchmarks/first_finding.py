@@ -10,9 +10,9 @@ one-off cold start of the first run must never take its place (it is reported ap
 from __future__ import annotations
 
 import collections
-import importlib.util
 import multiprocessing
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,9 +21,9 @@ from benchmarks.config import BenchConfig, Section, Target
 from benchmarks.shell import run_cell, start_shell
 
 REPO = Path(__file__).resolve().parent.parent
-PLANTED = REPO / "tests" / "analysis" / "test_diagnose_planted.py"
 
-# kind -> (the planted cell's function in PLANTED, extra magic options)
+# kind -> (the planted cell's function in tests/analysis/test_diagnose_planted.py, extra
+# magic options)
 CASES = {
     "dataloader": ("slow_dataset_cell", ""),
     "launch_overhead": ("tiny_ops_cell", ""),
@@ -44,11 +44,10 @@ def _burn(stop: Any) -> None:
 
 
 def _planted_module() -> Any:
-    spec = importlib.util.spec_from_file_location("gpuprof_planted", PLANTED)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    sys.path.insert(0, str(REPO / "tools"))
+    from record_planted import planted_module
+
+    return planted_module()
 
 
 def first_findings(shell: Any, runs: int, kinds: list[str]) -> dict[str, list[str]]:

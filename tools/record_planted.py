@@ -18,6 +18,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -25,7 +26,8 @@ PLANTED = REPO / "tests" / "analysis" / "test_diagnose_planted.py"
 DEFAULT_OUT = REPO / "tests" / "data" / "planted_cpu"
 
 
-def _planted() -> object:
+def planted_module() -> Any:
+    """The planted-cell test module, loaded by path (tests/ is not a package)."""
     spec = importlib.util.spec_from_file_location("gpuprof_planted", PLANTED)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -38,7 +40,7 @@ def main(argv: list[str]) -> int:
 
     out = Path(argv[0]) if argv else DEFAULT_OUT
     out.mkdir(parents=True, exist_ok=True)
-    planted = _planted()
+    planted = planted_module()
     failed = []
     for kind, cell, memory in planted.CASES + [("compute_bound", planted.big_matmul_cell,
                                                 False)]:

@@ -20,7 +20,6 @@ _GEMM_OPS = frozenset(
 )
 
 
-
 # Low arithmetic intensity ops: elementwise, activations, norms, softmax, reductions.
 _ELEMENTWISE_OPS = frozenset(
     "add sub rsub mul div neg abs exp exp2 expm1 log log1p log2 sin cos tan tanh sigmoid relu "
@@ -36,9 +35,7 @@ _ELEMENTWISE_OPS = frozenset(
 )
 
 
-
 _CAST_OPS = frozenset({"to", "tocopy", "copy", "typeas"})
-
 
 
 # Kernel-name marks of matmuls and convolutions, as the libraries name their kernels (cuBLAS
@@ -53,10 +50,8 @@ _GEMM_KERNEL_MARKS = ("gemm", "xmma", "s1688", "s16816", "h1688", "h16816", "s16
                       "flash", "fmha", "attention", "triton_tem", "matmul")
 
 
-
 # cuDNN's FFT convolution kernels are named fft2d_r2c_...: a convolution only inside cuDNN.
 _CUDNN_CONV_MARKS = ("fft", "conv")
-
 
 
 # Helper kernels that sit next to GEMMs in the same libraries but only move, scale or reduce
@@ -68,9 +63,7 @@ _NOT_GEMM_KERNEL_MARKS = ("gemv", "bn_fw", "bn_bw", "batchnorm", "batch_norm", "
                           "pool", "softmax")
 
 
-
 _COMM_KERNEL_MARKS = ("nccl", "rccl", "gloo")
-
 
 
 @functools.lru_cache(maxsize=8192)
@@ -94,7 +87,6 @@ def op_class(name: str) -> str:
     return "other"
 
 
-
 def kernel_class(kernel: Kernel) -> str:
     """Return 'comm', 'gemm', 'copy' or 'elementwise' for a device activity. Kernels that are
     neither collectives nor matmuls/convolutions are, in practice, elementwise, reduction,
@@ -102,7 +94,6 @@ def kernel_class(kernel: Kernel) -> str:
     if kernel.kind != "kernel":
         return "copy"
     return kernel_name_class(kernel.name)
-
 
 
 @functools.lru_cache(maxsize=4096)
@@ -115,7 +106,6 @@ def kernel_name_class(name: str) -> str:
     if _is_gemm_kernel_name(n):
         return "gemm"
     return "elementwise"
-
 
 
 def _is_gemm_kernel_name(lower_name: str) -> bool:

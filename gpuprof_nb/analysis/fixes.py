@@ -102,7 +102,6 @@ FIXES: dict[FindingKind, str] = {
 }
 
 
-
 # Fixes for runs without device activity: no CUDA autocast, CUDA graphs or pinned memory,
 # which would not apply (or would fail) on a CPU-only run.
 CPU_FIXES: dict[FindingKind, str] = {

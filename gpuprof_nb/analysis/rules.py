@@ -289,8 +289,6 @@ def _python_hotspot(c: Context) -> str:
     return f" (mostly in {where}: {c.frac(held[name]) * 100:.0f}% of the time)"
 
 
-
-
 def _host_collective_spans(c: Context) -> list[Interval]:
     """Return the merged host ranges of collectives (`gloo:all_reduce`, `c10d::allreduce_`)."""
     if not any(is_host_collective(name)

@@ -34,7 +34,6 @@ __all__ = [
 ]
 
 
-
 def read_three_runs(
     fp32_samples_per_s: float,
     amp_samples_per_s: float | None,

@@ -365,8 +365,6 @@ def timeline_svg(timeline: Timeline, trace: Trace | None,
     return head + "".join(body) + "</svg>"
 
 
-
-
 def plot_timeline(timeline: Timeline, trace: Trace | None, step: StepTimeline | int | None = None,
                   ax: Any = None) -> Any:
     """Return a matplotlib Figure of one step (or the whole window): CPU threads and GPU

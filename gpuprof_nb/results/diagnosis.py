@@ -22,7 +22,6 @@ FINDING_KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)
 
 
-
 @dataclass(frozen=True, slots=True)
 class Finding:
     """One thing that holds the cell back. `evidence` maps names whose suffix is the unit
@@ -37,7 +36,6 @@ class Finding:
     evidence: Mapping[str, float] = field(default_factory=dict)
     fix: str = ""
     share: float = 0.0
-
 
 
 @dataclass(frozen=True, slots=True)

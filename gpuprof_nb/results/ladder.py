@@ -29,7 +29,6 @@ RUNG_NAMES = (
 )
 
 
-
 # baseline: the fp32 reference; kept/dropped: measured and judged (dropped: slower, or faster
 # by less than is worth keeping); no clear change: measured inside the noise (see
 # results/compare.Verdict), so not kept; flagged: the loss drifted;
@@ -37,7 +36,6 @@ RUNG_NAMES = (
 # reference: measured for the three-run reading only; trial: one setting of a sweep.
 STATUSES = ("baseline", "kept", "dropped", "no clear change", "flagged", "failed", "skipped",
             "reference", "trial")
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +88,6 @@ class RungResult:
         return self.samples_per_step / (median / 1e6)
 
 
-
 @dataclass(frozen=True, slots=True)
 class ThreeRunReading:
     """fp32 vs low precision vs low precision + torch.compile, in samples/s, and what it means.
@@ -105,7 +102,6 @@ class ThreeRunReading:
     verdict: str
     next_step: str
     amp_label: str = "bf16"
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +126,6 @@ class BatchPoint:
         return self.batch_size / (median / 1e6)
 
 
-
 def find_plateau(points: Sequence[BatchPoint], *, tolerance: float = 0.10) -> int | None:
     """Return the smallest batch size from which no larger batch size that ran raises
     samples/s by more than `tolerance` (the compute-bound plateau), or None with fewer
@@ -143,7 +138,6 @@ def find_plateau(points: Sequence[BatchPoint], *, tolerance: float = 0.10) -> in
         if all((later.samples_per_s or 0.0) <= rate * (1.0 + tolerance) for later in ok[i + 1:]):
             return point.batch_size
     return None
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +202,6 @@ class ComparisonRow:
         if not self.this_samples_per_s or not self.other_samples_per_s:
             return None
         return self.this_samples_per_s / self.other_samples_per_s
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,7 +348,6 @@ def recommend(report: LadderReport) -> str:
     return "\n".join(lines)
 
 
-
 def _rung_from(data: Mapping[str, Any]) -> RungResult:
     return RungResult(
         name=str(data["name"]),
@@ -372,15 +364,12 @@ def _rung_from(data: Mapping[str, Any]) -> RungResult:
     )
 
 
-
 def _opt_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-
 def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
-
 
 
 def report_from_dict(data: Mapping[str, Any], *, where: str = "ladder report") -> LadderReport:

@@ -21,7 +21,6 @@ class Site:
     function: str = ""
 
 
-
 @dataclass(frozen=True, slots=True)
 class SiteBytes:
     """Bytes held by one allocation site: `bytes` over `blocks` blocks, `share` of a total."""
@@ -32,7 +31,6 @@ class SiteBytes:
     share: float
     largest_block_bytes: int
     category: str = ""
-
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -69,7 +67,6 @@ class MemoryTimeline:
         return int(self.x.shape[0])
 
 
-
 @dataclass(frozen=True, slots=True)
 class PeakBlock:
     address: int
@@ -77,7 +74,6 @@ class PeakBlock:
     site: Site
     allocated_x: float | None  # None: allocated before recording
     category: str = ""
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +85,6 @@ class AtPeak:
     time_unit: str
     sites: tuple[SiteBytes, ...]
     largest_blocks: tuple[PeakBlock, ...]
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +104,6 @@ class Leaks:
     growing_sites: tuple[SiteBytes, ...]
 
 
-
 @dataclass(frozen=True, slots=True)
 class SegmentRow:
     address: int
@@ -117,7 +111,6 @@ class SegmentRow:
     total_bytes: int
     active_bytes: int
     largest_free_bytes: int
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +131,6 @@ class SegmentSummary:
     largest_segments: tuple[SegmentRow, ...]
 
 
-
 @dataclass(frozen=True, slots=True)
 class OomEvent:
     """An `oom` entry: the request that failed and the state when it did (bytes)."""
@@ -150,7 +142,6 @@ class OomEvent:
     active_bytes: int
     reserved_bytes: int | None
     site: Site
-
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -15,7 +15,6 @@ MATMUL_CATEGORIES = frozenset({"gemm", "conv", "attention"})
 Bound = str  # "memory" | "compute"
 
 
-
 @dataclass(frozen=True, slots=True)
 class RooflinePoint:
     """One op group (same op, input shapes and dtype), or one kernel within such a group.
@@ -46,7 +45,6 @@ class RooflinePoint:
     op_name: str  # the anchor op (equal to `name` for op points)
 
 
-
 @dataclass(frozen=True, slots=True)
 class DataMovement:
     """An op group that moves bytes without FLOPs (copies, casts, embedding gathers)."""
@@ -66,7 +64,6 @@ class DataMovement:
     direction: str = "device"
 
 
-
 @dataclass(frozen=True, slots=True)
 class Unmodelled:
     """Device (or CPU) time of ops without a formula or without recorded shapes, by the
@@ -75,7 +72,6 @@ class Unmodelled:
     name: str
     calls: int
     time_us: float
-
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,6 @@ _FRACTION_BASE = {
 }
 
 
-
 @dataclass(frozen=True, slots=True)
 class OpRow:
     """One operator name: call count, CPU and device microseconds, and the input shapes seen."""
@@ -32,7 +31,6 @@ class OpRow:
     fraction: float  # of the table's sort key (see OpTable.fraction_of)
     input_shapes: tuple[str, ...] = ()  # most common first, at most 5
     input_shape_calls: tuple[int, ...] = ()  # calls with each of input_shapes
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +72,6 @@ class KernelRow:
     fraction: float  # of all device activity time (sum of durations)
     total_bytes: int | None = None  # memcpy/memset only, when the trace gives bytes
     achieved_gbps: float | None = None  # bytes / duration over the calls that give bytes, GB/s
-
 
 
 @dataclass(frozen=True, slots=True)

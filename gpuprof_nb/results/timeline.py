@@ -11,9 +11,7 @@ from gpuprof_nb.results.display import Displayable
 IdleCause = Literal["dataloader", "sync", "launch", "host", "other"]
 
 
-
 IDLE_CAUSES: tuple[IdleCause, ...] = ("dataloader", "sync", "launch", "host", "other")
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +25,6 @@ class IdleGap:
     @property
     def dur_us(self) -> float:
         return self.end_us - self.start_us
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +61,6 @@ class IdleBreakdown:
         return self.us_by_category()[category] / self.span_us if self.span_us > 0 else 0.0
 
 
-
 @dataclass(frozen=True, slots=True)
 class StepTimeline:
     """The breakdown of one training step (`ProfilerStep#N`)."""
@@ -78,7 +74,6 @@ class StepTimeline:
     @property
     def dur_us(self) -> float:
         return self.end_us - self.start_us
-
 
 
 @dataclass(frozen=True, slots=True)

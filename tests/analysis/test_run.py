@@ -228,6 +228,19 @@ def test_waits_are_time_beyond_the_last_arrival():
     assert report.stragglers == (2,)
 
 
+def test_the_straggler_finding_counts_what_the_peers_wait():
+    runs = [_summary(0, [30.0, 40.0, 35.0], compute=10.0),
+            _summary(1, [20.0, 50.0, 25.0], compute=10.0),
+            _summary(2, [5.0, 10.0, 5.0], compute=30.0)]
+    (f,) = [f for f in combine(runs).diagnosis.findings if f.kind == "straggler"]
+    # Beyond rank 2's call: (25 + 15) + (30 + 40) + (30 + 20) us, over 2 peers and 10 steps.
+    assert f.evidence["peers_wait_per_step_us"] == pytest.approx(160 / 2 / 10)
+    assert f.share == pytest.approx(8 / 100)
+    assert f.evidence["compute_per_step_us"] == 30.0
+    assert f.evidence["median_compute_per_step_us"] == 10.0
+    assert "3.00x the median rank's" in f.title
+
+
 def test_clocks_do_not_matter():
     # Durations only: shifting one rank's timestamps changes nothing. Summaries carry no
     # timestamps at all, so the same summaries give the same report whatever the clocks.
