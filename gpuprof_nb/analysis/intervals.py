@@ -11,9 +11,23 @@ from gpuprof_nb.model.trace import Trace
 Interval = tuple[float, float]
 
 
+# From this many intervals on, the array versions below are faster than plain loops (they
+# give the same pairs, float for float).
+_ARRAY_MIN = 64
+
+
+def _pairs(starts: np.ndarray, ends: np.ndarray) -> list[Interval]:
+    return list(zip(starts.tolist(), ends.tolist(), strict=True))
+
+
 def merge_intervals(intervals: Iterable[Interval]) -> list[Interval]:
     """Return the union of the intervals as sorted, disjoint (start, end) pairs.
     Empty or inverted intervals (end <= start) are dropped."""
+    if not isinstance(intervals, (list, tuple)):
+        intervals = list(intervals)
+    if len(intervals) >= _ARRAY_MIN:
+        both = np.array(intervals, dtype=float)
+        return _pairs(*merge_arrays(both[:, 0], both[:, 1]))
     ordered = sorted((s, e) for s, e in intervals if e > s)
     merged: list[Interval] = []
     for start, end in ordered:
@@ -54,6 +68,13 @@ def union_length(intervals: Iterable[Interval]) -> float:
 
 def clip_intervals(intervals: Iterable[Interval], start: float, end: float) -> list[Interval]:
     """Return the intervals cut to [start, end]; those outside it vanish."""
+    if not isinstance(intervals, (list, tuple)):
+        intervals = list(intervals)
+    if len(intervals) >= _ARRAY_MIN:
+        both = np.array(intervals, dtype=float)
+        s2, e2 = np.maximum(both[:, 0], start), np.minimum(both[:, 1], end)
+        keep = e2 > s2
+        return _pairs(s2[keep], e2[keep])
     out = []
     for s, e in intervals:
         s2, e2 = max(s, start), min(e, end)
@@ -95,6 +116,20 @@ def device_busy_us(trace: Trace, start: float | None = None, end: float | None =
 
 def intersect_intervals(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
     """Return the intersection of two sorted disjoint interval lists."""
+    if len(a) + len(b) >= _ARRAY_MIN and len(a) and len(b):
+        a_arr, b_arr = np.array(a, dtype=float), np.array(b, dtype=float)
+        # Each interval of a meets the run of b's that end after it starts and start before
+        # it ends; the pieces come out in order, as the two-pointer walk below finds them.
+        first = np.searchsorted(b_arr[:, 1], a_arr[:, 0], side="right")
+        last = np.searchsorted(b_arr[:, 0], a_arr[:, 1], side="left")
+        counts = np.maximum(last - first, 0)
+        ia = np.repeat(np.arange(len(a)), counts)
+        ib = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts) \
+            + np.repeat(first, counts)
+        lo = np.maximum(a_arr[ia, 0], b_arr[ib, 0])
+        hi = np.minimum(a_arr[ia, 1], b_arr[ib, 1])
+        keep = hi > lo
+        return _pairs(lo[keep], hi[keep])
     out: list[Interval] = []
     i = j = 0
     while i < len(a) and j < len(b):
@@ -106,3 +141,40 @@ def intersect_intervals(a: Sequence[Interval], b: Sequence[Interval]) -> list[In
         else:
             j += 1
     return out
+
+
+def nearest_previous_at_least(b: np.ndarray, a: np.ndarray, lo: np.ndarray,
+                              hi: np.ndarray | None = None, *, strict: bool = False,
+                              ) -> np.ndarray:
+    """For each i, return the largest j in [lo[i], hi[i]) with b[j] >= a[i] (b[j] > a[i]
+    when strict), or -1 when there is none; hi defaults to i itself.
+
+    The "previous greater element" that a stack of open intervals finds one by one, for all
+    i at once: a sparse table of maxima over power-of-two windows, descended greedily (a
+    window whose maximum cannot qualify holds no candidate and is skipped whole)."""
+    a = np.asarray(a, dtype=float)
+    n = len(a)
+    if not n or not len(b):
+        return np.full(n, -1, dtype=np.intp)
+    b = np.asarray(b, dtype=float)
+    lo = np.asarray(lo, dtype=np.intp)
+    pos = np.arange(n, dtype=np.intp) if hi is None else np.array(hi, dtype=np.intp)
+    # table[k][p] = max(b[p : p + 2**k]) where the window fits.
+    table = [b]
+    while 2 ** len(table) <= len(b):
+        prev, half = table[-1], 2 ** (len(table) - 1)
+        table.append(np.maximum(prev[:-half], prev[half:]))
+    for k in range(len(table) - 1, -1, -1):
+        width = 2 ** k
+        start = pos - width
+        cand = np.flatnonzero(start >= lo)
+        if not len(cand):
+            continue
+        window_max = table[k][start[cand]]
+        skip = window_max <= a[cand] if strict else window_max < a[cand]
+        pos[cand[skip]] -= width
+    j = pos - 1
+    found = j >= lo
+    hit = b[j[found]]
+    found[found] = hit > a[found] if strict else hit >= a[found]
+    return np.where(found, j, -1)

@@ -18,20 +18,20 @@ Rules (they decide every number these tables show):
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from functools import reduce
 from itertools import compress
-from operator import add, eq
+from operator import add
 from typing import Any
 
 import numpy as np
 
-from gpuprof_nb.analysis.intervals import device_busy_us
+from gpuprof_nb.analysis.derived import op_columns
+from gpuprof_nb.analysis.intervals import device_busy_us, nearest_previous_at_least
 from gpuprof_nb.analysis.timeline import activity_window, unrecorded_launches
-from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, Trace
+from gpuprof_nb.model.trace import Kernel, Op, Trace
 from gpuprof_nb.results.tables import (
     _FRACTION_BASE,
     KernelRow,
@@ -89,85 +89,62 @@ _MAX_SHAPES = 5
 def _attribute(trace: Trace) -> tuple[list[Op], Any, Any, list[float], float]:
     """Return the torch ops, their self CPU, self device and total device microseconds (arrays
     or lists in the same order), and the device time owned by no op."""
-    ops = [o for o in trace.ops if o.kind == "op"]
+    cols = op_columns(trace)
+    ops = list(cols.ops)
     n = len(ops)
-    parent = [-1] * n
-    child_cpu = [0.0] * n
-    starts = [o.start_us for o in ops]
-    durs = [o.dur_us for o in ops]
-    ends = [o.start_us + o.dur_us for o in ops]
-    by_thread: dict[tuple[Any, Any], list[int]] = {}
-    for i, thread in enumerate(zip([o.pid for o in ops], [o.tid for o in ops], strict=True)):
-        group = by_thread.get(thread)
-        if group is None:
-            by_thread[thread] = [i]
-        else:
-            group.append(i)
+    starts, ends = cols.start, cols.end
     kernels = trace.kernels
     k_corr = [k.correlation for k in kernels]
     # Only calls that launched some device work matter (not cudaGetDevice and friends).
     launched = set(k_corr)
     launched.discard(None)
-    calls_by_thread: dict[tuple[Any, Any], list[RuntimeCall]] = defaultdict(list)
-    for call in [c for c in trace.runtime if c.correlation in launched]:
-        calls_by_thread[(call.pid, call.tid)].append(call)
+    calls = [c for c in trace.runtime if c.correlation in launched]
 
+    # Threads are (pid, tid) as recorded, taken in the order of their repr; within one, ops
+    # by (start, longer first, file position): a parent before its children.
+    op_threads = list(zip(cols.pid, cols.tid, strict=True))
+    call_threads = [(c.pid, c.tid) for c in calls]
+    rank = {t: r for r, t in enumerate(sorted(set(op_threads) | set(call_threads), key=repr))}
+    thread = np.fromiter(map(rank.__getitem__, op_threads), dtype=np.intp, count=n)
+    order = np.lexsort((np.arange(n), -ends, starts, thread))
+    bounds = np.searchsorted(thread[order], np.arange(len(rank) + 1))
+    s_start, s_end = starts[order], ends[order]
+    first = np.repeat(bounds[:-1], np.diff(bounds))
+    # An op's parent is the innermost op of its thread still open when it starts: the nearest
+    # one before it (in that order) that ends after its start.
+    found = nearest_previous_at_least(s_end, s_start, first, strict=True)
+    has = found >= 0
+    parent_sorted = np.where(has, order[found], -1)
+    # A child's overlap with its parent, summed per parent in that order (bincount adds
+    # one by one, like `+=` in a loop).
+    overlap = np.minimum(s_end[has], s_end[found[has]]) - s_start[has]
+    child_cpu = np.bincount(parent_sorted[has], weights=overlap, minlength=n)
+
+    # Each launch call's owner: the innermost op of its thread open at the call's start (ops
+    # starting at that very time open first), else -1.
     owner_of_correlation: dict[int, int] = {}
-    preorder: list[int] = []  # every parent before its children
-    inf = math.inf
-    for thread in sorted(set(by_thread) | set(calls_by_thread), key=repr):
-        idxs = by_thread.get(thread, [])
-        idx_starts = [starts[i] for i in idxs]
-        if any(map(eq, idx_starts, idx_starts[1:])):
-            # Equal starts (common with integer-us traces): the longer op is the parent.
-            # Two stable C-keyed sorts give the order (start, -end, file position).
-            idxs.sort(key=ends.__getitem__, reverse=True)
-            idxs.sort(key=starts.__getitem__)
-            idx_starts = [starts[i] for i in idxs]
-        calls = calls_by_thread.get(thread, [])
-        call_starts = [c.start_us for c in calls]
-        call_corr = [c.correlation for c in calls]
-        n_calls = len(calls)
-        c = 0
-        next_call = call_starts[0] if n_calls else inf
-        # The open ops and their ends, above a sentinel that never closes (end inf).
-        stack = [-1]
-        stack_ends = [inf]
-        # Merge the thread's ops and launch calls by start; at equal starts the op opens first.
-        for i, start, end in zip(idxs, idx_starts, [ends[i] for i in idxs],
-                                 strict=True):
-            while next_call < start:
-                while stack_ends[-1] <= next_call:
-                    stack.pop()
-                    stack_ends.pop()
-                top = stack[-1]
-                if top >= 0:
-                    owner_of_correlation[call_corr[c]] = top  # type: ignore[index]
-                else:
-                    owner_of_correlation.setdefault(call_corr[c], -1)  # type: ignore[arg-type]
-                c += 1
-                next_call = call_starts[c] if c < n_calls else inf
-            top_end = stack_ends[-1]
-            while top_end <= start:
-                stack.pop()
-                stack_ends.pop()
-                top_end = stack_ends[-1]
-            top = stack[-1]
+    if calls:
+        c_thread = np.fromiter(map(rank.__getitem__, call_threads), dtype=np.intp,
+                               count=len(calls))
+        c_start = np.array([c.start_us for c in calls], dtype=float)
+        lo = bounds[c_thread]
+        hi = lo.copy()
+        for r in np.unique(c_thread).tolist():
+            a, b = int(bounds[r]), int(bounds[r + 1])
+            mine = np.flatnonzero(c_thread == r)
+            hi[mine] = a + np.searchsorted(s_start[a:b], c_start[mine], side="right")
+        call_owner = nearest_previous_at_least(s_end, c_start, lo, hi, strict=True)
+        call_owner = np.where(call_owner >= 0, order[call_owner], -1) if n else call_owner
+        # Calls in thread order, then as recorded: an owned call wins over an unowned one.
+        by_thread = np.argsort(c_thread, kind="stable").tolist()
+        owners_list = call_owner.tolist()
+        for j in by_thread:
+            corr = calls[j].correlation
+            top = owners_list[j]
             if top >= 0:
-                parent[i] = top
-                child_cpu[top] += (end if end <= top_end else top_end) - start
-            stack.append(i)
-            stack_ends.append(end)
-        for j in range(c, n_calls):  # launch calls after the thread's last op opened
-            while stack_ends[-1] <= call_starts[j]:
-                stack.pop()
-                stack_ends.pop()
-            top = stack[-1]
-            if top >= 0:
-                owner_of_correlation[call_corr[j]] = top  # type: ignore[index]
+                owner_of_correlation[corr] = top
             else:
-                owner_of_correlation.setdefault(call_corr[j], -1)  # type: ignore[arg-type]
-        preorder += idxs
+                owner_of_correlation.setdefault(corr, -1)
 
     # Each device event's owner: the op holding its launch call, else the op its External id
     # names (first op with that id).
@@ -186,10 +163,13 @@ def _attribute(trace: Trace) -> tuple[list[Op], Any, Any, list[float], float]:
                               weights=np.array(k_dur, dtype=float)[owned], minlength=n)
     unattributed = reduce(add, compress(k_dur, (~owned).tolist()), 0.0)
 
-    self_cpu = np.maximum(np.array(durs, dtype=float) - np.array(child_cpu, dtype=float), 0.0)
+    self_cpu = np.maximum(cols.dur - child_cpu, 0.0)
     total_device = self_device.tolist()
     # Reverse pre-order visits every child before its parent: one pass sums subtrees.
-    for i in reversed(preorder):
+    parent = [0] * n
+    for i, p in zip(order.tolist(), parent_sorted.tolist(), strict=True):
+        parent[i] = p
+    for i in reversed(order.tolist()):
         p = parent[i]
         if p >= 0:
             total_device[p] += total_device[i]

@@ -15,6 +15,7 @@ from gpuprof_nb.analysis.roofline import compute_roofline
 from gpuprof_nb.analysis.timeline import device_timeline
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.ceilings import trace_ceilings
+from gpuprof_nb.io.gcpause import gc_paused
 from gpuprof_nb.io.snapshot import snapshot_from_dict
 from gpuprof_nb.model.device import DeviceSpec
 from gpuprof_nb.model.memory import MemorySnapshot
@@ -67,20 +68,24 @@ def analyze(
     the ceilings `measure_ceilings()` cached for the trace's GPU, else its datasheet row
     (io/ceilings.py; the roofline's note says which). `timing` is given by the live magic;
     offline it stays None."""
-    ops = top_ops(trace, n=top, sort=sort)
-    kernels = kernel_table(trace)
-    summary = summarize_trace(trace)
-    all_notes = list(notes)
-    ceilings = device if device is not None else trace_ceilings(trace)
-    # The remaining analyses add judgement on top of the tables; one failing on an unusual
-    # trace should cost its own tab, not the whole report, and the note says what broke.
-    timeline = _attempt("timeline", lambda: device_timeline(trace), all_notes)
-    roofline = _attempt("roofline", lambda: compute_roofline(trace, ceilings), all_notes)
-    diagnosis = _attempt(
-        "diagnosis",
-        lambda: diagnose(trace, timeline=timeline, roofline=roofline, timing=timing),
-        all_notes,
-    )
+    # The analyses make many short-lived objects and no cycles worth collecting: automatic
+    # collections would walk the whole trace's objects again and again (io/gcpause.py).
+    with gc_paused():
+        ops = top_ops(trace, n=top, sort=sort)
+        kernels = kernel_table(trace)
+        summary = summarize_trace(trace)
+        all_notes = list(notes)
+        ceilings = device if device is not None else trace_ceilings(trace)
+        # The remaining analyses add judgement on top of the tables; one failing on an
+        # unusual trace should cost its own tab, not the whole report, and the note says
+        # what broke.
+        timeline = _attempt("timeline", lambda: device_timeline(trace), all_notes)
+        roofline = _attempt("roofline", lambda: compute_roofline(trace, ceilings), all_notes)
+        diagnosis = _attempt(
+            "diagnosis",
+            lambda: diagnose(trace, timeline=timeline, roofline=roofline, timing=timing),
+            all_notes,
+        )
     return ProfileReport(
         timing=timing,
         trace=trace,

@@ -10,13 +10,16 @@ activity the anchor's own (inclusive) CPU time is used instead.
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from gpuprof_nb.analysis.derived import thread_ranks
 from gpuprof_nb.analysis.flops import COPY_WRAPPERS, OpCost, op_cost
+from gpuprof_nb.analysis.intervals import nearest_previous_at_least
 from gpuprof_nb.analysis.timeline import unrecorded_launches
 from gpuprof_nb.model.device import DeviceSpec, lookup_device_spec
 from gpuprof_nb.model.trace import Kernel, Op, Trace
@@ -43,56 +46,44 @@ class _Tree:
         self.parent: list[int | None] = [None] * n
         # Only parents get an entry: one empty list per op costs more than the tree.
         self.children: dict[int, list[int]] = {}
-        # Per thread: op indices in (start, longer first, file order) order, and their starts.
-        raw: dict[tuple[Any, Any], list[int]] = {}
-        for i, thread in enumerate(zip([o.pid for o in self.ops], [o.tid for o in self.ops],
-                                       strict=True)):
-            group = raw.get(thread)
-            if group is None:
-                raw[thread] = [i]
-            else:
-                group.append(i)
-        # Threads keyed by their ids as text: ids that print alike are one thread.
-        self.threads: dict[tuple[str, str], list[int]] = {}
-        for (pid, tid), group in raw.items():
-            key = (str(pid), str(tid))
-            self.threads[key] = sorted(self.threads[key] + group) if key in self.threads \
-                else group
-        starts = [o.start_us for o in self.ops]
-        durs = [o.dur_us for o in self.ops]
+        # Threads keyed by their ids as text (ids that print alike are one thread), each
+        # numbered by the rank of its key.
+        thread, keys = thread_ranks([o.pid for o in self.ops], [o.tid for o in self.ops])
+        rank = {k: r for r, k in enumerate(keys)}
+        starts = np.array([o.start_us for o in self.ops], dtype=float)
+        durs = np.array([o.dur_us for o in self.ops], dtype=float)
         ends = [o.start_us + o.dur_us for o in self.ops]
-        index = [o.index for o in self.ops]
-        self.order: list[int] = []
-        for key in sorted(self.threads):
-            # The order (start, -dur, index, position) by stable sorts with C key functions;
-            # each group is in position order to begin with.
-            idx = self.threads[key]
-            idx.sort(key=index.__getitem__)
-            idx.sort(key=durs.__getitem__, reverse=True)
-            idx.sort(key=starts.__getitem__)
-            stack: list[int] = []
-            for i in idx:
-                end = ends[i]
-                while stack and end > ends[stack[-1]] + _EPS_US:
-                    stack.pop()
-                if stack:
-                    self.parent[i] = stack[-1]
-                    self.children.setdefault(stack[-1], []).append(i)
-                stack.append(i)
-            self.order.extend(idx)
-        self.starts = {k: [starts[i] for i in v] for k, v in self.threads.items()}
-
-    def innermost_at(self, pid: Any, tid: Any, t_us: float) -> int | None:
-        """Return the deepest op on thread (pid, tid) whose interval holds t_us."""
-        key = (str(pid), str(tid))
-        idx = self.threads.get(key)
-        if not idx:
-            return None
-        pos = bisect.bisect_right(self.starts[key], t_us + _EPS_US) - 1
-        cur: int | None = idx[pos] if pos >= 0 else None
-        while cur is not None and self.ops[cur].end_us + _EPS_US < t_us:
-            cur = self.parent[cur]
-        return cur
+        index = np.array([o.index for o in self.ops], dtype=np.int64)
+        # Per thread: (start, longer first, file order, position) order.
+        order = np.lexsort((np.arange(n), index, -durs, starts, thread))
+        self.order: list[int] = order.tolist()
+        bounds = np.searchsorted(thread[order], np.arange(len(keys) + 1)).tolist()
+        self.threads: dict[tuple[str, str], list[int]] = {
+            k: self.order[bounds[r]:bounds[r + 1]] for k, r in rank.items()}
+        self.start_arr, self.dur_arr = starts, durs
+        self.end_arr = starts + durs
+        sorted_starts = starts[order].tolist()
+        self.starts = {k: sorted_starts[bounds[r]:bounds[r + 1]] for k, r in rank.items()}
+        # An op's parent is the nearest op before it on its thread that ends no earlier
+        # (within rounding): what a stack of open ops finds, for all ops at once.
+        sorted_ends = np.array(ends, dtype=float)[order]
+        first_of_thread = np.repeat(np.array(bounds[:-1], dtype=np.intp), np.diff(bounds))
+        found = nearest_previous_at_least(sorted_ends + _EPS_US, sorted_ends, first_of_thread)
+        has = found >= 0
+        kids = order[has]
+        parents = order[found[has]]
+        self.parent_arr = np.full(n, -1, dtype=np.intp)
+        self.parent_arr[kids] = parents
+        for child, p in zip(kids.tolist(), parents.tolist(), strict=True):
+            self.parent[child] = p
+        # Children in (start, longer first, file order) order, grouped by parent.
+        by_parent = np.argsort(parents, kind="stable")
+        parents, kids = parents[by_parent], kids[by_parent]
+        if len(parents):
+            cuts = [0, *(np.flatnonzero(np.diff(parents)) + 1).tolist(), len(parents)]
+            kid_list = kids.tolist()
+            for p, a, b in zip(parents[cuts[:-1]].tolist(), cuts, cuts[1:], strict=False):
+                self.children[p] = kid_list[a:b]
 
 
 # ---------------------------------------------------------------- roofs
@@ -246,13 +237,26 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
     tree = _Tree([op for op in trace.ops if op.kind == "op"])
     ops = tree.ops
     memo: dict[int, OpCost | None] = {}
+    # A training loop repeats the same calls step after step: an op's cost depends only on
+    # its name and recorded inputs, so each distinct call is costed once.
+    by_call: dict[tuple[Any, ...], OpCost | None] = {}
 
     def cost(i: int) -> OpCost | None:
         if i not in memo:
             memo[i] = None  # guards against cycles from malformed nesting
-            c = op_cost(ops[i])
-            if c is None and ops[i].name in COPY_WRAPPERS:
-                c = _wrapper_cost(i)
+            op = ops[i]
+            if op.name in COPY_WRAPPERS:
+                c = op_cost(op)
+                if c is None:
+                    c = _wrapper_cost(i)  # depends on the op's children, not its call
+            else:
+                call = (op.name, op.input_dims, op.input_types, op.concrete_inputs)
+                try:
+                    c = by_call[call]
+                except KeyError:
+                    c = by_call[call] = op_cost(op)
+                except TypeError:  # an unhashable recorded input: cost it alone
+                    c = op_cost(op)
             memo[i] = c
         return memo[i]
 
@@ -414,17 +418,24 @@ def _kernel_owners(trace: Trace, tree: _Tree) -> dict[int, int]:
     """Return position in trace.kernels -> index (in tree.ops) of the innermost op that
     launched the kernel:
     by External id, else through the runtime call with the same correlation id."""
+    with_id = [i for i, op in enumerate(tree.ops) if op.external_id is not None]
     by_ext: dict[int, int] = {}
-    for i, op in enumerate(tree.ops):
-        if op.external_id is None:
-            continue
-        j = by_ext.get(op.external_id)
-        # Several ops may share an id in old traces: keep the innermost (shortest).
-        if j is None or (op.dur_us, -op.start_us) < (tree.ops[j].dur_us, -tree.ops[j].start_us):
-            by_ext[op.external_id] = i
+    if with_id:
+        # Several ops may share an id in old traces: keep the innermost (shortest; then the
+        # one starting last; then the first in the file).
+        pos = np.array(with_id, dtype=np.intp)
+        ids = np.array([tree.ops[i].external_id for i in with_id], dtype=np.int64)
+        order = np.lexsort((pos, -tree.start_arr[pos], tree.dur_arr[pos], ids))
+        ids, pos = ids[order], pos[order]
+        first = np.ones(len(ids), dtype=bool)
+        first[1:] = ids[1:] != ids[:-1]
+        by_ext = dict(zip(ids[first].tolist(), pos[first].tolist(), strict=True))
     runtime_by_corr = {r.correlation: r for r in trace.runtime if r.correlation is not None}
     owners: dict[int, int] = {}
-    for pos, k in enumerate(trace.kernels):
+    # Calls with no op of their id: the innermost op open on their thread at their start,
+    # found for all of them at once below.
+    pending: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for pos_k, k in enumerate(trace.kernels):
         owner = by_ext.get(k.external_id) if k.external_id is not None else None
         if owner is None and k.correlation is not None:
             call = runtime_by_corr.get(k.correlation)
@@ -432,7 +443,27 @@ def _kernel_owners(trace: Trace, tree: _Tree) -> dict[int, int]:
                 if call.external_id is not None:
                     owner = by_ext.get(call.external_id)
                 if owner is None:
-                    owner = tree.innermost_at(call.pid, call.tid, call.start_us)
+                    pending.setdefault((str(call.pid), str(call.tid)), []).append(
+                        (pos_k, call.start_us))
+                    continue
         if owner is not None:
-            owners[pos] = owner
+            owners[pos_k] = owner
+    for key, queries in pending.items():
+        idx = tree.threads.get(key)
+        if not idx:
+            continue
+        t = np.array([q[1] for q in queries], dtype=float)
+        at = np.searchsorted(np.array(tree.starts[key], dtype=float), t + _EPS_US,
+                             side="right") - 1
+        cur = np.where(at >= 0, np.array(idx, dtype=np.intp)[np.maximum(at, 0)], -1)
+        # Up the ancestors while the op ended before the call.
+        while True:
+            live = np.flatnonzero(cur >= 0)
+            live = live[tree.end_arr[cur[live]] + _EPS_US < t[live]]
+            if not len(live):
+                break
+            cur[live] = tree.parent_arr[cur[live]]
+        for (pos_k, _), owner in zip(queries, cur.tolist(), strict=True):
+            if owner >= 0:
+                owners[pos_k] = owner
     return owners

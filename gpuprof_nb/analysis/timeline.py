@@ -29,12 +29,13 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from functools import reduce
-from operator import add, attrgetter, lt
+from operator import add, attrgetter
 from typing import Any
 
 import numpy as np
 
 from gpuprof_nb.analysis import thresholds as th
+from gpuprof_nb.analysis.derived import memo, op_columns, thread_ranks
 from gpuprof_nb.analysis.intervals import Interval, merge_arrays, union_length
 from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, Trace
 from gpuprof_nb.results.timeline import (
@@ -79,65 +80,48 @@ def is_dataloader_op(op: Op) -> bool:
     return "DataLoader" in op.name and "__next__" in op.name
 
 
-def _top_level_positions(ops: Sequence[Op]) -> list[int]:
-    """Return the positions in `ops` of the torch ops (kind 'op') not nested inside another op
-    on the same thread, ordered by (start, index).
+def _top_level_positions(trace: Trace) -> list[int]:
+    """Return the positions in trace.ops of the torch ops (kind 'op') not nested inside
+    another op on the same thread, in order.
 
-    `ops` is in a Trace's order (by start, ties by index), so positions are in (start, index)
-    order too: only equal starts need sorting (longest first)."""
-    n = len(ops)
-    if not n:
+    Per thread, ops in (start, longest first, position) order: the first is top-level, and
+    the next top-level op is the first to start at or after the last one's end."""
+    cols = op_columns(trace)
+    keep = np.flatnonzero(cols.dur >= 0)
+    if not len(keep):
         return []
-    starts = [o.start_us for o in ops]
-    durs = [o.dur_us for o in ops]
-    by_raw: dict[Any, list[int]] = {}
-    for i, kind, dur, thread in zip(range(n), [o.kind for o in ops], durs,
-                                    zip([o.pid for o in ops], [o.tid for o in ops],
-                                        strict=True),
-                                    strict=True):
-        if kind == "op" and dur >= 0:
-            group = by_raw.get(thread)
-            if group is None:
-                by_raw[thread] = [i]
-            else:
-                group.append(i)
-    # Threads are keyed by their ids as text (an int and a str id naming the same thread are
-    # one thread); positions stay in (start, index) order within a thread.
-    by_thread: dict[tuple[str, str], list[int]] = {}
-    for (pid, tid), group in by_raw.items():
-        key = (str(pid), str(tid))
-        if key in by_thread:
-            by_thread[key] = sorted(by_thread[key] + group)
-        else:
-            by_thread[key] = group
-    top: list[int] = []
-    for key in sorted(by_thread):
-        group = by_thread[key]
-        first = [starts[i] for i in group]
-        if not all(map(lt, first, first[1:])):
-            # Equal starts: (start, longest first, index) by two stable sorts with C key
-            # functions (a Python key per op costs more than the sorts).
-            group.sort(key=durs.__getitem__, reverse=True)
-            group.sort(key=starts.__getitem__)
-            first = [starts[i] for i in group]
-        end = -math.inf
-        for i, start, dur in zip(group, first, [durs[i] for i in group], strict=True):
-            if start >= end:
-                top.append(i)
-                end = start + dur
-    if len(by_thread) > 1:
-        top.sort()
-    return top
+    thread, _ = thread_ranks([cols.pid[i] for i in keep.tolist()],
+                             [cols.tid[i] for i in keep.tolist()])
+    starts, durs, ends = cols.start[keep], cols.dur[keep], cols.end[keep]
+    order = np.lexsort((keep, -durs, starts, thread))
+    s_thread, s_start, s_end = thread[order], starts[order], ends[order]
+    bounds = np.searchsorted(s_thread, np.arange(int(s_thread[-1]) + 2)).tolist()
+    # Per op, the first later op of its thread starting at or after its end (the thread's
+    # bound when none).
+    nxt = np.arange(1, len(order) + 1, dtype=np.intp)
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        np.maximum(nxt[a:b], a + np.searchsorted(s_start[a:b], s_end[a:b], side="left"),
+                   out=nxt[a:b])
+    nxt_list = nxt.tolist()
+    tops: list[int] = []
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        i = a
+        while i < b:
+            tops.append(i)
+            i = nxt_list[i]
+    return sorted(cols.positions[keep[order[tops]]].tolist())
 
 
-def _top_level_ops(ops: Sequence[Op]) -> list[Op]:
-    """Return the torch ops (kind 'op') not nested inside another op on the same thread."""
-    return [ops[i] for i in _top_level_positions(ops)]
+def top_level_positions(trace: Trace) -> tuple[int, ...]:
+    """Return the positions in trace.ops of its top-level torch ops (computed once)."""
+    return memo(trace, "top_level_positions", lambda: tuple(_top_level_positions(trace)))
 
 
 def top_level_ops(trace: Trace) -> tuple[Op, ...]:
     """Return the trace's torch ops not nested in another op on their thread, by start."""
-    return tuple(_top_level_ops(trace.ops))
+    ops = trace.ops
+    return memo(trace, "top_level_ops",
+                lambda: tuple([ops[i] for i in top_level_positions(trace)]))
 
 
 def _device_choice(trace: Trace) -> tuple[int | None, tuple[str, ...], bool]:
@@ -372,7 +356,7 @@ def device_timeline(trace: Trace) -> Timeline:
     device, notes, only_device = _device_choice(trace)
     on_device = device is not None
     ops = trace.ops
-    top = _top_level_positions(ops)
+    top = top_level_positions(trace)
     kernels: Sequence[Kernel] = ()
     if on_device:
         kernels = trace.kernels if only_device else device_kernels(trace, device)

@@ -187,6 +187,12 @@ class Trace:
     # Notebook cells' file names -> their execution numbers (`In [n]`), when gpuprof_nb
     # recorded the trace in a notebook (see analysis/sources.py).
     cells: Mapping[str, int] = field(default_factory=dict)
+    # What the analyses derive from the trace and several of them need (the top-level ops,
+    # the op tree, interval unions...), filled on first use by analysis/derived.py so that
+    # one report computes each once. Not part of the trace's value: never compared, shown
+    # or passed on by dataclasses.replace (a replaced trace starts empty).
+    derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False,
+                                    compare=False)
 
     @property
     def has_device_activity(self) -> bool:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from gpuprof_nb.io.gcpause import gc_paused
+
 # Imported for their registrations with report_of / text_of / widget_of.
 from gpuprof_nb.render import (  # noqa: F401
     compare,
@@ -24,8 +26,9 @@ from gpuprof_nb.render.bundle import report_bundle, report_of, text_of, widget_o
 def bundle(obj: object, include: Iterable[str] | None = None,
            exclude: Iterable[str] | None = None) -> dict[str, Any]:
     """Return a result's mimebundle: tabbed HTML and text/plain (see render/bundle.py)."""
-    title, sections = report_of(obj)
-    return report_bundle(title, sections, include, exclude)
+    with gc_paused():  # many short-lived strings; no collection need walk the trace
+        title, sections = report_of(obj)
+        return report_bundle(title, sections, include, exclude)
 
 
 def text(obj: object) -> str:

@@ -1,0 +1,70 @@
+"""What several analyses derive from one trace, computed once per trace.
+
+`memo(trace, key, compute)` keeps the value in `Trace.derived`, so a report's tabs and rules
+share the top-level ops, the op tree and the kernel columns instead of each rebuilding them.
+Values kept there are shared: they are tuples or read-only arrays, never mutated by callers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from gpuprof_nb.model.trace import Trace
+
+T = TypeVar("T")
+
+
+def memo(trace: Trace, key: Hashable, compute: Callable[[], T]) -> T:
+    """Return trace's value for `key`, computing it with compute() the first time."""
+    store: dict[Any, Any] = trace.derived
+    try:
+        return store[key]  # type: ignore[no-any-return]
+    except KeyError:
+        value = store[key] = compute()
+        return value
+
+
+def frozen(a: np.ndarray) -> np.ndarray:
+    """Return `a` marked read-only (a shared array no caller may change)."""
+    a.flags.writeable = False
+    return a
+
+
+class OpColumns:
+    """The trace's torch ops (kind "op", in trace order) as columns."""
+
+    __slots__ = ("ops", "positions", "start", "dur", "end", "index", "pid", "tid")
+
+    def __init__(self, trace: Trace) -> None:
+        positions = [i for i, o in enumerate(trace.ops) if o.kind == "op"]
+        every = trace.ops
+        ops = tuple([every[i] for i in positions])
+        self.ops = ops
+        # Where each one sits in trace.ops.
+        self.positions = frozen(np.array(positions, dtype=np.intp))
+        self.start = frozen(np.array([o.start_us for o in ops], dtype=float))
+        self.dur = frozen(np.array([o.dur_us for o in ops], dtype=float))
+        # start + dur, the same sum as Op.end_us.
+        self.end = frozen(self.start + self.dur)
+        self.index = frozen(np.array([o.index for o in ops], dtype=np.int64))
+        self.pid: tuple[Any, ...] = tuple([o.pid for o in ops])
+        self.tid: tuple[Any, ...] = tuple([o.tid for o in ops])
+
+
+def op_columns(trace: Trace) -> OpColumns:
+    """Return the trace's torch ops as columns (computed once per trace)."""
+    return memo(trace, "op_columns", lambda: OpColumns(trace))
+
+
+def thread_ranks(pids: Sequence[Any], tids: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
+    """Number each (pid, tid) by the rank of its key as text, (str(pid), str(tid)): ids that
+    print alike are one thread. Return the numbers and the sorted keys."""
+    raw = list(zip(pids, tids, strict=True))
+    key_of = {t: (str(t[0]), str(t[1])) for t in set(raw)}
+    keys = sorted(set(key_of.values()))
+    rank = {k: r for r, k in enumerate(keys)}
+    rank_of = {t: rank[k] for t, k in key_of.items()}
+    return np.fromiter(map(rank_of.__getitem__, raw), dtype=np.intp, count=len(raw)), keys
