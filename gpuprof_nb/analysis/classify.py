@@ -67,6 +67,7 @@ _COMM_KERNEL_MARKS = ("nccl", "rccl", "gloo")
 
 
 @functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=8192)
 def op_class(name: str) -> str:
     """Return 'gemm', 'elementwise', 'cast' or 'other' for a torch op name (forward ops and
     autograd `evaluate_function: XBackward0` nodes)."""

@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from gpuprof_nb.model.trace import Trace
+from gpuprof_nb.analysis.classify import kernel_class
+from gpuprof_nb.model.trace import Kernel, Trace
 
 T = TypeVar("T")
 
@@ -68,3 +69,32 @@ def thread_ranks(pids: Sequence[Any], tids: Sequence[Any]) -> tuple[np.ndarray, 
     rank = {k: r for r, k in enumerate(keys)}
     rank_of = {t: rank[k] for t, k in key_of.items()}
     return np.fromiter(map(rank_of.__getitem__, raw), dtype=np.intp, count=len(raw)), keys
+
+
+# Kernel classes as codes (analysis/classify.kernel_class).
+KERNEL_CLASSES = ("copy", "comm", "gemm", "elementwise")
+
+
+class KernelColumns:
+    """A sequence of kernels, memcpys and memsets as columns, in its order."""
+
+    __slots__ = ("kernels", "start", "dur", "end", "is_kernel", "cls")
+
+    def __init__(self, kernels: Sequence[Kernel]) -> None:
+        self.kernels = kernels
+        self.start = frozen(np.array([k.start_us for k in kernels], dtype=float))
+        self.dur = frozen(np.array([k.dur_us for k in kernels], dtype=float))
+        self.end = frozen(self.start + self.dur)  # the same sum as Kernel.end_us
+        self.is_kernel = frozen(np.array([k.kind == "kernel" for k in kernels], dtype=bool))
+        code = {c: i for i, c in enumerate(KERNEL_CLASSES)}
+        self.cls = frozen(np.fromiter((code[kernel_class(k)] for k in kernels),
+                                      dtype=np.int8, count=len(kernels)))
+
+    def of_class(self, name: str) -> np.ndarray:
+        """Mask of the kernels of one class ('comm', 'gemm', 'elementwise', 'copy')."""
+        return self.cls == KERNEL_CLASSES.index(name)  # type: ignore[no-any-return]
+
+
+def kernel_columns(trace: Trace, kernels: Sequence[Kernel], key: Hashable) -> KernelColumns:
+    """Return columns of `kernels` (a selection of trace.kernels named by `key`), once."""
+    return memo(trace, ("kernel_columns", key), lambda: KernelColumns(kernels))

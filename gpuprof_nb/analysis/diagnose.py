@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.classify import kernel_class, op_class
+from gpuprof_nb.analysis.derived import kernel_columns
 from gpuprof_nb.analysis.fixes import CPU_FIXES, FIXES
 from gpuprof_nb.analysis.rules import (
     Context,
@@ -75,11 +76,12 @@ def diagnose(trace: Trace, *, timeline: Timeline | None = None,
     judged and a one-line verdict."""
     tl = timeline if timeline is not None else device_timeline(trace)
     device, _ = chosen_device(trace)
+    kernels = device_kernels(trace, device) if device is not None else ()
     c = Context(
         trace=trace, timeline=tl, lo=tl.start_us, hi=tl.end_us, span_us=tl.window_us,
-        n_steps=len(trace.steps), top_ops=top_level_ops(trace),
-        kernels=device_kernels(trace, device) if device is not None else (),
-        on_device=device is not None)
+        n_steps=len(trace.steps), top_ops=top_level_ops(trace), kernels=kernels,
+        on_device=device is not None,
+        kernel_columns=kernel_columns(trace, kernels, ("device", device)))
     # A cell profiled after its warm-up repeats whatever its profiled run did, so setup-like
     # ops there are its steady state. Elsewhere they are the first run's one-off: under
     # --once they are part of what was measured; in a trace recorded elsewhere they are left

@@ -12,15 +12,20 @@ import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import compress
+
+import numpy as np
 
 from gpuprof_nb.analysis import thresholds as th
-from gpuprof_nb.analysis.classify import is_host_collective, kernel_class, op_class
+from gpuprof_nb.analysis.classify import is_host_collective, op_class
+from gpuprof_nb.analysis.derived import KernelColumns
 from gpuprof_nb.analysis.fixes import FIXES, FP16_FIX
 from gpuprof_nb.analysis.intervals import (
     Interval,
     clip_intervals,
     gaps_between,
     intersect_intervals,
+    merge_arrays,
     merge_intervals,
     union_length,
 )
@@ -74,6 +79,19 @@ def _union_in(spans: Sequence[Interval], lo: float, hi: float) -> float:
     return union_length(clip_intervals(spans, lo, hi))
 
 
+def _merged(kc: KernelColumns, mask: np.ndarray) -> list[Interval]:
+    """merge_intervals of the masked kernels' (start, end) spans."""
+    starts, ends = merge_arrays(kc.start[mask], kc.end[mask])
+    return list(zip(starts.tolist(), ends.tolist(), strict=True))
+
+
+def _union_of(kc: KernelColumns, mask: np.ndarray, lo: float, hi: float) -> float:
+    """_union_in(merge_intervals(masked kernels' spans), lo, hi): the same pieces, summed in
+    the same order."""
+    starts, ends = merge_arrays(np.maximum(kc.start[mask], lo), np.minimum(kc.end[mask], hi))
+    return float(sum((ends - starts).tolist()))
+
+
 @dataclass(frozen=True, slots=True)
 class Context:
     """What every rule needs, computed once."""
@@ -93,6 +111,13 @@ class Context:
     # Of it, what is a one-off left out of every other share (see diagnose): the shares
     # are then of the steady rest of the window.
     one_off_us: float = 0.0
+    # `kernels` as columns (set by diagnose; built here when a Context is made without).
+    kernel_columns: KernelColumns | None = None
+
+    @property
+    def kcols(self) -> KernelColumns:
+        return self.kernel_columns if self.kernel_columns is not None \
+            else KernelColumns(self.kernels)
 
     def frac(self, us: float) -> float:
         rest = self.span_us - self.one_off_us
@@ -177,8 +202,9 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
         return out
     per_step = max(c.n_steps, 1)
     if c.on_device:
-        compute = [k for k in c.kernels if k.kind == "kernel"]
-        med = median_duration_us([k.dur_us for k in compute])
+        kc = c.kcols
+        compute = kc.dur[kc.is_kernel].tolist()
+        med = median_duration_us(compute)
         per_step_kernels = len(compute) / per_step
         tiny = (bool(compute) and med < th.TINY_KERNEL_US
                 and per_step_kernels >= th.MIN_KERNELS_FOR_OVERHEAD)
@@ -318,22 +344,20 @@ def _gemm_precision_fp32(op: Op) -> bool:
 def rule_compute_memory_precision(c: Context, roofline: Roofline | None) -> list[Finding]:
     out: list[Finding] = []
     if c.on_device:
-        compute = [k for k in c.kernels if k.kind == "kernel"]
-        spans = merge_intervals((k.start_us, k.end_us) for k in compute)
-        busy = _union_in(spans, c.lo, c.hi)
-        gemm = [k for k in compute if kernel_class(k) == "gemm"]
+        kc = c.kcols
+        busy = _union_of(kc, kc.is_kernel, c.lo, c.hi)
+        is_gemm = kc.of_class("gemm")  # kernels only: copies have their own class
+        gemm = list(compress(c.kernels, is_gemm.tolist()))
         # A matmul kernel shorter than a launch is latency-bound, not compute-bound: only the
         # others count as large.
-        large = [k for k in gemm if k.dur_us >= th.TINY_KERNEL_US]
+        large = is_gemm & (kc.dur >= th.TINY_KERNEL_US)
         # Tiny kernels count too: launch_overhead charges the idle gaps around them, this
         # rule their device time, which fusion would also save.
-        low = [k for k in compute if kernel_class(k) == "elementwise"]
-        gemm_us = _union_in(merge_intervals((k.start_us, k.end_us) for k in large), c.lo, c.hi)
-        small_us = _union_in(merge_intervals((k.start_us, k.end_us) for k in gemm
-                                             if k.dur_us < th.TINY_KERNEL_US), c.lo, c.hi)
-        low_us = _union_in(merge_intervals((k.start_us, k.end_us) for k in low), c.lo, c.hi)
+        gemm_us = _union_of(kc, large, c.lo, c.hi)
+        small_us = _union_of(kc, is_gemm & ~large, c.lo, c.hi)
+        low_us = _union_of(kc, kc.of_class("elementwise"), c.lo, c.hi)
         base = busy
-        named = float(len(large))
+        named = float(np.count_nonzero(large))
     else:
         tiny_names = _tiny_op_names(c.top_ops)
         gemm_ops = [o for o in c.top_ops if op_class(o.name) == "gemm"]
@@ -501,9 +525,12 @@ def rule_host_device_copy(c: Context) -> Finding | None:
     copies = [k for k in c.kernels if k.kind == "memcpy"]
     if not copies:
         return None
-    compute = merge_intervals((k.start_us, k.end_us) for k in c.kernels if k.kind == "kernel")
-    copy_spans = merge_intervals(clip_intervals(((k.start_us, k.end_us) for k in copies),
-                                                c.lo, c.hi))
+    kc = c.kcols
+    compute = _merged(kc, kc.is_kernel)
+    is_copy = np.array([k.kind == "memcpy" for k in c.kernels], dtype=bool)
+    starts, ends = merge_arrays(np.maximum(kc.start[is_copy], c.lo),
+                                np.minimum(kc.end[is_copy], c.hi))
+    copy_spans = list(zip(starts.tolist(), ends.tolist(), strict=True))
     copy_us = union_length(copy_spans)
     overlapped = union_length(intersect_intervals(copy_spans, compute))
     exposed = copy_us - overlapped
@@ -529,13 +556,15 @@ def rule_host_device_copy(c: Context) -> Finding | None:
 def rule_communication(c: Context) -> Finding | None:
     if not c.on_device:
         return _rule_host_communication(c)
-    comm = [k for k in c.kernels if k.kind == "kernel" and kernel_class(k) == "comm"]
-    if not comm:
+    kc = c.kcols
+    is_comm = kc.of_class("comm")  # kernels only
+    if not is_comm.any():
         return None
-    comm_spans = merge_intervals(clip_intervals(((k.start_us, k.end_us) for k in comm),
-                                                c.lo, c.hi))
-    other = merge_intervals((k.start_us, k.end_us) for k in c.kernels
-                            if k.kind == "kernel" and kernel_class(k) != "comm")
+    comm = list(compress(c.kernels, is_comm.tolist()))
+    starts, ends = merge_arrays(np.maximum(kc.start[is_comm], c.lo),
+                                np.minimum(kc.end[is_comm], c.hi))
+    comm_spans = list(zip(starts.tolist(), ends.tolist(), strict=True))
+    other = _merged(kc, kc.is_kernel & ~is_comm)
     comm_us = union_length(comm_spans)
     overlap_us = union_length(intersect_intervals(comm_spans, other))
     exposed = comm_us - overlap_us
