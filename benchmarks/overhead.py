@@ -15,6 +15,11 @@ cell, interleaved round by round so machine drift hits them alike:
 - a minimal cell magic: `%%bench_floor N` runs the cell's code N times (compiled once, by
   exec in the user namespace, as the magic runs it) and prints one line: what any cell magic
   that shows an answer costs in IPython and ipykernel, the floor for `--timing-only`;
+- `%%timeit -n 1 -r RUNS`: IPython's own timer on the same cell, what users of
+  --timing-only compare it with, making the same runs as the magic (RUNS = its warm-up runs
+  + 3 x its runs per sample, each timed alone: %%timeit has no warm-up, and `-n 1` makes
+  every one of the runs a sample, so the cell's code runs exactly RUNS times), its one line
+  printed;
 - `%%gpuprofile --timing-only`: the magic's own runs, timed by it, its summary printed;
 - `%%gpuprofile --timing-only --quiet`: the same with nothing shown (the magic's own work);
 - hand-written: what a user writes by hand for the profile: warm-up runs to the same count,
@@ -115,6 +120,7 @@ def bench_floor(line, cell):
 BARE = "bare"
 PRINTED = "bare + one printed line"
 FLOOR = "minimal cell magic (runs the cell, prints a line)"
+TIMEIT = "%%timeit (same runs)"
 TIMING = "%%gpuprofile --timing-only"
 TIMING_QUIET = "%%gpuprofile --timing-only --quiet"
 HAND = "hand-written torch.profiler block"
@@ -122,6 +128,10 @@ FULL = "%%gpuprofile"
 FULL_QUIET = "%%gpuprofile --quiet"
 # Each magic -> the approach it is judged against.
 REFERENCE = {TIMING: BARE, TIMING_QUIET: BARE, FULL: HAND, FULL_QUIET: HAND}
+# Issue 18: --timing-only adds within 2% of the cell for cells of this length or more (IPython's
+# time for the bare cell, every run included); on shorter cells the 2% is shown, not judged,
+# and --timing-only is judged against %%timeit making the same runs instead.
+JUDGED_CELL_S = 0.020
 
 
 class Kernel:
@@ -210,8 +220,11 @@ class Timings:
 
     def extra_s(self, label: str) -> float:
         """Median over rounds of the cell's time less bare's, in seconds."""
-        return statistics.median(
-            t - b for t, b in zip(self.cell_s[label], self.cell_s[BARE], strict=True))
+        return statistics.median(self.differences(label, BARE))
+
+    def differences(self, label: str, other: str) -> list[float]:
+        """Per round, the cell's time less `other`'s in the same round, in seconds."""
+        return [t - o for t, o in zip(self.cell_s[label], self.cell_s[other], strict=True)]
 
 
 def precision(values: list[float]) -> float:
@@ -252,6 +265,8 @@ def measure_workload(kernel: Kernel, n: int, body: str, timing_rounds: int,
         BARE: bare,
         PRINTED: bare + "print('median 1.02 ms per run')\n",
         FLOOR: f"%%bench_floor {runs}\n" + body,
+        # -n 1 -r RUNS: the cell's code runs exactly RUNS times, as under the magic.
+        TIMEIT: f"%%timeit -n 1 -r {runs}\n" + body,
         TIMING: f"%%gpuprofile --timing-only {options} -o _bench_r\n" + body,
         TIMING_QUIET: f"%%gpuprofile --timing-only --quiet {options} -o _bench_r\n" + body,
         HAND: HAND_WRITTEN.format(body=body, warmup=max(runs - 3, 0)),
@@ -263,7 +278,7 @@ def measure_workload(kernel: Kernel, n: int, body: str, timing_rounds: int,
     kernel.run("_bench_log.clear()", silent=True)
     order: list[str] = []
     round_trip: dict[str, list[float]] = {label: [] for label in cells}
-    phases = (([BARE, PRINTED, FLOOR, TIMING, TIMING_QUIET], timing_rounds, False),
+    phases = (([BARE, PRINTED, FLOOR, TIMEIT, TIMING, TIMING_QUIET], timing_rounds, False),
               ([HAND, FULL, FULL_QUIET], profile_rounds, True))
     for labels, rounds, collect_each in phases:
         for r in range(rounds):
@@ -286,6 +301,13 @@ def measure_workload(kernel: Kernel, n: int, body: str, timing_rounds: int,
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f} ms"
+
+
+def _added_ms(values: list[float]) -> str:
+    """Median of per-round differences in seconds, as signed ms (± its standard error)."""
+    error = precision(values)
+    spread = f" ± {error * 1e3:.2f}" if not math.isnan(error) else ""
+    return f"{statistics.median(values) * 1e3:+.2f}{spread} ms"
 
 
 def _pct(values: list[float]) -> str:
@@ -323,23 +345,25 @@ def _section(results: dict[str, Timings], timing_rounds: int, profile_rounds: in
         "in the notes. The magic runs with the warm-up and runs per sample its defaults "
         "choose for the cell (its adaptive warm-up + 3 timed runs, or blocks of runs for a "
         "short cell), pinned with `--warmup K --number N` because the adaptive count moves by "
-        "a run between calls; bare runs the cell's code in a loop as many times, and the "
-        "hand-written block warms up to the same count, so every approach does the same work "
-        "in every round. Ratios are the median over rounds of each round's ratio (± the "
-        "standard error of that median); times are medians. An untimed `gc.collect()` runs "
-        "before each round.",
+        "a run between calls; bare runs the cell's code in a loop as many times (K + 3N), "
+        "`%%timeit -n 1 -r K+3N` makes the same runs (each run one sample: %%timeit has no "
+        "warm-up, so -n 1 is the only way its runs add up to exactly K + 3N for every K and "
+        "N), and the hand-written block warms up to the same count, so every approach does "
+        "the same work in every round. Ratios are the median over rounds of each round's "
+        "ratio (± the standard error of that median); times are medians. An untimed "
+        "`gc.collect()` runs before each round.",
         "",
         f"Timing ({timing_rounds} interleaved rounds):",
         "",
         "| workload | runs of the cell (magic's options) | bare | bare + one printed line "
-        "| vs bare | minimal cell magic | vs bare | --timing-only | vs bare "
-        "| --timing-only --quiet | vs bare |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| vs bare | minimal cell magic | vs bare | %%timeit (same runs) | vs bare "
+        "| --timing-only | vs bare | --timing-only --quiet | vs bare |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     worst: dict[str, float] = {}
     for name, t in results.items():
         ratio = {label: t.ratios(label)
-                 for label in (PRINTED, FLOOR, TIMING, TIMING_QUIET, FULL, FULL_QUIET)}
+                 for label in (PRINTED, FLOOR, TIMEIT, TIMING, TIMING_QUIET, FULL, FULL_QUIET)}
         printed = ratio[PRINTED]
         for label, values in ratio.items():
             worst[label] = max(worst.get(label, float("-inf")), med(values))
@@ -347,8 +371,25 @@ def _section(results: dict[str, Timings], timing_rounds: int, profile_rounds: in
             f"| {name} | {t.runs} (`{t.options}`) | {_ms(med(t.cell_s[BARE]))} "
             f"| {_ms(med(t.cell_s[PRINTED]))} | {_pct(printed)} "
             f"| {_ms(med(t.cell_s[FLOOR]))} | {_pct(ratio[FLOOR])} "
+            f"| {_ms(med(t.cell_s[TIMEIT]))} | {_pct(ratio[TIMEIT])} "
             f"| {_ms(med(t.cell_s[TIMING]))} | {_pct(ratio[TIMING])} "
             f"| {_ms(med(t.cell_s[TIMING_QUIET]))} | {_pct(ratio[TIMING_QUIET])} |")
+    lines += [
+        "",
+        "Fixed cost per cell: what each approach adds to the bare cell (median over rounds of "
+        "the cell's time less bare's in the same round, ± its standard error); the last column "
+        "is --timing-only less %%timeit, round by round:",
+        "",
+        "| workload | bare | one printed line | minimal cell magic | %%timeit (same runs) "
+        "| --timing-only | --timing-only --quiet | --timing-only - %%timeit |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, t in results.items():
+        lines.append(
+            f"| {name} | {_ms(med(t.cell_s[BARE]))} "
+            + "".join(f"| {_added_ms(t.differences(label, BARE))} "
+                      for label in (PRINTED, FLOOR, TIMEIT, TIMING, TIMING_QUIET))
+            + f"| {_added_ms(t.differences(TIMING, TIMEIT))} |")
     lines += [
         "",
         f"Profile ({profile_rounds} interleaved rounds, an untimed `gc.collect()` before each "
@@ -364,14 +405,9 @@ def _section(results: dict[str, Timings], timing_rounds: int, profile_rounds: in
             f"| {_pct(t.ratios(FULL))} | {_ms(med(t.cell_s[FULL_QUIET]))} "
             f"| {_pct(t.ratios(FULL_QUIET))} |")
     lines += ["", *_notes(results, worst)]
-    # --timing-only's cost is a fixed amount per cell, so its ratio depends on the cell's
-    # length: judged on each workload, so the table says for which cell it holds.
-    timing_targets = tuple(
-        Target(f"--timing-only vs bare: {name} ({_ms(med(t.cell_s[BARE]))} cell)",
-               f"{med(t.ratios(TIMING)):+.1%}", "within 2%", med(t.ratios(TIMING)) <= 0.02)
-        for name, t in results.items())
     targets = (
-        *timing_targets,
+        *_timing_targets(results),
+        _timeit_target(results),
         Target("%%gpuprofile (displayed) vs hand-written profiler block (worst)",
                f"{worst[FULL]:+.1%}", "within 10%", worst[FULL] <= 0.10),
         Target("%%gpuprofile --quiet vs hand-written profiler block (worst)",
@@ -380,21 +416,82 @@ def _section(results: dict[str, Timings], timing_rounds: int, profile_rounds: in
     return Section("1. Overhead on the same cell", "\n".join(lines), targets)
 
 
-def _notes(results: dict[str, Timings], worst: dict[str, float]) -> list[str]:
-    """What the numbers say: the client's view, where the --timing-only overhead goes, and,
-    when the 2% is missed, what it would take."""
+def _timing_targets(results: dict[str, Timings]) -> tuple[Target, ...]:
+    """--timing-only within 2% of bare, judged on each workload whose cell lasts 20 ms or more
+    (its cost is a fixed amount per cell, so its ratio depends on the cell's length); a
+    shorter cell's ratio is shown, not judged (issue 18 sets the 2% for cells of 20 ms or
+    more; the %%timeit target judges every cell)."""
     med = statistics.median
     out = []
     for name, t in results.items():
-        extra = {label: t.extra_s(label) for label in (PRINTED, TIMING, TIMING_QUIET)}
+        bare_s, ratio = med(t.cell_s[BARE]), med(t.ratios(TIMING))
+        if bare_s >= JUDGED_CELL_S:
+            out.append(Target(
+                f"--timing-only vs bare, cells of {JUDGED_CELL_S * 1e3:.0f} ms or more: "
+                f"{name} ({_ms(bare_s)} cell)", f"{ratio:+.1%}", "within 2%", ratio <= 0.02))
+        else:
+            out.append(Target(
+                f"--timing-only vs bare: {name} ({_ms(bare_s)} cell)",
+                f"{ratio:+.1%}; not judged: the cell is shorter than "
+                f"{JUDGED_CELL_S * 1e3:.0f} ms, and the 2% holds for cells of "
+                f"{JUDGED_CELL_S * 1e3:.0f} ms or more (issue 18); the %%timeit target "
+                "judges this cell",
+                f"within 2% for cells of {JUDGED_CELL_S * 1e3:.0f} ms or more", None))
+    return tuple(out)
+
+
+def _timeit_target(results: dict[str, Timings]) -> Target:
+    """--timing-only's fixed cost per cell against %%timeit's on the same cell making the same
+    runs, on the workload where it compares worst: met when, round by round, --timing-only's
+    cell takes no longer than %%timeit's, within the standard error of the median of the
+    per-round differences (the two run one after the other in each round, so the difference
+    is what --timing-only adds to bare less what %%timeit adds)."""
+    med = statistics.median
+    name = "--timing-only fixed cost per cell vs %%timeit (same runs), worst workload"
+    goal = "<= %%timeit's (within the standard error)"
+
+    def excess(t: Timings) -> float:
+        diffs = t.differences(TIMING, TIMEIT)
+        error = precision(diffs)
+        return med(diffs) - (0.0 if math.isnan(error) else error)
+
+    workload, t = max(results.items(), key=lambda item: excess(item[1]))
+    diffs = t.differences(TIMING, TIMEIT)
+    error = precision(diffs)
+    measured = (f"{workload}: --timing-only adds {t.extra_s(TIMING) * 1e3:+.2f} ms per cell "
+                f"to bare, %%timeit {t.extra_s(TIMEIT) * 1e3:+.2f} ms; difference "
+                f"{_added_ms(diffs)}")
+    return Target(name, measured, goal,
+                  med(diffs) <= (0.0 if math.isnan(error) else error))
+
+
+def _notes(results: dict[str, Timings], worst: dict[str, float]) -> list[str]:
+    """What the numbers say: the client's view, where the --timing-only overhead goes, how it
+    compares with %%timeit's, and, when it adds more than 2%, what cell length 2% needs."""
+    med = statistics.median
+    out = []
+    for name, t in results.items():
+        extra = {label: t.extra_s(label) for label in (PRINTED, TIMEIT, TIMING, TIMING_QUIET)}
         out.append(
             f"- {name}: per cell, --timing-only adds {extra[TIMING] * 1e3:+.2f} ms to bare "
             f"(median of the rounds), of which printing its answer is about "
             f"{(extra[TIMING] - extra[TIMING_QUIET]) * 1e3:+.2f} ms (one printed line alone adds "
-            f"{extra[PRINTED] * 1e3:+.2f} ms to bare); the client waits "
+            f"{extra[PRINTED] * 1e3:+.2f} ms to bare); `%%timeit -n 1 -r {t.runs}` adds "
+            f"{extra[TIMEIT] * 1e3:+.2f} ms; the client waits "
             f"{_ms(med(t.round_trip_s[BARE]))} for bare, {_pct(t.ratios(TIMING, round_trip=True))}"
-            f" for --timing-only and {_pct(t.ratios(TIMING_QUIET, round_trip=True))} for "
-            "--timing-only --quiet.")
+            f" for --timing-only, {_pct(t.ratios(TIMEIT, round_trip=True))} for %%timeit and "
+            f"{_pct(t.ratios(TIMING_QUIET, round_trip=True))} for --timing-only --quiet.")
+    out.append(
+        "- The %%timeit target: per round, --timing-only's cell time less %%timeit's (the two "
+        "run back to back on the same cell, making the same runs); met when the median of "
+        "those differences is at most its standard error, i.e. --timing-only costs no more per "
+        "cell than %%timeit, beyond what the measurement can tell apart. %%timeit runs the "
+        "cell's code inside a function (its names are locals there) and stops the garbage "
+        "collector while it times; with -n 1 each of its runs is a sample of its own (a clock "
+        "read and a garbage-collector switch around each), where the magic times a short cell "
+        "in blocks of N runs; the magic runs the code as the cell would run (exec in the user "
+        "namespace). So the two differ slightly in the runs themselves as well as in their "
+        "fixed costs; both are what a user of each gets.")
     if worst[TIMING] > 0.02:
         name, t = max(results.items(), key=lambda item: med(item[1].ratios(TIMING)))
         quiet, printed = med(t.ratios(TIMING_QUIET)), med(t.ratios(PRINTED))
@@ -405,20 +502,17 @@ def _notes(results: dict[str, Timings], worst: dict[str, float]) -> list[str]:
         floor_s, bare_s = t.extra_s(FLOOR), med(t.cell_s[BARE])
         left_us = max(0.02 * bare_s - floor_s, 0.0) * 1e6
         above_us = (t.extra_s(TIMING) - floor_s) * 1e6
+        judged = ("judged" if bare_s >= JUDGED_CELL_S else
+                  f"not judged: shorter than {JUDGED_CELL_S * 1e3:.0f} ms")
         out.append(
-            f"- The 2% for --timing-only is missed on {name}: {worst[TIMING]:+.1%}. On that "
-            f"cell a minimal cell magic, which only runs the code as many times and prints one "
-            f"line, already costs {floor:+.1%} ({floor_s * 1e3:.2f} ms): IPython's cell-magic "
-            "dispatch and ipykernel's first write of a cell, which wakes the kernel's I/O "
-            f"thread (a printed line in the bare cell costs {printed:+.1%}). That leaves "
-            f"{left_us:.0f} us per cell for everything else --timing-only does, paid from the "
-            "caches as the cell's runs leave them: the option line and the compiled cell from "
-            "their caches, the grad/autocast check around each run, the timing statistics, "
-            f"the report and its text. It spends {above_us:.0f} us on them ({quiet:+.1%} with "
-            "nothing shown, --quiet). The floor itself could only come down by writing into "
-            "ipykernel's private stream buffer, which gpuprof_nb does not do: it would break "
-            "on other ipykernel versions and hold the text back to the end of the cell when "
-            f"the magic is called from code. At up to {fixed_ms:.2f} ms per cell (the most "
-            "--timing-only added on any workload), the 2% holds for cells of at least "
-            f"{fixed_ms / 0.02:.0f} ms in all (the magic's runs included).")
+            f"- --timing-only adds more than 2% on {name} ({_ms(bare_s)} cell, {judged}): "
+            f"{worst[TIMING]:+.1%}. On that cell a minimal cell magic, which only runs the code "
+            f"as many times and prints one line, already costs {floor:+.1%} "
+            f"({floor_s * 1e3:.2f} ms): IPython's cell-magic dispatch and ipykernel's first "
+            "write of a cell, which wakes the kernel's I/O thread (a printed line in the bare "
+            f"cell costs {printed:+.1%}). That leaves {left_us:.0f} us per cell within 2% for "
+            f"everything else --timing-only does; it spends {above_us:.0f} us on it "
+            f"({quiet:+.1%} with nothing shown, --quiet). At up to {fixed_ms:.2f} ms per cell "
+            "(the most --timing-only added on any workload), the 2% holds for cells of at "
+            f"least {fixed_ms / 0.02:.0f} ms in all (the magic's runs included).")
     return out

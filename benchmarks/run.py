@@ -2,7 +2,7 @@
 
     python benchmarks/run.py [--quick]
                              [--only overhead,accuracy,traces,json,snapshots,notebook,findings,
-                                     compare]
+                                     compare,runs,stragglers,training]
                              [--repeats N] [--big-trace-mb N] [--big-snapshot-mb N]
                              [--traces-dir DIR] [--hta-python PATH] [--out PATH]
                              [--cache-dir DIR] [--cap-gb N]
@@ -46,6 +46,7 @@ COMPARISONS = {
     "compare": "benchmarks.compare_noise",
     "runs": "benchmarks.distributed_runs",
     "stragglers": "benchmarks.stragglers",
+    "training": "benchmarks.training_cell",
 }
 # Each comparison's section title in RESULTS.md (what --reuse finds there).
 TITLES = {
@@ -59,6 +60,7 @@ TITLES = {
     "compare": "7. Before/after verdict and noise",
     "runs": "8. Distributed runs",
     "stragglers": "9. Stragglers named",
+    "training": "10. %%gpuprofile on a real training cell",
 }
 
 

@@ -162,7 +162,7 @@ def test_run_quick_writes_results(tmp_path: Path) -> None:
     env = dict(os.environ, KINETO_LOG_LEVEL="6", MPLBACKEND="Agg")
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "run.py"), "--quick",
-         "--only", "overhead,accuracy,traces,json,snapshots",
+         "--only", "overhead,accuracy,traces,json,snapshots,training",
          "--traces-dir", str(traces), "--hta-python", str(tmp_path / "no-hta"),
          "--big-trace-mb", "1", "--big-snapshot-mb", "1", "--out", str(out),
          "--cache-dir", str(tmp_path / "cache")],
@@ -171,12 +171,21 @@ def test_run_quick_writes_results(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = out.read_text()
     for title in ("1. Overhead", "2. Timing accuracy", "3. Trace analysis",
-                  "JSON library choice", "4. Snapshot analysis"):
+                  "JSON library choice", "4. Snapshot analysis",
+                  "10. %%gpuprofile on a real training cell"):
         assert f"## {title}" in text
     assert "This comparison failed" not in text
     assert "HTA venv not available" in text
     for p in traces.iterdir():
         assert f"`{p.name}`" in text
+    # Section 1 has the %%timeit column and its target; section 3 shows gpuprof_nb's stages;
+    # section 10 shows what the magic adds after the profiled run.
+    assert "%%timeit (same runs)" in text
+    assert "--timing-only fixed cost per cell vs %%timeit (same runs), worst workload" in text
+    assert "| gpuprof_nb load | analyze | display | (analyze + display) / load |" in text
+    assert "what the magic adds after the profiled run, share of that run" in text
+    for stage in ("export", "load", "analyze", "display"):
+        assert f"| {stage} | " in text
 
 
 @pytest.mark.slow
@@ -223,3 +232,99 @@ def test_distributed_run_copies_rewrite_the_rank(tmp_path: Path) -> None:
     assert run.facts["ranks"] == 3 and run.facts["failures"] == 0
     assert len(set(run.facts["busy_us"])) == 1  # the same trace three times
     assert run.facts["coordinator_peak_rss_bytes"] >= run.baseline_rss_bytes > 0
+
+
+def test_child_runs_gpuprof_end_to_end(tmp_path: Path) -> None:
+    """The gpuprof-trace child times load_trace, analyze and the displayed bundle, one stage
+    each, and the stages add up to its time."""
+    source = _small_traces(1)[0]
+    run = run_child(sys.executable, "gpuprof-trace", str(source), cap_bytes=4 * 2**30)
+    assert list(run.stages) == ["load", "analyze", "display"]
+    assert run.seconds == pytest.approx(sum(run.stages.values()))
+    kernels = sum(1 for e in _events(source) if e.get("cat") == "kernel" and e.get("ph") == "X")
+    assert run.facts["kernels"] == kernels
+    assert run.facts["bundle_chars"]["text/html"] > 0
+    assert run.facts["bundle_chars"]["text/plain"] > 0
+
+
+def _outcome(label: str, stages: list[dict[str, float]]) -> object:
+    from benchmarks.measure import Outcome, Run
+
+    return Outcome(label, tuple(Run(sum(s.values()), 100, 10, s) for s in stages))
+
+
+def test_trace_targets_judge_end_to_end_speed_and_what_follows_the_load() -> None:
+    from benchmarks import trace_analysis as ta
+
+    def row(mb: int, ours: list[dict[str, float]], hta: list[float], big: bool = False
+            ) -> dict[str, object]:
+        r = {"path": Path(f"t{mb}.json"), "bytes": mb * 2**20, "big": big,
+             "ours": _outcome("gpuprof_nb", ours),
+             "hta": _outcome("HTA", [{"load": h} for h in hta]),
+             "floor": _outcome("json.load", [{"json.load": 1.0} for _ in hta])}
+        r.update(speedup=ta._time_ratio(r["hta"], r["ours"]),
+                 vs_floor=ta._time_ratio(r["ours"], r["floor"]), mem_ratio=1.0,
+                 after_load=ta._after_load_ratio(r["ours"]))
+        return r
+
+    fast = row(10, [{"load": 0.5, "analyze": 0.2, "display": 0.1}] * 3, [6.0] * 3)
+    # Per run: (0.3 + 0.2) / 0.4 = 1.25 after the load; HTA 2.4 s / 0.9 s = 2.67x.
+    slow = row(20, [{"load": 0.4, "analyze": 0.3, "display": 0.2}] * 3, [2.4] * 3)
+    small = row(1, [{"load": 0.1, "analyze": 1.0, "display": 1.0}], [0.1])  # not judged
+    big = row(1024, [{"load": 10.0, "analyze": 4.0, "display": 1.0}], [120.0], big=True)
+    targets = {t.name: t for t in ta._targets([fast, slow, small], [big])}
+    speed = targets["end-to-end speed vs HTA (traces >= 5 MB, worst)"]
+    assert speed.met is False and speed.measured.startswith("2.67x") and "t20" in speed.measured
+    large = targets["end-to-end speed vs HTA on the large trace (1024 MB)"]
+    assert large.met is False and large.measured.startswith("8.00x")
+    after = targets["analysis + display vs load time (traces >= 5 MB, worst)"]
+    assert after.met is False and after.measured.startswith("1.25x")
+    assert targets["every real trace analysed"].met is True
+    # The stage table lists every judged trace (>= 5 MB), the large one included.
+    table = "\n".join(ta._stage_table([fast, slow, small, big], ta.BenchConfig(
+        traces_dir=Path("."), cache_dir=Path("."), hta_python=None)))
+    assert "`t10.json`" in table and "`t20.json`" in table and "`t1024.json`" in table
+    assert "`t1.json`" not in table
+    met = {t.name: t.met for t in ta._targets([fast], [])}
+    assert met["end-to-end speed vs HTA (traces >= 5 MB, worst)"] is True  # 7.5x
+    assert met["analysis + display vs load time (traces >= 5 MB, worst)"] is True  # 0.6x
+
+
+def test_overhead_targets_judge_2_percent_from_20_ms_and_timing_only_against_timeit() -> None:
+    from benchmarks import overhead as oh
+
+    def timings(bare: float, timeit: list[float], timing: list[float]) -> object:
+        n = len(timing)
+        cells = {label: [bare] * n for label in (oh.BARE, oh.PRINTED, oh.FLOOR, oh.TIMING_QUIET,
+                                                oh.HAND, oh.FULL, oh.FULL_QUIET)}
+        cells[oh.TIMEIT] = [bare + x for x in timeit]
+        cells[oh.TIMING] = [bare + x for x in timing]
+        return oh.Timings(cells, cells, 4, "--warmup 1 --number 1")
+
+    long_cell = timings(0.040, [0.0005] * 8, [0.0004] * 8)   # +1.0%, less than %%timeit
+    short_cell = timings(0.009, [0.0003] * 8, [0.0006] * 8)  # +6.7%, more than %%timeit
+    two = oh._timing_targets({"long": long_cell, "short": short_cell})
+    assert [t.met for t in two] == [True, None]
+    assert "20 ms or more" in two[0].name and "not judged" in two[1].measured
+    worst = oh._timeit_target({"long": long_cell, "short": short_cell})
+    assert worst.met is False and worst.measured.startswith("short:")
+    assert oh._timeit_target({"long": long_cell}).met is True
+
+
+def test_training_cell_stages_come_from_the_hooked_calls() -> None:
+    from benchmarks.training_cell import _call
+
+    ms = 1_000_000
+    cell = {"start": 0, "end": 300 * ms, "events": [
+        ("profiler enter", 100 * ms, 102 * ms), ("profiler exit", 202 * ms, 210 * ms),
+        ("load", 220 * ms, 240 * ms), ("analyze", 245 * ms, 275 * ms),
+        ("display", 280 * ms, 290 * ms)]}
+    call = _call(cell)
+    assert call.before_s == pytest.approx(0.100)
+    assert call.profiled_s == pytest.approx(0.100)  # 102 -> 202 ms
+    assert call.stages["export"] == pytest.approx(0.018)  # 202 -> 220 ms
+    assert call.stages["load"] == pytest.approx(0.020)
+    assert call.stages["analyze"] == pytest.approx(0.030)
+    assert call.stages["display"] == pytest.approx(0.010)
+    assert call.after_s == pytest.approx(0.098)  # 202 -> 300 ms
+    assert call.stages["other"] == pytest.approx(0.020)
