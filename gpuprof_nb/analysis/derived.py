@@ -37,7 +37,8 @@ def frozen(a: np.ndarray) -> np.ndarray:
 class OpColumns:
     """The trace's torch ops (kind "op", in trace order) as columns."""
 
-    __slots__ = ("ops", "positions", "start", "dur", "end", "index", "pid", "tid")
+    __slots__ = ("ops", "positions", "start", "dur", "end", "index", "pid", "tid", "thread",
+                 "thread_keys")
 
     def __init__(self, trace: Trace) -> None:
         positions = [i for i, o in enumerate(trace.ops) if o.kind == "op"]
@@ -53,6 +54,10 @@ class OpColumns:
         self.index = frozen(np.array([o.index for o in ops], dtype=np.int64))
         self.pid: tuple[Any, ...] = tuple([o.pid for o in ops])
         self.tid: tuple[Any, ...] = tuple([o.tid for o in ops])
+        thread, keys = thread_ranks(self.pid, self.tid)
+        # Each op's thread, numbered by the rank of its key (see thread_ranks), and the keys.
+        self.thread = frozen(thread)
+        self.thread_keys: tuple[tuple[str, str], ...] = tuple(keys)
 
 
 def op_columns(trace: Trace) -> OpColumns:

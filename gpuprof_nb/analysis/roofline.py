@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from gpuprof_nb.analysis.derived import thread_ranks
-from gpuprof_nb.analysis.flops import COPY_WRAPPERS, OpCost, op_cost
+from gpuprof_nb.analysis.derived import OpColumns, op_columns
+from gpuprof_nb.analysis.flops import COPY_WRAPPERS, OpCost, has_formula, op_cost
 from gpuprof_nb.analysis.intervals import nearest_previous_at_least
 from gpuprof_nb.analysis.timeline import unrecorded_launches
 from gpuprof_nb.model.device import DeviceSpec, lookup_device_spec
@@ -40,33 +40,28 @@ _EPS_US = 1e-3  # Kineto float timestamps carry ns digits; nesting tolerates tha
 class _Tree:
     """Host ops nested per (pid, tid) by their intervals."""
 
-    def __init__(self, ops: Sequence[Op]) -> None:
-        self.ops = list(ops)
+    def __init__(self, cols: OpColumns) -> None:
+        self.ops = list(cols.ops)
         n = len(self.ops)
         self.parent: list[int | None] = [None] * n
         # Only parents get an entry: one empty list per op costs more than the tree.
         self.children: dict[int, list[int]] = {}
-        # Threads keyed by their ids as text (ids that print alike are one thread), each
-        # numbered by the rank of its key.
-        thread, keys = thread_ranks([o.pid for o in self.ops], [o.tid for o in self.ops])
+        # Threads keyed by their ids as text (ids that print alike are one thread).
+        thread, keys = cols.thread, cols.thread_keys
         rank = {k: r for r, k in enumerate(keys)}
-        starts = np.array([o.start_us for o in self.ops], dtype=float)
-        durs = np.array([o.dur_us for o in self.ops], dtype=float)
-        ends = [o.start_us + o.dur_us for o in self.ops]
-        index = np.array([o.index for o in self.ops], dtype=np.int64)
+        starts, durs, ends = cols.start, cols.dur, cols.end
         # Per thread: (start, longer first, file order, position) order.
-        order = np.lexsort((np.arange(n), index, -durs, starts, thread))
+        order = np.lexsort((np.arange(n), cols.index, -durs, starts, thread))
         self.order: list[int] = order.tolist()
         bounds = np.searchsorted(thread[order], np.arange(len(keys) + 1)).tolist()
         self.threads: dict[tuple[str, str], list[int]] = {
             k: self.order[bounds[r]:bounds[r + 1]] for k, r in rank.items()}
-        self.start_arr, self.dur_arr = starts, durs
-        self.end_arr = starts + durs
+        self.start_arr, self.dur_arr, self.end_arr = starts, durs, ends
         sorted_starts = starts[order].tolist()
         self.starts = {k: sorted_starts[bounds[r]:bounds[r + 1]] for k, r in rank.items()}
         # An op's parent is the nearest op before it on its thread that ends no earlier
         # (within rounding): what a stack of open ops finds, for all ops at once.
-        sorted_ends = np.array(ends, dtype=float)[order]
+        sorted_ends = ends[order]
         first_of_thread = np.repeat(np.array(bounds[:-1], dtype=np.intp), np.diff(bounds))
         found = nearest_previous_at_least(sorted_ends + _EPS_US, sorted_ends, first_of_thread)
         has = found >= 0
@@ -234,7 +229,7 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
     Raises ValueError for a device name of the wrong kind: any name on a CPU-only trace, a
     CPU's name on a GPU trace."""
     spec, device_note = _resolve_device(trace, device)
-    tree = _Tree([op for op in trace.ops if op.kind == "op"])
+    tree = _Tree(op_columns(trace))
     ops = tree.ops
     memo: dict[int, OpCost | None] = {}
     # A training loop repeats the same calls step after step: an op's cost depends only on
@@ -277,12 +272,15 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
                       found[0].category, found[0].dtype, found[0].flop_source,
                       found[0].bytes_model + " (through its copy child)")
 
+    # Only these names can have a cost (op_cost has a formula, or a copy wrapper's children).
+    costable = {name: has_formula(name) or name in COPY_WRAPPERS for name in {o.name for o in ops}}
     anchor_of: list[int | None] = [None] * len(ops)
+    parent = tree.parent
     for i in tree.order:  # parents come before their children
-        p = tree.parent[i]
+        p = parent[i]
         if p is not None and anchor_of[p] is not None:
             anchor_of[i] = anchor_of[p]
-        elif cost(i) is not None:
+        elif costable[ops[i].name] and cost(i) is not None:
             anchor_of[i] = i
 
     anchor_time: dict[int, float] = {}
@@ -414,40 +412,60 @@ def _has_anchor_below(i: int, tree: _Tree, anchor_of: list[int | None]) -> bool:
     return False
 
 
+_NO_ID = int(np.iinfo(np.int64).min)  # stands for None: no trace uses it as an id
+
+
+def _ids(values: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Return (ids as int64, mask of the present ones)."""
+    ids = np.array([_NO_ID if v is None else v for v in values], dtype=np.int64)
+    return ids, ids != _NO_ID
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Return values[k] where keys[k] == wanted (keys sorted and unique), else -1."""
+    if not len(keys):
+        return np.full(len(wanted), -1, dtype=np.intp)
+    at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    return np.where(keys[at] == wanted, values[at], -1)
+
+
 def _kernel_owners(trace: Trace, tree: _Tree) -> dict[int, int]:
     """Return position in trace.kernels -> index (in tree.ops) of the innermost op that
     launched the kernel:
     by External id, else through the runtime call with the same correlation id."""
-    with_id = [i for i, op in enumerate(tree.ops) if op.external_id is not None]
-    by_ext: dict[int, int] = {}
-    if with_id:
-        # Several ops may share an id in old traces: keep the innermost (shortest; then the
-        # one starting last; then the first in the file).
-        pos = np.array(with_id, dtype=np.intp)
-        ids = np.array([tree.ops[i].external_id for i in with_id], dtype=np.int64)
-        order = np.lexsort((pos, -tree.start_arr[pos], tree.dur_arr[pos], ids))
-        ids, pos = ids[order], pos[order]
-        first = np.ones(len(ids), dtype=bool)
-        first[1:] = ids[1:] != ids[:-1]
-        by_ext = dict(zip(ids[first].tolist(), pos[first].tolist(), strict=True))
-    runtime_by_corr = {r.correlation: r for r in trace.runtime if r.correlation is not None}
-    owners: dict[int, int] = {}
-    # Calls with no op of their id: the innermost op open on their thread at their start,
-    # found for all of them at once below.
+    op_ids, op_has = _ids([op.external_id for op in tree.ops])
+    # Several ops may share an id in old traces: keep the innermost (shortest; then the one
+    # starting last; then the first in the file).
+    pos = np.flatnonzero(op_has)
+    order = np.lexsort((pos, -tree.start_arr[pos], tree.dur_arr[pos], op_ids[pos]))
+    ext_keys, ext_ops = op_ids[pos][order], pos[order]
+    first = np.ones(len(ext_keys), dtype=bool)
+    first[1:] = ext_keys[1:] != ext_keys[:-1]
+    ext_keys, ext_ops = ext_keys[first], ext_ops[first]
+
+    kernels = trace.kernels
+    k_ext, k_has_ext = _ids([k.external_id for k in kernels])
+    owner = np.where(k_has_ext, _lookup(ext_keys, ext_ops, k_ext), -1)
+    # Then the runtime call with the kernel's correlation id (the last one recorded with it).
+    runtime = trace.runtime
+    r_corr, r_has = _ids([r.correlation for r in runtime])
+    r_pos = np.flatnonzero(r_has)[::-1]
+    corr_keys, first_pos = np.unique(r_corr[r_pos], return_index=True)
+    corr_calls = r_pos[first_pos]
+    k_corr, k_has_corr = _ids([k.correlation for k in kernels])
+    need = np.flatnonzero((owner < 0) & k_has_corr)
+    call = _lookup(corr_keys, corr_calls, k_corr[need])
+    need, call = need[call >= 0], call[call >= 0]
+    c_ext, c_has_ext = _ids([runtime[i].external_id for i in call.tolist()])
+    by_call_id = np.where(c_has_ext, _lookup(ext_keys, ext_ops, c_ext), -1)
+    owner[need] = by_call_id
+    # Calls with no op of their id: the innermost op open on their thread at their start.
     pending: dict[tuple[str, str], list[tuple[int, float]]] = {}
-    for pos_k, k in enumerate(trace.kernels):
-        owner = by_ext.get(k.external_id) if k.external_id is not None else None
-        if owner is None and k.correlation is not None:
-            call = runtime_by_corr.get(k.correlation)
-            if call is not None:
-                if call.external_id is not None:
-                    owner = by_ext.get(call.external_id)
-                if owner is None:
-                    pending.setdefault((str(call.pid), str(call.tid)), []).append(
-                        (pos_k, call.start_us))
-                    continue
-        if owner is not None:
-            owners[pos_k] = owner
+    for k_pos, i, found in zip(need.tolist(), call.tolist(), by_call_id.tolist(),
+                               strict=True):
+        if found < 0:
+            r = runtime[i]
+            pending.setdefault((str(r.pid), str(r.tid)), []).append((k_pos, r.start_us))
     for key, queries in pending.items():
         idx = tree.threads.get(key)
         if not idx:
@@ -463,7 +481,6 @@ def _kernel_owners(trace: Trace, tree: _Tree) -> dict[int, int]:
             if not len(live):
                 break
             cur[live] = tree.parent_arr[cur[live]]
-        for (pos_k, _), owner in zip(queries, cur.tolist(), strict=True):
-            if owner >= 0:
-                owners[pos_k] = owner
-    return owners
+        owner[[q[0] for q in queries]] = cur
+    found_at = np.flatnonzero(owner >= 0)
+    return dict(zip(found_at.tolist(), owner[found_at].tolist(), strict=True))

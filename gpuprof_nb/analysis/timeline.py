@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from gpuprof_nb.analysis import thresholds as th
-from gpuprof_nb.analysis.derived import memo, op_columns, thread_ranks
+from gpuprof_nb.analysis.derived import memo, op_columns
 from gpuprof_nb.analysis.intervals import Interval, merge_arrays, union_length
 from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, Trace
 from gpuprof_nb.results.timeline import (
@@ -90,8 +90,7 @@ def _top_level_positions(trace: Trace) -> list[int]:
     keep = np.flatnonzero(cols.dur >= 0)
     if not len(keep):
         return []
-    thread, _ = thread_ranks([cols.pid[i] for i in keep.tolist()],
-                             [cols.tid[i] for i in keep.tolist()])
+    thread = cols.thread[keep]
     starts, durs, ends = cols.start[keep], cols.dur[keep], cols.end[keep]
     order = np.lexsort((keep, -durs, starts, thread))
     s_thread, s_start, s_end = thread[order], starts[order], ends[order]
@@ -317,6 +316,10 @@ def activity_window(trace: Trace) -> tuple[float, float]:
     """Return (start, end) in microseconds of the recorded work: ops, annotations, kernels and
     runtime calls, without the profiler's own span and instants (`PyTorch Profiler (0)`,
     `Record Window End`), which add its start-up and shutdown to the trace's window."""
+    return memo(trace, "activity_window", lambda: _activity_window(trace))
+
+
+def _activity_window(trace: Trace) -> tuple[float, float]:
     ops = trace.ops
     # Few distinct names: test each once, not once per op.
     profiler = {name for name in {o.name for o in ops} if name.startswith("PyTorch Profiler")}
