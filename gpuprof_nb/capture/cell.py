@@ -1,6 +1,6 @@
 """Running a notebook cell for the magics, the way IPython would run it.
 
-Both `%%gpuprofile` and `%%memsnap` take the cell through here:
+Both `%%gpuprofile` (through session.py) and `%%memsnap` take the cell through here:
 - `CellCompiler` transforms it as IPython does (input transformers, then the shell's AST
   transformers), compiles it, registers its lines so tracebacks show `Cell In[n]` and the
   user's lines, and keeps compiled cells for re-runs;
@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
-# Entries kept in each per-shell cache (compiled cells): a notebook re-runs a handful of
-# cells; beyond that the oldest entry goes.
+# Entries kept in each per-shell cache (compiled cells, parsed option lines): a notebook
+# re-runs a handful of cells; beyond that the oldest entry goes.
 CACHE_SIZE = 64
 
 # Length of name_key's digest form: the prefix and a SHA-1 in hex.

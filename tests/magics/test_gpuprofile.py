@@ -322,6 +322,16 @@ def test_help_lists_the_options(ip) -> None:
     assert "--timing-only" in cap.stdout
 
 
+def test_the_parser_declares_every_option_in_order(ip) -> None:
+    """capture/options.py lists the options; the magic's parser, and so its help, holds
+    each of them in that order."""
+    from gpuprof_nb.capture.options import OPTIONS
+
+    parser = ip.find_cell_magic("gpuprofile").parser
+    declared = [tuple(a.option_strings) for a in parser._actions if a.option_strings]
+    assert declared == [flags for flags, _ in OPTIONS]
+
+
 def test_stack_and_memory_reach_the_profiler(ip) -> None:
     magic(ip, "-o r --quiet --repeat 1 --stack --memory", "P = A @ A")
     r = ip.user_ns["r"]
