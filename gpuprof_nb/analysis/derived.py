@@ -37,8 +37,8 @@ def frozen(a: np.ndarray) -> np.ndarray:
 class OpColumns:
     """The trace's torch ops (kind "op", in trace order) as columns."""
 
-    __slots__ = ("ops", "positions", "start", "dur", "end", "index", "pid", "tid", "thread",
-                 "thread_keys")
+    __slots__ = ("ops", "positions", "start", "dur", "end", "index", "pid", "tid", "raw_thread",
+                 "raw_threads", "thread", "thread_keys", "external_id", "has_external_id")
 
     def __init__(self, trace: Trace) -> None:
         positions = [i for i, o in enumerate(trace.ops) if o.kind == "op"]
@@ -54,26 +54,26 @@ class OpColumns:
         self.index = frozen(np.array([o.index for o in ops], dtype=np.int64))
         self.pid: tuple[Any, ...] = tuple([o.pid for o in ops])
         self.tid: tuple[Any, ...] = tuple([o.tid for o in ops])
-        thread, keys = thread_ranks(self.pid, self.tid)
-        # Each op's thread, numbered by the rank of its key (see thread_ranks), and the keys.
-        self.thread = frozen(thread)
+        # Each op's (pid, tid) as recorded: a number, and the distinct pairs it indexes.
+        code: dict[tuple[Any, Any], int] = {}
+        raw = [code.setdefault(t, len(code)) for t in zip(self.pid, self.tid, strict=True)]
+        self.raw_thread = frozen(np.array(raw, dtype=np.intp))
+        self.raw_threads: tuple[tuple[Any, Any], ...] = tuple(code)
+        # Each op's thread keyed by its ids as text (ids that print alike are one thread),
+        # numbered by the rank of that key, and the keys in order.
+        key_of = [(str(p), str(t)) for p, t in self.raw_threads]
+        keys = sorted(set(key_of))
+        rank = {k: r for r, k in enumerate(keys)}
+        self.thread = frozen(np.array([rank[k] for k in key_of], dtype=np.intp)[self.raw_thread]
+                             if raw else np.zeros(0, dtype=np.intp))
         self.thread_keys: tuple[tuple[str, str], ...] = tuple(keys)
+        ext, has_ext = ids([o.external_id for o in ops])
+        self.external_id, self.has_external_id = frozen(ext), frozen(has_ext)
 
 
 def op_columns(trace: Trace) -> OpColumns:
     """Return the trace's torch ops as columns (computed once per trace)."""
     return memo(trace, "op_columns", lambda: OpColumns(trace))
-
-
-def thread_ranks(pids: Sequence[Any], tids: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
-    """Number each (pid, tid) by the rank of its key as text, (str(pid), str(tid)): ids that
-    print alike are one thread. Return the numbers and the sorted keys."""
-    raw = list(zip(pids, tids, strict=True))
-    key_of = {t: (str(t[0]), str(t[1])) for t in set(raw)}
-    keys = sorted(set(key_of.values()))
-    rank = {k: r for r, k in enumerate(keys)}
-    rank_of = {t: rank[k] for t, k in key_of.items()}
-    return np.fromiter(map(rank_of.__getitem__, raw), dtype=np.intp, count=len(raw)), keys
 
 
 # Kernel classes as codes (analysis/classify.kernel_class).
@@ -103,3 +103,37 @@ class KernelColumns:
 def kernel_columns(trace: Trace, kernels: Sequence[Kernel], key: Hashable) -> KernelColumns:
     """Return columns of `kernels` (a selection of trace.kernels named by `key`), once."""
     return memo(trace, ("kernel_columns", key), lambda: KernelColumns(kernels))
+
+
+_NO_ID = int(np.iinfo(np.int64).min)  # stands for None: no trace uses it as an id
+
+
+def ids(values: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Return ids (correlation, External id) as int64, and the mask of the present ones."""
+    arr = np.array([_NO_ID if v is None else v for v in values], dtype=np.int64)
+    return arr, arr != _NO_ID
+
+
+def lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Return values[k] where keys[k] == wanted (keys sorted and unique), else -1."""
+    if not len(keys):
+        return np.full(len(wanted), -1, dtype=np.intp)
+    at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    return np.where(keys[at] == wanted, values[at], -1)
+
+
+def kernel_ids(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Return trace.kernels' (correlation ids, present, External ids, present), once."""
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        corr, has_corr = ids([k.correlation for k in trace.kernels])
+        ext, has_ext = ids([k.external_id for k in trace.kernels])
+        return frozen(corr), frozen(has_corr), frozen(ext), frozen(has_ext)
+    return memo(trace, "kernel_ids", compute)
+
+
+def runtime_correlations(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Return trace.runtime's (correlation ids, present), once."""
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        corr, has = ids([r.correlation for r in trace.runtime])
+        return frozen(corr), frozen(has)
+    return memo(trace, "runtime_correlations", compute)

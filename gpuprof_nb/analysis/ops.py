@@ -22,13 +22,17 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from functools import reduce
-from itertools import compress
 from operator import add
 from typing import Any
 
 import numpy as np
 
-from gpuprof_nb.analysis.derived import op_columns
+from gpuprof_nb.analysis.derived import (
+    kernel_ids,
+    lookup,
+    op_columns,
+    runtime_correlations,
+)
 from gpuprof_nb.analysis.intervals import device_busy_us, nearest_previous_at_least
 from gpuprof_nb.analysis.timeline import activity_window, unrecorded_launches
 from gpuprof_nb.model.trace import Kernel, Op, Trace
@@ -94,18 +98,19 @@ def _attribute(trace: Trace) -> tuple[list[Op], Any, Any, list[float], float]:
     n = len(ops)
     starts, ends = cols.start, cols.end
     kernels = trace.kernels
-    k_corr = [k.correlation for k in kernels]
+    k_corr, k_has_corr, k_ext, k_has_ext = kernel_ids(trace)
     # Only calls that launched some device work matter (not cudaGetDevice and friends).
-    launched = set(k_corr)
-    launched.discard(None)
-    calls = [c for c in trace.runtime if c.correlation in launched]
+    r_corr, r_has = runtime_correlations(trace)
+    runtime = trace.runtime
+    calls = np.flatnonzero(r_has & np.isin(r_corr, k_corr[k_has_corr])).tolist()
 
     # Threads are (pid, tid) as recorded, taken in the order of their repr; within one, ops
     # by (start, longer first, file position): a parent before its children.
-    op_threads = list(zip(cols.pid, cols.tid, strict=True))
-    call_threads = [(c.pid, c.tid) for c in calls]
-    rank = {t: r for r, t in enumerate(sorted(set(op_threads) | set(call_threads), key=repr))}
-    thread = np.fromiter(map(rank.__getitem__, op_threads), dtype=np.intp, count=n)
+    call_threads = [(runtime[i].pid, runtime[i].tid) for i in calls]
+    rank = {t: r for r, t in enumerate(sorted(set(cols.raw_threads) | set(call_threads),
+                                              key=repr))}
+    thread = np.array([rank[t] for t in cols.raw_threads], dtype=np.intp)[cols.raw_thread] \
+        if n else np.zeros(0, dtype=np.intp)
     order = np.lexsort((np.arange(n), -ends, starts, thread))
     bounds = np.searchsorted(thread[order], np.arange(len(rank) + 1))
     s_start, s_end = starts[order], ends[order]
@@ -120,13 +125,15 @@ def _attribute(trace: Trace) -> tuple[list[Op], Any, Any, list[float], float]:
     overlap = np.minimum(s_end[has], s_end[found[has]]) - s_start[has]
     child_cpu = np.bincount(parent_sorted[has], weights=overlap, minlength=n)
 
-    # Each launch call's owner: the innermost op of its thread open at the call's start (ops
-    # starting at that very time open first), else -1.
-    owner_of_correlation: dict[int, int] = {}
-    if calls:
+    # Each device event's owner: the op holding its launch call, else the op its External id
+    # names (first op with that id), else -1.
+    owners = np.full(len(kernels), -1, dtype=np.intp)
+    if calls and n:
+        # A launch call's owner: the innermost op of its thread open at the call's start
+        # (ops starting at that very time open first).
         c_thread = np.fromiter(map(rank.__getitem__, call_threads), dtype=np.intp,
                                count=len(calls))
-        c_start = np.array([c.start_us for c in calls], dtype=float)
+        c_start = np.array([runtime[i].start_us for i in calls], dtype=float)
         lo = bounds[c_thread]
         hi = lo.copy()
         for r in np.unique(c_thread).tolist():
@@ -134,46 +141,46 @@ def _attribute(trace: Trace) -> tuple[list[Op], Any, Any, list[float], float]:
             mine = np.flatnonzero(c_thread == r)
             hi[mine] = a + np.searchsorted(s_start[a:b], c_start[mine], side="right")
         call_owner = nearest_previous_at_least(s_end, c_start, lo, hi, strict=True)
-        call_owner = np.where(call_owner >= 0, order[call_owner], -1) if n else call_owner
-        # Calls in thread order, then as recorded: an owned call wins over an unowned one.
-        by_thread = np.argsort(c_thread, kind="stable").tolist()
-        owners_list = call_owner.tolist()
-        for j in by_thread:
-            corr = calls[j].correlation
-            top = owners_list[j]
-            if top >= 0:
-                owner_of_correlation[corr] = top
-            else:
-                owner_of_correlation.setdefault(corr, -1)
-
-    # Each device event's owner: the op holding its launch call, else the op its External id
-    # names (first op with that id).
-    owners = [owner_of_correlation.get(c, -1) if c is not None else -1 for c in k_corr]
-    k_dur = [k.dur_us for k in kernels]
-    if -1 in owners:
-        by_external: dict[Any, int] = dict(zip(reversed([o.external_id for o in ops]),
-                                               range(n - 1, -1, -1), strict=True))
-        by_external.pop(None, None)
-        owners = [by_external.get(k.external_id, -1)
-                  if owner < 0 and k.external_id is not None else owner
-                  for owner, k in zip(owners, kernels, strict=True)]
-    owned = np.array(owners, dtype=np.intp) >= 0
+        call_owner = np.where(call_owner >= 0, order[call_owner], -1)
+        # Calls taken thread by thread, then as recorded: a correlation id belongs to the
+        # last owned call with it.
+        seq = np.argsort(c_thread, kind="stable")
+        owned_seq = seq[call_owner[seq] >= 0][::-1]
+        corr_keys, last = np.unique(r_corr[calls][owned_seq], return_index=True)
+        found_k = lookup(corr_keys, call_owner[owned_seq][last], k_corr)
+        owners = np.where(k_has_corr, found_k, -1)
+    if (owners < 0).any():
+        with_ext = np.flatnonzero(cols.has_external_id)
+        ext_keys, at = np.unique(cols.external_id[with_ext], return_index=True)
+        by_ext = lookup(ext_keys, with_ext[at], k_ext)
+        owners = np.where((owners < 0) & k_has_ext, by_ext, owners)
+    owned = owners >= 0
+    k_dur = np.array([k.dur_us for k in kernels], dtype=float)
     # bincount adds each op's durations one by one in kernel order, like `+=` in a loop.
-    self_device = np.bincount(np.array(owners, dtype=np.intp)[owned],
-                              weights=np.array(k_dur, dtype=float)[owned], minlength=n)
-    unattributed = reduce(add, compress(k_dur, (~owned).tolist()), 0.0)
+    self_device = np.bincount(owners[owned], weights=k_dur[owned], minlength=n)
+    unattributed = reduce(add, k_dur[~owned].tolist(), 0.0)
 
     self_cpu = np.maximum(cols.dur - child_cpu, 0.0)
-    total_device = self_device.tolist()
-    # Reverse pre-order visits every child before its parent: one pass sums subtrees.
-    parent = [0] * n
-    for i, p in zip(order.tolist(), parent_sorted.tolist(), strict=True):
-        parent[i] = p
-    for i in reversed(order.tolist()):
-        p = parent[i]
-        if p >= 0:
-            total_device[p] += total_device[i]
-    return ops, self_cpu, self_device, total_device, unattributed
+    # Subtree sums, deepest ops first: each op's total is complete before it is added to its
+    # parent's, and a parent receives its children's in reverse pre-order, one at a time
+    # (np.add.at), as a walk of the reversed pre-order would add them.
+    parent = np.full(n, -1, dtype=np.intp)
+    parent[order] = parent_sorted
+    depth = np.zeros(n, dtype=np.intp)
+    up = parent.copy()
+    while True:
+        live = np.flatnonzero(up >= 0)
+        if not len(live):
+            break
+        depth[live] += 1
+        up[live] = parent[up[live]]
+    total = self_device.copy()
+    reverse_preorder = order[::-1]
+    depth_rev = depth[reverse_preorder]
+    for level in range(int(depth.max(initial=0)), 0, -1):
+        nodes = reverse_preorder[depth_rev == level]
+        np.add.at(total, parent[nodes], total[nodes])
+    return ops, self_cpu, self_device, total.tolist(), unattributed
 
 
 def _shape_text(dims: Any) -> str:

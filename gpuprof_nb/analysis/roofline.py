@@ -11,13 +11,20 @@ activity the anchor's own (inclusive) CPU time is used instead.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from gpuprof_nb.analysis.derived import OpColumns, op_columns
+from gpuprof_nb.analysis.derived import (
+    OpColumns,
+    ids,
+    kernel_ids,
+    lookup,
+    op_columns,
+    runtime_correlations,
+)
 from gpuprof_nb.analysis.flops import COPY_WRAPPERS, OpCost, has_formula, op_cost
 from gpuprof_nb.analysis.intervals import nearest_previous_at_least
 from gpuprof_nb.analysis.timeline import unrecorded_launches
@@ -41,6 +48,7 @@ class _Tree:
     """Host ops nested per (pid, tid) by their intervals."""
 
     def __init__(self, cols: OpColumns) -> None:
+        self.cols = cols
         self.ops = list(cols.ops)
         n = len(self.ops)
         self.parent: list[int | None] = [None] * n
@@ -412,28 +420,11 @@ def _has_anchor_below(i: int, tree: _Tree, anchor_of: list[int | None]) -> bool:
     return False
 
 
-_NO_ID = int(np.iinfo(np.int64).min)  # stands for None: no trace uses it as an id
-
-
-def _ids(values: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:
-    """Return (ids as int64, mask of the present ones)."""
-    ids = np.array([_NO_ID if v is None else v for v in values], dtype=np.int64)
-    return ids, ids != _NO_ID
-
-
-def _lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """Return values[k] where keys[k] == wanted (keys sorted and unique), else -1."""
-    if not len(keys):
-        return np.full(len(wanted), -1, dtype=np.intp)
-    at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
-    return np.where(keys[at] == wanted, values[at], -1)
-
-
 def _kernel_owners(trace: Trace, tree: _Tree) -> dict[int, int]:
     """Return position in trace.kernels -> index (in tree.ops) of the innermost op that
     launched the kernel:
     by External id, else through the runtime call with the same correlation id."""
-    op_ids, op_has = _ids([op.external_id for op in tree.ops])
+    op_ids, op_has = tree.cols.external_id, tree.cols.has_external_id
     # Several ops may share an id in old traces: keep the innermost (shortest; then the one
     # starting last; then the first in the file).
     pos = np.flatnonzero(op_has)
@@ -443,21 +434,19 @@ def _kernel_owners(trace: Trace, tree: _Tree) -> dict[int, int]:
     first[1:] = ext_keys[1:] != ext_keys[:-1]
     ext_keys, ext_ops = ext_keys[first], ext_ops[first]
 
-    kernels = trace.kernels
-    k_ext, k_has_ext = _ids([k.external_id for k in kernels])
-    owner = np.where(k_has_ext, _lookup(ext_keys, ext_ops, k_ext), -1)
+    k_corr, k_has_corr, k_ext, k_has_ext = kernel_ids(trace)
+    owner = np.where(k_has_ext, lookup(ext_keys, ext_ops, k_ext), -1)
     # Then the runtime call with the kernel's correlation id (the last one recorded with it).
     runtime = trace.runtime
-    r_corr, r_has = _ids([r.correlation for r in runtime])
+    r_corr, r_has = runtime_correlations(trace)
     r_pos = np.flatnonzero(r_has)[::-1]
     corr_keys, first_pos = np.unique(r_corr[r_pos], return_index=True)
     corr_calls = r_pos[first_pos]
-    k_corr, k_has_corr = _ids([k.correlation for k in kernels])
     need = np.flatnonzero((owner < 0) & k_has_corr)
-    call = _lookup(corr_keys, corr_calls, k_corr[need])
+    call = lookup(corr_keys, corr_calls, k_corr[need])
     need, call = need[call >= 0], call[call >= 0]
-    c_ext, c_has_ext = _ids([runtime[i].external_id for i in call.tolist()])
-    by_call_id = np.where(c_has_ext, _lookup(ext_keys, ext_ops, c_ext), -1)
+    c_ext, c_has_ext = ids([runtime[i].external_id for i in call.tolist()])
+    by_call_id = np.where(c_has_ext, lookup(ext_keys, ext_ops, c_ext), -1)
     owner[need] = by_call_id
     # Calls with no op of their id: the innermost op open on their thread at their start.
     pending: dict[tuple[str, str], list[tuple[int, float]]] = {}
