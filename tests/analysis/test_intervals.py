@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from gpuprof_nb.analysis.intervals import (
     clip_intervals,
     device_busy_us,
     gaps_between,
+    intersect_intervals,
     merge_intervals,
+    nearest_previous_at_least,
     union_length,
 )
 from gpuprof_nb.io.trace import trace_from_dict
@@ -75,3 +78,59 @@ def test_device_busy_counts_overlapping_streams_once() -> None:
     # union: [0, 15) + [30, 35) = 20 us
     assert device_busy_us(trace) == 20
     assert device_busy_us(trace, 8, 32) == (15 - 8) + (32 - 30)
+
+
+def _loop_merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union as a plain sort-and-sweep, for the array paths to be checked against."""
+    merged: list[tuple[float, float]] = []
+    for s, e in sorted((s, e) for s, e in intervals if e > s):
+        if merged and s <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+        else:
+            merged.append((s, e))
+    return merged
+
+
+def _float_intervals(rng: random.Random, n: int) -> list[tuple[float, float]]:
+    out = []
+    for _ in range(n):
+        s = rng.choice([rng.uniform(0, 1000), float(rng.randrange(0, 100))])
+        out.append((s, s + rng.choice([0.0, -1.0, rng.uniform(0, 40), float(rng.randrange(10))])))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_array_paths_give_the_loops_pairs(seed: int) -> None:
+    """From 64 intervals on, merge, clip and intersect run on arrays: the pairs must be the
+    ones the loops give, float for float (touching intervals join, empty ones drop)."""
+    rng = random.Random(seed)
+    spans = _float_intervals(rng, rng.choice([64, 100, 700]))
+    assert merge_intervals(spans) == _loop_merge(spans)
+    assert merge_intervals(iter(spans)) == _loop_merge(spans)
+    lo, hi = rng.uniform(0, 400), rng.uniform(500, 1000)
+    assert clip_intervals(spans, lo, hi) == [(max(s, lo), min(e, hi)) for s, e in spans
+                                             if min(e, hi) > max(s, lo)]
+    a, b = _loop_merge(spans), _loop_merge(_float_intervals(rng, rng.choice([3, 80, 300])))
+    expected = [(max(s1, s2), min(e1, e2)) for s1, e1 in a for s2, e2 in b
+                if min(e1, e2) > max(s1, s2)]
+    assert intersect_intervals(a, b) == expected
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("seed", range(20))
+def test_nearest_previous_matches_a_scan(seed: int, strict: bool) -> None:
+    """The sparse-table search finds, for every query, the nearest earlier position in its
+    range whose value reaches the query's, as a backwards scan does."""
+    rng = random.Random(seed)
+    n = rng.choice([1, 2, 7, 50, 300])
+    b = np.array([float(rng.randrange(20)) for _ in range(n)])
+    a = np.array([float(rng.randrange(20)) for _ in range(n)])
+    lo = np.array([rng.randrange(i + 1) for i in range(n)])
+    hi = np.array([rng.randrange(lo[i], n + 1) for i in range(n)])
+    for bound in (None, hi):
+        got = nearest_previous_at_least(b, a, lo, bound, strict=strict).tolist()
+        for i in range(n):
+            top = i if bound is None else int(bound[i])
+            want = next((j for j in range(top - 1, int(lo[i]) - 1, -1)
+                         if (b[j] > a[i] if strict else b[j] >= a[i])), -1)
+            assert got[i] == want, (i, bound is None)
