@@ -28,6 +28,12 @@ def memo(trace: Trace, key: Hashable, compute: Callable[[], T]) -> T:
         return value
 
 
+def op_names(trace: Trace) -> frozenset[str]:
+    """Return the distinct names in trace.ops (a few thousand at most), once: tests on names
+    then run per name, not per op."""
+    return memo(trace, "op_names", lambda: frozenset([o.name for o in trace.ops]))
+
+
 def frozen(a: np.ndarray) -> np.ndarray:
     """Return `a` marked read-only (a shared array no caller may change)."""
     a.flags.writeable = False
@@ -100,8 +106,13 @@ class KernelColumns:
         return self.cls == KERNEL_CLASSES.index(name)  # type: ignore[no-any-return]
 
 
-def kernel_columns(trace: Trace, kernels: Sequence[Kernel], key: Hashable) -> KernelColumns:
-    """Return columns of `kernels` (a selection of trace.kernels named by `key`), once."""
+def kernel_columns(trace: Trace, kernels: Sequence[Kernel] | None = None,
+                   key: Hashable = None) -> KernelColumns:
+    """Return columns of trace.kernels, or of `kernels`, a selection of them named by `key`
+    (the kernels of one device), computed once each."""
+    every = memo(trace, "kernel_columns", lambda: KernelColumns(trace.kernels))
+    if kernels is None or len(kernels) == len(trace.kernels):
+        return every  # the selection holds them all
     return memo(trace, ("kernel_columns", key), lambda: KernelColumns(kernels))
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Sequence
 from functools import reduce
 from operator import add
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from gpuprof_nb.analysis.derived import (
+    kernel_columns,
     kernel_ids,
     lookup,
     op_columns,
@@ -329,16 +329,11 @@ def kernel_table(trace: Trace) -> KernelTable:
 # summary
 
 
-def _count_in_steps(starts: Sequence[float], trace: Trace) -> float:
+def _count_in_steps(starts: np.ndarray, trace: Trace) -> float:
     """Mean number of `starts` (sorted) that fall in [step.start, step.end) per step."""
-    import bisect
-
-    counted = 0
-    for step in trace.steps:
-        counted += bisect.bisect_left(starts, step.end_us) - bisect.bisect_left(
-            starts, step.start_us
-        )
-    return counted / len(trace.steps)
+    ends = np.searchsorted(starts, [s.end_us for s in trace.steps], side="left")
+    begins = np.searchsorted(starts, [s.start_us for s in trace.steps], side="left")
+    return int((ends - begins).sum()) / len(trace.steps)
 
 
 def summarize_trace(trace: Trace) -> TraceSummary:
@@ -361,19 +356,24 @@ def summarize_trace(trace: Trace) -> TraceSummary:
     lo, hi = activity_window(trace)
     window = hi - lo
     busy = device_busy_us(trace, lo, hi)
-    torch_ops = [o for o in trace.ops if o.kind == "op"]
-    compute = [k for k in trace.kernels if k.kind == "kernel"]
+    cols = op_columns(trace)
+    kc = kernel_columns(trace)
 
     ops_per_step = kernels_per_step = median_step = None
     if trace.steps:
         median_step = statistics.median(s.dur_us for s in trace.steps)
-        ops_per_step = _count_in_steps([o.start_us for o in torch_ops], trace)
-        launch_at = {c.correlation: c.start_us for c in trace.runtime if c.correlation is not None}
-        launches = sorted(
-            launch_at.get(k.correlation, k.start_us) if k.correlation is not None else k.start_us
-            for k in compute
-        )
-        kernels_per_step = _count_in_steps(launches, trace)
+        ops_per_step = _count_in_steps(cols.start, trace)  # ops are in start order
+        # A kernel's launch: the start of the (last recorded) runtime call with its
+        # correlation id, else its own start.
+        r_corr, r_has = runtime_correlations(trace)
+        r_pos = np.flatnonzero(r_has)[::-1]
+        corr_keys, at = np.unique(r_corr[r_pos], return_index=True)
+        k_corr, k_has_corr, _, _ = kernel_ids(trace)
+        call = np.where(k_has_corr, lookup(corr_keys, r_pos[at], k_corr), -1)[kc.is_kernel]
+        starts = np.array([r.start_us for r in trace.runtime], dtype=float)
+        launches = np.where(call >= 0, starts[np.maximum(call, 0)] if len(starts) else 0.0,
+                            kc.start[kc.is_kernel])
+        kernels_per_step = _count_in_steps(np.sort(launches), trace)
 
     return TraceSummary(
         source=trace.source,
@@ -383,8 +383,8 @@ def summarize_trace(trace: Trace) -> TraceSummary:
         median_step_us=median_step,
         busy_us=busy,
         busy_fraction=busy / window if window > 0 else 0.0,
-        op_count=len(torch_ops),
-        kernel_count=len(compute),
+        op_count=len(cols.ops),
+        kernel_count=int(np.count_nonzero(kc.is_kernel)),
         memcpy_count=sum(1 for k in trace.kernels if k.kind == "memcpy"),
         memset_count=sum(1 for k in trace.kernels if k.kind == "memset"),
         ops_per_step=ops_per_step,

@@ -18,7 +18,7 @@ import numpy as np
 
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.classify import is_host_collective, op_class
-from gpuprof_nb.analysis.derived import KernelColumns
+from gpuprof_nb.analysis.derived import KernelColumns, op_names
 from gpuprof_nb.analysis.fixes import FIXES, FP16_FIX
 from gpuprof_nb.analysis.intervals import (
     Interval,
@@ -134,7 +134,7 @@ class Context:
 
 def rule_dataloader(c: Context) -> Finding | None:
     if not any("DataLoader" in name and "__next__" in name
-               for name in {o.name for o in c.trace.ops}):
+               for name in op_names(c.trace)):
         return None
     spans = merge_intervals((o.start_us, o.end_us) for o in c.trace.ops if is_dataloader_op(o))
     if not spans:
@@ -318,7 +318,7 @@ def _python_hotspot(c: Context) -> str:
 def _host_collective_spans(c: Context) -> list[Interval]:
     """Return the merged host ranges of collectives (`gloo:all_reduce`, `c10d::allreduce_`)."""
     if not any(is_host_collective(name)
-               for name in {o.name for o in c.trace.ops}):
+               for name in op_names(c.trace)):
         return []
     return merge_intervals(
         clip_intervals(((o.start_us, o.end_us) for o in c.trace.ops
@@ -689,7 +689,7 @@ _REGION_IDS = re.compile(r"Torch-Compiled Region: (\d+)/(\d+)")
 
 def rule_recompilation(c: Context) -> Finding | None:
     # Traces repeat a few thousand op names: look for the markers once per name.
-    if not any(m in name for name in {o.name for o in c.trace.ops} for m in _COMPILE_MARKERS):
+    if not any(m in name for name in op_names(c.trace) for m in _COMPILE_MARKERS):
         return None
     compiles = [o for o in c.trace.ops if "compile_inner" in o.name]
     # Inner compiles nest (compile_inner inside _compile.compile_inner): count outermost.

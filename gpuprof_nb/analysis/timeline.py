@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from gpuprof_nb.analysis import thresholds as th
-from gpuprof_nb.analysis.derived import memo, op_columns
+from gpuprof_nb.analysis.derived import memo, op_columns, op_names
 from gpuprof_nb.analysis.intervals import Interval, merge_arrays, union_length
 from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, Trace
 from gpuprof_nb.results.timeline import (
@@ -176,7 +176,7 @@ class _Classifier:
         self.op_spans = list(zip(self.op_starts.tolist(), self.op_ends.tolist(), strict=True))
         self.op_start_list = self.op_starts.tolist()
         # Few distinct names: test each once, not once per op.
-        dl_names = {n for n in {o.name for o in ops} if "DataLoader" in n and "__next__" in n}
+        dl_names = {n for n in op_names(trace) if "DataLoader" in n and "__next__" in n}
         dl = [o for o in ops if o.name in dl_names] if dl_names else []
         self.dl_starts, self.dl_ends = _spans([o.start_us for o in dl], [o.dur_us for o in dl])
         syncs = [r for r in trace.runtime if r.name in SYNC_RUNTIME_NAMES]
@@ -322,7 +322,7 @@ def activity_window(trace: Trace) -> tuple[float, float]:
 def _activity_window(trace: Trace) -> tuple[float, float]:
     ops = trace.ops
     # Few distinct names: test each once, not once per op.
-    profiler = {name for name in {o.name for o in ops} if name.startswith("PyTorch Profiler")}
+    profiler = {name for name in op_names(trace) if name.startswith("PyTorch Profiler")}
     if profiler:
         ops = tuple(o for o in ops if o.name not in profiler)
     seqs = [seq for seq in (ops, trace.kernels, trace.runtime) if seq]
