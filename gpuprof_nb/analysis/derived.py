@@ -61,8 +61,9 @@ class OpColumns:
         self.pid: tuple[Any, ...] = tuple([o.pid for o in ops])
         self.tid: tuple[Any, ...] = tuple([o.tid for o in ops])
         # Each op's (pid, tid) as recorded: a number, and the distinct pairs it indexes.
-        code: dict[tuple[Any, Any], int] = {}
-        raw = [code.setdefault(t, len(code)) for t in zip(self.pid, self.tid, strict=True)]
+        pairs = list(zip(self.pid, self.tid, strict=True))
+        code = {t: i for i, t in enumerate(dict.fromkeys(pairs))}
+        raw = list(map(code.__getitem__, pairs))
         self.raw_thread = frozen(np.array(raw, dtype=np.intp))
         self.raw_threads: tuple[tuple[Any, Any], ...] = tuple(code)
         # Each op's thread keyed by its ids as text (ids that print alike are one thread),

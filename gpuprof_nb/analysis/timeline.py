@@ -80,14 +80,19 @@ def is_dataloader_op(op: Op) -> bool:
     return "DataLoader" in op.name and "__next__" in op.name
 
 
-def _top_level_positions(trace: Trace) -> list[int]:
+def _top_level_positions(trace: Trace, within: tuple[float, float] | None = None
+                         ) -> list[int]:
     """Return the positions in trace.ops of the torch ops (kind 'op') not nested inside
-    another op on the same thread, in order.
+    another op on the same thread, in order; with `within` (lo, hi), of the ops overlapping
+    it only (start < hi, end > lo), as if the trace held no other ops.
 
     Per thread, ops in (start, longest first, position) order: the first is top-level, and
     the next top-level op is the first to start at or after the last one's end."""
     cols = op_columns(trace)
-    keep = np.flatnonzero(cols.dur >= 0)
+    mask = cols.dur >= 0
+    if within is not None:
+        mask &= (cols.start < within[1]) & (cols.end > within[0])
+    keep = np.flatnonzero(mask)
     if not len(keep):
         return []
     thread = cols.thread[keep]
@@ -114,6 +119,13 @@ def _top_level_positions(trace: Trace) -> list[int]:
 def top_level_positions(trace: Trace) -> tuple[int, ...]:
     """Return the positions in trace.ops of its top-level torch ops (computed once)."""
     return memo(trace, "top_level_positions", lambda: tuple(_top_level_positions(trace)))
+
+
+def top_level_ops_within(trace: Trace, lo: float, hi: float) -> tuple[Op, ...]:
+    """Return the top-level torch ops among the ops overlapping [lo, hi], nested among
+    themselves only (what a drawing of that span shows), by start."""
+    ops = trace.ops
+    return tuple([ops[i] for i in _top_level_positions(trace, (lo, hi))])
 
 
 def top_level_ops(trace: Trace) -> tuple[Op, ...]:

@@ -1,4 +1,5 @@
-"""The loaders' pause of the cyclic garbage collector (trace and snapshot loading)."""
+"""The pause of the cyclic garbage collector while many objects are made: trace and snapshot
+loading, and a report's analysis and rendering."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from contextlib import contextmanager
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a loader builds many objects, restoring its
-    state on the way out, whatever happens.
+    """Pause the cyclic garbage collector while a loader builds many objects (or an analysis
+    reads them), restoring its state on the way out, whatever happens.
 
     The loaders make hundreds of thousands to millions of objects and no reference cycles;
     every automatic collection would walk all the ones made so far again (1 GB benchmark
-    trace, 3.4 M objects: 14.3 s with the collector, 9.5-12.7 s paused).
+    trace, 3.4 M objects: 14.3 s with the collector, 9.5-12.7 s paused). An analysis makes
+    fewer, short-lived ones, but a full collection it sets off still walks the whole trace.
 
     On the way out, the objects made meanwhile are moved to the collector's oldest
     generation (gc.freeze() then gc.unfreeze(): two moves of whole lists, nothing walked)

@@ -40,6 +40,11 @@ class LinearScale:
     def __call__(self, v: float) -> float:
         return self.p0 + (v - self.lo) * self._k
 
+    @property
+    def k(self) -> float:
+        """Pixels per unit: value v maps to p0 + (v - lo) * k (arrays alike)."""
+        return self._k
+
 
 class LogScale:
     """Map positive values in [lo, hi] onto pixels [p0, p1] by their base-10 logarithm."""

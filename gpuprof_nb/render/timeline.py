@@ -5,14 +5,15 @@ the same with matplotlib, imported inside it, for a Figure)."""
 from __future__ import annotations
 
 import bisect
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
+import numpy as np
+
 from gpuprof_nb.analysis.classify import kernel_class
-from gpuprof_nb.analysis.timeline import top_level_ops
+from gpuprof_nb.analysis.timeline import top_level_ops, top_level_ops_within
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.render import svg
 from gpuprof_nb.render.bundle import report_of
@@ -160,10 +161,8 @@ def _lane_items(timeline: Timeline, trace: Trace | None, lo: float, hi: float
         # Only ops overlapping the drawn span are drawn, and an op enclosing one of them
         # overlaps it too: the top-level test on those finds the same ops as on the whole
         # trace, for a fraction of the cost when one step of a long trace is drawn.
-        before = trace.ops[: bisect.bisect_left(trace.ops, hi, key=_start)]
-        near = tuple(o for o in before if o.start_us + o.dur_us > lo)
         by_thread: dict[str, list[tuple[float, float, str, str]]] = {}
-        for o in top_level_ops(dataclasses.replace(trace, ops=near)):
+        for o in top_level_ops_within(trace, lo, hi):
             by_thread.setdefault(str(o.tid), []).append(
                 (o.start_us, o.start_us + o.dur_us, CPU_COLOUR, o.name))
         busy = {t: sum(e - s for s, e, _, _ in items) for t, items in by_thread.items()}
@@ -247,6 +246,20 @@ def _gap_title(r: _Run, label: str, lo: float) -> str:
             f"{fmt_us(r.end_us - r.start_us)} from {fmt_us(r.start_us - lo)}")
 
 
+def _pixels(items: Sequence[tuple[float, float, str, str]], sx: svg.LinearScale, lo: float,
+            hi: float) -> list[tuple[float, float, float, float, str, str]]:
+    """Return (a_px, b_px, start, end, colour, name) per item, its span clipped to [lo, hi]
+    and scaled by sx (the same arithmetic as sx(max(start, lo)), for all items at once)."""
+    if not items:
+        return []
+    starts = np.array([it[0] for it in items], dtype=float)
+    ends = np.array([it[1] for it in items], dtype=float)
+    a_px = (sx.p0 + (np.maximum(starts, lo) - sx.lo) * sx.k).tolist()
+    b_px = (sx.p0 + (np.minimum(ends, hi) - sx.lo) * sx.k).tolist()
+    return [(a, b, s, e, c, name)
+            for a, b, (s, e, c, name) in zip(a_px, b_px, items, strict=True)]
+
+
 def timeline_svg(timeline: Timeline, trace: Trace | None,
                  step: StepTimeline | int | None = None) -> str:
     """Return one step (or the whole window) as an inline SVG string: CPU threads and GPU
@@ -273,12 +286,11 @@ def timeline_svg(timeline: Timeline, trace: Trace | None,
             if g.end_us > lo and g.start_us < hi]
     gaps.sort(key=lambda g: (g[0], g[1]))
     # Pixel spans computed once, each merged at growing distances until the drawing is small.
-    lane_px = [[(sx(max(s, lo)), sx(min(e, hi)), s, e, c, name) for s, e, c, name in items]
-               for _, _, items in lanes]
+    lane_px = [_pixels(items, sx, lo, hi) for _, _, items in lanes]
     gap_px: dict[str, list[tuple[float, float, float, float, str, str]]] = {
         c: [] for c in CAUSE_COLORS}
-    for s, e, c, _ in gaps:
-        gap_px[c].append((sx(s), sx(e), s, e, c, c))
+    for px in _pixels(gaps, sx, lo, hi):  # already within [lo, hi]: clipping keeps them
+        gap_px[px[4]].append(px)
     merge_px = 1.0
     while True:
         lane_runs = [_merge(items, merge_px) for items in lane_px]
