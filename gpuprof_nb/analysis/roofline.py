@@ -79,6 +79,7 @@ class _Tree:
         self.parent_arr[kids] = parents
         for child, p in zip(kids.tolist(), parents.tolist(), strict=True):
             self.parent[child] = p
+        self._levels: list[np.ndarray] | None = None
         # Children in (start, longer first, file order) order, grouped by parent.
         by_parent = np.argsort(parents, kind="stable")
         parents, kids = parents[by_parent], kids[by_parent]
@@ -87,6 +88,25 @@ class _Tree:
             kid_list = kids.tolist()
             for p, a, b in zip(parents[cuts[:-1]].tolist(), cuts, cuts[1:], strict=False):
                 self.children[p] = kid_list[a:b]
+
+
+    def levels(self) -> list[np.ndarray]:
+        """Return the ops by depth (roots first), each level in the tree's order."""
+        if self._levels is None:
+            depth = np.zeros(len(self.ops), dtype=np.intp)
+            up = self.parent_arr.copy()
+            while True:
+                live = np.flatnonzero(up >= 0)
+                if not len(live):
+                    break
+                depth[live] += 1
+                up[live] = self.parent_arr[up[live]]
+            order = np.array(self.order, dtype=np.intp)
+            by_depth = order[np.argsort(depth[order], kind="stable")]
+            counts = np.bincount(depth, minlength=1).tolist()
+            cuts = np.cumsum([0, *counts]).tolist()
+            self._levels = [by_depth[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+        return self._levels
 
 
 # ---------------------------------------------------------------- roofs
@@ -280,35 +300,52 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
                       found[0].category, found[0].dtype, found[0].flop_source,
                       found[0].bytes_model + " (through its copy child)")
 
-    # Only these names can have a cost (op_cost has a formula, or a copy wrapper's children).
-    costable = {name: has_formula(name) or name in COPY_WRAPPERS for name in {o.name for o in ops}}
-    anchor_of: list[int | None] = [None] * len(ops)
-    parent = tree.parent
-    for i in tree.order:  # parents come before their children
-        p = parent[i]
-        if p is not None and anchor_of[p] is not None:
-            anchor_of[i] = anchor_of[p]
-        elif costable[ops[i].name] and cost(i) is not None:
-            anchor_of[i] = i
+    # Each op's anchor: its outermost ancestor-or-self with a cost. Level by level from the
+    # roots: an op inherits its parent's anchor, else is its own when it has a cost (only
+    # names with a formula, or copy wrappers, can).
+    costable = {name: has_formula(name) or name in COPY_WRAPPERS
+                for name in {o.name for o in ops}}
+    anchor = np.full(len(ops), -1, dtype=np.intp)
+    for level in tree.levels():
+        inherited = np.where(tree.parent_arr[level] >= 0,
+                             anchor[np.maximum(tree.parent_arr[level], 0)], -1)
+        anchor[level] = inherited
+        for i in level[inherited < 0].tolist():
+            if costable[ops[i].name] and cost(i) is not None:
+                anchor[i] = i
+    anchor_of: list[int | None] = [None if a < 0 else a for a in anchor.tolist()]
 
     anchor_time: dict[int, float] = {}
     anchor_kernels: dict[int, list[Kernel]] = {}
     unmodelled: dict[str, _Acc] = {}
     on_device = trace.has_device_activity
     if on_device:
-        total_us = sum(k.dur_us for k in trace.kernels)
-        owner_of = _kernel_owners(trace, tree)
-        for pos, k in enumerate(trace.kernels):
-            owner = owner_of.get(pos)
-            a = anchor_of[owner] if owner is not None else None
-            if a is None:
-                label = ops[owner].name if owner is not None else f"({k.kind} without op)"
-                acc = unmodelled.setdefault(label, _Acc())
-                acc.calls += 1
-                acc.time_us += k.dur_us
-                continue
-            anchor_time[a] = anchor_time.get(a, 0.0) + k.dur_us
-            anchor_kernels.setdefault(a, []).append(k)
+        device_work = trace.kernels
+        total_us = sum(k.dur_us for k in device_work)
+        owner = _kernel_owners(trace, tree)
+        k_anchor = np.where(owner >= 0, anchor[np.maximum(owner, 0)], -1) if len(ops) \
+            else owner
+        # Kernels of no anchor, by their owner's name (or kind), in kernel order.
+        owners = owner.tolist()
+        for pos in np.flatnonzero(k_anchor < 0).tolist():
+            k, o = device_work[pos], owners[pos]
+            label = ops[o].name if o >= 0 else f"({k.kind} without op)"
+            acc = unmodelled.setdefault(label, _Acc())
+            acc.calls += 1
+            acc.time_us += k.dur_us
+        # The others, per anchor in kernel order: their time (bincount adds one by one, as
+        # `+=` in a loop) and the kernels themselves.
+        placed = np.flatnonzero(k_anchor >= 0)
+        if len(placed):
+            by_anchor = placed[np.argsort(k_anchor[placed], kind="stable")]
+            heads = k_anchor[by_anchor]
+            cuts = [0, *(np.flatnonzero(np.diff(heads)) + 1).tolist(), len(heads)]
+            sums = np.bincount(k_anchor[placed], weights=np.array(
+                [device_work[i].dur_us for i in placed.tolist()], dtype=float))
+            members = by_anchor.tolist()
+            for a, lo, hi in zip(heads[cuts[:-1]].tolist(), cuts, cuts[1:], strict=False):
+                anchor_time[a] = float(sums[a])
+                anchor_kernels[a] = [device_work[i] for i in members[lo:hi]]
     else:
         total_us = 0.0
         for i in tree.order:
@@ -328,11 +365,19 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
     group_kernel_names: dict[tuple[str, str, str], set[str]] = {}
     group_host_copy: set[tuple[str, str, str]] = set()
     kgroups: dict[tuple[str, str, str, str], _Acc] = {}
+    shapes_of: dict[Any, str] = {}  # recorded shapes repeat: each is written out once
     for a in sorted(anchor_time):
         c = cost(a)
         if c is None or anchor_time[a] <= 0:
             continue
-        key = (ops[a].name, _shapes(ops[a]), c.dtype)
+        dims = ops[a].input_dims
+        try:
+            shapes = shapes_of[dims]
+        except KeyError:
+            shapes = shapes_of[dims] = _shapes(ops[a])
+        except TypeError:  # unhashable shapes: written out each time
+            shapes = _shapes(ops[a])
+        key = (ops[a].name, shapes, c.dtype)
         acc = groups.setdefault(key, _Acc())
         acc.calls += 1
         acc.flops += c.flops
@@ -420,10 +465,10 @@ def _has_anchor_below(i: int, tree: _Tree, anchor_of: list[int | None]) -> bool:
     return False
 
 
-def _kernel_owners(trace: Trace, tree: _Tree) -> dict[int, int]:
-    """Return position in trace.kernels -> index (in tree.ops) of the innermost op that
-    launched the kernel:
-    by External id, else through the runtime call with the same correlation id."""
+def _kernel_owners(trace: Trace, tree: _Tree) -> np.ndarray:
+    """Return, per kernel of trace.kernels, the index (in tree.ops) of the innermost op that
+    launched it, -1 for none: by External id, else through the runtime call with the same
+    correlation id."""
     op_ids, op_has = tree.cols.external_id, tree.cols.has_external_id
     # Several ops may share an id in old traces: keep the innermost (shortest; then the one
     # starting last; then the first in the file).
@@ -471,5 +516,4 @@ def _kernel_owners(trace: Trace, tree: _Tree) -> dict[int, int]:
                 break
             cur[live] = tree.parent_arr[cur[live]]
         owner[[q[0] for q in queries]] = cur
-    found_at = np.flatnonzero(owner >= 0)
-    return dict(zip(found_at.tolist(), owner[found_at].tolist(), strict=True))
+    return owner
