@@ -149,3 +149,20 @@ def runtime_correlations(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
         corr, has = ids([r.correlation for r in trace.runtime])
         return frozen(corr), frozen(has)
     return memo(trace, "runtime_correlations", compute)
+
+
+def runtime_starts(trace: Trace) -> np.ndarray:
+    """Return trace.runtime's start times, once."""
+    return memo(trace, "runtime_starts", lambda: frozen(
+        np.array([r.start_us for r in trace.runtime], dtype=float)))
+
+
+def first_call_of(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Return (correlation ids, sorted and unique; the position in trace.runtime of the first
+    call recorded with each), once."""
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        corr, has = runtime_correlations(trace)
+        pos = np.flatnonzero(has)
+        keys, at = np.unique(corr[pos], return_index=True)
+        return frozen(keys), frozen(pos[at])
+    return memo(trace, "first_call_of", compute)

@@ -303,15 +303,18 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
     # Each op's anchor: its outermost ancestor-or-self with a cost. Level by level from the
     # roots: an op inherits its parent's anchor, else is its own when it has a cost (only
     # names with a formula, or copy wrappers, can).
-    costable = {name: has_formula(name) or name in COPY_WRAPPERS
-                for name in {o.name for o in ops}}
+    op_name_list = [o.name for o in ops]
+    costable_names = {name for name in set(op_name_list)
+                      if has_formula(name) or name in COPY_WRAPPERS}
+    costable = np.fromiter((name in costable_names for name in op_name_list), dtype=bool,
+                           count=len(op_name_list))
     anchor = np.full(len(ops), -1, dtype=np.intp)
     for level in tree.levels():
         inherited = np.where(tree.parent_arr[level] >= 0,
                              anchor[np.maximum(tree.parent_arr[level], 0)], -1)
         anchor[level] = inherited
-        for i in level[inherited < 0].tolist():
-            if costable[ops[i].name] and cost(i) is not None:
+        for i in level[(inherited < 0) & costable[level]].tolist():
+            if cost(i) is not None:
                 anchor[i] = i
     anchor_of: list[int | None] = [None if a < 0 else a for a in anchor.tolist()]
 

@@ -18,7 +18,12 @@ import numpy as np
 
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.classify import is_host_collective, op_class
-from gpuprof_nb.analysis.derived import KernelColumns, op_names
+from gpuprof_nb.analysis.derived import (
+    KernelColumns,
+    op_names,
+    runtime_correlations,
+    runtime_starts,
+)
 from gpuprof_nb.analysis.fixes import FIXES, FP16_FIX
 from gpuprof_nb.analysis.intervals import (
     Interval,
@@ -508,16 +513,23 @@ def _device_time_launched_in(c: Context, ops: Sequence[Op]) -> float:
     by_thread: dict[str, list[tuple[float, float]]] = {}
     for o in ops:
         by_thread.setdefault(str(o.tid), []).append((o.start_us, o.end_us))
-    for v in by_thread.values():
-        v.sort()
+    runtime = c.trace.runtime
+    r_corr, r_has = runtime_correlations(c.trace)
+    r_start = runtime_starts(c.trace)
+    tids = [str(r.tid) for r in runtime]
     launched: set[int] = set()
-    for r in c.trace.runtime:
-        spans = by_thread.get(str(r.tid))
-        if not spans or r.correlation is None:
-            continue
-        i = bisect.bisect_right(spans, (r.start_us, float("inf"))) - 1
-        if i >= 0 and spans[i][0] <= r.start_us <= spans[i][1]:
-            launched.add(r.correlation)
+    for tid, spans in by_thread.items():
+        # The thread's calls with a correlation id, against the last of its ops (by start,
+        # then end) that starts at or before the call.
+        mine = np.flatnonzero(r_has & np.fromiter((t == tid for t in tids), dtype=bool,
+                                                  count=len(tids)))
+        spans.sort()
+        starts = np.array([s for s, _ in spans], dtype=float)
+        ends = np.array([e for _, e in spans], dtype=float)
+        t = r_start[mine]
+        i = np.searchsorted(starts, t, side="right") - 1
+        inside = (i >= 0) & (ends[np.maximum(i, 0)] >= t)
+        launched.update(r_corr[mine[inside]].tolist())
     return sum(k.dur_us for k in c.kernels if k.correlation in launched)
 
 

@@ -30,12 +30,20 @@ import statistics
 from collections.abc import Mapping, Sequence
 from functools import reduce
 from operator import add, attrgetter
-from typing import Any
 
 import numpy as np
 
 from gpuprof_nb.analysis import thresholds as th
-from gpuprof_nb.analysis.derived import memo, op_columns, op_names
+from gpuprof_nb.analysis.derived import (
+    first_call_of,
+    ids,
+    kernel_ids,
+    lookup,
+    memo,
+    op_columns,
+    op_names,
+    runtime_starts,
+)
 from gpuprof_nb.analysis.intervals import Interval, merge_arrays, union_length
 from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, Trace
 from gpuprof_nb.results.timeline import (
@@ -206,15 +214,18 @@ class _Classifier:
         among kernels starting together; nan without launch information). A later launch
         than a gap's start means the host had not issued it yet."""
         if self._next_launch is None:
-            runtime = self.trace.runtime
-            # Reversed, so the first call with a correlation id wins.
-            launch_at: dict[Any, float] = dict(zip(reversed([r.correlation for r in runtime]),
-                                                   reversed([r.start_us for r in runtime]),
-                                                   strict=True))
-            launch_at.pop(None, None)
+            trace = self.trace
+            # The first call recorded with a kernel's correlation id launched it.
+            keys, calls = first_call_of(trace)
+            if len(self.kernels) == len(trace.kernels):
+                k_corr, k_has, _, _ = kernel_ids(trace)
+            else:
+                k_corr, k_has = ids([k.correlation for k in self.kernels])
+            call = np.where(k_has, lookup(keys, calls, k_corr), -1)
+            starts = runtime_starts(trace)
             nan = math.nan
-            launched = np.array([launch_at.get(k.correlation, nan) for k in self.kernels],
-                                dtype=float)
+            launched = np.where(call >= 0, starts[np.maximum(call, 0)] if len(starts) else nan,
+                                nan)
             k_starts = np.array([k.start_us for k in self.kernels], dtype=float)
             busy_starts = self.busy_starts
             pos = np.searchsorted(busy_starts, k_starts, side="left")
