@@ -121,8 +121,18 @@ _NO_ID = int(np.iinfo(np.int64).min)  # stands for None: no trace uses it as an 
 
 
 def ids(values: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:
-    """Return ids (correlation, External id) as int64, and the mask of the present ones."""
-    arr = np.array([_NO_ID if v is None else v for v in values], dtype=np.int64)
+    """Return ids (correlation, External id) as int64, and the mask of the present ones.
+
+    An id outside int64 (a damaged or hand-made trace) stands as its Python hash, the same
+    for the same id wherever it appears, so ids still match across kernels, calls and ops."""
+    listed = values if isinstance(values, list) else list(values)
+    try:
+        arr = np.array([_NO_ID if v is None else v for v in listed], dtype=np.int64)
+    except OverflowError:
+        arr = None
+    if arr is None or int(np.count_nonzero(arr == _NO_ID)) != listed.count(None):
+        arr = np.array([_NO_ID if v is None else v if -2**63 < v < 2**63 else hash(v)
+                        for v in listed], dtype=np.int64)
     return arr, arr != _NO_ID
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gpuprof_nb.analysis import derived, timeline
@@ -40,3 +41,16 @@ def test_a_report_derives_shared_work_once(name: str, monkeypatch: pytest.Monkey
     assert trace.derived, "the shared results live on the trace"
     # Not part of the trace's value.
     assert trace == load_trace(path)
+
+
+def test_ids_beyond_int64_still_match_and_none_stays_apart() -> None:
+    """Ids are matched as int64 arrays: one too large for it (a damaged trace) must still
+    match itself wherever it appears, and the smallest int64 must not read as 'no id'."""
+    huge, low = 2**70 + 3, -(2**63)
+    arr, present = derived.ids([5, None, huge, low])
+    assert present.tolist() == [True, False, True, True]
+    again, _ = derived.ids([huge, low, 5])
+    assert again.tolist() == [arr[2], arr[3], arr[0]]
+    keys = np.sort(arr[present])
+    assert derived.lookup(keys, np.arange(len(keys)), again).tolist() == [
+        int(np.searchsorted(keys, v)) for v in again.tolist()]
