@@ -1,7 +1,7 @@
 """What several analyses derive from one trace, computed once per trace.
 
 `memo(trace, key, compute)` keeps the value in `Trace.derived`, so a report's tabs and rules
-share the top-level ops, the op tree and the kernel columns instead of each rebuilding them.
+share the op and kernel columns, the ids and the top-level ops instead of each rebuilding them.
 Values kept there are shared: they are tuples or read-only arrays, never mutated by callers.
 """
 
@@ -117,7 +117,7 @@ def kernel_columns(trace: Trace, kernels: Sequence[Kernel] | None = None,
     return memo(trace, ("kernel_columns", key), lambda: KernelColumns(kernels))
 
 
-_NO_ID = int(np.iinfo(np.int64).min)  # stands for None: no trace uses it as an id
+_NO_ID = int(np.iinfo(np.int64).min)  # stands for None (an id of this value is hashed: see ids)
 
 
 def ids(values: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:
