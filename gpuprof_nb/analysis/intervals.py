@@ -12,7 +12,7 @@ Interval = tuple[float, float]
 
 
 # From this many intervals on, the array versions below are faster than plain loops (they
-# give the same pairs, float for float).
+# give the same pairs, float for float; integer bounds come back as equal floats).
 _ARRAY_MIN = 64
 
 

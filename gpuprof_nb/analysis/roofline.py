@@ -89,7 +89,6 @@ class _Tree:
             for p, a, b in zip(parents[cuts[:-1]].tolist(), cuts, cuts[1:], strict=False):
                 self.children[p] = kid_list[a:b]
 
-
     def levels(self) -> list[np.ndarray]:
         """Return the ops by depth (roots first), each level in the tree's order."""
         if self._levels is None:
