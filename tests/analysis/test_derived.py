@@ -54,3 +54,22 @@ def test_ids_beyond_int64_still_match_and_none_stays_apart() -> None:
     keys = np.sort(arr[present])
     assert derived.lookup(keys, np.arange(len(keys)), again).tolist() == [
         int(np.searchsorted(keys, v)) for v in again.tolist()]
+
+
+@pytest.mark.parametrize("name", ["a100_nccl", "cpu_only_trace"])
+def test_top_level_ops_within_a_span_are_those_of_the_span_alone(name: str) -> None:
+    """The Timeline tab draws a span's top-level ops from the shared columns: they must be
+    the top-level ops of a trace holding only the ops that overlap the span."""
+    import bisect
+    import dataclasses
+    import random
+
+    trace = load_trace(next(p for p in sorted((DATA / name).iterdir()) if ".json" in p.name))
+    a0, a1 = trace.window_us
+    rng = random.Random(3)
+    spans = [(a0, a1)] + [tuple(sorted((rng.uniform(a0, a1), rng.uniform(a0, a1))))
+                          for _ in range(20)]
+    for lo, hi in spans:
+        before = trace.ops[: bisect.bisect_left(trace.ops, hi, key=lambda o: o.start_us)]
+        alone = dataclasses.replace(trace, ops=tuple(o for o in before if o.end_us > lo))
+        assert timeline.top_level_ops_within(trace, lo, hi) == timeline.top_level_ops(alone)
