@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
+from operator import attrgetter
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.classify import is_host_collective, op_class
 from gpuprof_nb.analysis.derived import (
     KernelColumns,
+    memo,
     op_names,
     runtime_correlations,
     runtime_starts,
@@ -295,8 +297,11 @@ def _python_hotspot(c: Context) -> str:
     for o in funcs:
         per_thread[str(o.tid)] = per_thread.get(str(o.tid), 0) + 1
     main = min(per_thread, key=lambda t: (-per_thread[t], t))
-    funcs = sorted((o for o in funcs if str(o.tid) == main),
-                   key=lambda o: (o.start_us, -o.dur_us, o.index))
+    # By (start, longest first, index): funcs are in trace order, (start, index), so two
+    # stable sorts on C key functions give it.
+    funcs = [o for o in funcs if str(o.tid) == main]
+    funcs.sort(key=attrgetter("dur_us"), reverse=True)
+    funcs.sort(key=attrgetter("start_us"))
     held: dict[str, float] = {}
     stack: list[Op] = []
     i = 0
@@ -320,14 +325,14 @@ def _python_hotspot(c: Context) -> str:
     return f" (mostly in {where}: {c.frac(held[name]) * 100:.0f}% of the time)"
 
 
-def _host_collective_spans(c: Context) -> list[Interval]:
+def _host_collective_spans(c: Context) -> Sequence[Interval]:
     """Return the merged host ranges of collectives (`gloo:all_reduce`, `c10d::allreduce_`)."""
-    if not any(is_host_collective(name)
-               for name in op_names(c.trace)):
-        return []
-    return merge_intervals(
-        clip_intervals(((o.start_us, o.end_us) for o in c.trace.ops
-                        if is_host_collective(o.name)), c.lo, c.hi))
+    names = {name for name in op_names(c.trace) if is_host_collective(name)}
+    if not names:
+        return ()
+    return memo(c.trace, ("host_collective_spans", c.lo, c.hi), lambda: tuple(merge_intervals(
+        clip_intervals(((o.start_us, o.end_us) for o in c.trace.ops if o.name in names),
+                       c.lo, c.hi))))
 
 
 def _tiny_op_names(ops: Sequence[Op]) -> frozenset[str]:
