@@ -438,8 +438,9 @@ def rule_compute_memory_precision(c: Context, roofline: Roofline | None) -> list
              low_us / base, "low_intensity_share_of_window_fraction": c.frac(low_us),
              **roof_evidence}))
     if c.on_device and gemm:
+        gemm_names = {n for n in op_names(c.trace) if op_class(n) == "gemm"}
         fp32_ids = {o.external_id for o in c.trace.ops
-                    if o.external_id is not None and op_class(o.name) == "gemm"
+                    if o.name in gemm_names and o.external_id is not None
                     and _gemm_precision_fp32(o)}
         fp32 = [k for k in gemm if (k.external_id in fp32_ids)
                 or any(m in k.name.lower() for m in FP32_KERNEL_MARKS)]
