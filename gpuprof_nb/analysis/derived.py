@@ -170,9 +170,19 @@ def runtime_starts(trace: Trace) -> np.ndarray:
 def first_call_of(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Return (correlation ids, sorted and unique; the position in trace.runtime of the first
     call recorded with each), once."""
-    def compute() -> tuple[np.ndarray, np.ndarray]:
-        corr, has = runtime_correlations(trace)
-        pos = np.flatnonzero(has)
-        keys, at = np.unique(corr[pos], return_index=True)
-        return frozen(keys), frozen(pos[at])
-    return memo(trace, "first_call_of", compute)
+    return memo(trace, "first_call_of", lambda: _call_of(trace, last=False))
+
+
+def last_call_of(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Return (correlation ids, sorted and unique; the position in trace.runtime of the last
+    call recorded with each), once."""
+    return memo(trace, "last_call_of", lambda: _call_of(trace, last=True))
+
+
+def _call_of(trace: Trace, *, last: bool) -> tuple[np.ndarray, np.ndarray]:
+    corr, has = runtime_correlations(trace)
+    pos = np.flatnonzero(has)
+    if last:
+        pos = pos[::-1]  # np.unique keeps each id's first position: the last call, reversed
+    keys, at = np.unique(corr[pos], return_index=True)
+    return frozen(keys), frozen(pos[at])

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from gpuprof_nb.analysis.derived import kernel_columns
 from gpuprof_nb.model.trace import Trace
 
 Interval = tuple[float, float]
@@ -16,8 +17,21 @@ Interval = tuple[float, float]
 _ARRAY_MIN = 64
 
 
-def _pairs(starts: np.ndarray, ends: np.ndarray) -> list[Interval]:
+def as_pairs(starts: np.ndarray, ends: np.ndarray) -> list[Interval]:
+    """Return (start, end) arrays as the list of pairs the functions here take and give."""
     return list(zip(starts.tolist(), ends.tolist(), strict=True))
+
+
+def clipped_union(starts: np.ndarray, ends: np.ndarray, lo: float, hi: float
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Return merge_arrays of the spans cut to [lo, hi]: the pieces of
+    merge_intervals(clip_intervals(spans, lo, hi)), as arrays."""
+    return merge_arrays(np.maximum(starts, lo), np.minimum(ends, hi))
+
+
+def total_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Return the summed length of disjoint spans, added in order as union_length adds them."""
+    return float(sum((ends - starts).tolist()))
 
 
 def merge_intervals(intervals: Iterable[Interval]) -> list[Interval]:
@@ -27,7 +41,7 @@ def merge_intervals(intervals: Iterable[Interval]) -> list[Interval]:
         intervals = list(intervals)
     if len(intervals) >= _ARRAY_MIN:
         both = np.array(intervals, dtype=float)
-        return _pairs(*merge_arrays(both[:, 0], both[:, 1]))
+        return as_pairs(*merge_arrays(both[:, 0], both[:, 1]))
     ordered = sorted((s, e) for s, e in intervals if e > s)
     merged: list[Interval] = []
     for start, end in ordered:
@@ -74,7 +88,7 @@ def clip_intervals(intervals: Iterable[Interval], start: float, end: float) -> l
         both = np.array(intervals, dtype=float)
         s2, e2 = np.maximum(both[:, 0], start), np.minimum(both[:, 1], end)
         keep = e2 > s2
-        return _pairs(s2[keep], e2[keep])
+        return as_pairs(s2[keep], e2[keep])
     out = []
     for s, e in intervals:
         s2, e2 = max(s, start), min(e, end)
@@ -108,10 +122,8 @@ def device_busy_us(trace: Trace, start: float | None = None, end: float | None =
         return union_length(clip_intervals(spans, lo, hi))
     # The same pieces as union_length(clip_intervals(...)), merged as arrays; their lengths
     # are then summed by the same sum() in the same order.
-    starts = np.array([k.start_us for k in trace.kernels], dtype=float)
-    ends = starts + np.array([k.dur_us for k in trace.kernels], dtype=float)
-    merged_starts, merged_ends = merge_arrays(np.maximum(starts, lo), np.minimum(ends, hi))
-    return float(sum((merged_ends - merged_starts).tolist()))
+    kc = kernel_columns(trace)
+    return total_length(*clipped_union(kc.start, kc.end, lo, hi))
 
 
 def intersect_intervals(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
@@ -129,7 +141,7 @@ def intersect_intervals(a: Sequence[Interval], b: Sequence[Interval]) -> list[In
         lo = np.maximum(a_arr[ia, 0], b_arr[ib, 0])
         hi = np.minimum(a_arr[ia, 1], b_arr[ib, 1])
         keep = hi > lo
-        return _pairs(lo[keep], hi[keep])
+        return as_pairs(lo[keep], hi[keep])
     out: list[Interval] = []
     i = j = 0
     while i < len(a) and j < len(b):

@@ -29,9 +29,11 @@ import numpy as np
 from gpuprof_nb.analysis.derived import (
     kernel_columns,
     kernel_ids,
+    last_call_of,
     lookup,
     op_columns,
     runtime_correlations,
+    runtime_starts,
 )
 from gpuprof_nb.analysis.intervals import device_busy_us, nearest_previous_at_least
 from gpuprof_nb.analysis.timeline import activity_window, unrecorded_launches
@@ -365,12 +367,10 @@ def summarize_trace(trace: Trace) -> TraceSummary:
         ops_per_step = _count_in_steps(cols.start, trace)  # ops are in start order
         # A kernel's launch: the start of the (last recorded) runtime call with its
         # correlation id, else its own start.
-        r_corr, r_has = runtime_correlations(trace)
-        r_pos = np.flatnonzero(r_has)[::-1]
-        corr_keys, at = np.unique(r_corr[r_pos], return_index=True)
+        corr_keys, calls = last_call_of(trace)
         k_corr, k_has_corr, _, _ = kernel_ids(trace)
-        call = np.where(k_has_corr, lookup(corr_keys, r_pos[at], k_corr), -1)[kc.is_kernel]
-        starts = np.array([r.start_us for r in trace.runtime], dtype=float)
+        call = np.where(k_has_corr, lookup(corr_keys, calls, k_corr), -1)[kc.is_kernel]
+        starts = runtime_starts(trace)
         launches = np.where(call >= 0, starts[np.maximum(call, 0)] if len(starts) else 0.0,
                             kc.start[kc.is_kernel])
         kernels_per_step = _count_in_steps(np.sort(launches), trace)

@@ -21,9 +21,9 @@ from gpuprof_nb.analysis.derived import (
     OpColumns,
     ids,
     kernel_ids,
+    last_call_of,
     lookup,
     op_columns,
-    runtime_correlations,
 )
 from gpuprof_nb.analysis.flops import COPY_WRAPPERS, OpCost, has_formula, op_cost
 from gpuprof_nb.analysis.intervals import nearest_previous_at_least
@@ -485,10 +485,7 @@ def _kernel_owners(trace: Trace, tree: _Tree) -> np.ndarray:
     owner = np.where(k_has_ext, lookup(ext_keys, ext_ops, k_ext), -1)
     # Then the runtime call with the kernel's correlation id (the last one recorded with it).
     runtime = trace.runtime
-    r_corr, r_has = runtime_correlations(trace)
-    r_pos = np.flatnonzero(r_has)[::-1]
-    corr_keys, first_pos = np.unique(r_corr[r_pos], return_index=True)
-    corr_calls = r_pos[first_pos]
+    corr_keys, corr_calls = last_call_of(trace)
     need = np.flatnonzero((owner < 0) & k_has_corr)
     call = lookup(corr_keys, corr_calls, k_corr[need])
     need, call = need[call >= 0], call[call >= 0]

@@ -29,11 +29,14 @@ from gpuprof_nb.analysis.derived import (
 from gpuprof_nb.analysis.fixes import FIXES, FP16_FIX
 from gpuprof_nb.analysis.intervals import (
     Interval,
+    as_pairs,
     clip_intervals,
+    clipped_union,
     gaps_between,
     intersect_intervals,
     merge_arrays,
     merge_intervals,
+    total_length,
     union_length,
 )
 from gpuprof_nb.analysis.sources import profiler_frame_label
@@ -88,15 +91,13 @@ def _union_in(spans: Sequence[Interval], lo: float, hi: float) -> float:
 
 def _merged(kc: KernelColumns, mask: np.ndarray) -> list[Interval]:
     """merge_intervals of the masked kernels' (start, end) spans."""
-    starts, ends = merge_arrays(kc.start[mask], kc.end[mask])
-    return list(zip(starts.tolist(), ends.tolist(), strict=True))
+    return as_pairs(*merge_arrays(kc.start[mask], kc.end[mask]))
 
 
 def _union_of(kc: KernelColumns, mask: np.ndarray, lo: float, hi: float) -> float:
     """_union_in(merge_intervals(masked kernels' spans), lo, hi): the same pieces, summed in
     the same order."""
-    starts, ends = merge_arrays(np.maximum(kc.start[mask], lo), np.minimum(kc.end[mask], hi))
-    return float(sum((ends - starts).tolist()))
+    return total_length(*clipped_union(kc.start[mask], kc.end[mask], lo, hi))
 
 
 @dataclass(frozen=True, slots=True)
@@ -546,9 +547,7 @@ def rule_host_device_copy(c: Context) -> Finding | None:
     kc = c.kcols
     compute = _merged(kc, kc.is_kernel)
     is_copy = np.array([k.kind == "memcpy" for k in c.kernels], dtype=bool)
-    starts, ends = merge_arrays(np.maximum(kc.start[is_copy], c.lo),
-                                np.minimum(kc.end[is_copy], c.hi))
-    copy_spans = list(zip(starts.tolist(), ends.tolist(), strict=True))
+    copy_spans = as_pairs(*clipped_union(kc.start[is_copy], kc.end[is_copy], c.lo, c.hi))
     copy_us = union_length(copy_spans)
     overlapped = union_length(intersect_intervals(copy_spans, compute))
     exposed = copy_us - overlapped
@@ -579,9 +578,7 @@ def rule_communication(c: Context) -> Finding | None:
     if not is_comm.any():
         return None
     comm = list(compress(c.kernels, is_comm.tolist()))
-    starts, ends = merge_arrays(np.maximum(kc.start[is_comm], c.lo),
-                                np.minimum(kc.end[is_comm], c.hi))
-    comm_spans = list(zip(starts.tolist(), ends.tolist(), strict=True))
+    comm_spans = as_pairs(*clipped_union(kc.start[is_comm], kc.end[is_comm], c.lo, c.hi))
     other = _merged(kc, kc.is_kernel & ~is_comm)
     comm_us = union_length(comm_spans)
     overlap_us = union_length(intersect_intervals(comm_spans, other))
