@@ -44,6 +44,7 @@ from gpuprof_nb.analysis.timeline import (
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding, FindingKind
+from gpuprof_nb.results.hotspots import Hotspots
 from gpuprof_nb.results.roofline import Roofline
 from gpuprof_nb.results.timeline import Timeline
 
@@ -70,10 +71,43 @@ def _is_one_off(f: Finding, timing: TimingStats | None) -> bool:
     return f.kind == "cold_start" and not (timing is not None and timing.once)
 
 
+# The Timeline gap causes each kind's idle time falls in: the user lines charged with most
+# of it (analysis/hotspots.py) are named in its title.
+LINE_CAUSES: dict[FindingKind, tuple[str, ...]] = {
+    "python_overhead": ("host",), "host_sync": ("sync",), "dataloader": ("dataloader",),
+    "launch_overhead": ("launch",),
+}
+# What those findings say without stacks to name lines from.
+STACK_HINT = (
+    "\nTo see which of your lines keep it waiting, profile with %%gpuprofile --stack (offline:"
+    "\ntorch.profiler.profile(with_stack=True)); this finding and the Hotspots tab then name"
+    "\nthem."
+)
+
+
+def name_lines(f: Finding, hotspots: Hotspots | None) -> Finding:
+    """Return `f` with the user lines that hold most of its idle time named in its title
+    (`In [7], line 4` (`loss.item()`): 31% of device idle time), or, without stacks, with
+    the way to get them added to its fix. Other kinds come back unchanged."""
+    causes = LINE_CAUSES.get(f.kind)
+    if causes is None:
+        return f
+    if hotspots is None:
+        return dataclasses.replace(f, fix=f"{f.fix}{STACK_HINT}")
+    top = hotspots.top_idle_lines(causes)
+    if not top:
+        return f
+    of = "device idle time" if hotspots.on_device else "the time between ops"
+    named = "; ".join(f"{line.named}: {share * 100:.0f}% of {of}" for line, share in top)
+    return dataclasses.replace(f, title=f"{f.title}. Held by {named}")
+
+
 def diagnose(trace: Trace, *, timeline: Timeline | None = None,
-             roofline: Roofline | None = None, timing: TimingStats | None = None) -> Diagnosis:
+             roofline: Roofline | None = None, timing: TimingStats | None = None,
+             hotspots: Hotspots | None = None) -> Diagnosis:
     """Return the findings for a trace, most recoverable time first, with what could not be
-    judged and a one-line verdict."""
+    judged and a one-line verdict. With `hotspots`, the findings about idle time name the
+    user lines that held it."""
     tl = timeline if timeline is not None else device_timeline(trace)
     device, _ = chosen_device(trace)
     kernels = device_kernels(trace, device) if device is not None else ()
@@ -103,7 +137,7 @@ def diagnose(trace: Trace, *, timeline: Timeline | None = None,
             # CPU fixes suit CPU programs only; a GPU program keeps its CUDA fixes.
             if not c.on_device and not blind and f.kind in CPU_FIXES:
                 f = dataclasses.replace(f, fix=CPU_FIXES[f.kind])
-            considered.append(f)
+            considered.append(name_lines(f, hotspots))
 
     if c.span_us <= 0:
         not_judged.append("everything: the trace has no timed events (empty window)")

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from gpuprof_nb.analysis.diagnose import diagnose
+from gpuprof_nb.analysis.hotspots import compute_hotspots
 from gpuprof_nb.analysis.memory import analyze_snapshot, parse_window
 from gpuprof_nb.analysis.ops import kernel_table, summarize_trace, top_ops
 from gpuprof_nb.analysis.roofline import compute_roofline
@@ -81,9 +82,12 @@ def analyze(
         # what broke.
         timeline = _attempt("timeline", lambda: device_timeline(trace), all_notes)
         roofline = _attempt("roofline", lambda: compute_roofline(trace, ceilings), all_notes)
+        hotspots = None if timeline is None else \
+            _attempt("hotspots", lambda: compute_hotspots(trace, timeline), all_notes)
         diagnosis = _attempt(
             "diagnosis",
-            lambda: diagnose(trace, timeline=timeline, roofline=roofline, timing=timing),
+            lambda: diagnose(trace, timeline=timeline, roofline=roofline, timing=timing,
+                             hotspots=hotspots),
             all_notes,
         )
     return ProfileReport(
@@ -99,6 +103,7 @@ def analyze(
         notes=tuple(all_notes),
         top=top,
         sort=ops.sort_key,
+        hotspots=hotspots,
     )
 
 

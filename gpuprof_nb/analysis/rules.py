@@ -13,7 +13,6 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
-from operator import attrgetter
 
 import numpy as np
 
@@ -32,14 +31,12 @@ from gpuprof_nb.analysis.intervals import (
     as_pairs,
     clip_intervals,
     clipped_union,
-    gaps_between,
     intersect_intervals,
     merge_arrays,
     merge_intervals,
     total_length,
     union_length,
 )
-from gpuprof_nb.analysis.sources import profiler_frame_label
 from gpuprof_nb.analysis.timeline import (
     SYNC_RUNTIME_NAMES,
     is_dataloader_op,
@@ -49,7 +46,7 @@ from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Kernel, MemoryEvent, Op, RuntimeCall, Trace
 from gpuprof_nb.results.diagnosis import Finding, FindingKind, Severity
 from gpuprof_nb.results.roofline import Roofline
-from gpuprof_nb.results.timeline import IdleGap, Timeline
+from gpuprof_nb.results.timeline import Timeline
 
 # TF32 kernels already use tensor cores: they are not "fp32 matmuls" for the precision rule.
 FP32_KERNEL_MARKS = ("sgemm", "f32f32_f32f32", "_fp32_")
@@ -238,7 +235,7 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
         out.append(make_finding(
             "python_overhead",
             f"The GPU waits for Python: {c.frac(python_us) * 100:.0f}% of the time nothing "
-            "was launched and no torch op ran" + _python_hotspot(c), c.frac(python_us),
+            "was launched and no torch op ran", c.frac(python_us),
             {"device_idle_host_outside_ops_us": python_us,
              "device_idle_waiting_on_host_us": bd.host_us,
              "wall_not_in_torch_ops_fraction": 1.0 - c.frac(covered)}))
@@ -267,63 +264,11 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
     python_us = max(bd.host_us - in_comm, 0.0)
     out.append(make_finding(
         "python_overhead",
-        f"{c.frac(python_us) * 100:.0f}% of the time is Python outside torch ops"
-        + _python_hotspot(c),
+        f"{c.frac(python_us) * 100:.0f}% of the time is Python outside torch ops",
         c.frac(python_us),
         {"python_outside_ops_us": python_us,
          "wall_not_in_torch_ops_fraction": c.frac(bd.span_us - bd.busy_us)}))
     return out
-
-
-def _python_time(c: Context) -> list[Interval]:
-    """Return the host-wait stretches in which no torch op and no host collective ran."""
-    host = merge_intervals((g.start_us, g.end_us) for g in c.timeline.gaps if g.cause == "host")
-    busy = merge_intervals([(o.start_us, o.end_us) for o in c.top_ops]
-                           + list(_host_collective_spans(c)))
-    return intersect_intervals(host, gaps_between(busy, c.lo, c.hi))
-
-
-def _python_hotspot(c: Context) -> str:
-    """Return ' (mostly in NAME: N% of the time)' naming the innermost Python function
-    (python_function events, recorded with with_stack=True) that holds the most Python time
-    outside torch ops, or '' without such events."""
-    funcs = [o for o in c.trace.ops if o.kind == "python" and o.dur_us >= 0]
-    if not funcs:
-        return ""
-    gaps = [IdleGap(a, b, "host") for a, b in _python_time(c)]
-    if not gaps:
-        return ""
-    # Python events nest properly on one thread: take the thread with the most of them.
-    per_thread: dict[str, int] = {}
-    for o in funcs:
-        per_thread[str(o.tid)] = per_thread.get(str(o.tid), 0) + 1
-    main = min(per_thread, key=lambda t: (-per_thread[t], t))
-    # By (start, longest first, index): funcs are in trace order, (start, index), so two
-    # stable sorts on C key functions give it.
-    funcs = [o for o in funcs if str(o.tid) == main]
-    funcs.sort(key=attrgetter("dur_us"), reverse=True)
-    funcs.sort(key=attrgetter("start_us"))
-    held: dict[str, float] = {}
-    stack: list[Op] = []
-    i = 0
-    # Sweep the gaps in time order with a stack of open functions; each gap goes to the
-    # innermost function open at its middle.
-    for g in sorted(gaps, key=lambda g: g.start_us):
-        mid = (g.start_us + g.end_us) / 2
-        while i < len(funcs) and funcs[i].start_us <= mid:
-            while stack and stack[-1].end_us < funcs[i].start_us:
-                stack.pop()
-            stack.append(funcs[i])
-            i += 1
-        while stack and stack[-1].end_us < mid:
-            stack.pop()
-        if stack:
-            held[stack[-1].name] = held.get(stack[-1].name, 0.0) + g.dur_us
-    if not held:
-        return ""
-    name = min(held, key=lambda n: (-held[n], n))
-    where = profiler_frame_label(name, c.trace.cells)
-    return f" (mostly in {where}: {c.frac(held[name]) * 100:.0f}% of the time)"
 
 
 def _host_collective_spans(c: Context) -> Sequence[Interval]:

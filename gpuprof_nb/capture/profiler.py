@@ -7,13 +7,28 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
-from typing import Any
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from gpuprof_nb.errors import CaptureError
+from gpuprof_nb.io.cells import KEY
+
+# The annotation that ties the samplers' clock to the trace's.
+CLOCK_MARKER = "gpuprof_nb::clock"
+
+
+class Sampler(Protocol):
+    """What runs beside the profiled cell (capture/sampling.py, capture/utilisation.py)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def record(self, to_trace_us: Callable[[int], float]) -> dict[str, Any]: ...
 
 
 class ProfilerStoppedByCell(CaptureError):
@@ -35,14 +50,18 @@ def profile_cell(
     stack: bool = False,
     memory: bool = False,
     cuda: bool = False,
+    samplers: Sequence[tuple[str, Sampler]] = (),
 ) -> dict[str, Any]:
     """Return the Chrome trace (as a dict) of `runs` calls of `run` under torch.profiler.
 
     CPU activity always, CUDA activity when `cuda`; shapes recorded. `stack` records Python
     call stacks (torch 2.13 writes them only with the experimental config's verbose flag on),
-    `memory` records allocator events. With `runs > 1` each call is wrapped in a
-    `ProfilerStep#i` annotation so the runs become steps; a single run gets no annotation of
-    ours, so a training loop's own `ProfilerStep#`/`Optimizer.step#` annotations give the steps
+    `memory` records allocator events. `samplers` run beside `run` (started after the
+    profiler, stopped and joined before it stops, even when `run` raises); each (key,
+    sampler)'s record, on the trace's clock, goes under gpuprof_nb's own key of the trace.
+    With `runs > 1` each call is wrapped in a `ProfilerStep#i` annotation so the runs become
+    steps; a single run gets no annotation of ours, so a training loop's own
+    `ProfilerStep#`/`Optimizer.step#` annotations give the steps
     (use runs > 1 only for cells without `ProfilerStep#` annotations of their own; the magic
     always profiles one run).
     The profiler is stopped before this returns or raises, whatever `run` raised (including
@@ -71,10 +90,27 @@ def profile_cell(
         **extra,
     )
     with prof:
-        for i in range(runs):
-            ctx = record_function(f"ProfilerStep#{i}") if runs > 1 else contextlib.nullcontext()
-            with ctx:
-                run()
+        # The samplers stamp perf_counter_ns; this marker, between two such stamps, puts
+        # them on the trace's clock (removed from the trace afterwards).
+        before = time.perf_counter_ns()
+        if samplers:
+            with record_function(CLOCK_MARKER):
+                pass
+        after = time.perf_counter_ns()
+        started = []
+        try:
+            for _, sampler in samplers:
+                sampler.start()
+                started.append(sampler)
+            for i in range(runs):
+                ctx = record_function(f"ProfilerStep#{i}") if runs > 1 \
+                    else contextlib.nullcontext()
+                with ctx:
+                    run()
+        finally:
+            # Stopped and joined whatever the cell raised; stop() never raises.
+            for sampler in reversed(started):
+                sampler.stop()
         if cuda:
             # Kernels still queued when the profiler stops would be missing from the trace.
             torch.cuda.synchronize()
@@ -87,7 +123,34 @@ def profile_cell(
             "process); use %%gpuprofile --timing-only for this cell, or export that "
             "profiler's trace and read it with gpuprof_nb.load_trace"
         )
-    return _export(prof)
+    artifact = _export(prof)
+    if samplers:
+        _add_samples(artifact, samplers, (before + after) / 2)
+    return artifact
+
+
+def _add_samples(artifact: dict[str, Any], samplers: Sequence[tuple[str, Sampler]],
+                 mid_ns: float) -> None:
+    """Put each sampler's record under gpuprof_nb's key of the artifact, on the trace's
+    clock through the clock marker (which is taken out of the trace); without the marker,
+    a note says the samples could not be placed."""
+    events = artifact.get("traceEvents")
+    if not isinstance(events, list):
+        events = []
+    marks = [e for e in events if isinstance(e, dict) and e.get("name") == CLOCK_MARKER]
+    own = artifact.setdefault(KEY, {})
+    if not marks or not all(isinstance(marks[0].get(k), (int, float)) for k in ("ts", "dur")):
+        own["sampling_error"] = "the profiler did not record the clock marker"
+        return
+    artifact["traceEvents"] = [e for e in events
+                               if not (isinstance(e, dict) and e.get("name") == CLOCK_MARKER)]
+    mid_us = marks[0]["ts"] + marks[0]["dur"] / 2
+
+    def to_trace_us(ns: int) -> float:
+        return float(mid_us + (ns - mid_ns) / 1000.0)
+
+    for key, sampler in samplers:
+        own[key] = sampler.record(to_trace_us)
 
 
 def _export(prof: profile) -> dict[str, Any]:

@@ -8,7 +8,9 @@ line (options.py), calls `run_cell` and shows the report it returns.
    samples; a short cell's samples are blocks of back-to-back runs, the cell compiled inside
    a loop (cell.py: block_builder), sized by one calibration block;
 4. runs it once more under torch.profiler (profiler.py), unless --timing-only; with --once
-   its single run is timed and profiled together;
+   its single run is timed and profiled together; beside that run, samplers record the
+   machine's utilisation (utilisation.py) and, with --stack, the Python line the cell is
+   running (sampling.py);
 5. reads the trace, names the notebook cells in it (--stack), writes --trace and analyses it
    into a ProfileReport.
 Grad mode and autocast are put back before every run or block and once more at the end
@@ -28,8 +30,15 @@ import torch
 from IPython.core.error import UsageError
 
 from gpuprof_nb.capture.cell import CellCompiler, CellRunner, block_builder
-from gpuprof_nb.capture.profiler import ProfilerStoppedByCell, profile_cell, profiler_running
+from gpuprof_nb.capture.profiler import (
+    ProfilerStoppedByCell,
+    Sampler,
+    profile_cell,
+    profiler_running,
+)
+from gpuprof_nb.capture.sampling import LineSampler
 from gpuprof_nb.capture.timing import time_cell
+from gpuprof_nb.capture.utilisation import UtilisationSampler
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.results.report import ProfileReport
 
@@ -83,7 +92,8 @@ def run_cell(
 
             try:
                 artifact = profile_cell(timed_once, runs=1, stack=args.stack,
-                                        memory=args.memory, cuda=cuda)
+                                        memory=args.memory, cuda=cuda,
+                                        samplers=_samplers(code, args, cuda))
             except ProfilerStoppedByCell as exc:
                 notes.append(f"no trace: {exc}")
             stats = dataclasses.replace(box[0], profiled=True)
@@ -99,7 +109,8 @@ def run_cell(
                 runner.restore_modes()
                 try:
                     artifact = profile_cell(runner, runs=1, stack=args.stack,
-                                            memory=args.memory, cuda=cuda)
+                                            memory=args.memory, cuda=cuda,
+                                            samplers=_samplers(code, args, cuda))
                 except ProfilerStoppedByCell as exc:
                     # The timings stand; only the trace is lost, so say so and go on.
                     notes.append(f"no trace: {exc}")
@@ -167,6 +178,15 @@ def _report(cells: CellCompiler, stats: TimingStats, artifact: dict[str, Any] | 
         return ProfileReport(timing=stats, trace=trace, artifact=artifact, notes=tuple(notes))
 
 
+def _samplers(code: Any, args: Any, cuda: bool) -> list[tuple[str, Sampler]]:
+    """Return what samples beside the profiled run: the utilisation of the machine, and
+    with --stack the Python line the cell runs (keyed as the trace stores them)."""
+    samplers: list[tuple[str, Sampler]] = [("utilisation", UtilisationSampler(cuda=cuda))]
+    if args.stack:
+        samplers.append(("samples", LineSampler(code)))
+    return samplers
+
+
 def _name_cells(cells: CellCompiler, artifact: dict[str, Any]) -> None:
     """Store, with the trace, the execution number of each notebook cell its Python frames
     ran in (under gpuprof_nb's own key, which other tools ignore), so the report, and the
@@ -175,11 +195,15 @@ def _name_cells(cells: CellCompiler, artifact: dict[str, Any]) -> None:
     from gpuprof_nb.io.cells import KEY
 
     events = artifact.get("traceEvents")
-    files = (profiler_frame_file(str(e.get("name", ""))) for e in events or ()
-             if isinstance(e, dict) and e.get("cat") == "python_function")
+    files = [profiler_frame_file(str(e.get("name", ""))) for e in events or ()
+             if isinstance(e, dict) and e.get("cat") == "python_function"]
+    own = artifact.get(KEY)
+    samples = own.get("samples") if isinstance(own, dict) else None
+    if isinstance(samples, dict):
+        files.extend(f[0] for f in samples.get("frames", ()))
     numbers = cells.cell_numbers(f for f in files if f)
     if numbers:
-        artifact[KEY] = {"cells": numbers}
+        artifact.setdefault(KEY, {})["cells"] = numbers
 
 
 def _notes(args: Any, cuda: bool) -> list[str]:

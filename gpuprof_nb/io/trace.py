@@ -55,6 +55,8 @@ except ImportError:  # optional at run time: the standard library reader does th
 from gpuprof_nb.errors import GpuprofError, TraceFormatError
 from gpuprof_nb.io.cells import cells_of
 from gpuprof_nb.io.gcpause import gc_paused
+from gpuprof_nb.io.samples import samples_of
+from gpuprof_nb.io.utilisation import utilisation_of
 from gpuprof_nb.model.trace import (
     Collective,
     DeviceInfo,
@@ -806,6 +808,8 @@ class _Builder:
             metadata=dict(top),
             load_warnings=tuple(warnings),
             cells=cells_of(top),
+            samples=samples_of(top, self.source),
+            utilisation=utilisation_of(top),
         )
 
 

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from gpuprof_nb.model.samples import StackSamples
+    from gpuprof_nb.model.utilisation import Utilisation
 
 OpKind = Literal["op", "annotation", "python"]
 KernelKind = Literal["kernel", "memcpy", "memset"]
@@ -187,6 +191,10 @@ class Trace:
     # Notebook cells' file names -> their execution numbers (`In [n]`), when gpuprof_nb
     # recorded the trace in a notebook (see analysis/sources.py).
     cells: Mapping[str, int] = field(default_factory=dict)
+    # The Python stacks gpuprof_nb's line sampler took during the run (`--stack`), and what
+    # its utilisation sampler read beside it, when it recorded the trace.
+    samples: StackSamples | None = None
+    utilisation: Utilisation | None = None
     # What the analyses derive from the trace and several of them need (the top-level ops,
     # the op tree, interval unions...), filled on first use by analysis/derived.py so that
     # one report computes each once. Not part of the trace's value: never compared, shown

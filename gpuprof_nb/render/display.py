@@ -13,6 +13,7 @@ from gpuprof_nb.io.gcpause import gc_paused
 from gpuprof_nb.render import (  # noqa: F401
     compare,
     diagnosis,
+    hotspots,
     ladder,
     memory,
     profile,

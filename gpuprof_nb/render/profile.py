@@ -10,6 +10,7 @@ from typing import Any
 from gpuprof_nb.model.timing import NOISY_RATIO, TimingStats
 from gpuprof_nb.render.bundle import report_of, text_of, widget_of
 from gpuprof_nb.render.diagnosis import diagnosis_section
+from gpuprof_nb.render.hotspots import hotspots_section
 from gpuprof_nb.render.html import esc, html_table, note
 from gpuprof_nb.render.roofline import roofline_section
 from gpuprof_nb.render.sections import Section, report_text
@@ -278,10 +279,12 @@ def kernels_section(table: KernelTable) -> Section:
 
 def _section_builders(report: ProfileReport) -> list[tuple[str, Callable[[], Section]]]:
     """Return (title, build) for every section the report shows, in display order: Diagnosis,
-    Summary, Top ops, Kernels, Timeline, Roofline (those with nothing to show left out)."""
+    Summary, Top ops, Kernels, Timeline, Hotspots, Roofline (those with nothing to show left
+    out)."""
     wanted: list[tuple[str, Callable[[], Section]]] = []
     diagnosis, ops, kernels = report.diagnosis, report.ops, report.kernels
     timeline, trace, roofline = report.timeline, report.trace, report.roofline
+    hotspots = report.hotspots
     if diagnosis is not None:
         wanted.append(("Diagnosis", lambda: diagnosis_section(diagnosis)))
     wanted.append(("Summary", lambda: summary_section(report)))
@@ -290,7 +293,9 @@ def _section_builders(report: ProfileReport) -> list[tuple[str, Callable[[], Sec
     if kernels is not None:
         wanted.append(("Kernels", lambda: kernels_section(kernels)))
     if timeline is not None and trace is not None:
-        wanted.append(("Timeline", lambda: timeline_section(timeline, trace)))
+        wanted.append(("Timeline", lambda: timeline_section(timeline, trace, hotspots)))
+    if hotspots is not None:
+        wanted.append(("Hotspots", lambda: hotspots_section(hotspots)))
     if roofline is not None:
         wanted.append(("Roofline", lambda: roofline_section(roofline)))
     return wanted

@@ -17,10 +17,13 @@ from gpuprof_nb.analysis.timeline import top_level_ops, top_level_ops_within
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.render import svg
 from gpuprof_nb.render.bundle import report_of
+from gpuprof_nb.render.hotspots import waiting_lines
 from gpuprof_nb.render.html import esc, html_table, note
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_num, fmt_pct, fmt_us
+from gpuprof_nb.render.utilisation import utilisation_strip, utilisation_text
+from gpuprof_nb.results.hotspots import Hotspots
 from gpuprof_nb.results.timeline import IdleBreakdown, StepTimeline, Timeline
 
 # What each breakdown category means, in the user's words.
@@ -80,9 +83,11 @@ _STEP_HEADERS = ("step", "duration", "busy", "dataloader", "sync", "launch", "ho
 _MAX_STEP_ROWS = 30
 
 
-def timeline_section(timeline: Timeline, trace: Trace | None) -> Section:
-    """Return the Timeline section: the breakdown over the window and per step, and a
-    drawing (SVG) of the representative step (lanes from the trace when given)."""
+def timeline_section(timeline: Timeline, trace: Trace | None,
+                     hotspots: Hotspots | None = None) -> Section:
+    """Return the Timeline section: the breakdown over the window and per step, the user
+    lines the idle time was charged to (with `hotspots`), and a drawing (SVG) of the
+    representative step (lanes from the trace when given)."""
     bd = timeline.breakdown
     what = "device" if timeline.on_device else "host"
     head = (f"{what} busy {fmt_pct(timeline.busy_fraction)} of a {fmt_us(timeline.window_us)} "
@@ -97,11 +102,28 @@ def timeline_section(timeline: Timeline, trace: Trace | None) -> Section:
                                      right=(False, True, True)))
         html_parts.append(html_table(("category", "time", "share"), rows,
                                      numeric=(False, True, True)))
+    waiting = waiting_lines(hotspots) if hotspots is not None else []
+    if waiting:
+        lead = ("Idle time by the line of yours running on the host" if timeline.on_device
+                else "Gaps between ops by the line of yours running")
+        text_parts.append(f"{lead}:\n" + "\n".join(f"  {w}" for w in waiting))
+        html_parts.append(f"<p>{esc(lead)}:</p><ul>"
+                          + "".join(f"<li>{esc(w)}</li>" for w in waiting) + "</ul>")
+    elif hotspots is None:
+        hint = ("Which lines of yours left these gaps: profile with %%gpuprofile --stack "
+                "(offline: with_stack=True).")
+        text_parts.append(hint)
+        html_parts.append(note(hint))
     rep = timeline.representative_step
     shown = f"step {rep.number} (median duration)" if rep else "the whole window"
     html_parts.append(f"<p>Timeline of {esc(shown)}:</p>"
                       + svg.plot_html(timeline_svg(timeline, trace, step=rep)))
     text_parts.append(f"(the HTML view draws {shown})")
+    util = trace.utilisation if trace is not None else None
+    if util is not None and util.ts_us:
+        lo, hi = (rep.start_us, rep.end_us) if rep else (timeline.start_us, timeline.end_us)
+        text_parts.append(f"utilisation during {shown} (the strip under the drawing):\n"
+                          + "\n".join(utilisation_text(util, lo, max(hi, lo + 1e-3))))
     if timeline.steps:
         shown_steps = timeline.steps[:_MAX_STEP_ROWS]
         rows_s = _step_rows(shown_steps)
@@ -342,6 +364,15 @@ def timeline_svg(timeline: Timeline, trace: Trace | None,
                 'stroke-opacity="0.45"/>')
     body.extend(ticks)
     body.append(svg.text((left + right) / 2, bottom + 30, "time (ms)", anchor="middle"))
+    # The machine's utilisation over the same span, under the axis and aligned with it.
+    util = trace.utilisation if trace is not None else None
+    strip_h = 0
+    if util is not None and util.ts_us:
+        strip, strip_h = utilisation_strip(util, lo, hi, right - left)
+        body.append(svg.text(left - 6, bottom + 50, "utilisation", anchor="end", size=10))
+        body.append(f'<g class="gp-util" transform="translate({left},{bottom + 40})">'
+                    f"{strip}</g>")
+        strip_h += 8
     # Lanes: a label on the left, bars coloured by what ran.
     used_colours: set[str] = set()
     for i, ((name, what, items), runs) in enumerate(zip(lanes, lane_runs, strict=True)):
@@ -367,9 +398,10 @@ def timeline_svg(timeline: Timeline, trace: Trace | None,
                for c in CAUSE_COLORS if gap_runs[c]]
     entries += [(KERNEL_LABELS[k], f'<rect width="12" height="12" fill="{KERNEL_COLORS[k]}"/>')
                 for k in KERNEL_COLORS if KERNEL_COLORS[k] in used_colours]
-    legend, legend_h = svg.legend_row(entries, left, bottom + 40, right - left, size=10)
+    legend, legend_h = svg.legend_row(entries, left, bottom + 40 + strip_h, right - left,
+                                      size=10)
     body.append(legend)
-    height = int(bottom + 40 + legend_h + 4)
+    height = int(bottom + 40 + strip_h + legend_h + 4)
     head = svg.svg_open(_TL_WIDTH, height, f"timeline of {title}: lanes of ops and kernels, "
                         "idle gaps shaded by cause",
                         f' data-x-us="{lo!r} {hi!r}" data-plot-box="{left} {band_top} '

@@ -15,8 +15,10 @@ from gpuprof_nb.io.trace import save_trace_dict
 from gpuprof_nb.model.memory import MemorySnapshot
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
+from gpuprof_nb.model.utilisation import Utilisation
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding
 from gpuprof_nb.results.display import Displayable
+from gpuprof_nb.results.hotspots import Hotspots
 from gpuprof_nb.results.memory import (
     AtPeak,
     Leaks,
@@ -36,7 +38,8 @@ class ProfileReport(Displayable):
 
     `trace` and the analyses are None after `--timing-only`. `artifact` is the raw Chrome
     trace dict of a live run (None offline); `notes` are one-line caveats shown in the summary.
-    `top` and `sort` record how `ops` was cut and ordered.
+    `top` and `sort` record how `ops` was cut and ordered. `hotspots` (host time and idle
+    time by Python line) needs stacks: `--stack`, or python_function events offline.
     """
 
     timing: TimingStats | None
@@ -51,6 +54,13 @@ class ProfileReport(Displayable):
     notes: tuple[str, ...] = ()
     top: int | None = None
     sort: str | None = None
+    hotspots: Hotspots | None = None
+
+    @property
+    def utilisation(self) -> Utilisation | None:
+        """What the utilisation sampler read beside the profiled run (None offline, unless
+        the trace was recorded by gpuprof_nb)."""
+        return self.trace.utilisation if self.trace is not None else None
 
     def __repr__(self) -> str:
         parts = []

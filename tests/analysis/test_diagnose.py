@@ -11,6 +11,7 @@ import pytest
 
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.diagnose import FIX_ORDER, Diagnosis, diagnose, op_class
+from gpuprof_nb.analysis.hotspots import compute_hotspots
 from gpuprof_nb.analysis.timeline import device_timeline
 from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.model.timing import TimingStats
@@ -123,11 +124,18 @@ class TestRules:
         ops = [op("cell.py(1): <module>", 0, 1000, kind="python"),
                op("train.py(10): slow_fn", 100, 500, kind="python"),
                op("aten::add", 0, 100), op("aten::add", 600, 100), op("aten::add", 990, 10)]
-        f = diagnose(make_trace(ops=ops, cc=None)).finding("python_overhead")
-        # Python: 100-600 inside slow_fn, 700-990 in <module> only.
+        trace = make_trace(ops=ops, cc=None)
+        hotspots = compute_hotspots(trace, device_timeline(trace))
+        f = diagnose(trace, hotspots=hotspots).finding("python_overhead")
+        # Python: 100-600 inside slow_fn, 700-990 in <module> only: 500 and 290 of the 790 us
+        # between ops.
         assert f.evidence["python_outside_ops_us"] == pytest.approx(500 + 290)
         assert f.title.endswith(
-            "(mostly in train.py, slow_fn (defined at line 10): 50% of the time)")
+            ". Held by `train.py, slow_fn (defined at line 10)`: 63% of the time between ops; "
+            "`cell.py (line unknown) <module>`: 37% of the time between ops")
+        # Without stacks, the finding says how to get them.
+        plain = diagnose(trace).finding("python_overhead")
+        assert "Held by" not in plain.title and "--stack" in plain.fix
 
     def test_precision_fp32_gemm_on_ampere_and_volta(self):
         kernels = [kernel(0, 100, name="ampere_sgemm_128x64_nn"), kernel(100, 20)]

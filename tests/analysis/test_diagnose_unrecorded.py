@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof_nb.analysis.diagnose import CPU_FIXES, FIXES, diagnose, unrecorded_launches
+from gpuprof_nb.analysis.diagnose import (
+    CPU_FIXES,
+    FIXES,
+    LINE_CAUSES,
+    STACK_HINT,
+    diagnose,
+    unrecorded_launches,
+)
 from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.model.trace import DeviceInfo, Op, RuntimeCall, Trace
 
@@ -45,10 +52,12 @@ def test_range_profiler_trace_is_not_called_healthy():
     assert f"{queued['cudaLaunchKernel']} cudaLaunchKernel" in why
     assert "no kernel events" in why and "ProfilerActivity.CUDA" in why
     assert "cuda_profiler_range" in why
-    # A GPU program: the host findings that remain keep their CUDA fixes.
+    # A GPU program: the host findings that remain keep their CUDA fixes (those about idle
+    # time say how to get the lines behind it: the trace has no stacks).
     assert d.considered
     for f in d.considered:
-        assert f.fix == FIXES[f.kind]
+        hint = STACK_HINT if f.kind in LINE_CAUSES else ""
+        assert f.fix == FIXES[f.kind] + hint
 
 
 def plain_trace(runtime=()) -> Trace:

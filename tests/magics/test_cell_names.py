@@ -56,7 +56,7 @@ def test_memory_sites_name_cells_and_lines(kernel_ip, tmp_path) -> None:
     assert [s.site.label for s in again.at_peak.sites] == labels
 
 
-def test_python_hotspot_names_the_cell_function(kernel_ip, tmp_path) -> None:
+def test_hotspots_name_the_cell_function(kernel_ip, tmp_path) -> None:
     ip = kernel_ip
     run_as(ip, 51, "def spin(n):\n    acc = 0\n    for j in range(n):\n        acc += j * j % 7\n"
                    "    return acc\n")
@@ -66,7 +66,9 @@ def test_python_hotspot_names_the_cell_function(kernel_ip, tmp_path) -> None:
                       "    spin(3000)\n    t = t + 1\n")
     r = ip.user_ns["r"]
     title = r.diagnosis.finding("python_overhead").title
-    assert "mostly in In [51], spin (defined at line 1)" in title, title
+    # The line sampler names the line inside the function the earlier cell defined.
+    assert "Held by `In [51], line 4 in spin` (`acc += j * j % 7`): " in title, title
+    assert r.hotspots.lines[0].label == "In [51], line 4 in spin"
     assert not HASHED.search(r.text())
     # The trace written with the report keeps the names for a later offline analysis.
     path = r.save(tmp_path / "t.json.gz")

@@ -1,0 +1,399 @@
+"""Host time by Python frame and source line, and the idle time each user line kept the
+device waiting (ProfileReport.hotspots).
+
+Two sources, one method:
+- the line sampler's stacks (`%%gpuprofile --stack`, capture/sampling.py), with the line of
+  every frame: each sample stands for the time since the one before (signal sampling), or
+  from halfway since the one before to halfway to the next (thread sampling); the first from
+  the start of sampling, the last to its end;
+- an offline trace's python_function events (recorded with `with_stack=True`): the
+  events of the thread with the most of them, nested by time; each event's own time (its
+  duration less its children's) goes to its call path. The profiler names functions, not
+  lines, so these hotspots are at function granularity.
+Either way, the time becomes a call tree of frames. A stretch of time is charged to the
+innermost *user* frame on the stack (a notebook cell's or the user's own file: not torch, an
+installed package or the standard library), and so is the idle time in it: the Timeline's
+gaps, the device's idle time on GPU, the gaps between host ops on CPU.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import sysconfig
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+
+import numpy as np
+
+from gpuprof_nb.analysis.intervals import nearest_previous_at_least
+from gpuprof_nb.analysis.sources import is_cell_file, source_label
+from gpuprof_nb.model.samples import Frame, StackSamples
+from gpuprof_nb.model.trace import Op, Trace
+from gpuprof_nb.results.hotspots import FlameNode, FrameKind, HotLine, Hotspots
+from gpuprof_nb.results.timeline import IDLE_CAUSES, Timeline
+
+# Lines kept in `Hotspots.lines`; icicle blocks kept, and the smallest share of the host time
+# a block must hold to be kept.
+MAX_LINES = 50
+MAX_NODES = 400
+MIN_NODE_SHARE = 0.002
+
+_PROFILER_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
+_STDLIB = re.compile(r"[\\/]lib[\\/]python\d+(?:\.\d+)?[\\/]|[\\/]Lib[\\/]")
+_LIBRARY = re.compile(r"[\\/](?:site|dist)-packages[\\/]")
+_TORCH = re.compile(r"(?:^|[\\/])(?:torch|torchvision|torchaudio|triton)[\\/]")
+_STDLIB_DIR = sysconfig.get_paths().get("stdlib", "").replace("\\", "/")
+# Packages whose shortened paths (see frame_kind) are library code, not the user's.
+KNOWN_PACKAGES = frozenset({
+    "accelerate", "apex", "datasets", "deepspeed", "einops", "fairscale", "flash_attn",
+    "gpuprof_nb", "IPython", "ipykernel", "lightning", "megatron", "numpy", "pandas", "PIL",
+    "pytorch_lightning", "safetensors", "scipy", "sklearn", "timm", "tokenizers", "tqdm",
+    "transformers", "xformers", "functorch", "torchtext", "torchdata", "tornado", "zmq",
+    "traitlets", "jupyter_client", "debugpy", "peft", "diffusers", "wandb", "tensorboard",
+})
+
+
+def frame_kind(file: str) -> FrameKind:
+    """Return whose code a frame of `file` runs (see FrameKind). The profiler shortens the
+    paths it records to the part below the sys.path entry they were found in (`inspect.py`,
+    `json/encoder.py`, `torch/nn/modules/module.py`, `train.py`), so a relative path is
+    judged by its top-level module: the standard library's, torch's, another well-known
+    package's, else the user's."""
+    if is_cell_file(file):
+        return "user"
+    path = file.replace("\\", "/")
+    if not path or path.startswith("<"):
+        return "library"  # built-ins, <frozen ...>, generated code
+    if _TORCH.search(path):
+        return "torch"
+    if _LIBRARY.search(path) or "/gpuprof_nb/" in path:
+        return "library"
+    if _STDLIB.search(path) or (_STDLIB_DIR and path.startswith(_STDLIB_DIR + "/")):
+        return "stdlib"
+    if not path.startswith("/") and path[1:3] != ":/":
+        top = path.split("/", 1)[0].removesuffix(".py")
+        if top in sys.stdlib_module_names:
+            return "stdlib"
+        if top in KNOWN_PACKAGES:
+            return "library"
+    return "user"
+
+
+@dataclass
+class _Tree:
+    """A call tree: node k runs `frames[frame[k]]` under node `parent[k]` (-1: a root);
+    parents come before their children. Per node, its own host time and idle time (total,
+    and by gap cause)."""
+
+    frames: list[Frame]
+    parent: list[int]
+    frame: list[int]
+    self_us: np.ndarray
+    idle_us: np.ndarray
+    idle_by_cause: dict[str, np.ndarray]
+
+
+class _Gaps:
+    """The Timeline's idle gaps (sorted, disjoint) as a measure: how much idle time, of one
+    cause or all, lies before a point, so the idle time inside [a, b) is idle(b) - idle(a)."""
+
+    def __init__(self, timeline: Timeline) -> None:
+        gaps = sorted(timeline.gaps, key=attrgetter("start_us"))
+        self.lo = np.array([g.start_us for g in gaps], dtype=float)
+        self.hi = np.array([g.end_us for g in gaps], dtype=float)
+        self.cause = np.array([g.cause for g in gaps], dtype=object)
+
+    def before(self, x: np.ndarray, cause: str | None = None) -> np.ndarray:
+        lo, hi = self.lo, self.hi
+        if cause is not None:
+            keep = self.cause == cause
+            lo, hi = lo[keep], hi[keep]
+        if not len(lo):
+            return np.zeros(len(x))
+        cum = np.concatenate(([0.0], np.cumsum(hi - lo)))
+        k = np.searchsorted(lo, x, side="right") - 1
+        inside = np.clip(x - lo[np.maximum(k, 0)], 0.0, (hi - lo)[np.maximum(k, 0)])
+        out: np.ndarray = np.where(k >= 0, cum[np.maximum(k, 0)] + inside, 0.0)
+        return out
+
+    def within(self, a: np.ndarray, b: np.ndarray, cause: str | None = None) -> np.ndarray:
+        out: np.ndarray = self.before(b, cause) - self.before(a, cause)
+        return out
+
+
+def compute_hotspots(trace: Trace, timeline: Timeline) -> Hotspots | None:
+    """Return the trace's hotspots: at line granularity from the line sampler's stacks, else
+    at function granularity from its python_function events; None when it has neither."""
+    gaps = _Gaps(timeline)
+    samples = trace.samples
+    notes: list[str] = []
+    if samples is not None and len(samples):
+        tree, span = _from_samples(samples, gaps)
+        granularity, count = "line", len(samples)
+        source = f"line sampler, one sample every {samples.period_us / 1000:.3g} ms"
+        if samples.mode == "thread" and samples.late > len(samples) // 10:
+            notes.append(f"{samples.late} of {len(samples)} samples came late (the cell held "
+                         "the GIL): lines inside long stretches of pure Python are known less "
+                         "finely")
+    else:
+        built = _from_python_events(trace, gaps)
+        if built is None:
+            return None
+        tree, span, count = built
+        granularity = "function"
+        source = "the profiler's python_function events (with_stack=True)"
+        notes.append("function granularity: the profiler's Python events name functions, not "
+                     "lines; `%%gpuprofile --stack` samples the lines")
+    idle_total = float(gaps.within(np.array([span[0]]), np.array([span[1]]))[0])
+    kinds = [_kind(f) for f in tree.frames]
+    lines, charged = _lines(tree, kinds, trace, idle_total, granularity)
+    return Hotspots(
+        granularity=granularity,  # type: ignore[arg-type]
+        source=source,
+        host_us=float(tree.self_us.sum()),
+        idle_us=idle_total,
+        idle_charged_us=charged,
+        samples=count,
+        lines=lines,
+        nodes=_icicle(tree, kinds, trace, granularity),
+        on_device=timeline.on_device,
+        notes=tuple(notes),
+    )
+
+
+def _kind(frame: Frame) -> FrameKind:
+    """Return whose code a frame runs; frames without a file are calls into built-ins, or
+    torch's own nn.Module events."""
+    if frame.file:
+        return frame_kind(frame.file)
+    return "torch" if frame.function.startswith("nn.Module:") else "library"
+
+
+def _from_samples(samples: StackSamples, gaps: _Gaps) -> tuple[_Tree, tuple[float, float]]:
+    """Return the call tree of the sampled stacks, each sample weighted by the time it
+    stands for, and the span sampled."""
+    frames = list(samples.frames)
+    parent: list[int] = []
+    frame: list[int] = []
+    index: dict[tuple[int, int], int] = {}
+    stack_node = []
+    for stack in samples.stacks:
+        node = -1
+        for f in stack:
+            key = (node, f)
+            got = index.get(key)
+            if got is None:
+                got = index[key] = len(parent)
+                parent.append(node)
+                frame.append(f)
+            node = got
+        stack_node.append(node)
+    t = np.asarray(samples.ts_us, dtype=float)
+    bounds = np.empty(len(t) + 1)
+    bounds[0] = min(samples.start_us, t[0])
+    bounds[-1] = max(samples.end_us, t[-1])
+    # A signal sample stands for the time since the one before (the last one also for the
+    # little left after it); a thread sample for the time halfway to its neighbours.
+    bounds[1:-1] = t[:-1] if samples.mode == "signal" else (t[:-1] + t[1:]) / 2
+    lo, hi = bounds[:-1], bounds[1:]
+    nodes = np.asarray(stack_node, dtype=np.intp)[np.asarray(samples.stack_of, dtype=np.intp)]
+    keep = nodes >= 0
+    lo, hi, nodes = lo[keep], hi[keep], nodes[keep]
+    n = len(parent)
+    tree = _Tree(frames, parent, frame,
+                 np.bincount(nodes, hi - lo, minlength=n),
+                 np.bincount(nodes, gaps.within(lo, hi), minlength=n),
+                 {c: np.bincount(nodes, gaps.within(lo, hi, c), minlength=n)
+                  for c in IDLE_CAUSES})
+    return tree, (float(bounds[0]), float(bounds[-1]))
+
+
+def _python_events(trace: Trace) -> list[Op]:
+    """Return the python_function events of the thread with the most of them."""
+    per_thread: dict[str, int] = {}
+    funcs = [o for o in trace.ops if o.kind == "python" and o.dur_us >= 0]
+    for o in funcs:
+        per_thread[str(o.tid)] = per_thread.get(str(o.tid), 0) + 1
+    if not per_thread:
+        return []
+    main = min(per_thread, key=lambda t: (-per_thread[t], t))
+    return [o for o in funcs if str(o.tid) == main]
+
+
+def _from_python_events(trace: Trace, gaps: _Gaps
+                        ) -> tuple[_Tree, tuple[float, float], int] | None:
+    """Return the call tree of the python_function events (each event's own time on its
+    call path), the span they cover and their count; None without such events."""
+    funcs = _python_events(trace)
+    if not funcs:
+        return None
+    starts = np.array([o.start_us for o in funcs], dtype=float)
+    durs = np.array([o.dur_us for o in funcs], dtype=float)
+    # Outer events first among equal starts; nesting by time: an event's parent is the
+    # nearest earlier one that ends no earlier (Python events nest on one thread).
+    order = np.lexsort((-durs, starts))
+    starts, durs = starts[order], durs[order]
+    ends = starts + durs
+    n = len(funcs)
+    parent_ev = nearest_previous_at_least(ends, ends, np.zeros(n, dtype=np.intp))
+    names = [funcs[i].name for i in order.tolist()]
+    frames: list[Frame] = []
+    frame_of_name: dict[str, int] = {}
+    index: dict[tuple[int, int], int] = {}
+    parent: list[int] = []
+    frame: list[int] = []
+    node_ev = [0] * n
+    for i, (name, p) in enumerate(zip(names, parent_ev.tolist(), strict=True)):
+        f = frame_of_name.get(name)
+        if f is None:
+            f = frame_of_name[name] = len(frames)
+            frames.append(_event_frame(name))
+        key = (node_ev[p] if p >= 0 else -1, f)
+        got = index.get(key)
+        if got is None:
+            got = index[key] = len(parent)
+            parent.append(key[0])
+            frame.append(f)
+        node_ev[i] = got
+    nodes = np.asarray(node_ev, dtype=np.intp)
+    has_parent = parent_ev >= 0
+    up = parent_ev[has_parent]
+    m = len(parent)
+
+    def own(per_event: np.ndarray) -> np.ndarray:
+        """Each event's amount less its children's, summed per node."""
+        mine = per_event - np.bincount(up, per_event[has_parent], minlength=n)
+        return np.bincount(nodes, np.maximum(mine, 0.0), minlength=m)
+
+    tree = _Tree(frames, parent, frame, own(durs), own(gaps.within(starts, ends)),
+                 {c: own(gaps.within(starts, ends, c)) for c in IDLE_CAUSES})
+    return tree, (float(starts.min()), float(ends.max())), n
+
+
+def _event_frame(name: str) -> Frame:
+    """Return the frame a python_function event names (`path(line): function`); a built-in
+    call (`<built-in method ...>`) is a frame without a file."""
+    m = _PROFILER_FRAME.match(name)
+    if m is None:
+        return Frame("", 0, name)
+    return Frame(m.group(1), int(m.group(2)), m.group(3))
+
+
+# Code objects Python makes for parts of one line: their time is the line's.
+_PART_OF_LINE = frozenset({"<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>", "<lambda>"})
+
+
+def _innermost_user(tree: _Tree, kinds: Sequence[FrameKind]) -> list[int]:
+    """Return, per node, the innermost user frame on its path (-1 when none is). A
+    comprehension, generator expression or lambda called from a user frame of its own file
+    is part of that frame's line, which gets its time."""
+    user: list[int] = []
+    frames = tree.frames
+    for p, f in zip(tree.parent, tree.frame, strict=True):
+        outer = user[p] if p >= 0 else -1
+        if kinds[f] != "user":
+            user.append(outer)
+        elif outer >= 0 and frames[f].function.rsplit(".", 1)[-1] in _PART_OF_LINE \
+                and frames[outer].file == frames[f].file:
+            user.append(outer)
+        else:
+            user.append(f)
+    return user
+
+
+def _label(frame: Frame, trace: Trace, granularity: str) -> str:
+    if not frame.file:
+        return frame.function  # a built-in call or an nn.Module event: no file, no line
+    return source_label(frame.file, frame.line, frame.function, trace.cells,
+                        first_line=granularity == "function")
+
+
+def _lines(tree: _Tree, kinds: Sequence[FrameKind], trace: Trace, idle_total: float,
+           granularity: str) -> tuple[tuple[HotLine, ...], float]:
+    """Return the top user lines, most host time first, and the idle time charged to any."""
+    user = np.asarray(_innermost_user(tree, kinds), dtype=np.intp)
+    charged = user >= 0
+    n = len(tree.frames)
+    by = user[charged]
+    host = np.bincount(by, tree.self_us[charged], minlength=n)
+    idle = np.bincount(by, tree.idle_us[charged], minlength=n)
+    causes = {c: np.bincount(by, v[charged], minlength=n) for c, v in tree.idle_by_cause.items()}
+    total_host = float(tree.self_us.sum())
+    # Labels decide ties, so the order never depends on the order frames were met.
+    labels = {f: _label(tree.frames[f], trace, granularity) for f in set(by.tolist())
+              if host[f] > 0}
+    ranked = sorted(labels, key=lambda f: (-host[f], -idle[f], labels[f]))[:MAX_LINES]
+    lines = []
+    for f in ranked:
+        fr = tree.frames[f]
+        lines.append(HotLine(
+            label=labels[f], host_us=float(host[f]), idle_us=float(idle[f]),
+            share=float(host[f]) / total_host if total_host > 0 else 0.0,
+            idle_share=float(idle[f]) / idle_total if idle_total > 0 else 0.0,
+            text=fr.text, file=fr.file, line=fr.line, function=fr.function,
+            idle_by_cause_us={c: float(v[f]) for c, v in causes.items() if v[f] > 0}))
+    return tuple(lines), float(idle.sum())
+
+
+def _icicle(tree: _Tree, kinds: Sequence[FrameKind], trace: Trace, granularity: str
+            ) -> tuple[FlameNode, ...]:
+    """Return the icicle's blocks: user frames as they are, each run of library frames below
+    a user frame (or at the root) collapsed into one block named by its outermost frame.
+    Blocks under MIN_NODE_SHARE of the host time are left out (at most MAX_NODES kept)."""
+    block_of: list[int] = []
+    run: list[int] = []  # library frames in a row ending at each node
+    key_of: dict[tuple[int, int], int] = {}
+    b_parent: list[int] = []
+    b_frame: list[int] = []
+    b_depth: list[int] = []
+    b_frames: list[int] = []
+    # Per block: own time by the innermost library frame it was in (for `detail`).
+    inner: list[dict[int, float]] = []
+    for node, (p, f) in enumerate(zip(tree.parent, tree.frame, strict=True)):
+        up = block_of[p] if p >= 0 else -1
+        run.append(0 if kinds[f] == "user" else (run[p] if p >= 0 else 0) + 1)
+        if run[-1] > 1:
+            block = up  # still inside the same run of library frames
+            b_frames[block] = max(b_frames[block], run[-1])
+        else:
+            key = (up, f)
+            block = key_of.get(key, -1)
+            if block < 0:
+                block = key_of[key] = len(b_parent)
+                b_parent.append(up)
+                b_frame.append(f)
+                b_depth.append(b_depth[up] + 1 if up >= 0 else 0)
+                b_frames.append(1)
+                inner.append({})
+        block_of.append(block)
+        if kinds[f] != "user":
+            inner[block][f] = inner[block].get(f, 0.0) + float(tree.self_us[node])
+    nb = len(b_parent)
+    own = np.bincount(np.asarray(block_of, dtype=np.intp), tree.self_us, minlength=nb) \
+        if nb else np.zeros(0)
+    total = own.copy()
+    for b in range(nb - 1, -1, -1):  # children come after their parents
+        if b_parent[b] >= 0:
+            total[b_parent[b]] += total[b]
+    whole = float(own.sum())
+    keep = [b for b in range(nb) if whole > 0 and total[b] >= MIN_NODE_SHARE * whole]
+    keep = sorted(keep, key=lambda b: (-total[b], b))[:MAX_NODES]
+    kept = sorted(keep)  # parents before children again
+    new_index = {b: i for i, b in enumerate(kept)}
+    out = []
+    for b in kept:
+        fr = tree.frames[b_frame[b]]
+        detail = ""
+        if inner[b]:
+            top = min(inner[b], key=lambda f: (-inner[b][f], f))
+            if top != b_frame[b]:
+                detail = _label(tree.frames[top], trace, granularity)
+        out.append(FlameNode(
+            label=_label(fr, trace, granularity), kind=kinds[b_frame[b]],
+            parent=new_index.get(b_parent[b], -1), depth=b_depth[b],
+            total_us=float(total[b]), self_us=float(own[b]), frames=b_frames[b],
+            detail=detail))
+    return tuple(out)
+

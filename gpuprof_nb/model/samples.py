@@ -1,0 +1,43 @@
+"""The Python stacks gpuprof_nb's line sampler took during a profiled run (capture/
+sampling.py), on the trace's clock: what io/samples.py reads from a trace's own key and
+analysis/hotspots.py turns into host time and idle time by source line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One Python frame: the file, the line running in it (the line a function starts at,
+    for frames rebuilt from profiler events), the function and, when known, that line's text."""
+
+    file: str
+    line: int
+    function: str
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StackSamples:
+    """Stacks of the thread that ran the cell, sampled about every `period_us`.
+
+    `stacks[k]` lists indices into `frames`, outermost first (the cell's own frame first);
+    sample i was taken at `ts_us[i]` (trace clock, microseconds) and its stack is
+    `stacks[stack_of[i]]`. Sampling ran from `start_us` to `end_us`. `mode` says how they
+    were taken (capture/sampling.py): "signal" samples each stand for the time since the one
+    before, "thread" samples for the time halfway to their neighbours. `late` counts thread
+    samples taken well after they were due (the sampler waited for the GIL)."""
+
+    frames: tuple[Frame, ...]
+    stacks: tuple[tuple[int, ...], ...]
+    ts_us: tuple[float, ...]
+    stack_of: tuple[int, ...]
+    period_us: float
+    start_us: float
+    end_us: float
+    late: int = 0
+    mode: str = "thread"
+
+    def __len__(self) -> int:
+        return len(self.ts_us)

@@ -1,0 +1,120 @@
+"""The line sampler on its own, both ways of sampling: where the samples land, what it leaves
+behind (handlers, timers, threads, the switch interval), and the entry it records."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from gpuprof_nb.capture.sampling import LineSampler, signal_sampling_possible
+from gpuprof_nb.io.samples import samples_of
+
+CELL = "for _ in range(4):\n    spin(0.03)\n    time.sleep(0.01)\n"
+
+
+def spin(seconds: float) -> int:
+    acc = 0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        acc += 1
+    return acc
+
+
+def run_sampled(mode: str, body: str = CELL) -> LineSampler:
+    code = compile(body, "<cell-under-test>", "exec")
+    sampler = LineSampler(code, mode=mode)
+    with sampler:
+        exec(code, {"spin": spin, "time": time})
+    return sampler
+
+
+def lines_hit(sampler: LineSampler) -> Counter[tuple[str, int]]:
+    entry = sampler.record(lambda ns: ns / 1000)
+    frames = entry["frames"]
+    hits: Counter[tuple[str, int]] = Counter()
+    for sid in entry["stack_of"]:
+        inner = frames[entry["stacks"][sid][-1]]
+        hits[(inner[2], inner[1])] += 1
+    return hits
+
+
+@pytest.mark.parametrize("mode", ["signal", "thread"])
+def test_samples_land_where_the_time_goes(mode: str) -> None:
+    if mode == "signal" and not signal_sampling_possible():
+        pytest.skip("no SIGALRM interval timer here")
+    handler, switch = signal.getsignal(signal.SIGALRM), sys.getswitchinterval()
+    sampler = run_sampled(mode)
+    hits = lines_hit(sampler)
+    # 120 ms spinning in `spin`, 40 ms asleep on line 3 of the cell: both are seen, and
+    # spinning is seen most.
+    in_spin = sum(n for (fn, _), n in hits.items() if fn == "spin")
+    asleep = hits[("<module>", 3)]
+    assert in_spin > asleep > 0, hits
+    assert sampler.error is None
+    # Nothing left behind.
+    assert signal.getsignal(signal.SIGALRM) == handler
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert sys.getswitchinterval() == switch
+    assert not [t for t in threading.enumerate() if t.name.startswith("gpuprof_nb")]
+
+
+def test_signal_samples_see_python_between_tiny_torch_ops() -> None:
+    """Each tiny torch op lets go of the GIL and takes it straight back, which starves a
+    sampling thread; the signal sampler still sees the Python loop around them."""
+    torch = pytest.importorskip("torch")
+    if not signal_sampling_possible():
+        pytest.skip("no SIGALRM interval timer here")
+    body = "t = torch.ones(4)\nfor _ in range(60):\n    spin(0.001)\n    t = t + 1\n"
+    code = compile(body, "<cell-under-test>", "exec")
+    sampler = LineSampler(code, mode="signal")
+    with sampler:
+        exec(code, {"spin": spin, "torch": torch})
+    hits = lines_hit(sampler)
+    in_spin = sum(n for (fn, _), n in hits.items() if fn == "spin")
+    assert in_spin > hits[("<module>", 4)], hits
+
+
+def test_the_cell_exception_propagates_and_the_sampler_stops() -> None:
+    code = compile("spin(0.005)\nraise KeyError('planted')\n", "<cell-under-test>", "exec")
+    sampler = LineSampler(code)
+    with pytest.raises(KeyError, match="planted"), sampler:
+        exec(code, {"spin": spin})
+    assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None)
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    sampler.stop()  # idempotent
+
+
+def test_off_the_main_thread_it_samples_from_a_thread() -> None:
+    modes = []
+    worker = threading.Thread(target=lambda: modes.append(LineSampler(compile(
+        "pass", "<c>", "exec")).mode))
+    worker.start()
+    worker.join()
+    assert modes == ["thread"]
+
+
+def test_a_busy_alarm_is_left_to_its_owner() -> None:
+    if not hasattr(signal, "setitimer"):
+        pytest.skip("no SIGALRM")
+    old = signal.signal(signal.SIGALRM, lambda *a: None)
+    try:
+        assert LineSampler(compile("pass", "<c>", "exec")).mode == "thread"
+    finally:
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_the_record_reads_back() -> None:
+    sampler = run_sampled(LineSampler(compile("pass", "<c>", "exec")).mode)
+    entry = sampler.record(lambda ns: ns / 1000 - 5.0)
+    samples = samples_of({"gpuprof_nb": {"samples": entry}})
+    assert samples is not None and len(samples) == len(entry["ts_us"]) > 0
+    assert samples.mode == sampler.mode
+    assert samples.start_us <= samples.ts_us[0] and samples.ts_us[-1] <= samples.end_us
+    texts = {f.text for f in samples.frames}
+    # The cell's lines are in linecache only when registered; spin's are (a real file).
+    assert texts & {"while time.perf_counter() < end:", "acc += 1"}, texts

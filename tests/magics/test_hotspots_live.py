@@ -1,0 +1,130 @@
+"""Real `%%gpuprofile --stack` runs on the CPU: in each cell one line is planted to hold the
+time (a Python loop, a sleep between ops as an `.item()`-like wait, a per-sample loop), and it
+must come out as the top line, named with its cell and line number, in the Hotspots, the
+Timeline and the findings. The samples must sit on the trace's clock: the sleep's time is
+idle time between ops."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from html import escape as html_escape
+
+import pytest
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+torch = pytest.importorskip("torch")
+
+from gpuprof_nb.analysis.report import analyze  # noqa: E402
+from gpuprof_nb.io.trace import load_trace  # noqa: E402
+from gpuprof_nb.render.profile import profile_sections  # noqa: E402
+from gpuprof_nb.render.timeline import timeline_section  # noqa: E402
+
+OPTIONS = "-o r --quiet --stack --warmup 0 --repeat 1 --number 1"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread: on a loaded 2-core machine, two OpenMP threads waiting for each
+    other can make a 64x64 matmul take milliseconds, and the planted line must stand out."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+IDLE_KINDS = ("python_overhead", "host_sync", "dataloader", "launch_overhead")
+
+
+def profile(ip, number: int, cell: str, options: str = OPTIONS):
+    ip.execution_count = number
+    ip.run_cell("import time, torch")
+    ip.execution_count = number
+    ip.run_cell_magic("gpuprofile", options, cell)
+    return ip.user_ns["r"]
+
+
+def check_top_line(r, label: str, text: str) -> None:
+    h = r.hotspots
+    assert h is not None and h.granularity == "line" and h.samples > 0
+    top = h.lines[0]
+    assert top.label.startswith(label), [(x.label, x.host_us) for x in h.lines[:5]]
+    assert top.text == text
+    assert top.share > 0.5, [(x.label, x.share) for x in h.lines[:5]]
+    # It holds the most idle time too, and the findings about idle time name it.
+    (first, share), *_ = h.top_idle_lines()
+    assert first is top and share > 0.3
+    titles = [f.title for f in r.diagnosis.considered if f.kind in IDLE_KINDS]
+    assert any(f"`{top.label}` (`{text}`): " in t for t in titles), titles
+    assert "Hotspots" in [s.title for s in profile_sections(r)]
+    assert top.label in r.text()
+    html = r._repr_mimebundle_()["text/html"]
+    assert "gp-frame" in html and html_escape(top.label) in html
+
+
+def test_python_loop_is_the_top_line(ipython_shell) -> None:
+    r = profile(ipython_shell, 61, "x = torch.randn(64, 64)\nfor i in range(3):\n"
+                "    y = x @ x\n    acc = 0\n    while acc < 300_000: acc += 1\n"
+                "    z = y.relu()\n")
+    check_top_line(r, "In [61], line 5", "while acc < 300_000: acc += 1")
+
+
+def test_sleep_between_ops_is_the_top_line(ipython_shell) -> None:
+    r = profile(ipython_shell, 62, "x = torch.randn(64, 64)\nfor i in range(4):\n"
+                "    y = x @ x\n    time.sleep(0.03)\n    z = y.sum()\n")
+    check_top_line(r, "In [62], line 4", "time.sleep(0.03)")
+    top = r.hotspots.lines[0]
+    # On the trace's clock, the sleeping line's time falls in the gaps between ops: if the
+    # samples were shifted, much of it would land on ops instead.
+    assert top.host_us > 4 * 30_000 * 0.9
+    assert top.idle_us > 0.9 * top.host_us
+    title = r.diagnosis.finding("python_overhead").title
+    assert "`In [62], line 4` (`time.sleep(0.03)`): " in title
+    assert "of the time between ops" in title
+    # The Timeline names it too.
+    section = timeline_section(r.timeline, r.trace, r.hotspots)
+    assert "`In [62], line 4` (`time.sleep(0.03)`)" in section.text
+    assert "In [62], line 4" in section.html
+
+
+def test_per_sample_loop_is_the_top_line(ipython_shell) -> None:
+    r = profile(ipython_shell, 63, "batch = torch.randn(300, 16)\nw = torch.randn(16, 16)\n"
+                "outs = [torch.relu(row @ w).sum() for row in batch]\n"
+                "total = torch.stack(outs).sum()\n")
+    # The comprehension's own frame is part of its line.
+    check_top_line(r, "In [63], line 3", "outs = [torch.relu(row @ w).sum() for row in batch]")
+    assert r.hotspots.lines[0].label == "In [63], line 3"
+
+
+def test_saved_trace_keeps_the_lines(ipython_shell, tmp_path) -> None:
+    r = profile(ipython_shell, 64, "x = torch.randn(32, 32)\nfor i in range(3):\n"
+                "    y = x @ x\n    time.sleep(0.01)\n")
+    assert not any(op.name == "gpuprof_nb::clock" for op in r.trace.ops)
+    lo, hi = r.trace.window_us
+    samples = r.trace.samples
+    assert samples is not None and lo - 1000 <= samples.ts_us[0] <= samples.ts_us[-1] <= hi + 1000
+    again = analyze(load_trace(r.save(tmp_path / "t.json.gz")))
+    assert again.hotspots == r.hotspots
+    assert again.utilisation == r.utilisation and again.utilisation is not None
+
+
+def test_without_stack_the_findings_say_how_to_get_lines(ipython_shell) -> None:
+    r = profile(ipython_shell, 65, "x = torch.randn(64, 64)\nfor i in range(3):\n"
+                "    y = x @ x\n    time.sleep(0.01)\n",
+                options="-o r --quiet --warmup 0 --repeat 1 --number 1")
+    assert r.hotspots is None and r.trace.samples is None
+    assert "--stack" in r.diagnosis.finding("python_overhead").fix
+    assert "Hotspots" not in [s.title for s in profile_sections(r)]
+    assert "--stack" in timeline_section(r.timeline, r.trace, None).text
+
+
+def test_a_raising_cell_leaves_no_sampler_behind(ipython_shell) -> None:
+    switch = sys.getswitchinterval()
+    ipython_shell.execution_count = 66
+    result = ipython_shell.run_cell(
+        "%%gpuprofile --stack --warmup 0 --repeat 1 --number 1\n"
+        "import time\ntime.sleep(0.005)\nraise KeyError('planted')\n")
+    assert isinstance(result.error_in_exec, KeyError)
+    assert result.error_in_exec.args == ("planted",)
+    names = [t.name for t in threading.enumerate()]
+    assert not [n for n in names if n.startswith("gpuprof_nb")], names
+    assert sys.getswitchinterval() == switch
