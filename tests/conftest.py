@@ -69,3 +69,15 @@ def live_display(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(progress, "live_kernel", lambda: True)
     monkeypatch.setattr(IPython.display, "display", fake_display)
     return seen
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One intra-op torch thread for the test: a small op gains nothing from more, and on a
+    loaded 2-core runner OpenMP threads waiting for each other can make it take milliseconds
+    (and spin through a sleep), which swamps what the test plants."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -148,6 +148,7 @@ def _report(cells: CellCompiler, stats: TimingStats, artifact: dict[str, Any] | 
 
     if args.stack:
         _name_cells(cells, artifact)
+    notes.extend(_sampling_notes(artifact))
     try:
         trace = trace_from_dict(artifact, TRACE_SOURCE)
     except GpuprofError as exc:
@@ -185,6 +186,27 @@ def _samplers(code: Any, args: Any, cuda: bool) -> list[tuple[str, Sampler]]:
     if args.stack:
         samplers.append(("samples", LineSampler(code)))
     return samplers
+
+
+def _sampling_notes(artifact: dict[str, Any]) -> list[str]:
+    """Return what went wrong beside the profiled run: samples that could not be placed on
+    the trace's clock, a sampler that stopped early, a cell too short for the line sampler."""
+    from gpuprof_nb.io.cells import KEY
+
+    own = artifact.get(KEY)
+    if not isinstance(own, dict):
+        return []
+    notes = []
+    if own.get("sampling_error"):
+        notes.append(f"samplers: {own['sampling_error']}; no lines or utilisation shown")
+    samples = own.get("samples")
+    if isinstance(samples, dict):
+        if samples.get("error"):
+            notes.append(f"line sampler: {samples['error']}")
+        elif not samples.get("ts_us"):
+            notes.append("line sampler: no sample fell inside the cell (it ran for less than "
+                         f"{samples.get('period_us', 1000) / 1000:g} ms?)")
+    return notes
 
 
 def _name_cells(cells: CellCompiler, artifact: dict[str, Any]) -> None:

@@ -359,7 +359,8 @@ def _check_reports(page: object, shot_prefix: str) -> dict[str, int]:
     reports = page.locator(".jp-OutputArea-output .gp-report")  # type: ignore[attr-defined]
     count = reports.count()
     assert count >= 1, "no gpuprof_nb report rendered in the notebook"
-    seen = {"top_ops_rows": 0, "timeline_svg": 0, "roofline_svg": 0, "tabs": 0}
+    seen = {"top_ops_rows": 0, "timeline_svg": 0, "roofline_svg": 0, "hotspots_svg": 0,
+            "tabs": 0}
     for r in range(count):
         report = reports.nth(r)
         report.scroll_into_view_if_needed()
@@ -390,6 +391,8 @@ def _check_reports(page: object, shot_prefix: str) -> dict[str, int]:
                 seen["timeline_svg"] += drawn
             if title == "Roofline":
                 seen["roofline_svg"] += drawn
+            if title == "Hotspots":
+                seen["hotspots_svg"] += drawn
             report.screenshot(path=str(SCREENSHOTS / f"{shot_prefix}-report{r}-{i}.png"))
     return seen
 
@@ -425,6 +428,8 @@ def test_quickstart_in_jupyterlab(lab: dict[str, object], browser: object) -> No
             assert seen["top_ops_rows"] > 0, f"{theme}: no 'Top ops' tab with table rows: {seen}"
             assert seen["timeline_svg"] > 0, f"{theme}: no 'Timeline' tab with a plot: {seen}"
             assert seen["roofline_svg"] > 0, f"{theme}: no 'Roofline' tab with a plot: {seen}"
+            # The quickstart's --stack cell: its lines and the icicle chart.
+            assert seen["hotspots_svg"] > 0, f"{theme}: no 'Hotspots' tab with a plot: {seen}"
             _assert_readable(page, theme)
             page.locator(".gp-report").first.locator(".gp-tab").first.click()  # type: ignore[attr-defined]
             page.screenshot(path=str(SCREENSHOTS / f"{prefix}-notebook.png"), full_page=False)

@@ -10,13 +10,10 @@ from torch.utils.data import TensorDataset
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
+def _one_thread(one_torch_thread):
     # A 2-layer MLP gains nothing from intra-op threads, and on a shared runner spinning
     # OpenMP threads make step times swing by an order of magnitude.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
     yield
-    torch.set_num_threads(before)
 
 
 def _dataset(n: int = 256, features: int = 16) -> TensorDataset:

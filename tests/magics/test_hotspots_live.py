@@ -23,15 +23,9 @@ from gpuprof_nb.render.timeline import timeline_section  # noqa: E402
 
 OPTIONS = "-o r --quiet --stack --warmup 0 --repeat 1 --number 1"
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: on a loaded 2-core machine, two OpenMP threads waiting for each
-    other can make a 64x64 matmul take milliseconds, and the planted line must stand out."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# One intra-op thread: the planted line must stand out, and no OpenMP worker may spin through
+# a sleep (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 IDLE_KINDS = ("python_overhead", "host_sync", "dataloader", "launch_overhead")
 
 
