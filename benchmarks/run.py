@@ -2,7 +2,7 @@
 
     python benchmarks/run.py [--quick]
                              [--only overhead,accuracy,traces,json,snapshots,notebook,findings,
-                                     compare,runs,stragglers,training]
+                                     compare,runs,stragglers,training,samplers]
                              [--repeats N] [--big-trace-mb N] [--big-snapshot-mb N]
                              [--traces-dir DIR] [--hta-python PATH] [--out PATH]
                              [--cache-dir DIR] [--cap-gb N]
@@ -47,6 +47,7 @@ COMPARISONS = {
     "runs": "benchmarks.distributed_runs",
     "stragglers": "benchmarks.stragglers",
     "training": "benchmarks.training_cell",
+    "samplers": "benchmarks.samplers",
 }
 # Each comparison's section title in RESULTS.md (what --reuse finds there).
 TITLES = {
@@ -61,6 +62,7 @@ TITLES = {
     "runs": "8. Distributed runs",
     "stragglers": "9. Stragglers named",
     "training": "10. %%gpuprofile on a real training cell",
+    "samplers": "11. Samplers beside the profiled run",
 }
 
 

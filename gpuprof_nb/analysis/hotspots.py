@@ -133,10 +133,12 @@ def compute_hotspots(trace: Trace, timeline: Timeline) -> Hotspots | None:
         tree, span = _from_samples(samples, gaps)
         granularity, count = "line", len(samples)
         source = f"line sampler, one sample every {samples.period_us / 1000:.3g} ms"
-        if samples.mode == "thread" and samples.late > len(samples) // 10:
-            notes.append(f"{samples.late} of {len(samples)} samples came late (the cell held "
-                         "the GIL): lines inside long stretches of pure Python are known less "
-                         "finely")
+        if samples.mode == "thread":
+            notes.append("sampled from a thread (no SIGALRM timer here): it waits for the GIL, "
+                         "and a loop of tiny torch ops can keep it waiting, so the Python "
+                         "between those ops may be charged to the ops' lines"
+                         + (f"; {samples.late} of {len(samples)} samples came late"
+                            if samples.late else ""))
     else:
         built = _from_python_events(trace, gaps)
         if built is None:

@@ -2,7 +2,7 @@
 
 torch.profiler's Python events (`--stack`) name functions, not the line running inside them:
 all of a cell's own code is one `<module>` frame. So while the profiled run goes, the stack of
-the thread running the cell is sampled about every millisecond, from the cell's own frame
+the thread running the cell is sampled every few milliseconds, from the cell's own frame
 inwards, with the line of each frame, and stamped with `time.perf_counter_ns()`. The stamps
 go onto the trace's clock through a marker the profiler records (capture/profiler.py), so
 each sample falls inside the trace's gaps and ops.
@@ -10,11 +10,11 @@ each sample falls inside the trace's gaps and ops.
 Two ways to take a sample:
 - "signal" (the default where it can run: POSIX, the cell on the main thread, SIGALRM and
   the real-time interval timer unused): the kernel's interval timer sends SIGALRM every
-  period and the handler, run by the cell's own thread between two bytecodes, reads the
+  3 ms and the handler, run by the cell's own thread between two bytecodes, reads the
   frame it interrupted. No lock is waited for. A C call that blocks (a GPU sync in
   `.item()`, a long op) delays the handler until it returns, while the frame still shows
   the line that made the call, so each sample stands for the time since the one before.
-- "thread" (elsewhere): a daemon thread wakes every period and reads the cell thread's frame
+- "thread" (elsewhere): a daemon thread wakes every 1 ms and reads the cell thread's frame
   from `sys._current_frames()`. It needs the GIL to look, and a cell that calls many small
   torch ops (each releases the GIL and takes it straight back) can keep it waiting for
   milliseconds; its samples then land mostly on those calls' lines. Each sample stands for
@@ -36,8 +36,13 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
-# How often the sampler looks, and the switch interval while it runs (seconds).
-PERIOD_S = 0.001
+# How often the sampler looks (seconds): the signal sampler every 3 ms, because on the
+# benchmark machine delivering SIGALRM every 1 ms cost 6-8% of a training loop of small ops
+# even with an empty handler (2-3% every 3 ms; benchmarks/RESULTS.md, section 11); the
+# sampling thread, whose wake-ups cost less, every 1 ms. And the switch interval while the
+# thread samples.
+SIGNAL_PERIOD_S = 0.003
+THREAD_PERIOD_S = 0.001
 SWITCH_INTERVAL_S = 0.0005
 # A sample due more than this many periods ago is late.
 LATE_PERIODS = 3
@@ -56,13 +61,14 @@ class LineSampler:
     the cell starts, after it ends) are dropped. `mode` forces "signal" or "thread"; by
     default the signal sampler runs wherever it can (see the module)."""
 
-    def __init__(self, cell_code: CodeType, *, period_s: float = PERIOD_S,
+    def __init__(self, cell_code: CodeType, *, period_s: float | None = None,
                  mode: str | None = None) -> None:
         if mode not in (None, "signal", "thread"):
             raise ValueError(f"mode must be 'signal' or 'thread', got {mode!r}")
         self.cell_code = cell_code
-        self.period_s = period_s
         self.mode = mode or ("signal" if signal_sampling_possible() else "thread")
+        self.period_s = period_s or (SIGNAL_PERIOD_S if self.mode == "signal"
+                                     else THREAD_PERIOD_S)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._running = False

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -182,10 +183,25 @@ def _report(cells: CellCompiler, stats: TimingStats, artifact: dict[str, Any] | 
 def _samplers(code: Any, args: Any, cuda: bool) -> list[tuple[str, Sampler]]:
     """Return what samples beside the profiled run: the utilisation of the machine, and
     with --stack the Python line the cell runs (keyed as the trace stores them)."""
-    samplers: list[tuple[str, Sampler]] = [("utilisation", UtilisationSampler(cuda=cuda))]
+    samplers: list[tuple[str, Sampler]] = [
+        ("utilisation", UtilisationSampler(cuda=cuda, device_index=_nvml_index(cuda)))]
     if args.stack:
         samplers.append(("samples", LineSampler(code)))
     return samplers
+
+
+def _nvml_index(cuda: bool) -> int:
+    """Return NVML's index of the current CUDA device. NVML numbers GPUs as the driver does
+    and ignores CUDA_VISIBLE_DEVICES, so a list of indices there maps CUDA's numbering onto
+    NVML's (GPU UUIDs there are not mapped: the current index is used)."""
+    if not cuda:
+        return 0
+    current = int(torch.cuda.current_device())
+    visible = [p.strip() for p in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+               if p.strip()]
+    if current < len(visible) and visible[current].isdigit():
+        return int(visible[current])
+    return current
 
 
 def _sampling_notes(artifact: dict[str, Any]) -> list[str]:

@@ -34,6 +34,10 @@ from typing import Any
 
 # The shortest period: a few hundred samples per second at most.
 MIN_PERIOD_S = 0.0025
+# The default: 50 samples a second. Every 10 ms cost 1-2% of a GIL-bound cell on the
+# benchmark machine (each sample takes the GIL); every 20 ms stayed within its noise
+# (benchmarks/RESULTS.md, section 11).
+PERIOD_S = 0.02
 # Most samples kept: past it every other sample is dropped and the period doubles (the CPU
 # counters are cumulative, so dropping a sample merges two intervals exactly), so an hour-long
 # cell keeps about as many samples as a two-minute one.
@@ -139,7 +143,7 @@ class UtilisationSampler:
     """
 
     def __init__(self, *, cuda: bool = False, device_index: int = 0,
-                 period_s: float = 0.01) -> None:
+                 period_s: float = PERIOD_S) -> None:
         if not (isinstance(period_s, (int, float)) and math.isfinite(period_s)
                 and period_s > 0):
             raise ValueError(f"period_s must be a positive number of seconds, got {period_s!r}")

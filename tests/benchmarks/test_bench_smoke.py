@@ -162,7 +162,7 @@ def test_run_quick_writes_results(tmp_path: Path) -> None:
     env = dict(os.environ, KINETO_LOG_LEVEL="6", MPLBACKEND="Agg")
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "run.py"), "--quick",
-         "--only", "overhead,accuracy,traces,json,snapshots,training",
+         "--only", "overhead,accuracy,traces,json,snapshots,training,samplers",
          "--traces-dir", str(traces), "--hta-python", str(tmp_path / "no-hta"),
          "--big-trace-mb", "1", "--big-snapshot-mb", "1", "--out", str(out),
          "--cache-dir", str(tmp_path / "cache")],
@@ -172,9 +172,11 @@ def test_run_quick_writes_results(tmp_path: Path) -> None:
     text = out.read_text()
     for title in ("1. Overhead", "2. Timing accuracy", "3. Trace analysis",
                   "JSON library choice", "4. Snapshot analysis",
-                  "10. %%gpuprofile on a real training cell"):
+                  "10. %%gpuprofile on a real training cell",
+                  "11. Samplers beside the profiled run"):
         assert f"## {title}" in text
     assert "This comparison failed" not in text
+    assert "| cell | variant | profiled run | vs none |" in text
     assert "HTA venv not available" in text
     for p in traces.iterdir():
         assert f"`{p.name}`" in text

@@ -1,0 +1,503 @@
+"""Comparison 11: what the samplers beside the profiled run cost, and what the hotspots cost.
+
+Beside the one run `%%gpuprofile` makes under torch.profiler ("the profiled run"), the
+UtilisationSampler always samples the machine (a daemon thread, 10 ms), and with `--stack`
+the LineSampler samples the cell's Python line (SIGALRM every 3 ms on the main thread by default,
+a thread elsewhere). Both are measured the way the magic runs them:
+`profile_cell(run, runs=1, stack=True, cuda=False, samplers=...)`, `run` exec'ing the cell's
+compiled code object in a namespace, as a notebook cell runs, with
+
+- no samplers (the reference);
+- the line sampler alone, signal mode (the default) and thread mode;
+- the utilisation sampler alone, every 10 ms (the default) and every 20 ms;
+- both, as the magic makes them (`UtilisationSampler(cuda=False)`, `LineSampler(code)`);
+- two controls that sample nothing: a thread that only wakes every 10 ms (what a second
+  Python thread alone changes), and SIGALRM every 1 ms with an empty handler (what
+  delivering the signal costs, apart from taking the sample),
+
+on three cells of ~150 ms: a small torch MLP training loop (forward, backward, SGD step), a
+pure-Python loop, and a per-sample loop of tiny torch ops mixed with Python. The variants
+are interleaved round by round (in a new random order every round, seeded, so no variant
+always follows the same one; an untimed gc.collect() before each call), and each call is
+timed twice with perf_counter_ns: the run inside the profiler (wrapping `run`: what the
+targets judge) and the whole `profile_cell` call (profiler start and stop, the samplers'
+start and stop, the trace's export, the samples' record).
+
+Then the hotspots' cost on the largest shared trace with python_function events: load_trace,
+compute_hotspots, the full analyze (with hotspots, and with compute_hotspots replaced by one
+returning None) and the displayed bundle, (analyze + display) / load per run.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import random
+import signal
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from types import CodeType
+from typing import Any
+
+from benchmarks.config import BenchConfig, Section, Target
+from benchmarks.overhead import precision
+
+TITLE = "11. Samplers beside the profiled run"
+# The largest shared trace with python_function events (with_stack=True).
+HOTSPOT_TRACE = "tracelens/tests/traces/mi300/resnet_act_checkpoint.json.gz"
+# Length of each cell's run inside the profiler (s) in a full run: long enough for the
+# sampling periods to repeat many times, short enough that exporting the profiler's trace
+# (seconds for the tiny-ops cell, whose trace holds every op) keeps the rounds affordable.
+TARGET_S = 0.15
+# The issue's goals, as fractions of the profiled run.
+LINE_GOAL = 0.03
+UTIL_GOAL = 0.01
+
+SETUP = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Linear(256, 256), torch.nn.ReLU(),
+    torch.nn.Linear(256, 256), torch.nn.ReLU(),
+    torch.nn.Linear(256, 10),
+)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+loss_fn = torch.nn.CrossEntropyLoss()
+x = torch.randn(64, 256)
+y = torch.randint(0, 10, (64,))
+data = torch.randn(4096, 16)
+w = torch.randn(16)
+"""
+
+# name -> (cell body with {n}, n in quick mode, first guess of n in a full run).
+CELLS = {
+    "torch MLP training loop (256 wide, batch 64, SGD)": (
+        "for step in range({n}):\n"
+        "    opt.zero_grad(set_to_none=True)\n"
+        "    loss = loss_fn(model(x), y)\n"
+        "    loss.backward()\n"
+        "    opt.step()\n", 2, 20),
+    "pure-Python loop": (
+        "total = 0\n"
+        "for i in range({n}):\n"
+        "    total += i * i % 7\n", 20_000, 500_000),
+    "per-sample loop of tiny torch ops": (
+        "out = []\n"
+        "for i in range({n}):\n"
+        "    row = data[i % 4096]\n"
+        "    s = float((row * w).sum())\n"
+        "    if s > 0:\n"
+        "        out.append(round(s * s, 3))\n", 40, 1_000),
+}
+
+NONE = "none"
+LINE_SIGNAL = "line sampler, signal mode (3 ms)"
+LINE_THREAD = "line sampler, thread mode (1 ms)"
+UTIL_10 = "utilisation sampler (10 ms)"
+UTIL_20 = "utilisation sampler (20 ms)"
+BOTH = "both, as the magic makes them"
+IDLE = "control: a thread that wakes every 10 ms and does nothing"
+ALARM = "control: SIGALRM every 1 ms, empty handler"
+
+
+class _IdleThread:
+    """Control: a second Python thread beside the run, without sampling anything."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.01):
+            pass
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def record(self, to_trace_us: Callable[[int], float]) -> dict[str, Any]:
+        return {}
+
+
+class _EmptyAlarm:
+    """Control: the signal sampler's interval timer and signal, with a handler that does
+    nothing (what delivering the signal costs, apart from the sample)."""
+
+    def __init__(self, period_s: float = 0.001) -> None:
+        self.period_s = period_s
+        self._old: Any = None
+
+    def start(self) -> None:
+        self._old = signal.signal(signal.SIGALRM, lambda signum, frame: None)
+        signal.setitimer(signal.ITIMER_REAL, self.period_s, self.period_s)
+
+    def stop(self) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0.0, 0.0)
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        signal.signal(signal.SIGALRM, self._old)
+
+    def record(self, to_trace_us: Callable[[int], float]) -> dict[str, Any]:
+        return {}
+
+
+def _variants() -> dict[str, Callable[[CodeType], list[tuple[str, Any]]]]:
+    from gpuprof_nb.capture.sampling import LineSampler, signal_sampling_possible
+    from gpuprof_nb.capture.utilisation import UtilisationSampler
+
+    variants: dict[str, Callable[[CodeType], list[tuple[str, Any]]]] = {
+        NONE: lambda code: [],
+        LINE_SIGNAL: lambda code: [("samples", LineSampler(code, mode="signal"))],
+        LINE_THREAD: lambda code: [("samples", LineSampler(code, mode="thread"))],
+        UTIL_10: lambda code: [("utilisation", UtilisationSampler(cuda=False, period_s=0.01))],
+        UTIL_20: lambda code: [("utilisation", UtilisationSampler(cuda=False, period_s=0.02))],
+        BOTH: lambda code: [("utilisation", UtilisationSampler(cuda=False)),
+                            ("samples", LineSampler(code))],
+        IDLE: lambda code: [("control", _IdleThread())],
+        ALARM: lambda code: [("control", _EmptyAlarm())],
+    }
+    if not signal_sampling_possible():  # not the main thread, or SIGALRM taken
+        del variants[LINE_SIGNAL], variants[ALARM]
+    return variants
+
+
+def _call(code: CodeType, ns: dict[str, Any],
+          samplers: list[tuple[str, Any]]) -> tuple[int, int, dict[str, Any]]:
+    """One profile_cell call as the magic makes it; return (ns of the run inside the
+    profiler, ns of the whole call, what the samplers recorded)."""
+    from gpuprof_nb.capture.profiler import profile_cell
+    from gpuprof_nb.io.cells import KEY
+
+    box: list[int] = []
+    clock = time.perf_counter_ns
+
+    def run() -> None:
+        t0 = clock()
+        exec(code, ns)  # noqa: S102 - the benchmark's own cell, as a notebook runs it
+        box.append(clock() - t0)
+
+    gc.collect()
+    t0 = clock()
+    artifact = profile_cell(run, runs=1, stack=True, cuda=False, samplers=samplers)
+    outer = clock() - t0
+    own = artifact.get(KEY, {})
+    return box[0], outer, {key: own.get(key) for key, _ in samplers}
+
+
+def _sized(body: str, n: int, ns: dict[str, Any], target_s: float) -> tuple[int, CodeType]:
+    """Return (n, code) with n chosen so the run inside the profiler (no samplers) takes
+    about target_s."""
+    for _ in range(3):
+        code = compile(body.format(n=n), "<bench-cell>", "exec")
+        took = min(_call(code, ns, [])[0] for _ in range(2)) / 1e9
+        if abs(took / target_s - 1) < 0.15:
+            break
+        n = max(1, round(n * target_s / max(took, 1e-6)))
+    return n, compile(body.format(n=n), "<bench-cell>", "exec")
+
+
+def measure_cells(cfg: BenchConfig, rounds: int) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Per cell: n, and per variant the inner and outer ns of each round and the samples
+    per second of each sampler (key -> list); plus the samplers' notes and errors (the
+    first of each cell and variant, with how many of its calls noted something)."""
+    import torch
+
+    torch.set_num_threads(cfg.threads)
+    variants = _variants()
+    noted: dict[tuple[str, str], list[Any]] = {}  # (cell, variant) -> [first note, calls]
+    rng = random.Random(0)
+    results: dict[str, dict[str, Any]] = {}
+    for name, (body, quick_n, first_n) in CELLS.items():
+        ns: dict[str, Any] = {"__name__": "__main__"}
+        exec(compile(SETUP, "<bench-setup>", "exec"), ns)  # noqa: S102
+        if cfg.quick:
+            n, code = quick_n, compile(body.format(n=quick_n), "<bench-cell>", "exec")
+        else:
+            n, code = _sized(body, first_n, ns, TARGET_S)
+        for make in variants.values():  # untimed: each sampler's first use
+            _call(code, ns, make(code))
+        inner: dict[str, list[int]] = {v: [] for v in variants}
+        outer: dict[str, list[int]] = {v: [] for v in variants}
+        rates: dict[str, dict[str, list[float]]] = {v: {} for v in variants}
+        labels = list(variants)
+        for _ in range(rounds):
+            rng.shuffle(labels)
+            for label in labels:
+                t_in, t_out, records = _call(code, ns, variants[label](code))
+                inner[label].append(t_in)
+                outer[label].append(t_out)
+                said: list[str] = []
+                for key, record in records.items():
+                    if not isinstance(record, dict) or "ts_us" not in record:
+                        continue
+                    count = len(record.get("ts_us") or ())
+                    rates[label].setdefault(key, []).append(count / (t_in / 1e9))
+                    for field in ("error", "notes"):
+                        value = record.get(field)
+                        said += [value] if isinstance(value, str) else list(value or ())
+                if said:
+                    entry = noted.setdefault((name, label), [said[0], 0])
+                    entry[1] += 1
+        results[name] = {"n": n, "inner": inner, "outer": outer, "rates": rates}
+    notes = [f"{cell}, {label} ({calls} of {rounds} calls; the first said): {text}"
+             for (cell, label), (text, calls) in noted.items()]
+    return results, notes
+
+
+def _ratios(values: list[int], reference: list[int]) -> list[float]:
+    return [v / ref - 1 for v, ref in zip(values, reference, strict=True)]
+
+
+def _pct(values: list[float]) -> str:
+    error = precision(values)
+    spread = f" (± {error:.1%})" if not math.isnan(error) else ""
+    return f"{statistics.median(values):+.1%}{spread}"
+
+
+def _ms(ns_values: list[int]) -> str:
+    return f"{statistics.median(ns_values) / 1e6:.1f} ms"
+
+
+def _iqr_pct(values: list[int]) -> str:
+    if len(values) < 4:
+        return "-"
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return f"{(q3 - q1) / statistics.median(values):.1%}"
+
+
+def measure_hotspots(cfg: BenchConfig, rounds: int) -> dict[str, Any] | None:
+    """load / compute_hotspots / analyze (with and without hotspots) / display on the
+    hotspot trace, `rounds` runs after an untimed one; None when the trace is absent."""
+    path = cfg.traces_dir / HOTSPOT_TRACE
+    if not path.is_file():
+        return None
+    import gpuprof_nb.analysis.report as report_mod
+    from benchmarks.child import _import_display_layer
+    from gpuprof_nb.analysis.hotspots import compute_hotspots
+    from gpuprof_nb.analysis.timeline import device_timeline
+    from gpuprof_nb.io.trace import load_trace
+
+    _import_display_layer()
+    clock = time.perf_counter_ns
+    original = report_mod.compute_hotspots
+
+    def timed(fn: Callable[[], Any]) -> tuple[Any, int]:
+        gc.collect()
+        t0 = clock()
+        value = fn()
+        return value, clock() - t0
+
+    def analyze_display(trace: Any, with_hotspots: bool) -> tuple[int, int, bool]:
+        report_mod.compute_hotspots = original if with_hotspots else (lambda *a: None)
+        try:
+            report, t_analyze = timed(lambda: report_mod.analyze(trace))
+        finally:
+            report_mod.compute_hotspots = original
+        _, t_display = timed(report._repr_mimebundle_)
+        return t_analyze, t_display, report.hotspots is not None
+
+    out: dict[str, Any] = {"path": path, "bytes": _json_bytes(path), "load": [],
+                           "hotspots": [], "with": [], "without": []}
+    for r in range(rounds + 1):
+        trace, t_load = timed(lambda: load_trace(path))
+        timeline = device_timeline(trace)
+        found, t_hot = timed(partial(compute_hotspots, trace, timeline))
+        order = (True, False) if r % 2 == 0 else (False, True)
+        stages = {w: analyze_display(trace, w) for w in order}
+        if r == 0:  # untimed: first display, lazy imports
+            out["events"] = found.samples if found is not None else 0
+            out["granularity"] = found.granularity if found is not None else "-"
+            continue
+        out["load"].append(t_load)
+        out["hotspots"].append(t_hot)
+        out["with"].append(stages[True])
+        out["without"].append(stages[False])
+        out["shown"] = stages[True][2]
+    return out
+
+
+def _json_bytes(path: Path) -> int:
+    import gzip
+
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "rb") as fh:
+            return sum(len(chunk) for chunk in iter(lambda: fh.read(1 << 20), b""))
+    return path.stat().st_size
+
+
+def _machine_line() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            virtual = " hypervisor" in fh.read()
+    except OSError:
+        virtual = False
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    kind = "a shared virtual machine" if virtual else "this machine"
+    return (f"Measured on {kind} with {os.cpu_count()} CPUs (load average 1/5/15 min at the "
+            f"end of the cell rounds: {load}): other work on it shows up as noise, of the "
+            "order of the 1-3% being judged; the noise floor column gives the spread of the "
+            "reference runs (interquartile range, % of their median), and each overhead is "
+            "the median over rounds of that round's ratio, ± the standard error of that "
+            "median.")
+
+
+def run(cfg: BenchConfig) -> Section:
+    """Measure the samplers on the cells and the hotspots on the trace; return the section."""
+    rounds = max(cfg.repeats, 1) if cfg.quick else max(cfg.repeats, 11)
+    cells, notes = measure_cells(cfg, rounds)
+    machine = _machine_line()
+    hot = measure_hotspots(cfg, max(cfg.repeats, 1) if cfg.quick else max(cfg.repeats, 7))
+    return _section(cfg, cells, notes, hot, rounds, machine)
+
+
+def _section(cfg: BenchConfig, cells: dict[str, dict[str, Any]], notes: list[str],
+             hot: dict[str, Any] | None, rounds: int, machine: str) -> Section:
+    med = statistics.median
+    signal_ok = hasattr(signal, "setitimer")
+    lines = [
+        "Each sampler beside the profiled run, as `%%gpuprofile` runs it: "
+        "`profile_cell(run, runs=1, stack=True, cuda=False, samplers=...)`, `run` exec'ing "
+        "the cell's compiled code object in a namespace as a notebook cell runs (torch "
+        f"threads: {cfg.threads}), with two controls that sample nothing. {rounds} "
+        "interleaved rounds, the order of the variants "
+        "shuffled every round (seeded), an untimed `gc.collect()` before each call and one untimed "
+        "call of each variant first. *Profiled run* = the run inside the profiler (timed by "
+        "wrapping `run`), what the targets judge; *profile_cell call* = the whole call "
+        "(profiler start and stop, the samplers' start and stop, the trace's export, the "
+        "samples' record). Samples/s = samples recorded over the profiled run's time "
+        "(line sampler: only samples taken while the cell runs are kept; utilisation: "
+        "intervals recorded).",
+        "",
+        machine,
+        "",
+        "| cell | variant | profiled run | vs none | profile_cell call | vs none "
+        "| samples/s | noise floor |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    worst: dict[str, tuple[float, str]] = {}
+    for name, c in cells.items():
+        inner, outer, rates = c["inner"], c["outer"], c["rates"]
+        for label in inner:
+            if label == NONE:
+                ratio_in = ratio_out = "-"
+            else:
+                r_in = _ratios(inner[label], inner[NONE])
+                ratio_in = _pct(r_in)
+                ratio_out = _pct(_ratios(outer[label], outer[NONE]))
+                if med(r_in) > worst.get(label, (-math.inf, ""))[0]:
+                    worst[label] = (med(r_in), name)
+            rate = ", ".join(f"{key} {med(v):.0f}" for key, v in rates[label].items()) or "-"
+            lines.append(
+                f"| {name} (n={c['n']:,}) | {label} | {_ms(inner[label])} | {ratio_in} "
+                f"| {_ms(outer[label])} | {ratio_out} | {rate} "
+                f"| {_iqr_pct(inner[NONE]) if label == NONE else ''} |")
+    on_top = {name: _ratios(c["inner"][BOTH], c["inner"][UTIL_20]) for name, c in cells.items()}
+    for name, values in on_top.items():
+        if med(values) > worst.get("on top", (-math.inf, ""))[0]:
+            worst["on top"] = (med(values), name)
+    lines += [
+        "",
+        "The controls sample nothing: the idle thread shows what a second Python thread "
+        "alone changes in the profiled run (the thread-mode line sampler's and the "
+        "utilisation sampler's rows include it), and the empty SIGALRM handler shows what "
+        "delivering the signal every 1 ms costs apart from taking the sample (the "
+        "signal-mode rows include it). A negative overhead means the runs were faster with "
+        "it than without.",
+        "",
+        "What `--stack`'s line sampler adds in the magic, where the utilisation sampler "
+        "always runs (both as the magic makes them vs the utilisation sampler alone, "
+        "20 ms, round by round): " + "; ".join(
+            f"{name} {_pct(values)}" for name, values in on_top.items()) + ".",
+    ]
+    if notes:
+        lines += ["", "What the samplers noted: " + "; ".join(notes[:8]) + "."]
+    if not signal_ok or LINE_SIGNAL not in next(iter(cells.values()))["inner"]:
+        lines += ["", "The signal sampler could not run here (no SIGALRM interval timer, or "
+                  "not the main thread): the magic falls back to thread mode."]
+    lines += ["", *_hotspot_lines(cfg, hot)]
+    targets = _targets(worst, hot, cfg.quick)
+    return Section(TITLE, "\n".join(lines), targets)
+
+
+def _after_load(hot: dict[str, Any], variant: str) -> float:
+    """(analyze + display) / load: the median over runs of each run's ratio."""
+    return statistics.median((a + d) / load for (a, d, _), load
+                             in zip(hot[variant], hot["load"], strict=True))
+
+
+def _hotspot_lines(cfg: BenchConfig, hot: dict[str, Any] | None) -> list[str]:
+    if hot is None:
+        return [f"Hotspots: `{HOTSPOT_TRACE}` not found under `{cfg.traces_dir}`; skipped."]
+    med = statistics.median
+    load = hot["load"]
+    with_a = [a for a, _, _ in hot["with"]]
+    with_d = [d for _, d, _ in hot["with"]]
+    wo_a = [a for a, _, _ in hot["without"]]
+    wo_d = [d for _, d, _ in hot["without"]]
+    after_with, after_wo = _after_load(hot, "with"), _after_load(hot, "without")
+
+    def ms(values: list[int]) -> str:
+        return f"{med(values) / 1e6:.0f} ms"
+
+    return [
+        f"Hotspots on `{HOTSPOT_TRACE}` ({hot['bytes'] / 2**20:.0f} MB of JSON, "
+        f"{hot['events']:,} python_function events on its main thread, "
+        f"{hot['granularity']} granularity), in this process: {len(load)} runs after an "
+        "untimed one, an untimed `gc.collect()` before each stage; *without* replaces "
+        "`analysis.report.compute_hotspots` with a function returning None (no Hotspots "
+        "tab); (analyze + display) / load is the median over runs of each run's ratio. "
+        f"compute_hotspots alone: min {min(hot['hotspots']) / 1e6:.0f} ms, median "
+        f"{ms(hot['hotspots'])}.",
+        "",
+        "| variant | load | analyze | display | (analyze + display) / load |",
+        "|---|---|---|---|---|",
+        f"| with hotspots (as analyze runs) | {ms(load)} | {ms(with_a)} | {ms(with_d)} "
+        f"| {after_with:.2f}x |",
+        f"| without hotspots | {ms(load)} | {ms(wo_a)} | {ms(wo_d)} | {after_wo:.2f}x |",
+        "",
+        f"Hotspots add {(med(with_a) + med(with_d) - med(wo_a) - med(wo_d)) / 1e6:.0f} ms "
+        f"to analyze + display, {after_with - after_wo:+.2f}x of the load.",
+    ]
+
+
+def _targets(worst: dict[str, tuple[float, str]], hot: dict[str, Any] | None,
+             quick: bool) -> tuple[Target, ...]:
+    """The issue's goals (a) and (b) on the worst cell, and (c) on the hotspot trace; a
+    --quick run's cells last milliseconds, so its overheads are shown, not judged."""
+    line_label = LINE_SIGNAL if LINE_SIGNAL in worst else LINE_THREAD
+    targets = []
+    for label, name, goal in (
+            (line_label, f"{line_label}: added to the profiled run (worst cell)", LINE_GOAL),
+            (UTIL_20, "utilisation sampler (20 ms, the default): added to the profiled run "
+                      "(worst cell)", UTIL_GOAL)):
+        if label in worst:
+            value, cell = worst[label]
+            targets.append(Target(
+                name, f"{value:+.1%} ({cell})" + ("; quick run, not judged" if quick else ""),
+                f"under {goal:.0%}", None if quick else value < goal))
+        else:
+            targets.append(Target(name, "not measured", f"under {goal:.0%}", None))
+    for label, name in (
+            (BOTH, "both samplers as the magic makes them (--stack): added to the profiled "
+                   "run (worst cell)"),
+            ("on top", "line sampler on top of the utilisation sampler (what --stack adds "
+                       "in the magic, worst cell)")):
+        if label in worst:
+            value, cell = worst[label]
+            targets.append(Target(name, f"{value:+.1%} ({cell})",
+                                  "informational (no goal set)", None))
+    name = "hotspots trace: (analysis + display) / load, hotspots included"
+    if hot is None:
+        targets.append(Target(name, "trace not found; skipped", "<= 1x the load", None))
+    else:
+        after = _after_load(hot, "with")
+        targets.append(Target(name, f"{after:.2f}x ({Path(HOTSPOT_TRACE).name})",
+                              "<= 1x the load", after <= 1.0))
+    return tuple(targets)

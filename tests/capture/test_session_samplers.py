@@ -1,0 +1,35 @@
+"""What samples beside `%%gpuprofile`'s profiled run: the utilisation always, the Python line
+with --stack; and which GPU NVML is asked about when CUDA_VISIBLE_DEVICES renumbers them."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpuprof_nb.capture import session  # noqa: E402
+from gpuprof_nb.capture.sampling import LineSampler  # noqa: E402
+from gpuprof_nb.capture.utilisation import UtilisationSampler  # noqa: E402
+
+
+def test_stack_adds_the_line_sampler() -> None:
+    code = compile("pass", "<c>", "exec")
+    plain = session._samplers(code, SimpleNamespace(stack=False), cuda=False)
+    assert [(k, type(s)) for k, s in plain] == [("utilisation", UtilisationSampler)]
+    stacked = session._samplers(code, SimpleNamespace(stack=True), cuda=False)
+    assert [(k, type(s)) for k, s in stacked] == [("utilisation", UtilisationSampler),
+                                                  ("samples", LineSampler)]
+    assert stacked[1][1].cell_code is code
+
+
+@pytest.mark.parametrize("visible, current, expected", [
+    ("", 1, 1), ("3,5", 1, 5), ("3, 5", 0, 3), ("GPU-0a1b,GPU-2c3d", 1, 1), ("7", 0, 7),
+])
+def test_nvml_index_follows_cuda_visible_devices(monkeypatch, visible, current,
+                                                 expected) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
+    assert session._nvml_index(True) == expected
+    assert session._nvml_index(False) == 0
