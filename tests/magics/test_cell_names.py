@@ -63,7 +63,7 @@ def test_hotspots_name_the_cell_function(kernel_ip, tmp_path) -> None:
     ip.execution_count = 52
     ip.run_cell_magic("gpuprofile", "-o r --quiet --stack --warmup 0 --repeat 1 --number 1",
                       "import torch\nt = torch.ones(4)\nfor _ in range(20):\n"
-                      "    spin(3000)\n    t = t + 1\n")
+                      "    spin(30000)\n    t = t + 1\n")
     r = ip.user_ns["r"]
     title = r.diagnosis.finding("python_overhead").title
     # The line sampler names the line inside the function the earlier cell defined.

@@ -81,7 +81,7 @@ def test_sleep_between_ops_is_the_top_line(ipython_shell) -> None:
 
 
 def test_per_sample_loop_is_the_top_line(ipython_shell) -> None:
-    r = profile(ipython_shell, 63, "batch = torch.randn(300, 16)\nw = torch.randn(16, 16)\n"
+    r = profile(ipython_shell, 63, "batch = torch.randn(3000, 16)\nw = torch.randn(16, 16)\n"
                 "outs = [torch.relu(row @ w).sum() for row in batch]\n"
                 "total = torch.stack(outs).sum()\n")
     # The comprehension's own frame is part of its line.

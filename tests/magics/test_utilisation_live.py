@@ -40,9 +40,10 @@ def test_utilisation_agrees_with_the_trace(ipython_shell) -> None:
     in_ops = u.mean_over("process", busy_lo, busy_hi)
     asleep = u.mean_over("process", sleep.start_us + 30_000, sleep.end_us - 20_000)
     assert in_ops is not None and asleep is not None
-    # CPU time, not wall time: on a loaded machine the busy stretch still spent its CPU.
-    assert in_ops > 0.5, (in_ops, asleep)
-    assert asleep < 0.25, (in_ops, asleep)
+    # CPU time of this process: a loaded machine gives the busy stretch less than a core
+    # (about 0.5 with two other busy processes on 2 cores), the sleep close to none.
+    assert asleep < 0.2, (in_ops, asleep)
+    assert in_ops > max(0.25, 5 * asleep), (in_ops, asleep)
     # The Timeline draws the strip and prints its numbers.
     section = timeline_section(r.timeline, r.trace, r.hotspots)
     assert "gp-util" in section.html
