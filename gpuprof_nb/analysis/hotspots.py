@@ -28,7 +28,7 @@ from operator import attrgetter
 import numpy as np
 
 from gpuprof_nb.analysis.intervals import nearest_previous_at_least
-from gpuprof_nb.analysis.sources import is_cell_file, source_label
+from gpuprof_nb.analysis.sources import is_cell_file, profiler_frame_parts, source_label
 from gpuprof_nb.model.samples import Frame, StackSamples
 from gpuprof_nb.model.trace import Op, Trace
 from gpuprof_nb.results.hotspots import FlameNode, FrameKind, HotLine, Hotspots
@@ -40,7 +40,6 @@ MAX_LINES = 50
 MAX_NODES = 400
 MIN_NODE_SHARE = 0.002
 
-_PROFILER_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
 _STDLIB = re.compile(r"[\\/]lib[\\/]python\d+(?:\.\d+)?[\\/]|[\\/]Lib[\\/]")
 _LIBRARY = re.compile(r"[\\/](?:site|dist)-packages[\\/]")
 _TORCH = re.compile(r"(?:^|[\\/])(?:torch|torchvision|torchaudio|triton)[\\/]")
@@ -277,10 +276,8 @@ def _from_python_events(trace: Trace, gaps: _Gaps
 def _event_frame(name: str) -> Frame:
     """Return the frame a python_function event names (`path(line): function`); a built-in
     call (`<built-in method ...>`) is a frame without a file."""
-    m = _PROFILER_FRAME.match(name)
-    if m is None:
-        return Frame("", 0, name)
-    return Frame(m.group(1), int(m.group(2)), m.group(3))
+    parts = profiler_frame_parts(name)
+    return Frame(*parts) if parts else Frame("", 0, name)
 
 
 # Code objects Python makes for parts of one line: their time is the line's.

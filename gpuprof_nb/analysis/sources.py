@@ -85,5 +85,12 @@ def profiler_frame_label(name: str, cells: Mapping[str, int]) -> str:
 
 def profiler_frame_file(name: str) -> str | None:
     """Return the file of a python_function event name, or None for a built-in call."""
+    parts = profiler_frame_parts(name)
+    return parts[0] if parts else None
+
+
+def profiler_frame_parts(name: str) -> tuple[str, int, str] | None:
+    """Return (file, line, function) of a python_function event name, or None for a
+    built-in call (`<built-in method ...>`)."""
     m = _PROFILER_FRAME.match(name)
-    return m.group(1) if m else None
+    return (m.group(1), int(m.group(2)), m.group(3)) if m else None
