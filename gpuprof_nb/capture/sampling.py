@@ -72,6 +72,7 @@ class LineSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._running = False
+        self._in_handler = False
         self._target = 0
         self._old_switch: float | None = None
         self._old_handler: Any = None
@@ -143,13 +144,20 @@ class LineSampler:
         self._of.append(sid)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # A signal that comes while this handler runs (a slow sample on a loaded machine)
+        # calls it again inside itself: that sample is dropped, so samples stay in time order.
+        if self._in_handler:
+            return
         now = time.perf_counter_ns()
+        self._in_handler = True
         try:
             if frame is not None and self._running:
                 self._keep(frame, now)
         except Exception as exc:  # noqa: BLE001 - never into the user's cell; noted instead
             self.error = f"{type(exc).__name__}: {exc}"
             signal.setitimer(signal.ITIMER_REAL, 0.0, 0.0)
+        finally:
+            self._in_handler = False
 
     def _loop(self) -> None:
         try:

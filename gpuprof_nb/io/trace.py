@@ -42,10 +42,10 @@ import sys
 import types
 import zlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 try:
     import msgspec
@@ -69,6 +69,8 @@ from gpuprof_nb.model.trace import (
     SyncEvent,
     Trace,
 )
+
+T = TypeVar("T")
 
 __all__ = ["load_trace", "trace_from_dict"]
 
@@ -793,6 +795,11 @@ class _Builder:
                 f"{self.negative_durations} events had negative durations; clamped to 0 us."
             )
         schema = top.get("schemaVersion")
+        # gpuprof_nb's own samples ride along with the trace: a malformed entry costs its
+        # Hotspots or utilisation strip (said in the warnings), never the trace.
+        samples = _own_entry(lambda: samples_of(top, self.source), "line samples", warnings)
+        utilisation = _own_entry(lambda: utilisation_of(top), "utilisation samples",
+                                 warnings)
         return Trace(
             source=self.source,
             ops=tuple(ops),
@@ -808,9 +815,19 @@ class _Builder:
             metadata=dict(top),
             load_warnings=tuple(warnings),
             cells=cells_of(top),
-            samples=samples_of(top, self.source),
-            utilisation=utilisation_of(top),
+            samples=samples,
+            utilisation=utilisation,
         )
+
+
+def _own_entry(read: Callable[[], T], what: str, warnings: list[str]) -> T | None:
+    """Return read() (gpuprof_nb's samples kept with the trace), or None with a warning
+    naming what was wrong when the entry is malformed."""
+    try:
+        return read()
+    except TraceFormatError as exc:
+        warnings.append(f"{exc}; the {what} were left out")
+        return None
 
 
 def _find_steps(ops: list[Op]) -> tuple[Step, ...]:

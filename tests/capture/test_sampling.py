@@ -118,3 +118,22 @@ def test_the_record_reads_back() -> None:
     texts = {f.text for f in samples.frames}
     # The cell's lines are in linecache only when registered; spin's are (a real file).
     assert texts & {"while time.perf_counter() < end:", "acc += 1"}, texts
+
+
+def test_a_signal_inside_the_handler_is_dropped() -> None:
+    """A second SIGALRM arriving while the handler runs calls it again from inside itself;
+    that sample is dropped so the samples stay in time order (they were out of order on a
+    loaded machine before)."""
+    import inspect
+
+    code = compile("pass", "<c>", "exec")
+    sampler = LineSampler(code, mode="signal")
+    sampler._running = True
+    frame = inspect.currentframe()
+    assert frame is not None
+    sampler._in_handler = True
+    sampler._on_signal(signal.SIGALRM, frame)
+    assert sampler._ts == [] and sampler._in_handler
+    sampler._in_handler = False
+    sampler._on_signal(signal.SIGALRM, frame)  # not under the cell's code: dropped too
+    assert sampler._ts == [] and not sampler._in_handler

@@ -176,3 +176,23 @@ def test_round_trip_of_a_written_dict(tmp_path: Path) -> None:
     p = tmp_path / "x.json"
     p.write_text(json.dumps(d))
     assert load_trace(p).kernels == trace_from_dict(d).kernels
+
+
+def test_malformed_own_samples_cost_only_themselves() -> None:
+    """gpuprof_nb's line and utilisation samples ride along with a trace: a malformed entry
+    is left out with a warning naming what was wrong, and the trace still loads."""
+    from gpuprof_nb.io.trace import trace_from_dict
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 0, "dur": 5,
+               "pid": 1, "tid": 1}]
+    samples = {"mode": "signal", "period_us": 3000.0, "start_us": 0.0, "end_us": 10.0,
+               "frames": [["<c>", 1, "<module>", ""]], "stacks": [[0]],
+               "ts_us": [5.0, 2.0], "stack_of": [0, 0]}
+    trace = trace_from_dict({"traceEvents": events, "gpuprof_nb": {
+        "samples": samples, "utilisation": {"ts_us": "nope"}}}, "t.json")
+    assert len(trace.ops) == 1
+    assert trace.samples is None and trace.utilisation is None
+    warned = " ".join(trace.load_warnings)
+    assert "gpuprof_nb.samples.ts_us must not decrease" in warned
+    assert "the line samples were left out" in warned
+    assert "the utilisation samples were left out" in warned

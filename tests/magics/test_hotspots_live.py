@@ -39,7 +39,7 @@ def profile(ip, number: int, cell: str, options: str = OPTIONS):
 
 def check_top_line(r, label: str, text: str) -> None:
     h = r.hotspots
-    assert h is not None and h.granularity == "line" and h.samples > 0
+    assert h is not None and h.granularity == "line" and h.samples > 0, r.notes
     top = h.lines[0]
     assert top.label.startswith(label), [(x.label, x.host_us) for x in h.lines[:5]]
     assert top.text == text
