@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from gpuprof_nb.render import svg
 from gpuprof_nb.render.bundle import report_of
-from gpuprof_nb.render.html import esc, html_table, note
+from gpuprof_nb.render.html import esc, esc_inline, html_table, note
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.timeline import CATEGORY_LABELS, HOST_CATEGORY_LABELS
@@ -158,7 +158,7 @@ def _finding_lines(title: str, findings: Sequence[Finding]) -> tuple[str, str]:
         return f"{title}: none", f"<p>{esc(title)}: none</p>"
     items = [f"[{f.severity}] {f.title} ({f.kind})" for f in findings]
     return (f"{title}:\n" + "\n".join(f"  - {i}" for i in items),
-            f"<p>{esc(title)}:</p><ul>" + "".join(f"<li>{esc(i)}</li>" for i in items)
+            f"<p>{esc(title)}:</p><ul>" + "".join(f"<li>{esc_inline(i)}</li>" for i in items)
             + "</ul>")
 
 

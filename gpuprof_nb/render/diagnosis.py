@@ -8,7 +8,7 @@ from typing import Any
 
 from gpuprof_nb.render.bundle import report_of
 from gpuprof_nb.render.evidence import evidence_rows
-from gpuprof_nb.render.html import esc, html_table, note
+from gpuprof_nb.render.html import esc, esc_inline, html_table, note
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding
@@ -26,7 +26,7 @@ def _finding_html(f: Finding) -> str:
     table = html_table(("evidence", "value"), evidence_rows(f.evidence), numeric=(False, True))
     return (f'<div class="finding" data-kind="{esc(f.kind)}">'
             f'<p><span class="sev-{esc(f.severity)}">{esc(f.severity.upper())}</span> '
-            f"<b>{esc(f.title)}</b> <code>{esc(f.kind)}</code></p>"
+            f"<b>{esc_inline(f.title)}</b> <code>{esc(f.kind)}</code></p>"
             f"{table}<p>Fix:</p><pre>{esc(f.fix)}</pre></div>")
 
 
@@ -34,7 +34,7 @@ def diagnosis_section(diagnosis: Diagnosis) -> Section:
     """Return the Diagnosis section: verdict, findings (severity, title, evidence, fix),
     then what could not be judged."""
     text_parts = [diagnosis.verdict or "No verdict."]
-    html_parts = [f"<p><b>{esc(diagnosis.verdict or 'No verdict.')}</b></p>"]
+    html_parts = [f"<p><b>{esc_inline(diagnosis.verdict or 'No verdict.')}</b></p>"]
     if not diagnosis.findings:
         text_parts.append("No findings.")
         html_parts.append(note("No findings."))

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from gpuprof_nb.render import svg
 from gpuprof_nb.render.bundle import report_of
-from gpuprof_nb.render.html import esc, html_table, note
+from gpuprof_nb.render.html import esc, esc_inline, html_table, note
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_num, fmt_pct, fmt_us
@@ -59,7 +59,7 @@ def hotspots_section(h: Hotspots) -> Section:
         lead = "The device waited most on:" if h.on_device else "The gaps between ops fell in:"
         text_parts.append(lead + "\n" + "\n".join(f"  {w}" for w in waiting))
         html_parts.append(f"<p>{esc(lead)}</p><ul>"
-                          + "".join(f"<li>{esc(w)}</li>" for w in waiting) + "</ul>")
+                          + "".join(f"<li>{esc_inline(w)}</li>" for w in waiting) + "</ul>")
     if h.lines:
         rows = line_rows(h)
         right = (False, False, True, True, True, True)

@@ -95,6 +95,15 @@ def esc(value: object) -> str:
     return _html.escape(str(value), quote=True)
 
 
+_BACKTICKED = re.compile(r"`([^`\n]+)`")
+
+
+def esc_inline(value: object) -> str:
+    """Return str(value) escaped for HTML text, with each `quoted` span (a line of code or
+    a label, as the text form writes it) shown as <code>."""
+    return _BACKTICKED.sub(r"<code>\1</code>", esc(value))
+
+
 # Widest short name shown in a table cell (characters), before the full name is a click away.
 SHORT_NAME_WIDTH = 80
 _OPERATOR = re.compile(r"operator\s*(?:\(\)|\[\]|->\*?|<=>|<<=?|>>=?|[-+*/%^&|~!=<>,]=?)")

@@ -12,7 +12,7 @@ import numpy as np
 from gpuprof_nb.render import svg
 from gpuprof_nb.render.bundle import report_of
 from gpuprof_nb.render.evidence import evidence_rows
-from gpuprof_nb.render.html import esc, html_table, note
+from gpuprof_nb.render.html import esc, esc_inline, html_table, note
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct
@@ -68,7 +68,7 @@ def findings_section(report: MemoryReport) -> Section:
         html.append(
             f'<div class="finding" data-kind="{esc(f.kind)}"><p>'
             f'<span class="sev-{esc(f.severity)}">{esc(f.severity.upper())}</span> '
-            f"<b>{esc(f.title)}</b> <code>{esc(f.kind)}</code></p>"
+            f"<b>{esc_inline(f.title)}</b> <code>{esc(f.kind)}</code></p>"
             + html_table(("evidence", "value"), rows, numeric=(False, True))
             + f"<p>Fix: {esc(f.fix)}</p></div>"
         )

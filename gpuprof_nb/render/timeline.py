@@ -18,7 +18,7 @@ from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.render import svg
 from gpuprof_nb.render.bundle import report_of
 from gpuprof_nb.render.hotspots import waiting_lines
-from gpuprof_nb.render.html import esc, html_table, note
+from gpuprof_nb.render.html import esc, esc_inline, html_table, note
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_num, fmt_pct, fmt_us
@@ -108,7 +108,7 @@ def timeline_section(timeline: Timeline, trace: Trace | None,
                 else "Gaps between ops by the line of yours running")
         text_parts.append(f"{lead}:\n" + "\n".join(f"  {w}" for w in waiting))
         html_parts.append(f"<p>{esc(lead)}:</p><ul>"
-                          + "".join(f"<li>{esc(w)}</li>" for w in waiting) + "</ul>")
+                          + "".join(f"<li>{esc_inline(w)}</li>" for w in waiting) + "</ul>")
     elif hotspots is None:
         hint = ("Which lines of yours left these gaps: profile with %%gpuprofile --stack "
                 "(offline: with_stack=True).")

@@ -133,3 +133,14 @@ def test_one_label_per_stretch_of_one_cause():
     ax = plot_timeline(tl, trace).axes[0]
     labels = [t.get_text() for t in ax.texts]
     assert labels == ["dataloader"]
+
+
+def test_quoted_lines_in_titles_show_as_code_and_stay_escaped():
+    title = "Held by `In [3], line 2` (`if a < b: print(x)`): 40% of time between ops"
+    f = Finding(kind="python_overhead", severity="high", title=title, evidence={}, fix="x")
+    section = diagnosis_section(Diagnosis(findings=(f,), verdict=f"Main bottleneck: {title}"))
+    assert title in section.text  # the text form keeps the backticks
+    html = section.html
+    assert "<code>In [3], line 2</code>" in html
+    assert "<code>if a &lt; b: print(x)</code>" in html
+    assert "`" not in html and "a < b" not in html
