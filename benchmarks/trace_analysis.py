@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -34,6 +35,9 @@ REPO = Path(__file__).resolve().parent.parent
 BIG_SOURCE = "hta/tests/data/df_index_resolver/df_index_resolver.json.gz"
 # Arguments that hold ids which must stay unique per copy (flows link runtime -> kernel).
 _ID_ARGS = ("correlation", "External id", "external id", "Ev Idx")
+# A step annotation's name: each copy's steps are numbered after the previous copy's, as in
+# one longer recording (the same number in two copies would make one step span both).
+_STEP = re.compile(r"ProfilerStep#(\d+)$")
 
 
 def real_traces(traces_dir: Path) -> list[Path]:
@@ -84,10 +88,14 @@ def _max_id(events: list[dict[str, Any]]) -> int:
 def replicate_trace(source: Path, dest: Path, target_bytes: int) -> Path:
     """Write `dest` (about `target_bytes` in all): the events of `source` repeated, each
     copy shifted after the previous one in time, with flow ids, correlation and External
-    ids offset per copy, until the file reaches `target_bytes`. Metadata events and
-    top-level keys appear once. Reuses `dest` when it already exists with the right size."""
+    ids offset per copy and its `ProfilerStep#N` steps numbered after the previous copy's
+    (a longer run of the same job), until the file reaches `target_bytes`. Metadata events
+    and top-level keys appear once. Reuses `dest` when it already exists with the right
+    size."""
     stamp = dest.with_suffix(dest.suffix + ".done")
-    if dest.exists() and stamp.exists() and stamp.read_text().strip() == str(target_bytes):
+    # The stamp names how the copy was made: a file from an older recipe is made again.
+    recipe = f"{target_bytes} steps renumbered"
+    if dest.exists() and stamp.exists() and stamp.read_text().strip() == recipe:
         return dest
     doc = _load(source)
     events = doc["traceEvents"]
@@ -101,6 +109,9 @@ def replicate_trace(source: Path, dest: Path, target_bytes: int) -> Path:
     ]
     span = int(max(ends) - min(starts)) + 1000
     id_step = _max_id(timed) + 1
+    steps = [int(m.group(1)) for e in timed
+             if isinstance(e.get("name"), str) and (m := _STEP.match(e["name"]))]
+    step_step = max(steps) - min(steps) + 1 if steps else 0
     top = {k: v for k, v in doc.items() if k != "traceEvents"}
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_suffix(dest.suffix + ".tmp")
@@ -113,9 +124,12 @@ def replicate_trace(source: Path, dest: Path, target_bytes: int) -> Path:
         copy = 0
         # Stop at the event that reaches the target, so small targets (smoke tests) stay small.
         while written < target_bytes:
-            shift_ts, shift_id = copy * span, copy * id_step
+            shift_ts, shift_id, shift_step = copy * span, copy * id_step, copy * step_step
             for ev in timed:
                 ev2 = dict(ev)
+                step = _STEP.match(ev2["name"]) if isinstance(ev2.get("name"), str) else None
+                if step is not None and shift_step:
+                    ev2["name"] = f"ProfilerStep#{int(step.group(1)) + shift_step}"
                 if isinstance(ev2.get("ts"), (int, float)):
                     ev2["ts"] = ev2["ts"] + shift_ts
                 if isinstance(ev2.get("id"), int):
@@ -136,7 +150,7 @@ def replicate_trace(source: Path, dest: Path, target_bytes: int) -> Path:
             copy += 1
         out.write("\n]}\n")
     os.replace(tmp, dest)
-    stamp.write_text(str(target_bytes))
+    stamp.write_text(recipe)
     return dest
 
 
