@@ -63,9 +63,12 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab tutorials/
 
 # Benchmarks (writes benchmarks/RESULTS.md). HolisticTraceAnalysis gets its own venv under
-# benchmarks/.cache (git-ignored), never the test venv. A shorter run:
+# benchmarks/.cache (git-ignored), never the test venv. pyinstrument (pinned; not a
+# dependency of the package or its tests) goes into $(PY) for section 11, which measures its
+# sampler beside the profiled run. A shorter run:
 # `make bench BENCH_ARGS="--big-trace-mb 256 --big-snapshot-mb 256 --repeats 3"`.
 bench: $(STAMP)
+	$(PY) -m pip install --quiet "pyinstrument==5.1.3"
 	@test -f benchmarks/.cache/venv-bench/.hta-0.5.0 || { \
 	  $(PYTHON) -m venv benchmarks/.cache/venv-bench && \
 	  benchmarks/.cache/venv-bench/bin/pip install --quiet \

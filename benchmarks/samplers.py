@@ -13,7 +13,11 @@ compiled code object in a namespace, as a notebook cell runs, with
 - both, as the magic makes them (`UtilisationSampler(cuda=False)`, `LineSampler(code)`);
 - two controls that sample nothing: a thread that only wakes every 10 ms (what a second
   Python thread alone changes), and SIGALRM every 1 ms with an empty handler (what
-  delivering the signal costs, apart from taking the sample),
+  delivering the signal costs, apart from taking the sample);
+- pyinstrument's sampler, `pyinstrument.Profiler(interval=0.001)` and `(interval=0.003)` in
+  its default async mode, started and stopped around the run through the same
+  start()/stop()/record() shape (left out, with a note, where pyinstrument is not
+  installed; `make bench` installs pyinstrument 5.1.3 into the venv it runs),
 
 on three cells of ~150 ms: a small torch MLP training loop (forward, backward, SGD step), a
 pure-Python loop, and a per-sample loop of tiny torch ops mixed with Python. The variants
@@ -21,7 +25,29 @@ are interleaved round by round (in a new random order every round, seeded, so no
 always follows the same one; an untimed gc.collect() before each call), and each call is
 timed twice with perf_counter_ns: the run inside the profiler (wrapping `run`: what the
 targets judge) and the whole `profile_cell` call (profiler start and stop, the samplers'
-start and stop, the trace's export, the samples' record).
+start and stop, the trace's export, the samples' record). Each call also counts the
+`python_function` events (torch's `with_stack=True` recording) in the exported trace, and
+those inside the event torch records for the run wrapper (the cell's run).
+
+What pyinstrument 5.1.3 hooks (read from its source: `pyinstrument/stack_sampler.py`,
+`low_level/stat_profile.c`): it has no timer of its own. `Profiler.start()` calls
+`setstatprofile`, which installs a C profile function with `PyEval_SetProfile` on the
+calling thread only; CPython calls it on every call and return of a Python function and of
+a C function (and on exceptions). The function reads a clock on every such event
+(`clock_gettime(CLOCK_MONOTONIC)`; `CLOCK_MONOTONIC_COARSE` only where that clock's
+resolution is no more than the interval: 4 ms on the benchmark machine, so neither the 1 ms
+nor the 3 ms variant uses it), checks the async context variable, and once the interval has
+passed since the last sample calls back into Python (`StackSampler._sample`), which builds
+the whole stack as strings. So a stretch of code that calls nothing (a loop of arithmetic)
+is sampled only at the next call or return after it, and `stop()` installs NULL
+(`PyEval_SetProfile(NULL, NULL)`). torch.profiler's `with_stack=True` recording keeps its
+Python events through the same per-thread slot, which its `PythonTracer`
+(torch/csrc/autograd/profiler_python.cpp; `PythonTracer::setprofileAllThreads` in
+libtorch_python.so) fills on every thread with `_PyEval_SetProfile` when the profiler
+starts: the python_function counts show what pyinstrument's start() and stop() do to it
+on the cell's thread. A second run without
+torch.profiler at all (the run bare, with none, the line sampler and pyinstrument, the same
+interleaving) separates pyinstrument's own cost from what it changes in torch's recording.
 
 Then the hotspots' cost on the largest shared trace with python_function events: load_trace,
 compute_hotspots, the full analyze (with hotspots, and with compute_hotspots replaced by one
@@ -103,6 +129,15 @@ UTIL_20 = "utilisation sampler (20 ms)"
 BOTH = "both, as the magic makes them"
 IDLE = "control: a thread that wakes every 10 ms and does nothing"
 ALARM = "control: SIGALRM every 1 ms, empty handler"
+PYI_1 = "pyinstrument Profiler (1 ms)"
+PYI_3 = "pyinstrument Profiler (3 ms)"
+PYI_INTERVALS = {PYI_1: 0.001, PYI_3: 0.003}
+# Measured again with the run bare (no torch.profiler), where present.
+BARE = (NONE, LINE_SIGNAL, LINE_THREAD, PYI_1, PYI_3)
+# Shown in the python_function table, where present.
+PYFUNC = (NONE, LINE_SIGNAL, LINE_THREAD, BOTH, PYI_1, PYI_3)
+# The name of the function `_call` runs the cell in (found in the trace by it).
+RUN_WRAPPER = "bench_cell_run"
 
 
 class _IdleThread:
@@ -148,6 +183,45 @@ class _EmptyAlarm:
         return {}
 
 
+class _Pyinstrument:
+    """pyinstrument's sampler beside the run: `pyinstrument.Profiler(interval=...)` (default
+    async mode), started and stopped like the line sampler; what it hooks: see the module.
+    record() gives its session's sample count (it keeps no timestamps)."""
+
+    def __init__(self, interval_s: float) -> None:
+        from pyinstrument import Profiler
+
+        self._profiler = Profiler(interval=interval_s)
+        self._samples = 0
+        self._error: str | None = None
+
+    def start(self) -> None:
+        self._profiler.start()
+
+    def stop(self) -> None:
+        if not self._profiler.is_running:
+            return
+        try:
+            self._samples = self._profiler.stop().sample_count
+        except Exception as exc:  # noqa: BLE001 - profile_cell's samplers never raise on stop
+            self._error = f"stopping: {type(exc).__name__}: {exc}"
+
+    def record(self, to_trace_us: Callable[[int], float]) -> dict[str, Any]:
+        entry: dict[str, Any] = {"sample_count": self._samples}
+        if self._error:
+            entry["error"] = self._error
+        return entry
+
+
+def pyinstrument_version() -> str | None:
+    """pyinstrument's version where it can be imported, else None (its variants left out)."""
+    try:
+        import pyinstrument
+    except ImportError:
+        return None
+    return str(getattr(pyinstrument, "__version__", "unknown version"))
+
+
 def _variants() -> dict[str, Callable[[CodeType], list[tuple[str, Any]]]]:
     from gpuprof_nb.capture.sampling import LineSampler, signal_sampling_possible
     from gpuprof_nb.capture.utilisation import UtilisationSampler
@@ -165,30 +239,86 @@ def _variants() -> dict[str, Callable[[CodeType], list[tuple[str, Any]]]]:
     }
     if not signal_sampling_possible():  # not the main thread, or SIGALRM taken
         del variants[LINE_SIGNAL], variants[ALARM]
+    if pyinstrument_version() is not None:
+        for label, interval in PYI_INTERVALS.items():
+            variants[label] = partial(_pyinstrument_samplers, interval)
     return variants
 
 
-def _call(code: CodeType, ns: dict[str, Any],
-          samplers: list[tuple[str, Any]]) -> tuple[int, int, dict[str, Any]]:
+def _pyinstrument_samplers(interval_s: float, code: CodeType) -> list[tuple[str, Any]]:
+    return [("pyinstrument", _Pyinstrument(interval_s))]
+
+
+def _python_functions(events: Any) -> tuple[int, int]:
+    """(python_function events in the trace, those inside the run wrapper's own event: the
+    cell's run; 0 where torch recorded no event for the wrapper)."""
+    found = [e for e in events if isinstance(e, dict) and e.get("cat") == "python_function"] \
+        if isinstance(events, list) else []
+    inside = 0
+    wrappers = [e for e in found if str(e.get("name", "")).endswith(f": {RUN_WRAPPER}")
+                and isinstance(e.get("ts"), (int, float))
+                and isinstance(e.get("dur"), (int, float))]
+    if wrappers:
+        w = wrappers[0]
+        start, end = w["ts"], w["ts"] + w["dur"]
+        inside = sum(1 for e in found if e is not w and e.get("tid") == w.get("tid")
+                     and isinstance(e.get("ts"), (int, float)) and start <= e["ts"] <= end)
+    return len(found), inside
+
+
+def _sample_count(record: Any) -> int | None:
+    """How many samples a sampler's record holds (None: not a record of samples)."""
+    if not isinstance(record, dict):
+        return None
+    if "ts_us" in record:
+        return len(record.get("ts_us") or ())
+    count = record.get("sample_count")
+    return count if isinstance(count, int) else None
+
+
+def _call(code: CodeType, ns: dict[str, Any], samplers: list[tuple[str, Any]]
+          ) -> tuple[int, int, dict[str, Any], tuple[int, int]]:
     """One profile_cell call as the magic makes it; return (ns of the run inside the
-    profiler, ns of the whole call, what the samplers recorded)."""
+    profiler, ns of the whole call, what the samplers recorded, the python_function events
+    in the trace and inside the cell's run)."""
     from gpuprof_nb.capture.profiler import profile_cell
     from gpuprof_nb.io.cells import KEY
 
     box: list[int] = []
     clock = time.perf_counter_ns
 
-    def run() -> None:
+    def bench_cell_run() -> None:  # named so: RUN_WRAPPER
         t0 = clock()
         exec(code, ns)  # noqa: S102 - the benchmark's own cell, as a notebook runs it
         box.append(clock() - t0)
 
     gc.collect()
     t0 = clock()
-    artifact = profile_cell(run, runs=1, stack=True, cuda=False, samplers=samplers)
+    artifact = profile_cell(bench_cell_run, runs=1, stack=True, cuda=False, samplers=samplers)
     outer = clock() - t0
     own = artifact.get(KEY, {})
-    return box[0], outer, {key: own.get(key) for key, _ in samplers}
+    return (box[0], outer, {key: own.get(key) for key, _ in samplers},
+            _python_functions(artifact.get("traceEvents")))
+
+
+def _bare_call(code: CodeType, ns: dict[str, Any],
+               samplers: list[tuple[str, Any]]) -> tuple[int, dict[str, Any]]:
+    """The cell run bare (no torch.profiler), the samplers started before it and stopped
+    after; return (ns of the run, what the samplers recorded)."""
+    clock = time.perf_counter_ns
+    gc.collect()
+    started = []
+    try:
+        for _, sampler in samplers:
+            sampler.start()
+            started.append(sampler)
+        t0 = clock()
+        exec(code, ns)  # noqa: S102 - the benchmark's own cell, as a notebook runs it
+        took = clock() - t0
+    finally:
+        for sampler in reversed(started):
+            sampler.stop()
+    return took, {key: sampler.record(lambda t: t / 1000.0) for key, sampler in samplers}
 
 
 def _sized(body: str, n: int, ns: dict[str, Any], target_s: float) -> tuple[int, CodeType]:
@@ -204,8 +334,10 @@ def _sized(body: str, n: int, ns: dict[str, Any], target_s: float) -> tuple[int,
 
 
 def measure_cells(cfg: BenchConfig, rounds: int) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """Per cell: n, and per variant the inner and outer ns of each round and the samples
-    per second of each sampler (key -> list); plus the samplers' notes and errors (the
+    """Per cell: n, and per variant the inner and outer ns of each round, the samples per
+    second of each sampler (key -> list) and the python_function counts of each round
+    (in the trace, inside the run); then, for the BARE variants, the ns of the run without
+    torch.profiler and their samples per second; plus the samplers' notes and errors (the
     first of each cell and variant, with how many of its calls noted something)."""
     import torch
 
@@ -226,26 +358,45 @@ def measure_cells(cfg: BenchConfig, rounds: int) -> tuple[dict[str, dict[str, An
         inner: dict[str, list[int]] = {v: [] for v in variants}
         outer: dict[str, list[int]] = {v: [] for v in variants}
         rates: dict[str, dict[str, list[float]]] = {v: {} for v in variants}
+        pyfunc: dict[str, list[tuple[int, int]]] = {v: [] for v in variants}
+
+        def note(label: str, records: dict[str, Any], took_ns: int,
+                 into: dict[str, dict[str, list[float]]], cell: str = name) -> None:
+            said: list[str] = []
+            for key, record in records.items():
+                count = _sample_count(record)
+                if count is None:
+                    continue
+                into[label].setdefault(key, []).append(count / (took_ns / 1e9))
+                for field in ("error", "notes"):
+                    value = record.get(field)
+                    said += [value] if isinstance(value, str) else list(value or ())
+            if said:
+                entry = noted.setdefault((cell, label), [said[0], 0])
+                entry[1] += 1
+
         labels = list(variants)
         for _ in range(rounds):
             rng.shuffle(labels)
             for label in labels:
-                t_in, t_out, records = _call(code, ns, variants[label](code))
+                t_in, t_out, records, counts = _call(code, ns, variants[label](code))
                 inner[label].append(t_in)
                 outer[label].append(t_out)
-                said: list[str] = []
-                for key, record in records.items():
-                    if not isinstance(record, dict) or "ts_us" not in record:
-                        continue
-                    count = len(record.get("ts_us") or ())
-                    rates[label].setdefault(key, []).append(count / (t_in / 1e9))
-                    for field in ("error", "notes"):
-                        value = record.get(field)
-                        said += [value] if isinstance(value, str) else list(value or ())
-                if said:
-                    entry = noted.setdefault((name, label), [said[0], 0])
-                    entry[1] += 1
-        results[name] = {"n": n, "inner": inner, "outer": outer, "rates": rates}
+                pyfunc[label].append(counts)
+                note(label, records, t_in, rates)
+        bare_labels = [v for v in BARE if v in variants]
+        for label in bare_labels:  # untimed first call of each, as above
+            _bare_call(code, ns, variants[label](code))
+        bare: dict[str, list[int]] = {v: [] for v in bare_labels}
+        bare_rates: dict[str, dict[str, list[float]]] = {v: {} for v in bare_labels}
+        for _ in range(rounds):
+            rng.shuffle(bare_labels)
+            for label in bare_labels:
+                took, records = _bare_call(code, ns, variants[label](code))
+                bare[label].append(took)
+                note(label, records, took, bare_rates, f"{name} (bare run)")
+        results[name] = {"n": n, "inner": inner, "outer": outer, "rates": rates,
+                         "pyfunc": pyfunc, "bare": bare, "bare_rates": bare_rates}
     notes = [f"{cell}, {label} ({calls} of {rounds} calls; the first said): {text}"
              for (cell, label), (text, calls) in noted.items()]
     return results, notes
@@ -421,9 +572,124 @@ def _section(cfg: BenchConfig, cells: dict[str, dict[str, Any]], notes: list[str
     if not signal_ok or LINE_SIGNAL not in next(iter(cells.values()))["inner"]:
         lines += ["", "The signal sampler could not run here (no SIGALRM interval timer, or "
                   "not the main thread): the magic falls back to thread mode."]
+    lines += ["", *_pyinstrument_lines(cells, rounds)]
     lines += ["", *_hotspot_lines(cfg, hot)]
-    targets = _targets(worst, hot, cfg.quick)
+    targets = _targets(worst, hot, cfg.quick) + _pyinstrument_targets(cells, worst)
     return Section(TITLE, "\n".join(lines), targets)
+
+
+INFO = "informational (no goal set)"
+
+
+def _pyinstrument_lines(cells: dict[str, dict[str, Any]], rounds: int) -> list[str]:
+    """pyinstrument's part of the section: what it does to torch's python_function events,
+    how it compares with the line sampler, and what it costs without torch.profiler."""
+    first = next(iter(cells.values()))
+    if PYI_1 not in first["inner"]:
+        return ["pyinstrument is not installed here (`make bench` installs pyinstrument 5.1.3 "
+                "into the venv it runs): its variants are left out."]
+    med = statistics.median
+    line_ref = LINE_SIGNAL if LINE_SIGNAL in first["inner"] else LINE_THREAD
+    out = [
+        f"pyinstrument {pyinstrument_version()}: `pyinstrument.Profiler(interval=...)` in its "
+        "default async mode, started after the profiler and stopped before it, like the "
+        "samplers; its samples/s = its session's sample count over the run. It has no timer "
+        "of its own: it installs a C profile function on the cell's thread "
+        "(`PyEval_SetProfile`), which reads the clock at every call and return of a Python or "
+        "C function and takes a sample at the first one after the interval has passed (a "
+        "stretch of code that calls nothing is sampled only at its next call or return). "
+        "torch.profiler's `with_stack=True` recording keeps its Python events through the "
+        "same per-thread profile function, set on every thread when the profiler starts.",
+        "",
+        "python_function events (torch's `with_stack` recording) in each profiled run's "
+        "exported trace, and of them those inside the cell's run (nested in the event of the "
+        "function that runs the cell), median over the rounds:",
+        "",
+        "| cell | variant | python_function events in the trace | inside the cell's run |",
+        "|---|---|---|---|",
+    ]
+    for name, c in cells.items():
+        for label in (v for v in PYFUNC if v in c["pyfunc"]):
+            counts = c["pyfunc"][label]
+            out.append(f"| {name} | {label} | {med([t for t, _ in counts]):,.0f} "
+                       f"| {med([i for _, i in counts]):,.0f} |")
+    said = []
+    for name, c in cells.items():
+        ref = med([i for _, i in c["pyfunc"][NONE]])
+        got = {label: med([i for _, i in c["pyfunc"][label]]) for label in PYI_INTERVALS}
+        said.append(f"{name}: " + ", ".join(f"{label} {value:,.0f}"
+                                             for label, value in got.items())
+                    + f" of {ref:,.0f} without a sampler")
+    out += ["", "Inside the cell's run torch recorded, with pyinstrument running: "
+            + "; ".join(said) + "."]
+    if all(med([i for _, i in c["pyfunc"][label]]) == 0 < med([i for _, i in c["pyfunc"][NONE]])
+           for c in cells.values() for label in PYI_INTERVALS):
+        out += ["", "So while pyinstrument runs, torch records no Python event on the "
+                "cell's thread: pyinstrument's start() puts its profile function in place of "
+                "torch's there and its stop() leaves none, so the events left in the trace "
+                "are those from before it started. Its profiled-run "
+                "rows above are therefore not its cost alone: with it, the run no longer pays "
+                "for torch's own Python recording, and the trace has no Python events for "
+                "the hotspots to read."]
+    out += ["", f"pyinstrument against the {line_ref}, the profiled run, round by round: "
+            + "; ".join(f"{name}: " + ", ".join(
+                f"{label} {_pct(_ratios(c['inner'][label], c['inner'][line_ref]))}"
+                for label in PYI_INTERVALS) for name, c in cells.items()) + "."]
+    bare_labels = [v for v in BARE if v in first["bare"]]
+    out += [
+        "",
+        "Without torch.profiler: the cell run bare (`exec` of its code object, the samplers "
+        "started before and stopped after), with none, the line sampler and pyinstrument, "
+        f"{rounds} interleaved rounds (shuffled, seeded) after one untimed call of each, an "
+        "untimed `gc.collect()` before each; what each sampler costs on its own:",
+        "",
+        f"| cell | variant | run | vs none | vs the {line_ref} | samples/s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, c in cells.items():
+        bare, rates = c["bare"], c["bare_rates"]
+        for label in bare_labels:
+            vs_none = "-" if label == NONE else _pct(_ratios(bare[label], bare[NONE]))
+            vs_line = _pct(_ratios(bare[label], bare[line_ref])) \
+                if label in PYI_INTERVALS and line_ref in bare else "-"
+            rate = ", ".join(f"{key} {med(v):.0f}" for key, v in rates[label].items()) or "-"
+            out.append(f"| {name} | {label} | {_ms(bare[label])} | {vs_none} | {vs_line} "
+                       f"| {rate} |")
+    return out
+
+
+def _pyinstrument_targets(cells: dict[str, dict[str, Any]],
+                          worst: dict[str, tuple[float, str]]) -> tuple[Target, ...]:
+    """Informational rows for pyinstrument (no goal): the profiled run, the bare run, and
+    the python_function events left inside the cell's run."""
+    first = next(iter(cells.values()))
+    if PYI_1 not in first["inner"]:
+        return (Target("pyinstrument Profiler: added to the profiled run",
+                       "not measured (pyinstrument not installed)", INFO, None),)
+    med = statistics.median
+    out = []
+    for label in PYI_INTERVALS:
+        value, cell = worst[label]
+        out.append(Target(f"{label}: added to the profiled run (worst cell)",
+                          f"{value:+.1%} ({cell})", INFO, None))
+    for label in PYI_INTERVALS:
+        value, cell = max((med(_ratios(c["bare"][label], c["bare"][NONE])), name)
+                          for name, c in cells.items())
+        out.append(Target(f"{label}, without torch.profiler: added to the bare run "
+                          "(worst cell)", f"{value:+.1%} ({cell})", INFO, None))
+    line_ref = LINE_SIGNAL if LINE_SIGNAL in first["pyfunc"] else LINE_THREAD
+
+    def inside(c: dict[str, Any], label: str) -> float:
+        return float(med([i for _, i in c["pyfunc"][label]]))
+
+    ref, name = max((inside(c, NONE), name) for name, c in cells.items())
+    c = cells[name]
+    out.append(Target(
+        "python_function events inside the cell's run, of those without a sampler (the "
+        "cell with the most)",
+        f"{PYI_1} {inside(c, PYI_1):,.0f}, {line_ref} {inside(c, line_ref):,.0f}, of "
+        f"{ref:,.0f} ({name})", INFO, None))
+    return tuple(out)
 
 
 def _after_load(hot: dict[str, Any], variant: str) -> float:

@@ -20,9 +20,17 @@ Two ways to take a sample:
   milliseconds; its samples then land mostly on those calls' lines. Each sample stands for
   the time halfway to its neighbours, and a late sample is counted.
 
-Why not pyinstrument: measured on this project's cells, its sampler runs from a setprofile
-hook on the profiled thread (+200% on Python-heavy cells), shares that hook with torch's own
-`with_stack` recording, and keeps no timestamps to place a sample in a trace.
+Why not pyinstrument (5.1.3, measured beside the profiled run: benchmarks/RESULTS.md,
+section 11): it samples from a profile function it installs on the cell's thread with
+`PyEval_SetProfile`, the per-thread hook torch's `with_stack` recording uses, so while it runs
+torch records no Python events on that thread (0 python_function events inside the cell's run,
+against 36,725 without it on the training-loop cell). It samples only at a function's call or
+return, so a loop that calls nothing goes unsampled (6 samples a second of the pure-Python
+loop, against this sampler's 330), and it keeps each sample's time since the one before, not a
+timestamp to place it in the trace. Its cost was not the reason: beside the profiled run it was
+within 3% of the signal sampler on all three cells, and on its own, without torch.profiler, it
+added 8-25% to the run (the most on the pure-Python loop) where the signal sampler added 4% or
+less; not the +200% this docstring used to claim.
 """
 
 from __future__ import annotations

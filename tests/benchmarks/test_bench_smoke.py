@@ -330,3 +330,20 @@ def test_training_cell_stages_come_from_the_hooked_calls() -> None:
     assert call.stages["display"] == pytest.approx(0.010)
     assert call.after_s == pytest.approx(0.098)  # 202 -> 300 ms
     assert call.stages["other"] == pytest.approx(0.020)
+
+
+def test_samplers_leave_pyinstrument_out_when_it_is_not_installed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Section 11 runs without pyinstrument: its variants are left out, with a note and an
+    unjudged target row instead."""
+    from benchmarks import samplers
+
+    monkeypatch.setitem(sys.modules, "pyinstrument", None)  # import raises ImportError
+    assert samplers.pyinstrument_version() is None
+    variants = samplers._variants()
+    assert samplers.NONE in variants
+    assert not set(samplers.PYI_INTERVALS) & set(variants)
+    cells = {"cell": {"inner": {v: [1] for v in variants}, "pyfunc": {}, "bare": {}}}
+    assert "pyinstrument is not installed" in samplers._pyinstrument_lines(cells, 1)[0]
+    (row,) = samplers._pyinstrument_targets(cells, {})
+    assert row.met is None and "not installed" in row.measured
