@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,15 @@ def _small_traces(n: int) -> list[Path]:
     return with_kernels[:n]
 
 
+def _small_trace_with_steps() -> Path:
+    """The smallest real GPU trace in tests/data with kernels and ProfilerStep#N steps."""
+    for path in sorted(DATA.rglob("*.json.gz"), key=lambda p: p.stat().st_size):
+        raw = gzip.decompress(path.read_bytes())
+        if b'"kernel"' in raw and b"ProfilerStep#" in raw:
+            return path
+    pytest.skip("needs a real trace with kernels and steps under tests/data")
+
+
 def _doc(path: Path) -> dict:
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
@@ -48,7 +58,7 @@ def _events(path: Path) -> list[dict]:
 
 
 def test_replicated_trace_shifts_time_and_ids(tmp_path: Path) -> None:
-    source = _small_traces(1)[0]
+    source = _small_trace_with_steps()
     original = _events(source)
     timed = [e for e in original if e.get("ph") != "M"]
     # The target is the whole file: the header and metadata once, then 3 copies at least.
@@ -59,7 +69,18 @@ def test_replicated_trace_shifts_time_and_ids(tmp_path: Path) -> None:
     assert len(copies) >= 3 * len(timed)
     # The copy k of event i is event i shifted by k spans, with ids offset by k id-steps.
     first, second = copies[: len(timed)], copies[len(timed): 2 * len(timed)]
-    assert [e["name"] for e in first] == [e["name"] for e in second]
+    # The same events by name, but for the steps: the second copy's are numbered after the
+    # first's, as one longer run would number them.
+    step = re.compile(r"ProfilerStep#(\d+)$")
+    numbers = [int(m.group(1)) for e in first if (m := step.match(str(e.get("name"))))]
+    assert numbers, "the source trace has ProfilerStep annotations"
+    count = max(numbers) - min(numbers) + 1
+
+    def renumbered(name: str) -> str:
+        m = step.match(name)
+        return f"ProfilerStep#{int(m.group(1)) + count}" if m else name
+
+    assert [renumbered(e["name"]) for e in first] == [e["name"] for e in second]
     shifts = {b["ts"] - a["ts"] for a, b in zip(first, second, strict=True) if "ts" in a}
     assert len(shifts) == 1 and shifts.pop() > 0
     corr = [e["args"]["correlation"] for e in copies
@@ -75,13 +96,19 @@ def test_replicated_trace_shifts_time_and_ids(tmp_path: Path) -> None:
 def test_replicated_trace_loads_with_gpuprof(tmp_path: Path) -> None:
     from gpuprof_nb.io.trace import load_trace
 
-    source = _small_traces(1)[0]
+    source = _small_trace_with_steps()
     events = _events(source)
     timed = [e for e in events if e.get("ph") != "M"]
     out = replicate_trace(source, tmp_path / "big.json",
                           len(json.dumps(_doc(source))) + 2 * len(json.dumps(timed)))
     expected = sum(1 for e in _events(out) if e.get("ph") == "X" and e.get("cat") == "kernel")
-    assert len(load_trace(out).kernels) == expected
+    trace, source_trace = load_trace(out), load_trace(source)
+    assert len(trace.kernels) == expected
+    # Each copy's steps are steps of their own, as long as the source's.
+    assert len(trace.steps) >= 2 * len(source_trace.steps) > 0
+    assert len({s.number for s in trace.steps}) == len(trace.steps)
+    durations = [s.dur_us for s in source_trace.steps]
+    assert [s.dur_us for s in trace.steps[: 2 * len(durations)]] == pytest.approx(durations * 2)
 
 
 def _replay(entries: list[dict]) -> tuple[int, int, set[int]]:
