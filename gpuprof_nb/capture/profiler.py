@@ -3,12 +3,14 @@ so a live run and a trace file go through the same loader."""
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from types import CodeType
 from typing import Any, Protocol
 
 import torch
@@ -22,7 +24,11 @@ CLOCK_MARKER = "gpuprof_nb::clock"
 
 
 class Sampler(Protocol):
-    """What runs beside the profiled cell (capture/sampling.py, capture/utilisation.py)."""
+    """What runs beside the profiled cell (capture/sampling.py, capture/utilisation.py).
+
+    A sampler whose code runs on the cell's own thread (the signal line sampler's handler)
+    names it in an `own_code` attribute: torch's `with_stack` recording sees those calls as
+    Python events of the cell, and they are taken out of the trace."""
 
     def start(self) -> None: ...
 
@@ -126,7 +132,66 @@ def profile_cell(
     artifact = _export(prof)
     if samplers:
         _add_samples(artifact, samplers, (before + after) / 2)
+        if stack:
+            drop_python_calls(artifact, [code for _, sampler in samplers
+                                         for code in getattr(sampler, "own_code", ())])
     return artifact
+
+
+# Kineto's float timestamps carry nanosecond digits: a call's end may pass its caller's by
+# that rounding.
+_NESTING_SLACK_US = 1e-3
+
+
+def drop_python_calls(artifact: dict[str, Any], codes: Iterable[CodeType]) -> int:
+    """Take the `python_function` events of `codes` (gpuprof_nb's own code that ran on the
+    cell's thread) out of the artifact's trace, with every Python event they enclose on
+    their thread; return how many events went."""
+    names = {f"{c.co_filename}({c.co_firstlineno}): {c.co_name}" for c in codes}
+    events = artifact.get("traceEvents")
+    if not names or not isinstance(events, list):
+        return 0
+
+    def python_span(e: Any) -> tuple[Any, float, float] | None:
+        if not (isinstance(e, dict) and e.get("cat") == "python_function"):
+            return None
+        ts, dur = e.get("ts"), e.get("dur")
+        if not (isinstance(ts, int | float) and isinstance(dur, int | float)):
+            return None
+        return (e.get("pid"), e.get("tid")), float(ts), float(ts) + float(dur)
+
+    spans: dict[Any, list[tuple[float, float]]] = {}
+    for e in events:
+        span = python_span(e)
+        if span is not None and e["name"] in names:
+            spans.setdefault(span[0], []).append((span[1], span[2]))
+    if not spans:
+        return 0
+    # Per thread: the outermost spans, in order (a handler re-entered by a late signal
+    # lies inside the outer call).
+    outer: dict[Any, tuple[list[float], list[float]]] = {}
+    for thread, found in spans.items():
+        starts: list[float] = []
+        ends: list[float] = []
+        for lo, hi in sorted(found):
+            if ends and lo <= ends[-1] + _NESTING_SLACK_US:
+                ends[-1] = max(ends[-1], hi)
+            else:
+                starts.append(lo)
+                ends.append(hi)
+        outer[thread] = (starts, ends)
+
+    def inside(e: Any) -> bool:
+        span = python_span(e)
+        if span is None or span[0] not in outer:
+            return False
+        starts, ends = outer[span[0]]
+        at = bisect.bisect_right(starts, span[1] + _NESTING_SLACK_US) - 1
+        return at >= 0 and span[2] <= ends[at] + _NESTING_SLACK_US
+
+    kept = [e for e in events if not inside(e)]
+    artifact["traceEvents"] = kept
+    return len(events) - len(kept)
 
 
 def _add_samples(artifact: dict[str, Any], samplers: Sequence[tuple[str, Sampler]],

@@ -75,6 +75,10 @@ class LineSampler:
             raise ValueError(f"mode must be 'signal' or 'thread', got {mode!r}")
         self.cell_code = cell_code
         self.mode = mode or ("signal" if signal_sampling_possible() else "thread")
+        # The handler runs on the cell's thread, where torch's with_stack recording sees it:
+        # the profiler takes its calls out of the trace (capture/profiler.py).
+        self.own_code: tuple[CodeType, ...] = (
+            (LineSampler._on_signal.__code__,) if self.mode == "signal" else ())
         self.period_s = period_s or (SIGNAL_PERIOD_S if self.mode == "signal"
                                      else THREAD_PERIOD_S)
         self._stop = threading.Event()

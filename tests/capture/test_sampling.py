@@ -137,3 +137,50 @@ def test_a_signal_inside_the_handler_is_dropped() -> None:
     sampler._in_handler = False
     sampler._on_signal(signal.SIGALRM, frame)  # not under the cell's code: dropped too
     assert sampler._ts == [] and not sampler._in_handler
+
+
+def test_the_handler_is_taken_out_of_the_stack_trace() -> None:
+    """torch's with_stack recording sees the signal handler run on the cell's thread; those
+    calls are gpuprof_nb's, not the cell's, and are taken out of the trace, while the cell's
+    own Python events stay."""
+    torch = pytest.importorskip("torch")
+    if not signal_sampling_possible():
+        pytest.skip("no SIGALRM interval timer here")
+    from gpuprof_nb.capture.profiler import profile_cell
+
+    body = "x = torch.ones(8)\nfor _ in range(5):\n    spin(0.02)\n    x = x + 1\n"
+    code = compile(body, "<cell-under-test>", "exec")
+    sampler = LineSampler(code, mode="signal")
+    artifact = profile_cell(lambda: exec(code, {"spin": spin, "torch": torch}), stack=True,
+                            samplers=[("samples", sampler)])
+    python = [e for e in artifact["traceEvents"] if e.get("cat") == "python_function"]
+    names = [e["name"] for e in python]
+    ours = {n.rsplit(": ", 1)[1] for n in names if "capture/sampling.py" in n.replace("\\", "/")}
+    assert ours <= {"start", "stop"}, ours  # called by profile_cell, outside the cell's run
+    assert sum(1 for n in names if n.endswith(": spin")) == 5
+    assert len(artifact["gpuprof_nb"]["samples"]["ts_us"]) > 10
+
+
+def test_dropping_own_calls_keeps_other_threads_and_neighbours() -> None:
+    from gpuprof_nb.capture.profiler import drop_python_calls
+
+    code = LineSampler._on_signal.__code__
+    own = f"{code.co_filename}({code.co_firstlineno}): {code.co_name}"
+
+    def py(name: str, ts: float, dur: float, tid: int = 1) -> dict:
+        return {"ph": "X", "cat": "python_function", "name": name, "ts": ts, "dur": dur,
+                "pid": 7, "tid": tid}
+
+    events = [
+        py("cell.py(1): <module>", 0.0, 100.0),
+        py(own, 10.0, 5.0), py("x.py(3): inner", 11.0, 2.0), py(own, 12.0, 0.5),  # re-entered
+        py("cell.py(9): work", 15.0, 3.0),  # right after the handler: kept
+        py(own, 40.0, 2.0, tid=2), py("y.py(1): other", 40.5, 1.0, tid=1),  # other thread
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 11.0, "dur": 1.0, "pid": 7,
+         "tid": 1},  # an op is never a Python call of ours
+    ]
+    artifact = {"traceEvents": list(events)}
+    assert drop_python_calls(artifact, [code]) == 4
+    assert [e["name"] for e in artifact["traceEvents"]] == [
+        "cell.py(1): <module>", "cell.py(9): work", "y.py(1): other", "aten::add"]
+    assert drop_python_calls({"traceEvents": list(events)}, []) == 0
