@@ -7,6 +7,7 @@ import bisect
 import contextlib
 import json
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -138,6 +139,7 @@ def profile_cell(
     return artifact
 
 
+_PYTHON_CALL = re.compile(r"(.+)\((\d+)\): (.+)$")
 # Kineto's float timestamps carry nanosecond digits: a call's end may pass its caller's by
 # that rounding.
 _NESTING_SLACK_US = 1e-3
@@ -147,10 +149,23 @@ def drop_python_calls(artifact: dict[str, Any], codes: Iterable[CodeType]) -> in
     """Take the `python_function` events of `codes` (gpuprof_nb's own code that ran on the
     cell's thread) out of the artifact's trace, with every Python event they enclose on
     their thread; return how many events went."""
-    names = {f"{c.co_filename}({c.co_firstlineno}): {c.co_name}" for c in codes}
+    # torch names a call "FILE(FIRST LINE): FUNCTION", FILE shortened by the sys.path entry
+    # it lies under, so the file is matched as a tail of the code's own path.
+    wanted: dict[tuple[int, str], list[str]] = {}
+    for c in codes:
+        wanted.setdefault((c.co_firstlineno, c.co_name), []).append(
+            c.co_filename.replace("\\", "/"))
     events = artifact.get("traceEvents")
-    if not names or not isinstance(events, list):
+    if not wanted or not isinstance(events, list):
         return 0
+
+    def is_ours(name: Any) -> bool:
+        m = _PYTHON_CALL.match(name) if isinstance(name, str) else None
+        if m is None:
+            return False
+        paths = wanted.get((int(m.group(2)), m.group(3)))
+        short = m.group(1).replace("\\", "/")
+        return paths is not None and any(p == short or p.endswith("/" + short) for p in paths)
 
     def python_span(e: Any) -> tuple[Any, float, float] | None:
         if not (isinstance(e, dict) and e.get("cat") == "python_function"):
@@ -163,7 +178,7 @@ def drop_python_calls(artifact: dict[str, Any], codes: Iterable[CodeType]) -> in
     spans: dict[Any, list[tuple[float, float]]] = {}
     for e in events:
         span = python_span(e)
-        if span is not None and e["name"] in names:
+        if span is not None and is_ours(e.get("name")):
             spans.setdefault(span[0], []).append((span[1], span[2]))
     if not spans:
         return 0
