@@ -203,7 +203,8 @@ def test_run_quick_writes_results(tmp_path: Path) -> None:
                   "11. Samplers beside the profiled run"):
         assert f"## {title}" in text
     assert "This comparison failed" not in text
-    assert "| cell | variant | profiled run | vs none |" in text
+    assert "| cell | variant | profiled run | vs none | cell thread off the CPU, added |" in text
+    assert "cell thread kept off the CPU, added to the profiled run (worst cell)" in text
     assert "HTA venv not available" in text
     for p in traces.iterdir():
         assert f"`{p.name}`" in text
@@ -374,3 +375,11 @@ def test_samplers_leave_pyinstrument_out_when_it_is_not_installed(
     assert "pyinstrument is not installed" in samplers._pyinstrument_lines(cells, 1)[0]
     (row,) = samplers._pyinstrument_targets(cells, {})
     assert row.met is None and "not installed" in row.measured
+
+
+def test_off_cpu_added_is_per_round_over_the_reference_run() -> None:
+    from benchmarks import samplers
+
+    cells = {"off_cpu": {samplers.NONE: [10, 20, 5], "x": [15, 20, 1]},
+             "inner": {samplers.NONE: [100, 200, 50]}}
+    assert samplers._off_cpu_added(cells, "x") == pytest.approx([0.05, 0.0, -0.08])
