@@ -7,7 +7,6 @@ import bisect
 import contextlib
 import json
 import os
-import re
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -17,6 +16,7 @@ from typing import Any, Protocol
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from gpuprof_nb.analysis.sources import profiler_frame_parts
 from gpuprof_nb.errors import CaptureError
 from gpuprof_nb.io.cells import KEY
 
@@ -139,7 +139,6 @@ def profile_cell(
     return artifact
 
 
-_PYTHON_CALL = re.compile(r"(.+)\((\d+)\): (.+)$")
 # Kineto's float timestamps carry nanosecond digits: a call's end may pass its caller's by
 # that rounding.
 _NESTING_SLACK_US = 1e-3
@@ -160,11 +159,12 @@ def drop_python_calls(artifact: dict[str, Any], codes: Iterable[CodeType]) -> in
         return 0
 
     def is_ours(name: Any) -> bool:
-        m = _PYTHON_CALL.match(name) if isinstance(name, str) else None
-        if m is None:
+        parts = profiler_frame_parts(name) if isinstance(name, str) else None
+        if parts is None:
             return False
-        paths = wanted.get((int(m.group(2)), m.group(3)))
-        short = m.group(1).replace("\\", "/")
+        file, line, function = parts
+        paths = wanted.get((line, function))
+        short = file.replace("\\", "/")
         return paths is not None and any(p == short or p.endswith("/" + short) for p in paths)
 
     def python_span(e: Any) -> tuple[Any, float, float] | None:
