@@ -27,7 +27,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from gpuprof_nb.analysis.intervals import nearest_previous_at_least
+from gpuprof_nb.analysis.intervals import nearest_open_before
 from gpuprof_nb.analysis.sources import is_cell_file, profiler_frame_parts, source_label
 from gpuprof_nb.model.samples import Frame, StackSamples
 from gpuprof_nb.model.trace import Op, Trace
@@ -238,7 +238,7 @@ def _from_python_events(trace: Trace, gaps: _Gaps
     starts, durs = starts[order], durs[order]
     ends = starts + durs
     n = len(funcs)
-    parent_ev = nearest_previous_at_least(ends, ends, np.zeros(n, dtype=np.intp))
+    parent_ev = nearest_open_before(ends, ends, np.zeros(n, dtype=np.intp))
     names = [funcs[i].name for i in order.tolist()]
     frames: list[Frame] = []
     frame_of_name: dict[str, int] = {}

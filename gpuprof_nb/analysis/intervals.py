@@ -190,3 +190,61 @@ def nearest_previous_at_least(b: np.ndarray, a: np.ndarray, lo: np.ndarray,
     hit = b[j[found]]
     found[found] = hit > a[found] if strict else hit >= a[found]
     return np.where(found, j, -1)
+
+
+def nearest_open_before(b: np.ndarray, a: np.ndarray, lo: np.ndarray, *,
+                        strict: bool = False) -> np.ndarray:
+    """nearest_previous_at_least(b, a, lo, strict=strict) (hi: each i itself) for the inputs
+    the op trees give, found by following answers back instead of through a sparse table.
+
+    Precondition: positions fall into runs that share lo (lo[j] == lo[i] for lo[i] <= j < i:
+    one thread's ops), and within a run an earlier j that misses i's bound (b[j] < a[i], or
+    b[j] <= a[i] when strict) has a[j] <= a[i]. It holds where a is sorted within each run
+    (start times in start order) and where b is a shifted up by a constant >= 0 (ends
+    against ends), the two shapes of the op trees here.
+
+    Why that suffices: every position strictly between i's current candidate and i misses
+    i's bound. A candidate j that misses too is replaced by j's own current candidate: all
+    between them miss j's bound, a[j] <= a[i], so they miss i's. All i move at once, each
+    reading the others' candidates as they stand, so a chain of misses is crossed in a few
+    rounds. The sparse table costs log2(n) arrays of n and as many random gathers per
+    query; this reads mostly neighbours."""
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    n = len(a)
+    cand = np.arange(-1, n - 1, dtype=np.intp)
+    if not n:
+        return cand
+    cand[cand < np.asarray(lo, dtype=np.intp)] = -1
+    live = np.flatnonzero(cand >= 0)
+    while len(live):
+        j = cand[live]
+        miss = b[j] <= a[live] if strict else b[j] < a[live]
+        live, j = live[miss], j[miss]
+        nxt = cand[j]  # -1 where j has none in the run: then neither has i
+        cand[live] = nxt
+        live = live[nxt >= 0]
+    return cand
+
+
+def nearest_open_at(b: np.ndarray, a: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                    before: np.ndarray, *, strict: bool = False) -> np.ndarray:
+    """nearest_previous_at_least(b, a, lo, hi, strict=strict) for queries that come between
+    the positions of a run: `before` is nearest_open_before(b, starts, ...) of the run's
+    positions, and every position in [lo[i], hi[i]) starts no later than a[i] (hi from a
+    searchsorted of a[i] in the starts). A candidate that misses is replaced by its own
+    answer, which skips only positions that miss it, hence miss a[i]."""
+    a = np.asarray(a, dtype=float)
+    lo = np.asarray(lo, dtype=np.intp)
+    cand = np.asarray(hi, dtype=np.intp) - 1
+    cand[cand < lo] = -1
+    live = np.flatnonzero(cand >= 0)
+    while len(live):
+        j = cand[live]
+        miss = b[j] <= a[live] if strict else b[j] < a[live]
+        live, j = live[miss], j[miss]
+        nxt = before[j]
+        nxt[nxt < lo[live]] = -1
+        cand[live] = nxt
+        live = live[nxt >= 0]
+    return cand

@@ -35,7 +35,7 @@ from gpuprof_nb.analysis.derived import (
     runtime_correlations,
     runtime_starts,
 )
-from gpuprof_nb.analysis.intervals import device_busy_us, nearest_previous_at_least
+from gpuprof_nb.analysis.intervals import device_busy_us, nearest_open_at, nearest_open_before
 from gpuprof_nb.analysis.timeline import activity_window, unrecorded_launches
 from gpuprof_nb.model.trace import Kernel, Op, Trace
 from gpuprof_nb.results.tables import (
@@ -119,7 +119,7 @@ def _attribute(trace: Trace) -> tuple[list[Op], Any, Any, list[float], float]:
     first = np.repeat(bounds[:-1], np.diff(bounds))
     # An op's parent is the innermost op of its thread still open when it starts: the nearest
     # one before it (in that order) that ends after its start.
-    found = nearest_previous_at_least(s_end, s_start, first, strict=True)
+    found = nearest_open_before(s_end, s_start, first, strict=True)
     has = found >= 0
     parent_sorted = np.where(has, order[found], -1)
     # A child's overlap with its parent, summed per parent in that order (bincount adds
@@ -142,7 +142,7 @@ def _attribute(trace: Trace) -> tuple[list[Op], Any, Any, list[float], float]:
             a, b = int(bounds[r]), int(bounds[r + 1])
             mine = np.flatnonzero(c_thread == r)
             hi[mine] = a + np.searchsorted(s_start[a:b], c_start[mine], side="right")
-        call_owner = nearest_previous_at_least(s_end, c_start, lo, hi, strict=True)
+        call_owner = nearest_open_at(s_end, c_start, lo, hi, found, strict=True)
         call_owner = np.where(call_owner >= 0, order[call_owner], -1)
         # Calls taken thread by thread, then as recorded: a correlation id belongs to the
         # last owned call with it.

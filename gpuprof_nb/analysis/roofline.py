@@ -26,7 +26,7 @@ from gpuprof_nb.analysis.derived import (
     op_columns,
 )
 from gpuprof_nb.analysis.flops import COPY_WRAPPERS, OpCost, has_formula, op_cost
-from gpuprof_nb.analysis.intervals import nearest_previous_at_least
+from gpuprof_nb.analysis.intervals import nearest_open_before
 from gpuprof_nb.analysis.timeline import unrecorded_launches
 from gpuprof_nb.model.device import DeviceSpec, lookup_device_spec
 from gpuprof_nb.model.trace import Kernel, Op, Trace
@@ -71,7 +71,7 @@ class _Tree:
         # (within rounding): what a stack of open ops finds, for all ops at once.
         sorted_ends = ends[order]
         first_of_thread = np.repeat(np.array(bounds[:-1], dtype=np.intp), np.diff(bounds))
-        found = nearest_previous_at_least(sorted_ends + _EPS_US, sorted_ends, first_of_thread)
+        found = nearest_open_before(sorted_ends + _EPS_US, sorted_ends, first_of_thread)
         has = found >= 0
         kids = order[has]
         parents = order[found[has]]

@@ -13,6 +13,8 @@ from gpuprof_nb.analysis.intervals import (
     gaps_between,
     intersect_intervals,
     merge_intervals,
+    nearest_open_at,
+    nearest_open_before,
     nearest_previous_at_least,
     union_length,
 )
@@ -134,3 +136,75 @@ def test_nearest_previous_matches_a_scan(seed: int, strict: bool) -> None:
             want = next((j for j in range(top - 1, int(lo[i]) - 1, -1)
                          if (b[j] > a[i] if strict else b[j] >= a[i])), -1)
             assert got[i] == want, (i, bound is None)
+
+
+def _scan(b: np.ndarray, a: np.ndarray, lo: np.ndarray, top: list[int], strict: bool
+          ) -> list[int]:
+    """The nearest j in [lo[i], top[i]) with b[j] reaching a[i], by a backwards scan."""
+    return [next((j for j in range(top[i] - 1, int(lo[i]) - 1, -1)
+                  if (b[j] > a[i] if strict else b[j] >= a[i])), -1) for i in range(len(a))]
+
+
+def _runs(rng: random.Random, n: int) -> np.ndarray:
+    """lo of each position: positions cut into runs (one thread's ops each)."""
+    lo, first = [], 0
+    for i in range(n):
+        if i and rng.random() < 0.1:
+            first = i
+        lo.append(first)
+    return np.array(lo, dtype=np.intp)
+
+
+def _nested(rng: random.Random, n: int, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Starts sorted within each run and ends that nest, overlap or leave gaps at random,
+    with ties (small integer grid), as op trees of real and damaged traces have."""
+    starts, ends = [], []
+    for i in range(n):
+        s = float(rng.randrange(4)) if i == lo[i] else starts[-1] + rng.randrange(3)
+        starts.append(s)
+        ends.append(s + rng.randrange(12))
+    return np.array(starts), np.array(ends)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("seed", range(40))
+def test_nearest_open_before_matches_the_sparse_table(seed: int, strict: bool) -> None:
+    """Following answers back finds what the sparse table and a scan find, on the two shapes
+    of input the op trees give: starts sorted within each run against ends, and ends against
+    ends shifted up (the nesting test's rounding allowance)."""
+    rng = random.Random(seed)
+    n = rng.choice([1, 2, 7, 50, 400])
+    lo = _runs(rng, n)
+    starts, ends = _nested(rng, n, lo)
+    top = list(range(n))
+    for b, a in ((ends, starts), (ends + rng.choice([0.0, 0.5, 1.0]), ends)):
+        got = nearest_open_before(b, a, lo, strict=strict).tolist()
+        assert got == nearest_previous_at_least(b, a, lo, strict=strict).tolist()
+        assert got == _scan(b, a, lo, top, strict)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("seed", range(40))
+def test_nearest_open_at_matches_the_sparse_table(seed: int, strict: bool) -> None:
+    """Queries between a run's positions (launch calls among ops) get the nearest position
+    open at their time, as the sparse table and a scan find it."""
+    rng = random.Random(seed)
+    n = rng.choice([1, 2, 7, 50, 400])
+    lo_ops = _runs(rng, n)
+    starts, ends = _nested(rng, n, lo_ops)
+    before = nearest_open_before(ends, starts, lo_ops, strict=strict)
+    firsts = sorted(set(lo_ops.tolist()))
+    bounds = firsts + [n]
+    q_lo, q_hi, q_a = [], [], []
+    for _ in range(rng.choice([0, 1, 30, 300])):
+        r = rng.randrange(len(firsts))
+        a0, b0 = bounds[r], bounds[r + 1]
+        t = float(rng.randrange(int(starts[b0 - 1]) + 6)) + rng.choice([0.0, 0.5])
+        q_a.append(t)
+        q_lo.append(a0)
+        q_hi.append(a0 + int(np.searchsorted(starts[a0:b0], t, side="right")))
+    a = np.array(q_a, dtype=float)
+    lo, hi = np.array(q_lo, dtype=np.intp), np.array(q_hi, dtype=np.intp)
+    got = nearest_open_at(ends, a, lo, hi, before, strict=strict).tolist()
+    assert got == nearest_previous_at_least(ends, a, lo, hi, strict=strict).tolist()
+    assert got == _scan(ends, a, lo, hi.tolist(), strict)
