@@ -1,15 +1,16 @@
 """Comparison 11: what the samplers beside the profiled run cost, and what the hotspots cost.
 
 Beside the one run `%%gpuprofile` makes under torch.profiler ("the profiled run"), the
-UtilisationSampler always samples the machine (a daemon thread, 10 ms), and with `--stack`
-the LineSampler samples the cell's Python line (SIGALRM every 3 ms on the main thread by default,
-a thread elsewhere). Both are measured the way the magic runs them:
+UtilisationSampler always samples the machine (a daemon thread, every 20 ms by default:
+`PERIOD_S` in gpuprof_nb/capture/utilisation.py), and with `--stack` the LineSampler samples
+the cell's Python line (SIGALRM every 3 ms on the main thread by default, a thread
+elsewhere). Both are measured the way the magic runs them:
 `profile_cell(run, runs=1, stack=True, cuda=False, samplers=...)`, `run` exec'ing the cell's
 compiled code object in a namespace, as a notebook cell runs, with
 
 - no samplers (the reference);
 - the line sampler alone, signal mode (the default) and thread mode;
-- the utilisation sampler alone, every 10 ms (the default) and every 20 ms;
+- the utilisation sampler alone, every 20 ms (the default) and every 10 ms;
 - both, as the magic makes them (`UtilisationSampler(cuda=False)`, `LineSampler(code)`);
 - two controls that sample nothing: a thread that only wakes every 10 ms (what a second
   Python thread alone changes), and SIGALRM every 1 ms with an empty handler (what
@@ -20,14 +21,28 @@ compiled code object in a namespace, as a notebook cell runs, with
   installed; `make bench` installs pyinstrument 5.1.3 into the venv it runs),
 
 on three cells of ~150 ms: a small torch MLP training loop (forward, backward, SGD step), a
-pure-Python loop, and a per-sample loop of tiny torch ops mixed with Python. The variants
-are interleaved round by round (in a new random order every round, seeded, so no variant
-always follows the same one; an untimed gc.collect() before each call), and each call is
-timed twice with perf_counter_ns: the run inside the profiler (wrapping `run`: what the
-targets judge) and the whole `profile_cell` call (profiler start and stop, the samplers'
-start and stop, the trace's export, the samples' record). Each call also counts the
-`python_function` events (torch's `with_stack=True` recording) in the exported trace, and
-those inside the event torch records for the run wrapper (the cell's run).
+pure-Python loop, and a per-sample loop of tiny torch ops mixed with Python. Each cell's
+calls come in two blocks of rounds:
+
+- the *judged* block: no samplers, the line sampler the targets judge (signal mode; thread
+  mode where signal mode is impossible), the utilisation sampler every 20 ms and both, in
+  many rounds (JUDGED_ROUNDS in a full run): the judged targets and the line sampler on top
+  of the utilisation sampler (both vs the utilisation sampler alone) come from it;
+- the *informational* block: no samplers again and every other variant (the thread-mode
+  line sampler, the utilisation sampler every 10 ms, the controls, pyinstrument), in fewer
+  rounds (INFO_ROUNDS).
+
+The informational rounds are spread evenly among the judged ones, so both blocks see the
+machine over the same stretch of time; within a round the block's variants run in a new
+random order (seeded, so no variant always follows the same one; an untimed gc.collect()
+before each call), after one untimed call of each variant per cell, and each overhead is
+the median over the block's rounds of each round's ratio to the no-sampler call of the same
+round of the same block. Each call is timed twice with perf_counter_ns: the run inside the
+profiler (wrapping `run`: what the targets judge) and the whole `profile_cell` call
+(profiler start and stop, the samplers' start and stop, the trace's export, the samples'
+record). Each call also counts the `python_function` events (torch's `with_stack=True`
+recording) in the exported trace, and those inside the event torch records for the run
+wrapper (the cell's run).
 
 What pyinstrument 5.1.3 hooks (read from its source: `pyinstrument/stack_sampler.py`,
 `low_level/stat_profile.c`): it has no timer of its own. `Profiler.start()` calls
@@ -45,9 +60,10 @@ Python events through the same per-thread slot, which its `PythonTracer`
 (torch/csrc/autograd/profiler_python.cpp; `PythonTracer::setprofileAllThreads` in
 libtorch_python.so) fills on every thread with `_PyEval_SetProfile` when the profiler
 starts: the python_function counts show what pyinstrument's start() and stop() do to it
-on the cell's thread. A second run without
-torch.profiler at all (the run bare, with none, the line sampler and pyinstrument, the same
-interleaving) separates pyinstrument's own cost from what it changes in torch's recording.
+on the cell's thread. A second run without torch.profiler at all (the run bare, with none,
+the line sampler and pyinstrument, interleaved the same way in the informational block's
+number of rounds) separates pyinstrument's own cost from what it changes in torch's
+recording.
 
 Then the hotspots' cost on the largest shared trace with python_function events: load_trace,
 compute_hotspots, the full analyze (with hotspots, and with compute_hotspots replaced by one
@@ -64,7 +80,7 @@ import signal
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from types import CodeType
@@ -83,6 +99,22 @@ TARGET_S = 0.15
 # The issue's goals, as fractions of the profiled run.
 LINE_GOAL = 0.03
 UTIL_GOAL = 0.01
+# Rounds per cell in a full run (--quick: max(repeats, 1) of each). The section's time is
+# the profiled calls' (each exports the trace: ~6.2 s a call on the tiny-ops cell, ~1.7 s on
+# the MLP cell, ~0.15 s on the pure-Python cell, whatever the variant); a bare call is one
+# ~150 ms run without the export. Before the split, all 10 variants ran in 11 rounds:
+#   10 x 11 = 110 profiled calls per cell, and 5 bare variants x 11 = 55 bare calls.
+# Now the judged block has 4 variants (none, the judged line sampler, the utilisation
+# sampler every 20 ms, both) and the informational block 7 (none again, the thread-mode
+# line sampler, the utilisation sampler every 10 ms, the two controls, the two pyinstrument
+# variants):
+#   4 x 19 + 7 x 5 = 76 + 35 = 111 profiled calls per cell (+1 call, ~+1%),
+#   and 5 bare variants x 5 = 25 bare calls (-30 calls of ~150 ms, ~-5 s per cell);
+# the 10 untimed first calls per cell are unchanged. The judged rows' standard error falls
+# by sqrt(11 / 19) = 0.76 (e.g. +-2.6% -> +-2.0%), the informational rows' grows by
+# sqrt(11 / 5) = 1.48. (Without SIGALRM or pyinstrument the blocks lose those variants.)
+JUDGED_ROUNDS = 19
+INFO_ROUNDS = 5
 
 SETUP = """
 import torch
@@ -138,6 +170,34 @@ BARE = (NONE, LINE_SIGNAL, LINE_THREAD, PYI_1, PYI_3)
 PYFUNC = (NONE, LINE_SIGNAL, LINE_THREAD, BOTH, PYI_1, PYI_3)
 # The name of the function `_call` runs the cell in (found in the trace by it).
 RUN_WRAPPER = "bench_cell_run"
+# The two blocks of rounds of each cell (see the module's docstring).
+JUDGED_BLOCK = "judged"
+INFO_BLOCK = "informational"
+
+
+def _blocks(labels: Iterable[str]) -> dict[str, list[str]]:
+    """Split the variants into the judged block (none, the line sampler the targets judge:
+    signal mode, thread mode where signal mode is impossible; the utilisation sampler every
+    20 ms; both) and the informational block (none again, and every other variant)."""
+    labels = list(labels)
+    line = LINE_SIGNAL if LINE_SIGNAL in labels else LINE_THREAD
+    judged = [v for v in (NONE, line, UTIL_20, BOTH) if v in labels]
+    return {JUDGED_BLOCK: judged, INFO_BLOCK: [NONE, *(v for v in labels if v not in judged)]}
+
+
+def _schedule(judged_rounds: int, info_rounds: int) -> list[str]:
+    """The order of the two blocks' rounds: the informational rounds spread evenly among the
+    judged ones (so both blocks see the machine over the same stretch of time)."""
+    total = judged_rounds + info_rounds
+    spots = {int((i + 0.5) * total / info_rounds) for i in range(info_rounds)}
+    return [INFO_BLOCK if k in spots else JUDGED_BLOCK for k in range(total)]
+
+
+def _round_counts(cfg: BenchConfig) -> tuple[int, int]:
+    """(rounds of the judged block, of the informational block and of the bare runs)."""
+    if cfg.quick:
+        return max(cfg.repeats, 1), max(cfg.repeats, 1)
+    return max(cfg.repeats, JUDGED_ROUNDS), max(cfg.repeats, INFO_ROUNDS)
 
 
 class _IdleThread:
@@ -338,17 +398,23 @@ def _sized(body: str, n: int, ns: dict[str, Any], target_s: float) -> tuple[int,
     return n, compile(body.format(n=n), "<bench-cell>", "exec")
 
 
-def measure_cells(cfg: BenchConfig, rounds: int) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """Per cell: n, and per variant the inner and outer ns of each round, the samples per
-    second of each sampler (key -> list) and the python_function counts of each round
-    (in the trace, inside the run); then, for the BARE variants, the ns of the run without
-    torch.profiler and their samples per second; plus the samplers' notes and errors (the
-    first of each cell and variant, with how many of its calls noted something)."""
+def measure_cells(cfg: BenchConfig, judged_rounds: int, info_rounds: int
+                  ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Per cell: n; per block (judged, informational; `_blocks`), its rounds and per variant
+    the inner and outer ns of each round, the samples per second of each sampler (key ->
+    list), the python_function counts of each round (in the trace, inside the run) and the
+    ns the cell's thread spent off the CPU; then, for the BARE variants, the ns of the run
+    without torch.profiler in `info_rounds` rounds and their samples per second; plus the
+    samplers' notes and errors (the first of each cell and variant, with how many of its
+    calls noted something)."""
     import torch
 
     torch.set_num_threads(cfg.threads)
     variants = _variants()
+    blocks = _blocks(variants)
+    block_rounds = {JUDGED_BLOCK: judged_rounds, INFO_BLOCK: info_rounds}
     noted: dict[tuple[str, str], list[Any]] = {}  # (cell, variant) -> [first note, calls]
+    calls: dict[tuple[str, str], int] = {}  # (cell, variant) -> timed calls
     rng = random.Random(0)
     results: dict[str, dict[str, Any]] = {}
     for name, (body, quick_n, first_n) in CELLS.items():
@@ -360,14 +426,14 @@ def measure_cells(cfg: BenchConfig, rounds: int) -> tuple[dict[str, dict[str, An
             n, code = _sized(body, first_n, ns, TARGET_S)
         for make in variants.values():  # untimed: each sampler's first use
             _call(code, ns, make(code))
-        inner: dict[str, list[int]] = {v: [] for v in variants}
-        outer: dict[str, list[int]] = {v: [] for v in variants}
-        rates: dict[str, dict[str, list[float]]] = {v: {} for v in variants}
-        pyfunc: dict[str, list[tuple[int, int]]] = {v: [] for v in variants}
-        off_cpu: dict[str, list[int]] = {v: [] for v in variants}
+        measured = {block: {"rounds": block_rounds[block],
+                            **{key: {v: ([] if key != "rates" else {}) for v in labels}
+                               for key in ("inner", "outer", "rates", "pyfunc", "off_cpu")}}
+                    for block, labels in blocks.items()}
 
         def note(label: str, records: dict[str, Any], took_ns: int,
                  into: dict[str, dict[str, list[float]]], cell: str = name) -> None:
+            calls[(cell, label)] = calls.get((cell, label), 0) + 1
             said: list[str] = []
             for key, record in records.items():
                 count = _sample_count(record)
@@ -381,40 +447,58 @@ def measure_cells(cfg: BenchConfig, rounds: int) -> tuple[dict[str, dict[str, An
                 entry = noted.setdefault((cell, label), [said[0], 0])
                 entry[1] += 1
 
-        labels = list(variants)
-        for _ in range(rounds):
+        order = {block: list(labels) for block, labels in blocks.items()}
+        for block in _schedule(judged_rounds, info_rounds):
+            labels, data = order[block], measured[block]
             rng.shuffle(labels)
             for label in labels:
                 t_in, t_out, records, counts, off = _call(code, ns, variants[label](code))
-                inner[label].append(t_in)
-                off_cpu[label].append(off)
-                outer[label].append(t_out)
-                pyfunc[label].append(counts)
-                note(label, records, t_in, rates)
+                data["inner"][label].append(t_in)
+                data["off_cpu"][label].append(off)
+                data["outer"][label].append(t_out)
+                data["pyfunc"][label].append(counts)
+                note(label, records, t_in, data["rates"])
         bare_labels = [v for v in BARE if v in variants]
         for label in bare_labels:  # untimed first call of each, as above
             _bare_call(code, ns, variants[label](code))
         bare: dict[str, list[int]] = {v: [] for v in bare_labels}
         bare_rates: dict[str, dict[str, list[float]]] = {v: {} for v in bare_labels}
-        for _ in range(rounds):
+        for _ in range(info_rounds):
             rng.shuffle(bare_labels)
             for label in bare_labels:
                 took, records = _bare_call(code, ns, variants[label](code))
                 bare[label].append(took)
                 note(label, records, took, bare_rates, f"{name} (bare run)")
-        results[name] = {"n": n, "inner": inner, "outer": outer, "rates": rates,
-                         "off_cpu": off_cpu,
-                         "pyfunc": pyfunc, "bare": bare, "bare_rates": bare_rates}
-    notes = [f"{cell}, {label} ({calls} of {rounds} calls; the first said): {text}"
-             for (cell, label), (text, calls) in noted.items()]
+        results[name] = {"n": n, "blocks": measured, "bare": bare, "bare_rates": bare_rates,
+                         "bare_rounds": info_rounds}
+    notes = [f"{cell}, {label} ({count} of {calls[(cell, label)]} calls; the first said): "
+             f"{text}" for (cell, label), (text, count) in noted.items()]
     return results, notes
 
 
-def _off_cpu_added(c: dict[str, Any], label: str) -> list[float]:
-    """Round by round: the cell thread's time off the CPU with `label` less without a
-    sampler, over the run without a sampler."""
+def _measured(c: dict[str, Any]) -> list[str]:
+    """Every variant measured in cell results `c` (both blocks), none first."""
+    return list(dict.fromkeys(label for block in c["blocks"].values() for label in block["inner"]))
+
+
+def _block_of(c: dict[str, Any], label: str) -> dict[str, Any]:
+    """The block of cell results `c` that measured `label` (none: the judged block's)."""
+    judged = c["blocks"][JUDGED_BLOCK]
+    return judged if label in judged["inner"] else c["blocks"][INFO_BLOCK]
+
+
+def _inside(c: dict[str, Any], label: str) -> float:
+    """python_function events inside the cell's run with `label`, median over its block's
+    rounds (none: the judged block's)."""
+    return float(statistics.median(i for _, i in _block_of(c, label)["pyfunc"][label]))
+
+
+def _off_cpu_added(block: dict[str, Any], label: str) -> list[float]:
+    """Round by round in one block: the cell thread's time off the CPU with `label` less
+    without a sampler, over the run without a sampler."""
     return [(off - ref_off) / ref for off, ref_off, ref
-            in zip(c["off_cpu"][label], c["off_cpu"][NONE], c["inner"][NONE], strict=True)]
+            in zip(block["off_cpu"][label], block["off_cpu"][NONE], block["inner"][NONE],
+                   strict=True)]
 
 
 def _ratios(values: list[int], reference: list[int]) -> list[float]:
@@ -425,6 +509,16 @@ def _pct(values: list[float]) -> str:
     error = precision(values)
     spread = f" (± {error:.1%})" if not math.isnan(error) else ""
     return f"{statistics.median(values):+.1%}{spread}"
+
+
+def _pct_across(values: list[float], reference: list[float]) -> str:
+    """(1 + median of values) / (1 + median of reference) - 1, ± the two medians' standard
+    errors combined to first order: two variants measured in different blocks, each as its
+    rounds' ratios to the run without a sampler of the same round."""
+    a, b = statistics.median(values), statistics.median(reference)
+    ratio = (1 + a) / (1 + b) - 1
+    err = math.hypot(precision(values) / (1 + b), precision(reference) * (1 + a) / (1 + b) ** 2)
+    return f"{ratio:+.1%}" + (f" (± {err:.1%})" if not math.isnan(err) else "")
 
 
 def _ms(ns_values: list[int]) -> str:
@@ -516,59 +610,72 @@ def _machine_line() -> str:
 
 def run(cfg: BenchConfig) -> Section:
     """Measure the samplers on the cells and the hotspots on the trace; return the section."""
-    rounds = max(cfg.repeats, 1) if cfg.quick else max(cfg.repeats, 11)
-    cells, notes = measure_cells(cfg, rounds)
+    judged_rounds, info_rounds = _round_counts(cfg)
+    cells, notes = measure_cells(cfg, judged_rounds, info_rounds)
     machine = _machine_line()
     hot = measure_hotspots(cfg, max(cfg.repeats, 1) if cfg.quick else max(cfg.repeats, 7))
-    return _section(cfg, cells, notes, hot, rounds, machine)
+    return _section(cfg, cells, notes, hot, machine)
 
 
 def _section(cfg: BenchConfig, cells: dict[str, dict[str, Any]], notes: list[str],
-             hot: dict[str, Any] | None, rounds: int, machine: str) -> Section:
+             hot: dict[str, Any] | None, machine: str) -> Section:
     med = statistics.median
     signal_ok = hasattr(signal, "setitimer")
+    first = next(iter(cells.values()))
+    judged, info = first["blocks"][JUDGED_BLOCK], first["blocks"][INFO_BLOCK]
     lines = [
         "Each sampler beside the profiled run, as `%%gpuprofile` runs it: "
         "`profile_cell(run, runs=1, stack=True, cuda=False, samplers=...)`, `run` exec'ing "
         "the cell's compiled code object in a namespace as a notebook cell runs (torch "
-        f"threads: {cfg.threads}), with two controls that sample nothing. {rounds} "
-        "interleaved rounds, the order of the variants "
-        "shuffled every round (seeded), an untimed `gc.collect()` before each call and one untimed "
-        "call of each variant first. *Profiled run* = the run inside the profiler (timed by "
-        "wrapping `run`), what the targets judge; *profile_cell call* = the whole call "
-        "(profiler start and stop, the samplers' start and stop, the trace's export, the "
-        "samples' record). Samples/s = samples recorded over the profiled run's time "
+        f"threads: {cfg.threads}), with two controls that sample nothing. Each cell's calls "
+        f"come in two blocks of rounds: the *judged* block ({'; '.join(judged['inner'])}: "
+        "the rows the targets judge, and the line sampler on top of the utilisation "
+        f"sampler) in {judged['rounds']} rounds, and the *informational* block (none again "
+        f"and every other variant) in {info['rounds']} rounds, spread evenly among the "
+        "judged ones; the *rounds* column gives each row's. In every round the order of the "
+        "block's variants is shuffled (seeded), an untimed `gc.collect()` runs before each "
+        "call, one untimed call of each variant comes first, and each *vs none* is the "
+        "median over the block's rounds of each round's ratio to the call without a sampler "
+        "of the same round of the same block. *Profiled run* = the run inside the profiler "
+        "(timed by wrapping `run`), what the targets judge; *profile_cell call* = the whole "
+        "call (profiler start and stop, the samplers' start and stop, the trace's export, "
+        "the samples' record). Samples/s = samples recorded over the profiled run's time "
         "(line sampler: only samples taken while the cell runs are kept; utilisation: "
         "intervals recorded).",
         "",
         machine,
         "",
         "| cell | variant | profiled run | vs none | cell thread off the CPU, added "
-        "| profile_cell call | vs none | samples/s | noise floor |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| profile_cell call | vs none | samples/s | noise floor | rounds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     worst: dict[Any, tuple[float, str]] = {}
     for name, c in cells.items():
-        inner, outer, rates = c["inner"], c["outer"], c["rates"]
-        for label in inner:
-            if label == NONE:
-                ratio_in = ratio_out = off = "-"
-            else:
-                r_in = _ratios(inner[label], inner[NONE])
-                ratio_in = _pct(r_in)
-                ratio_out = _pct(_ratios(outer[label], outer[NONE]))
-                if med(r_in) > worst.get(label, (-math.inf, ""))[0]:
-                    worst[label] = (med(r_in), name)
-                r_off = _off_cpu_added(c, label)
-                off = _pct(r_off)
-                if med(r_off) > worst.get(("off", label), (-math.inf, ""))[0]:
-                    worst[("off", label)] = (med(r_off), name)
-            rate = ", ".join(f"{key} {med(v):.0f}" for key, v in rates[label].items()) or "-"
-            lines.append(
-                f"| {name} (n={c['n']:,}) | {label} | {_ms(inner[label])} | {ratio_in} "
-                f"| {off} | {_ms(outer[label])} | {ratio_out} | {rate} "
-                f"| {_iqr_pct(inner[NONE]) if label == NONE else ''} |")
-    on_top = {name: _ratios(c["inner"][BOTH], c["inner"][UTIL_20]) for name, c in cells.items()}
+        for block_name, block in c["blocks"].items():
+            inner, outer, rates = block["inner"], block["outer"], block["rates"]
+            for label in inner:
+                if label == NONE:
+                    ratio_in = ratio_out = off = "-"
+                else:
+                    r_in = _ratios(inner[label], inner[NONE])
+                    ratio_in = _pct(r_in)
+                    ratio_out = _pct(_ratios(outer[label], outer[NONE]))
+                    if med(r_in) > worst.get(label, (-math.inf, ""))[0]:
+                        worst[label] = (med(r_in), name)
+                    r_off = _off_cpu_added(block, label)
+                    off = _pct(r_off)
+                    if med(r_off) > worst.get(("off", label), (-math.inf, ""))[0]:
+                        worst[("off", label)] = (med(r_off), name)
+                rate = ", ".join(f"{key} {med(v):.0f}" for key, v in rates[label].items()) \
+                    or "-"
+                lines.append(
+                    f"| {name} (n={c['n']:,}) | {label} | {_ms(inner[label])} | {ratio_in} "
+                    f"| {off} | {_ms(outer[label])} | {ratio_out} | {rate} "
+                    f"| {_iqr_pct(inner[NONE]) if label == NONE else ''} "
+                    f"| {len(inner[label])} ({block_name}) |")
+    on_top = {name: _ratios(c["blocks"][JUDGED_BLOCK]["inner"][BOTH],
+                            c["blocks"][JUDGED_BLOCK]["inner"][UTIL_20])
+              for name, c in cells.items()}
     for name, values in on_top.items():
         if med(values) > worst.get("on top", (-math.inf, ""))[0]:
             worst["on top"] = (med(values), name)
@@ -584,8 +691,9 @@ def _section(cfg: BenchConfig, cells: dict[str, dict[str, Any]], notes: list[str
         "*Cell thread off the CPU, added*: during the profiled run, the time the cell's "
         "thread was not running (its wall time less its own CPU time, `time.thread_time_ns`: "
         "waiting for the GIL or for a core), less the same in the run without a sampler of "
-        "that round, as a share of that run. A sampler thread on the other core takes time "
-        "from the cell only by holding the GIL the cell needs (or by taking its core), and "
+        "the same round of the same block, as a share of that run. A sampler thread on the "
+        "other core takes time from the cell only by holding the GIL the cell needs (or by "
+        "taking its core), and "
         "this measures exactly that, without the run-to-run spread of the wall-time column "
         "(whose standard error here is of the order of the 1% goal, and in which a second "
         "live thread alone can speed the cell's thread up or slow it down, as the idle-"
@@ -593,15 +701,16 @@ def _section(cfg: BenchConfig, cells: dict[str, dict[str, Any]], notes: list[str
         "",
         "What `--stack`'s line sampler adds in the magic, where the utilisation sampler "
         "always runs (both as the magic makes them vs the utilisation sampler alone, "
-        "20 ms, round by round): " + "; ".join(
+        f"20 ms, round by round in the judged block's {judged['rounds']} rounds): "
+        + "; ".join(
             f"{name} {_pct(values)}" for name, values in on_top.items()) + ".",
     ]
     if notes:
         lines += ["", "What the samplers noted: " + "; ".join(notes[:8]) + "."]
-    if not signal_ok or LINE_SIGNAL not in next(iter(cells.values()))["inner"]:
+    if not signal_ok or LINE_SIGNAL not in _measured(first):
         lines += ["", "The signal sampler could not run here (no SIGALRM interval timer, or "
                   "not the main thread): the magic falls back to thread mode."]
-    lines += ["", *_pyinstrument_lines(cells, rounds)]
+    lines += ["", *_pyinstrument_lines(cells)]
     lines += ["", *_hotspot_lines(cfg, hot)]
     targets = _targets(worst, hot, cfg.quick) + _pyinstrument_targets(cells, worst)
     return Section(TITLE, "\n".join(lines), targets)
@@ -610,15 +719,15 @@ def _section(cfg: BenchConfig, cells: dict[str, dict[str, Any]], notes: list[str
 INFO = "informational (no goal set)"
 
 
-def _pyinstrument_lines(cells: dict[str, dict[str, Any]], rounds: int) -> list[str]:
+def _pyinstrument_lines(cells: dict[str, dict[str, Any]]) -> list[str]:
     """pyinstrument's part of the section: what it does to torch's python_function events,
     how it compares with the line sampler, and what it costs without torch.profiler."""
     first = next(iter(cells.values()))
-    if PYI_1 not in first["inner"]:
+    if PYI_1 not in _measured(first):
         return ["pyinstrument is not installed here (`make bench` installs pyinstrument 5.1.3 "
                 "into the venv it runs): its variants are left out."]
     med = statistics.median
-    line_ref = LINE_SIGNAL if LINE_SIGNAL in first["inner"] else LINE_THREAD
+    line_ref = LINE_SIGNAL if LINE_SIGNAL in _measured(first) else LINE_THREAD
     out = [
         f"pyinstrument {pyinstrument_version()}: `pyinstrument.Profiler(interval=...)` in its "
         "default async mode, started after the profiler and stopped before it, like the "
@@ -632,26 +741,27 @@ def _pyinstrument_lines(cells: dict[str, dict[str, Any]], rounds: int) -> list[s
         "",
         "python_function events (torch's `with_stack` recording) in each profiled run's "
         "exported trace, and of them those inside the cell's run (nested in the event of the "
-        "function that runs the cell), median over the rounds:",
+        "function that runs the cell), median over the rounds of the variant's block "
+        "(none: the judged block's):",
         "",
         "| cell | variant | python_function events in the trace | inside the cell's run |",
         "|---|---|---|---|",
     ]
     for name, c in cells.items():
-        for label in (v for v in PYFUNC if v in c["pyfunc"]):
-            counts = c["pyfunc"][label]
+        for label in (v for v in PYFUNC if v in _measured(c)):
+            counts = _block_of(c, label)["pyfunc"][label]
             out.append(f"| {name} | {label} | {med([t for t, _ in counts]):,.0f} "
                        f"| {med([i for _, i in counts]):,.0f} |")
     said = []
     for name, c in cells.items():
-        ref = med([i for _, i in c["pyfunc"][NONE]])
-        got = {label: med([i for _, i in c["pyfunc"][label]]) for label in PYI_INTERVALS}
+        ref = _inside(c, NONE)
+        got = {label: _inside(c, label) for label in PYI_INTERVALS}
         said.append(f"{name}: " + ", ".join(f"{label} {value:,.0f}"
                                              for label, value in got.items())
                     + f" of {ref:,.0f} without a sampler")
     out += ["", "Inside the cell's run torch recorded, with pyinstrument running: "
             + "; ".join(said) + "."]
-    if all(med([i for _, i in c["pyfunc"][label]]) == 0 < med([i for _, i in c["pyfunc"][NONE]])
+    if all(_inside(c, label) == 0 < _inside(c, NONE)
            for c in cells.values() for label in PYI_INTERVALS):
         out += ["", "So while pyinstrument runs, torch records no Python event on the "
                 "cell's thread: pyinstrument's start() puts its profile function in place of "
@@ -660,16 +770,24 @@ def _pyinstrument_lines(cells: dict[str, dict[str, Any]], rounds: int) -> list[s
                 "rows above are therefore not its cost alone: with it, the run no longer pays "
                 "for torch's own Python recording, and the trace has no Python events for "
                 "the hotspots to read."]
-    out += ["", f"pyinstrument against the {line_ref}, the profiled run, round by round: "
-            + "; ".join(f"{name}: " + ", ".join(
-                f"{label} {_pct(_ratios(c['inner'][label], c['inner'][line_ref]))}"
-                for label in PYI_INTERVALS) for name, c in cells.items()) + "."]
+    def against_line(c: dict[str, Any], label: str) -> str:
+        block, ref_block = _block_of(c, label), _block_of(c, line_ref)
+        return _pct_across(_ratios(block["inner"][label], block["inner"][NONE]),
+                           _ratios(ref_block["inner"][line_ref], ref_block["inner"][NONE]))
+
+    out += ["", f"pyinstrument against the {line_ref}, the profiled run: measured in "
+            "different blocks, so each against the run without a sampler of its own rounds, "
+            "(1 + pyinstrument's median) / (1 + the line sampler's median) - 1, ± the two "
+            "standard errors combined: " + "; ".join(f"{name}: " + ", ".join(
+                f"{label} {against_line(c, label)}" for label in PYI_INTERVALS)
+                for name, c in cells.items()) + "."]
     bare_labels = [v for v in BARE if v in first["bare"]]
     out += [
         "",
         "Without torch.profiler: the cell run bare (`exec` of its code object, the samplers "
         "started before and stopped after), with none, the line sampler and pyinstrument, "
-        f"{rounds} interleaved rounds (shuffled, seeded) after one untimed call of each, an "
+        f"{first['bare_rounds']} interleaved rounds (the informational block's count; "
+        "shuffled, seeded) after one untimed call of each, an "
         "untimed `gc.collect()` before each; what each sampler costs on its own:",
         "",
         f"| cell | variant | run | vs none | vs the {line_ref} | samples/s |",
@@ -692,7 +810,7 @@ def _pyinstrument_targets(cells: dict[str, dict[str, Any]],
     """Informational rows for pyinstrument (no goal): the profiled run, the bare run, and
     the python_function events left inside the cell's run."""
     first = next(iter(cells.values()))
-    if PYI_1 not in first["inner"]:
+    if PYI_1 not in _measured(first):
         return (Target("pyinstrument Profiler: added to the profiled run",
                        "not measured (pyinstrument not installed)", INFO, None),)
     med = statistics.median
@@ -706,17 +824,13 @@ def _pyinstrument_targets(cells: dict[str, dict[str, Any]],
                           for name, c in cells.items())
         out.append(Target(f"{label}, without torch.profiler: added to the bare run "
                           "(worst cell)", f"{value:+.1%} ({cell})", INFO, None))
-    line_ref = LINE_SIGNAL if LINE_SIGNAL in first["pyfunc"] else LINE_THREAD
-
-    def inside(c: dict[str, Any], label: str) -> float:
-        return float(med([i for _, i in c["pyfunc"][label]]))
-
-    ref, name = max((inside(c, NONE), name) for name, c in cells.items())
+    line_ref = LINE_SIGNAL if LINE_SIGNAL in _measured(first) else LINE_THREAD
+    ref, name = max((_inside(c, NONE), name) for name, c in cells.items())
     c = cells[name]
     out.append(Target(
         "python_function events inside the cell's run, of those without a sampler (the "
         "cell with the most)",
-        f"{PYI_1} {inside(c, PYI_1):,.0f}, {line_ref} {inside(c, line_ref):,.0f}, of "
+        f"{PYI_1} {_inside(c, PYI_1):,.0f}, {line_ref} {_inside(c, line_ref):,.0f}, of "
         f"{ref:,.0f} ({name})", INFO, None))
     return tuple(out)
 

@@ -371,8 +371,12 @@ def test_samplers_leave_pyinstrument_out_when_it_is_not_installed(
     variants = samplers._variants()
     assert samplers.NONE in variants
     assert not set(samplers.PYI_INTERVALS) & set(variants)
-    cells = {"cell": {"inner": {v: [1] for v in variants}, "pyfunc": {}, "bare": {}}}
-    assert "pyinstrument is not installed" in samplers._pyinstrument_lines(cells, 1)[0]
+    blocks = samplers._blocks(variants)
+    assert samplers.NONE in blocks[samplers.JUDGED_BLOCK]
+    assert samplers.NONE in blocks[samplers.INFO_BLOCK]
+    cells = {"cell": {"blocks": {block: {"inner": {v: [1] for v in labels}, "pyfunc": {}}
+                                 for block, labels in blocks.items()}, "bare": {}}}
+    assert "pyinstrument is not installed" in samplers._pyinstrument_lines(cells)[0]
     (row,) = samplers._pyinstrument_targets(cells, {})
     assert row.met is None and "not installed" in row.measured
 
@@ -383,3 +387,142 @@ def test_off_cpu_added_is_per_round_over_the_reference_run() -> None:
     cells = {"off_cpu": {samplers.NONE: [10, 20, 5], "x": [15, 20, 1]},
              "inner": {samplers.NONE: [100, 200, 50]}}
     assert samplers._off_cpu_added(cells, "x") == pytest.approx([0.05, 0.0, -0.08])
+
+
+def test_samplers_split_the_variants_into_a_judged_and_an_informational_block() -> None:
+    from benchmarks import samplers as sm
+    from benchmarks.config import BenchConfig
+
+    every = [sm.NONE, sm.LINE_SIGNAL, sm.LINE_THREAD, sm.UTIL_10, sm.UTIL_20, sm.BOTH,
+             sm.IDLE, sm.ALARM, sm.PYI_1, sm.PYI_3]
+    blocks = sm._blocks(every)
+    assert blocks[sm.JUDGED_BLOCK] == [sm.NONE, sm.LINE_SIGNAL, sm.UTIL_20, sm.BOTH]
+    assert blocks[sm.INFO_BLOCK] == [sm.NONE, sm.LINE_THREAD, sm.UTIL_10, sm.IDLE, sm.ALARM,
+                                     sm.PYI_1, sm.PYI_3]
+    # Where signal mode is impossible, the thread-mode line sampler is the judged one.
+    no_signal = sm._blocks(v for v in every if v not in (sm.LINE_SIGNAL, sm.ALARM))
+    assert no_signal[sm.JUDGED_BLOCK] == [sm.NONE, sm.LINE_THREAD, sm.UTIL_20, sm.BOTH]
+    assert sm.LINE_THREAD not in no_signal[sm.INFO_BLOCK]
+    # A full run's profiled calls per cell stay about the 10 variants x 11 rounds of before.
+    assert sm.JUDGED_ROUNDS > 11 > sm.INFO_ROUNDS >= 4
+    assert abs(4 * sm.JUDGED_ROUNDS + 7 * sm.INFO_ROUNDS - 110) <= 5
+    # The informational rounds are spread among the judged ones, not bunched at one end.
+    order = sm._schedule(19, 5)
+    assert order.count(sm.JUDGED_BLOCK) == 19 and order.count(sm.INFO_BLOCK) == 5
+    spots = [k for k, block in enumerate(order) if block == sm.INFO_BLOCK]
+    assert spots[0] > 0 and spots[-1] < len(order) - 1
+    assert max(b - a for a, b in zip(spots, spots[1:], strict=False)) <= 6
+    assert sm._schedule(3, 0) == [sm.JUDGED_BLOCK] * 3
+    assert sm._schedule(1, 1).count(sm.INFO_BLOCK) == 1
+
+    def cfg(quick: bool, repeats: int) -> BenchConfig:
+        return BenchConfig(traces_dir=Path("."), cache_dir=Path("."), hta_python=None,
+                           quick=quick, repeats=repeats)
+
+    assert sm._round_counts(cfg(False, 3)) == (sm.JUDGED_ROUNDS, sm.INFO_ROUNDS)
+    assert sm._round_counts(cfg(True, 1)) == (1, 1)
+    assert sm._round_counts(cfg(True, 2)) == (2, 2)
+
+
+def test_samplers_section_runs_each_block_its_rounds(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """measure_cells with the profiled and bare calls stubbed: every judged variant runs in
+    the judged block's rounds, the others in the informational block's (none in both), each
+    after one untimed call; the section's rows say how many rounds each has, and the targets
+    keep their names, the judged ones read from the judged block."""
+    from benchmarks import samplers as sm
+    from benchmarks.config import BenchConfig
+
+    every = [sm.NONE, sm.LINE_SIGNAL, sm.LINE_THREAD, sm.UTIL_10, sm.UTIL_20, sm.BOTH,
+             sm.IDLE, sm.ALARM, sm.PYI_1, sm.PYI_3]
+    # Run inside the profiler (ns): +2% for the line sampler, +1% for the utilisation
+    # sampler, +3% for both (+2% on top of the utilisation sampler alone), +5% for the rest.
+    inner_ns = {sm.NONE: 100_000, sm.LINE_SIGNAL: 102_000, sm.UTIL_20: 101_000,
+                sm.BOTH: 103_020}
+    calls: list[str] = []
+
+    def fake_call(code: object, ns: object, samplers: list) -> tuple:
+        label = samplers[0][1] if samplers else sm.NONE
+        calls.append(label)
+        records = {key: {"ts_us": [1.0, 2.0], "notes": ["noted"]} for key, _ in samplers}
+        return (inner_ns.get(label, 105_000), 200_000, records, (10, 4 if samplers else 8),
+                1_000)
+
+    def fake_bare_call(code: object, ns: object, samplers: list) -> tuple:
+        calls.append("bare: " + (samplers[0][1] if samplers else sm.NONE))
+        return 100_000, {}
+
+    monkeypatch.setattr(sm, "_variants", lambda: {
+        label: (lambda code, label=label: [] if label == sm.NONE else [("samples", label)])
+        for label in every})
+    monkeypatch.setattr(sm, "_call", fake_call)
+    monkeypatch.setattr(sm, "_bare_call", fake_bare_call)
+    monkeypatch.setattr(sm, "CELLS", {"tiny": ("x = {n}\n", 1, 1)})
+    monkeypatch.setattr(sm, "pyinstrument_version", lambda: "stub")
+    cfg = BenchConfig(traces_dir=tmp_path, cache_dir=tmp_path, hta_python=None, quick=True)
+    judged_n, info_n = 6, 2
+    cells, notes = sm.measure_cells(cfg, judged_n, info_n)
+
+    judged = [sm.NONE, sm.LINE_SIGNAL, sm.UTIL_20, sm.BOTH]
+    informational = [sm.NONE, sm.LINE_THREAD, sm.UTIL_10, sm.IDLE, sm.ALARM, sm.PYI_1,
+                     sm.PYI_3]
+    profiled = [c for c in calls if not c.startswith("bare: ")]
+    assert profiled[:len(every)] == every  # one untimed call of each variant first
+    timed = profiled[len(every):]
+    assert len(timed) == 4 * judged_n + 7 * info_n
+    for label in every:
+        expected = (judged_n if label in judged else 0) + \
+            (info_n if label in informational else 0)
+        assert timed.count(label) == expected, label
+    # The informational rounds come between judged ones, not after them all.
+    assert timed.index(sm.IDLE) < len(timed) - 1 - timed[::-1].index(sm.UTIL_20)
+    c = cells["tiny"]
+    blocks = c["blocks"]
+    assert list(blocks) == [sm.JUDGED_BLOCK, sm.INFO_BLOCK]
+    assert blocks[sm.JUDGED_BLOCK]["rounds"] == judged_n
+    assert blocks[sm.INFO_BLOCK]["rounds"] == info_n
+    assert list(blocks[sm.JUDGED_BLOCK]["inner"]) == judged
+    assert list(blocks[sm.INFO_BLOCK]["inner"]) == informational
+    for block, labels, n in ((sm.JUDGED_BLOCK, judged, judged_n),
+                             (sm.INFO_BLOCK, informational, info_n)):
+        for key in ("inner", "outer", "pyfunc", "off_cpu"):
+            assert {len(blocks[block][key][v]) for v in labels} == {n}, (block, key)
+    # The bare runs: the informational block's rounds, after one untimed call of each.
+    bare = [v for v in sm.BARE if v in every]
+    assert {len(c["bare"][v]) for v in bare} == {info_n}
+    assert sum(1 for x in calls if x.startswith("bare: ")) == len(bare) * (1 + info_n)
+    assert c["bare_rounds"] == info_n
+    # Notes count each variant's timed calls in its own block.
+    assert any(f"tiny, {sm.LINE_SIGNAL} ({judged_n} of {judged_n} calls" in n for n in notes)
+    assert any(f"tiny, {sm.IDLE} ({info_n} of {info_n} calls" in n for n in notes)
+
+    section = sm._section(cfg, cells, notes, None, "machine")
+    text = section.markdown
+    assert "| noise floor | rounds |" in text
+    assert f"in {judged_n} rounds, and the *informational* block" in text
+    rows = [line for line in text.splitlines() if line.startswith("| tiny (n=1) |")]
+    assert len(rows) == len(judged) + len(informational)  # none once in each block
+    for label in every:
+        mine = [r for r in rows if r.startswith(f"| tiny (n=1) | {label} |")]
+        if label == sm.NONE:
+            assert len(mine) == 2 and mine[0].endswith(f"| {judged_n} ({sm.JUDGED_BLOCK}) |")
+            assert mine[1].endswith(f"| {info_n} ({sm.INFO_BLOCK}) |")
+        elif label in judged:
+            assert len(mine) == 1 and mine[0].endswith(f"| {judged_n} ({sm.JUDGED_BLOCK}) |")
+        else:
+            assert len(mine) == 1 and mine[0].endswith(f"| {info_n} ({sm.INFO_BLOCK}) |")
+    targets = {t.name: t for t in section.targets}
+    line = targets[f"{sm.LINE_SIGNAL}: added to the profiled run (worst cell)"]
+    assert line.goal == "under 3%" and line.measured.startswith("+2.0% (tiny)")
+    util = targets["utilisation sampler (20 ms, the default): added to the profiled run "
+                   "(worst cell)"]
+    assert util.goal == "under 1%" and util.measured.startswith("+1.0% (tiny)")
+    assert "utilisation sampler (20 ms, the default): cell thread kept off the CPU, added to "\
+        "the profiled run (worst cell)" in targets
+    assert targets["both samplers as the magic makes them (--stack): added to the profiled "
+                   "run (worst cell)"].measured.startswith("+3.0%")
+    assert targets["line sampler on top of the utilisation sampler (what --stack adds in the "
+                   "magic, worst cell)"].measured.startswith("+2.0%")
+    assert targets[f"{sm.PYI_1}: added to the profiled run (worst cell)"].measured \
+        .startswith("+5.0%")
+    assert all(t.met is None for t in section.targets if "hotspots" not in t.name)
