@@ -24,6 +24,7 @@ from gpuprof_nb.analysis.derived import (
     last_call_of,
     lookup,
     op_columns,
+    runtime_starts,
 )
 from gpuprof_nb.analysis.flops import COPY_WRAPPERS, OpCost, has_formula, op_cost
 from gpuprof_nb.analysis.intervals import nearest_open_before
@@ -493,17 +494,22 @@ def _kernel_owners(trace: Trace, tree: _Tree) -> np.ndarray:
     by_call_id = np.where(c_has_ext, lookup(ext_keys, ext_ops, c_ext), -1)
     owner[need] = by_call_id
     # Calls with no op of their id: the innermost op open on their thread at their start.
-    pending: dict[tuple[str, str], list[tuple[int, float]]] = {}
-    for k_pos, i, found in zip(need.tolist(), call.tolist(), by_call_id.tolist(),
-                               strict=True):
-        if found < 0:
-            r = runtime[i]
-            pending.setdefault((str(r.pid), str(r.tid)), []).append((k_pos, r.start_us))
-    for key, queries in pending.items():
+    # Their threads keyed as the tree keys them (ids as text), each distinct pair once.
+    unowned = by_call_id < 0
+    pending, pending_calls = need[unowned], call[unowned].tolist()
+    pair_code: dict[tuple[Any, Any], int] = {}
+    codes = np.fromiter((pair_code.setdefault((runtime[i].pid, runtime[i].tid), len(pair_code))
+                         for i in pending_calls), dtype=np.intp, count=len(pending_calls))
+    key_codes: dict[tuple[str, str], list[int]] = {}
+    for (pid, tid), code in pair_code.items():
+        key_codes.setdefault((str(pid), str(tid)), []).append(code)
+    call_starts = runtime_starts(trace)[np.asarray(pending_calls, dtype=np.intp)]
+    for key, in_key in key_codes.items():
         idx = tree.threads.get(key)
         if not idx:
             continue
-        t = np.array([q[1] for q in queries], dtype=float)
+        mine = np.flatnonzero(np.isin(codes, in_key))
+        t = call_starts[mine]
         at = np.searchsorted(np.array(tree.starts[key], dtype=float), t + _EPS_US,
                              side="right") - 1
         cur = np.where(at >= 0, np.array(idx, dtype=np.intp)[np.maximum(at, 0)], -1)
@@ -514,5 +520,5 @@ def _kernel_owners(trace: Trace, tree: _Tree) -> np.ndarray:
             if not len(live):
                 break
             cur[live] = tree.parent_arr[cur[live]]
-        owner[[q[0] for q in queries]] = cur
+        owner[pending[mine]] = cur
     return owner

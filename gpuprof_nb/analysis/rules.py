@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
+from operator import attrgetter
 
 import numpy as np
 
@@ -683,49 +684,76 @@ def rule_recompilation(c: Context) -> Finding | None:
          "compiled_region_calls_count": float(len(regions))})
 
 
+_TS = attrgetter("ts_us")
+
+
+def _memory_series(events: Sequence[MemoryEvent]
+                   ) -> dict[tuple[int, int], tuple[list[float], list[float]]]:
+    """Per (device type, device id), in event order: the events' times and the allocated level
+    after each: its total_allocated where recorded, else the level before (from 0) plus its
+    bytes. Traces record the totals on every event or on none: each case is an array
+    operation (a running sum per device adds one by one, like `+=` in a loop); a mix takes
+    the loop."""
+    totals = [m.total_allocated for m in events]
+    missing = totals.count(None)
+    if 0 < missing < len(totals):
+        found: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
+        running: dict[tuple[int, int], float] = {}
+        for m in events:
+            key = (m.device_type, m.device_id)
+            level = float(m.total_allocated) if m.total_allocated is not None \
+                else running.get(key, 0.0) + m.bytes
+            running[key] = level
+            times, levels = found.setdefault(key, ([], []))
+            times.append(m.ts_us)
+            levels.append(level)
+        return found
+    code_of: dict[tuple[int, int], int] = {}
+    codes = np.fromiter((code_of.setdefault((m.device_type, m.device_id), len(code_of))
+                         for m in events), dtype=np.intp, count=len(events))
+    ts = np.array([m.ts_us for m in events], dtype=float)
+    values = np.array(totals if not missing else [m.bytes for m in events], dtype=float)
+    out: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
+    for key, code in code_of.items():
+        mine = np.flatnonzero(codes == code)
+        after = values[mine] if not missing else np.cumsum(values[mine])
+        out[key] = (ts[mine].tolist(), after.tolist())
+    return out
+
+
 def rule_memory_growth(c: Context) -> Finding | None:
-    events = sorted(c.trace.memory, key=lambda m: m.ts_us)
+    events = sorted(c.trace.memory, key=_TS)
     if not events:
         return None
-    by_dev: dict[tuple[int, int], list[tuple[float, float]]] = {}
-    running: dict[tuple[int, int], float] = {}
-    for m in events:
-        key = (m.device_type, m.device_id)
-        if m.total_allocated is not None:
-            level = float(m.total_allocated)
-        else:
-            level = running.get(key, 0.0) + m.bytes
-        running[key] = level
-        by_dev.setdefault(key, []).append((m.ts_us, level))
+    by_dev = _memory_series(events)
     cuts = [s.end_us for s in c.trace.steps]
     best: Finding | None = None
     best_rank: tuple[float, float, float] = (0.0, 0.0, 0.0)
     for key in sorted(by_dev):
-        series = by_dev[key]
+        times, series = by_dev[key]
         levels: list[float] = []
         if cuts:
-            times = [t for t, _ in series]
             for cut in cuts:
                 i = bisect.bisect_right(times, cut) - 1
-                levels.append(series[i][1] if i >= 0 else 0.0)
+                levels.append(series[i] if i >= 0 else 0.0)
         else:
             # Without steps, cut the event sequence into slices of equal event counts (not
             # equal time, which a stalled process would leave empty) and watch the level.
             n = len(series)
             ends = sorted({n * (i + 1) // th.GROWTH_SLICES - 1 for i in range(th.GROWTH_SLICES)})
-            levels = [series[i][1] for i in ends if i >= 0]
+            levels = [series[i] for i in ends if i >= 0]
         if len(levels) < 3:
             continue
         moves = [b - a for a, b in zip(levels, levels[1:], strict=False)]
         rising = sum(1 for m in moves if m > 0) / len(moves)
         growth = levels[-1] - levels[0]
-        peak = max(lv for _, lv in series)
+        peak = max(series)
         # The share is of what the window itself held at its peak, above its lowest level:
         # memory held before the window (a loaded model) is not the window's, and on CPU
         # the profiler's running total also drifts up across profiling sessions (frees of
         # blocks allocated before the session are not subtracted), so only differences
         # within the window mean anything.
-        held = peak - min(lv for _, lv in series)
+        held = peak - min(series)
         steady = rising >= th.GROWTH_RISING_SHARE and growth >= th.MIN_GROWTH_BYTES
         share = min(growth / held, 1.0) if steady and held > 0 else 0.0
         where = "per step" if c.trace.steps else "per slice of the window"

@@ -553,3 +553,36 @@ def test_runs_without_device_activity_get_no_cuda_only_fixes(name):
     for f in findings:
         for cuda_only in ('autocast("cuda"', "reduce-overhead", "pin_memory", "non_blocking"):
             assert cuda_only not in f.fix, (f.kind, cuda_only)
+
+
+@pytest.mark.parametrize("totals", ["all", "none", "mixed"])
+@pytest.mark.parametrize("seed", range(6))
+def test_memory_levels_per_device_match_a_running_loop(seed: int, totals: str) -> None:
+    """The memory-growth rule's levels (arrays where the trace records totals on every event
+    or on none) equal a plain running loop's, float for float, per device, in event order."""
+    import random
+
+    from gpuprof_nb.analysis.rules import _memory_series
+
+    rng = random.Random(seed)
+    events = []
+    for i in range(rng.choice([1, 5, 300])):
+        total = {"all": True, "none": False, "mixed": rng.random() < 0.5}[totals]
+        events.append(MemoryEvent(
+            # Sums past 2**53 round: only adding one by one, in order, gives the same floats.
+            ts_us=float(i) + rng.choice([0.0, 0.25]),
+            bytes=rng.choice([-1, 1, 1]) * rng.randrange(1, 2**52),
+            device_type=rng.choice([0, 1]), device_id=rng.choice([0, 1, 2]),
+            total_allocated=rng.randrange(2**45) if total else None))
+    want: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
+    running: dict[tuple[int, int], float] = {}
+    for m in events:
+        key = (m.device_type, m.device_id)
+        level = float(m.total_allocated) if m.total_allocated is not None \
+            else running.get(key, 0.0) + m.bytes
+        running[key] = level
+        want.setdefault(key, ([], []))[0].append(m.ts_us)
+        want[key][1].append(level)
+    got = _memory_series(events)
+    assert got == want
+    assert all(type(v) is float for _, levels in got.values() for v in levels)
