@@ -108,8 +108,13 @@ def _attribute(trace: Trace) -> tuple[list[Op], Any, Any, list[float], float]:
 
     # Threads are (pid, tid) as recorded, taken in the order of their repr; within one, ops
     # by (start, longer first, file position): a parent before its children.
-    call_threads = [(runtime[i].pid, runtime[i].tid) for i in calls]
-    rank = {t: r for r, t in enumerate(sorted(set(cols.raw_threads) | set(call_threads),
+    # Each call's thread as a code of the distinct pairs (one tuple hashed per call).
+    pair_code: dict[tuple[Any, Any], int] = {}
+    call_code = np.fromiter(
+        (pair_code.setdefault((r.pid, r.tid), len(pair_code)) for r in map(runtime.__getitem__,
+                                                                           calls)),
+        dtype=np.intp, count=len(calls))
+    rank = {t: r for r, t in enumerate(sorted(set(cols.raw_threads) | set(pair_code),
                                               key=repr))}
     thread = np.array([rank[t] for t in cols.raw_threads], dtype=np.intp)[cols.raw_thread] \
         if n else np.zeros(0, dtype=np.intp)
@@ -133,9 +138,8 @@ def _attribute(trace: Trace) -> tuple[list[Op], Any, Any, list[float], float]:
     if calls and n:
         # A launch call's owner: the innermost op of its thread open at the call's start
         # (ops starting at that very time open first).
-        c_thread = np.fromiter(map(rank.__getitem__, call_threads), dtype=np.intp,
-                               count=len(calls))
-        c_start = np.array([runtime[i].start_us for i in calls], dtype=float)
+        c_thread = np.array([rank[t] for t in pair_code], dtype=np.intp)[call_code]
+        c_start = runtime_starts(trace)[calls]
         lo = bounds[c_thread]
         hi = lo.copy()
         for r in np.unique(c_thread).tolist():
@@ -157,7 +161,7 @@ def _attribute(trace: Trace) -> tuple[list[Op], Any, Any, list[float], float]:
         by_ext = lookup(ext_keys, with_ext[at], k_ext)
         owners = np.where((owners < 0) & k_has_ext, by_ext, owners)
     owned = owners >= 0
-    k_dur = np.array([k.dur_us for k in kernels], dtype=float)
+    k_dur = kernel_columns(trace).dur
     # bincount adds each op's durations one by one in kernel order, like `+=` in a loop.
     self_device = np.bincount(owners[owned], weights=k_dur[owned], minlength=n)
     unattributed = reduce(add, k_dur[~owned].tolist(), 0.0)
@@ -219,7 +223,7 @@ def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTa
     # bincount adds each group's values one by one in op order: the same sums as a loop.
     call_counts = np.bincount(codes, minlength=k).tolist()
     sums = [np.bincount(codes, weights=np.array(values, dtype=float), minlength=k).tolist()
-            if k else [] for values in (self_cpu, [o.dur_us for o in ops], self_device,
+            if k else [] for values in (self_cpu, op_columns(trace).dur, self_device,
                                         total_device)]
     groups: dict[str, list[float]] = {
         name: [call_counts[c], sums[0][c], sums[1][c], sums[2][c], sums[3][c]]
