@@ -8,6 +8,7 @@ Values kept there are shared: they are tuples or read-only arrays, never mutated
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
+from operator import attrgetter
 from typing import Any, TypeVar
 
 import numpy as np
@@ -16,6 +17,7 @@ from gpuprof_nb.analysis.classify import kernel_class
 from gpuprof_nb.model.trace import Kernel, Trace
 
 T = TypeVar("T")
+_START, _DUR, _INDEX = attrgetter("start_us"), attrgetter("dur_us"), attrgetter("index")
 
 
 def memo(trace: Trace, key: Hashable, compute: Callable[[], T]) -> T:
@@ -43,28 +45,26 @@ def frozen(a: np.ndarray) -> np.ndarray:
 class OpColumns:
     """The trace's torch ops (kind "op", in trace order) as columns."""
 
-    __slots__ = ("ops", "positions", "start", "dur", "end", "index", "pid", "tid", "raw_thread",
+    __slots__ = ("ops", "positions", "start", "dur", "end", "index", "raw_thread",
                  "raw_threads", "thread", "thread_keys", "external_id", "has_external_id")
 
     def __init__(self, trace: Trace) -> None:
         positions = [i for i, o in enumerate(trace.ops) if o.kind == "op"]
         every = trace.ops
         ops = tuple([every[i] for i in positions])
+        n = len(ops)
         self.ops = ops
         # Where each one sits in trace.ops.
         self.positions = frozen(np.array(positions, dtype=np.intp))
-        self.start = frozen(np.array([o.start_us for o in ops], dtype=float))
-        self.dur = frozen(np.array([o.dur_us for o in ops], dtype=float))
+        self.start = frozen(np.fromiter(map(_START, ops), dtype=float, count=n))
+        self.dur = frozen(np.fromiter(map(_DUR, ops), dtype=float, count=n))
         # start + dur, the same sum as Op.end_us.
         self.end = frozen(self.start + self.dur)
-        self.index = frozen(np.array([o.index for o in ops], dtype=np.int64))
-        self.pid: tuple[Any, ...] = tuple([o.pid for o in ops])
-        self.tid: tuple[Any, ...] = tuple([o.tid for o in ops])
+        self.index = frozen(np.fromiter(map(_INDEX, ops), dtype=np.int64, count=n))
         # Each op's (pid, tid) as recorded: a number, and the distinct pairs it indexes.
-        pairs = list(zip(self.pid, self.tid, strict=True))
-        code = {t: i for i, t in enumerate(dict.fromkeys(pairs))}
-        raw = list(map(code.__getitem__, pairs))
-        self.raw_thread = frozen(np.array(raw, dtype=np.intp))
+        code: dict[tuple[Any, Any], int] = {}
+        self.raw_thread = frozen(np.fromiter(
+            (code.setdefault((o.pid, o.tid), len(code)) for o in ops), dtype=np.intp, count=n))
         self.raw_threads: tuple[tuple[Any, Any], ...] = tuple(code)
         # Each op's thread keyed by its ids as text (ids that print alike are one thread),
         # numbered by the rank of that key, and the keys in order.
@@ -72,7 +72,7 @@ class OpColumns:
         keys = sorted(set(key_of))
         rank = {k: r for r, k in enumerate(keys)}
         self.thread = frozen(np.array([rank[k] for k in key_of], dtype=np.intp)[self.raw_thread]
-                             if raw else np.zeros(0, dtype=np.intp))
+                             if n else np.zeros(0, dtype=np.intp))
         self.thread_keys: tuple[tuple[str, str], ...] = tuple(keys)
         ext, has_ext = ids([o.external_id for o in ops])
         self.external_id, self.has_external_id = frozen(ext), frozen(has_ext)
@@ -94,8 +94,8 @@ class KernelColumns:
 
     def __init__(self, kernels: Sequence[Kernel]) -> None:
         self.kernels = kernels
-        self.start = frozen(np.array([k.start_us for k in kernels], dtype=float))
-        self.dur = frozen(np.array([k.dur_us for k in kernels], dtype=float))
+        self.start = frozen(np.fromiter(map(_START, kernels), dtype=float, count=len(kernels)))
+        self.dur = frozen(np.fromiter(map(_DUR, kernels), dtype=float, count=len(kernels)))
         self.end = frozen(self.start + self.dur)  # the same sum as Kernel.end_us
         self.is_kernel = frozen(np.array([k.kind == "kernel" for k in kernels], dtype=bool))
         code = {c: i for i, c in enumerate(KERNEL_CLASSES)}
