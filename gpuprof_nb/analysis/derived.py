@@ -83,6 +83,18 @@ def op_columns(trace: Trace) -> OpColumns:
     return memo(trace, "op_columns", lambda: OpColumns(trace))
 
 
+def op_name_codes(trace: Trace) -> tuple[tuple[str, ...], np.ndarray]:
+    """Return the distinct names of op_columns' ops, in order of first appearance, and each
+    op's name as an index into them (computed once per trace)."""
+    def compute() -> tuple[tuple[str, ...], np.ndarray]:
+        ops = op_columns(trace).ops
+        code_of: dict[str, int] = {}
+        codes = np.fromiter((code_of.setdefault(o.name, len(code_of)) for o in ops),
+                            dtype=np.intp, count=len(ops))
+        return tuple(code_of), frozen(codes)
+    return memo(trace, "op_name_codes", compute)
+
+
 # Kernel classes as codes (analysis/classify.kernel_class).
 KERNEL_CLASSES = ("copy", "comm", "gemm", "elementwise")
 

@@ -32,6 +32,7 @@ from gpuprof_nb.analysis.derived import (
     last_call_of,
     lookup,
     op_columns,
+    op_name_codes,
     runtime_correlations,
     runtime_starts,
 )
@@ -216,9 +217,8 @@ def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTa
         raise ValueError(f"n must be a non-negative int or None, got {n!r}")
 
     ops, self_cpu, self_device, total_device, unattributed = _attribute(trace)
-    names = [o.name for o in ops]
-    code_of = {name: c for c, name in enumerate(dict.fromkeys(names))}
-    codes = np.fromiter(map(code_of.__getitem__, names), dtype=np.intp, count=len(names))
+    distinct, codes = op_name_codes(trace)
+    code_of = {name: c for c, name in enumerate(distinct)}
     k = len(code_of)
     # bincount adds each group's values one by one in op order: the same sums as a loop.
     call_counts = np.bincount(codes, minlength=k).tolist()
@@ -232,9 +232,9 @@ def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTa
     op_dims = [o.input_dims for o in ops]
     if op_dims.count(None) < len(op_dims):
         # Count the (shared, hashable) tuples; only distinct ones are formatted below.
-        for (name, d), count in Counter(zip(names, op_dims, strict=True)).items():
+        for (c, d), count in Counter(zip(codes.tolist(), op_dims, strict=True)).items():
             if d is not None:
-                shapes[name][d] = count
+                shapes[distinct[c]][d] = count
 
     totals = {
         "calls": float(len(ops)),

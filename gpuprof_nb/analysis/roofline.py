@@ -10,9 +10,12 @@ activity the anchor's own (inclusive) CPU time is used instead.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -20,10 +23,12 @@ import numpy as np
 from gpuprof_nb.analysis.derived import (
     OpColumns,
     ids,
+    kernel_columns,
     kernel_ids,
     last_call_of,
     lookup,
     op_columns,
+    op_name_codes,
     runtime_starts,
 )
 from gpuprof_nb.analysis.flops import COPY_WRAPPERS, OpCost, has_formula, op_cost
@@ -39,6 +44,7 @@ from gpuprof_nb.results.roofline import (
     Unmodelled,
 )
 
+_INPUT_DIMS = attrgetter("input_dims")
 _EPS_US = 1e-3  # Kineto float timestamps carry ns digits; nesting tolerates that rounding.
 
 
@@ -46,49 +52,69 @@ _EPS_US = 1e-3  # Kineto float timestamps carry ns digits; nesting tolerates tha
 
 
 class _Tree:
-    """Host ops nested per (pid, tid) by their intervals."""
+    """Host ops nested per (pid, tid) by their intervals. The arrays are built at once; the
+    lists and dicts that only some traces need (CPU-only traces, copy wrappers, launches
+    without an op of their id) on first use."""
 
     def __init__(self, cols: OpColumns) -> None:
         self.cols = cols
-        self.ops = list(cols.ops)
+        self.ops = cols.ops
         n = len(self.ops)
-        self.parent: list[int | None] = [None] * n
-        # Only parents get an entry: one empty list per op costs more than the tree.
-        self.children: dict[int, list[int]] = {}
         # Threads keyed by their ids as text (ids that print alike are one thread).
         thread, keys = cols.thread, cols.thread_keys
-        rank = {k: r for r, k in enumerate(keys)}
         starts, durs, ends = cols.start, cols.dur, cols.end
         # Per thread: (start, longer first, file order, position) order.
         order = np.lexsort((np.arange(n), cols.index, -durs, starts, thread))
-        self.order: list[int] = order.tolist()
-        bounds = np.searchsorted(thread[order], np.arange(len(keys) + 1)).tolist()
-        self.threads: dict[tuple[str, str], list[int]] = {
-            k: self.order[bounds[r]:bounds[r + 1]] for k, r in rank.items()}
+        self.order_arr = order
+        self._bounds = np.searchsorted(thread[order], np.arange(len(keys) + 1)).tolist()
         self.start_arr, self.dur_arr, self.end_arr = starts, durs, ends
-        sorted_starts = starts[order].tolist()
-        self.starts = {k: sorted_starts[bounds[r]:bounds[r + 1]] for k, r in rank.items()}
         # An op's parent is the nearest op before it on its thread that ends no earlier
         # (within rounding): what a stack of open ops finds, for all ops at once.
         sorted_ends = ends[order]
+        bounds = self._bounds
         first_of_thread = np.repeat(np.array(bounds[:-1], dtype=np.intp), np.diff(bounds))
         found = nearest_open_before(sorted_ends + _EPS_US, sorted_ends, first_of_thread)
         has = found >= 0
-        kids = order[has]
-        parents = order[found[has]]
+        self._kids = order[has]
+        self._parents = order[found[has]]
         self.parent_arr = np.full(n, -1, dtype=np.intp)
-        self.parent_arr[kids] = parents
-        for child, p in zip(kids.tolist(), parents.tolist(), strict=True):
-            self.parent[child] = p
+        self.parent_arr[self._kids] = self._parents
         self._levels: list[np.ndarray] | None = None
-        # Children in (start, longer first, file order) order, grouped by parent.
-        by_parent = np.argsort(parents, kind="stable")
-        parents, kids = parents[by_parent], kids[by_parent]
-        if len(parents):
-            cuts = [0, *(np.flatnonzero(np.diff(parents)) + 1).tolist(), len(parents)]
-            kid_list = kids.tolist()
-            for p, a, b in zip(parents[cuts[:-1]].tolist(), cuts, cuts[1:], strict=False):
-                self.children[p] = kid_list[a:b]
+
+    @cached_property
+    def order(self) -> list[int]:
+        return self.order_arr.tolist()  # type: ignore[no-any-return]
+
+    @cached_property
+    def parent(self) -> list[int | None]:
+        """Each op's parent (an index into ops), None for a top-level op."""
+        return [None if p < 0 else p for p in self.parent_arr.tolist()]
+
+    @cached_property
+    def _by_parent(self) -> tuple[list[int], list[int]]:
+        """(parents, children) of every nested op, sorted by parent; each parent's children
+        in (start, longer first, file order) order."""
+        by = np.argsort(self._parents, kind="stable")
+        return self._parents[by].tolist(), self._kids[by].tolist()
+
+    def children_of(self, i: int) -> list[int]:
+        """The ops directly inside op i, in (start, longer first, file order) order."""
+        parents, kids = self._by_parent
+        a = bisect.bisect_left(parents, i)
+        return kids[a:bisect.bisect_right(parents, i, a)]
+
+    @cached_property
+    def threads(self) -> dict[tuple[str, str], list[int]]:
+        """Each thread's ops in the tree's order."""
+        b = self._bounds
+        return {k: self.order[b[r]:b[r + 1]] for r, k in enumerate(self.cols.thread_keys)}
+
+    @cached_property
+    def starts(self) -> dict[tuple[str, str], list[float]]:
+        """Each thread's op starts in the tree's order."""
+        b = self._bounds
+        sorted_starts = self.start_arr[self.order_arr].tolist()
+        return {k: sorted_starts[b[r]:b[r + 1]] for r, k in enumerate(self.cols.thread_keys)}
 
     def levels(self) -> list[np.ndarray]:
         """Return the ops by depth (roots first), each level in the tree's order."""
@@ -101,7 +127,7 @@ class _Tree:
                     break
                 depth[live] += 1
                 up[live] = self.parent_arr[up[live]]
-            order = np.array(self.order, dtype=np.intp)
+            order = self.order_arr
             by_depth = order[np.argsort(depth[order], kind="stable")]
             counts = np.bincount(depth, minlength=1).tolist()
             cuts = np.cumsum([0, *counts]).tolist()
@@ -286,14 +312,14 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
     def _wrapper_cost(i: int) -> OpCost | None:
         # A copy wrapper costs what its outermost costed descendants cost; nothing if none.
         found: list[OpCost] = []
-        stack = list(tree.children.get(i, ()))
+        stack = list(tree.children_of(i))
         while stack:
             j = stack.pop()
             c = cost(j)
             if c is not None:
                 found.append(c)
             else:
-                stack.extend(tree.children.get(j, ()))
+                stack.extend(tree.children_of(j))
         if not found:
             return None
         return OpCost(sum(c.flops for c in found), sum(c.bytes_moved for c in found),
@@ -303,11 +329,9 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
     # Each op's anchor: its outermost ancestor-or-self with a cost. Level by level from the
     # roots: an op inherits its parent's anchor, else is its own when it has a cost (only
     # names with a formula, or copy wrappers, can).
-    op_name_list = [o.name for o in ops]
-    costable_names = {name for name in set(op_name_list)
-                      if has_formula(name) or name in COPY_WRAPPERS}
-    costable = np.fromiter((name in costable_names for name in op_name_list), dtype=bool,
-                           count=len(op_name_list))
+    distinct, name_codes = op_name_codes(trace)
+    costable = np.array([has_formula(name) or name in COPY_WRAPPERS for name in distinct],
+                        dtype=bool)[name_codes] if len(ops) else np.zeros(0, dtype=bool)
     anchor = np.full(len(ops), -1, dtype=np.intp)
     for level in tree.levels():
         inherited = np.where(tree.parent_arr[level] >= 0,
@@ -324,7 +348,8 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
     on_device = trace.has_device_activity
     if on_device:
         device_work = trace.kernels
-        total_us = sum(k.dur_us for k in device_work)
+        k_dur = kernel_columns(trace).dur
+        total_us = sum(k_dur.tolist())
         owner = _kernel_owners(trace, tree)
         k_anchor = np.where(owner >= 0, anchor[np.maximum(owner, 0)], -1) if len(ops) \
             else owner
@@ -343,8 +368,7 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
             by_anchor = placed[np.argsort(k_anchor[placed], kind="stable")]
             heads = k_anchor[by_anchor]
             cuts = [0, *(np.flatnonzero(np.diff(heads)) + 1).tolist(), len(heads)]
-            sums = np.bincount(k_anchor[placed], weights=np.array(
-                [device_work[i].dur_us for i in placed.tolist()], dtype=float))
+            sums = np.bincount(k_anchor[placed], weights=k_dur[placed])
             members = by_anchor.tolist()
             for a, lo, hi in zip(heads[cuts[:-1]].tolist(), cuts, cuts[1:], strict=False):
                 anchor_time[a] = float(sums[a])
@@ -437,7 +461,7 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
                    key=lambda u: (-u.time_us, u.name))
 
     notes = [device_note]
-    if not any(op.input_dims for op in ops):
+    if not any(map(_INPUT_DIMS, ops)):
         notes.append("no op carries Input Dims: record with record_shapes=True to get FLOPs")
     if total_us:
         covered = (sum(p.time_us for p in points) + sum(d.time_us for d in moves)) / total_us
@@ -459,12 +483,12 @@ def _is_host_device(name: str) -> bool:
 
 
 def _has_anchor_below(i: int, tree: _Tree, anchor_of: list[int | None]) -> bool:
-    stack = list(tree.children.get(i, ()))
+    stack = list(tree.children_of(i))
     while stack:
         j = stack.pop()
         if anchor_of[j] is not None:
             return True
-        stack.extend(tree.children.get(j, ()))
+        stack.extend(tree.children_of(j))
     return False
 
 
