@@ -37,6 +37,7 @@ from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.derived import (
     first_call_of,
     ids,
+    kernel_columns,
     kernel_ids,
     lookup,
     memo,
@@ -354,7 +355,9 @@ def _activity_window(trace: Trace) -> tuple[float, float]:
         return lo, max(hi, lo)
     # Each sequence is sorted by start: its first element starts first.
     first = min(seq[0].start_us for seq in seqs)
-    last = max(max(map(add, map(_START, seq), map(_DUR, seq))) for seq in seqs)
+    # The kernels' ends are shared columns (the same sums as start_us + dur_us).
+    last = max(float(kernel_columns(trace).end.max()) if seq is trace.kernels
+               else max(map(add, map(_START, seq), map(_DUR, seq))) for seq in seqs)
     a, b = max(first, lo), min(last, hi)
     return (a, b) if b > a else (lo, max(hi, lo))
 
@@ -386,16 +389,16 @@ def device_timeline(trace: Trace) -> Timeline:
     kernels: Sequence[Kernel] = ()
     if on_device:
         kernels = trace.kernels if only_device else device_kernels(trace, device)
-        spans = [k.start_us for k in kernels], [k.dur_us for k in kernels]
+        kc = kernel_columns(trace, kernels, key=("device", device))
+        starts, ends = kc.start, kc.end
     else:
-        spans = [ops[i].start_us for i in top], [ops[i].dur_us for i in top]
+        starts = np.array([ops[i].start_us for i in top], dtype=float)
+        ends = starts + np.array([ops[i].dur_us for i in top], dtype=float)
         launched = len(unrecorded_launches(trace))
         what = (f"the GPU ran ({launched} calls queued work on it) but its kernels were not "
                 "recorded" if launched else "no device activity in the trace")
         notes += (f"{what}: the breakdown is of the host "
                   "(busy = inside torch ops, host = Python between them)",)
-    starts = np.array(spans[0], dtype=float)
-    ends = starts + np.array(spans[1], dtype=float)
     # Clipped to the window, then merged: merge_intervals(clip_intervals(...)).
     busy_starts, busy_ends = merge_arrays(np.maximum(starts, lo), np.minimum(ends, hi))
     classifier = _Classifier(trace, device, busy_starts, top, kernels)
