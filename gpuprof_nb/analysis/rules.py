@@ -42,6 +42,7 @@ from gpuprof_nb.analysis.timeline import (
     SYNC_RUNTIME_NAMES,
     is_dataloader_op,
     median_duration_us,
+    top_level_spans,
 )
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Kernel, MemoryEvent, Op, RuntimeCall, Trace
@@ -231,8 +232,7 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
                      "while the host dispatches torch ops")
             out.append(make_finding("launch_overhead", title, share, evidence))
         python_us = max(bd.host_us - bd.host_in_ops_us, 0.0)
-        covered = _union_in(merge_intervals((o.start_us, o.end_us) for o in c.top_ops),
-                            c.lo, c.hi)
+        covered = total_length(*clipped_union(*top_level_spans(c.trace), c.lo, c.hi))
         out.append(make_finding(
             "python_overhead",
             f"The GPU waits for Python: {c.frac(python_us) * 100:.0f}% of the time nothing "
@@ -563,6 +563,20 @@ def _rule_host_communication(c: Context) -> Finding | None:
          "collective_calls_count": float(count)})
 
 
+def _median_without(durations: list[float], value: float) -> float | None:
+    """statistics.median of the sorted `durations` with one `value` taken out (None when
+    nothing is left), without copying them: the same middle element(s), the same mean."""
+    m = len(durations) - 1
+    if m <= 0:
+        return None
+    j = bisect.bisect_left(durations, value)
+
+    def at(k: int) -> float:
+        return durations[k] if k < j else durations[k + 1]
+
+    return float(at(m // 2)) if m % 2 else float((at(m // 2 - 1) + at(m // 2)) / 2)
+
+
 def cold_ops_idle_us(c: Context) -> tuple[float, tuple[Op, ...]]:
     """Return the device-idle microseconds spent inside one-time setup ops on the host, and
     those ops: calls of at least COLD_OP_MIN_US that are the only call of their name or far
@@ -573,13 +587,14 @@ def cold_ops_idle_us(c: Context) -> tuple[float, tuple[Op, ...]]:
     by_name: dict[str, list[float]] = {}
     for o in c.top_ops:
         by_name.setdefault(o.name, []).append(o.dur_us)
+    for durations in by_name.values():
+        durations.sort()
     cold: list[Op] = []
     for o in c.top_ops:
         if o.dur_us < th.COLD_OP_MIN_US:
             continue
-        others = sorted(by_name[o.name])
-        others.remove(o.dur_us)
-        if not others or o.dur_us >= th.COLD_OP_RATIO * median_duration_us(others):
+        others = _median_without(by_name[o.name], o.dur_us)
+        if others is None or o.dur_us >= th.COLD_OP_RATIO * others:
             cold.append(o)
     if not cold:
         return 0.0, ()

@@ -36,6 +36,7 @@ import numpy as np
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.derived import (
     first_call_of,
+    frozen,
     ids,
     kernel_columns,
     kernel_ids,
@@ -130,6 +131,16 @@ def top_level_positions(trace: Trace) -> tuple[int, ...]:
     return memo(trace, "top_level_positions", lambda: tuple(_top_level_positions(trace)))
 
 
+def top_level_spans(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Return the union of the top-level torch ops' spans as sorted, disjoint (starts, ends)
+    arrays (computed once): what merge_intervals of their (start, end) pairs gives."""
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        ops, top = trace.ops, top_level_positions(trace)
+        starts, ends = _spans([ops[i].start_us for i in top], [ops[i].dur_us for i in top])
+        return frozen(starts), frozen(ends)
+    return memo(trace, "top_level_spans", compute)
+
+
 def top_level_ops_within(trace: Trace, lo: float, hi: float) -> tuple[Op, ...]:
     """Return the top-level torch ops among the ops overlapping [lo, hi], nested among
     themselves only (what a drawing of that span shows), by start."""
@@ -188,12 +199,12 @@ class _Classifier:
     on first use."""
 
     def __init__(self, trace: Trace, device: int | None, busy_starts: np.ndarray,
-                 top: Sequence[int], kernels: Sequence[Kernel]):
+                 kernels: Sequence[Kernel]):
         self.on_device = device is not None
         self.trace = trace
         ops = trace.ops
-        self.op_starts, self.op_ends = _spans([ops[i].start_us for i in top],
-                                              [ops[i].dur_us for i in top])
+        # The top-level torch ops' spans, merged.
+        self.op_starts, self.op_ends = top_level_spans(trace)
         self.op_spans = list(zip(self.op_starts.tolist(), self.op_ends.tolist(), strict=True))
         self.op_start_list = self.op_starts.tolist()
         # Few distinct names: test each once, not once per op.
@@ -401,7 +412,7 @@ def device_timeline(trace: Trace) -> Timeline:
                   "(busy = inside torch ops, host = Python between them)",)
     # Clipped to the window, then merged: merge_intervals(clip_intervals(...)).
     busy_starts, busy_ends = merge_arrays(np.maximum(starts, lo), np.minimum(ends, hi))
-    classifier = _Classifier(trace, device, busy_starts, top, kernels)
+    classifier = _Classifier(trace, device, busy_starts, kernels)
 
     # The holes between busy stretches (gaps_between(busy, lo, hi)).
     if hi > lo:

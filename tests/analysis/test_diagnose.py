@@ -586,3 +586,22 @@ def test_memory_levels_per_device_match_a_running_loop(seed: int, totals: str) -
     got = _memory_series(events)
     assert got == want
     assert all(type(v) is float for _, levels in got.values() for v in levels)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_median_without_one_value_matches_statistics(seed: int) -> None:
+    """The cold-op test's median of a name's other calls (one call taken out of the sorted
+    durations in place) is statistics.median of a copy with that call removed."""
+    import random
+    import statistics
+
+    from gpuprof_nb.analysis.rules import _median_without
+
+    rng = random.Random(seed)
+    durations = sorted(rng.choice([1.0, 2.5, 3.0, 7.25, 1e6 / 3]) + rng.randrange(3)
+                       for _ in range(rng.randrange(1, 12)))
+    for value in set(durations):
+        others = list(durations)
+        others.remove(value)
+        want = statistics.median(others) if others else None
+        assert _median_without(durations, value) == want
