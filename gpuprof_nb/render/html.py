@@ -110,6 +110,8 @@ _OPERATOR = re.compile(r"operator\s*(?:\(\)|\[\]|->\*?|<=>|<<=?|>>=?|[-+*/%^&|~!
 # `f() const::{lambda...}`: `const` there is a qualifier of f, not a namespace.
 _QUALIFIER = re.compile(r"\b(?!const::)(?:\w+::)+")
 _PAIRS = {"<": ">", "(": ")"}
+# What _parse_brackets stops at: a bracket, or `operator` where a word starts.
+_BRACKET_OR_OPERATOR = re.compile(r"[<>()]|(?<!\w)operator")
 # `f(...)::{lambda()#1}::operator()() const::{lambda(...)#2}`: lambdas nested in a function.
 _LAMBDAS = re.compile(
     r"(?:::\{lambda\((?:\.\.\.)?\)#\d+\}(?:::operator\(\)\((?:\.\.\.)?\)(?: const)?)?)+")
@@ -117,35 +119,39 @@ _LAMBDAS = re.compile(
 
 def _parse_brackets(name: str) -> list[Any] | None:
     """Return the name as a list of text pieces and (opener, children) groups for its <...>
-    and (...) brackets; None when they do not balance (then the caller only cuts)."""
+    and (...) brackets; None when they do not balance (then the caller only cuts). Jumps from
+    one bracket (or `operator` at a word's start) to the next: kernel names run to
+    thousands of characters."""
     root: list[Any] = []
     stack: list[tuple[str, list[Any]]] = []
     out, text, i = root, "", 0
-    while i < len(name):
-        word_start = i == 0 or not (name[i - 1].isalnum() or name[i - 1] == "_")
-        op = _OPERATOR.match(name, i) if word_start and name.startswith("operator", i) else None
-        if op:
+    while True:
+        found = _BRACKET_OR_OPERATOR.search(name, i)
+        if found is None:
+            text += name[i:]
+            break
+        at, token = found.start(), found.group(0)
+        text += name[i:at]
+        i = found.end()
+        if token == "operator":
             # `operator()` and `operator<` are names, not brackets.
-            text += op.group(0)
-            i = op.end()
-            continue
-        ch = name[i]
-        if ch in _PAIRS:
+            op = _OPERATOR.match(name, at)
+            if op:
+                i = op.end()
+            text += name[at:i]
+        elif token in _PAIRS:
             if text:
                 out.append(text)
             group: list[Any] = []
-            out.append((ch, group))
-            stack.append((ch, out))
+            out.append((token, group))
+            stack.append((token, out))
             out, text = group, ""
-        elif ch in (">", ")"):
-            if not stack or _PAIRS[stack[-1][0]] != ch:
+        else:
+            if not stack or _PAIRS[stack[-1][0]] != token:
                 return None
             if text:
                 out.append(text)
             out, text = stack.pop()[1], ""
-        else:
-            text += ch
-        i += 1
     if stack:
         return None
     if text:
