@@ -18,6 +18,7 @@ from gpuprof_nb.model.trace import Kernel, Trace
 
 T = TypeVar("T")
 _START, _DUR, _INDEX = attrgetter("start_us"), attrgetter("dur_us"), attrgetter("index")
+_KIND, _DEVICE = attrgetter("kind"), attrgetter("device")
 
 
 def memo(trace: Trace, key: Hashable, compute: Callable[[], T]) -> T:
@@ -95,6 +96,8 @@ def op_name_codes(trace: Trace) -> tuple[tuple[str, ...], np.ndarray]:
     return memo(trace, "op_name_codes", compute)
 
 
+# Device activity kinds as codes (KernelColumns.kind).
+KERNEL_KINDS = ("kernel", "memcpy", "memset")
 # Kernel classes as codes (analysis/classify.kernel_class).
 KERNEL_CLASSES = ("copy", "comm", "gemm", "elementwise")
 
@@ -102,14 +105,20 @@ KERNEL_CLASSES = ("copy", "comm", "gemm", "elementwise")
 class KernelColumns:
     """A sequence of kernels, memcpys and memsets as columns, in its order."""
 
-    __slots__ = ("kernels", "start", "dur", "end", "is_kernel", "cls")
+    __slots__ = ("kernels", "start", "dur", "end", "kind", "is_kernel", "device", "cls")
 
     def __init__(self, kernels: Sequence[Kernel]) -> None:
+        n = len(kernels)
         self.kernels = kernels
-        self.start = frozen(np.fromiter(map(_START, kernels), dtype=float, count=len(kernels)))
-        self.dur = frozen(np.fromiter(map(_DUR, kernels), dtype=float, count=len(kernels)))
+        self.start = frozen(np.fromiter(map(_START, kernels), dtype=float, count=n))
+        self.dur = frozen(np.fromiter(map(_DUR, kernels), dtype=float, count=n))
         self.end = frozen(self.start + self.dur)  # the same sum as Kernel.end_us
-        self.is_kernel = frozen(np.array([k.kind == "kernel" for k in kernels], dtype=bool))
+        # Kinds as codes (KERNEL_KINDS; anything else: their count), and the device of each.
+        kinds = {k: i for i, k in enumerate(KERNEL_KINDS)}
+        self.kind = frozen(np.fromiter((kinds.get(k, len(kinds)) for k in map(_KIND, kernels)),
+                                       dtype=np.int8, count=n))
+        self.is_kernel = frozen(self.kind == 0)
+        self.device = frozen(np.fromiter(map(_DEVICE, kernels), dtype=np.int64, count=n))
         code = {c: i for i, c in enumerate(KERNEL_CLASSES)}
         self.cls = frozen(np.fromiter((code[kernel_class(k)] for k in kernels),
                                       dtype=np.int8, count=len(kernels)))

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from gpuprof_nb.analysis.derived import (
+    KERNEL_KINDS,
     kernel_columns,
     kernel_ids,
     last_call_of,
@@ -351,7 +352,8 @@ def summarize_trace(trace: Trace) -> TraceSummary:
     call that launched it started (its own start when no call matches); an op to the step in
     which it started.
     """
-    used = {k.device for k in trace.kernels}
+    kc = kernel_columns(trace)
+    used = set(np.unique(kc.device).tolist())
     names = [d.name for d in trace.devices if d.index in used and d.name]
     if not names:
         names = [d.name for d in trace.devices if d.name]
@@ -363,7 +365,6 @@ def summarize_trace(trace: Trace) -> TraceSummary:
     window = hi - lo
     busy = device_busy_us(trace, lo, hi)
     cols = op_columns(trace)
-    kc = kernel_columns(trace)
 
     ops_per_step = kernels_per_step = median_step = None
     if trace.steps:
@@ -389,8 +390,8 @@ def summarize_trace(trace: Trace) -> TraceSummary:
         busy_fraction=busy / window if window > 0 else 0.0,
         op_count=len(cols.ops),
         kernel_count=int(np.count_nonzero(kc.is_kernel)),
-        memcpy_count=sum(1 for k in trace.kernels if k.kind == "memcpy"),
-        memset_count=sum(1 for k in trace.kernels if k.kind == "memset"),
+        memcpy_count=int(np.count_nonzero(kc.kind == KERNEL_KINDS.index("memcpy"))),
+        memset_count=int(np.count_nonzero(kc.kind == KERNEL_KINDS.index("memset"))),
         ops_per_step=ops_per_step,
         kernels_per_step=kernels_per_step,
         unrecorded_launches=len(unrecorded_launches(trace)),

@@ -159,7 +159,7 @@ def _device_choice(trace: Trace) -> tuple[int | None, tuple[str, ...], bool]:
     """Return (device, notes, whether every kernel ran on that device)."""
     if not trace.kernels:
         return None, (), True
-    devices = {k.device for k in trace.kernels}
+    devices = set(np.unique(kernel_columns(trace).device).tolist())
     if len(devices) == 1:
         return next(iter(devices)), (), True
     busy: dict[int, list[Interval]] = {}
@@ -179,8 +179,16 @@ def chosen_device(trace: Trace) -> tuple[int | None, tuple[str, ...]]:
 
 
 def device_kernels(trace: Trace, device: int | None) -> tuple[Kernel, ...]:
-    """Return the kernels, memcpys and memsets of one device, by start."""
-    return tuple(k for k in trace.kernels if k.device == device)
+    """Return the kernels, memcpys and memsets of one device, by start (computed once)."""
+    def compute() -> tuple[Kernel, ...]:
+        kernels = trace.kernels
+        if device is None or not kernels:
+            return tuple(k for k in kernels if k.device == device)
+        mine = kernel_columns(trace).device == device
+        if mine.all():
+            return kernels
+        return tuple([kernels[i] for i in np.flatnonzero(mine).tolist()])
+    return memo(trace, ("device_kernels", device), compute)
 
 
 def _spans(starts: Sequence[float], durs: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:

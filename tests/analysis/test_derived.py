@@ -73,3 +73,29 @@ def test_top_level_ops_within_a_span_are_those_of_the_span_alone(name: str) -> N
         before = trace.ops[: bisect.bisect_left(trace.ops, hi, key=lambda o: o.start_us)]
         alone = dataclasses.replace(trace, ops=tuple(o for o in before if o.end_us > lo))
         assert timeline.top_level_ops_within(trace, lo, hi) == timeline.top_level_ops(alone)
+
+
+def test_kernel_columns_and_device_kernels_match_the_kernels() -> None:
+    """Kinds, devices and spans as columns are the kernels' own; a device's kernels are the
+    ones with its index, in order (the whole tuple when every kernel ran there)."""
+    from gpuprof_nb.model.trace import Kernel, Trace
+
+    kinds = ("kernel", "memcpy", "memset")
+    kernels = tuple(Kernel(f"k{i}", kinds[i % 3], float(i), 0.5 + i, device=(i * 7) % 3,
+                           stream=7, index=i) for i in range(20))
+
+    def trace(ks: tuple[Kernel, ...]) -> Trace:
+        return Trace(source="t", ops=(), kernels=ks, runtime=(), syncs=(), memory=(), steps=(),
+                     devices=(), distributed=None, window_us=(0.0, 40.0))
+
+    t = trace(kernels)
+    kc = derived.kernel_columns(t)
+    assert [derived.KERNEL_KINDS[c] for c in kc.kind.tolist()] == [k.kind for k in kernels]
+    assert kc.is_kernel.tolist() == [k.kind == "kernel" for k in kernels]
+    assert kc.device.tolist() == [k.device for k in kernels]
+    assert kc.end.tolist() == [k.end_us for k in kernels]
+    for device in (0, 1, 2, 5):
+        assert timeline.device_kernels(t, device) == tuple(k for k in kernels
+                                                           if k.device == device)
+    one = trace(tuple(k for k in kernels if k.device == 1))
+    assert timeline.device_kernels(one, 1) is one.kernels
