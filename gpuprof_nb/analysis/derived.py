@@ -182,6 +182,17 @@ def runtime_correlations(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return memo(trace, "runtime_correlations", compute)
 
 
+def runtime_threads(trace: Trace) -> tuple[np.ndarray, tuple[tuple[Any, Any], ...]]:
+    """Return each runtime call's (pid, tid) as a code, and the distinct pairs the codes
+    index, in order of first appearance (computed once)."""
+    def compute() -> tuple[np.ndarray, tuple[tuple[Any, Any], ...]]:
+        pair_code: dict[tuple[Any, Any], int] = {}
+        codes = np.fromiter((pair_code.setdefault((r.pid, r.tid), len(pair_code))
+                             for r in trace.runtime), dtype=np.intp, count=len(trace.runtime))
+        return frozen(codes), tuple(pair_code)
+    return memo(trace, "runtime_threads", compute)
+
+
 def runtime_starts(trace: Trace) -> np.ndarray:
     """Return trace.runtime's start times, once."""
     return memo(trace, "runtime_starts", lambda: frozen(

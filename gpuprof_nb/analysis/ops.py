@@ -36,6 +36,7 @@ from gpuprof_nb.analysis.derived import (
     op_name_codes,
     runtime_correlations,
     runtime_starts,
+    runtime_threads,
 )
 from gpuprof_nb.analysis.intervals import device_busy_us, nearest_open_at, nearest_open_before
 from gpuprof_nb.analysis.timeline import activity_window, unrecorded_launches
@@ -105,18 +106,15 @@ def _attribute(trace: Trace) -> tuple[list[Op], Any, Any, list[float], float]:
     k_corr, k_has_corr, k_ext, k_has_ext = kernel_ids(trace)
     # Only calls that launched some device work matter (not cudaGetDevice and friends).
     r_corr, r_has = runtime_correlations(trace)
-    runtime = trace.runtime
     calls = np.flatnonzero(r_has & np.isin(r_corr, k_corr[k_has_corr])).tolist()
 
     # Threads are (pid, tid) as recorded, taken in the order of their repr; within one, ops
     # by (start, longer first, file position): a parent before its children.
-    # Each call's thread as a code of the distinct pairs (one tuple hashed per call).
-    pair_code: dict[tuple[Any, Any], int] = {}
-    call_code = np.fromiter(
-        (pair_code.setdefault((r.pid, r.tid), len(pair_code)) for r in map(runtime.__getitem__,
-                                                                           calls)),
-        dtype=np.intp, count=len(calls))
-    rank = {t: r for r, t in enumerate(sorted(set(cols.raw_threads) | set(pair_code),
+    # Each call's thread as a code of the distinct (pid, tid) pairs of the launch calls.
+    codes, pairs = runtime_threads(trace)
+    used, call_code = np.unique(codes[calls], return_inverse=True)
+    call_pairs = [pairs[i] for i in used.tolist()]
+    rank = {t: r for r, t in enumerate(sorted(set(cols.raw_threads) | set(call_pairs),
                                               key=repr))}
     thread = np.array([rank[t] for t in cols.raw_threads], dtype=np.intp)[cols.raw_thread] \
         if n else np.zeros(0, dtype=np.intp)
@@ -140,7 +138,7 @@ def _attribute(trace: Trace) -> tuple[list[Op], Any, Any, list[float], float]:
     if calls and n:
         # A launch call's owner: the innermost op of its thread open at the call's start
         # (ops starting at that very time open first).
-        c_thread = np.array([rank[t] for t in pair_code], dtype=np.intp)[call_code]
+        c_thread = np.array([rank[t] for t in call_pairs], dtype=np.intp)[call_code]
         c_start = runtime_starts(trace)[calls]
         lo = bounds[c_thread]
         hi = lo.copy()

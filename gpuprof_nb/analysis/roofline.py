@@ -30,6 +30,7 @@ from gpuprof_nb.analysis.derived import (
     op_columns,
     op_name_codes,
     runtime_starts,
+    runtime_threads,
 )
 from gpuprof_nb.analysis.flops import COPY_WRAPPERS, OpCost, has_formula, op_cost
 from gpuprof_nb.analysis.intervals import nearest_open_before
@@ -520,14 +521,14 @@ def _kernel_owners(trace: Trace, tree: _Tree) -> np.ndarray:
     # Calls with no op of their id: the innermost op open on their thread at their start.
     # Their threads keyed as the tree keys them (ids as text), each distinct pair once.
     unowned = by_call_id < 0
-    pending, pending_calls = need[unowned], call[unowned].tolist()
-    pair_code: dict[tuple[Any, Any], int] = {}
-    codes = np.fromiter((pair_code.setdefault((runtime[i].pid, runtime[i].tid), len(pair_code))
-                         for i in pending_calls), dtype=np.intp, count=len(pending_calls))
+    pending, pending_calls = need[unowned], call[unowned]
+    all_codes, pairs = runtime_threads(trace)
+    codes = all_codes[pending_calls]
     key_codes: dict[tuple[str, str], list[int]] = {}
-    for (pid, tid), code in pair_code.items():
+    for code in np.unique(codes).tolist():
+        pid, tid = pairs[code]
         key_codes.setdefault((str(pid), str(tid)), []).append(code)
-    call_starts = runtime_starts(trace)[np.asarray(pending_calls, dtype=np.intp)]
+    call_starts = runtime_starts(trace)[pending_calls]
     for key, in_key in key_codes.items():
         idx = tree.threads.get(key)
         if not idx:

@@ -25,6 +25,7 @@ from gpuprof_nb.analysis.derived import (
     op_names,
     runtime_correlations,
     runtime_starts,
+    runtime_threads,
 )
 from gpuprof_nb.analysis.fixes import FIXES, FP16_FIX
 from gpuprof_nb.analysis.intervals import (
@@ -40,7 +41,7 @@ from gpuprof_nb.analysis.intervals import (
 )
 from gpuprof_nb.analysis.timeline import (
     SYNC_RUNTIME_NAMES,
-    is_dataloader_op,
+    dataloader_ops,
     median_duration_us,
     top_level_spans,
 )
@@ -140,14 +141,12 @@ class Context:
 
 
 def rule_dataloader(c: Context) -> Finding | None:
-    if not any("DataLoader" in name and "__next__" in name
-               for name in op_names(c.trace)):
-        return None
-    spans = merge_intervals((o.start_us, o.end_us) for o in c.trace.ops if is_dataloader_op(o))
+    loads = dataloader_ops(c.trace)
+    spans = merge_intervals((o.start_us, o.end_us) for o in loads)
     if not spans:
         return None
     dl_us = _union_in(spans, c.lo, c.hi)
-    count = sum(1 for o in c.trace.ops if is_dataloader_op(o))
+    count = len(loads)
     steps = merge_intervals((s.start_us, s.end_us) for s in c.trace.steps)
     step_us = union_length(steps) if steps else c.span_us
     step_dl = _union_in(spans, *_bounds(steps)) if steps else dl_us
@@ -466,16 +465,18 @@ def _device_time_launched_in(c: Context, ops: Sequence[Op]) -> float:
     by_thread: dict[str, list[tuple[float, float]]] = {}
     for o in ops:
         by_thread.setdefault(str(o.tid), []).append((o.start_us, o.end_us))
-    runtime = c.trace.runtime
     r_corr, r_has = runtime_correlations(c.trace)
     r_start = runtime_starts(c.trace)
-    tids = [str(r.tid) for r in runtime]
+    # The calls' threads by their tid as text: each distinct (pid, tid) pair converted once.
+    codes, pairs = runtime_threads(c.trace)
+    codes_of: dict[str, list[int]] = {}
+    for code, (_, tid) in enumerate(pairs):
+        codes_of.setdefault(str(tid), []).append(code)
     launched: set[int] = set()
     for tid, spans in by_thread.items():
         # The thread's calls with a correlation id, against the last of its ops (by start,
         # then end) that starts at or before the call.
-        mine = np.flatnonzero(r_has & np.fromiter((t == tid for t in tids), dtype=bool,
-                                                  count=len(tids)))
+        mine = np.flatnonzero(r_has & np.isin(codes, codes_of.get(tid, [])))
         spans.sort()
         starts = np.array([s for s, _ in spans], dtype=float)
         ends = np.array([e for _, e in spans], dtype=float)

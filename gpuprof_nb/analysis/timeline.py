@@ -90,6 +90,15 @@ def is_dataloader_op(op: Op) -> bool:
     return "DataLoader" in op.name and "__next__" in op.name
 
 
+def dataloader_ops(trace: Trace) -> tuple[Op, ...]:
+    """Return the trace's DataLoader `__next__` ranges (is_dataloader_op), by start; names are
+    tested once each, not once per op (computed once)."""
+    def compute() -> tuple[Op, ...]:
+        names = {n for n in op_names(trace) if "DataLoader" in n and "__next__" in n}
+        return tuple(o for o in trace.ops if o.name in names) if names else ()
+    return memo(trace, "dataloader_ops", compute)
+
+
 def _top_level_positions(trace: Trace, within: tuple[float, float] | None = None
                          ) -> list[int]:
     """Return the positions in trace.ops of the torch ops (kind 'op') not nested inside
@@ -210,14 +219,11 @@ class _Classifier:
                  kernels: Sequence[Kernel]):
         self.on_device = device is not None
         self.trace = trace
-        ops = trace.ops
         # The top-level torch ops' spans, merged.
         self.op_starts, self.op_ends = top_level_spans(trace)
         self.op_spans = list(zip(self.op_starts.tolist(), self.op_ends.tolist(), strict=True))
         self.op_start_list = self.op_starts.tolist()
-        # Few distinct names: test each once, not once per op.
-        dl_names = {n for n in op_names(trace) if "DataLoader" in n and "__next__" in n}
-        dl = [o for o in ops if o.name in dl_names] if dl_names else []
+        dl = dataloader_ops(trace)
         self.dl_starts, self.dl_ends = _spans([o.start_us for o in dl], [o.dur_us for o in dl])
         syncs = [r for r in trace.runtime if r.name in SYNC_RUNTIME_NAMES]
         syncs += [s for s in trace.syncs  # type: ignore[misc]
