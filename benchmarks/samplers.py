@@ -3,7 +3,7 @@
 Beside the one run `%%gpuprofile` makes under torch.profiler ("the profiled run"), the
 UtilisationSampler always samples the machine (a daemon thread, every 20 ms by default:
 `PERIOD_S` in gpuprof_nb/capture/utilisation.py), and with `--stack` the LineSampler samples
-the cell's Python line (SIGALRM every 3 ms on the main thread by default, a thread
+the cell's Python line (SIGALRM every 5 ms on the main thread by default, a thread
 elsewhere). Both are measured the way the magic runs them:
 `profile_cell(run, runs=1, stack=True, cuda=False, samplers=...)`, `run` exec'ing the cell's
 compiled code object in a namespace, as a notebook cell runs, with
@@ -154,7 +154,7 @@ CELLS = {
 }
 
 NONE = "none"
-LINE_SIGNAL = "line sampler, signal mode (3 ms)"
+LINE_SIGNAL = "line sampler, signal mode (5 ms)"
 LINE_THREAD = "line sampler, thread mode (1 ms)"
 UTIL_10 = "utilisation sampler (10 ms)"
 UTIL_20 = "utilisation sampler (20 ms)"

@@ -10,7 +10,7 @@ each sample falls inside the trace's gaps and ops.
 Two ways to take a sample:
 - "signal" (the default where it can run: POSIX, the cell on the main thread, SIGALRM and
   the real-time interval timer unused): the kernel's interval timer sends SIGALRM every
-  3 ms and the handler, run by the cell's own thread between two bytecodes, reads the
+  5 ms and the handler, run by the cell's own thread between two bytecodes, reads the
   frame it interrupted. No lock is waited for. A C call that blocks (a GPU sync in
   `.item()`, a long op) delays the handler until it returns, while the frame still shows
   the line that made the call, so each sample stands for the time since the one before.
@@ -44,12 +44,13 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
-# How often the sampler looks (seconds): the signal sampler every 3 ms, because on the
-# benchmark machine delivering SIGALRM every 1 ms cost 6-8% of a training loop of small ops
-# even with an empty handler (2-3% every 3 ms; benchmarks/RESULTS.md, section 11); the
-# sampling thread, whose wake-ups cost less, every 1 ms. And the switch interval while the
-# thread samples.
-SIGNAL_PERIOD_S = 0.003
+# How often the sampler looks (seconds): the signal sampler every 5 ms (200 samples a
+# second), because on the benchmark machine, a 2-core VM, each SIGALRM costs a training loop
+# of small ops about 40 us even with an empty handler (+4% every 1 ms), and every 3 ms the
+# sampler added 2.4-4.0% to that loop, over the 3% goal (benchmarks/RESULTS.md, section 11);
+# the sampling thread, whose wake-ups cost less, every 1 ms. And the switch interval while
+# the thread samples.
+SIGNAL_PERIOD_S = 0.005
 THREAD_PERIOD_S = 0.001
 SWITCH_INTERVAL_S = 0.0005
 # A sample due more than this many periods ago is late.
