@@ -27,7 +27,7 @@ from gpuprof_nb.analysis.classify import is_host_collective, kernel_name_class
 from gpuprof_nb.analysis.intervals import clip_intervals, merge_intervals, union_length
 from gpuprof_nb.analysis.ops import kernel_table, top_ops
 from gpuprof_nb.analysis.report import analyze, count_steps_per_run
-from gpuprof_nb.analysis.timeline import is_dataloader_op
+from gpuprof_nb.analysis.timeline import dataloader_ops
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.model.timing import TimingStats
@@ -137,7 +137,7 @@ def _rows(side: _Side, divisor: float) -> dict[tuple[str, str], ChangeRow]:
         rows[(category, name)] = ChangeRow(name, category, us / divisor, 0.0,
                                            calls / divisor, 0.0)
 
-    loader = [o for o in trace.ops if is_dataloader_op(o)]
+    loader = dataloader_ops(trace)
     loader_names = {o.name for o in loader}
     for op in top_ops(trace, n=None, sort="self_cpu_us").rows:
         if op.name in loader_names:

@@ -155,47 +155,11 @@ def intersect_intervals(a: Sequence[Interval], b: Sequence[Interval]) -> list[In
     return out
 
 
-def nearest_previous_at_least(b: np.ndarray, a: np.ndarray, lo: np.ndarray,
-                              hi: np.ndarray | None = None, *, strict: bool = False,
-                              ) -> np.ndarray:
-    """For each i, return the largest j in [lo[i], hi[i]) with b[j] >= a[i] (b[j] > a[i]
-    when strict), or -1 when there is none; hi defaults to i itself.
-
-    The "previous greater element" that a stack of open intervals finds one by one, for all
-    i at once: a sparse table of maxima over power-of-two windows, descended greedily (a
-    window whose maximum cannot qualify holds no candidate and is skipped whole)."""
-    a = np.asarray(a, dtype=float)
-    n = len(a)
-    if not n or not len(b):
-        return np.full(n, -1, dtype=np.intp)
-    b = np.asarray(b, dtype=float)
-    lo = np.asarray(lo, dtype=np.intp)
-    pos = np.arange(n, dtype=np.intp) if hi is None else np.array(hi, dtype=np.intp)
-    # table[k][p] = max(b[p : p + 2**k]) where the window fits.
-    table = [b]
-    while 2 ** len(table) <= len(b):
-        prev, half = table[-1], 2 ** (len(table) - 1)
-        table.append(np.maximum(prev[:-half], prev[half:]))
-    for k in range(len(table) - 1, -1, -1):
-        width = 2 ** k
-        start = pos - width
-        cand = np.flatnonzero(start >= lo)
-        if not len(cand):
-            continue
-        window_max = table[k][start[cand]]
-        skip = window_max <= a[cand] if strict else window_max < a[cand]
-        pos[cand[skip]] -= width
-    j = pos - 1
-    found = j >= lo
-    hit = b[j[found]]
-    found[found] = hit > a[found] if strict else hit >= a[found]
-    return np.where(found, j, -1)
-
-
 def nearest_open_before(b: np.ndarray, a: np.ndarray, lo: np.ndarray, *,
                         strict: bool = False) -> np.ndarray:
-    """nearest_previous_at_least(b, a, lo, strict=strict) (hi: each i itself) for the inputs
-    the op trees give, found by following answers back instead of through a sparse table.
+    """For each i, return the largest j in [lo[i], i) with b[j] >= a[i] (b[j] > a[i] when
+    strict), or -1 when there is none: the "previous greater element" a stack of open
+    intervals finds one by one, for all i at once, on the inputs the op trees give.
 
     Precondition: positions fall into runs that share lo (lo[j] == lo[i] for lo[i] <= j < i:
     one thread's ops), and within a run an earlier j that misses i's bound (b[j] < a[i], or
@@ -207,8 +171,8 @@ def nearest_open_before(b: np.ndarray, a: np.ndarray, lo: np.ndarray, *,
     i's bound. A candidate j that misses too is replaced by j's own current candidate: all
     between them miss j's bound, a[j] <= a[i], so they miss i's. All i move at once, each
     reading the others' candidates as they stand, so a chain of misses is crossed in a few
-    rounds. The sparse table costs log2(n) arrays of n and as many random gathers per
-    query; this reads mostly neighbours."""
+    rounds, reading mostly neighbours (a sparse table of maxima would build log2(n) arrays
+    of n and make as many random gathers per query)."""
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
     n = len(a)
@@ -229,11 +193,12 @@ def nearest_open_before(b: np.ndarray, a: np.ndarray, lo: np.ndarray, *,
 
 def nearest_open_at(b: np.ndarray, a: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                     before: np.ndarray, *, strict: bool = False) -> np.ndarray:
-    """nearest_previous_at_least(b, a, lo, hi, strict=strict) for queries that come between
-    the positions of a run: `before` is nearest_open_before(b, starts, ...) of the run's
-    positions, and every position in [lo[i], hi[i]) starts no later than a[i] (hi from a
-    searchsorted of a[i] in the starts). A candidate that misses is replaced by its own
-    answer, which skips only positions that miss it, hence miss a[i]."""
+    """For each query i, return the largest j in [lo[i], hi[i]) with b[j] >= a[i] (b[j] > a[i]
+    when strict), or -1, for queries that come between the positions of a run: `before` is
+    nearest_open_before(b, starts, ...) of the run's positions, and every position in
+    [lo[i], hi[i]) starts no later than a[i] (hi from a searchsorted of a[i] in the starts).
+    A candidate that misses is replaced by its own answer, which skips only positions that
+    miss it, hence miss a[i]."""
     a = np.asarray(a, dtype=float)
     lo = np.asarray(lo, dtype=np.intp)
     cand = np.asarray(hi, dtype=np.intp) - 1

@@ -85,16 +85,17 @@ SYNC_RUNTIME_NAMES = frozenset(
 HOST_SYNC_EVENT_NAMES = frozenset({"Stream Sync", "Context Sync", "Event Sync"})
 
 
-def is_dataloader_op(op: Op) -> bool:
-    """True for the DataLoader's `__next__` range (`enumerate(DataLoader)#...__next__`)."""
-    return "DataLoader" in op.name and "__next__" in op.name
+def is_dataloader_name(name: str) -> bool:
+    """True for the name of the DataLoader's `__next__` range
+    (`enumerate(DataLoader)#...__next__`)."""
+    return "DataLoader" in name and "__next__" in name
 
 
 def dataloader_ops(trace: Trace) -> tuple[Op, ...]:
-    """Return the trace's DataLoader `__next__` ranges (is_dataloader_op), by start; names are
-    tested once each, not once per op (computed once)."""
+    """Return the trace's DataLoader `__next__` ranges (is_dataloader_name), by start; names
+    are tested once each, not once per op (computed once)."""
     def compute() -> tuple[Op, ...]:
-        names = {n for n in op_names(trace) if "DataLoader" in n and "__next__" in n}
+        names = {n for n in op_names(trace) if is_dataloader_name(n)}
         return tuple(o for o in trace.ops if o.name in names) if names else ()
     return memo(trace, "dataloader_ops", compute)
 

@@ -15,10 +15,47 @@ from gpuprof_nb.analysis.intervals import (
     merge_intervals,
     nearest_open_at,
     nearest_open_before,
-    nearest_previous_at_least,
     union_length,
 )
 from gpuprof_nb.io.trace import trace_from_dict
+
+
+def nearest_previous_at_least(b: np.ndarray, a: np.ndarray, lo: np.ndarray,
+                              hi: np.ndarray | None = None, *, strict: bool = False,
+                              ) -> np.ndarray:
+    """For each i, return the largest j in [lo[i], hi[i]) with b[j] >= a[i] (b[j] > a[i]
+    when strict), or -1 when there is none; hi defaults to i itself. A second, independent
+    reference for nearest_open_before/_at (the analysis used it before them).
+
+    The "previous greater element" that a stack of open intervals finds one by one, for all
+    i at once: a sparse table of maxima over power-of-two windows, descended greedily (a
+    window whose maximum cannot qualify holds no candidate and is skipped whole)."""
+    a = np.asarray(a, dtype=float)
+    n = len(a)
+    if not n or not len(b):
+        return np.full(n, -1, dtype=np.intp)
+    b = np.asarray(b, dtype=float)
+    lo = np.asarray(lo, dtype=np.intp)
+    pos = np.arange(n, dtype=np.intp) if hi is None else np.array(hi, dtype=np.intp)
+    # table[k][p] = max(b[p : p + 2**k]) where the window fits.
+    table = [b]
+    while 2 ** len(table) <= len(b):
+        prev, half = table[-1], 2 ** (len(table) - 1)
+        table.append(np.maximum(prev[:-half], prev[half:]))
+    for k in range(len(table) - 1, -1, -1):
+        width = 2 ** k
+        start = pos - width
+        cand = np.flatnonzero(start >= lo)
+        if not len(cand):
+            continue
+        window_max = table[k][start[cand]]
+        skip = window_max <= a[cand] if strict else window_max < a[cand]
+        pos[cand[skip]] -= width
+    j = pos - 1
+    found = j >= lo
+    hit = b[j[found]]
+    found[found] = hit > a[found] if strict else hit >= a[found]
+    return np.where(found, j, -1)
 
 
 def _cells(intervals: list[tuple[int, int]]) -> set[int]:
