@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
+try:
+    from isal import igzip
+except ImportError:
+    igzip = None
+
 from gpuprof_nb.errors import GpuprofError, TraceFormatError
+from gpuprof_nb.io import trace as trace_io
 from gpuprof_nb.io.trace import load_trace, trace_from_dict
 
 DATA = Path(__file__).parents[1] / "data"
@@ -87,20 +93,46 @@ def test_invalid_utf8_inside_the_events(tmp_path: Path) -> None:
     assert "UTF-8" in str(_load_text(tmp_path, text))
 
 
-def test_truncated_gzip(tmp_path: Path) -> None:
+# Every gzip test runs with both decompressors: ISA-L's (python-isal, used where installed)
+# and the standard library's (the fallback); each raises its own error classes.
+GZIP_READERS = {"stdlib": gzip.GzipFile}
+if igzip is not None:
+    GZIP_READERS["isal"] = igzip.GzipFile
+
+
+@pytest.fixture(params=sorted(GZIP_READERS))
+def gzip_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(trace_io, "_gzip_file", GZIP_READERS[request.param])
+    return str(request.param)
+
+
+def test_isal_is_the_reader_where_installed() -> None:
+    assert trace_io._gzip_file is (igzip.GzipFile if igzip is not None else gzip.GzipFile)
+
+
+def test_truncated_gzip(tmp_path: Path, gzip_reader: str) -> None:
     raw = SMALL.read_bytes()
     message = str(_load_text(tmp_path, raw[: len(raw) // 2], "cut.json.gz"))
     assert "truncated?" in message
 
 
-def test_corrupt_gzip(tmp_path: Path) -> None:
+def test_corrupt_gzip(tmp_path: Path, gzip_reader: str) -> None:
     raw = bytearray(SMALL.read_bytes())
     raw[20:40] = b"\x00" * 20
     message = str(_load_text(tmp_path, bytes(raw), "corrupt.json.gz"))
     assert "truncated?" in message or "corrupt" in message or "not valid JSON" in message
 
 
-def test_gzip_of_truncated_json(tmp_path: Path) -> None:
+def test_invalid_deflate_block(tmp_path: Path, gzip_reader: str) -> None:
+    # The first deflate byte after the 10-byte gzip header: final block, block type 3, which
+    # deflate reserves: zlib.error / isal's IsalError, each turned into the same message.
+    raw = bytearray(gzip.compress(b'{"traceEvents": []}', mtime=0))
+    raw[10] = 0x07
+    message = str(_load_text(tmp_path, bytes(raw), "bad_block.json.gz"))
+    assert "cannot decompress it" in message and "corrupt" in message
+
+
+def test_gzip_of_truncated_json(tmp_path: Path, gzip_reader: str) -> None:
     text = gzip.decompress(SMALL.read_bytes())
     message = str(_load_text(tmp_path, gzip.compress(text[: len(text) - 500]), "short.json.gz"))
     assert "truncated?" in message

@@ -26,6 +26,11 @@ from gpuprof_nb.io.trace import load_trace, trace_from_dict
 
 pytest.importorskip("msgspec")
 
+try:
+    from isal import igzip
+except ImportError:
+    igzip = None
+
 DATA = Path(__file__).parents[1] / "data"
 SHARED = Path("/work/shared/traces")
 SMALL = DATA / "a100_event_sync" / "event_sync_trace.json.gz"
@@ -50,6 +55,10 @@ def _traces(root: Path) -> list[Path]:
 
 LOCAL = _traces(DATA)
 SHARED_FILES = _traces(SHARED)
+# gzip traces read by both decompressors (isal's and the standard library's): the small ones,
+# each file's whole stream (several MB of JSON each).
+GZIPPED = [p for p in LOCAL + SHARED_FILES
+           if p.read_bytes()[:2] == b"\x1f\x8b" and p.stat().st_size < 2_000_000]
 
 
 class _Counting:
@@ -332,6 +341,30 @@ def test_without_msgspec_installed(tmp_path: Path) -> None:
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
     assert pickle.loads(out.read_bytes()) == [load_trace(BERT), load_trace(odd)]
+
+
+def test_without_isal_installed(tmp_path: Path) -> None:
+    """Without python-isal, gzip traces are read by the standard library: the same Trace."""
+    out = tmp_path / "traces.pickle"
+    code = (
+        "import gzip, pickle, sys\n"
+        "sys.modules['isal'] = None  # import isal -> ImportError\n"
+        "from gpuprof_nb.io import trace\n"
+        "assert trace._gzip_file is gzip.GzipFile\n"
+        f"t = trace.load_trace({str(BERT)!r})\n"
+        f"open({str(out)!r}, 'wb').write(pickle.dumps(t))\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
+    assert pickle.loads(out.read_bytes()) == load_trace(BERT)
+
+
+@pytest.mark.skipif(igzip is None, reason="python-isal not installed")
+@pytest.mark.parametrize("path", GZIPPED, ids=lambda p: p.name)
+def test_isal_and_the_standard_library_read_the_same_trace(
+        path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with_isal = load_trace(path)
+    monkeypatch.setattr(trace_io, "_gzip_file", gzip.GzipFile)
+    assert load_trace(path) == with_isal
 
 
 @pytest.mark.parametrize("enabled", [True, False])
