@@ -22,6 +22,8 @@ from gpuprof_nb.analysis.classify import is_host_collective, op_class
 from gpuprof_nb.analysis.derived import (
     KernelColumns,
     memo,
+    op_columns,
+    op_name_codes,
     op_names,
     runtime_correlations,
     runtime_starts,
@@ -174,8 +176,9 @@ def _bounds(spans: Sequence[Interval]) -> tuple[float, float]:
 def rule_host_sync(c: Context) -> Finding | None:
     calls = [r for r in c.trace.runtime if r.name in SYNC_RUNTIME_NAMES]
     events = [s for s in c.trace.syncs if s.name in ("Stream Sync", "Context Sync", "Event Sync")]
-    items = [o for o in c.trace.ops
-             if o.kind == "op" and o.name in ("aten::item", "aten::_local_scalar_dense")]
+    item_names = {"aten::item", "aten::_local_scalar_dense"} & op_names(c.trace)
+    items = [o for o in c.trace.ops if o.kind == "op" and o.name in item_names] \
+        if item_names else []
     # aten::item calls aten::_local_scalar_dense: count the outer one only.
     n_item = sum(1 for o in items if o.name == "aten::item") or len(items)
     if not calls and not events and not n_item:
@@ -383,16 +386,19 @@ def rule_compute_memory_precision(c: Context, roofline: Roofline | None) -> list
             {"low_intensity_time_us": low_us, "low_intensity_share_of_busy_fraction":
              low_us / base, "low_intensity_share_of_window_fraction": c.frac(low_us),
              **roof_evidence}))
-    if c.on_device and gemm:
-        gemm_names = {n for n in op_names(c.trace) if op_class(n) == "gemm"}
-        fp32_ids = {o.external_id for o in c.trace.ops
-                    if o.name in gemm_names and o.external_id is not None
-                    and _gemm_precision_fp32(o)}
-        fp32 = [k for k in gemm if (k.external_id in fp32_ids)
-                or any(m in k.name.lower() for m in FP32_KERNEL_MARKS)]
-        cc = compute_capability(c.trace, c.timeline.device)
-        fp32_us = _union_in(merge_intervals((k.start_us, k.end_us) for k in fp32), c.lo, c.hi)
-        if fp32_us > 0 and cc is not None and cc >= th.PRECISION_MIN_CC:
+    # Only a GPU with tensor cores (known from the trace's device properties) is judged:
+    # elsewhere the fp32 matmuls are not looked for at all.
+    cc = compute_capability(c.trace, c.timeline.device) if c.on_device and gemm else None
+    if cc is not None and cc >= th.PRECISION_MIN_CC:
+        fp32_ids = {o.external_id for o in _gemm_ops_with_ids(c.trace)
+                    if _gemm_precision_fp32(o)}
+        # Kernel names repeat: each distinct one is read once.
+        fp32_name = {name: any(m in name.lower() for m in FP32_KERNEL_MARKS)
+                     for name in {k.name for k in gemm}}
+        fp32 = is_gemm.copy()
+        fp32[is_gemm] = [(k.external_id in fp32_ids) or fp32_name[k.name] for k in gemm]
+        fp32_us = _union_of(c.kcols, fp32, c.lo, c.hi)
+        if fp32_us > 0:
             share = c.frac(fp32_us) * th.PRECISION_RECOVERABLE
             low_cc = cc < th.BF16_MIN_CC
             out.append(make_finding(
@@ -407,6 +413,25 @@ def rule_compute_memory_precision(c: Context, roofline: Roofline | None) -> list
                 f = out[-1]
                 out[-1] = Finding(f.kind, f.severity, f.title, f.evidence, FP16_FIX, f.share)
     return out
+
+
+def _gemm_ops_with_ids(trace: Trace) -> list[Op]:
+    """Return the ops of trace.ops named as matmuls or convolutions (op_class 'gemm') that
+    have an External id, in trace order: the torch ops found through the shared op columns
+    (names as codes), the other ops (annotations, Python functions) by name."""
+    gemm_names = {n for n in op_names(trace) if op_class(n) == "gemm"}
+    if not gemm_names:
+        return []
+    ops, cols = trace.ops, op_columns(trace)
+    distinct, codes = op_name_codes(trace)
+    is_gemm = np.array([n in gemm_names for n in distinct], dtype=bool)
+    torch_ops = cols.positions[is_gemm[codes] & cols.has_external_id] if len(codes) \
+        else cols.positions
+    others = np.ones(len(ops), dtype=bool)
+    others[cols.positions] = False
+    other_ops = [i for i in np.flatnonzero(others).tolist()
+                 if ops[i].name in gemm_names and ops[i].external_id is not None]
+    return [ops[i] for i in sorted(torch_ops.tolist() + other_ops)]
 
 
 def _roofline_shares(roofline: Roofline | None) -> tuple[float | None, float | None]:
@@ -426,7 +451,9 @@ def compute_capability(trace: Trace, device: int | None) -> tuple[int, int] | No
 
 
 def rule_dtype_cast(c: Context) -> Finding | None:
-    casts = [o for o in c.top_ops if op_class(o.name) == "cast"]
+    # Few distinct names: each is classified once.
+    cast_names = {n for n in op_names(c.trace) if op_class(n) == "cast"}
+    casts = [o for o in c.top_ops if o.name in cast_names] if cast_names else []
     if not casts:
         return None
     # A cast that launched a memcpy is a device transfer (host_device_copy's business).
@@ -585,22 +612,29 @@ def cold_ops_idle_us(c: Context) -> tuple[float, tuple[Op, ...]]:
     first convolution, ...)."""
     if not c.on_device:
         return 0.0, ()
-    by_name: dict[str, list[float]] = {}
+    # Only long calls can be setup (a few at most); their names' other calls are then read.
+    long_calls = [o for o in c.top_ops if o.dur_us >= th.COLD_OP_MIN_US]
+    if not long_calls:
+        return 0.0, ()
+    by_name: dict[str, list[float]] = {o.name: [] for o in long_calls}
     for o in c.top_ops:
-        by_name.setdefault(o.name, []).append(o.dur_us)
+        durations = by_name.get(o.name)
+        if durations is not None:
+            durations.append(o.dur_us)
     for durations in by_name.values():
         durations.sort()
     cold: list[Op] = []
-    for o in c.top_ops:
-        if o.dur_us < th.COLD_OP_MIN_US:
-            continue
+    for o in long_calls:
         others = _median_without(by_name[o.name], o.dur_us)
         if others is None or o.dur_us >= th.COLD_OP_RATIO * others:
             cold.append(o)
     if not cold:
         return 0.0, ()
-    host_gaps = [(g.start_us, g.end_us) for g in c.timeline.gaps if g.cause == "host"]
     spans = merge_intervals((o.start_us, o.end_us) for o in cold)
+    # Only the host gaps that reach into the calls' stretch can overlap them.
+    lo, hi = spans[0][0], spans[-1][1]
+    host_gaps = [(g.start_us, g.end_us) for g in c.timeline.gaps
+                 if g.cause == "host" and g.start_us < hi and g.end_us > lo]
     return union_length(intersect_intervals(spans, merge_intervals(host_gaps))), tuple(cold)
 
 

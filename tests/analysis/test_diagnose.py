@@ -605,3 +605,40 @@ def test_median_without_one_value_matches_statistics(seed: int) -> None:
         others.remove(value)
         want = statistics.median(others) if others else None
         assert _median_without(durations, value) == want
+
+
+def _gemm_ops_by_scan(trace: Trace) -> list[Op]:
+    """Reference for rules._gemm_ops_with_ids: every op of trace.ops, one by one."""
+    return [o for o in trace.ops if op_class(o.name) == "gemm" and o.external_id is not None]
+
+
+@pytest.mark.parametrize("path", [p for p in SHARED_TRACES if p.stat().st_size < 30e6],
+                         ids=lambda p: p.name)
+def test_gemm_ops_with_ids_are_those_a_scan_finds(path: Path) -> None:
+    from gpuprof_nb.analysis.rules import _gemm_ops_with_ids
+    from gpuprof_nb.errors import TraceFormatError
+
+    try:
+        trace = load_trace(path)
+    except TraceFormatError:
+        pytest.skip("not a loadable trace")
+    assert _gemm_ops_with_ids(trace) == _gemm_ops_by_scan(trace)
+
+
+def test_gemm_ops_with_ids_include_other_kinds_of_op_by_name() -> None:
+    """An annotation or Python function named like a matmul counts, as the scan counts it;
+    ops without an External id do not; the order is trace order."""
+    from gpuprof_nb.analysis.rules import _gemm_ops_with_ids
+
+    ops = (
+        Op("aten::mm", "op", 0.0, 5.0, 1, 1, external_id=7, index=0),
+        Op("aten::mm", "annotation", 1.0, 1.0, 1, 1, external_id=8, index=1),
+        Op("aten::addmm", "op", 2.0, 1.0, 1, 1, index=2),
+        Op("aten::relu", "op", 3.0, 1.0, 1, 1, external_id=9, index=3),
+        Op("aten::conv2d", "python", 4.0, 1.0, 1, 1, external_id=10, index=4),
+        Op("aten::bmm", "op", 5.0, 1.0, 1, 2, external_id=11, index=5),
+    )
+    trace = Trace(source="t", ops=ops, kernels=(), runtime=(), syncs=(), memory=(),
+                  steps=(), devices=(), distributed=None, window_us=(0.0, 6.0))
+    assert _gemm_ops_with_ids(trace) == _gemm_ops_by_scan(trace)
+    assert [o.index for o in _gemm_ops_with_ids(trace)] == [0, 1, 4, 5]
