@@ -145,8 +145,12 @@ def top_level_spans(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Return the union of the top-level torch ops' spans as sorted, disjoint (starts, ends)
     arrays (computed once): what merge_intervals of their (start, end) pairs gives."""
     def compute() -> tuple[np.ndarray, np.ndarray]:
-        ops, top = trace.ops, top_level_positions(trace)
-        starts, ends = _spans([ops[i].start_us for i in top], [ops[i].dur_us for i in top])
+        # The top-level ops' rows in the op columns (they are torch ops: all there), whose
+        # ends are the same start + dur sums.
+        cols = op_columns(trace)
+        at = np.searchsorted(cols.positions,
+                             np.array(top_level_positions(trace), dtype=np.intp))
+        starts, ends = merge_arrays(cols.start[at], cols.end[at])
         return frozen(starts), frozen(ends)
     return memo(trace, "top_level_spans", compute)
 

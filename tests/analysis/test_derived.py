@@ -99,3 +99,18 @@ def test_kernel_columns_and_device_kernels_match_the_kernels() -> None:
                                                            if k.device == device)
     one = trace(tuple(k for k in kernels if k.device == 1))
     assert timeline.device_kernels(one, 1) is one.kernels
+
+
+@pytest.mark.parametrize("name", ["a100_nccl", "cpu_only_trace", "h100_bert_small"])
+def test_top_level_spans_are_the_merged_spans_of_the_top_level_ops(name: str) -> None:
+    """top_level_spans (read from the op columns) is merge_intervals of the top-level ops'
+    own (start_us, end_us), float for float."""
+    from gpuprof_nb.analysis.intervals import merge_intervals
+
+    path = next(p for p in sorted((DATA / name).iterdir()) if ".json" in p.name)
+    trace = load_trace(path)
+    starts, ends = timeline.top_level_spans(trace)
+    tops = timeline.top_level_ops(trace)
+    assert tops
+    assert list(zip(starts.tolist(), ends.tolist(), strict=True)) == \
+        merge_intervals([(o.start_us, o.end_us) for o in tops])
