@@ -425,8 +425,7 @@ def _gemm_ops_with_ids(trace: Trace) -> list[Op]:
     ops, cols = trace.ops, op_columns(trace)
     distinct, codes = op_name_codes(trace)
     is_gemm = np.array([n in gemm_names for n in distinct], dtype=bool)
-    torch_ops = cols.positions[is_gemm[codes] & cols.has_external_id] if len(codes) \
-        else cols.positions
+    torch_ops = cols.positions[is_gemm[codes] & cols.has_external_id]
     others = np.ones(len(ops), dtype=bool)
     others[cols.positions] = False
     other_ops = [i for i in np.flatnonzero(others).tolist()
