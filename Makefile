@@ -16,7 +16,8 @@ BIN   := $(VENV)/bin
 PY    := $(BIN)/python
 STAMP := $(VENV)/.installed-$(TORCH_VERSION)
 
-.PHONY: all venv install test unit notebooks lint demo lab bench browser-deps clean
+.PHONY: all venv install test unit notebooks lint demo lab bench browser-deps clean gpu-wheels \
+	gpu-check
 
 all: test
 
@@ -75,6 +76,28 @@ bench: $(STAMP)
 	    "HolisticTraceAnalysis==0.5.0" "orjson==3.13.0" && \
 	  touch benchmarks/.cache/venv-bench/.hta-0.5.0; }
 	$(PY) benchmarks/run.py --hta-python benchmarks/.cache/venv-bench/bin/python $(BENCH_ARGS)
+
+# The GPU truth pass on a lent GPU machine (docs/gpu-results.md). Its image has torch but not
+# the notebook stack, and reaches no package index: `make gpu-wheels` here fills .whl/
+# (git-ignored) with what it lacks (tools/gpu-requirements.txt and their dependencies) for its
+# Python on x86-64; `make gpu-check` there, or `bash tools/gpu_check.sh OUT` where make is
+# missing, installs them, records the GPU fixtures and runs the whole suite. On CPU it runs
+# the same steps and skips what needs CUDA.
+GPU_PYTHON_VERSION ?= 3.12
+GPU_OUT ?= build/gpu-check
+GPU_PLATFORMS := manylinux_2_34_x86_64 manylinux_2_31_x86_64 manylinux_2_28_x86_64 \
+	manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 \
+	manylinux1_x86_64
+
+gpu-wheels:
+	rm -rf .whl && mkdir -p .whl
+	$(PYTHON) -m pip download --quiet --only-binary=:all: --implementation cp \
+	  --python-version $(GPU_PYTHON_VERSION) $(addprefix --platform ,$(GPU_PLATFORMS)) \
+	  -d .whl -r tools/gpu-requirements.txt
+	@echo "$$(ls .whl | wc -l) wheels, $$(du -sh .whl | cut -f1), in .whl/"
+
+gpu-check:
+	PYTHON=$(if $(wildcard $(PY)),$(PY),python3) bash tools/gpu_check.sh $(GPU_OUT)
 
 clean:
 	rm -rf build .pytest_cache
