@@ -23,6 +23,14 @@ from gpuprof_nb.io.cells import KEY
 # The annotation that ties the samplers' clock to the trace's.
 CLOCK_MARKER = "gpuprof_nb::clock"
 
+# The annotation around a few tiny kernels run inside the profiler before the cell on CUDA,
+# taken out of the trace with everything that ended before it ended. On an H100 the first
+# torch op in a CUDA profiling window took ~2.8 ms of host time before its first kernel
+# (CUPTI setting itself up on the first launches), which read as the host holding the GPU
+# idle: a compute-bound cell of 8 big matmuls came out "launch overhead" first.
+WARMUP_MARKER = "gpuprof_nb::profiler-warmup"
+WARMUP_KERNELS = 4
+
 
 class Sampler(Protocol):
     """What runs beside the profiled cell (capture/sampling.py, capture/utilisation.py).
@@ -96,7 +104,11 @@ def profile_cell(
         with_stack=stack,
         **extra,
     )
-    with prof:
+    prof.__enter__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+    stopped_by_cell = False
+    try:
+        if cuda:
+            _warm_up_cuda_profiling()
         # The samplers stamp perf_counter_ns; this marker, between two such stamps, puts
         # them on the trace's clock (removed from the trace afterwards).
         before = time.perf_counter_ns()
@@ -124,6 +136,15 @@ def profile_cell(
         # Kineto keeps one session per process: a `with profile()` inside the cell ends ours,
         # and exporting what is left crashes the process (torch 2.13 segfaults), so check.
         stopped_by_cell = not profiler_running()
+    finally:
+        try:
+            prof.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+        except RuntimeError:
+            # torch 2.11 raises "Can't disable Kineto profiler when it's not running" when
+            # the cell's own profiler ended the session: that is said below (or the cell's
+            # own exception propagates), not this.
+            if profiler_running():
+                raise
     if stopped_by_cell:
         raise ProfilerStoppedByCell(
             "the cell runs a torch profiler of its own, which stopped ours (one profiler per "
@@ -131,6 +152,8 @@ def profile_cell(
             "profiler's trace and read it with gpuprof_nb.load_trace"
         )
     artifact = _export(prof)
+    if cuda:
+        drop_warmup(artifact)
     if samplers:
         _add_samples(artifact, samplers, (before + after) / 2)
         if stack:
@@ -142,6 +165,46 @@ def profile_cell(
 # Kineto's float timestamps carry nanosecond digits: a call's end may pass its caller's by
 # that rounding.
 _NESTING_SLACK_US = 1e-3
+
+
+def _warm_up_cuda_profiling() -> None:
+    """A few tiny kernels, waited for, under WARMUP_MARKER (see there)."""
+    with record_function(WARMUP_MARKER):
+        t = torch.zeros(1, device="cuda")
+        for _ in range(WARMUP_KERNELS - 1):
+            t.add_(1)
+        del t  # freed inside the marker, so its memory events go with it
+        torch.cuda.synchronize()
+
+
+def drop_warmup(artifact: dict[str, Any]) -> int:
+    """Take the profiler warm-up (WARMUP_MARKER) out of the artifact's trace: every event
+    that ended by the marker's end (the warm-up waited for its kernels, so they ended
+    before it); events that span it (an enclosing Python call) stay. Return how many went."""
+    events = artifact.get("traceEvents")
+    if not isinstance(events, list):
+        return 0
+    ends = [e["ts"] + e["dur"] for e in events
+            if isinstance(e, dict) and e.get("name") == WARMUP_MARKER
+            and e.get("cat") == "user_annotation"
+            and isinstance(e.get("ts"), int | float) and isinstance(e.get("dur"), int | float)]
+    if not ends:
+        return 0
+    cut = max(ends)
+
+    def before(e: Any) -> bool:
+        if not isinstance(e, dict):
+            return False
+        ts = e.get("ts")
+        if not isinstance(ts, int | float) or e.get("ph") == "M":
+            return False
+        dur = e.get("dur")
+        end = ts + dur if isinstance(dur, int | float) else ts
+        return bool(end <= cut)
+
+    kept = [e for e in events if not before(e)]
+    artifact["traceEvents"] = kept
+    return len(events) - len(kept)
 
 
 def drop_python_calls(artifact: dict[str, Any], codes: Iterable[CodeType]) -> int:

@@ -11,7 +11,9 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 torch = pytest.importorskip("torch")
 
 from gpuprof_nb.capture.profiler import (  # noqa: E402
+    WARMUP_MARKER,
     ProfilerStoppedByCell,
+    drop_warmup,
     profile_cell,
     profiler_running,
 )
@@ -102,6 +104,78 @@ def test_a_cell_with_its_own_profiler_is_refused_not_crashed() -> None:
     assert profile_cell(matmuls, cuda=False)["traceEvents"]
 
 
+@pytest.fixture
+def exit_raises_when_stopped(monkeypatch):
+    """torch 2.11's profile.__exit__ (seen on an H100 machine): it raises "Can't disable
+    Kineto profiler when it's not running" after a cell's own profiler ended the session,
+    where torch 2.13 returns."""
+    original = torch.profiler.profile.__exit__
+
+    def exit_like_2_11(self, *exc):
+        running = profiler_running()
+        original(self, *exc)
+        if not running:
+            raise RuntimeError("Can't disable Kineto profiler when it's not running")
+
+    monkeypatch.setattr(torch.profiler.profile, "__exit__", exit_like_2_11)
+
+
+def test_own_profiler_is_refused_where_exit_raises_too(exit_raises_when_stopped) -> None:
+    def run() -> None:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            A @ A
+
+    with pytest.raises(ProfilerStoppedByCell, match="profiler of its own"):
+        profile_cell(run, cuda=False)
+    assert not profiler_running()
+
+
+def test_own_profiler_then_the_cells_error_propagates_unchanged(exit_raises_when_stopped
+                                                               ) -> None:
+    mine = KeyError("the cell's own")
+
+    def run() -> None:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            A @ A
+        raise mine
+
+    with pytest.raises(KeyError) as info:
+        profile_cell(run, cuda=False)
+    assert info.value is mine
+    assert not profiler_running()
+
+
+def test_drop_warmup_takes_out_what_ended_before_the_marker_ended() -> None:
+    """The CUDA warm-up's cut, on a real CPU trace: the marker, the ops inside and before it
+    go; the ops after it and an annotation spanning it stay."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with record_function("spanning"):
+            A @ A  # before the warm-up
+            with record_function(WARMUP_MARKER):
+                A + A
+            for _ in range(2):
+                A @ A
+    import json
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".json") as fh:
+        prof.export_chrome_trace(fh.name)
+        raw = json.loads(open(fh.name).read())
+    names = [e.get("name") for e in raw["traceEvents"]]
+    assert names.count("aten::mm") == 3 and "aten::add" in names
+    meta = sum(1 for e in raw["traceEvents"] if e.get("ph") == "M")
+    went = drop_warmup(raw)
+    kept = [e.get("name") for e in raw["traceEvents"]]
+    assert kept.count("aten::mm") == 2 and "aten::add" not in kept
+    assert WARMUP_MARKER not in kept and "spanning" in kept
+    assert sum(1 for e in raw["traceEvents"] if e.get("ph") == "M") == meta
+    assert went >= 3
+    # A trace without the marker is left as it was.
+    assert drop_warmup(raw) == 0
+
+
 def test_trace_dict_loads_through_the_trace_reader() -> None:
     io_trace = pytest.importorskip("gpuprof_nb.io.trace")
     raw = profile_cell(matmuls, cuda=False)
@@ -121,3 +195,6 @@ def test_cuda_trace_has_the_matmul_kernels() -> None:
     raw = profile_cell(run, cuda=True)
     kernels = [e for e in raw["traceEvents"] if e.get("cat") == "kernel"]
     assert len(kernels) >= 4
+    # The profiler warm-up's kernels and marker are out of the trace.
+    assert not [e for e in raw["traceEvents"] if e.get("name") == WARMUP_MARKER]
+    assert len([e for e in raw["traceEvents"] if e.get("name") == "aten::mm"]) == 4
