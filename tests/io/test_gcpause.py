@@ -5,6 +5,8 @@ frozen."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import weakref
 from pathlib import Path
 
@@ -23,21 +25,49 @@ def _in_generation(obj: object, generation: int) -> bool:
     return any(o is obj for o in gc.get_objects(generation=generation))
 
 
+# Run in a fresh interpreter that first unfreezes what its start-up froze: the check needs
+# a process with nothing frozen (else the pause leaves the generations alone, as it should),
+# and a test process cannot promise that: an earlier test may have called gc.freeze(), and
+# on the GPU image objects are frozen already when the interpreter starts.
+_FRESH_PROCESS_CHECK = """
+import gc
+import sys
+
+from gpuprof_nb.io.gcpause import gc_paused
+
+
+def check(ok, what):
+    if not ok:  # not assert: python -O would drop it and the check would pass unseen
+        sys.exit(f"failed: {what}")
+
+
+def in_generation(obj, generation):
+    return any(o is obj for o in gc.get_objects(generation=generation))
+
+
+enabled = sys.argv[1] == "True"
+gc.unfreeze()  # this process is ours alone: nobody else's frozen objects are released
+check(gc.get_freeze_count() == 0, "precondition: nothing frozen at the start")
+gc.enable() if enabled else gc.disable()
+with gc_paused():
+    check(not gc.isenabled(), "paused inside")
+    made = [[i] for i in range(1000)]  # tracked containers, no cycles
+    check(in_generation(made[0], 0), "made young")
+check(gc.isenabled() is enabled, "state restored")
+# Moved to the oldest generation only when the collector runs at all.
+check(in_generation(made[0], 2 if enabled else 0), "made objects old only when enabled")
+check(gc.get_freeze_count() == 0, "nothing left frozen")
+print("ok")
+"""
+
+
 @pytest.mark.parametrize("enabled", [True, False])
 def test_state_restored_and_made_objects_are_old(enabled: bool) -> None:
-    was = gc.isenabled()
-    try:
-        gc.enable() if enabled else gc.disable()
-        with gc_paused():
-            assert not gc.isenabled()
-            made = [[i] for i in range(1000)]  # tracked containers, no cycles
-            assert _in_generation(made[0], 0)
-        assert gc.isenabled() is enabled
-        # Moved to the oldest generation only when the collector runs at all.
-        assert _in_generation(made[0], 2 if enabled else 0)
-        assert gc.get_freeze_count() == 0
-    finally:
-        gc.enable() if was else gc.disable()
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH_PROCESS_CHECK, str(enabled)],
+        cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=120,
+    )
+    assert (done.returncode, done.stdout) == (0, "ok\n"), done.stderr
 
 
 class _Node:

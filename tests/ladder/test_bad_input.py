@@ -32,9 +32,10 @@ class NoAutocast(torch.nn.Module):
 
 
 def test_failed_rung_is_reported_and_the_ladder_goes_on(tiny):
+    # On CPU: NoAutocast raises under CPU autocast only.
     report = run_ladder(NoAutocast, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn, steps=2,
                         warmup=1, batch_size=8, rungs=["fp32", "bf16", "fused_adamw"],
-                        progress=False)
+                        device="cpu", progress=False)
     bf16 = report.rung("bf16")
     assert bf16.status == "failed"
     assert bf16.reason == "RuntimeError: this op has no bf16 kernel"
@@ -197,8 +198,9 @@ def test_peak_memory_sees_a_known_allocation(tiny):
             scratch = torch.ones(size // 4, dtype=torch.float32)
             return self.lin(x) + scratch[:1] * 0
 
+    # On CPU: the scratch is a CPU tensor, and the bounds are the CPU method's.
     report = run_ladder(Hungry, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn, steps=2,
-                        warmup=0, batch_size=8, rungs=["fp32"], progress=False)
+                        warmup=0, batch_size=8, rungs=["fp32"], device="cpu", progress=False)
     peak = report.baseline.peak_memory_bytes
     # The scratch plus the parameters and AdamW's two moments and step counters:
     # (16 * 4 + 4) floats x 3, 2 scalar steps; activations of 8 x 16 are small change.
@@ -270,8 +272,10 @@ def test_under_an_active_profiler_cpu_memory_is_left_empty(tiny):
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as outer:
+        # On CPU: on CUDA the peak comes from the allocator's counters, no profiler needed.
         report = run_ladder(tiny.model_fn, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn,
-                            steps=2, warmup=0, batch_size=8, rungs=["fp32"], progress=False)
+                            steps=2, warmup=0, batch_size=8, rungs=["fp32"], device="cpu",
+                            progress=False)
         # The caller's profiling session is still running: the ladder did not start its own.
         assert torch._C._autograd._profiler_enabled()
     assert any(e.name == "aten::addmm" for e in outer.events())

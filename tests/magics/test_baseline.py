@@ -18,7 +18,9 @@ LINE = "--warmup 1 --repeat 5 --number 1"
 
 
 @pytest.fixture
-def ip(ipython_shell, fake_clock):
+def ip(ipython_shell, fake_clock, cpu_path):
+    # cpu_path: the fake clock drives the wall clock only; on CUDA the reported times would
+    # be the CUDA events' real ones.
     ipython_shell.user_ns["runs"] = 0
     return ipython_shell
 

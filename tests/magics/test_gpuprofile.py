@@ -34,6 +34,7 @@ def magic(ip, line: str, cell: str):
 COUNTING_CELL = "runs += 1\nB = A @ A"
 
 
+@pytest.mark.usefixtures("cpu_path")
 def test_default_order_warmup_timed_profiled_and_o_stores(ip) -> None:
     ip.user_ns["runs"] = 0
     assert magic(ip, "-o r --quiet --warmup 2 --repeat 4 --number 1", COUNTING_CELL) is None
@@ -48,6 +49,7 @@ def test_default_order_warmup_timed_profiled_and_o_stores(ip) -> None:
     assert any("CPU mode" in n for n in r.notes)
 
 
+@pytest.mark.usefixtures("cpu_path")
 def test_timing_reports_the_planted_run_times(ip, fake_clock) -> None:
     """Accuracy against torch.utils.benchmark.Timer is measured in benchmarks/ (a timed
     assertion here would fail on a loaded machine); this checks the arithmetic exactly: the
@@ -78,6 +80,7 @@ def test_a_fast_cell_is_timed_in_blocks_and_reported_per_run(ip, fake_clock) -> 
     assert ip.user_ns["runs"] == 500 + 100 + 3 * 100 == t.cell_runs
 
 
+@pytest.mark.usefixtures("cpu_path")
 def test_a_cold_first_run_is_reported_apart_from_the_steady_state(ip, fake_clock) -> None:
     """The warm-up's one-off cost (42x the median here) is a Summary line and a one-off
     finding; the headline and the findings are about the runs that follow."""
@@ -125,6 +128,7 @@ def test_timing_only_has_no_trace(ip) -> None:
     assert "Summary" in text and "Top ops" not in text
 
 
+@pytest.mark.usefixtures("cpu_path")
 def test_timing_only_prints_its_text_like_timeit_and_displays_nothing(ip) -> None:
     """A rich display costs ipykernel two synchronous stream flushes; --timing-only prints
     the report's text instead (the stored report still renders as HTML)."""
@@ -277,6 +281,7 @@ def test_raising_cell_through_run_cell_shows_the_users_error(ip) -> None:
     assert "from the cell" in cap.stdout + cap.stderr
 
 
+@pytest.mark.usefixtures("cpu_path")
 def test_steps_from_profiler_step_annotations(ip) -> None:
     cell = (
         "for i in range(4):\n"
