@@ -219,7 +219,8 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
                 and per_step_kernels >= th.MIN_KERNELS_FOR_OVERHEAD)
         # Device idle while the host is inside torch ops: dispatch and CPU-side op work set
         # the pace (overhead-bound), except one-time setup ops, which are cold start.
-        host_ops = max(bd.host_in_ops_us - c.setup_idle_us, 0.0)
+        # Nor is compiling (torch.compile's own finding, recompilation).
+        host_ops = max(bd.host_in_ops_us - c.setup_idle_us - _idle_compiling_us(c), 0.0)
         share = c.frac(bd.launch_us + host_ops)
         evidence = {
             "kernels_per_step": per_step_kernels,
@@ -272,6 +273,16 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
         {"python_outside_ops_us": python_us,
          "wall_not_in_torch_ops_fraction": c.frac(bd.span_us - bd.busy_us)}))
     return out
+
+
+def _idle_compiling_us(c: Context) -> float:
+    """Device idle time, waiting on the host, while torch.compile compiled."""
+    spans = compile_spans(c.trace)
+    if not spans:
+        return 0.0
+    host_gaps = merge_intervals((g.start_us, g.end_us) for g in c.timeline.gaps
+                                if g.cause == "host")
+    return _union_in(intersect_intervals(host_gaps, spans), c.lo, c.hi)
 
 
 def _host_collective_spans(c: Context) -> Sequence[Interval]:
@@ -606,25 +617,27 @@ def _median_without(durations: list[float], value: float) -> float | None:
 
 def cold_ops_idle_us(c: Context) -> tuple[float, tuple[Op, ...]]:
     """Return the device-idle microseconds spent inside one-time setup ops on the host, and
-    those ops: calls of at least COLD_OP_MIN_US that are the only call of their name or far
-    slower than its other calls (lazy CUDA init in the first .to(), cuDNN autotuning in the
-    first convolution, ...)."""
+    those ops: calls of at least COLD_OP_MIN_US that are the only call of their name and
+    input shapes or far slower than its other calls (lazy CUDA init in the first .to(),
+    cuDNN autotuning in the first convolution of each shape, ...)."""
     if not c.on_device:
         return 0.0, ()
     # Only long calls can be setup (a few at most); their names' other calls are then read.
     long_calls = [o for o in c.top_ops if o.dur_us >= th.COLD_OP_MIN_US]
     if not long_calls:
         return 0.0, ()
-    by_name: dict[str, list[float]] = {o.name: [] for o in long_calls}
+    # Per shape: cuDNN autotunes each new convolution shape (on an H100 two convolutions of
+    # a fresh model took 2.1 s and 1.3 s, the same op name with different inputs).
+    names = {o.name for o in long_calls}
+    by_key: dict[tuple[str, str], list[float]] = {}
     for o in c.top_ops:
-        durations = by_name.get(o.name)
-        if durations is not None:
-            durations.append(o.dur_us)
-    for durations in by_name.values():
+        if o.name in names:
+            by_key.setdefault(_shape_key(o), []).append(o.dur_us)
+    for durations in by_key.values():
         durations.sort()
     cold: list[Op] = []
     for o in long_calls:
-        others = _median_without(by_name[o.name], o.dur_us)
+        others = _median_without(by_key[_shape_key(o)], o.dur_us)
         if others is None or o.dur_us >= th.COLD_OP_RATIO * others:
             cold.append(o)
     if not cold:
@@ -635,6 +648,10 @@ def cold_ops_idle_us(c: Context) -> tuple[float, tuple[Op, ...]]:
     host_gaps = [(g.start_us, g.end_us) for g in c.timeline.gaps
                  if g.cause == "host" and g.start_us < hi and g.end_us > lo]
     return union_length(intersect_intervals(spans, merge_intervals(host_gaps))), tuple(cold)
+
+
+def _shape_key(o: Op) -> tuple[str, str]:
+    return o.name, repr(o.input_dims)
 
 
 def duration_words(us: float) -> str:
@@ -697,13 +714,27 @@ _COMPILE_MARKERS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup", "Compil
 _REGION_IDS = re.compile(r"Torch-Compiled Region: (\d+)/(\d+)")
 
 
+def compile_spans(trace: Trace) -> list[Interval]:
+    """The merged spans of torch.compile's compilations (`compile_inner` annotations, which
+    nest: the outermost count), or [] when the trace shows no torch.compile at all."""
+    # Traces repeat a few thousand op names: look for the markers once per name.
+    names = op_names(trace)
+    if not any(m in name for name in names for m in _COMPILE_MARKERS):
+        return []
+    if not any("compile_inner" in name for name in names):
+        return []
+    # torch 2.11 also marks each compile with a short "entire_frame_compile_data: fn_name=
+    # _compile.compile_inner, compile_id=F/G" annotation just before it: not a compile.
+    return merge_intervals((o.start_us, o.end_us) for o in trace.ops
+                           if "compile_inner" in o.name
+                           and not o.name.startswith("entire_frame_compile_data"))
+
+
 def rule_recompilation(c: Context) -> Finding | None:
     # Traces repeat a few thousand op names: look for the markers once per name.
     if not any(m in name for name in op_names(c.trace) for m in _COMPILE_MARKERS):
         return None
-    compiles = [o for o in c.trace.ops if "compile_inner" in o.name]
-    # Inner compiles nest (compile_inner inside _compile.compile_inner): count outermost.
-    spans = merge_intervals((o.start_us, o.end_us) for o in compiles)
+    spans = compile_spans(c.trace)
     compile_us = _union_in(spans, c.lo, c.hi)
     regions = [o for o in c.trace.ops if "Torch-Compiled Region" in o.name]
     # "Torch-Compiled Region: F/N" runs graph N of frame F: graphs beyond the first of a frame
