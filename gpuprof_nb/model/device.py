@@ -150,8 +150,11 @@ _GA102 = "NVIDIA Ampere GA102 GPU Architecture whitepaper (FP32-accumulate tenso
 _ADA = "NVIDIA Ada GPU Architecture whitepaper (FP32-accumulate tensor rates)"
 
 # Dense datasheet peaks. Tensor figures for fp16/bf16 are with FP32 accumulate (what PyTorch
-# uses). Order matters: the first row whose pattern and memory range match wins, so the more
-# specific names (PCIe, NVL, A10G) come before the generic ones.
+# uses). fp64 is the matrix rate (FP64 Tensor Core, AMD's FP64 matrix) where the chip has one:
+# fp64 matmuls run there (an H100 SXM measured 59 TFLOP/s, above its 34 TFLOP/s vector
+# figure), and fp64 elementwise ops sit far left of either ridge. Order matters: the first row
+# whose pattern and memory range match wins, so the more specific names (PCIe, NVL, A10G) come
+# before the generic ones.
 DEVICE_TABLE: tuple[DeviceRow, ...] = (
     DeviceRow("Tesla T4", r"\bT4\b", 8.1, 320, None, 65, None, None,
               "NVIDIA T4 Tensor Core GPU datasheet"),
@@ -166,18 +169,18 @@ DEVICE_TABLE: tuple[DeviceRow, ...] = (
               "NVIDIA A10 Tensor Core GPU datasheet"),
     DeviceRow("NVIDIA L4", r"\bL4\b", 30.3, 300, 60, 121, 121, None,
               "NVIDIA L4 Tensor Core GPU datasheet (dense = half the sparsity figure)"),
-    DeviceRow("NVIDIA A100 80GB PCIe", r"\bA100\b.*PCIE", 19.5, 1935, 156, 312, 312, 9.7, _A100,
+    DeviceRow("NVIDIA A100 80GB PCIe", r"\bA100\b.*PCIE", 19.5, 1935, 156, 312, 312, 19.5, _A100,
               min_memory_gib=60),
-    DeviceRow("NVIDIA A100 40GB PCIe", r"\bA100\b.*PCIE", 19.5, 1555, 156, 312, 312, 9.7, _A100),
-    DeviceRow("NVIDIA A100 80GB SXM", r"\bA100\b", 19.5, 2039, 156, 312, 312, 9.7, _A100,
+    DeviceRow("NVIDIA A100 40GB PCIe", r"\bA100\b.*PCIE", 19.5, 1555, 156, 312, 312, 19.5, _A100),
+    DeviceRow("NVIDIA A100 80GB SXM", r"\bA100\b", 19.5, 2039, 156, 312, 312, 19.5, _A100,
               min_memory_gib=60),
-    DeviceRow("NVIDIA A100 40GB SXM", r"\bA100\b", 19.5, 1555, 156, 312, 312, 9.7, _A100),
-    DeviceRow("NVIDIA H100 PCIe", r"\bH100\b.*PCIE", 51, 2000, 378, 756, 756, 26, _H100),
-    DeviceRow("NVIDIA H100 NVL", r"\bH100\b.*NVL", 60, 3900, 417.5, 835.5, 835.5, 30, _H100),
-    DeviceRow("NVIDIA H100 SXM", r"\bH100\b", 67, 3350, 494.5, 989.5, 989.5, 34, _H100),
-    DeviceRow("NVIDIA H200 NVL", r"\bH200\b.*NVL", 60, 4800, 417.5, 835.5, 835.5, 30,
+    DeviceRow("NVIDIA A100 40GB SXM", r"\bA100\b", 19.5, 1555, 156, 312, 312, 19.5, _A100),
+    DeviceRow("NVIDIA H100 PCIe", r"\bH100\b.*PCIE", 51, 2000, 378, 756, 756, 51, _H100),
+    DeviceRow("NVIDIA H100 NVL", r"\bH100\b.*NVL", 60, 3900, 417.5, 835.5, 835.5, 60, _H100),
+    DeviceRow("NVIDIA H100 SXM", r"\bH100\b", 67, 3350, 494.5, 989.5, 989.5, 67, _H100),
+    DeviceRow("NVIDIA H200 NVL", r"\bH200\b.*NVL", 60, 4800, 417.5, 835.5, 835.5, 60,
               "NVIDIA H200 Tensor Core GPU datasheet, H200 NVL column (dense = half sparse)"),
-    DeviceRow("NVIDIA H200", r"\bH200\b", 67, 4800, 494.5, 989.5, 989.5, 34,
+    DeviceRow("NVIDIA H200", r"\bH200\b", 67, 4800, 494.5, 989.5, 989.5, 67,
               "NVIDIA H200 Tensor Core GPU datasheet (dense = half the sparsity figure)"),
     DeviceRow("NVIDIA GeForce RTX 3090", r"RTX 3090\b", 35.6, 936, 35.6, 71, 71, None, _GA102),
     DeviceRow("NVIDIA GeForce RTX 4090", r"RTX 4090\b", 82.6, 1008, 82.6, 165.2, 165.2, None,
@@ -185,13 +188,13 @@ DEVICE_TABLE: tuple[DeviceRow, ...] = (
     DeviceRow("NVIDIA B200", r"\bB200\b", 75, 8000, 1100, 2250, 2250, 37,
               "NVIDIA HGX B200 datasheet, per GPU (8-GPU totals / 8; dense = half sparse)"),
     # AMD Instinct (ROCm reports the same names; a "VF" is a virtual function of the card).
-    DeviceRow("AMD Instinct MI300X", r"\bMI300X\b", 163.4, 5300, 653.7, 1307.4, 1307.4, 81.7,
+    DeviceRow("AMD Instinct MI300X", r"\bMI300X\b", 163.4, 5300, 653.7, 1307.4, 1307.4, 163.4,
               "AMD Instinct MI300X data sheet (dense)", kind="rocm"),
-    DeviceRow("AMD Instinct MI250X", r"\bMI250X\b", 47.9, 3276.8, None, 383, 383, 47.9,
+    DeviceRow("AMD Instinct MI250X", r"\bMI250X\b", 47.9, 3276.8, None, 383, 383, 95.7,
               "AMD Instinct MI250X data sheet", kind="rocm"),
-    DeviceRow("AMD Instinct MI250", r"\bMI250\b", 45.3, 3276.8, None, 362.1, 362.1, 45.3,
+    DeviceRow("AMD Instinct MI250", r"\bMI250\b", 45.3, 3276.8, None, 362.1, 362.1, 90.5,
               "AMD Instinct MI250 data sheet", kind="rocm"),
-    DeviceRow("AMD Instinct MI210", r"\bMI210\b", 22.6, 1638.4, None, 181, 181, 22.6,
+    DeviceRow("AMD Instinct MI210", r"\bMI210\b", 22.6, 1638.4, None, 181, 181, 45.3,
               "AMD Instinct MI210 data sheet", kind="rocm"),
 )
 

@@ -18,7 +18,7 @@ from gpuprof_nb.results.roofline import Roofline, RooflinePoint
 
 BOUND_COLOURS = {"memory": "#1f77b4", "compute": "#ff7f0e", None: "#7f7f7f"}
 ABOVE_ROOF_COLOUR = "#d62728"
-ROOF_LABELS = {"fp32": "fp32 vector", "fp64": "fp64 vector", "tf32": "tf32 tensor",
+ROOF_LABELS = {"fp32": "fp32 vector", "fp64": "fp64 matmul", "tf32": "tf32 tensor",
                "bf16": "bf16 tensor", "fp16": "fp16 tensor"}
 
 
