@@ -143,6 +143,11 @@ class MemsnapMagics(Magics):
                 starts = [()] * (capture.device + 1)
                 starts[capture.device] = capture.step_starts
                 snapshot = dataclasses.replace(snapshot, step_starts=tuple(starts))
+                # Kept in the raw dict too, so a saved --repeat snapshot still has its runs
+                # (without them, a leak across runs reads as one run's growth offline).
+                extra = capture.snapshot.setdefault(KEY, {})
+                if isinstance(extra, dict):
+                    extra["step_starts"] = [list(s) for s in starts]
         device = capture.device if capture.device in snapshot.devices else None
         oom = f"{type(capture.oom).__name__}: {capture.oom}" if capture.oom else None
         return analyze_memory(snapshot, device=device, window=window,

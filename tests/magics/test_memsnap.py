@@ -37,6 +37,7 @@ def fresh(ip) -> None:
     ip.user_ns["losses"] = []
 
 
+@pytest.mark.usefixtures("cpu_path")
 def test_repeat_o_quiet_and_leak(ip) -> None:
     fresh(ip)
     with capture_output() as out:
@@ -54,6 +55,7 @@ def test_repeat_o_quiet_and_leak(ip) -> None:
     assert not profiler_running()
 
 
+@pytest.mark.usefixtures("cpu_path")
 def test_display_shows_cpu_note(ip) -> None:
     fresh(ip)
     with capture_output() as out:
@@ -63,6 +65,7 @@ def test_display_shows_cpu_note(ip) -> None:
     assert "CPU fallback" in data["text/plain"] and "text/html" in data
 
 
+@pytest.mark.usefixtures("cpu_path")
 def test_save_writes_a_loadable_snapshot(ip, tmp_path: Path) -> None:
     fresh(ip)
     path = tmp_path / "snap.pickle"
@@ -82,6 +85,7 @@ def test_save_writes_a_loadable_snapshot(ip, tmp_path: Path) -> None:
     assert "CPU fallback snapshot" in out.stdout
 
 
+@pytest.mark.usefixtures("cpu_path")
 def test_window_in_ms(ip) -> None:
     fresh(ip)
     ip.run_cell_magic("memsnap", "--repeat 2 -o full --quiet", LEAK_CELL)
@@ -230,3 +234,20 @@ def test_users_own_history_left_running_and_noted(ip, monkeypatch, data_dir, tmp
     assert "left it running" in out.outputs[0].data["text/plain"]
     saved = load_snapshot(path)
     assert saved.trace(0).size.tolist() == [5 << 20]
+
+
+@pytest.mark.gpu
+def test_saved_repeat_snapshot_keeps_its_runs(ip, tmp_path) -> None:
+    """A --repeat CUDA snapshot saved with --save reads back with its runs: offline, the
+    leak across runs is found as it was live (the run boundaries go with the pickle)."""
+    path = tmp_path / "leak.pickle"
+    ip.user_ns["kept_on_gpu"] = []
+    ip.run_cell_magic("memsnap", f"--repeat 3 -o m --quiet --save {path}",
+                      "kept_on_gpu.append(torch.ones(2**20, device='cuda'))")
+    live = ip.user_ns["m"]
+    offline = analyze_memory(load_snapshot(path))
+    ip.user_ns["kept_on_gpu"] = []
+    assert len(live.leaks.step_end_bytes) == 3
+    assert offline.leaks.step_end_bytes == live.leaks.step_end_bytes
+    assert offline.leaks.growth_bytes_per_step == live.leaks.growth_bytes_per_step == 4 * 2**20
+    assert [f.kind for f in offline.findings] == [f.kind for f in live.findings]
