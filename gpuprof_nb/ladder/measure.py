@@ -430,6 +430,12 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
     loader = build_loader(workload, config.loader, batch)
     batches = _batches(loader)
     non_blocking = config.loader.pin_memory and device.type == "cuda"
+    # CUDA graphs (reduce-overhead) reuse their output buffers from call to call: with several
+    # micro-batches per step the next forward would overwrite outputs the step still holds
+    # (seen on an H100: the grad_accum rung on top of reduce-overhead failed with "accessing
+    # tensor output of CUDAGraphs that has been overwritten"). Each forward starts a new
+    # graph step, as that error advises.
+    mark_step = config.compile_mode == "reduce-overhead" and device.type == "cuda"
     probe: Any = None
     k = config.accumulation_steps
     times: list[float] = []
@@ -447,6 +453,8 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
             if probe is None:
                 # The slice's first batch: the same probe for every rung.
                 probe = (inputs, targets)
+            if mark_step:
+                torch.compiler.cudagraph_mark_step_begin()  # type: ignore[no-untyped-call]
             with torch.autocast(device.type, dtype=amp or torch.float32,
                                 enabled=amp is not None):
                 out = train_model(*inputs) if isinstance(inputs, tuple | list) \

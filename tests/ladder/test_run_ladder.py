@@ -27,7 +27,7 @@ def report(tiny):
             tiny.model_fn, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn,
             steps=STEPS, warmup=WARMUP, batch_size=BATCH, target_effective_batch=2 * BATCH,
             loader_settings=[LoaderSettings(0), LoaderSettings(1, False, True, 2)],
-            batch_sizes=[8, 32], progress=False, label="unit",
+            batch_sizes=[8, 32], device="cpu", progress=False, label="unit",
         )
     finally:
         torch.set_num_threads(before)
@@ -195,3 +195,17 @@ def test_text_progress(tiny, capsys):
     run_ladder(tiny.model_fn, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn, steps=2,
                warmup=0, batch_size=8, rungs=["fp32"], progress=False)
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.gpu
+def test_grad_accumulation_on_top_of_cuda_graphs(tiny) -> None:
+    """reduce-overhead (CUDA graphs) with 2 micro-batches per step: on an H100 this failed
+    with "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent
+    run" until each forward began a new graph step."""
+    from gpuprof_nb.ladder.measure import RungConfig, Workload, measure
+
+    workload = Workload(model_fn=tiny.model_fn, dataset=tiny.dataset, collate_fn=None,
+                        loss_fn=tiny.loss_fn, optimizer_fn=tiny.optimizer_fn, batch_size=16,
+                        steps=3, warmup=2, device=torch.device("cuda"), seed=0)
+    m = measure(workload, RungConfig(compile_mode="reduce-overhead", accumulation_steps=2))
+    assert len(m.step_times_us) == 3 and m.samples_per_step == 32
