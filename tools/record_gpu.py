@@ -67,12 +67,6 @@ TRACE_CASES: list[tuple[str, str, str, str, str]] = [
      "total = 0.0\n"
      "for _ in range(200):\n"
      "    total += (a @ a).relu().sum().item()"),
-    ("host_sync_1024", "host_sync",
-     "a = torch.randn(1024, 1024, device=DEV)",
-     "",
-     "total = 0.0\n"
-     "for _ in range(100):\n"
-     "    total += (a @ a).relu().sum().item()"),
     ("launch_overhead", "launch_overhead",
      "",
      "",
@@ -157,11 +151,9 @@ SNAPSHOT_CASES: list[tuple[str, str | None, str, str, str]] = [
     ("fragmented", "fragmentation",
      "",
      "",
-     "blocks = [torch.empty(2**18 * s, device=DEV) for s in (3, 5) * 48]\n"
-     "del blocks[::2]  # the 3 MiB blocks go, the 5 MiB ones stay between the holes\n"
-     "small = [torch.empty(150_000, device=DEV) for _ in range(90)]\n"
-     "del small[::3]\n"
-     "large = torch.empty(2**26, device=DEV)  # 256 MiB: fits none of the holes"),
+     "blocks = [torch.empty(2**18 * s, device=DEV) for s in (6, 2) * 48]  # MiB\n"
+     "del blocks[::2]  # the 6 MiB blocks go: holes between the 2 MiB ones that stay\n"
+     "large = torch.empty(2**24, device=DEV)  # 64 MiB: fits none of the holes"),
 ]
 
 
@@ -184,7 +176,7 @@ class Recorder:
         }
         self.ip = globalipapp.start_ipython() or globalipapp.get_ipython()
         self.ip.run_line_magic("load_ext", "gpuprof_nb")
-        self.ip.run_cell(f"import time\nimport torch\nDEV = {self.dev!r}")
+        self.fresh_namespace()
         (out / "traces").mkdir(parents=True, exist_ok=True)
         (out / "snapshots").mkdir(parents=True, exist_ok=True)
 
@@ -195,6 +187,7 @@ class Recorder:
 
     def step(self, name: str, fn: Any, *args: Any) -> Any:
         t0 = time.perf_counter()
+        self.fresh_namespace()
         print(f"[record_gpu] {name} ...", flush=True)
         try:
             return fn(*args)
@@ -209,11 +202,18 @@ class Recorder:
             self.free()
             self.write()
 
+    def fresh_namespace(self) -> None:
+        """Each case starts from an empty namespace (what earlier cases left on the device
+        would be in every snapshot and memory trace)."""
+        self.ip.run_line_magic("reset", "-f")
+        self.free()
+        self.ip.run_cell(f"import time\nimport torch\nDEV = {self.dev!r}")
+
     def free(self) -> None:
         import gc
 
         gc.collect()
-        if self.cuda:
+        if self.cuda and self.torch.cuda.is_initialized():
             self.torch.cuda.synchronize()
             self.torch.cuda.empty_cache()
 
@@ -295,60 +295,70 @@ class Recorder:
 
     def timing_against_events(self) -> None:
         """%%gpuprofile's numbers against CUDA events written by hand around the same cell,
-        on a long cell (one run per sample) and a short one (blocks of runs)."""
+        on a long cell (one run per sample) and a short one (blocks of runs). Rounds of the
+        two alternate, so a GPU clock that drifts between them (it did on an H100, by 6%)
+        moves both alike; the hand-written timing is the loop a user writes, one code
+        object: record, the cell `number` times, record, synchronize."""
+        import textwrap
+
         torch = self.torch
         out = {}
+        n = 4096 if self.cuda else 512  # a CPU rehearsal only checks the script
         for label, setup, cell in (
-            ("bf16_4096_x20", "tq = torch.randn(4096, 4096, device=DEV, dtype=torch.bfloat16)",
+            ("bf16_4096_x20", f"tq = torch.randn({n}, {n}, device=DEV, dtype=torch.bfloat16)",
              "for _ in range(20):\n    tc = tq @ tq"),
             ("fp32_256_x1", "tq = torch.randn(256, 256, device=DEV)", "tc = tq @ tq"),
         ):
             self.run(setup)
-            code = compile(cell, f"<timing {label}>", "exec")
             ns = self.ip.user_ns
-            self.ip.run_cell_magic("gpuprofile", "-o _t --quiet --repeat 7", cell)
-            stats = ns["_t"].timing
-            number = stats.number
-            hand_dev, hand_wall = [], []
-            for _ in range(3):
-                exec(code, ns)
-            if self.cuda:
-                torch.cuda.synchronize()
-            for _ in range(15):
-                if self.cuda:
-                    start = torch.cuda.Event(enable_timing=True)
-                    end = torch.cuda.Event(enable_timing=True)
-                    start.record()
-                w0 = time.perf_counter_ns()
-                for _ in range(number):
+            magic_dev: list[float] = []
+            magic_wall: list[float] = []
+            hand_dev: list[float] = []
+            hand_wall: list[float] = []
+            numbers = []
+            for _round in range(3):
+                self.ip.run_cell_magic("gpuprofile", "-o _t --quiet --repeat 5", cell)
+                stats = ns["_t"].timing
+                numbers.append(stats.number)
+                magic_wall += list(stats.wall_us)
+                magic_dev += list(stats.device_us or ())
+                number = stats.number
+                body = textwrap.indent(cell, "    ")
+                src = ("_w0 = _clock()\n" + ("_s.record()\n" if self.cuda else "")
+                       + f"for _k in range({number}):\n{body}\n"
+                       + ("_e.record()\n_sync()\n" if self.cuda else "")
+                       + "_w1 = _clock()\n")
+                code = compile(src, f"<hand timing {label}>", "exec")
+                ns["_clock"] = time.perf_counter_ns
+                ns["_sync"] = torch.cuda.synchronize if self.cuda else (lambda: None)
+                for _ in range(5):
+                    if self.cuda:
+                        ns["_s"] = torch.cuda.Event(enable_timing=True)
+                        ns["_e"] = torch.cuda.Event(enable_timing=True)
                     exec(code, ns)
-                if self.cuda:
-                    end.record()
-                    torch.cuda.synchronize()
-                    hand_dev.append(start.elapsed_time(end) * 1000.0 / number)
-                hand_wall.append((time.perf_counter_ns() - w0) / 1000.0 / number)
-            magic_dev = list(stats.device_us or ())
-            entry = {
-                "number": number,
-                "magic_wall_us": list(stats.wall_us),
-                "magic_device_us": magic_dev,
-                "hand_device_us": hand_dev,
-                "hand_wall_us": hand_wall,
-                "magic_wall_median_us": statistics.median(stats.wall_us),
-                "hand_wall_median_us": statistics.median(hand_wall),
+                    hand_wall.append((ns["_w1"] - ns["_w0"]) / 1000.0 / number)
+                    if self.cuda:
+                        hand_dev.append(ns["_s"].elapsed_time(ns["_e"]) * 1000.0 / number)
+            entry: dict[str, Any] = {
+                "numbers": numbers,
+                "magic_wall_us": magic_wall, "magic_device_us": magic_dev,
+                "hand_wall_us": hand_wall, "hand_device_us": hand_dev,
+                "wall_ratio": statistics.median(magic_wall) / statistics.median(hand_wall),
             }
             if magic_dev and hand_dev:
-                entry["magic_device_median_us"] = statistics.median(magic_dev)
-                entry["hand_device_median_us"] = statistics.median(hand_dev)
-                entry["device_ratio"] = (statistics.median(magic_dev)
-                                         / statistics.median(hand_dev))
-                entry["magic_device_max_over_hand_median"] = (max(magic_dev)
-                                                              / statistics.median(hand_dev))
-            entry["wall_ratio"] = entry["magic_wall_median_us"] / entry["hand_wall_median_us"]
+                med = statistics.median(hand_dev)
+                entry.update({
+                    "magic_device_median_us": statistics.median(magic_dev),
+                    "hand_device_median_us": med,
+                    "device_ratio": statistics.median(magic_dev) / med,
+                    # The profiled run is slower (the profiler's cost): were it among the
+                    # timed samples, the largest would stand out.
+                    "magic_device_max_over_hand_median": max(magic_dev) / med,
+                })
             out[label] = entry
             print(f"[record_gpu]   timing {label}: "
-                  f"{ {k: v for k, v in entry.items() if 'ratio' in k} }", flush=True)
-            self.run("_t = None\ntq = tc = None")
+                  f"{ {k: v for k, v in entry.items() if 'ratio' in k or 'max' in k} }",
+                  flush=True)
         self.figures["timing"] = out
 
     def ceilings(self) -> None:

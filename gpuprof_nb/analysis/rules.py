@@ -624,6 +624,9 @@ def cold_ops_idle_us(c: Context) -> tuple[float, tuple[Op, ...]]:
         return 0.0, ()
     # Only long calls can be setup (a few at most); their names' other calls are then read.
     long_calls = [o for o in c.top_ops if o.dur_us >= th.COLD_OP_MIN_US]
+    start_up = _profiler_start_up_candidate(c)
+    if start_up is not None:
+        long_calls.append(start_up)
     if not long_calls:
         return 0.0, ()
     # Per shape: cuDNN autotunes each new convolution shape (on an H100 two convolutions of
@@ -638,7 +641,11 @@ def cold_ops_idle_us(c: Context) -> tuple[float, tuple[Op, ...]]:
     cold: list[Op] = []
     for o in long_calls:
         others = _median_without(by_key[_shape_key(o)], o.dur_us)
-        if others is None or o.dur_us >= th.COLD_OP_RATIO * others:
+        if o is start_up:
+            # Shorter than a setup call: only against its own later calls.
+            if others is not None and o.dur_us >= th.COLD_OP_RATIO * others:
+                cold.append(o)
+        elif others is None or o.dur_us >= th.COLD_OP_RATIO * others:
             cold.append(o)
     if not cold:
         return 0.0, ()
@@ -648,6 +655,24 @@ def cold_ops_idle_us(c: Context) -> tuple[float, tuple[Op, ...]]:
     host_gaps = [(g.start_us, g.end_us) for g in c.timeline.gaps
                  if g.cause == "host" and g.start_us < hi and g.end_us > lo]
     return union_length(intersect_intervals(spans, merge_intervals(host_gaps))), tuple(cold)
+
+
+def _profiler_start_up_candidate(c: Context) -> Op | None:
+    """The window's first top-level op when it could hold the profiler's start-up: it began
+    before any kernel and took PROFILER_START_MIN_US..COLD_OP_MIN_US (longer ones are read
+    as setup anyway)."""
+    if not c.top_ops or not len(c.kcols.start):
+        return None
+    first = min(c.top_ops, key=attrgetter("start_us"))
+    if not th.PROFILER_START_MIN_US <= first.dur_us < th.COLD_OP_MIN_US:
+        return None
+    return first if first.start_us < float(c.kcols.start.min()) else None
+
+
+def is_profiler_start_up(ops: Sequence[Op]) -> bool:
+    """Whether setup ops are only the profiler's start-up (one first op under COLD_OP_MIN_US:
+    see _profiler_start_up_candidate)."""
+    return len(ops) == 1 and ops[0].dur_us < th.COLD_OP_MIN_US
 
 
 def _shape_key(o: Op) -> tuple[str, str]:
@@ -694,13 +719,21 @@ def rule_cold_start(c: Context, timing: TimingStats | None) -> Finding | None:
                          "longest_setup_op_us": longest.dur_us,
                          "setup_share_of_window_fraction": c.frac_of_window(idle_us)})
         share = max(share, c.frac_of_window(idle_us))
-        titles.append(f"one-time setup inside torch ops keeps the GPU idle "
-                      f"{c.frac_of_window(idle_us) * 100:.0f}% of the window (first "
-                      f"{longest.name} took {duration_words(longest.dur_us)})")
+        if is_profiler_start_up(c.setup_ops):
+            titles.append(f"the profiler's own start-up held the window's first op "
+                          f"({longest.name}, {duration_words(longest.dur_us)}) while the GPU "
+                          f"idled, {c.frac_of_window(idle_us) * 100:.0f}% of the window "
+                          "(profile after a warm-up step, or with a schedule's warmup)")
+        else:
+            titles.append(f"one-time setup inside torch ops keeps the GPU idle "
+                          f"{c.frac_of_window(idle_us) * 100:.0f}% of the window (first "
+                          f"{longest.name} took {duration_words(longest.dur_us)})")
     if not evidence:
         return None
     once = timing is not None and timing.once
-    title = "; ".join(titles) + " (allocation, initialisation, autotuning)"
+    title = "; ".join(titles)
+    if not (c.setup_ops and is_profiler_start_up(c.setup_ops)):
+        title += " (allocation, initialisation, autotuning)"
     if once:
         return make_finding("cold_start", title[0].upper() + title[1:], share, evidence)
     f = make_finding("cold_start", "One-off, not the steady state: " + title, share, evidence)

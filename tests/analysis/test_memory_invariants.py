@@ -102,7 +102,9 @@ def check_invariants(data: dict[str, Any]) -> int:
 # Every snapshot in tests/data
 
 
-@pytest.mark.parametrize("path", sorted(DATA.glob("*.pickle")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(DATA.glob("*.pickle"))
+                         + sorted((DATA.parent / "gpu").glob("*.pickle")),
+                         ids=lambda p: p.name)
 def test_invariants_hold_on_every_fixture(path: Path) -> None:
     with open(path, "rb") as f:
         data = pickle.load(f)
