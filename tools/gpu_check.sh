@@ -75,5 +75,5 @@ if "$PY" -c "import xdist" 2>/dev/null; then
   workers=(-n "${JOBS:-4}" --dist loadfile)
 fi
 OMP_NUM_THREADS=${SUITE_THREADS:-2} timeout "${SUITE_TIMEOUT:-300}" "$PY" -m pytest -p no:cacheprovider tests tutorials \
-  --nbval-lax -q -rs -m "not gpu" "${workers[@]}" > "$OUT/pytest-all.log" 2>&1
+  --nbval-lax -q -rfEs -m "not gpu" "${workers[@]}" > "$OUT/pytest-all.log" 2>&1
 note "suite: rc=$? ($(tail -1 "$OUT/pytest-all.log"))"

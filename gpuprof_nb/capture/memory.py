@@ -135,6 +135,13 @@ def record_cuda_memory(run: Callable[[], object], *, repeat: int = 1,
     elif _full(snapshot, device, max_entries):
         notes = ("The history buffer may have dropped the oldest entries (--max-entries); "
                  "those frees count as 'allocated before recording'.",)
+    traces = snapshot.get("device_traces") or []
+    if oom is None and (device >= len(traces) or not traces[device]):
+        # On a GPU machine a cell that works on CPU tensors leaves the history empty: say
+        # why, instead of leaving "no history" to read as a recording that failed.
+        notes += (f"The cell made no allocation on cuda:{device} while its history was "
+                  "recorded (CPU tensors are not in the CUDA allocator's history): what "
+                  "follows is the device's state after the cell.",)
     step_starts = _indices_at(snapshot, device, starts_us) if repeat > 1 else ()
     return MemoryCapture(snapshot=snapshot, device=device, source="cuda",
                          step_starts=step_starts, oom=oom, notes=notes)

@@ -103,6 +103,16 @@ def test_cuda_oom_is_captured_and_history_turned_off() -> None:
 
 
 @pytest.mark.gpu
+def test_cuda_history_of_a_cpu_only_cell_says_why_it_is_empty() -> None:
+    """On a GPU machine a cell of CPU tensors leaves the CUDA history empty; the capture
+    says so (the H100 run showed only 'No history recorded (segments only)')."""
+    capture = record_cuda_memory(lambda: torch.ones(1000, 1000))
+    assert any("made no allocation on cuda" in n for n in capture.notes), capture.notes
+    busy = record_cuda_memory(lambda: torch.ones(1000, 1000, device="cuda"))
+    assert not any("made no allocation" in n for n in busy.notes)
+
+
+@pytest.mark.gpu
 def test_cuda_history_peak_matches_torch_counter() -> None:
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
