@@ -137,13 +137,15 @@ def profile_cell(
         # and exporting what is left crashes the process (torch 2.13 segfaults), so check.
         stopped_by_cell = not profiler_running()
     finally:
+        running = profiler_running()
         try:
             prof.__exit__(None, None, None)  # type: ignore[no-untyped-call]
         except RuntimeError:
             # torch 2.11 raises "Can't disable Kineto profiler when it's not running" when
             # the cell's own profiler ended the session: that is said below (or the cell's
-            # own exception propagates), not this.
-            if profiler_running():
+            # own exception propagates), not this. A failure to stop our own running
+            # session is raised.
+            if running:
                 raise
     if stopped_by_cell:
         raise ProfilerStoppedByCell(
@@ -168,19 +170,29 @@ _NESTING_SLACK_US = 1e-3
 
 
 def _warm_up_cuda_profiling() -> None:
-    """A few tiny kernels, waited for, under WARMUP_MARKER (see there)."""
-    with record_function(WARMUP_MARKER):
-        t = torch.zeros(1, device="cuda")
-        for _ in range(WARMUP_KERNELS - 1):
-            t.add_(1)
-        del t  # freed inside the marker, so its memory events go with it
-        torch.cuda.synchronize()
+    """A few tiny kernels, waited for, under WARMUP_MARKER (see there). A failure there is
+    the GPU's state before the cell ran (an earlier sticky CUDA error, no memory left), and
+    is said so rather than passed off as the cell's."""
+    try:
+        with record_function(WARMUP_MARKER):
+            t = torch.zeros(1, device="cuda")
+            for _ in range(WARMUP_KERNELS - 1):
+                t.add_(1)
+            del t  # freed inside the marker, so its memory events go with it
+            torch.cuda.synchronize()
+    except RuntimeError as exc:  # torch.cuda.OutOfMemoryError and CUDA errors
+        raise CaptureError(
+            f"the GPU failed a 4-byte warm-up before the cell ran ({exc}); the device is in "
+            "a bad state (an earlier CUDA error sticks to the process: restart the kernel) "
+            "or out of memory"
+        ) from exc
 
 
 def drop_warmup(artifact: dict[str, Any]) -> int:
     """Take the profiler warm-up (WARMUP_MARKER) out of the artifact's trace: every event
-    that ended by the marker's end (the warm-up waited for its kernels, so they ended
-    before it); events that span it (an enclosing Python call) stay. Return how many went."""
+    that ended by the marker's end goes (the warm-up waited for its kernels, so they ended
+    before it), and events that span it (enclosing Python calls under --stack) start at
+    the cut, so the trace's window begins there. Return how many events went."""
     events = artifact.get("traceEvents")
     if not isinstance(events, list):
         return 0
@@ -203,6 +215,12 @@ def drop_warmup(artifact: dict[str, Any]) -> int:
         return bool(end <= cut)
 
     kept = [e for e in events if not before(e)]
+    for e in kept:
+        if not isinstance(e, dict) or e.get("ph") == "M":
+            continue
+        ts, dur = e.get("ts"), e.get("dur")
+        if isinstance(ts, int | float) and ts < cut and isinstance(dur, int | float):
+            e["ts"], e["dur"] = cut, ts + dur - cut
     artifact["traceEvents"] = kept
     return len(events) - len(kept)
 

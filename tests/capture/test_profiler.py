@@ -4,6 +4,7 @@ and no profiler left running when the cell raises."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -170,10 +171,74 @@ def test_drop_warmup_takes_out_what_ended_before_the_marker_ended() -> None:
     kept = [e.get("name") for e in raw["traceEvents"]]
     assert kept.count("aten::mm") == 2 and "aten::add" not in kept
     assert WARMUP_MARKER not in kept and "spanning" in kept
+    # What spans the cut starts at it, so the trace's window begins after the warm-up.
+    first_mm = min(e["ts"] for e in raw["traceEvents"] if e.get("name") == "aten::mm")
+    timed = [e for e in raw["traceEvents"] if e.get("ph") != "M" and "ts" in e]
+    assert min(e["ts"] for e in timed) <= first_mm
+    spanning = next(e for e in raw["traceEvents"] if e.get("name") == "spanning")
+    assert spanning["ts"] + spanning["dur"] >= first_mm
     assert sum(1 for e in raw["traceEvents"] if e.get("ph") == "M") == meta
     assert went >= 3
     # A trace without the marker is left as it was.
     assert drop_warmup(raw) == 0
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")
+def test_a_failed_warm_up_is_said_to_be_the_gpus_and_stops_the_profiler(monkeypatch) -> None:
+    """cuda=True on this CPU machine: the warm-up's first CUDA call fails, as a GPU with a
+    sticky error would; the error says it happened before the cell, the cell never ran,
+    and no profiler is left running."""
+    ran = []
+    real_zeros = torch.zeros
+
+    def zeros(*args, **kwargs):
+        if kwargs.get("device") == "cuda":
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real_zeros(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "zeros", zeros)
+    with pytest.raises(CaptureError, match="before the cell ran") as info:
+        profile_cell(lambda: ran.append(True), cuda=True)
+    assert "illegal memory access" in str(info.value)
+    assert ran == [] and not profiler_running()
+
+
+def test_drop_warmup_under_stack_starts_the_window_at_the_cut() -> None:
+    """With Python stacks on (--stack), the enclosing Python calls span the warm-up: they are
+    cut to start after it, so the analysis window does not begin with the warm-up's time
+    (which would read as Python overhead)."""
+    import json
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from gpuprof_nb.analysis.timeline import device_timeline
+    from gpuprof_nb.io.trace import trace_from_dict
+
+    def warm_then_work() -> None:
+        with record_function(WARMUP_MARKER):
+            until = time.perf_counter() + 0.005
+            while time.perf_counter() < until:
+                pass
+        for _ in range(3):
+            A @ A
+
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        warm_then_work()
+    with tempfile.NamedTemporaryFile(suffix=".json") as fh:
+        prof.export_chrome_trace(fh.name)
+        raw = json.loads(open(fh.name).read())
+    cut = max(e["ts"] + e["dur"] for e in raw["traceEvents"] if e.get("name") == WARMUP_MARKER)
+    drop_warmup(raw)
+    timed = [e for e in raw["traceEvents"] if e.get("ph") != "M" and "ts" in e]
+    assert min(e["ts"] for e in timed) >= cut
+    trace = trace_from_dict(raw, "stack")
+    # The trace's clock against the raw one, through the first matmul.
+    raw_mm = min(e["ts"] for e in raw["traceEvents"] if e.get("name") == "aten::mm")
+    offset = min(o.start_us for o in trace.ops if o.name == "aten::mm") - raw_mm
+    # The analysis window starts at the cut, not at the warm-up (without the clipping the
+    # enclosing Python calls would start it 5 ms or more earlier).
+    assert device_timeline(trace).start_us >= cut + offset - 1e-3
 
 
 def test_trace_dict_loads_through_the_trace_reader() -> None:
