@@ -111,6 +111,21 @@ class Measurement:
     static_shapes: bool = True
 
 
+def accumulation_blocked(config: RungConfig, device: torch.device) -> str | None:
+    """Why gradient accumulation cannot be measured on top of `config`, or None.
+
+    CUDA graphs (compile mode reduce-overhead) own their output buffers, gradients included:
+    the next micro-batch's graph replay overwrites the gradient the previous one left in
+    .grad (on an H100 the rung failed with "accessing tensor output of CUDAGraphs that has
+    been overwritten by a subsequent run"; pytorch/pytorch#169545, where marking a step
+    before each micro-batch does not help either)."""
+    if config.compile_mode == "reduce-overhead" and device.type == "cuda":
+        return ("not measured on top of compile(reduce-overhead): CUDA graphs overwrite the "
+                "gradients a micro-batch leaves for the next (pytorch/pytorch#169545); "
+                "accumulate with compile(default), or without compile")
+    return None
+
+
 def memory_method(device: torch.device) -> str:
     """Return, in words, how peak memory is measured on `device`."""
     if device.type == "cuda":
@@ -430,12 +445,6 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
     loader = build_loader(workload, config.loader, batch)
     batches = _batches(loader)
     non_blocking = config.loader.pin_memory and device.type == "cuda"
-    # CUDA graphs (reduce-overhead) reuse their output buffers from call to call: with several
-    # micro-batches per step the next forward would overwrite outputs the step still holds
-    # (seen on an H100: the grad_accum rung on top of reduce-overhead failed with "accessing
-    # tensor output of CUDAGraphs that has been overwritten"). Each forward starts a new
-    # graph step, as that error advises.
-    mark_step = config.compile_mode == "reduce-overhead" and device.type == "cuda"
     probe: Any = None
     k = config.accumulation_steps
     times: list[float] = []
@@ -453,8 +462,6 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
             if probe is None:
                 # The slice's first batch: the same probe for every rung.
                 probe = (inputs, targets)
-            if mark_step:
-                torch.compiler.cudagraph_mark_step_begin()  # type: ignore[no-untyped-call]
             with torch.autocast(device.type, dtype=amp or torch.float32,
                                 enabled=amp is not None):
                 out = train_model(*inputs) if isinstance(inputs, tuple | list) \

@@ -19,6 +19,7 @@ from gpuprof_nb.ladder.measure import (
     OutOfMemory,
     RungConfig,
     Workload,
+    accumulation_blocked,
     amp_precision,
     apply_checkpointing,
     checkpoint_targets,
@@ -397,6 +398,10 @@ def _run_accumulation(climb: _Climb, wanted: set[str], target: int | None) -> No
     size = climb.workload.batch_size
     if target is None or target <= size:
         climb.skip("grad_accum", "no target_effective_batch above the batch size given")
+        return
+    blocked = accumulation_blocked(climb.current, climb.workload.device)
+    if blocked is not None:
+        climb.skip("grad_accum", blocked)
         return
     k = math.ceil(target / size)
     config = climb.current.with_(accumulation_steps=k)

@@ -197,15 +197,35 @@ def test_text_progress(tiny, capsys):
     assert capsys.readouterr().out == ""
 
 
-@pytest.mark.gpu
-def test_grad_accumulation_on_top_of_cuda_graphs(tiny) -> None:
-    """reduce-overhead (CUDA graphs) with 2 micro-batches per step: on an H100 this failed
-    with "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent
-    run" until each forward began a new graph step."""
-    from gpuprof_nb.ladder.measure import RungConfig, Workload, measure
+def test_grad_accumulation_is_not_measured_on_top_of_cuda_graphs() -> None:
+    """On an H100 the grad_accum rung on top of a kept reduce-overhead rung failed: CUDA
+    graphs overwrite the gradients one micro-batch leaves for the next. The rung says why
+    it is not measured there instead; elsewhere it runs."""
+    from gpuprof_nb.ladder.measure import RungConfig, accumulation_blocked
 
-    workload = Workload(model_fn=tiny.model_fn, dataset=tiny.dataset, collate_fn=None,
-                        loss_fn=tiny.loss_fn, optimizer_fn=tiny.optimizer_fn, batch_size=16,
-                        steps=3, warmup=2, device=torch.device("cuda"), seed=0)
-    m = measure(workload, RungConfig(compile_mode="reduce-overhead", accumulation_steps=2))
-    assert len(m.step_times_us) == 3 and m.samples_per_step == 32
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    graphs = RungConfig(compile_mode="reduce-overhead")
+    assert "CUDA graphs" in (accumulation_blocked(graphs, cuda) or "")
+    assert accumulation_blocked(graphs, cpu) is None  # no CUDA graphs on CPU
+    assert accumulation_blocked(RungConfig(compile_mode="default"), cuda) is None
+    assert accumulation_blocked(RungConfig(), cuda) is None
+
+
+def test_a_blocked_accumulation_rung_is_skipped_with_its_reason(tiny, monkeypatch) -> None:
+    """The climb asks accumulation_blocked about the kept configuration and records the
+    reason (forced here: CUDA graphs exist only on a GPU)."""
+    import gpuprof_nb.ladder.rungs as rungs
+
+    seen = []
+
+    def blocked(config, device):
+        seen.append((config.compile_mode, device.type))
+        return "planted reason"
+
+    monkeypatch.setattr(rungs, "accumulation_blocked", blocked)
+    report = run_ladder(tiny.model_fn, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn,
+                        steps=2, warmup=1, batch_size=8, target_effective_batch=16,
+                        rungs=["fp32", "grad_accum"], device="cpu", progress=False)
+    rung = report.rung("grad_accum")
+    assert (rung.status, rung.reason) == ("skipped", "planted reason")
+    assert seen == [(None, "cpu")]
