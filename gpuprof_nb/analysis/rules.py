@@ -220,7 +220,7 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
         # Device idle while the host is inside torch ops: dispatch and CPU-side op work set
         # the pace (overhead-bound), except one-time setup ops, which are cold start.
         # Nor is compiling (torch.compile's own finding, recompilation).
-        host_ops = max(bd.host_in_ops_us - c.setup_idle_us - _idle_compiling_us(c), 0.0)
+        host_ops = max(bd.host_in_ops_us - _idle_in_setup_or_compiling_us(c), 0.0)
         share = c.frac(bd.launch_us + host_ops)
         evidence = {
             "kernels_per_step": per_step_kernels,
@@ -275,11 +275,13 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
     return out
 
 
-def _idle_compiling_us(c: Context) -> float:
-    """Device idle time, waiting on the host, while torch.compile compiled."""
-    spans = compile_spans(c.trace)
-    if not spans:
-        return 0.0
+def _idle_in_setup_or_compiling_us(c: Context) -> float:
+    """Device idle time, waiting on the host, inside setup ops or while torch.compile
+    compiled, each moment counted once (a first compile is often a setup op too)."""
+    compiling = compile_spans(c.trace)
+    if not compiling:
+        return c.setup_idle_us
+    spans = merge_intervals([(o.start_us, o.end_us) for o in c.setup_ops] + compiling)
     host_gaps = merge_intervals((g.start_us, g.end_us) for g in c.timeline.gaps
                                 if g.cause == "host")
     return _union_in(intersect_intervals(host_gaps, spans), c.lo, c.hi)
@@ -629,23 +631,30 @@ def cold_ops_idle_us(c: Context) -> tuple[float, tuple[Op, ...]]:
         long_calls.append(start_up)
     if not long_calls:
         return 0.0, ()
-    # Per shape: cuDNN autotunes each new convolution shape (on an H100 two convolutions of
-    # a fresh model took 2.1 s and 1.3 s, the same op name with different inputs).
+    # Against the calls with the same inputs: cuDNN autotunes each new convolution shape (on
+    # an H100 the two convolutions of a fresh model took 1.6 s and 1.0 s, the same op name
+    # with different inputs). Over several steps, against the op's other calls too: a slow op
+    # called with a new shape in every step is the steady state (variable-size batches).
     names = {o.name for o in long_calls}
     by_key: dict[tuple[str, str], list[float]] = {}
     for o in c.top_ops:
         if o.name in names:
             by_key.setdefault(_shape_key(o), []).append(o.dur_us)
+            if c.n_steps > 1:
+                by_key.setdefault((o.name, ""), []).append(o.dur_us)
     for durations in by_key.values():
         durations.sort()
+
+    def far_slower(o: Op, key: tuple[str, str], alone: bool) -> bool:
+        others = _median_without(by_key[key], o.dur_us)
+        return alone if others is None else o.dur_us >= th.COLD_OP_RATIO * others
+
     cold: list[Op] = []
     for o in long_calls:
-        others = _median_without(by_key[_shape_key(o)], o.dur_us)
-        if o is start_up:
-            # Shorter than a setup call: only against its own later calls.
-            if others is not None and o.dur_us >= th.COLD_OP_RATIO * others:
-                cold.append(o)
-        elif others is None or o.dur_us >= th.COLD_OP_RATIO * others:
+        # The start-up candidate is shorter than a setup call: only against later calls.
+        alone = o is not start_up
+        if far_slower(o, _shape_key(o), alone) and (
+                c.n_steps <= 1 or far_slower(o, (o.name, ""), alone)):
             cold.append(o)
     if not cold:
         return 0.0, ()
@@ -720,10 +729,11 @@ def rule_cold_start(c: Context, timing: TimingStats | None) -> Finding | None:
                          "setup_share_of_window_fraction": c.frac_of_window(idle_us)})
         share = max(share, c.frac_of_window(idle_us))
         if is_profiler_start_up(c.setup_ops):
-            titles.append(f"the profiler's own start-up held the window's first op "
-                          f"({longest.name}, {duration_words(longest.dur_us)}) while the GPU "
-                          f"idled, {c.frac_of_window(idle_us) * 100:.0f}% of the window "
-                          "(profile after a warm-up step, or with a schedule's warmup)")
+            titles.append(f"a start-up cost held the window's first op ({longest.name}, "
+                          f"{duration_words(longest.dur_us)}, 10x its later calls) while the "
+                          f"GPU idled, {c.frac_of_window(idle_us) * 100:.0f}% of the window: "
+                          "the profiler's own start-up, or a library's first call (profile "
+                          "after a warm-up step, or with a schedule's warmup)")
         else:
             titles.append(f"one-time setup inside torch ops keeps the GPU idle "
                           f"{c.frac_of_window(idle_us) * 100:.0f}% of the window (first "
