@@ -568,8 +568,16 @@ def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
             evidence["reserved_unused_bytes"] = unused
         top = at_peak.sites[0].site.label if at_peak.sites else "unknown"
         frag = unused is not None and unused >= oom.requested_bytes
-        why = ("the allocator held enough cached memory but in pieces too small for it "
-               "(fragmentation)" if frag else "live tensors filled the device")
+        if frag:
+            why = ("the allocator held enough cached memory but in pieces too small for it "
+                   "(fragmentation)")
+        elif oom.active_bytes >= oom.requested_bytes or oom.device_free_bytes is None:
+            why = "live tensors filled the device"
+        else:
+            # A request bigger than everything this process holds: the tensors are not what
+            # filled the device (a huge request on an H100: 128 TiB asked, 72 MB live).
+            why = (f"the request is larger than the {_size(oom.device_free_bytes)} the device "
+                   f"had free, while this process held {_size(oom.active_bytes)} in tensors")
         out.append(Finding(
             kind="oom", severity="high",
             title=f"Out of memory: a request for {_size(oom.requested_bytes)} at "

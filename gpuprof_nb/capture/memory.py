@@ -136,7 +136,7 @@ def record_cuda_memory(run: Callable[[], object], *, repeat: int = 1,
         notes = ("The history buffer may have dropped the oldest entries (--max-entries); "
                  "those frees count as 'allocated before recording'.",)
     traces = snapshot.get("device_traces") or []
-    if oom is None and (device >= len(traces) or not traces[device]):
+    if not users and oom is None and (device >= len(traces) or not traces[device]):
         # On a GPU machine a cell that works on CPU tensors leaves the history empty: say
         # why, instead of leaving "no history" to read as a recording that failed.
         notes += (f"The cell made no allocation on cuda:{device} while its history was "

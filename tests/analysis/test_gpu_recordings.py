@@ -96,7 +96,7 @@ def test_without_a_warm_up_the_profilers_start_up_is_a_one_off(name: str) -> Non
     d = report(f"{name}_no_warmup").diagnosis
     assert d.findings[0].kind == name, [(f.kind, round(f.share, 3)) for f in d.findings]
     assert [f.kind for f in d.one_off] == ["cold_start"]
-    assert "profiler's own start-up" in d.one_off[0].title
+    assert "profiler's own start-up" in d.one_off[0].title and "first op" in d.one_off[0].title
     # From the raw JSON: the first op began before any device activity, and took over 1 ms.
     events = raw_events(f"{name}_no_warmup")
     device_start = min(e["ts"] for e in events
@@ -196,5 +196,8 @@ def test_gpu_snapshots_analyse_to_their_planted_findings() -> None:
     oom = analyze_memory(load_snapshot(SNAPSHOTS / "gpu_oom.pickle"))
     f = oom.findings[0]
     assert f.kind == "oom" and f.evidence["requested_bytes"] == 2**45 * 4
+    # 128 TiB asked with 78 GiB free and 69 MiB of tensors: the request, not the tensors.
+    assert f.evidence["requested_bytes"] > f.evidence["device_free_bytes"]
+    assert "larger than" in f.title and "filled the device" not in f.title
     frag = analyze_memory(load_snapshot(SNAPSHOTS / "gpu_fragmented.pickle"))
     assert "fragmentation" in [f.kind for f in frag.findings]

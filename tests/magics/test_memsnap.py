@@ -251,3 +251,26 @@ def test_saved_repeat_snapshot_keeps_its_runs(ip, tmp_path) -> None:
     assert offline.leaks.step_end_bytes == live.leaks.step_end_bytes
     assert offline.leaks.growth_bytes_per_step == live.leaks.growth_bytes_per_step == 4 * 2**20
     assert [f.kind for f in offline.findings] == [f.kind for f in live.findings]
+
+
+def test_a_cuda_capture_saved_keeps_its_run_starts(ip, tmp_path) -> None:
+    """The CPU side of the GPU test above: a CUDA-source capture with run starts, through
+    the magic's own report and save steps, reads back with the same starts and leak."""
+    import pickle
+
+    from gpuprof_nb.capture.memory import MemoryCapture
+
+    data = Path(__file__).parents[1] / "data" / "snapshots" / "leak_steps.pickle"
+    with open(data, "rb") as f:
+        raw = pickle.load(f)
+    starts = (3, 20, 34, 48)  # the fixture's runs (tests/data/snapshots/expected.json)
+    raw.get("gpuprof_nb", {}).pop("step_starts", None)  # only the capture says them
+    capture = MemoryCapture(snapshot=raw, device=0, source="cuda", step_starts=starts)
+    magics = ip.magics_manager.registry["MemsnapMagics"]
+    live = magics._report(capture, None)
+    path = tmp_path / "saved.pickle"
+    magics._save(capture, live, str(path), True)
+    offline = analyze_memory(load_snapshot(path))
+    assert load_snapshot(path).step_starts[0] == starts
+    assert offline.leaks.step_end_bytes == live.leaks.step_end_bytes
+    assert len(live.leaks.step_end_bytes) == 4
