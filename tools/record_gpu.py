@@ -39,8 +39,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 # (name, the finding the cell plants, set-up code run first, %%gpuprofile options, cell).
-# DEV is "cuda" (or "cpu" in a rehearsal). `cold_start` runs first, before anything else in
-# the process has touched the GPU.
+# DEV is "cuda" (or "cpu" in a rehearsal). `cold_start` runs first, on a CUDA context that
+# holds nothing yet (the device's name was read, which creates the context).
 TRACE_CASES: list[tuple[str, str, str, str, str]] = [
     ("cold_start", "cold_start",
      "torch.backends.cudnn.benchmark = True",

@@ -29,7 +29,8 @@ _ROOF_FIELDS = {
 @dataclass(frozen=True, slots=True)
 class DeviceSpec:
     """Ceilings of one device in FLOP/s and bytes/s. tf32/fp16/bf16 are tensor-core peaks
-    (None where the device has none); fp32/fp64 are the vector (CUDA-core / CPU SIMD) peaks.
+    (None where the device has none); fp32 is the vector (CUDA-core / CPU SIMD) peak; fp64 is
+    the rate fp64 matmuls reach (the FP64 Tensor Core / matrix rate where the chip has one).
     `source` names the datasheet, or says when and how the numbers were measured."""
 
     name: str
