@@ -760,17 +760,23 @@ _REGION_IDS = re.compile(r"Torch-Compiled Region: (\d+)/(\d+)")
 def compile_spans(trace: Trace) -> list[Interval]:
     """The merged spans of torch.compile's compilations (`compile_inner` annotations, which
     nest: the outermost count), or [] when the trace shows no torch.compile at all."""
-    # Traces repeat a few thousand op names: look for the markers once per name.
-    names = op_names(trace)
-    if not any(m in name for name in names for m in _COMPILE_MARKERS):
-        return []
-    if not any("compile_inner" in name for name in names):
-        return []
-    # torch 2.11 also marks each compile with a short "entire_frame_compile_data: fn_name=
-    # _compile.compile_inner, compile_id=F/G" annotation just before it: not a compile.
-    return merge_intervals((o.start_us, o.end_us) for o in trace.ops
-                           if "compile_inner" in o.name
-                           and not o.name.startswith("entire_frame_compile_data"))
+    def compute() -> list[Interval]:
+        # Traces repeat a few thousand op names: look for the markers once per name.
+        names = op_names(trace)
+        if not any(m in name for name in names for m in _COMPILE_MARKERS):
+            return []
+        if not any("compile_inner" in name for name in names):
+            return []
+        # torch 2.11 also marks each compile with a short "entire_frame_compile_data:
+        # fn_name=_compile.compile_inner, compile_id=F/G" annotation just before it: not a
+        # compile.
+        return merge_intervals((o.start_us, o.end_us) for o in trace.ops
+                               if "compile_inner" in o.name
+                               and not o.name.startswith("entire_frame_compile_data"))
+
+    # Read by the recompilation rule and by launch overhead (which leaves compiling out).
+    spans: list[Interval] = memo(trace, "compile_spans", compute)
+    return spans
 
 
 def rule_recompilation(c: Context) -> Finding | None:

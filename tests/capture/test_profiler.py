@@ -28,6 +28,17 @@ def matmuls() -> None:
         A @ A
 
 
+def exported(prof) -> dict:
+    """The Chrome trace a finished torch profiler exports, as a dict."""
+    import json
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".json") as fh:
+        prof.export_chrome_trace(fh.name)
+        with open(fh.name) as f:
+            return json.load(f)
+
+
 def events(trace: dict, cat: str) -> list[dict]:
     return [e for e in trace["traceEvents"] if e.get("cat") == cat]
 
@@ -158,12 +169,7 @@ def test_drop_warmup_takes_out_what_ended_before_the_marker_ended() -> None:
                 A + A
             for _ in range(2):
                 A @ A
-    import json
-    import tempfile
-
-    with tempfile.NamedTemporaryFile(suffix=".json") as fh:
-        prof.export_chrome_trace(fh.name)
-        raw = json.loads(open(fh.name).read())
+    raw = exported(prof)
     names = [e.get("name") for e in raw["traceEvents"]]
     assert names.count("aten::mm") == 3 and "aten::add" in names
     meta = sum(1 for e in raw["traceEvents"] if e.get("ph") == "M")
@@ -207,9 +213,6 @@ def test_drop_warmup_under_stack_starts_the_window_at_the_cut() -> None:
     """With Python stacks on (--stack), the enclosing Python calls span the warm-up: they are
     cut to start after it, so the analysis window does not begin with the warm-up's time
     (which would read as Python overhead)."""
-    import json
-    import tempfile
-
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from gpuprof_nb.analysis.timeline import device_timeline
@@ -225,9 +228,7 @@ def test_drop_warmup_under_stack_starts_the_window_at_the_cut() -> None:
 
     with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
         warm_then_work()
-    with tempfile.NamedTemporaryFile(suffix=".json") as fh:
-        prof.export_chrome_trace(fh.name)
-        raw = json.loads(open(fh.name).read())
+    raw = exported(prof)
     cut = max(e["ts"] + e["dur"] for e in raw["traceEvents"] if e.get("name") == WARMUP_MARKER)
     drop_warmup(raw)
     timed = [e for e in raw["traceEvents"] if e.get("ph") != "M" and "ts" in e]
