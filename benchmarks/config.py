@@ -24,6 +24,9 @@ class BenchConfig:
     # on a shared machine a multi-threaded matmul waits for its slowest, preempted thread,
     # which swamps the differences being measured.
     threads: int = 1
+    # where the training cell of comparison 10 runs ("cpu", or "cuda" on a GPU machine,
+    # `--device cuda`); the other comparisons are CPU measurements.
+    device: str = "cpu"
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,6 +80,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads in the measured shell (default 1: stable on a "
                              "shared machine)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where comparison 10's training cell runs (cuda: on a GPU "
+                             "machine, with --out elsewhere than RESULTS.md)")
     parser.add_argument("--cap-gb", type=float, default=12.0,
                         help="kill any measured child process tree above this many GiB")
     parser.add_argument("--traces-dir", default=os.environ.get(
@@ -111,6 +114,7 @@ def make_config(args: argparse.Namespace) -> BenchConfig:
         cap_bytes=int(args.cap_gb * 2**30),
         quick=quick,
         threads=args.threads,
+        device=args.device,
     )
 
 
@@ -258,6 +262,12 @@ def main(argv: list[str] | None = None) -> int:
     cfg = make_config(args)
     cfg.cache_dir.mkdir(parents=True, exist_ok=True)
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    if cfg.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("--device cuda: torch sees no CUDA device here", file=sys.stderr)
+            return 2
     unknown = [name for name in chosen if name not in COMPARISONS]
     if unknown:
         print(f"unknown comparison(s) {unknown}; choose from {list(COMPARISONS)}",

@@ -1,9 +1,10 @@
 """Comparison 10: `%%gpuprofile` on a real training cell, in a real Jupyter kernel.
 
-A small real training loop on the CPU (an MLP, a batch of random data, cross-entropy and an
-Adam step, a few steps per cell) runs under `%%gpuprofile -o r`, its report displayed, as a
-user runs it, in one ipykernel driven with jupyter_client (overhead.py's `Kernel`). What
-the magic adds AFTER the profiled run is measured stage by stage, from inside the kernel:
+A small real training loop on the CPU, or on the GPU with `--device cuda` (an MLP, a batch
+of random data, cross-entropy and an Adam step, a few steps per cell) runs under
+`%%gpuprofile -o r`, its report displayed, as a user runs it, in one ipykernel driven with
+jupyter_client (overhead.py's `Kernel`). What the magic adds AFTER the profiled run is
+measured stage by stage, from inside the kernel:
 
 - profiled run: the cell's code inside torch.profiler's `with` block (from the end of
   `profile.__enter__` to the start of `profile.__exit__`);
@@ -37,20 +38,24 @@ from benchmarks.overhead import Kernel
 # one core of the reference machine; --quick shrinks it to milliseconds.
 MODEL_FULL = (256, 512, 1024, 10, 4)
 MODEL_QUICK = (32, 64, 64, 10, 2)
+# On a GPU (`--device cuda`): wider and longer, so the cell's run is tens of milliseconds on an
+# H100 (fp32, about 5 ms a step) as the CPU cell is on a core.
+MODEL_CUDA = (2048, 1024, 4096, 10, 10)
 
 SETUP = """
 import torch
 torch.set_num_threads({threads})
 torch.manual_seed(0)
+dev = torch.device({device!r})
 model = torch.nn.Sequential(
     torch.nn.Linear({features}, {hidden}), torch.nn.ReLU(),
     torch.nn.Linear({hidden}, {hidden}), torch.nn.ReLU(),
     torch.nn.Linear({hidden}, {classes}),
-)
+).to(dev)
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 loss_fn = torch.nn.CrossEntropyLoss()
-x = torch.randn({batch}, {features})
-y = torch.randint(0, {classes}, ({batch},))
+x = torch.randn({batch}, {features}, device=dev)
+y = torch.randint(0, {classes}, ({batch},), device=dev)
 """
 
 CELL = """for step in range({steps}):
@@ -173,12 +178,18 @@ def _call(cell: dict[str, Any]) -> Call:
                 profiled_s=(run_end - run_start) / 1e9, stages=stages)
 
 
+def _model(cfg: BenchConfig) -> tuple[int, int, int, int, int]:
+    if cfg.quick:
+        return MODEL_QUICK
+    return MODEL_CUDA if cfg.device == "cuda" else MODEL_FULL
+
+
 def measure(kernel: Kernel, cfg: BenchConfig, rounds: int) -> tuple[list[Call], dict[str, int]]:
     """Set up the model, call the magic once untimed, hook the stages, then `rounds` timed
     calls (an untimed gc.collect() before each); return the calls and what was patched."""
-    batch, features, hidden, classes, steps = MODEL_QUICK if cfg.quick else MODEL_FULL
+    batch, features, hidden, classes, steps = _model(cfg)
     kernel.run(SETUP.format(threads=cfg.threads, batch=batch, features=features,
-                            hidden=hidden, classes=classes))
+                            hidden=hidden, classes=classes, device=cfg.device))
     kernel.run("get_ipython().run_line_magic('load_ext', 'gpuprof_nb')\n")
     cell = "%%gpuprofile -o r\n" + CELL.format(steps=steps)
     kernel.run(cell)  # untimed: imports, allocator, profiler start-up, the render layer
@@ -215,7 +226,13 @@ def _share(values: list[float]) -> str:
 
 def _section(cfg: BenchConfig, calls: list[Call], patched: dict[str, int]) -> Section:
     med = statistics.median
-    batch, features, hidden, classes, steps = MODEL_QUICK if cfg.quick else MODEL_FULL
+    batch, features, hidden, classes, steps = _model(cfg)
+    if cfg.device == "cuda":
+        import torch
+
+        where = f"on the GPU ({torch.cuda.get_device_name(0)}, fp32; torch threads: {cfg.threads})"
+    else:
+        where = f"on the CPU (torch threads: {cfg.threads})"
 
     def stage_med(name: str) -> float:
         values = [c.stages[name] for c in calls if not math.isnan(c.stages[name])]
@@ -225,7 +242,7 @@ def _section(cfg: BenchConfig, calls: list[Call], patched: dict[str, int]) -> Se
     after = med(c.after_s for c in calls)
     share = med(c.after_s / c.profiled_s for c in calls)
     lines = [
-        f"A real training cell on the CPU (torch threads: {cfg.threads}): a 3-layer MLP "
+        f"A real training cell {where}: a 3-layer MLP "
         f"({features} -> {hidden} -> {hidden} -> {classes}, ReLU), a batch of {batch} random "
         f"samples, cross-entropy and an Adam step, {steps} steps per run of the cell, under "
         "`%%gpuprofile -o r` with its report displayed, in a real Jupyter kernel (ipykernel, "

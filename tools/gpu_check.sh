@@ -10,14 +10,19 @@
 # 3. records the planted traces, snapshots and figures (tools/record_gpu.py) into RECORD_DIR
 #    (default OUT/record) and packs them into OUT/record.tar.gz;
 # 4. runs the `gpu`-marked tests one at a time (they time the device), OUT/pytest-gpu.log;
-# 5. runs the whole suite and every tutorial through nbval, OUT/pytest-all.log (on
+# 5. (only when asked, STEPS="... bench") measures comparison 10 of the benchmarks, the magic
+#    on a real training cell, on the GPU: OUT/RESULTS-gpu.md (benchmarks/run.py --device cuda);
+# 6. runs the whole suite and every tutorial through nbval, OUT/pytest-all.log (on
 #    pytest-xdist workers where it is installed, one test file per worker).
-# Each step has a time limit (RECORD_TIMEOUT, GPU_TESTS_TIMEOUT, SUITE_TIMEOUT seconds) so a
-# short lease still brings back what finished; OUT/summary.txt says how each step ended.
+# Each step has a time limit (RECORD_TIMEOUT, GPU_TESTS_TIMEOUT, SUITE_TIMEOUT, BENCH_TIMEOUT
+# seconds) so a short lease still brings back what finished; OUT/summary.txt says how each
+# step ended. STEPS (default "record gpu suite") picks steps 3 to 6; install and env always run.
 set -u
 OUT=${1:-build/gpu-check}
 RECORD_DIR=${2:-$OUT/record}
 PY=${PYTHON:-python3}
+STEPS=" ${STEPS:-record gpu suite} "
+want() { [[ "$STEPS" == *" $1 "* ]]; }
 mkdir -p "$OUT" "$RECORD_DIR"
 export KINETO_LOG_LEVEL=6 MPLBACKEND=Agg PYTHONHASHSEED=0 PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -61,19 +66,32 @@ PY
 } > "$OUT/env.txt" 2>&1
 note "env: $(grep -m1 '^torch' "$OUT/env.txt")"
 
-timeout "${RECORD_TIMEOUT:-300}" "$PY" tools/record_gpu.py "$RECORD_DIR" ${RECORD_ARGS:-} \
-  > "$OUT/record.log" 2>&1
-note "record: rc=$? ($(tail -1 "$OUT/record.log"))"
-tar czf "$OUT/record.tar.gz" -C "$RECORD_DIR" .
-
-timeout "${GPU_TESTS_TIMEOUT:-180}" "$PY" -m pytest -p no:cacheprovider -m gpu tests \
-  -q -rs -v > "$OUT/pytest-gpu.log" 2>&1
-note "gpu tests: rc=$? ($(tail -1 "$OUT/pytest-gpu.log"))"
-
-workers=()
-if "$PY" -c "import xdist" 2>/dev/null; then
-  workers=(-n "${JOBS:-4}" --dist loadfile)
+if want record; then
+  timeout "${RECORD_TIMEOUT:-300}" "$PY" tools/record_gpu.py "$RECORD_DIR" ${RECORD_ARGS:-} \
+    > "$OUT/record.log" 2>&1
+  note "record: rc=$? ($(tail -1 "$OUT/record.log"))"
+  tar czf "$OUT/record.tar.gz" -C "$RECORD_DIR" .
 fi
-OMP_NUM_THREADS=${SUITE_THREADS:-2} timeout "${SUITE_TIMEOUT:-300}" "$PY" -m pytest -p no:cacheprovider tests tutorials \
-  --nbval-lax -q -rfEs -m "not gpu" "${workers[@]}" > "$OUT/pytest-all.log" 2>&1
-note "suite: rc=$? ($(tail -1 "$OUT/pytest-all.log"))"
+
+if want gpu; then
+  timeout "${GPU_TESTS_TIMEOUT:-180}" "$PY" -m pytest -p no:cacheprovider -m gpu tests \
+    -q -rs -v > "$OUT/pytest-gpu.log" 2>&1
+  note "gpu tests: rc=$? ($(tail -1 "$OUT/pytest-gpu.log"))"
+fi
+
+if want bench; then
+  timeout "${BENCH_TIMEOUT:-240}" "$PY" benchmarks/run.py --only training --device cuda \
+    --out "$OUT/RESULTS-gpu.md" --cache-dir "$OUT/bench-cache" > "$OUT/bench.log" 2>&1
+  note "bench: rc=$? ($(tail -1 "$OUT/bench.log"))"
+fi
+
+if want suite; then
+  workers=()
+  if "$PY" -c "import xdist" 2>/dev/null; then
+    workers=(-n "${JOBS:-4}" --dist loadfile)
+  fi
+  OMP_NUM_THREADS=${SUITE_THREADS:-2} timeout "${SUITE_TIMEOUT:-300}" "$PY" -m pytest \
+    -p no:cacheprovider tests tutorials --nbval-lax -q -rfEs -m "not gpu" "${workers[@]}" \
+    > "$OUT/pytest-all.log" 2>&1
+  note "suite: rc=$? ($(tail -1 "$OUT/pytest-all.log"))"
+fi

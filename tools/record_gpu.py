@@ -293,7 +293,7 @@ class Recorder:
 
     # --- figures --------------------------------------------------------------------------
 
-    def timing_against_events(self) -> None:
+    def timing_against_events(self, rounds: int = 3) -> None:
         """%%gpuprofile's numbers against CUDA events written by hand around the same cell,
         on a long cell (one run per sample) and a short one (blocks of runs). Rounds of the
         two alternate, so a GPU clock that drifts between them (it did on an H100, by 6%)
@@ -316,7 +316,9 @@ class Recorder:
             hand_dev: list[float] = []
             hand_wall: list[float] = []
             numbers = []
-            for _round in range(3):
+            round_ratios = []
+            for _round in range(rounds):
+                first_magic, first_hand = len(magic_dev), len(hand_dev)
                 self.ip.run_cell_magic("gpuprofile", "-o _t --quiet --repeat 5", cell)
                 stats = ns["_t"].timing
                 numbers.append(stats.number)
@@ -339,6 +341,10 @@ class Recorder:
                     hand_wall.append((ns["_w1"] - ns["_w0"]) / 1000.0 / number)
                     if self.cuda:
                         hand_dev.append(ns["_s"].elapsed_time(ns["_e"]) * 1000.0 / number)
+                if self.cuda and magic_dev[first_magic:] and hand_dev[first_hand:]:
+                    # paired: this round's magic median over this round's hand-written one
+                    round_ratios.append(statistics.median(magic_dev[first_magic:])
+                                        / statistics.median(hand_dev[first_hand:]))
             entry: dict[str, Any] = {
                 "numbers": numbers,
                 "magic_wall_us": magic_wall, "magic_device_us": magic_dev,
@@ -354,6 +360,9 @@ class Recorder:
                     # The profiled run is slower (the profiler's cost): were it among the
                     # timed samples, the largest would stand out.
                     "magic_device_max_over_hand_median": max(magic_dev) / med,
+                    "rounds": rounds,
+                    "round_ratios": round_ratios,
+                    "round_ratio_median": statistics.median(round_ratios),
                 })
             out[label] = entry
             print(f"[record_gpu]   timing {label}: "
@@ -439,6 +448,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", nargs="*", default=None,
                         help="the cases or steps to run (default: all)")
     parser.add_argument("--skip-ladder", action="store_true")
+    parser.add_argument("--timing-rounds", type=int, default=3,
+                        help="alternating rounds of the timing figure (default 3)")
     args = parser.parse_args(argv)
     rec = Recorder(args.out)
 
@@ -451,7 +462,8 @@ def main(argv: list[str]) -> int:
     for snap in SNAPSHOT_CASES:
         if wanted(snap[0]):
             rec.step(f"snapshot {snap[0]}", rec.snapshot_case, *snap)
-    for name, fn in (("timing", rec.timing_against_events), ("ceilings", rec.ceilings),
+    for name, fn in (("timing", lambda: rec.timing_against_events(args.timing_rounds)),
+                     ("ceilings", rec.ceilings),
                      ("memory_peak", rec.memory_peak)):
         if wanted(name):
             rec.step(name, fn)
