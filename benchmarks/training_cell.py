@@ -8,8 +8,10 @@ measured stage by stage, from inside the kernel:
 
 - profiled run: the cell's code inside torch.profiler's `with` block (from the end of
   `profile.__enter__` to the start of `profile.__exit__`);
-- export: from the end of the profiled run to the start of the trace's load: stopping the
-  profiler, `export_chrome_trace` and reading the trace back;
+- export: from the end of the profiled run to the start of the trace's load, in four parts:
+  stopping the profiler (`profile.__exit__`), writing the trace (`export_chrome_trace`),
+  reading it back (the rest of gpuprof_nb's `_export`: reading and parsing the file) and
+  the rest (cutting the warm-up out of the trace, placing the samplers' records);
 - load: `trace_from_dict` / `load_trace` (gpuprof_nb.io.trace);
 - analyze: `gpuprof_nb.analysis.report.analyze`;
 - display: the report's `_repr_mimebundle_` (the HTML and text of every tab);
@@ -27,6 +29,7 @@ load), so the hooks do not depend on where in the magic those calls are made.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -132,15 +135,23 @@ import gpuprof_nb.io.trace, gpuprof_nb.analysis.report, gpuprof_nb.results.repor
 _bench_patch_method(_bench_tp.profile, "__enter__", "profiler enter")
 _bench_patch_method(_bench_tp.profile, "__exit__", "profiler exit")
 _bench_patch_method(gpuprof_nb.results.report.ProfileReport, "_repr_mimebundle_", "display")
+_bench_patch_method(_bench_tp.profile, "export_chrome_trace", "write trace")
+import gpuprof_nb.capture.profiler
 _bench_patched = {
     "load": _bench_patch_functions("gpuprof_nb.io.trace", ["trace_from_dict", "load_trace"],
                                    "load"),
     "analyze": _bench_patch_functions("gpuprof_nb.analysis.report", ["analyze"], "analyze"),
+    "export": _bench_patch_functions("gpuprof_nb.capture.profiler", ["_export"], "export fn"),
 }
 """
 
 # Stages after the profiled run, in the order they happen; "other" is the rest of the cell.
 AFTER = ("export", "load", "analyze", "display", "other")
+# The parts of the export stage, with what the table calls them.
+EXPORT_PARTS = {"stop": "stopping the profiler (`profile.__exit__`)",
+                "write": "writing the trace (`export_chrome_trace`)",
+                "read": "reading it back (file read and JSON parse)",
+                "rest": "the rest (warm-up cut, samplers' records)"}
 
 
 @dataclass
@@ -150,6 +161,7 @@ class Call:
     before_s: float  # pre_run_cell to the profiler's start: the warm-up and timed runs
     profiled_s: float
     stages: dict[str, float]
+    export_parts: dict[str, float]
 
     @property
     def after_s(self) -> float:
@@ -174,8 +186,12 @@ def _call(cell: dict[str, Any]) -> Call:
               "display": total.get("display", nan)}
     after = (cell["end"] - run_end) / 1e9
     stages["other"] = after - sum(v for v in stages.values() if not math.isnan(v))
+    write = total.get("write trace", nan)
+    parts = {"stop": total["profiler exit"], "write": write,
+             "read": total.get("export fn", nan) - write}
+    parts["rest"] = stages["export"] - sum(v for v in parts.values() if not math.isnan(v))
     return Call(before_s=(first["profiler enter"][0] - cell["start"]) / 1e9,
-                profiled_s=(run_end - run_start) / 1e9, stages=stages)
+                profiled_s=(run_end - run_start) / 1e9, stages=stages, export_parts=parts)
 
 
 def _model(cfg: BenchConfig) -> tuple[int, int, int, int, int]:
@@ -198,6 +214,9 @@ def measure(kernel: Kernel, cfg: BenchConfig, rounds: int) -> tuple[list[Call], 
     for _ in range(rounds):
         kernel.run("_bench_gc.collect()", silent=True)
         kernel.run(cell)
+    save = os.environ.get("GPUPROF_BENCH_SAVE_TRACE")
+    if save:  # the last call's trace, for a look at what the stages handled (gpu_check.sh)
+        kernel.run(f"r.save({save!r})", silent=True)
     cells = kernel.value("_bench_cells")
     if len(cells) != rounds:
         raise RuntimeError(f"the kernel logged {len(cells)} cells, {rounds} were run")
@@ -250,8 +269,9 @@ def _section(cfg: BenchConfig, calls: list[Call], patched: dict[str, int]) -> Se
         "`gc.collect()` before each. Stages are timed inside the kernel by hooks on what the "
         "magic calls: profiled run = the cell's code inside torch.profiler's `with` block; "
         "export = from its end to the start of the load (stopping the profiler, "
-        "`export_chrome_trace`, reading the trace back); load = `trace_from_dict` / "
-        "`load_trace`; analyze = `analysis.report.analyze` (diagnosis included); display = "
+        "`export_chrome_trace`, reading the trace back, cutting the warm-up out); "
+        "load = `trace_from_dict` / `load_trace`; analyze = `analysis.report.analyze` "
+        "(diagnosis included); display = "
         "the report's `_repr_mimebundle_` (HTML and text of every tab); other = the rest, up "
         "to IPython's post_run_cell (step count, device ceilings, handing the bundle to "
         "ipykernel). Times are medians over the calls; shares are the median over calls of "
@@ -266,8 +286,15 @@ def _section(cfg: BenchConfig, calls: list[Call], patched: dict[str, int]) -> Se
     for name in AFTER:
         lines.append(f"| {name} | {_ms(stage_med(name))} "
                      f"| {_share([c.stages[name] / c.profiled_s for c in calls])} |")
+        if name != "export":
+            continue
+        for part, label in EXPORT_PARTS.items():
+            values = [c.export_parts[part] for c in calls if not math.isnan(c.export_parts[part])]
+            lines.append(f"| &nbsp;&nbsp;of which {label} | "
+                         f"{_ms(med(values) if values else float('nan'))} | "
+                         f"{_share([c.export_parts[part] / c.profiled_s for c in calls])} |")
     lines.append(f"| **after the profiled run, in all** | {_ms(after)} | {share:.1%} |")
-    missing = [name for name in ("load", "analyze") if not patched.get(name)]
+    missing = [name for name in ("load", "analyze", "export") if not patched.get(name)]
     missing += [name for name in ("export", "load", "analyze", "display")
                 if all(math.isnan(c.stages[name]) for c in calls) and name not in missing]
     if missing:

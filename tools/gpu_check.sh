@@ -80,7 +80,8 @@ if want gpu; then
 fi
 
 if want bench; then
-  timeout "${BENCH_TIMEOUT:-240}" "$PY" benchmarks/run.py --only training --device cuda \
+  GPUPROF_BENCH_SAVE_TRACE="$OUT/training_cell.json.gz" \
+    timeout "${BENCH_TIMEOUT:-240}" "$PY" benchmarks/run.py --only training --device cuda \
     --out "$OUT/RESULTS-gpu.md" --cache-dir "$OUT/bench-cache" > "$OUT/bench.log" 2>&1
   note "bench: rc=$? ($(tail -1 "$OUT/bench.log"))"
 fi

@@ -313,6 +313,10 @@ def test_cuda_blocks_put_the_events_around_the_whole_block(
 
 @pytest.mark.gpu
 def test_cuda_blocks_match_hand_written_events_around_k_runs() -> None:
+    """Blocks of K runs between two CUDA events, against the same loop written by hand.
+    The two alternate over rounds and their pooled medians are compared: on an H100 one
+    round of a 256x256 matmul moved by up to 30% against the next (GPU clocks), while
+    the median over 40 alternating rounds agreed within 1% (docs/gpu-results.md)."""
     import torch
 
     a = torch.randn(256, 256, device="cuda")
@@ -320,20 +324,24 @@ def test_cuda_blocks_match_hand_written_events_around_k_runs() -> None:
     def run() -> None:
         a @ a
 
-    stats = time_cell(run, warmup=3, repeat=5, number=50, sync=torch.cuda.synchronize,
-                      use_cuda_events=True, device_name=torch.cuda.get_device_name())
-    hand = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        for _ in range(50):
-            run()
-        end.record()
-        torch.cuda.synchronize()
-        hand.append(start.elapsed_time(end) * 1e3 / 50)
-    assert stats.number == 50 and stats.device_us is not None
-    assert stats.median_us == pytest.approx(statistics.median(hand), rel=0.2)
+    ours: list[float] = []
+    hand: list[float] = []
+    for _round in range(7):
+        stats = time_cell(run, warmup=3, repeat=5, number=50, sync=torch.cuda.synchronize,
+                          use_cuda_events=True, device_name=torch.cuda.get_device_name())
+        assert stats.number == 50 and stats.device_us is not None
+        ours += stats.times_us  # what the report shows: the device times
+        for _ in range(5):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            for _ in range(50):
+                run()
+            end.record()
+            torch.cuda.synchronize()
+            hand.append(start.elapsed_time(end) * 1e3 / 50)
+    assert statistics.median(ours) == pytest.approx(statistics.median(hand), rel=0.15)
 
 
 def test_a_cold_warmup_does_not_hide_a_short_cell() -> None:
