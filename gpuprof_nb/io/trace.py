@@ -192,10 +192,22 @@ def trace_from_dict(d: Mapping[str, Any], source: str = "<dict>") -> Trace:
             f"{source}: 'traceEvents' is a {type(events).__name__}, not a list; {_HOW_TO_EXPORT}."
         )
     builder = _Builder(source)
-    add = builder.add
     with gc_paused():
-        for index, event in enumerate(events):
-            add(event, index)
+        converted = None
+        if _DICT_EVENTS is not None:
+            # Every event dict into a light struct in one C call (keys the model does not
+            # read are skipped there); events it cannot convert (not a dict, an args key
+            # that is not a string) go through the per-event path, which says which.
+            try:
+                converted = msgspec.convert(events, _DICT_EVENTS)
+            except msgspec.ValidationError:
+                converted = None
+        if converted is not None:
+            builder._model(converted, 0)
+        else:
+            add = builder.add
+            for index, event in enumerate(events):
+                add(event, index)
         return builder.finish(top)
 
 
@@ -251,9 +263,9 @@ class _PyArgs:
             setattr(self, attr, get(key))
 
 
-def _args_types() -> tuple[Any, Any, Any, Any]:
+def _args_types() -> tuple[Any, Any, Any, Any, Any]:
     """Return (decoder of a JSON array of events, its args struct, struct for an args dict,
-    Raw type).
+    Raw type, the type `msgspec.convert` turns a list of event dicts into).
 
     The decoder reads events into light structs holding only the fields the model reads
     (None where an event lacks one); their args into a struct of the keys in _ARG_KEYS, the
@@ -261,7 +273,7 @@ def _args_types() -> tuple[Any, Any, Any, Any]:
     then ignored, as the per-event reader ignores them). Without msgspec: (None, a type
     nothing has, _PyArgs, another type nothing has)."""
     if msgspec is None:
-        return None, type("_NoArgs", (), {}), _PyArgs, type("_NoRaw", (), {})
+        return None, type("_NoArgs", (), {}), _PyArgs, type("_NoRaw", (), {}), None
 
     # Built with defstruct, so no annotation has to be resolved by module name; gc=False: the
     # structs hold no cycles and live for one batch.
@@ -273,15 +285,19 @@ def _args_types() -> tuple[Any, Any, Any, Any]:
             gc=False,
         )
 
+    def event_struct(name: str, args: Any) -> Any:
+        fields: list[Any] = [(f, Any, None)
+                             for f in ("ph", "name", "cat", "ts", "dur", "pid", "tid")]
+        fields.append(("args", args | None | list | str | int | float | bool, None))
+        return msgspec.defstruct(name, fields, gc=False)
+
     raw_args = args_struct("_Args", msgspec.Raw)
-    fields: list[Any] = [(f, Any, None) for f in ("ph", "name", "cat", "ts", "dur", "pid", "tid")]
-    fields.append(("args", raw_args | None | list | str | int | float | bool, None))
-    event: Any = msgspec.defstruct("_Event", fields, gc=False)
-    return (msgspec.json.Decoder(list[event]), raw_args, args_struct("_ParsedArgs", Any),
-            msgspec.Raw)
+    parsed_args = args_struct("_ParsedArgs", Any)
+    return (msgspec.json.Decoder(list[event_struct("_Event", raw_args)]), raw_args,
+            parsed_args, msgspec.Raw, list[event_struct("_DictEvent", parsed_args)])
 
 
-_EVENT_DECODER, _RAW_ARGS, _ARGS_STRUCT, _Raw = _args_types()
+_EVENT_DECODER, _RAW_ARGS, _ARGS_STRUCT, _Raw, _DICT_EVENTS = _args_types()
 _ARGS_TYPES = frozenset({_RAW_ARGS, _ARGS_STRUCT, _PyArgs})
 _NO_ARGS = _PyArgs({})
 

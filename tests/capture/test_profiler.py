@@ -264,3 +264,27 @@ def test_cuda_trace_has_the_matmul_kernels() -> None:
     # The profiler warm-up's kernels and marker are out of the trace.
     assert not [e for e in raw["traceEvents"] if e.get("name") == WARMUP_MARKER]
     assert len([e for e in raw["traceEvents"] if e.get("name") == "aten::mm"]) == 4
+
+
+@pytest.mark.parametrize("text", [
+    b'{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1.5, "dur": 2}], '
+    b'"n": 18446744073709551617}',
+    # what msgspec refuses and the standard library reads: a raw control character in a
+    # name (Kineto writes them), NaN, and bytes that are not UTF-8
+    b'{"traceEvents": [{"ph": "X", "name": "a\tb\x01", "ts": 1, "dur": 2}]}',
+    b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": NaN}]}',
+    b'{"traceEvents": [{"ph": "X", "name": "caf\xe9", "ts": 1, "dur": 2}]}',
+], ids=["plain", "control", "nan", "latin1"])
+def test_the_exported_trace_reads_as_the_standard_library_reads_it(text: bytes) -> None:
+    import json
+    import math
+
+    from gpuprof_nb.capture.profiler import _parse_export
+
+    got = _parse_export(text)
+    want = json.loads(text.decode("utf-8", errors="replace"), strict=False)
+    dur = want["traceEvents"][0]["dur"]
+    if isinstance(dur, float) and math.isnan(dur):
+        assert math.isnan(got["traceEvents"][0]["dur"])
+        got["traceEvents"][0]["dur"] = want["traceEvents"][0]["dur"] = 0
+    assert got == want

@@ -445,3 +445,71 @@ def test_maker_falls_back_to_the_class_when_it_does_more_than_store() -> None:
 
     assert trace_io._maker(Checked) is Checked
     assert trace_io._maker(NoSlots) is NoSlots
+
+
+# --------------------------------------------------------------------------------------------
+# trace_from_dict: the event dicts converted in one msgspec call, or one at a time
+
+
+def _from_dict_one_at_a_time(d: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    with monkeypatch.context() as m:
+        m.setattr(trace_io, "_DICT_EVENTS", None)
+        return trace_from_dict(d, source="t")
+
+
+def _check_from_dict_same(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = path.read_bytes()
+    d = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    try:
+        slow = _from_dict_one_at_a_time(d, monkeypatch)
+    except TraceFormatError as exc:
+        with pytest.raises(TraceFormatError) as info:
+            trace_from_dict(d, source="t")
+        assert str(info.value) == str(exc)
+        return
+    assert trace_from_dict(d, source="t") == slow
+
+
+@pytest.mark.parametrize("path", LOCAL, ids=lambda p: str(p.relative_to(DATA)))
+def test_converted_dicts_equal_one_at_a_time_on_copied_traces(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _check_from_dict_same(path, monkeypatch)
+
+
+@pytest.mark.skipif(not SHARED_FILES, reason="/work/shared/traces is not on this machine")
+@pytest.mark.parametrize("path", SHARED_FILES, ids=lambda p: str(p.relative_to(SHARED)))
+def test_converted_dicts_equal_one_at_a_time_on_shared_traces(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _check_from_dict_same(path, monkeypatch)
+
+
+@pytest.mark.parametrize("spoil", [
+    {"args": {1: "an int key"}},  # msgspec.convert refuses it: the whole list goes one by one
+    {"ts": float("nan")},
+    {"dur": "x"},
+], ids=str)
+def test_converted_dicts_fall_back_with_the_same_result_or_message(
+    spoil: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = _awkward_events()
+    kernel = next(i for i, e in enumerate(events) if e.get("cat") == "kernel")
+    events[kernel] = {**events[kernel], **spoil}
+    d = {"traceEvents": events}
+    try:
+        slow = _from_dict_one_at_a_time(d, monkeypatch)
+    except TraceFormatError as exc:
+        with pytest.raises(TraceFormatError) as info:
+            trace_from_dict(d, source="t")
+        assert str(info.value) == str(exc)
+        assert f"t: event {kernel} " in str(exc)
+        assert "ts" not in spoil or "no numeric 'ts'" in str(exc)
+        return
+    assert "args" in spoil  # only the odd args key is readable
+    assert trace_from_dict(d, source="t") == slow
+
+
+def test_an_event_that_is_not_a_dict_is_named_by_trace_from_dict() -> None:
+    with pytest.raises(TraceFormatError, match="is a str, not a JSON object"):
+        trace_from_dict({"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}, "oops"]})
