@@ -7,7 +7,7 @@ Values kept there are shared: they are tuples or read-only arrays, never mutated
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from operator import attrgetter
 from typing import Any, TypeVar
 
@@ -19,6 +19,7 @@ from gpuprof_nb.model.trace import Kernel, Trace
 T = TypeVar("T")
 _START, _DUR, _INDEX = attrgetter("start_us"), attrgetter("dur_us"), attrgetter("index")
 _KIND, _DEVICE = attrgetter("kind"), attrgetter("device")
+_CORRELATION, _EXTERNAL_ID = attrgetter("correlation"), attrgetter("external_id")
 
 
 def memo(trace: Trace, key: Hashable, compute: Callable[[], T]) -> T:
@@ -75,7 +76,7 @@ class OpColumns:
         self.thread = frozen(np.array([rank[k] for k in key_of], dtype=np.intp)[self.raw_thread]
                              if n else np.zeros(0, dtype=np.intp))
         self.thread_keys: tuple[tuple[str, str], ...] = tuple(keys)
-        ext, has_ext = ids([o.external_id for o in ops])
+        ext, has_ext = ids(map(_EXTERNAL_ID, ops), n)
         self.external_id, self.has_external_id = frozen(ext), frozen(has_ext)
 
 
@@ -141,12 +142,32 @@ def kernel_columns(trace: Trace, kernels: Sequence[Kernel] | None = None,
 _NO_ID = int(np.iinfo(np.int64).min)  # stands for None (an id of this value is hashed: see ids)
 
 
-def ids(values: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:
+def ids(values: Iterable[int | None], count: int = -1) -> tuple[np.ndarray, np.ndarray]:
     """Return ids (correlation, External id) as int64, and the mask of the present ones.
+    `values` may be an iterator (e.g. `map(attrgetter("correlation"), kernels)`, `count` its
+    length): the usual case, every id a present int64, reads it in one pass.
 
     An id outside int64 (a damaged or hand-made trace) stands as its Python hash, the same
     for the same id wherever it appears, so ids still match across kernels, calls and ops."""
-    listed = values if isinstance(values, list) else list(values)
+    listed: list[Any] = []
+
+    def kept(it: Iterable[Any]) -> Iterator[Any]:
+        for v in it:  # keeps what was read, for the slower paths below
+            listed.append(v)
+            yield v
+
+    if not isinstance(values, list):
+        it = iter(values)
+        try:
+            arr = np.fromiter(kept(it), dtype=np.int64, count=count)
+        except (TypeError, OverflowError):  # a missing id (None), or one outside int64
+            listed.extend(it)  # the rest
+        else:
+            if not (arr == _NO_ID).any():
+                return arr, np.ones(len(arr), dtype=bool)
+            listed = listed or arr.tolist()
+    else:
+        listed = values
     try:
         arr = np.array([_NO_ID if v is None else v for v in listed], dtype=np.int64)
     except OverflowError:
@@ -168,8 +189,9 @@ def lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarr
 def kernel_ids(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Return trace.kernels' (correlation ids, present, External ids, present), once."""
     def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        corr, has_corr = ids([k.correlation for k in trace.kernels])
-        ext, has_ext = ids([k.external_id for k in trace.kernels])
+        n = len(trace.kernels)
+        corr, has_corr = ids(map(_CORRELATION, trace.kernels), n)
+        ext, has_ext = ids(map(_EXTERNAL_ID, trace.kernels), n)
         return frozen(corr), frozen(has_corr), frozen(ext), frozen(has_ext)
     return memo(trace, "kernel_ids", compute)
 
@@ -177,7 +199,7 @@ def kernel_ids(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 def runtime_correlations(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Return trace.runtime's (correlation ids, present), once."""
     def compute() -> tuple[np.ndarray, np.ndarray]:
-        corr, has = ids([r.correlation for r in trace.runtime])
+        corr, has = ids(map(_CORRELATION, trace.runtime), len(trace.runtime))
         return frozen(corr), frozen(has)
     return memo(trace, "runtime_correlations", compute)
 
@@ -196,7 +218,7 @@ def runtime_threads(trace: Trace) -> tuple[np.ndarray, tuple[tuple[Any, Any], ..
 def runtime_starts(trace: Trace) -> np.ndarray:
     """Return trace.runtime's start times, once."""
     return memo(trace, "runtime_starts", lambda: frozen(
-        np.array([r.start_us for r in trace.runtime], dtype=float)))
+        np.fromiter(map(_START, trace.runtime), dtype=float, count=len(trace.runtime))))
 
 
 def first_call_of(trace: Trace) -> tuple[np.ndarray, np.ndarray]:

@@ -46,6 +46,7 @@ from gpuprof_nb.results.roofline import (
 )
 
 _INPUT_DIMS = attrgetter("input_dims")
+_EXTERNAL_ID = attrgetter("external_id")
 _EPS_US = 1e-3  # Kineto float timestamps carry ns digits; nesting tolerates that rounding.
 
 
@@ -288,7 +289,10 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
     ops = tree.ops
     memo: dict[int, OpCost | None] = {}
     # A training loop repeats the same calls step after step: an op's cost depends only on
-    # its name and recorded inputs, so each distinct call is costed once.
+    # its name and recorded inputs, so each distinct call is costed once. The inputs are
+    # keyed by identity: the loader shares equal recorded inputs (one tuple for all equal
+    # shapes), so hashing them, nested tuples walked each time, would buy nothing; inputs
+    # equal but not shared are only costed once more each.
     by_call: dict[tuple[Any, ...], OpCost | None] = {}
 
     def cost(i: int) -> OpCost | None:
@@ -300,13 +304,12 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
                 if c is None:
                     c = _wrapper_cost(i)  # depends on the op's children, not its call
             else:
-                call = (op.name, op.input_dims, op.input_types, op.concrete_inputs)
+                call = (op.name, id(op.input_dims), id(op.input_types),
+                        id(op.concrete_inputs))
                 try:
                     c = by_call[call]
                 except KeyError:
                     c = by_call[call] = op_cost(op)
-                except TypeError:  # an unhashable recorded input: cost it alone
-                    c = op_cost(op)
             memo[i] = c
         return memo[i]
 
@@ -354,14 +357,23 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
         owner = _kernel_owners(trace, tree)
         k_anchor = np.where(owner >= 0, anchor[np.maximum(owner, 0)], -1) if len(ops) \
             else owner
-        # Kernels of no anchor, by their owner's name (or kind), in kernel order.
-        owners = owner.tolist()
-        for pos in np.flatnonzero(k_anchor < 0).tolist():
-            k, o = device_work[pos], owners[pos]
-            label = ops[o].name if o >= 0 else f"({k.kind} without op)"
-            acc = unmodelled.setdefault(label, _Acc())
-            acc.calls += 1
-            acc.time_us += k.dur_us
+        # Kernels of no anchor, by their owner's name (or kind): counts and times per label
+        # (bincount adds the times one by one in kernel order, as `+=` in a loop).
+        missed = np.flatnonzero(k_anchor < 0)
+        if len(missed):
+            names, name_code = op_name_codes(trace)
+            code_of = {name: c for c, name in enumerate(names)}
+            missed_owner = owner[missed]
+            label = np.where(missed_owner >= 0, name_code[np.maximum(missed_owner, 0)]
+                             if len(ops) else -1, -1)
+            for j in np.flatnonzero(missed_owner < 0).tolist():  # no op: by kind
+                kind = f"({device_work[int(missed[j])].kind} without op)"
+                label[j] = code_of.setdefault(kind, len(code_of))
+            calls = np.bincount(label, minlength=len(code_of)).tolist()
+            times = np.bincount(label, weights=k_dur[missed], minlength=len(code_of)).tolist()
+            for name, c in code_of.items():
+                if calls[c]:
+                    unmodelled[name] = _Acc(calls=calls[c], time_us=times[c])
         # The others, per anchor in kernel order: their time (bincount adds one by one, as
         # `+=` in a loop) and the kernels themselves.
         placed = np.flatnonzero(k_anchor >= 0)
@@ -515,7 +527,8 @@ def _kernel_owners(trace: Trace, tree: _Tree) -> np.ndarray:
     need = np.flatnonzero((owner < 0) & k_has_corr)
     call = lookup(corr_keys, corr_calls, k_corr[need])
     need, call = need[call >= 0], call[call >= 0]
-    c_ext, c_has_ext = ids([runtime[i].external_id for i in call.tolist()])
+    c_ext, c_has_ext = ids(map(_EXTERNAL_ID, map(runtime.__getitem__, call.tolist())),
+                           len(call))
     by_call_id = np.where(c_has_ext, lookup(ext_keys, ext_ops, c_ext), -1)
     owner[need] = by_call_id
     # Calls with no op of their id: the innermost op open on their thread at their start.

@@ -251,7 +251,8 @@ class _Classifier:
             if len(self.kernels) == len(trace.kernels):
                 k_corr, k_has, _, _ = kernel_ids(trace)
             else:
-                k_corr, k_has = ids([k.correlation for k in self.kernels])
+                k_corr, k_has = ids(map(attrgetter("correlation"), self.kernels),
+                                    len(self.kernels))
             call = np.where(k_has, lookup(keys, calls, k_corr), -1)
             starts = runtime_starts(trace)
             nan = math.nan

@@ -56,6 +56,19 @@ def test_ids_beyond_int64_still_match_and_none_stays_apart() -> None:
         int(np.searchsorted(keys, v)) for v in again.tolist()]
 
 
+@pytest.mark.parametrize("values", [
+    [1, 2, 3], [1, None, 3], [None], [], [2**70 + 3, 1, None], [-(2**63), 1], [1, 2**63],
+    [-(2**63), None], [7, 8, None, 2**64],
+], ids=str)
+def test_ids_read_from_an_iterator_are_those_of_the_list(values: list[int | None]) -> None:
+    """The one-pass read of an iterator (the usual case) falls back, part way through, to
+    the list's handling of a missing id, one outside int64 and the smallest int64."""
+    want, want_present = derived.ids(list(values))
+    for got, present in (derived.ids(iter(values), len(values)), derived.ids(tuple(values)),
+                         derived.ids(x for x in values)):
+        assert got.tolist() == want.tolist() and present.tolist() == want_present.tolist()
+
+
 @pytest.mark.parametrize("name", ["a100_nccl", "cpu_only_trace"])
 def test_top_level_ops_within_a_span_are_those_of_the_span_alone(name: str) -> None:
     """The Timeline tab draws a span's top-level ops from the shared columns: they must be
