@@ -20,6 +20,7 @@ import numpy as np
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.classify import is_host_collective, op_class
 from gpuprof_nb.analysis.derived import (
+    KERNEL_KINDS,
     KernelColumns,
     memo,
     op_columns,
@@ -527,12 +528,12 @@ def _device_time_launched_in(c: Context, ops: Sequence[Op]) -> float:
 
 
 def rule_host_device_copy(c: Context) -> Finding | None:
-    copies = [k for k in c.kernels if k.kind == "memcpy"]
-    if not copies:
-        return None
     kc = c.kcols
+    is_copy = kc.kind == KERNEL_KINDS.index("memcpy")
+    if not is_copy.any():
+        return None
+    copies = list(compress(c.kernels, is_copy.tolist()))
     compute = _merged(kc, kc.is_kernel)
-    is_copy = np.array([k.kind == "memcpy" for k in c.kernels], dtype=bool)
     copy_spans = as_pairs(*clipped_union(kc.start[is_copy], kc.end[is_copy], c.lo, c.hi))
     copy_us = union_length(copy_spans)
     overlapped = union_length(intersect_intervals(copy_spans, compute))
@@ -814,6 +815,8 @@ def rule_recompilation(c: Context) -> Finding | None:
 
 
 _TS = attrgetter("ts_us")
+_BYTES = attrgetter("bytes")
+_DEVICE_PAIR = attrgetter("device_type", "device_id")
 
 
 def _memory_series(events: Sequence[MemoryEvent]
@@ -837,11 +840,15 @@ def _memory_series(events: Sequence[MemoryEvent]
             times.append(m.ts_us)
             levels.append(level)
         return found
-    code_of: dict[tuple[int, int], int] = {}
-    codes = np.fromiter((code_of.setdefault((m.device_type, m.device_id), len(code_of))
-                         for m in events), dtype=np.intp, count=len(events))
-    ts = np.array([m.ts_us for m in events], dtype=float)
-    values = np.array(totals if not missing else [m.bytes for m in events], dtype=float)
+    n = len(events)
+    pairs = list(map(_DEVICE_PAIR, events))
+    distinct = set(pairs)
+    # The devices in order of first appearance (a trace holds a few).
+    code_of = {key: c for c, key in enumerate(sorted(distinct, key=pairs.index))}
+    codes = np.fromiter(map(code_of.__getitem__, pairs), dtype=np.intp, count=n) \
+        if len(code_of) > 1 else np.zeros(n, dtype=np.intp)
+    ts = np.fromiter(map(_TS, events), dtype=float, count=n)
+    values = np.array(totals if not missing else list(map(_BYTES, events)), dtype=float)
     out: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
     for key, code in code_of.items():
         mine = np.flatnonzero(codes == code)
