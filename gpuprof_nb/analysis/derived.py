@@ -7,7 +7,7 @@ Values kept there are shared: they are tuples or read-only arrays, never mutated
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from operator import attrgetter
 from typing import Any, TypeVar
 
@@ -19,7 +19,6 @@ from gpuprof_nb.model.trace import Kernel, Trace
 T = TypeVar("T")
 _START, _DUR, _INDEX = attrgetter("start_us"), attrgetter("dur_us"), attrgetter("index")
 _KIND, _DEVICE = attrgetter("kind"), attrgetter("device")
-_CORRELATION, _EXTERNAL_ID = attrgetter("correlation"), attrgetter("external_id")
 
 
 def memo(trace: Trace, key: Hashable, compute: Callable[[], T]) -> T:
@@ -76,7 +75,7 @@ class OpColumns:
         self.thread = frozen(np.array([rank[k] for k in key_of], dtype=np.intp)[self.raw_thread]
                              if n else np.zeros(0, dtype=np.intp))
         self.thread_keys: tuple[tuple[str, str], ...] = tuple(keys)
-        ext, has_ext = ids(map(_EXTERNAL_ID, ops), n)
+        ext, has_ext = ids_of(ops, "external_id")
         self.external_id, self.has_external_id = frozen(ext), frozen(has_ext)
 
 
@@ -142,32 +141,13 @@ def kernel_columns(trace: Trace, kernels: Sequence[Kernel] | None = None,
 _NO_ID = int(np.iinfo(np.int64).min)  # stands for None (an id of this value is hashed: see ids)
 
 
-def ids(values: Iterable[int | None], count: int = -1) -> tuple[np.ndarray, np.ndarray]:
+def ids(values: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:
     """Return ids (correlation, External id) as int64, and the mask of the present ones.
-    `values` may be an iterator (e.g. `map(attrgetter("correlation"), kernels)`, `count` its
-    length): the usual case, every id a present int64, reads it in one pass.
 
     An id outside int64 (a damaged or hand-made trace) stands as its Python hash, the same
     for the same id wherever it appears, so ids still match across kernels, calls and ops."""
-    listed: list[Any] = []
-
-    def kept(it: Iterable[Any]) -> Iterator[Any]:
-        for v in it:  # keeps what was read, for the slower paths below
-            listed.append(v)
-            yield v
-
-    if not isinstance(values, list):
-        it = iter(values)
-        try:
-            arr = np.fromiter(kept(it), dtype=np.int64, count=count)
-        except (TypeError, OverflowError):  # a missing id (None), or one outside int64
-            listed.extend(it)  # the rest
-        else:
-            if not (arr == _NO_ID).any():
-                return arr, np.ones(len(arr), dtype=bool)
-            listed = listed or arr.tolist()
-    else:
-        listed = values
+    listed = values if isinstance(values, list) else list(values)
+    arr: np.ndarray | None
     try:
         arr = np.array([_NO_ID if v is None else v for v in listed], dtype=np.int64)
     except OverflowError:
@@ -176,6 +156,19 @@ def ids(values: Iterable[int | None], count: int = -1) -> tuple[np.ndarray, np.n
         arr = np.array([_NO_ID if v is None else v if -2**63 < v < 2**63 else hash(v)
                         for v in listed], dtype=np.int64)
     return arr, arr != _NO_ID
+
+
+def ids_of(items: Sequence[Any], attr: str) -> tuple[np.ndarray, np.ndarray]:
+    """ids() of each item's `attr`: in one pass over the items when every id is a present
+    int64 (the usual case), else as ids() reads the list of them."""
+    get = attrgetter(attr)
+    try:
+        arr = np.fromiter(map(get, items), dtype=np.int64, count=len(items))
+    except (TypeError, OverflowError):  # a missing id (None), or one outside int64
+        return ids(list(map(get, items)))
+    if (arr == _NO_ID).any():
+        return ids(arr.tolist())
+    return arr, np.ones(len(arr), dtype=bool)
 
 
 def lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -189,9 +182,8 @@ def lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarr
 def kernel_ids(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Return trace.kernels' (correlation ids, present, External ids, present), once."""
     def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        n = len(trace.kernels)
-        corr, has_corr = ids(map(_CORRELATION, trace.kernels), n)
-        ext, has_ext = ids(map(_EXTERNAL_ID, trace.kernels), n)
+        corr, has_corr = ids_of(trace.kernels, "correlation")
+        ext, has_ext = ids_of(trace.kernels, "external_id")
         return frozen(corr), frozen(has_corr), frozen(ext), frozen(has_ext)
     return memo(trace, "kernel_ids", compute)
 
@@ -199,7 +191,7 @@ def kernel_ids(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 def runtime_correlations(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Return trace.runtime's (correlation ids, present), once."""
     def compute() -> tuple[np.ndarray, np.ndarray]:
-        corr, has = ids(map(_CORRELATION, trace.runtime), len(trace.runtime))
+        corr, has = ids_of(trace.runtime, "correlation")
         return frozen(corr), frozen(has)
     return memo(trace, "runtime_correlations", compute)
 

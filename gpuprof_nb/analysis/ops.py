@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter, defaultdict
 from functools import reduce
-from operator import add
+from operator import add, attrgetter
 from typing import Any
 
 import numpy as np
@@ -85,6 +85,7 @@ SORT_KEYS: dict[str, str] = {
     "count": "calls",
 }
 _MAX_SHAPES = 5
+_NAME_KIND, _STREAM = attrgetter("name", "kind"), attrgetter("stream")
 
 
 # --------------------------------------------------------------------------------------------
@@ -95,9 +96,9 @@ _MAX_SHAPES = 5
 # ops
 
 
-def _attribute(trace: Trace) -> tuple[list[Op], Any, Any, list[float], float]:
-    """Return the torch ops, their self CPU, self device and total device microseconds (arrays
-    or lists in the same order), and the device time owned by no op."""
+def _attribute(trace: Trace) -> tuple[list[Op], np.ndarray, np.ndarray, np.ndarray, float]:
+    """Return the torch ops, their self CPU, self device and total device microseconds (float
+    arrays in the same order), and the device time owned by no op."""
     cols = op_columns(trace)
     ops = list(cols.ops)
     n = len(ops)
@@ -186,7 +187,7 @@ def _attribute(trace: Trace) -> tuple[list[Op], Any, Any, list[float], float]:
     for level in range(int(depth.max(initial=0)), 0, -1):
         nodes = reverse_preorder[depth_rev == level]
         np.add.at(total, parent[nodes], total[nodes])
-    return ops, self_cpu, self_device, total.tolist(), unattributed
+    return ops, self_cpu, self_device, total, unattributed
 
 
 def _shape_text(dims: Any) -> str:
@@ -221,7 +222,7 @@ def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTa
     k = len(code_of)
     # bincount adds each group's values one by one in op order: the same sums as a loop.
     call_counts = np.bincount(codes, minlength=k).tolist()
-    sums = [np.bincount(codes, weights=np.array(values, dtype=float), minlength=k).tolist()
+    sums = [np.bincount(codes, weights=values, minlength=k).tolist()
             if k else [] for values in (self_cpu, op_columns(trace).dur, self_device,
                                         total_device)]
     groups: dict[str, list[float]] = {
@@ -284,17 +285,49 @@ def kernel_table(trace: Trace) -> KernelTable:
     streams, share of all device time, and for memcpy/memset the bytes and achieved GB/s
     (bytes / duration, over the calls whose bytes the trace gives). Sorted by total time
     descending, ties by name then kind."""
-    groups: dict[tuple[str, str], list[Kernel]] = defaultdict(list)
-    for k in trace.kernels:
-        groups[(k.name, k.kind)].append(k)
-    total = sum(k.dur_us for k in trace.kernels)
+    kernels = trace.kernels
+    n = len(kernels)
+    kc = kernel_columns(trace)
+    dur = kc.dur
+    # Each (name, kind) as a code, in order of first appearance.
+    keys = list(map(_NAME_KIND, kernels))
+    code_of: dict[tuple[str, str], int] = dict.fromkeys(keys, 0)
+    for c, key in enumerate(code_of):
+        code_of[key] = c
+    g = len(code_of)
+    codes = np.fromiter(map(code_of.__getitem__, keys), dtype=np.intp, count=n)
+    # Sums per group and over all: bincount adds one by one in kernel order, as `+=` does.
+    calls = np.bincount(codes, minlength=g).tolist()
+    totals = np.bincount(codes, weights=dur, minlength=g).tolist()
+    total = float(np.bincount(np.zeros(n, dtype=np.intp), weights=dur, minlength=1)[0])
+    by_code = np.argsort(codes, kind="stable")
+    cuts = np.concatenate(([0], np.cumsum(calls)[:-1])).astype(np.intp) if g \
+        else np.zeros(0, dtype=np.intp)
+    sorted_dur = dur[by_code]
+    maxs = np.maximum.reduceat(sorted_dur, cuts).tolist() if n else []
+    mins = np.minimum.reduceat(sorted_dur, cuts).tolist() if n else []
+    # Each group's distinct streams, ascending: (group, stream) pairs as one number each.
+    stream_values, stream_code = np.unique(
+        np.fromiter(map(_STREAM, kernels), dtype=np.int64, count=n), return_inverse=True)
+    pairs = np.unique(codes * len(stream_values) + stream_code.reshape(-1)) if n \
+        else np.zeros(0, dtype=np.intp)
+    streams: list[list[int]] = [[] for _ in range(g)]
+    for c, stream in zip((pairs // max(len(stream_values), 1)).tolist(),
+                         stream_values[pairs % max(len(stream_values), 1)].tolist(),
+                         strict=True):
+        streams[c].append(stream)
+    # Bytes (ints, summed exactly) for the groups that give them: memcpys and memsets.
+    sized: dict[int, list[Kernel]] = {}
+    for i in np.flatnonzero(kc.kind != KERNEL_KINDS.index("kernel")).tolist():
+        k = kernels[i]
+        if k.bytes is not None:
+            sized.setdefault(code_of[(k.name, k.kind)], []).append(k)
     rows = []
-    for (name, kind), ks in groups.items():
-        durs = [k.dur_us for k in ks]
-        group_total = sum(durs)
-        sized = [k for k in ks if k.bytes is not None]
-        total_bytes = sum(k.bytes for k in sized if k.bytes is not None) if sized else None
-        sized_us = sum(k.dur_us for k in sized)
+    for (name, kind), c in code_of.items():
+        group_total = totals[c]
+        ks = sized.get(c)
+        total_bytes = sum(k.bytes for k in ks if k.bytes is not None) if ks else None
+        sized_us = sum(k.dur_us for k in ks) if ks else 0
         gbps = (
             total_bytes / (sized_us * 1e-6) / 1e9
             if total_bytes is not None and sized_us > 0
@@ -304,28 +337,28 @@ def kernel_table(trace: Trace) -> KernelTable:
             KernelRow(
                 name=name,
                 kind=kind,
-                calls=len(ks),
+                calls=calls[c],
                 total_us=group_total,
-                mean_us=group_total / len(ks),
-                max_us=max(durs),
-                min_us=min(durs),
-                streams=tuple(sorted({k.stream for k in ks})),
+                mean_us=group_total / calls[c],
+                max_us=maxs[c],
+                min_us=mins[c],
+                streams=tuple(streams[c]),
                 fraction=group_total / total if total > 0 else 0.0,
                 total_bytes=total_bytes,
                 achieved_gbps=gbps,
             )
         )
     rows.sort(key=lambda r: (-r.total_us, r.name, r.kind))
-    by_kind: dict[str, float] = defaultdict(float)
-    for k in trace.kernels:
-        by_kind[k.kind] += k.dur_us
+    by_kind = np.bincount(kc.kind.astype(np.intp), weights=dur,
+                          minlength=len(KERNEL_KINDS)).tolist()
+    kind_us = dict(zip(KERNEL_KINDS, by_kind, strict=False))
     return KernelTable(
         rows=tuple(rows),
         total_us=total,
         calls=len(trace.kernels),
-        kernel_us=float(by_kind["kernel"]),
-        memcpy_us=float(by_kind["memcpy"]),
-        memset_us=float(by_kind["memset"]),
+        kernel_us=kind_us["kernel"],
+        memcpy_us=kind_us["memcpy"],
+        memset_us=kind_us["memset"],
         unrecorded_launches=len(unrecorded_launches(trace)),
     )
 

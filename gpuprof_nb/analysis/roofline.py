@@ -22,7 +22,7 @@ import numpy as np
 
 from gpuprof_nb.analysis.derived import (
     OpColumns,
-    ids,
+    ids_of,
     kernel_columns,
     kernel_ids,
     last_call_of,
@@ -46,7 +46,6 @@ from gpuprof_nb.results.roofline import (
 )
 
 _INPUT_DIMS = attrgetter("input_dims")
-_EXTERNAL_ID = attrgetter("external_id")
 _EPS_US = 1e-3  # Kineto float timestamps carry ns digits; nesting tolerates that rounding.
 
 
@@ -361,19 +360,20 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
         # (bincount adds the times one by one in kernel order, as `+=` in a loop).
         missed = np.flatnonzero(k_anchor < 0)
         if len(missed):
-            names, name_code = op_name_codes(trace)
-            code_of = {name: c for c, name in enumerate(names)}
+            op_names_, name_code = op_name_codes(trace)
+            label_of = {name: code for code, name in enumerate(op_names_)}
             missed_owner = owner[missed]
             label = np.where(missed_owner >= 0, name_code[np.maximum(missed_owner, 0)]
                              if len(ops) else -1, -1)
             for j in np.flatnonzero(missed_owner < 0).tolist():  # no op: by kind
                 kind = f"({device_work[int(missed[j])].kind} without op)"
-                label[j] = code_of.setdefault(kind, len(code_of))
-            calls = np.bincount(label, minlength=len(code_of)).tolist()
-            times = np.bincount(label, weights=k_dur[missed], minlength=len(code_of)).tolist()
-            for name, c in code_of.items():
-                if calls[c]:
-                    unmodelled[name] = _Acc(calls=calls[c], time_us=times[c])
+                label[j] = label_of.setdefault(kind, len(label_of))
+            label_calls = np.bincount(label, minlength=len(label_of)).tolist()
+            label_us = np.bincount(label, weights=k_dur[missed],
+                                   minlength=len(label_of)).tolist()
+            for name, code in label_of.items():
+                if label_calls[code]:
+                    unmodelled[name] = _Acc(calls=label_calls[code], time_us=label_us[code])
         # The others, per anchor in kernel order: their time (bincount adds one by one, as
         # `+=` in a loop) and the kernels themselves.
         placed = np.flatnonzero(k_anchor >= 0)
@@ -527,8 +527,7 @@ def _kernel_owners(trace: Trace, tree: _Tree) -> np.ndarray:
     need = np.flatnonzero((owner < 0) & k_has_corr)
     call = lookup(corr_keys, corr_calls, k_corr[need])
     need, call = need[call >= 0], call[call >= 0]
-    c_ext, c_has_ext = ids(map(_EXTERNAL_ID, map(runtime.__getitem__, call.tolist())),
-                           len(call))
+    c_ext, c_has_ext = ids_of([runtime[i] for i in call.tolist()], "external_id")
     by_call_id = np.where(c_has_ext, lookup(ext_keys, ext_ops, c_ext), -1)
     owner[need] = by_call_id
     # Calls with no op of their id: the innermost op open on their thread at their start.

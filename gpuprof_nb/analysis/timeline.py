@@ -37,7 +37,7 @@ from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.derived import (
     first_call_of,
     frozen,
-    ids,
+    ids_of,
     kernel_columns,
     kernel_ids,
     lookup,
@@ -251,8 +251,7 @@ class _Classifier:
             if len(self.kernels) == len(trace.kernels):
                 k_corr, k_has, _, _ = kernel_ids(trace)
             else:
-                k_corr, k_has = ids(map(attrgetter("correlation"), self.kernels),
-                                    len(self.kernels))
+                k_corr, k_has = ids_of(self.kernels, "correlation")
             call = np.where(k_has, lookup(keys, calls, k_corr), -1)
             starts = runtime_starts(trace)
             nan = math.nan

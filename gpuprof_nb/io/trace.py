@@ -303,8 +303,9 @@ def _args_types() -> tuple[Any, Any, Any, Any, Any]:
                                         namespace={"ph": ph}, gc=False))
     dict_event = msgspec.defstruct("_DictEvent", [("ph", Any, None), *event_fields(parsed_args)],
                                    gc=False)
-    return (msgspec.json.Decoder(list[Union[tuple(phases)]]), raw_args,  # noqa: UP007
-            parsed_args, msgspec.Raw, list[dict_event])
+    listed: Any = list  # the types below are built at run time
+    return (msgspec.json.Decoder(listed[Union[tuple(phases)]]), raw_args,  # noqa: UP007
+            parsed_args, msgspec.Raw, listed[dict_event])
 
 
 # Every phase of the Chrome trace event format; the flow phases ('s', 't', 'f').

@@ -298,3 +298,46 @@ def test_tables_render_escaped_in_text_and_html() -> None:
     assert "vectorized_elementwise_kernel<4" not in kbundle["text/html"]
     assert "vectorized_elementwise_kernel<4" in kbundle["text/plain"]
     assert kernel_table(trace)._repr_mimebundle_(include=["text/plain"]).keys() == {"text/plain"}
+
+
+def _kernel_rows_by_loop(trace) -> dict:
+    """kernel_table's groups the plain way: a dict of lists, sums added in kernel order."""
+    groups: dict = defaultdict(list)
+    for k in trace.kernels:
+        groups[(k.name, k.kind)].append(k)
+    out = {}
+    for key, ks in groups.items():
+        total = 0.0
+        for k in ks:
+            total += k.dur_us
+        sized = [k for k in ks if k.bytes is not None]
+        out[key] = (len(ks), total, max(k.dur_us for k in ks), min(k.dur_us for k in ks),
+                    tuple(sorted({k.stream for k in ks})),
+                    sum(k.bytes for k in sized) if sized else None)
+    return out
+
+
+@pytest.mark.parametrize("path", sorted(p for p in DATA.rglob("*.json*")
+                                        if "trace" in p.name or p.suffix == ".gz"
+                                        or p.name.endswith(".json")),
+                         ids=lambda p: str(p.relative_to(DATA)))
+def test_kernel_table_groups_exactly_as_a_loop_does(path) -> None:
+    """The grouped columns (bincount, reduceat, unique) give the loop's numbers exactly."""
+    from gpuprof_nb.errors import TraceFormatError
+
+    try:
+        trace = load_trace(path)
+    except TraceFormatError:
+        pytest.skip("not a trace")
+    table = kernel_table(trace)
+    want = _kernel_rows_by_loop(trace)
+    got = {(r.name, r.kind): (r.calls, r.total_us, r.max_us, r.min_us, r.streams,
+                              r.total_bytes) for r in table.rows}
+    assert got == want
+    total = 0.0
+    by_kind: dict = defaultdict(float)
+    for k in trace.kernels:
+        total += k.dur_us
+        by_kind[k.kind] += k.dur_us
+    assert (table.total_us, table.kernel_us, table.memcpy_us, table.memset_us) == (
+        total, by_kind["kernel"], by_kind["memcpy"], by_kind["memset"])
