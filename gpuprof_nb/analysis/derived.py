@@ -7,18 +7,19 @@ Values kept there are shared: they are tuples or read-only arrays, never mutated
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from itertools import repeat
 from operator import attrgetter
 from typing import Any, TypeVar
 
 import numpy as np
 
-from gpuprof_nb.analysis.classify import kernel_class
+from gpuprof_nb.analysis.classify import kernel_name_class
 from gpuprof_nb.model.trace import Kernel, Trace
 
 T = TypeVar("T")
 _START, _DUR, _INDEX = attrgetter("start_us"), attrgetter("dur_us"), attrgetter("index")
-_KIND, _DEVICE = attrgetter("kind"), attrgetter("device")
+_KIND, _DEVICE, _NAME = attrgetter("kind"), attrgetter("device"), attrgetter("name")
 
 
 def memo(trace: Trace, key: Hashable, compute: Callable[[], T]) -> T:
@@ -79,6 +80,17 @@ class OpColumns:
         self.external_id, self.has_external_id = frozen(ext), frozen(has_ext)
 
 
+def codes_of(values: Iterable[Hashable], count: int) -> tuple[list[Any], np.ndarray]:
+    """Return the `count` values' distinct ones, in order of first appearance, and each
+    value's index into them. (One setdefault per value: faster than dict.fromkeys then a
+    lookup per value, which hashes each value twice.)"""
+    code_of: dict[Any, int] = {}
+    setdefault = code_of.setdefault
+    codes = np.fromiter((setdefault(v, len(code_of)) for v in values), dtype=np.intp,
+                        count=count)
+    return list(code_of), codes
+
+
 def op_columns(trace: Trace) -> OpColumns:
     """Return the trace's torch ops as columns (computed once per trace)."""
     return memo(trace, "op_columns", lambda: OpColumns(trace))
@@ -115,13 +127,18 @@ class KernelColumns:
         self.end = frozen(self.start + self.dur)  # the same sum as Kernel.end_us
         # Kinds as codes (KERNEL_KINDS; anything else: their count), and the device of each.
         kinds = {k: i for i, k in enumerate(KERNEL_KINDS)}
-        self.kind = frozen(np.fromiter((kinds.get(k, len(kinds)) for k in map(_KIND, kernels)),
+        self.kind = frozen(np.fromiter(map(kinds.get, map(_KIND, kernels), repeat(len(kinds))),
                                        dtype=np.int8, count=n))
         self.is_kernel = frozen(self.kind == 0)
         self.device = frozen(np.fromiter(map(_DEVICE, kernels), dtype=np.int64, count=n))
+        # kernel_class: "copy" for what is not a kernel, else its name's class (each distinct
+        # name classified once).
         code = {c: i for i, c in enumerate(KERNEL_CLASSES)}
-        self.cls = frozen(np.fromiter((code[kernel_class(k)] for k in kernels),
-                                      dtype=np.int8, count=len(kernels)))
+        names, name_code = codes_of(map(_NAME, kernels), n)
+        by_name = np.array([code[kernel_name_class(name)] for name in names], dtype=np.int8)
+        cls = by_name[name_code] if n else np.zeros(0, dtype=np.int8)
+        cls[~self.is_kernel] = code["copy"]
+        self.cls = frozen(cls)
 
     def of_class(self, name: str) -> np.ndarray:
         """Mask of the kernels of one class ('comm', 'gemm', 'elementwise', 'copy')."""

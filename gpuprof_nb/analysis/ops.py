@@ -28,6 +28,7 @@ import numpy as np
 
 from gpuprof_nb.analysis.derived import (
     KERNEL_KINDS,
+    codes_of,
     kernel_columns,
     kernel_ids,
     last_call_of,
@@ -290,12 +291,9 @@ def kernel_table(trace: Trace) -> KernelTable:
     kc = kernel_columns(trace)
     dur = kc.dur
     # Each (name, kind) as a code, in order of first appearance.
-    keys = list(map(_NAME_KIND, kernels))
-    code_of: dict[tuple[str, str], int] = dict.fromkeys(keys, 0)
-    for c, key in enumerate(code_of):
-        code_of[key] = c
+    group_keys, codes = codes_of(map(_NAME_KIND, kernels), n)
+    code_of: dict[tuple[str, str], int] = {key: c for c, key in enumerate(group_keys)}
     g = len(code_of)
-    codes = np.fromiter(map(code_of.__getitem__, keys), dtype=np.intp, count=n)
     # Sums per group and over all: bincount adds one by one in kernel order, as `+=` does.
     calls = np.bincount(codes, minlength=g).tolist()
     totals = np.bincount(codes, weights=dur, minlength=g).tolist()
