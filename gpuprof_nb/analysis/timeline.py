@@ -387,7 +387,8 @@ def _activity_window(trace: Trace) -> tuple[float, float]:
     first = min(seq[0].start_us for seq in seqs)
     # The kernels' ends are shared columns (the same sums as start_us + dur_us).
     last = max(float(kernel_columns(trace).end.max()) if seq is trace.kernels
-               else max(map(add, map(_START, seq), map(_DUR, seq))) for seq in seqs)
+               else float(np.fromiter(map(add, map(_START, seq), map(_DUR, seq)), dtype=float,
+                                      count=len(seq)).max()) for seq in seqs)
     a, b = max(first, lo), min(last, hi)
     return (a, b) if b > a else (lo, max(hi, lo))
 
