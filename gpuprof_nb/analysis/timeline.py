@@ -43,6 +43,7 @@ from gpuprof_nb.analysis.derived import (
     lookup,
     memo,
     op_columns,
+    op_name_codes,
     op_names,
     runtime_starts,
 )
@@ -385,12 +386,35 @@ def _activity_window(trace: Trace) -> tuple[float, float]:
         return lo, max(hi, lo)
     # Each sequence is sorted by start: its first element starts first.
     first = min(seq[0].start_us for seq in seqs)
-    # The kernels' ends are shared columns (the same sums as start_us + dur_us).
-    last = max(float(kernel_columns(trace).end.max()) if seq is trace.kernels
-               else float(np.fromiter(map(add, map(_START, seq), map(_DUR, seq)), dtype=float,
-                                      count=len(seq)).max()) for seq in seqs)
+    last = max(_last_end(trace, seq, profiler) for seq in seqs)
     a, b = max(first, lo), min(last, hi)
     return (a, b) if b > a else (lo, max(hi, lo))
+
+
+def _last_end(trace: Trace, seq: Sequence[Op | Kernel | RuntimeCall],
+              profiler: set[str]) -> float:
+    """The latest start_us + dur_us in one of the trace's sequences (the ops without the
+    profiler's own), from the shared columns where they hold it (the same sums)."""
+    if seq is trace.kernels:
+        return float(kernel_columns(trace).end.max())
+    if seq is trace.runtime:
+        durs = np.fromiter(map(_DUR, seq), dtype=float, count=len(seq))
+        return float((runtime_starts(trace) + durs).max())
+    # Ops: the torch ops' ends are a shared column; the other kinds (annotations) and the
+    # profiler's ops, if any is a torch op, are few.
+    cols = op_columns(trace)
+    names, codes = op_name_codes(trace)
+    keep = np.ones(len(codes), dtype=bool)
+    for c, name in enumerate(names):
+        if name in profiler:
+            keep &= codes != c
+    ends = [float(cols.end[keep].max())] if keep.any() else []
+    every = trace.ops
+    not_op = np.ones(len(every), dtype=bool)
+    not_op[cols.positions] = False
+    others = [every[i].end_us for i in np.flatnonzero(not_op).tolist()
+              if every[i].name not in profiler]
+    return float(max(ends + others))
 
 
 # Runtime calls that queue work on the device: kernel and graph launches, copies, memsets
