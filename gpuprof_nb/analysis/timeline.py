@@ -48,6 +48,7 @@ from gpuprof_nb.analysis.derived import (
     runtime_starts,
 )
 from gpuprof_nb.analysis.intervals import Interval, merge_arrays, union_length
+from gpuprof_nb.model.build import fast_maker
 from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, Trace
 from gpuprof_nb.results.timeline import (
     IDLE_CAUSES,
@@ -56,6 +57,9 @@ from gpuprof_nb.results.timeline import (
     StepTimeline,
     Timeline,
 )
+
+# Idle gaps are made by the hundred thousand on a long trace (see fast_maker).
+_new_gap = fast_maker(IdleGap)
 
 _START = attrgetter("start_us")
 _DUR = attrgetter("dur_us")
@@ -497,8 +501,9 @@ def device_timeline(trace: Trace) -> Timeline:
                                       trailing[hole], piece_lo=gap_lo)
         gap_cause[piece_dl] = _DATALOADER
     lo_list, hi_list = gap_lo.tolist(), gap_hi.tolist()
-    gaps = [IdleGap(a, b, IDLE_CAUSES[c])
-            for a, b, c in zip(lo_list, hi_list, gap_cause.tolist(), strict=True)]
+    causes = np.array(IDLE_CAUSES, dtype=object)[gap_cause].tolist() if len(gap_cause) \
+        else []
+    gaps = list(map(_new_gap, lo_list, hi_list, causes))
 
     # Host time inside torch ops, per host gap, computed once for the window and the steps.
     is_host = gap_cause == _HOST
