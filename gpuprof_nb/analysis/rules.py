@@ -815,7 +815,7 @@ def rule_recompilation(c: Context) -> Finding | None:
 
 
 _TS = attrgetter("ts_us")
-_BYTES = attrgetter("bytes")
+_BYTES, _TOTAL = attrgetter("bytes"), attrgetter("total_allocated")
 _DEVICE_PAIR = attrgetter("device_type", "device_id")
 
 
@@ -826,9 +826,12 @@ def _memory_series(events: Sequence[MemoryEvent]
     bytes. Traces record the totals on every event or on none: each case is an array
     operation (a running sum per device adds one by one, like `+=` in a loop); a mix takes
     the loop."""
-    totals = [m.total_allocated for m in events]
-    missing = totals.count(None)
-    if 0 < missing < len(totals):
+    n = len(events)
+    # The usual case, every event with its total, in one pass (numpy reads a None as NaN;
+    # the totals are ints, never NaN).
+    values = np.fromiter(map(_TOTAL, events), dtype=float, count=n)
+    missing = list(map(_TOTAL, events)).count(None) if np.isnan(values).any() else 0
+    if 0 < missing < n:
         found: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
         running: dict[tuple[int, int], float] = {}
         for m in events:
@@ -840,7 +843,6 @@ def _memory_series(events: Sequence[MemoryEvent]
             times.append(m.ts_us)
             levels.append(level)
         return found
-    n = len(events)
     pairs = list(map(_DEVICE_PAIR, events))
     distinct = set(pairs)
     # The devices in order of first appearance (a trace holds a few).
@@ -848,7 +850,8 @@ def _memory_series(events: Sequence[MemoryEvent]
     codes = np.fromiter(map(code_of.__getitem__, pairs), dtype=np.intp, count=n) \
         if len(code_of) > 1 else np.zeros(n, dtype=np.intp)
     ts = np.fromiter(map(_TS, events), dtype=float, count=n)
-    values = np.array(totals if not missing else list(map(_BYTES, events)), dtype=float)
+    if missing:
+        values = np.fromiter(map(_BYTES, events), dtype=float, count=n)
     out: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
     for key, code in code_of.items():
         mine = np.flatnonzero(codes == code)
