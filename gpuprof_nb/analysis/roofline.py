@@ -286,17 +286,19 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
     spec, device_note = _resolve_device(trace, device)
     tree = _Tree(op_columns(trace))
     ops = tree.ops
-    memo: dict[int, OpCost | None] = {}
+    unset = object()
+    known: list[Any] = [unset] * len(ops)  # each op's cost, once computed
     # A training loop repeats the same calls step after step: an op's cost depends only on
     # its name and recorded inputs, so each distinct call is costed once. The inputs are
     # keyed by identity: the loader shares equal recorded inputs (one tuple for all equal
     # shapes), so hashing them, nested tuples walked each time, would buy nothing; inputs
     # equal but not shared are only costed once more each.
-    by_call: dict[tuple[Any, ...], OpCost | None] = {}
+    by_call: dict[tuple[Any, ...], Any] = {}
 
     def cost(i: int) -> OpCost | None:
-        if i not in memo:
-            memo[i] = None  # guards against cycles from malformed nesting
+        c = known[i]
+        if c is unset:
+            known[i] = None  # guards against cycles from malformed nesting
             op = ops[i]
             if op.name in COPY_WRAPPERS:
                 c = op_cost(op)
@@ -305,12 +307,11 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
             else:
                 call = (op.name, id(op.input_dims), id(op.input_types),
                         id(op.concrete_inputs))
-                try:
-                    c = by_call[call]
-                except KeyError:
+                c = by_call.get(call, unset)
+                if c is unset:
                     c = by_call[call] = op_cost(op)
-            memo[i] = c
-        return memo[i]
+            known[i] = c
+        return c  # type: ignore[no-any-return]
 
     def _wrapper_cost(i: int) -> OpCost | None:
         # A copy wrapper costs what its outermost costed descendants cost; nothing if none.
@@ -340,9 +341,22 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
         inherited = np.where(tree.parent_arr[level] >= 0,
                              anchor[np.maximum(tree.parent_arr[level], 0)], -1)
         anchor[level] = inherited
+        found = []
         for i in level[(inherited < 0) & costable[level]].tolist():
-            if cost(i) is not None:
-                anchor[i] = i
+            # cost(i), inlined for the usual op (hundreds of thousands on a long trace)
+            op = ops[i]
+            if op.name in COPY_WRAPPERS:
+                c = cost(i)
+            else:
+                call = (op.name, id(op.input_dims), id(op.input_types),
+                        id(op.concrete_inputs))
+                c = by_call.get(call, unset)
+                if c is unset:
+                    c = by_call[call] = op_cost(op)
+                known[i] = c
+            if c is not None:
+                found.append(i)
+        anchor[found] = found
     anchor_of: list[int | None] = [None if a < 0 else a for a in anchor.tolist()]
 
     anchor_time: dict[int, float] = {}
