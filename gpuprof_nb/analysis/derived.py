@@ -8,8 +8,8 @@ Values kept there are shared: they are tuples or read-only arrays, never mutated
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from itertools import repeat
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, eq
 from typing import Any, TypeVar
 
 import numpy as np
@@ -35,7 +35,12 @@ def memo(trace: Trace, key: Hashable, compute: Callable[[], T]) -> T:
 def op_names(trace: Trace) -> frozenset[str]:
     """Return the distinct names in trace.ops (a few thousand at most), once: tests on names
     then run per name, not per op."""
-    return memo(trace, "op_names", lambda: frozenset([o.name for o in trace.ops]))
+    return memo(trace, "op_names", lambda: frozenset(map(_NAME, trace.ops)))
+
+
+def op_kinds(trace: Trace) -> list[str]:
+    """Return each op's kind, in trace.ops' order (computed once)."""
+    return memo(trace, "op_kinds", lambda: list(map(_KIND, trace.ops)))
 
 
 def frozen(a: np.ndarray) -> np.ndarray:
@@ -51,9 +56,10 @@ class OpColumns:
                  "raw_threads", "thread", "thread_keys", "external_id", "has_external_id")
 
     def __init__(self, trace: Trace) -> None:
-        positions = [i for i, o in enumerate(trace.ops) if o.kind == "op"]
         every = trace.ops
-        ops = tuple([every[i] for i in positions])
+        is_op = list(map(eq, op_kinds(trace), repeat("op")))
+        positions = list(compress(range(len(every)), is_op))
+        ops = tuple(compress(every, is_op))
         n = len(ops)
         self.ops = ops
         # Where each one sits in trace.ops.

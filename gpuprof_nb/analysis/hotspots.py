@@ -27,6 +27,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from gpuprof_nb.analysis.derived import op_kinds
 from gpuprof_nb.analysis.intervals import nearest_open_before
 from gpuprof_nb.analysis.sources import is_cell_file, profiler_frame_parts, source_label
 from gpuprof_nb.model.samples import Frame, StackSamples
@@ -214,6 +215,8 @@ def _from_samples(samples: StackSamples, gaps: _Gaps) -> tuple[_Tree, tuple[floa
 def _python_events(trace: Trace) -> list[Op]:
     """Return the python_function events of the thread with the most of them."""
     per_thread: dict[str, int] = {}
+    if "python" not in op_kinds(trace):
+        return []
     funcs = [o for o in trace.ops if o.kind == "python" and o.dur_us >= 0]
     for o in funcs:
         per_thread[str(o.tid)] = per_thread.get(str(o.tid), 0) + 1

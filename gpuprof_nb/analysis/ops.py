@@ -87,6 +87,7 @@ SORT_KEYS: dict[str, str] = {
 }
 _MAX_SHAPES = 5
 _NAME_KIND, _STREAM = attrgetter("name", "kind"), attrgetter("stream")
+_INPUT_DIMS = attrgetter("input_dims")
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,7 +231,7 @@ def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTa
         name: [call_counts[c], sums[0][c], sums[1][c], sums[2][c], sums[3][c]]
         for name, c in code_of.items()}
     shapes: dict[str, Counter[Any]] = defaultdict(Counter)
-    op_dims = [o.input_dims for o in ops]
+    op_dims = list(map(_INPUT_DIMS, ops))
     if op_dims.count(None) < len(op_dims):
         # Count the (shared, hashable) tuples; only distinct ones are formatted below.
         for (c, d), count in Counter(zip(codes.tolist(), op_dims, strict=True)).items():

@@ -786,7 +786,8 @@ def rule_recompilation(c: Context) -> Finding | None:
         return None
     spans = compile_spans(c.trace)
     compile_us = _union_in(spans, c.lo, c.hi)
-    regions = [o for o in c.trace.ops if "Torch-Compiled Region" in o.name]
+    region_names = {n for n in op_names(c.trace) if "Torch-Compiled Region" in n}
+    regions = [o for o in c.trace.ops if o.name in region_names] if region_names else []
     # "Torch-Compiled Region: F/N" runs graph N of frame F: graphs beyond the first of a frame
     # are recompilations, even when they were compiled before the profiled run.
     graphs: dict[int, set[int]] = {}

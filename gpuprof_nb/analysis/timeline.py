@@ -262,7 +262,9 @@ class _Classifier:
             nan = math.nan
             launched = np.where(call >= 0, starts[np.maximum(call, 0)] if len(starts) else nan,
                                 nan)
-            k_starts = np.array([k.start_us for k in self.kernels], dtype=float)
+            k_starts = kernel_columns(trace).start if len(self.kernels) == len(trace.kernels) \
+                else np.fromiter(map(_START, self.kernels), dtype=float,
+                                 count=len(self.kernels))
             busy_starts = self.busy_starts
             pos = np.searchsorted(busy_starts, k_starts, side="left")
             match = pos < len(busy_starts)
