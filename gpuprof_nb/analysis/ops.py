@@ -158,11 +158,18 @@ def _attribute(trace: Trace) -> tuple[list[Op], np.ndarray, np.ndarray, np.ndarr
         corr_keys, last = np.unique(r_corr[calls][owned_seq], return_index=True)
         found_k = lookup(corr_keys, call_owner[owned_seq][last], k_corr)
         owners = np.where(k_has_corr, found_k, -1)
-    if (owners < 0).any():
+    need = np.flatnonzero((owners < 0) & k_has_ext)
+    if len(need):
+        # The first op (in op order) with each External id those kernels carry: only the ops
+        # whose id is one of them are sorted (found by a search among the wanted ids).
+        wanted = np.unique(k_ext[need])
         with_ext = np.flatnonzero(cols.has_external_id)
-        ext_keys, at = np.unique(cols.external_id[with_ext], return_index=True)
-        by_ext = lookup(ext_keys, with_ext[at], k_ext)
-        owners = np.where((owners < 0) & k_has_ext, by_ext, owners)
+        op_ext = cols.external_id[with_ext]
+        at = np.minimum(np.searchsorted(wanted, op_ext), len(wanted) - 1)
+        with_ext = with_ext[wanted[at] == op_ext]
+        ext_keys, first = np.unique(cols.external_id[with_ext], return_index=True)
+        owners = owners.copy()
+        owners[need] = lookup(ext_keys, with_ext[first], k_ext[need])
     owned = owners >= 0
     k_dur = kernel_columns(trace).dur
     # bincount adds each op's durations one by one in kernel order, like `+=` in a loop.
