@@ -542,6 +542,8 @@ class _Builder:
         ops_append = self.ops.append
         runtime_append = self.runtime.append
         kernels_append = self.kernels.append
+        memory_append = self.memory.append
+        new_memory = _new_memory
         route = _ROUTE
         summary_pids = _SUMMARY_PIDS
         args_types = _ARGS_TYPES
@@ -551,6 +553,10 @@ class _Builder:
         # would make a reference cycle.
         shape = functools.partial(self._nested, self._raw_shapes, self._shared_tuple)
         strings = functools.partial(self._nested, self._raw_strings, self._str_tuple)
+        # A kernel's grid and block: shape(), its cache hit inlined (two per kernel).
+        shapes_get = self._raw_shapes.get
+        raw_type = _Raw
+        missing = _MISSING
         lo, hi = self.lo, self.hi
         negative = 0
         index = first_index
@@ -559,12 +565,56 @@ class _Builder:
                 ph = e.ph
                 if ph != "X":
                     if ph == "i" or ph == "I":
+                        # An instant widens the window; a '[memory]' one is an allocator
+                        # event (inlined: a GPU trace holds hundreds of thousands).
+                        pid = e.pid
+                        if pid in summary_pids:
+                            continue
+                        ts = e.ts
+                        t = type(ts)
+                        if (t is not float and t is not int) or ts - ts != 0:
+                            raise self._fail(index,
+                                             f"({e.name!r}) has no numeric 'ts' (got {ts!r})")
+                        if ts < lo:
+                            lo = ts
+                        if ts > hi:
+                            hi = ts
                         args = e.args
-                        if args is not None and type(args) not in args_types:
-                            args = None  # not a JSON object: no args the model reads
-                        self.lo, self.hi = lo, hi
-                        self._add_instant(index, e.name, e.ts, e.pid, e.tid, args)
-                        lo, hi = self.lo, self.hi
+                        if e.name != "[memory]" or args is None \
+                                or type(args) not in args_types:
+                            continue
+                        nbytes = args.mem_bytes
+                        if type(nbytes) is not int:
+                            nbytes = _opt_int(nbytes)
+                            if nbytes is None:
+                                continue
+                        device_type = args.device_type
+                        if type(device_type) is not int:
+                            device_type = _opt_int(device_type)
+                        device_id = args.device_id
+                        if type(device_id) is not int:
+                            device_id = _opt_int(device_id)
+                        addr = args.addr
+                        if type(addr) is not int and addr is not None:
+                            addr = _opt_int(addr)
+                        allocated = args.total_allocated
+                        if type(allocated) is not int and allocated is not None:
+                            allocated = _opt_int(allocated)
+                        reserved = args.total_reserved
+                        if type(reserved) is not int and reserved is not None:
+                            reserved = _opt_int(reserved)
+                        tid = e.tid
+                        memory_append(new_memory(
+                            ts if t is float else float(ts),
+                            nbytes,
+                            device_type if device_type is not None else -1,
+                            device_id if device_id is not None else -1,
+                            addr,
+                            allocated,
+                            reserved,
+                            pid if type(pid) is int else _host_id(pid),
+                            tid if type(tid) is int else _host_id(tid),
+                        ))
                     # 'M' metadata (unrelated early ts), 's'/'f' flows, counters: nothing to
                     # model.
                     continue
@@ -691,7 +741,15 @@ class _Builder:
                         external = args.external_id_2021
                     corr = args.correlation
                     grid = args.grid
+                    if grid is not None:
+                        hit = shapes_get(bytes(grid), missing) if type(grid) is raw_type \
+                            else missing
+                        grid = shape(grid) if hit is missing else hit
                     block = args.block
+                    if block is not None:
+                        hit = shapes_get(bytes(block), missing) if type(block) is raw_type \
+                            else missing
+                        block = shape(block) if hit is missing else hit
                     kernels_append(_new_kernel(
                         name, kind, start, dur_f,
                         device if device is not None else -1,
@@ -699,8 +757,8 @@ class _Builder:
                         corr if type(corr) is int else _opt_int(corr),
                         external if type(external) is int else _opt_int(external),
                         _opt_int(args.nbytes) if kind != "kernel" else None,
-                        shape(grid) if grid is not None else None,
-                        shape(block) if block is not None else None,
+                        grid,
+                        block,
                         index,
                         _collective(args) if args.coll_name is not None else None,
                     ))
@@ -721,56 +779,6 @@ class _Builder:
         finally:
             self.lo, self.hi = lo, hi
             self.negative_durations += negative
-
-    def _add_instant(
-        self, index: int, name: Any, ts: Any, pid: Any, tid: Any, args: Any
-    ) -> None:
-        if pid in _SUMMARY_PIDS:
-            return
-        tst = type(ts)
-        if (tst is not float and tst is not int) or ts - ts != 0:
-            raise self._fail(index, f"({name!r}) has no numeric 'ts' (got {ts!r})")
-        if ts < self.lo:
-            self.lo = ts
-        if ts > self.hi:
-            self.hi = ts
-        if name != "[memory]":
-            return
-        if args is None:
-            return
-        nbytes = args.mem_bytes
-        if type(nbytes) is not int:
-            nbytes = _opt_int(nbytes)
-            if nbytes is None:
-                return
-        device_type = args.device_type
-        if type(device_type) is not int:
-            device_type = _opt_int(device_type)
-        device_id = args.device_id
-        if type(device_id) is not int:
-            device_id = _opt_int(device_id)
-        addr = args.addr
-        if type(addr) is not int and addr is not None:
-            addr = _opt_int(addr)
-        allocated = args.total_allocated
-        if type(allocated) is not int and allocated is not None:
-            allocated = _opt_int(allocated)
-        reserved = args.total_reserved
-        if type(reserved) is not int and reserved is not None:
-            reserved = _opt_int(reserved)
-        self.memory.append(
-            _new_memory(
-                ts if type(ts) is float else float(ts),
-                nbytes,
-                device_type if device_type is not None else -1,
-                device_id if device_id is not None else -1,
-                addr,
-                allocated,
-                reserved,
-                pid if type(pid) is int else _host_id(pid),
-                tid if type(tid) is int else _host_id(tid),
-            )
-        )
 
     # -- whole trace ------------------------------------------------------------------------
 
