@@ -38,6 +38,11 @@ def op_names(trace: Trace) -> frozenset[str]:
     return memo(trace, "op_names", lambda: frozenset(map(_NAME, trace.ops)))
 
 
+def runtime_names(trace: Trace) -> frozenset[str]:
+    """Return the distinct names in trace.runtime, once (a few dozen)."""
+    return memo(trace, "runtime_names", lambda: frozenset(map(_NAME, trace.runtime)))
+
+
 def op_kinds(trace: Trace) -> list[str]:
     """Return each op's kind, in trace.ops' order (computed once)."""
     return memo(trace, "op_kinds", lambda: list(map(_KIND, trace.ops)))

@@ -357,7 +357,6 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
             if c is not None:
                 found.append(i)
         anchor[found] = found
-    anchor_of: list[int | None] = [None if a < 0 else a for a in anchor.tolist()]
 
     anchor_time: dict[int, float] = {}
     anchor_kernels: dict[int, list[Kernel]] = {}
@@ -401,6 +400,7 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
                 anchor_time[a] = float(sums[a])
                 anchor_kernels[a] = [device_work[i] for i in members[lo:hi]]
     else:
+        anchor_of: list[int | None] = [None if a < 0 else a for a in anchor.tolist()]
         total_us = 0.0
         for i in tree.order:
             if tree.parent[i] is not None:

@@ -27,6 +27,7 @@ from gpuprof_nb.analysis.derived import (
     op_name_codes,
     op_names,
     runtime_correlations,
+    runtime_names,
     runtime_starts,
     runtime_threads,
 )
@@ -175,7 +176,8 @@ def _bounds(spans: Sequence[Interval]) -> tuple[float, float]:
 
 
 def rule_host_sync(c: Context) -> Finding | None:
-    calls = [r for r in c.trace.runtime if r.name in SYNC_RUNTIME_NAMES]
+    sync_names = SYNC_RUNTIME_NAMES & runtime_names(c.trace)
+    calls = [r for r in c.trace.runtime if r.name in sync_names] if sync_names else []
     events = [s for s in c.trace.syncs if s.name in ("Stream Sync", "Context Sync", "Event Sync")]
     item_names = {"aten::item", "aten::_local_scalar_dense"} & op_names(c.trace)
     items = [o for o in c.trace.ops if o.kind == "op" and o.name in item_names] \
@@ -592,7 +594,8 @@ def _rule_host_communication(c: Context) -> Finding | None:
                               if not is_host_collective(o.name))
     overlap_us = union_length(intersect_intervals(comm_spans, compute))
     overlap = overlap_us / comm_us if comm_us > 0 else 0.0
-    count = sum(1 for o in c.trace.ops if is_host_collective(o.name))
+    host_names = {n for n in op_names(c.trace) if is_host_collective(n)}
+    count = sum(1 for o in c.trace.ops if o.name in host_names) if host_names else 0
     return make_finding(
         "communication",
         f"Collectives on the host take {c.frac(comm_us) * 100:.0f}% of the time; "

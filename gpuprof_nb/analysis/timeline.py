@@ -45,6 +45,7 @@ from gpuprof_nb.analysis.derived import (
     op_columns,
     op_name_codes,
     op_names,
+    runtime_names,
     runtime_starts,
 )
 from gpuprof_nb.analysis.intervals import Interval, merge_arrays, union_length
@@ -235,7 +236,8 @@ class _Classifier:
         self.op_start_list = self.op_starts.tolist()
         dl = dataloader_ops(trace)
         self.dl_starts, self.dl_ends = _spans([o.start_us for o in dl], [o.dur_us for o in dl])
-        syncs = [r for r in trace.runtime if r.name in SYNC_RUNTIME_NAMES]
+        sync_names = SYNC_RUNTIME_NAMES & runtime_names(trace)
+        syncs = [r for r in trace.runtime if r.name in sync_names] if sync_names else []
         syncs += [s for s in trace.syncs  # type: ignore[misc]
                   if s.name in HOST_SYNC_EVENT_NAMES and (device is None
                                                           or s.device in (device, -1))]
