@@ -42,6 +42,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from operator import itemgetter
 from types import CodeType, FrameType
 from typing import Any
 
@@ -160,10 +161,14 @@ class LineSampler:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # A signal that comes while this handler runs (a slow sample on a loaded machine)
         # calls it again inside itself: that sample is dropped, so samples stay in time order.
+        # The flag goes up before the clock is read: a signal handled right after that read
+        # (Python runs pending handlers after a call returns) would otherwise record a later
+        # time first, and the samples would go back in time (seen on an H100 machine's first
+        # profiled cell: the whole sample set was then rejected by the reader).
         if self._in_handler:
             return
-        now = time.perf_counter_ns()
         self._in_handler = True
+        now = time.perf_counter_ns()
         try:
             if frame is not None and self._running:
                 self._keep(frame, now)
@@ -214,6 +219,7 @@ class LineSampler:
                     frames.append([code.co_filename, line, name, text])
                 stack.append(fid)
             stacks.append(stack)
+        order = sorted(zip(self._ts, self._of, strict=True), key=itemgetter(0))
         entry: dict[str, Any] = {
             "mode": self.mode,
             "period_us": self.period_s * 1e6,
@@ -221,8 +227,9 @@ class LineSampler:
             "end_us": to_trace_us(self._end_ns or time.perf_counter_ns()),
             "frames": frames,
             "stacks": stacks,
-            "ts_us": [round(to_trace_us(t), 3) for t in self._ts],
-            "stack_of": list(self._of),
+            # In time order whatever order they were taken in (the reader requires it).
+            "ts_us": [round(to_trace_us(t), 3) for t, _ in order],
+            "stack_of": [sid for _, sid in order],
             "late": self._late,
         }
         if self.error:

@@ -139,6 +139,54 @@ def test_a_signal_inside_the_handler_is_dropped() -> None:
     assert sampler._ts == [] and not sampler._in_handler
 
 
+def test_a_signal_right_after_the_clock_read_is_dropped(monkeypatch) -> None:
+    """Python runs a pending handler right after a call returns: a signal handled just after
+    the handler read the clock must not record a later time before the earlier one (on an
+    H100 machine's first profiled cell the samples went back in time and the reader threw
+    them all away)."""
+    import gpuprof_nb.capture.sampling as sampling_mod
+
+    code = compile("x = 1", "<c>", "exec")
+    sampler = LineSampler(code, mode="signal")
+    sampler._running = True
+    namespace: dict = {}
+    frames: list = []
+    exec(compile("import sys\nframes.append(sys._getframe())", "<c>", "exec"),
+         {"frames": frames}, namespace)
+    frame = frames[0]
+    frame_code = frame.f_code
+    sampler.cell_code = frame_code  # the frame is "in the cell"
+    clock = iter([200, 300, 400])
+    nested = []
+
+    def fake_clock() -> int:
+        now = next(clock)
+        if not nested:  # a signal handled as the clock call returns
+            nested.append(True)
+            sampler._on_signal(signal.SIGALRM, frame)
+        return now
+
+    monkeypatch.setattr(sampling_mod.time, "perf_counter_ns", fake_clock)
+    sampler._on_signal(signal.SIGALRM, frame)
+    monkeypatch.undo()
+    assert sampler._ts == [200]  # the nested one was dropped
+
+
+def test_the_record_is_in_time_order_whatever_the_order_taken() -> None:
+    import inspect
+
+    sampler = LineSampler(compile("pass", "<c>", "exec"), mode="thread")
+    frame = inspect.currentframe()
+    assert frame is not None
+    sampler.cell_code = frame.f_code
+    for now in (300, 100, 200):
+        sampler._keep(frame, now)
+    sampler._start_ns, sampler._end_ns = 50, 400
+    entry = sampler.record(lambda ns: ns / 1000)
+    assert entry["ts_us"] == [0.1, 0.2, 0.3]
+    assert samples_of({"gpuprof_nb": {"samples": entry}}) is not None
+
+
 def test_the_handler_is_taken_out_of_the_stack_trace() -> None:
     """torch's with_stack recording sees the signal handler run on the cell's thread; those
     calls are gpuprof_nb's, not the cell's, and are taken out of the trace, while the cell's
