@@ -224,6 +224,14 @@ def runtime_correlations(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return memo(trace, "runtime_correlations", compute)
 
 
+def runtime_external_ids(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Return trace.runtime's (External ids, present), once."""
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        ext, has = ids_of(trace.runtime, "external_id")
+        return frozen(ext), frozen(has)
+    return memo(trace, "runtime_external_ids", compute)
+
+
 def runtime_threads(trace: Trace) -> tuple[np.ndarray, tuple[tuple[Any, Any], ...]]:
     """Return each runtime call's (pid, tid) as a code, and the distinct pairs the codes
     index, in order of first appearance (computed once)."""

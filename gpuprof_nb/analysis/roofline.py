@@ -22,13 +22,13 @@ import numpy as np
 
 from gpuprof_nb.analysis.derived import (
     OpColumns,
-    ids_of,
     kernel_columns,
     kernel_ids,
     last_call_of,
     lookup,
     op_columns,
     op_name_codes,
+    runtime_external_ids,
     runtime_starts,
     runtime_threads,
 )
@@ -536,12 +536,12 @@ def _kernel_owners(trace: Trace, tree: _Tree) -> np.ndarray:
     k_corr, k_has_corr, k_ext, k_has_ext = kernel_ids(trace)
     owner = np.where(k_has_ext, lookup(ext_keys, ext_ops, k_ext), -1)
     # Then the runtime call with the kernel's correlation id (the last one recorded with it).
-    runtime = trace.runtime
     corr_keys, corr_calls = last_call_of(trace)
     need = np.flatnonzero((owner < 0) & k_has_corr)
     call = lookup(corr_keys, corr_calls, k_corr[need])
     need, call = need[call >= 0], call[call >= 0]
-    c_ext, c_has_ext = ids_of([runtime[i] for i in call.tolist()], "external_id")
+    r_ext, r_has_ext = runtime_external_ids(trace)
+    c_ext, c_has_ext = r_ext[call], r_has_ext[call]
     by_call_id = np.where(c_has_ext, lookup(ext_keys, ext_ops, c_ext), -1)
     owner[need] = by_call_id
     # Calls with no op of their id: the innermost op open on their thread at their start.
@@ -555,15 +555,18 @@ def _kernel_owners(trace: Trace, tree: _Tree) -> np.ndarray:
         pid, tid = pairs[code]
         key_codes.setdefault((str(pid), str(tid)), []).append(code)
     call_starts = runtime_starts(trace)[pending_calls]
+    # Each thread's ops in the tree's order, and their starts, as slices of the tree's arrays.
+    thread_of = {k: r for r, k in enumerate(tree.cols.thread_keys)}
+    sorted_starts = tree.start_arr[tree.order_arr] if key_codes else tree.start_arr
     for key, in_key in key_codes.items():
-        idx = tree.threads.get(key)
-        if not idx:
+        r = thread_of.get(key)
+        if r is None or tree._bounds[r] == tree._bounds[r + 1]:
             continue
+        lo, hi = tree._bounds[r], tree._bounds[r + 1]
         mine = np.flatnonzero(np.isin(codes, in_key))
         t = call_starts[mine]
-        at = np.searchsorted(np.array(tree.starts[key], dtype=float), t + _EPS_US,
-                             side="right") - 1
-        cur = np.where(at >= 0, np.array(idx, dtype=np.intp)[np.maximum(at, 0)], -1)
+        at = np.searchsorted(sorted_starts[lo:hi], t + _EPS_US, side="right") - 1
+        cur = np.where(at >= 0, tree.order_arr[lo:hi][np.maximum(at, 0)], -1)
         # Up the ancestors while the op ended before the call.
         while True:
             live = np.flatnonzero(cur >= 0)
