@@ -341,21 +341,8 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
         inherited = np.where(tree.parent_arr[level] >= 0,
                              anchor[np.maximum(tree.parent_arr[level], 0)], -1)
         anchor[level] = inherited
-        found = []
-        for i in level[(inherited < 0) & costable[level]].tolist():
-            # cost(i), inlined for the usual op (hundreds of thousands on a long trace)
-            op = ops[i]
-            if op.name in COPY_WRAPPERS:
-                c = cost(i)
-            else:
-                call = (op.name, id(op.input_dims), id(op.input_types),
-                        id(op.concrete_inputs))
-                c = by_call.get(call, unset)
-                if c is unset:
-                    c = by_call[call] = op_cost(op)
-                known[i] = c
-            if c is not None:
-                found.append(i)
+        found = [i for i in level[(inherited < 0) & costable[level]].tolist()
+                 if cost(i) is not None]
         anchor[found] = found
 
     anchor_time: dict[int, float] = {}
