@@ -848,9 +848,8 @@ def _memory_series(events: Sequence[MemoryEvent]
             levels.append(level)
         return found
     pairs = list(map(_DEVICE_PAIR, events))
-    distinct = set(pairs)
     # The devices in order of first appearance (a trace holds a few).
-    code_of = {key: c for c, key in enumerate(sorted(distinct, key=pairs.index))}
+    code_of = {key: c for c, key in enumerate(dict.fromkeys(pairs))}
     codes = np.fromiter(map(code_of.__getitem__, pairs), dtype=np.intp, count=n) \
         if len(code_of) > 1 else np.zeros(n, dtype=np.intp)
     ts = np.fromiter(map(_TS, events), dtype=float, count=n)
