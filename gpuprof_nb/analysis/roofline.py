@@ -105,17 +105,21 @@ class _Tree:
         return kids[a:bisect.bisect_right(parents, i, a)]
 
     @cached_property
-    def threads(self) -> dict[tuple[str, str], list[int]]:
-        """Each thread's ops in the tree's order."""
-        b = self._bounds
-        return {k: self.order[b[r]:b[r + 1]] for r, k in enumerate(self.cols.thread_keys)}
+    def _sorted_starts(self) -> np.ndarray:
+        return self.start_arr[self.order_arr]
 
     @cached_property
-    def starts(self) -> dict[tuple[str, str], list[float]]:
-        """Each thread's op starts in the tree's order."""
-        b = self._bounds
-        sorted_starts = self.start_arr[self.order_arr].tolist()
-        return {k: sorted_starts[b[r]:b[r + 1]] for r, k in enumerate(self.cols.thread_keys)}
+    def _thread_of(self) -> dict[tuple[str, str], int]:
+        return {k: r for r, k in enumerate(self.cols.thread_keys)}
+
+    def thread(self, key: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:
+        """One thread's ops in the tree's order and their starts (both empty for a thread
+        with no op), as slices of the tree's arrays."""
+        r = self._thread_of.get(key)
+        if r is None:
+            return self.order_arr[:0], self._sorted_starts[:0]
+        lo, hi = self._bounds[r], self._bounds[r + 1]
+        return self.order_arr[lo:hi], self._sorted_starts[lo:hi]
 
     def levels(self) -> list[np.ndarray]:
         """Return the ops by depth (roots first), each level in the tree's order."""
@@ -542,18 +546,14 @@ def _kernel_owners(trace: Trace, tree: _Tree) -> np.ndarray:
         pid, tid = pairs[code]
         key_codes.setdefault((str(pid), str(tid)), []).append(code)
     call_starts = runtime_starts(trace)[pending_calls]
-    # Each thread's ops in the tree's order, and their starts, as slices of the tree's arrays.
-    thread_of = {k: r for r, k in enumerate(tree.cols.thread_keys)}
-    sorted_starts = tree.start_arr[tree.order_arr] if key_codes else tree.start_arr
     for key, in_key in key_codes.items():
-        r = thread_of.get(key)
-        if r is None or tree._bounds[r] == tree._bounds[r + 1]:
+        idx, starts = tree.thread(key)
+        if not len(idx):
             continue
-        lo, hi = tree._bounds[r], tree._bounds[r + 1]
         mine = np.flatnonzero(np.isin(codes, in_key))
         t = call_starts[mine]
-        at = np.searchsorted(sorted_starts[lo:hi], t + _EPS_US, side="right") - 1
-        cur = np.where(at >= 0, tree.order_arr[lo:hi][np.maximum(at, 0)], -1)
+        at = np.searchsorted(starts, t + _EPS_US, side="right") - 1
+        cur = np.where(at >= 0, idx[np.maximum(at, 0)], -1)
         # Up the ancestors while the op ended before the call.
         while True:
             live = np.flatnonzero(cur >= 0)

@@ -734,8 +734,9 @@ def rule_cold_start(c: Context, timing: TimingStats | None) -> Finding | None:
         share = max(share, c.frac_of_window(idle_us))
         if is_profiler_start_up(c.setup_ops):
             titles.append(f"a start-up cost held the window's first op ({longest.name}, "
-                          f"{duration_words(longest.dur_us)}, 10x its later calls) while the "
-                          f"GPU idled, {c.frac_of_window(idle_us) * 100:.0f}% of the window: "
+                          f"{duration_words(longest.dur_us)}, {th.COLD_OP_RATIO:g}x its later "
+                          f"calls) while the GPU idled, "
+                          f"{c.frac_of_window(idle_us) * 100:.0f}% of the window: "
                           "the profiler's own start-up, or a library's first call (profile "
                           "after a warm-up step, or with a schedule's warmup)")
         else:
