@@ -37,6 +37,7 @@ venv install: $(STAMP)
 # The whole suite: unit tests per layer, the browser test, and nbval on every tutorial.
 test: $(STAMP) browser-deps
 	$(BIN)/ruff check gpuprof_nb tests benchmarks tools
+	$(BIN)/ruff format --check gpuprof_nb tests benchmarks tools
 	$(BIN)/pytest -p no:cacheprovider tests tutorials --nbval-lax -q -rs
 
 # Debian's chromium for the browser test (needs root for apt-get; skipped otherwise).
@@ -49,6 +50,7 @@ browser-deps:
 
 lint: $(STAMP)
 	$(BIN)/ruff check gpuprof_nb tests benchmarks tools
+	$(BIN)/ruff format --check gpuprof_nb tests benchmarks tools
 	$(BIN)/mypy
 
 demo: $(STAMP)

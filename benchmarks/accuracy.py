@@ -33,9 +33,7 @@ _timer_median_us = _m.median * 1e6
 """
 
 
-def compare(
-    shell: object, stmt: str, *, repeat: int, min_s: float
-) -> tuple[float, float, int]:
+def compare(shell: object, stmt: str, *, repeat: int, min_s: float) -> tuple[float, float, int]:
     """One back-to-back pair: (gpuprofile median us, Timer median us, gpuprofile's runs per
     sample)."""
     run_cell(shell, f"%%gpuprofile --quiet --repeat {repeat} -o _acc\n{stmt}\n")
@@ -81,8 +79,11 @@ def run(cfg: BenchConfig) -> Section:
             worst_by_repeat[repeat] = max(worst_by_repeat.get(repeat, 0.0), abs(ratio - 1))
             if repeat == 10:
                 per_run_gap_us.append((name, statistics.median(o - t for o, t in pairs)))
-            per_sample = "-".join(str(k) for k in (numbers[0], numbers[-1])) \
-                if len(numbers) > 1 else str(numbers[0])
+            per_sample = (
+                "-".join(str(k) for k in (numbers[0], numbers[-1]))
+                if len(numbers) > 1
+                else str(numbers[0])
+            )
             lines.append(
                 f"| {name} | {repeat} | {per_sample} "
                 f"| {statistics.median(p[0] for p in pairs):.1f} us "
@@ -90,14 +91,22 @@ def run(cfg: BenchConfig) -> Section:
                 f"| {worst:.3f} |"
             )
     if any(dev > 0.05 for dev in worst_by_repeat.values()) and per_run_gap_us:
-        lines += ["", "- Where the ratio is off, the difference per run is: " + "; ".join(
-            f"{name}: {gap:+.1f} us" for name, gap in per_run_gap_us) + ". Statements of "
+        lines += [
+            "",
+            "- Where the ratio is off, the difference per run is: "
+            + "; ".join(f"{name}: {gap:+.1f} us" for name, gap in per_run_gap_us)
+            + ". Statements of "
             "0.5 ms or more run once per sample (3 samples at the default --repeat), so "
             "their medians carry the machine's run-to-run noise; Timer takes the median of "
-            "hundreds of blocks."]
+            "hundreds of blocks.",
+        ]
     targets = tuple(
-        Target(f"gpuprofile median vs Timer (--repeat {rep}, worst statement)",
-               f"{dev:.1%} off", "within 5%", dev <= 0.05)
+        Target(
+            f"gpuprofile median vs Timer (--repeat {rep}, worst statement)",
+            f"{dev:.1%} off",
+            "within 5%",
+            dev <= 0.05,
+        )
         for rep, dev in sorted(worst_by_repeat.items())
     )
     return Section("2. Timing accuracy", "\n".join(lines), targets)

@@ -113,8 +113,13 @@ def _import_display_layer() -> None:
 
     for info in pkgutil.iter_modules(gpuprof_nb.render.__path__):
         importlib.import_module(f"gpuprof_nb.render.{info.name}")
-    for name in ("matplotlib.figure", "matplotlib.patches", "matplotlib.lines",
-                 "matplotlib.backends.backend_agg", "matplotlib.backends.backend_svg"):
+    for name in (
+        "matplotlib.figure",
+        "matplotlib.patches",
+        "matplotlib.lines",
+        "matplotlib.backends.backend_agg",
+        "matplotlib.backends.backend_svg",
+    ):
         try:
             importlib.import_module(name)
         except ImportError:
@@ -160,9 +165,7 @@ def hta_trace(path: str, stages: _Stages) -> dict[str, Any]:
     analyzer = stages.run(
         "load", lambda: TraceAnalysis(trace_files={0: os.path.abspath(path)}, trace_dir="/")
     )
-    kernels = stages.run(
-        "kernels", lambda: analyzer.get_gpu_kernel_breakdown(visualize=False)
-    )
+    kernels = stages.run("kernels", lambda: analyzer.get_gpu_kernel_breakdown(visualize=False))
     stages.run(
         "idle breakdown", lambda: analyzer.get_idle_time_breakdown(ranks=[0], visualize=False)
     )
@@ -195,11 +198,14 @@ def _gpuprof_run(workers: int) -> Callable[[str, _Stages], dict[str, Any]]:
                 return analyze_run(path, executor=pool, progress=False)
 
         report = stages.run("analyze_run", go)
-        return {"ranks": len(report.ranks), "failures": len(report.failures),
-                "coordinator_rss_before_bytes": before,
-                "coordinator_peak_rss_bytes": _peak_rss_bytes(),
-                "busy_us": [r.busy_us for r in report.ranks],
-                "comm_us": [r.comm_us for r in report.ranks]}
+        return {
+            "ranks": len(report.ranks),
+            "failures": len(report.failures),
+            "coordinator_rss_before_bytes": before,
+            "coordinator_peak_rss_bytes": _peak_rss_bytes(),
+            "busy_us": [r.busy_us for r in report.ranks],
+            "comm_us": [r.comm_us for r in report.ranks],
+        }
 
     return run
 
@@ -213,8 +219,9 @@ def hta_run(path: str, stages: _Stages) -> dict[str, Any]:
     from hta.trace_analysis import TraceAnalysis
 
     analyzer = stages.run("load", lambda: TraceAnalysis(trace_dir=os.path.abspath(path)))
-    overlap = stages.run("comm/comp overlap",
-                         lambda: analyzer.get_comm_comp_overlap(visualize=False))
+    overlap = stages.run(
+        "comm/comp overlap", lambda: analyzer.get_comm_comp_overlap(visualize=False)
+    )
     stages.run("temporal breakdown", lambda: analyzer.get_temporal_breakdown(visualize=False))
     return {"ranks": int(len(overlap)), "coordinator_peak_rss_bytes": _peak_rss_bytes()}
 

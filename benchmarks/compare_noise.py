@@ -57,17 +57,24 @@ def run(cfg: BenchConfig) -> Section:
         "|---|---|---|",
     ]
     for what, got in (("same cell twice", same), ("1.5x the work after", slow)):
-        kinds = {k: sum(1 for kind, _ in got if kind == k)
-                 for k in ("no clear change", "slower", "faster")}
+        kinds = {
+            k: sum(1 for kind, _ in got if kind == k)
+            for k in ("no clear change", "slower", "faster")
+        }
         ratios = [r for _, r in got]
         lines.append(
-            f"| {what} | " + ", ".join(f"{k}: {v}" for k, v in kinds.items() if v)
-            + f" | {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) |")
+            f"| {what} | "
+            + ", ".join(f"{k}: {v}" for k, v in kinds.items() if v)
+            + f" | {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) |"
+        )
     need = max(n - 1, 1) if n >= 20 else n - 1
     targets = (
-        Target("same cell twice: no clear change", f"{quiet} of {n}",
-               f">= {need} of {n}", quiet >= need),
-        Target("planted 1.5x slowdown: slower", f"{caught} of {n}", f"{n} of {n}",
-               caught == n),
+        Target(
+            "same cell twice: no clear change",
+            f"{quiet} of {n}",
+            f">= {need} of {n}",
+            quiet >= need,
+        ),
+        Target("planted 1.5x slowdown: slower", f"{caught} of {n}", f"{n} of {n}", caught == n),
     )
     return Section("7. Before/after verdict and noise", "\n".join(lines), targets)

@@ -87,37 +87,57 @@ def run(cfg: BenchConfig) -> Section:
         if hta:
             approaches.append(("HTA", hta, "hta-run"))
         repeats = 1 if cfg.quick else min(cfg.repeats, 3)
-        got = measure_interleaved(approaches, str(run_dir), repeats=repeats,
-                                  cap_bytes=cfg.cap_bytes, poll_s=TREE_POLL_S)
+        got = measure_interleaved(
+            approaches, str(run_dir), repeats=repeats, cap_bytes=cfg.cap_bytes, poll_s=TREE_POLL_S
+        )
         one, two = got["1 worker"], got["2 workers"]
         h = got.get("HTA")
         if not (one.ok and two.ok):
-            lines.append(f"| {n} | {_mb(on_disk)} | {one.error or 'ok'} | {two.error or 'ok'} "
-                         "| | | | | |")
-            targets.append(Target(f"{n} ranks: 2 workers vs 1", "failed",
-                                  f">= {MIN_SPEEDUP}x", False))
+            lines.append(
+                f"| {n} | {_mb(on_disk)} | {one.error or 'ok'} | {two.error or 'ok'} | | | | | |"
+            )
+            targets.append(
+                Target(f"{n} ranks: 2 workers vs 1", "failed", f">= {MIN_SPEEDUP}x", False)
+            )
             continue
-        same = one.facts["busy_us"] == two.facts["busy_us"] and \
-            one.facts["comm_us"] == two.facts["comm_us"] and one.facts["ranks"] == n
+        same = (
+            one.facts["busy_us"] == two.facts["busy_us"]
+            and one.facts["comm_us"] == two.facts["comm_us"]
+            and one.facts["ranks"] == n
+        )
         speedup = one.median_seconds / two.median_seconds
         added[n] = max(_coordinator_added(one), _coordinator_added(two))
-        hta_time = (f"{h.median_seconds:.1f} s" if h is not None and h.ok
-                    else (h.error[:80] if h is not None and h.error else "not available"))
+        hta_time = (
+            f"{h.median_seconds:.1f} s"
+            if h is not None and h.ok
+            else (h.error[:80] if h is not None and h.error else "not available")
+        )
         hta_peak = _mb(h.peak_rss_bytes) if h is not None and h.ok else ""
         lines.append(
             f"| {n} | {_mb(on_disk)} | {one.median_seconds:.1f} s | {two.median_seconds:.1f} s "
             f"| {speedup:.2f}x | {_mb(_coordinator_added(one))} / "
             f"{_mb(_coordinator_added(two))} | {_mb(two.peak_rss_bytes)} | {hta_time} "
-            f"| {hta_peak} |")
-        targets.append(Target(f"{n} ranks: 2 workers vs 1 (same numbers: {same})",
-                              f"{speedup:.2f}x faster", f">= {MIN_SPEEDUP}x",
-                              speedup >= MIN_SPEEDUP and same))
+            f"| {hta_peak} |"
+        )
+        targets.append(
+            Target(
+                f"{n} ranks: 2 workers vs 1 (same numbers: {same})",
+                f"{speedup:.2f}x faster",
+                f">= {MIN_SPEEDUP}x",
+                speedup >= MIN_SPEEDUP and same,
+            )
+        )
     if sizes[-1] in added:
         worst = added[sizes[-1]]
         flat = f"; {sizes[0]} ranks: {_mb(added[sizes[0]])}" if sizes[0] in added else ""
-        targets.append(Target(f"coordinator peak memory above baseline, {sizes[-1]} ranks",
-                              f"{_mb(worst)}{flat}", f"<= {MAX_COORDINATOR_MB} MB",
-                              worst <= MAX_COORDINATOR_MB * 2**20))
+        targets.append(
+            Target(
+                f"coordinator peak memory above baseline, {sizes[-1]} ranks",
+                f"{_mb(worst)}{flat}",
+                f"<= {MAX_COORDINATOR_MB} MB",
+                worst <= MAX_COORDINATOR_MB * 2**20,
+            )
+        )
     if not hta:
         lines += ["", "HTA: not available (its venv is made by `make bench`)."]
     return Section("8. Distributed runs", "\n".join(lines), tuple(targets))

@@ -103,10 +103,17 @@ def run(cfg: BenchConfig) -> Section:
         worst = min(worst, same)
         cold += sum(1 for k in got if k == "cold_start")
         lines.append(f"| {kind} | {', '.join(got)} | {same} of {len(got)} |")
-    lines += ["", f"- cold_start as the first finding: {cold} of {runs * len(kinds)} runs "
-              "(a one-off is reported apart, in the Summary and under 'One-off costs')."]
+    lines += [
+        "",
+        f"- cold_start as the first finding: {cold} of {runs * len(kinds)} runs "
+        "(a one-off is reported apart, in the Summary and under 'One-off costs').",
+    ]
     targets = (
-        Target("planted kind is the first finding under CPU load (worst kind)",
-               f"{worst} of {runs}", f"{runs} of {runs}", worst == runs),
+        Target(
+            "planted kind is the first finding under CPU load (worst kind)",
+            f"{worst} of {runs}",
+            f"{runs} of {runs}",
+            worst == runs,
+        ),
     )
     return Section("6. First finding under load", "\n".join(lines), targets)

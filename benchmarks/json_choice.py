@@ -146,6 +146,7 @@ def run(cfg: BenchConfig) -> Section:
         lines.append(f"| `{name}` | {size / 2**20:.1f} MB | " + " | ".join(cells) + " |")
     lines.append("")
     if picked and ratios["gpuprof_nb load_trace"]:
+
         def worst(label: str) -> str:
             return f"{max(ratios[label]):.2f}x" if ratios[label] else "not measured"
 

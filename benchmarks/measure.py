@@ -102,8 +102,14 @@ def _tree_rss_bytes(root: int) -> int:
 
 
 def run_child(
-    python: str, mode: str, path: str, *, cap_bytes: int, timeout_s: float = 1800.0,
-    profile: bool = False, poll_s: float = 0.02,
+    python: str,
+    mode: str,
+    path: str,
+    *,
+    cap_bytes: int,
+    timeout_s: float = 1800.0,
+    profile: bool = False,
+    poll_s: float = 0.02,
 ) -> Run:
     """Run `child.py MODE PATH` with `python`; raise RuntimeError with the reason on failure.
     With `profile`, the child runs under cProfile and reports its hotspots in the facts.
@@ -181,7 +187,11 @@ def measure(
 
 
 def measure_interleaved(
-    approaches: list[tuple[str, str, str]], path: str, *, repeats: int, cap_bytes: int,
+    approaches: list[tuple[str, str, str]],
+    path: str,
+    *,
+    repeats: int,
+    cap_bytes: int,
     poll_s: float = 0.02,
 ) -> dict[str, Outcome]:
     """Run each approach (label, python, mode) `repeats` times, round-robin (one run of each
@@ -194,12 +204,15 @@ def measure_interleaved(
             if label in errors:
                 continue
             try:
-                runs[label].append(run_child(python, mode, path, cap_bytes=cap_bytes,
-                                             poll_s=poll_s))
+                runs[label].append(
+                    run_child(python, mode, path, cap_bytes=cap_bytes, poll_s=poll_s)
+                )
             except (RuntimeError, ValueError, OSError) as exc:
                 errors[label] = str(exc)
-    return {label: Outcome(label, tuple(runs[label]), error=errors.get(label))
-            for label, _, _ in approaches}
+    return {
+        label: Outcome(label, tuple(runs[label]), error=errors.get(label))
+        for label, _, _ in approaches
+    }
 
 
 def hotspot_lines(run: Run, limit: int = 6) -> list[str]:

@@ -48,8 +48,7 @@ def execute_notebook(timeout_s: int = 600) -> Any:
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
-    NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
-                   store_widget_state=True).execute()
+    NotebookClient(nb, timeout=timeout_s, kernel_name="python3", store_widget_state=True).execute()
     return nb
 
 
@@ -61,8 +60,11 @@ def _size(nb: Any) -> int:
 
 def widget_models(nb: Any, cell: Any) -> set[str]:
     """Model ids of the widgets the cell's outputs show, and every model they reference."""
-    state = nb.metadata.get("widgets", {}).get(
-        "application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    state = (
+        nb.metadata.get("widgets", {})
+        .get("application/vnd.jupyter.widget-state+json", {})
+        .get("state", {})
+    )
     todo = [
         out["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
         for out in cell.outputs
@@ -84,16 +86,23 @@ def cell_weight(nb: Any, index: int) -> dict[str, int]:
     cleared.cells[index].outputs = []
     cleared.cells[index].execution_count = None
     in_cell = _size(nb) - _size(cleared)
-    state = nb.metadata.get("widgets", {}).get(
-        "application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    state = (
+        nb.metadata.get("widgets", {})
+        .get("application/vnd.jupyter.widget-state+json", {})
+        .get("state", {})
+    )
     models = widget_models(nb, nb.cells[index])
     in_state = sum(len(json.dumps({m: state[m]}, indent=1)) for m in models)
     mimes: dict[str, int] = {}
     for out in nb.cells[index].outputs:
         for mime, value in out.get("data", {}).items():
             mimes[mime] = mimes.get(mime, 0) + len(json.dumps(value))
-    return {"in_cell": in_cell, "widget_state": in_state, "total": in_cell + in_state,
-            **{f"mime:{k}": v for k, v in mimes.items()}}
+    return {
+        "in_cell": in_cell,
+        "widget_state": in_state,
+        "total": in_cell + in_state,
+        **{f"mime:{k}": v for k, v in mimes.items()},
+    }
 
 
 def run(cfg: BenchConfig) -> Section:
@@ -108,15 +117,24 @@ def run(cfg: BenchConfig) -> Section:
     targets: list[Target] = []
     for index, label in MEASURED.items():
         w = cell_weight(nb, index)
-        parts = sorted(((k[5:], v) for k, v in w.items() if k.startswith("mime:")),
-                       key=lambda kv: -kv[1])
+        parts = sorted(
+            ((k[5:], v) for k, v in w.items() if k.startswith("mime:")), key=lambda kv: -kv[1]
+        )
         part_text = ", ".join(f"{k} {v / 1024:.1f} KB" for k, v in parts[:3]) or "-"
         errors = [o for o in nb.cells[index].outputs if o.get("output_type") == "error"]
         if errors:
             part_text = f"cell raised {errors[0].get('ename')}: {errors[0].get('evalue')}"[:200]
-        lines.append(f"| `{label}` | {w['in_cell'] / 1024:.1f} KB "
-                     f"| {w['widget_state'] / 1024:.1f} KB | {w['total'] / 1024:.1f} KB "
-                     f"| {part_text} |")
-        targets.append(Target(f"`{label}` output size", f"{w['total'] / 1024:.1f} KB",
-                              "< 300 KB", (w["total"] < LIMIT_BYTES) if not errors else False))
+        lines.append(
+            f"| `{label}` | {w['in_cell'] / 1024:.1f} KB "
+            f"| {w['widget_state'] / 1024:.1f} KB | {w['total'] / 1024:.1f} KB "
+            f"| {part_text} |"
+        )
+        targets.append(
+            Target(
+                f"`{label}` output size",
+                f"{w['total'] / 1024:.1f} KB",
+                "< 300 KB",
+                (w["total"] < LIMIT_BYTES) if not errors else False,
+            )
+        )
     return Section("5. Notebook weight", "\n".join(lines), tuple(targets))

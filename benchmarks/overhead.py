@@ -65,7 +65,7 @@ WORKLOADS_QUICK = {
     "many small ops (20 adds)": (64, "for _ in range(20):\n    y = x + 1\n"),
 }
 
-HAND_WRITTEN = '''
+HAND_WRITTEN = """
 import time as _time
 from torch.profiler import profile as _profile, ProfilerActivity as _PA
 _code = compile({body!r}, "<cell>", "exec")
@@ -84,7 +84,7 @@ with _profile(activities=_acts, record_shapes=True) as _prof:
     if torch.cuda.is_available(): torch.cuda.synchronize()
 print(sorted(_times)[1] / 1e3, "us median")
 print(_prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
-'''
+"""
 
 # Runs in the kernel once: times every non-silent cell from pre_run_cell to post_run_cell
 # and notes how many runs the magic made, its warm-up runs and its runs per sample (its
@@ -154,18 +154,21 @@ class Kernel:
                 raise RuntimeError(
                     f"the python3 kernel runs {python}, not this environment's "
                     f"{sys.executable}; remove or fix that kernelspec (`jupyter kernelspec "
-                    "list`) so the benchmark measures the code it was run with")
+                    "list`) so the benchmark measures the code it was run with"
+                )
         except BaseException:
             self.close()
             raise
 
-    def run(self, code: str, *, silent: bool = False,
-            user_expressions: dict[str, str] | None = None) -> tuple[float, dict[str, Any]]:
+    def run(
+        self, code: str, *, silent: bool = False, user_expressions: dict[str, str] | None = None
+    ) -> tuple[float, dict[str, Any]]:
         """Execute `code`; return (seconds from the request to its reply, reply content).
         A cell that fails raises RuntimeError with the kernel's error."""
         t0 = time.perf_counter()
-        msg_id = self.client.execute(code, silent=silent, store_history=not silent,
-                                     user_expressions=user_expressions or {})
+        msg_id = self.client.execute(
+            code, silent=silent, store_history=not silent, user_expressions=user_expressions or {}
+        )
         while True:
             reply = self.client.get_shell_msg(timeout=self.timeout_s)
             if reply["parent_header"].get("msg_id") == msg_id:
@@ -174,14 +177,17 @@ class Kernel:
         content = reply["content"]
         self._drain()
         if content["status"] != "ok":
-            raise RuntimeError(f"benchmark cell failed in the kernel: {content.get('ename')}: "
-                               f"{content.get('evalue')}\n{code}")
+            raise RuntimeError(
+                f"benchmark cell failed in the kernel: {content.get('ename')}: "
+                f"{content.get('evalue')}\n{code}"
+            )
         return elapsed, content
 
     def value(self, expr: str) -> Any:
         """Return a JSON-able expression's value, evaluated in the kernel (silently)."""
-        _, content = self.run("", silent=True,
-                              user_expressions={"v": f"__import__('json').dumps({expr})"})
+        _, content = self.run(
+            "", silent=True, user_expressions={"v": f"__import__('json').dumps({expr})"}
+        )
         result = content["user_expressions"]["v"]
         if result["status"] != "ok":
             raise RuntimeError(f"cannot evaluate {expr!r} in the kernel: {result.get('evalue')}")
@@ -249,8 +255,9 @@ def default_choice(kernel: Kernel, body: str) -> tuple[int, int]:
     return sorted(choices)[len(choices) // 2]
 
 
-def measure_workload(kernel: Kernel, n: int, body: str, timing_rounds: int,
-                     profile_rounds: int, threads: int) -> Timings:
+def measure_workload(
+    kernel: Kernel, n: int, body: str, timing_rounds: int, profile_rounds: int, threads: int
+) -> Timings:
     """Run every approach in `kernel` on one workload; return their timings."""
     kernel.run(SETUP.format(n=n, threads=threads))
     warmup, number = default_choice(kernel, body)
@@ -278,12 +285,14 @@ def measure_workload(kernel: Kernel, n: int, body: str, timing_rounds: int,
     kernel.run("_bench_log.clear()", silent=True)
     order: list[str] = []
     round_trip: dict[str, list[float]] = {label: [] for label in cells}
-    phases = (([BARE, PRINTED, FLOOR, TIMEIT, TIMING, TIMING_QUIET], timing_rounds, False),
-              ([HAND, FULL, FULL_QUIET], profile_rounds, True))
+    phases = (
+        ([BARE, PRINTED, FLOOR, TIMEIT, TIMING, TIMING_QUIET], timing_rounds, False),
+        ([HAND, FULL, FULL_QUIET], profile_rounds, True),
+    )
     for labels, rounds, collect_each in phases:
         for r in range(rounds):
             kernel.run("_bench_gc.collect()", silent=True)
-            for label in labels[r % len(labels):] + labels[: r % len(labels)]:
+            for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
                 if collect_each:
                     kernel.run("_bench_gc.collect()", silent=True)
                 round_trip[label].append(kernel.run(cells[label])[0])
@@ -326,16 +335,18 @@ def run(cfg: BenchConfig) -> Section:
     kernel = Kernel()
     try:
         kernel.run(HOOKS + "get_ipython().run_line_magic('load_ext', 'gpuprof_nb')\n")
-        results = {name: measure_workload(kernel, n, body, timing_rounds, profile_rounds,
-                                          cfg.threads)
-                   for name, (n, body) in workloads.items()}
+        results = {
+            name: measure_workload(kernel, n, body, timing_rounds, profile_rounds, cfg.threads)
+            for name, (n, body) in workloads.items()
+        }
     finally:
         kernel.close()
     return _section(results, timing_rounds, profile_rounds, cfg.threads)
 
 
-def _section(results: dict[str, Timings], timing_rounds: int, profile_rounds: int,
-             threads: int) -> Section:
+def _section(
+    results: dict[str, Timings], timing_rounds: int, profile_rounds: int, threads: int
+) -> Section:
     med = statistics.median
     lines = [
         f"Measured in a real Jupyter kernel (ipykernel, driven with jupyter_client; torch "
@@ -362,8 +373,10 @@ def _section(results: dict[str, Timings], timing_rounds: int, profile_rounds: in
     ]
     worst: dict[str, float] = {}
     for name, t in results.items():
-        ratio = {label: t.ratios(label)
-                 for label in (PRINTED, FLOOR, TIMEIT, TIMING, TIMING_QUIET, FULL, FULL_QUIET)}
+        ratio = {
+            label: t.ratios(label)
+            for label in (PRINTED, FLOOR, TIMEIT, TIMING, TIMING_QUIET, FULL, FULL_QUIET)
+        }
         printed = ratio[PRINTED]
         for label, values in ratio.items():
             worst[label] = max(worst.get(label, float("-inf")), med(values))
@@ -373,7 +386,8 @@ def _section(results: dict[str, Timings], timing_rounds: int, profile_rounds: in
             f"| {_ms(med(t.cell_s[FLOOR]))} | {_pct(ratio[FLOOR])} "
             f"| {_ms(med(t.cell_s[TIMEIT]))} | {_pct(ratio[TIMEIT])} "
             f"| {_ms(med(t.cell_s[TIMING]))} | {_pct(ratio[TIMING])} "
-            f"| {_ms(med(t.cell_s[TIMING_QUIET]))} | {_pct(ratio[TIMING_QUIET])} |")
+            f"| {_ms(med(t.cell_s[TIMING_QUIET]))} | {_pct(ratio[TIMING_QUIET])} |"
+        )
     lines += [
         "",
         "Fixed cost per cell: what each approach adds to the bare cell (median over rounds of "
@@ -387,9 +401,12 @@ def _section(results: dict[str, Timings], timing_rounds: int, profile_rounds: in
     for name, t in results.items():
         lines.append(
             f"| {name} | {_ms(med(t.cell_s[BARE]))} "
-            + "".join(f"| {_added_ms(t.differences(label, BARE))} "
-                      for label in (PRINTED, FLOOR, TIMEIT, TIMING, TIMING_QUIET))
-            + f"| {_added_ms(t.differences(TIMING, TIMEIT))} |")
+            + "".join(
+                f"| {_added_ms(t.differences(label, BARE))} "
+                for label in (PRINTED, FLOOR, TIMEIT, TIMING, TIMING_QUIET)
+            )
+            + f"| {_added_ms(t.differences(TIMING, TIMEIT))} |"
+        )
     lines += [
         "",
         f"Profile ({profile_rounds} interleaved rounds, an untimed `gc.collect()` before each "
@@ -403,15 +420,24 @@ def _section(results: dict[str, Timings], timing_rounds: int, profile_rounds: in
         lines.append(
             f"| {name} | {_ms(med(t.cell_s[HAND]))} | {_ms(med(t.cell_s[FULL]))} "
             f"| {_pct(t.ratios(FULL))} | {_ms(med(t.cell_s[FULL_QUIET]))} "
-            f"| {_pct(t.ratios(FULL_QUIET))} |")
+            f"| {_pct(t.ratios(FULL_QUIET))} |"
+        )
     lines += ["", *_notes(results, worst)]
     targets = (
         *_timing_targets(results),
         _timeit_target(results),
-        Target("%%gpuprofile (displayed) vs hand-written profiler block (worst)",
-               f"{worst[FULL]:+.1%}", "within 10%", worst[FULL] <= 0.10),
-        Target("%%gpuprofile --quiet vs hand-written profiler block (worst)",
-               f"{worst[FULL_QUIET]:+.1%}", "within 10%", worst[FULL_QUIET] <= 0.10),
+        Target(
+            "%%gpuprofile (displayed) vs hand-written profiler block (worst)",
+            f"{worst[FULL]:+.1%}",
+            "within 10%",
+            worst[FULL] <= 0.10,
+        ),
+        Target(
+            "%%gpuprofile --quiet vs hand-written profiler block (worst)",
+            f"{worst[FULL_QUIET]:+.1%}",
+            "within 10%",
+            worst[FULL_QUIET] <= 0.10,
+        ),
     )
     return Section("1. Overhead on the same cell", "\n".join(lines), targets)
 
@@ -426,17 +452,27 @@ def _timing_targets(results: dict[str, Timings]) -> tuple[Target, ...]:
     for name, t in results.items():
         bare_s, ratio = med(t.cell_s[BARE]), med(t.ratios(TIMING))
         if bare_s >= JUDGED_CELL_S:
-            out.append(Target(
-                f"--timing-only vs bare, cells of {JUDGED_CELL_S * 1e3:.0f} ms or more: "
-                f"{name} ({_ms(bare_s)} cell)", f"{ratio:+.1%}", "within 2%", ratio <= 0.02))
+            out.append(
+                Target(
+                    f"--timing-only vs bare, cells of {JUDGED_CELL_S * 1e3:.0f} ms or more: "
+                    f"{name} ({_ms(bare_s)} cell)",
+                    f"{ratio:+.1%}",
+                    "within 2%",
+                    ratio <= 0.02,
+                )
+            )
         else:
-            out.append(Target(
-                f"--timing-only vs bare: {name} ({_ms(bare_s)} cell)",
-                f"{ratio:+.1%}; not judged: the cell is shorter than "
-                f"{JUDGED_CELL_S * 1e3:.0f} ms, and the 2% holds for cells of "
-                f"{JUDGED_CELL_S * 1e3:.0f} ms or more (issue 18); the %%timeit target "
-                "judges this cell",
-                f"within 2% for cells of {JUDGED_CELL_S * 1e3:.0f} ms or more", None))
+            out.append(
+                Target(
+                    f"--timing-only vs bare: {name} ({_ms(bare_s)} cell)",
+                    f"{ratio:+.1%}; not judged: the cell is shorter than "
+                    f"{JUDGED_CELL_S * 1e3:.0f} ms, and the 2% holds for cells of "
+                    f"{JUDGED_CELL_S * 1e3:.0f} ms or more (issue 18); the %%timeit target "
+                    "judges this cell",
+                    f"within 2% for cells of {JUDGED_CELL_S * 1e3:.0f} ms or more",
+                    None,
+                )
+            )
     return tuple(out)
 
 
@@ -458,11 +494,12 @@ def _timeit_target(results: dict[str, Timings]) -> Target:
     workload, t = max(results.items(), key=lambda item: excess(item[1]))
     diffs = t.differences(TIMING, TIMEIT)
     error = precision(diffs)
-    measured = (f"{workload}: --timing-only adds {t.extra_s(TIMING) * 1e3:+.2f} ms per cell "
-                f"to bare, %%timeit {t.extra_s(TIMEIT) * 1e3:+.2f} ms; difference "
-                f"{_added_ms(diffs)}")
-    return Target(name, measured, goal,
-                  med(diffs) <= (0.0 if math.isnan(error) else error))
+    measured = (
+        f"{workload}: --timing-only adds {t.extra_s(TIMING) * 1e3:+.2f} ms per cell "
+        f"to bare, %%timeit {t.extra_s(TIMEIT) * 1e3:+.2f} ms; difference "
+        f"{_added_ms(diffs)}"
+    )
+    return Target(name, measured, goal, med(diffs) <= (0.0 if math.isnan(error) else error))
 
 
 def _notes(results: dict[str, Timings], worst: dict[str, float]) -> list[str]:
@@ -480,7 +517,8 @@ def _notes(results: dict[str, Timings], worst: dict[str, float]) -> list[str]:
             f"{extra[TIMEIT] * 1e3:+.2f} ms; the client waits "
             f"{_ms(med(t.round_trip_s[BARE]))} for bare, {_pct(t.ratios(TIMING, round_trip=True))}"
             f" for --timing-only, {_pct(t.ratios(TIMEIT, round_trip=True))} for %%timeit and "
-            f"{_pct(t.ratios(TIMING_QUIET, round_trip=True))} for --timing-only --quiet.")
+            f"{_pct(t.ratios(TIMING_QUIET, round_trip=True))} for --timing-only --quiet."
+        )
     out.append(
         "- The %%timeit target: per round, --timing-only's cell time less %%timeit's (the two "
         "run back to back on the same cell, making the same runs); met when the median of "
@@ -491,7 +529,8 @@ def _notes(results: dict[str, Timings], worst: dict[str, float]) -> list[str]:
         "read and a garbage-collector switch around each), where the magic times a short cell "
         "in blocks of N runs; the magic runs the code as the cell would run (exec in the user "
         "namespace). So the two differ slightly in the runs themselves as well as in their "
-        "fixed costs; both are what a user of each gets.")
+        "fixed costs; both are what a user of each gets."
+    )
     if worst[TIMING] > 0.02:
         name, t = max(results.items(), key=lambda item: med(item[1].ratios(TIMING)))
         quiet, printed = med(t.ratios(TIMING_QUIET)), med(t.ratios(PRINTED))
@@ -502,8 +541,11 @@ def _notes(results: dict[str, Timings], worst: dict[str, float]) -> list[str]:
         floor_s, bare_s = t.extra_s(FLOOR), med(t.cell_s[BARE])
         left_us = max(0.02 * bare_s - floor_s, 0.0) * 1e6
         above_us = (t.extra_s(TIMING) - floor_s) * 1e6
-        judged = ("judged" if bare_s >= JUDGED_CELL_S else
-                  f"not judged: shorter than {JUDGED_CELL_S * 1e3:.0f} ms")
+        judged = (
+            "judged"
+            if bare_s >= JUDGED_CELL_S
+            else f"not judged: shorter than {JUDGED_CELL_S * 1e3:.0f} ms"
+        )
         out.append(
             f"- --timing-only adds more than 2% on {name} ({_ms(bare_s)} cell, {judged}): "
             f"{worst[TIMING]:+.1%}. On that cell a minimal cell magic, which only runs the code "
@@ -514,5 +556,6 @@ def _notes(results: dict[str, Timings], worst: dict[str, float]) -> list[str]:
             f"everything else --timing-only does; it spends {above_us:.0f} us on it "
             f"({quiet:+.1%} with nothing shown, --quiet). At up to {fixed_ms:.2f} ms per cell "
             "(the most --timing-only added on any workload), the 2% holds for cells of at "
-            f"least {fixed_ms / 0.02:.0f} ms in all (the magic's runs included).")
+            f"least {fixed_ms / 0.02:.0f} ms in all (the magic's runs included)."
+        )
     return out

@@ -68,34 +68,66 @@ TITLES = {
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="gpuprof_nb benchmarks -> RESULTS.md")
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny inputs, one run each (what the smoke tests use)")
-    parser.add_argument("--only", default=",".join(COMPARISONS),
-                        help=f"comma-separated subset of {', '.join(COMPARISONS)}")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny inputs, one run each (what the smoke tests use)"
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(COMPARISONS),
+        help=f"comma-separated subset of {', '.join(COMPARISONS)}",
+    )
     parser.add_argument("--repeats", type=int, default=None, help="runs per measurement")
-    parser.add_argument("--big-trace-mb", type=int, default=None,
-                        help="size of the replicated trace in MiB (0 skips it; default 1024)")
-    parser.add_argument("--big-snapshot-mb", type=int, default=None,
-                        help="size of the synthetic snapshot in MiB (0 skips it; default 1024)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads in the measured shell (default 1: stable on a "
-                             "shared machine)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                        help="where comparison 10's training cell runs (cuda: on a GPU "
-                             "machine, with --out elsewhere than RESULTS.md)")
-    parser.add_argument("--cap-gb", type=float, default=12.0,
-                        help="kill any measured child process tree above this many GiB")
-    parser.add_argument("--traces-dir", default=os.environ.get(
-        "GPUPROF_TRACES_DIR", str(REPO.parent / "shared" / "traces")))
-    parser.add_argument("--hta-python", default=os.environ.get(
-        "GPUPROF_HTA_PYTHON", str(DEFAULT_HTA_PYTHON)))
+    parser.add_argument(
+        "--big-trace-mb",
+        type=int,
+        default=None,
+        help="size of the replicated trace in MiB (0 skips it; default 1024)",
+    )
+    parser.add_argument(
+        "--big-snapshot-mb",
+        type=int,
+        default=None,
+        help="size of the synthetic snapshot in MiB (0 skips it; default 1024)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads in the measured shell (default 1: stable on a shared machine)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where comparison 10's training cell runs (cuda: on a GPU "
+        "machine, with --out elsewhere than RESULTS.md)",
+    )
+    parser.add_argument(
+        "--cap-gb",
+        type=float,
+        default=12.0,
+        help="kill any measured child process tree above this many GiB",
+    )
+    parser.add_argument(
+        "--traces-dir",
+        default=os.environ.get("GPUPROF_TRACES_DIR", str(REPO.parent / "shared" / "traces")),
+    )
+    parser.add_argument(
+        "--hta-python", default=os.environ.get("GPUPROF_HTA_PYTHON", str(DEFAULT_HTA_PYTHON))
+    )
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "RESULTS.md"))
-    parser.add_argument("--reuse", action="store_true",
-                        help="fill the comparisons not run now (--only) from the last run's "
-                             "saved sections (benchmarks/.cache), else from the sections of "
-                             "the --out file, each marked with when and how it was measured")
-    parser.add_argument("--cache-dir", default=str(CACHE),
-                        help="where generated inputs go (default benchmarks/.cache, ignored)")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="fill the comparisons not run now (--only) from the last run's "
+        "saved sections (benchmarks/.cache), else from the sections of "
+        "the --out file, each marked with when and how it was measured",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        default=str(CACHE),
+        help="where generated inputs go (default benchmarks/.cache, ignored)",
+    )
     return parser.parse_args(argv)
 
 
@@ -130,8 +162,9 @@ def _version(module: str, python: str | None = None) -> str:
         "except m.PackageNotFoundError: print('not installed')"
     )
     try:
-        out = subprocess.run([python, "-c", code, module], capture_output=True, text=True,
-                             timeout=60)
+        out = subprocess.run(
+            [python, "-c", code, module], capture_output=True, text=True, timeout=60
+        )
         return out.stdout.strip() or "not installed"
     except (OSError, subprocess.SubprocessError):
         return "not installed"
@@ -167,7 +200,8 @@ def machine_lines(cfg: BenchConfig) -> list[str]:
         f"- HolisticTraceAnalysis {_version('HolisticTraceAnalysis', cfg.hta_python)} "
         f"(pandas {_version('pandas', cfg.hta_python)}; orjson "
         f"{_version('orjson', cfg.hta_python)}) in `{cfg.hta_python}`"
-        if cfg.hta_python else "- HolisticTraceAnalysis: not available",
+        if cfg.hta_python
+        else "- HolisticTraceAnalysis: not available",
         f"- traces: `{cfg.traces_dir}`; repeats per measurement: {cfg.repeats} "
         f"(large inputs: {cfg.big_repeats}); memory cap per child: "
         f"{cfg.cap_bytes / 2**30:.0f} GiB",
@@ -184,16 +218,20 @@ def stamp_section(section: Section, command: str) -> Section:
 
 def save_section(path: Path, section: Section) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({
-        "title": section.title, "markdown": section.markdown,
-        "targets": [[t.name, t.measured, t.goal, t.met] for t in section.targets],
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "title": section.title,
+                "markdown": section.markdown,
+                "targets": [[t.name, t.measured, t.goal, t.met] for t in section.targets],
+            }
+        )
+    )
 
 
 def load_section(path: Path) -> Section:
     data = json.loads(path.read_text())
-    return Section(data["title"], data["markdown"],
-                   tuple(Target(*t) for t in data["targets"]))
+    return Section(data["title"], data["markdown"], tuple(Target(*t) for t in data["targets"]))
 
 
 def _mark(met: bool | None) -> str:
@@ -223,8 +261,10 @@ def sections_in_results(text: str) -> dict[str, Section]:
                 targets.setdefault(title, []).append(Target(name, measured, goal, _MARKS[mark]))
         elif current is not None:
             bodies[current].append(line)
-    return {title: Section(title, "\n".join(body).strip("\n"), tuple(targets.get(title, ())))
-            for title, body in bodies.items()}
+    return {
+        title: Section(title, "\n".join(body).strip("\n"), tuple(targets.get(title, ())))
+        for title, body in bodies.items()
+    }
 
 
 def render_results(
@@ -235,10 +275,11 @@ def render_results(
     how = (
         "Measured on a GPU machine: `STEPS=bench bash tools/gpu_check.sh OUT` runs "
         "`benchmarks/run.py --only training --device cuda` there (docs/gpu-results.md)."
-        if cfg.device == "cuda" else
-        "Reproduce all of it with `make bench` (which runs `python benchmarks/run.py "
+        if cfg.device == "cuda"
+        else "Reproduce all of it with `make bench` (which runs `python benchmarks/run.py "
         "--hta-python benchmarks/.cache/venv-bench/bin/python`); a run with `--only ... "
-        "--reuse` measures some comparisons again and keeps the others from earlier runs.")
+        "--reuse` measures some comparisons again and keeps the others from earlier runs."
+    )
     out = [
         "# gpuprof_nb benchmark results",
         "",
@@ -274,16 +315,18 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     unknown = [name for name in chosen if name not in COMPARISONS]
     if unknown:
-        print(f"unknown comparison(s) {unknown}; choose from {list(COMPARISONS)}",
-              file=sys.stderr)
+        print(f"unknown comparison(s) {unknown}; choose from {list(COMPARISONS)}", file=sys.stderr)
         return 2
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     os.environ.setdefault("MPLBACKEND", "Agg")
     start = time.perf_counter()
     command = "python benchmarks/run.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     saved = cfg.cache_dir / "sections"
-    earlier = (sections_in_results(Path(args.out).read_text())
-               if args.reuse and Path(args.out).exists() else {})
+    earlier = (
+        sections_in_results(Path(args.out).read_text())
+        if args.reuse and Path(args.out).exists()
+        else {}
+    )
     sections: list[Section] = []
     for name in COMPARISONS:
         if name not in chosen:
@@ -298,8 +341,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             section = module.run(cfg)
         except Exception as exc:  # noqa: BLE001 - one broken comparison must not hide the rest
-            section = Section(name, f"This comparison failed: `{type(exc).__name__}: {exc}`",
-                              (Target(name, f"failed: {exc}", "runs", False),))
+            section = Section(
+                name,
+                f"This comparison failed: `{type(exc).__name__}: {exc}`",
+                (Target(name, f"failed: {exc}", "runs", False),),
+            )
         section = stamp_section(section, command.strip())
         sections.append(section)
         if not cfg.quick:

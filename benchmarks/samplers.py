@@ -161,18 +161,25 @@ CELLS = {
         "    opt.zero_grad(set_to_none=True)\n"
         "    loss = loss_fn(model(x), y)\n"
         "    loss.backward()\n"
-        "    opt.step()\n", 2, 20),
+        "    opt.step()\n",
+        2,
+        20,
+    ),
     "pure-Python loop": (
-        "total = 0\n"
-        "for i in range({n}):\n"
-        "    total += i * i % 7\n", 20_000, 500_000),
+        "total = 0\nfor i in range({n}):\n    total += i * i % 7\n",
+        20_000,
+        500_000,
+    ),
     "per-sample loop of tiny torch ops": (
         "out = []\n"
         "for i in range({n}):\n"
         "    row = data[i % 4096]\n"
         "    s = float((row * w).sum())\n"
         "    if s > 0:\n"
-        "        out.append(round(s * s, 3))\n", 40, 1_000),
+        "        out.append(round(s * s, 3))\n",
+        40,
+        1_000,
+    ),
 }
 
 NONE = "none"
@@ -213,8 +220,7 @@ def _blocks(labels: Iterable[str]) -> dict[str, list[str]]:
     labels = list(labels)
     line = LINE_SIGNAL if LINE_SIGNAL in labels else LINE_THREAD
     judged = [v for v in (NONE, line, UTIL_20, BOTH) if v in labels]
-    blocks = {JUDGED_BLOCK: judged,
-              INFO_BLOCK: [NONE, *(v for v in labels if v not in judged)]}
+    blocks = {JUDGED_BLOCK: judged, INFO_BLOCK: [NONE, *(v for v in labels if v not in judged)]}
     if UTIL_20 in labels:
         blocks[DEFAULT_BLOCK] = [NONE, UTIL_20]
     return blocks
@@ -225,10 +231,16 @@ def _schedule(judged_rounds: int, info_rounds: int, default_rounds: int) -> list
     evenly among the judged ones (so all blocks see the machine over the same stretch of
     time). Each block's k-th of n rounds sits at (k + 1/2) / n of the stretch; rounds at the
     same point go judged, informational, default mode."""
-    counts = ((JUDGED_BLOCK, judged_rounds), (INFO_BLOCK, info_rounds),
-              (DEFAULT_BLOCK, default_rounds))
-    spots = sorted((Fraction(2 * k + 1, 2 * n), rank, block)
-                   for rank, (block, n) in enumerate(counts) for k in range(n))
+    counts = (
+        (JUDGED_BLOCK, judged_rounds),
+        (INFO_BLOCK, info_rounds),
+        (DEFAULT_BLOCK, default_rounds),
+    )
+    spots = sorted(
+        (Fraction(2 * k + 1, 2 * n), rank, block)
+        for rank, (block, n) in enumerate(counts)
+        for k in range(n)
+    )
     return [block for _, _, block in spots]
 
 
@@ -237,8 +249,11 @@ def _round_counts(cfg: BenchConfig) -> tuple[int, int, int]:
     default-mode block)."""
     if cfg.quick:
         return max(cfg.repeats, 1), max(cfg.repeats, 1), max(cfg.repeats, 1)
-    return (max(cfg.repeats, JUDGED_ROUNDS), max(cfg.repeats, INFO_ROUNDS),
-            max(cfg.repeats, DEFAULT_ROUNDS))
+    return (
+        max(cfg.repeats, JUDGED_ROUNDS),
+        max(cfg.repeats, INFO_ROUNDS),
+        max(cfg.repeats, DEFAULT_ROUNDS),
+    )
 
 
 class _IdleThread:
@@ -333,8 +348,10 @@ def _variants() -> dict[str, Callable[[CodeType], list[tuple[str, Any]]]]:
         LINE_THREAD: lambda code: [("samples", LineSampler(code, mode="thread"))],
         UTIL_10: lambda code: [("utilisation", UtilisationSampler(cuda=False, period_s=0.01))],
         UTIL_20: lambda code: [("utilisation", UtilisationSampler(cuda=False, period_s=0.02))],
-        BOTH: lambda code: [("utilisation", UtilisationSampler(cuda=False)),
-                            ("samples", LineSampler(code))],
+        BOTH: lambda code: [
+            ("utilisation", UtilisationSampler(cuda=False)),
+            ("samples", LineSampler(code)),
+        ],
         IDLE: lambda code: [("control", _IdleThread())],
         ALARM: lambda code: [("control", _EmptyAlarm())],
     }
@@ -353,17 +370,30 @@ def _pyinstrument_samplers(interval_s: float, code: CodeType) -> list[tuple[str,
 def _python_functions(events: Any) -> tuple[int, int]:
     """(python_function events in the trace, those inside the run wrapper's own event: the
     cell's run; 0 where torch recorded no event for the wrapper)."""
-    found = [e for e in events if isinstance(e, dict) and e.get("cat") == "python_function"] \
-        if isinstance(events, list) else []
+    found = (
+        [e for e in events if isinstance(e, dict) and e.get("cat") == "python_function"]
+        if isinstance(events, list)
+        else []
+    )
     inside = 0
-    wrappers = [e for e in found if str(e.get("name", "")).endswith(f": {RUN_WRAPPER}")
-                and isinstance(e.get("ts"), (int, float))
-                and isinstance(e.get("dur"), (int, float))]
+    wrappers = [
+        e
+        for e in found
+        if str(e.get("name", "")).endswith(f": {RUN_WRAPPER}")
+        and isinstance(e.get("ts"), (int, float))
+        and isinstance(e.get("dur"), (int, float))
+    ]
     if wrappers:
         w = wrappers[0]
         start, end = w["ts"], w["ts"] + w["dur"]
-        inside = sum(1 for e in found if e is not w and e.get("tid") == w.get("tid")
-                     and isinstance(e.get("ts"), (int, float)) and start <= e["ts"] <= end)
+        inside = sum(
+            1
+            for e in found
+            if e is not w
+            and e.get("tid") == w.get("tid")
+            and isinstance(e.get("ts"), (int, float))
+            and start <= e["ts"] <= end
+        )
     return len(found), inside
 
 
@@ -377,8 +407,9 @@ def _sample_count(record: Any) -> int | None:
     return count if isinstance(count, int) else None
 
 
-def _call(code: CodeType, ns: dict[str, Any], samplers: list[tuple[str, Any]],
-          stack: bool = True) -> tuple[int, int, dict[str, Any], tuple[int, int], int]:
+def _call(
+    code: CodeType, ns: dict[str, Any], samplers: list[tuple[str, Any]], stack: bool = True
+) -> tuple[int, int, dict[str, Any], tuple[int, int], int]:
     """One profile_cell call as the magic makes it (`stack`: with --stack, else as its
     default mode); return (ns of the run inside the profiler, ns of the whole call, what the
     samplers recorded, the python_function events in the trace and inside the cell's run,
@@ -403,12 +434,18 @@ def _call(code: CodeType, ns: dict[str, Any], samplers: list[tuple[str, Any]],
     artifact = profile_cell(bench_cell_run, runs=1, stack=stack, cuda=False, samplers=samplers)
     outer = clock() - t0
     own = artifact.get(KEY, {})
-    return (box[0], outer, {key: own.get(key) for key, _ in samplers},
-            _python_functions(artifact.get("traceEvents")), box[1])
+    return (
+        box[0],
+        outer,
+        {key: own.get(key) for key, _ in samplers},
+        _python_functions(artifact.get("traceEvents")),
+        box[1],
+    )
 
 
-def _bare_call(code: CodeType, ns: dict[str, Any],
-               samplers: list[tuple[str, Any]]) -> tuple[int, dict[str, Any]]:
+def _bare_call(
+    code: CodeType, ns: dict[str, Any], samplers: list[tuple[str, Any]]
+) -> tuple[int, dict[str, Any]]:
     """The cell run bare (no torch.profiler), the samplers started before it and stopped
     after; return (ns of the run, what the samplers recorded)."""
     clock = time.perf_counter_ns
@@ -439,8 +476,9 @@ def _sized(body: str, n: int, ns: dict[str, Any], target_s: float) -> tuple[int,
     return n, compile(body.format(n=n), "<bench-cell>", "exec")
 
 
-def measure_cells(cfg: BenchConfig, judged_rounds: int, info_rounds: int,
-                  default_rounds: int) -> tuple[dict[str, dict[str, Any]], list[str]]:
+def measure_cells(
+    cfg: BenchConfig, judged_rounds: int, info_rounds: int, default_rounds: int
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Per cell: n; per block (judged, informational, default mode; `_blocks`), its rounds,
     whether its calls recorded stacks (`stack`: False in default mode) and per variant the
     inner and outer ns of each round, the samples per second of each sampler (key -> list),
@@ -458,8 +496,11 @@ def measure_cells(cfg: BenchConfig, judged_rounds: int, info_rounds: int,
         blocks.pop(DEFAULT_BLOCK, None)
     if DEFAULT_BLOCK not in blocks:
         default_rounds = 0
-    block_rounds = {JUDGED_BLOCK: judged_rounds, INFO_BLOCK: info_rounds,
-                    DEFAULT_BLOCK: default_rounds}
+    block_rounds = {
+        JUDGED_BLOCK: judged_rounds,
+        INFO_BLOCK: info_rounds,
+        DEFAULT_BLOCK: default_rounds,
+    }
     noted: dict[tuple[str, str], list[Any]] = {}  # (cell, variant) -> [first note, calls]
     calls: dict[tuple[str, str], int] = {}  # (cell, variant) -> timed calls
     rng = random.Random(0)
@@ -475,13 +516,25 @@ def measure_cells(cfg: BenchConfig, judged_rounds: int, info_rounds: int,
             _call(code, ns, make(code))
         for label in blocks.get(DEFAULT_BLOCK, ()):  # untimed: the first in default mode
             _call(code, ns, variants[label](code), stack=False)
-        measured = {block: {"rounds": block_rounds[block], "stack": _stack(block),
-                            **{key: {v: ([] if key != "rates" else {}) for v in labels}
-                               for key in ("inner", "outer", "rates", "pyfunc", "off_cpu")}}
-                    for block, labels in blocks.items()}
+        measured = {
+            block: {
+                "rounds": block_rounds[block],
+                "stack": _stack(block),
+                **{
+                    key: {v: ([] if key != "rates" else {}) for v in labels}
+                    for key in ("inner", "outer", "rates", "pyfunc", "off_cpu")
+                },
+            }
+            for block, labels in blocks.items()
+        }
 
-        def note(label: str, records: dict[str, Any], took_ns: int,
-                 into: dict[str, dict[str, list[float]]], cell: str = name) -> None:
+        def note(
+            label: str,
+            records: dict[str, Any],
+            took_ns: int,
+            into: dict[str, dict[str, list[float]]],
+            cell: str = name,
+        ) -> None:
             calls[(cell, label)] = calls.get((cell, label), 0) + 1
             said: list[str] = []
             for key, record in records.items():
@@ -503,7 +556,8 @@ def measure_cells(cfg: BenchConfig, judged_rounds: int, info_rounds: int,
             rng.shuffle(labels)
             for label in labels:
                 t_in, t_out, records, counts, off = _call(
-                    code, ns, variants[label](code), stack=_stack(block))
+                    code, ns, variants[label](code), stack=_stack(block)
+                )
                 data["inner"][label].append(t_in)
                 data["off_cpu"][label].append(off)
                 data["outer"][label].append(t_out)
@@ -520,10 +574,17 @@ def measure_cells(cfg: BenchConfig, judged_rounds: int, info_rounds: int,
                 took, records = _bare_call(code, ns, variants[label](code))
                 bare[label].append(took)
                 note(label, records, took, bare_rates, f"{name} (bare run)")
-        results[name] = {"n": n, "blocks": measured, "bare": bare, "bare_rates": bare_rates,
-                         "bare_rounds": info_rounds}
-    notes = [f"{cell}, {label} ({count} of {calls[(cell, label)]} calls; the first said): "
-             f"{text}" for (cell, label), (text, count) in noted.items()]
+        results[name] = {
+            "n": n,
+            "blocks": measured,
+            "bare": bare,
+            "bare_rates": bare_rates,
+            "bare_rounds": info_rounds,
+        }
+    notes = [
+        f"{cell}, {label} ({count} of {calls[(cell, label)]} calls; the first said): {text}"
+        for (cell, label), (text, count) in noted.items()
+    ]
     return results, notes
 
 
@@ -547,9 +608,12 @@ def _inside(c: dict[str, Any], label: str) -> float:
 def _off_cpu_added(block: dict[str, Any], label: str) -> list[float]:
     """Round by round in one block: the cell thread's time off the CPU with `label` less
     without a sampler, over the run without a sampler."""
-    return [(off - ref_off) / ref for off, ref_off, ref
-            in zip(block["off_cpu"][label], block["off_cpu"][NONE], block["inner"][NONE],
-                   strict=True)]
+    return [
+        (off - ref_off) / ref
+        for off, ref_off, ref in zip(
+            block["off_cpu"][label], block["off_cpu"][NONE], block["inner"][NONE], strict=True
+        )
+    ]
 
 
 def _ratios(values: list[int], reference: list[int]) -> list[float]:
@@ -614,8 +678,14 @@ def measure_hotspots(cfg: BenchConfig, rounds: int) -> dict[str, Any] | None:
         _, t_display = timed(report._repr_mimebundle_)
         return t_analyze, t_display, report.hotspots is not None
 
-    out: dict[str, Any] = {"path": path, "bytes": _json_bytes(path), "load": [],
-                           "hotspots": [], "with": [], "without": []}
+    out: dict[str, Any] = {
+        "path": path,
+        "bytes": _json_bytes(path),
+        "load": [],
+        "hotspots": [],
+        "with": [],
+        "without": [],
+    }
     for r in range(rounds + 1):
         trace, t_load = timed(lambda: load_trace(path))
         timeline = device_timeline(trace)
@@ -651,12 +721,14 @@ def _machine_line() -> str:
         virtual = False
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     kind = "a shared virtual machine" if virtual else "this machine"
-    return (f"Measured on {kind} with {os.cpu_count()} CPUs (load average 1/5/15 min at the "
-            f"end of the cell rounds: {load}): other work on it shows up as noise, of the "
-            "order of the 1-3% being judged; the noise floor column gives the spread of the "
-            "reference runs (interquartile range, % of their median), and each overhead is "
-            "the median over rounds of that round's ratio, ± the standard error of that "
-            "median.")
+    return (
+        f"Measured on {kind} with {os.cpu_count()} CPUs (load average 1/5/15 min at the "
+        f"end of the cell rounds: {load}): other work on it shows up as noise, of the "
+        "order of the 1-3% being judged; the noise floor column gives the spread of the "
+        "reference runs (interquartile range, % of their median), and each overhead is "
+        "the median over rounds of that round's ratio, ± the standard error of that "
+        "median."
+    )
 
 
 def run(cfg: BenchConfig) -> Section:
@@ -668,8 +740,13 @@ def run(cfg: BenchConfig) -> Section:
     return _section(cfg, cells, notes, hot, machine)
 
 
-def _section(cfg: BenchConfig, cells: dict[str, dict[str, Any]], notes: list[str],
-             hot: dict[str, Any] | None, machine: str) -> Section:
+def _section(
+    cfg: BenchConfig,
+    cells: dict[str, dict[str, Any]],
+    notes: list[str],
+    hot: dict[str, Any] | None,
+    machine: str,
+) -> Section:
     med = statistics.median
     signal_ok = hasattr(signal, "setitimer")
     first = next(iter(cells.values()))
@@ -687,13 +764,15 @@ def _section(cfg: BenchConfig, cells: dict[str, dict[str, Any]], notes: list[str
             "this is the stricter test of its relative cost; and in the judged block its "
             "wall-time row's standard error (±0.8% in 19 rounds in the runs before this "
             "block; this run's are in the table) is of the order of its 1% goal. Its "
-            "judged-block rows (with `--stack`) are informational.")
+            "judged-block rows (with `--stack`) are informational."
+        )
     else:
         default_text = (
             "spread evenly among the judged ones; the *rounds* column gives each row's. The "
             f"*{DEFAULT_BLOCK}* block (none and {UTIL_20} with `stack=False`, as "
             "`%%gpuprofile` without `--stack` makes it), on which the utilisation sampler's "
-            "targets are judged, was not measured here.")
+            "targets are judged, was not measured here."
+        )
     lines = [
         "Each sampler beside the profiled run, as `%%gpuprofile --stack` runs it: "
         "`profile_cell(run, runs=1, stack=True, cuda=False, samplers=...)`, `run` exec'ing "
@@ -741,16 +820,19 @@ def _section(cfg: BenchConfig, cells: dict[str, dict[str, Any]], notes: list[str
                     off = _pct(r_off)
                     if med(r_off) > worst.get(("off", key), (-math.inf, ""))[0]:
                         worst[("off", key)] = (med(r_off), name)
-                rate = ", ".join(f"{key} {med(v):.0f}" for key, v in rates[label].items()) \
-                    or "-"
+                rate = ", ".join(f"{key} {med(v):.0f}" for key, v in rates[label].items()) or "-"
                 lines.append(
                     f"| {name} (n={c['n']:,}) | {label} | {_ms(inner[label])} | {ratio_in} "
                     f"| {off} | {_ms(outer[label])} | {ratio_out} | {rate} "
                     f"| {_iqr_pct(inner[NONE]) if label == NONE else ''} "
-                    f"| {len(inner[label])} ({block_name}) |")
-    on_top = {name: _ratios(c["blocks"][JUDGED_BLOCK]["inner"][BOTH],
-                            c["blocks"][JUDGED_BLOCK]["inner"][UTIL_20])
-              for name, c in cells.items()}
+                    f"| {len(inner[label])} ({block_name}) |"
+                )
+    on_top = {
+        name: _ratios(
+            c["blocks"][JUDGED_BLOCK]["inner"][BOTH], c["blocks"][JUDGED_BLOCK]["inner"][UTIL_20]
+        )
+        for name, c in cells.items()
+    }
     for name, values in on_top.items():
         if med(values) > worst.get("on top", (-math.inf, ""))[0]:
             worst["on top"] = (med(values), name)
@@ -777,14 +859,17 @@ def _section(cfg: BenchConfig, cells: dict[str, dict[str, Any]], notes: list[str
         "What `--stack`'s line sampler adds in the magic, where the utilisation sampler "
         "always runs (both as the magic makes them vs the utilisation sampler alone, "
         f"20 ms, round by round in the judged block's {judged['rounds']} rounds): "
-        + "; ".join(
-            f"{name} {_pct(values)}" for name, values in on_top.items()) + ".",
+        + "; ".join(f"{name} {_pct(values)}" for name, values in on_top.items())
+        + ".",
     ]
     if notes:
         lines += ["", "What the samplers noted: " + "; ".join(notes[:8]) + "."]
     if not signal_ok or LINE_SIGNAL not in _measured(first):
-        lines += ["", "The signal sampler could not run here (no SIGALRM interval timer, or "
-                  "not the main thread): the magic falls back to thread mode."]
+        lines += [
+            "",
+            "The signal sampler could not run here (no SIGALRM interval timer, or "
+            "not the main thread): the magic falls back to thread mode.",
+        ]
     lines += ["", *_pyinstrument_lines(cells)]
     lines += ["", *_hotspot_lines(cfg, hot)]
     targets = _targets(worst, hot, cfg.quick) + _pyinstrument_targets(cells, worst)
@@ -799,8 +884,10 @@ def _pyinstrument_lines(cells: dict[str, dict[str, Any]]) -> list[str]:
     how it compares with the line sampler, and what it costs without torch.profiler."""
     first = next(iter(cells.values()))
     if PYI_1 not in _measured(first):
-        return ["pyinstrument is not installed here (`make bench` installs pyinstrument 5.1.3 "
-                "into the venv it runs): its variants are left out."]
+        return [
+            "pyinstrument is not installed here (`make bench` installs pyinstrument 5.1.3 "
+            "into the venv it runs): its variants are left out."
+        ]
     med = statistics.median
     line_ref = LINE_SIGNAL if LINE_SIGNAL in _measured(first) else LINE_THREAD
     out = [
@@ -825,37 +912,56 @@ def _pyinstrument_lines(cells: dict[str, dict[str, Any]]) -> list[str]:
     for name, c in cells.items():
         for label in (v for v in PYFUNC if v in _measured(c)):
             counts = _block_of(c, label)["pyfunc"][label]
-            out.append(f"| {name} | {label} | {med([t for t, _ in counts]):,.0f} "
-                       f"| {med([i for _, i in counts]):,.0f} |")
+            out.append(
+                f"| {name} | {label} | {med([t for t, _ in counts]):,.0f} "
+                f"| {med([i for _, i in counts]):,.0f} |"
+            )
     said = []
     for name, c in cells.items():
         ref = _inside(c, NONE)
         got = {label: _inside(c, label) for label in PYI_INTERVALS}
-        said.append(f"{name}: " + ", ".join(f"{label} {value:,.0f}"
-                                             for label, value in got.items())
-                    + f" of {ref:,.0f} without a sampler")
-    out += ["", "Inside the cell's run torch recorded, with pyinstrument running: "
-            + "; ".join(said) + "."]
-    if all(_inside(c, label) == 0 < _inside(c, NONE)
-           for c in cells.values() for label in PYI_INTERVALS):
-        out += ["", "So while pyinstrument runs, torch records no Python event on the "
-                "cell's thread: pyinstrument's start() puts its profile function in place of "
-                "torch's there and its stop() leaves none, so the events left in the trace "
-                "are those from before it started. Its profiled-run "
-                "rows above are therefore not its cost alone: with it, the run no longer pays "
-                "for torch's own Python recording, and the trace has no Python events for "
-                "the hotspots to read."]
+        said.append(
+            f"{name}: "
+            + ", ".join(f"{label} {value:,.0f}" for label, value in got.items())
+            + f" of {ref:,.0f} without a sampler"
+        )
+    out += [
+        "",
+        "Inside the cell's run torch recorded, with pyinstrument running: " + "; ".join(said) + ".",
+    ]
+    if all(
+        _inside(c, label) == 0 < _inside(c, NONE) for c in cells.values() for label in PYI_INTERVALS
+    ):
+        out += [
+            "",
+            "So while pyinstrument runs, torch records no Python event on the "
+            "cell's thread: pyinstrument's start() puts its profile function in place of "
+            "torch's there and its stop() leaves none, so the events left in the trace "
+            "are those from before it started. Its profiled-run "
+            "rows above are therefore not its cost alone: with it, the run no longer pays "
+            "for torch's own Python recording, and the trace has no Python events for "
+            "the hotspots to read.",
+        ]
+
     def against_line(c: dict[str, Any], label: str) -> str:
         block, ref_block = _block_of(c, label), _block_of(c, line_ref)
-        return _pct_across(_ratios(block["inner"][label], block["inner"][NONE]),
-                           _ratios(ref_block["inner"][line_ref], ref_block["inner"][NONE]))
+        return _pct_across(
+            _ratios(block["inner"][label], block["inner"][NONE]),
+            _ratios(ref_block["inner"][line_ref], ref_block["inner"][NONE]),
+        )
 
-    out += ["", f"pyinstrument against the {line_ref}, the profiled run: measured in "
-            "different blocks, so each against the run without a sampler of its own rounds, "
-            "(1 + pyinstrument's median) / (1 + the line sampler's median) - 1, ± the two "
-            "standard errors combined: " + "; ".join(f"{name}: " + ", ".join(
-                f"{label} {against_line(c, label)}" for label in PYI_INTERVALS)
-                for name, c in cells.items()) + "."]
+    out += [
+        "",
+        f"pyinstrument against the {line_ref}, the profiled run: measured in "
+        "different blocks, so each against the run without a sampler of its own rounds, "
+        "(1 + pyinstrument's median) / (1 + the line sampler's median) - 1, ± the two "
+        "standard errors combined: "
+        + "; ".join(
+            f"{name}: " + ", ".join(f"{label} {against_line(c, label)}" for label in PYI_INTERVALS)
+            for name, c in cells.items()
+        )
+        + ".",
+    ]
     bare_labels = [v for v in BARE if v in first["bare"]]
     out += [
         "",
@@ -872,48 +978,78 @@ def _pyinstrument_lines(cells: dict[str, dict[str, Any]]) -> list[str]:
         bare, rates = c["bare"], c["bare_rates"]
         for label in bare_labels:
             vs_none = "-" if label == NONE else _pct(_ratios(bare[label], bare[NONE]))
-            vs_line = _pct(_ratios(bare[label], bare[line_ref])) \
-                if label in PYI_INTERVALS and line_ref in bare else "-"
+            vs_line = (
+                _pct(_ratios(bare[label], bare[line_ref]))
+                if label in PYI_INTERVALS and line_ref in bare
+                else "-"
+            )
             rate = ", ".join(f"{key} {med(v):.0f}" for key, v in rates[label].items()) or "-"
-            out.append(f"| {name} | {label} | {_ms(bare[label])} | {vs_none} | {vs_line} "
-                       f"| {rate} |")
+            out.append(
+                f"| {name} | {label} | {_ms(bare[label])} | {vs_none} | {vs_line} | {rate} |"
+            )
     return out
 
 
-def _pyinstrument_targets(cells: dict[str, dict[str, Any]],
-                          worst: dict[str, tuple[float, str]]) -> tuple[Target, ...]:
+def _pyinstrument_targets(
+    cells: dict[str, dict[str, Any]], worst: dict[str, tuple[float, str]]
+) -> tuple[Target, ...]:
     """Informational rows for pyinstrument (no goal): the profiled run, the bare run, and
     the python_function events left inside the cell's run."""
     first = next(iter(cells.values()))
     if PYI_1 not in _measured(first):
-        return (Target("pyinstrument Profiler: added to the profiled run",
-                       "not measured (pyinstrument not installed)", INFO, None),)
+        return (
+            Target(
+                "pyinstrument Profiler: added to the profiled run",
+                "not measured (pyinstrument not installed)",
+                INFO,
+                None,
+            ),
+        )
     med = statistics.median
     out = []
     for label in PYI_INTERVALS:
         value, cell = worst[label]
-        out.append(Target(f"{label}: added to the profiled run (worst cell)",
-                          f"{value:+.1%} ({cell})", INFO, None))
+        out.append(
+            Target(
+                f"{label}: added to the profiled run (worst cell)",
+                f"{value:+.1%} ({cell})",
+                INFO,
+                None,
+            )
+        )
     for label in PYI_INTERVALS:
-        value, cell = max((med(_ratios(c["bare"][label], c["bare"][NONE])), name)
-                          for name, c in cells.items())
-        out.append(Target(f"{label}, without torch.profiler: added to the bare run "
-                          "(worst cell)", f"{value:+.1%} ({cell})", INFO, None))
+        value, cell = max(
+            (med(_ratios(c["bare"][label], c["bare"][NONE])), name) for name, c in cells.items()
+        )
+        out.append(
+            Target(
+                f"{label}, without torch.profiler: added to the bare run (worst cell)",
+                f"{value:+.1%} ({cell})",
+                INFO,
+                None,
+            )
+        )
     line_ref = LINE_SIGNAL if LINE_SIGNAL in _measured(first) else LINE_THREAD
     ref, name = max((_inside(c, NONE), name) for name, c in cells.items())
     c = cells[name]
-    out.append(Target(
-        "python_function events inside the cell's run, of those without a sampler (the "
-        "cell with the most)",
-        f"{PYI_1} {_inside(c, PYI_1):,.0f}, {line_ref} {_inside(c, line_ref):,.0f}, of "
-        f"{ref:,.0f} ({name})", INFO, None))
+    out.append(
+        Target(
+            "python_function events inside the cell's run, of those without a sampler (the "
+            "cell with the most)",
+            f"{PYI_1} {_inside(c, PYI_1):,.0f}, {line_ref} {_inside(c, line_ref):,.0f}, of "
+            f"{ref:,.0f} ({name})",
+            INFO,
+            None,
+        )
+    )
     return tuple(out)
 
 
 def _after_load(hot: dict[str, Any], variant: str) -> float:
     """(analyze + display) / load: the median over runs of each run's ratio."""
-    return statistics.median((a + d) / load for (a, d, _), load
-                             in zip(hot[variant], hot["load"], strict=True))
+    return statistics.median(
+        (a + d) / load for (a, d, _), load in zip(hot[variant], hot["load"], strict=True)
+    )
 
 
 def _hotspot_lines(cfg: BenchConfig, hot: dict[str, Any] | None) -> list[str]:
@@ -955,8 +1091,9 @@ def _hotspot_lines(cfg: BenchConfig, hot: dict[str, Any] | None) -> list[str]:
 DEFAULT_MODE = " — default mode, no --stack"
 
 
-def _targets(worst: dict[Any, tuple[float, str]], hot: dict[str, Any] | None,
-             quick: bool) -> tuple[Target, ...]:
+def _targets(
+    worst: dict[Any, tuple[float, str]], hot: dict[str, Any] | None, quick: bool
+) -> tuple[Target, ...]:
     """The issue's goals (a) and (b) on the worst cell, and (c) on the hotspot trace; a
     --quick run's cells last milliseconds, so its overheads are shown, not judged. The line
     sampler's goal is judged on the judged block, the utilisation sampler's on the
@@ -965,38 +1102,68 @@ def _targets(worst: dict[Any, tuple[float, str]], hot: dict[str, Any] | None,
     util, util_off = (DEFAULT_BLOCK, UTIL_20), ("off", (DEFAULT_BLOCK, UTIL_20))
     targets = []
     for label, name, goal in (
-            (line_label, f"{line_label}: added to the profiled run (worst cell)", LINE_GOAL),
-            (util, "utilisation sampler (20 ms, the default): added to the profiled run "
-                   f"(worst cell){DEFAULT_MODE}", UTIL_GOAL),
-            (util_off, "utilisation sampler (20 ms, the default): cell thread kept off the "
-                       f"CPU, added to the profiled run (worst cell){DEFAULT_MODE}",
-             UTIL_GOAL)):
+        (line_label, f"{line_label}: added to the profiled run (worst cell)", LINE_GOAL),
+        (
+            util,
+            "utilisation sampler (20 ms, the default): added to the profiled run "
+            f"(worst cell){DEFAULT_MODE}",
+            UTIL_GOAL,
+        ),
+        (
+            util_off,
+            "utilisation sampler (20 ms, the default): cell thread kept off the "
+            f"CPU, added to the profiled run (worst cell){DEFAULT_MODE}",
+            UTIL_GOAL,
+        ),
+    ):
         if label in worst:
             value, cell = worst[label]
-            targets.append(Target(
-                name, f"{value:+.1%} ({cell})" + ("; quick run, not judged" if quick else ""),
-                f"under {goal:.0%}", None if quick else value < goal))
+            targets.append(
+                Target(
+                    name,
+                    f"{value:+.1%} ({cell})" + ("; quick run, not judged" if quick else ""),
+                    f"under {goal:.0%}",
+                    None if quick else value < goal,
+                )
+            )
         else:
             targets.append(Target(name, "not measured", f"under {goal:.0%}", None))
     for label, name in (
-            (UTIL_20, "utilisation sampler (20 ms) with --stack (judged block): added to the "
-                      "profiled run (worst cell)"),
-            (("off", UTIL_20), "utilisation sampler (20 ms) with --stack (judged block): cell "
-                               "thread kept off the CPU, added to the profiled run (worst "
-                               "cell)"),
-            (BOTH, "both samplers as the magic makes them (--stack): added to the profiled "
-                   "run (worst cell)"),
-            ("on top", "line sampler on top of the utilisation sampler (what --stack adds "
-                       "in the magic, worst cell)")):
+        (
+            UTIL_20,
+            "utilisation sampler (20 ms) with --stack (judged block): added to the "
+            "profiled run (worst cell)",
+        ),
+        (
+            ("off", UTIL_20),
+            "utilisation sampler (20 ms) with --stack (judged block): cell "
+            "thread kept off the CPU, added to the profiled run (worst "
+            "cell)",
+        ),
+        (
+            BOTH,
+            "both samplers as the magic makes them (--stack): added to the profiled "
+            "run (worst cell)",
+        ),
+        (
+            "on top",
+            "line sampler on top of the utilisation sampler (what --stack adds "
+            "in the magic, worst cell)",
+        ),
+    ):
         if label in worst:
             value, cell = worst[label]
-            targets.append(Target(name, f"{value:+.1%} ({cell})",
-                                  "informational (no goal set)", None))
+            targets.append(
+                Target(name, f"{value:+.1%} ({cell})", "informational (no goal set)", None)
+            )
     name = "hotspots trace: (analysis + display) / load, hotspots included"
     if hot is None:
         targets.append(Target(name, "trace not found; skipped", "<= 1x the load", None))
     else:
         after = _after_load(hot, "with")
-        targets.append(Target(name, f"{after:.2f}x ({Path(HOTSPOT_TRACE).name})",
-                              "<= 1x the load", after <= 1.0))
+        targets.append(
+            Target(
+                name, f"{after:.2f}x ({Path(HOTSPOT_TRACE).name})", "<= 1x the load", after <= 1.0
+            )
+        )
     return tuple(targets)

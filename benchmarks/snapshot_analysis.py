@@ -100,14 +100,23 @@ USER = "/home/user/train.py"
 TORCH_PY = (
     ("/opt/conda/lib/python3.11/site-packages/torch/nn/modules/linear.py", 125, "forward"),
     ("/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module.py", 1750, "_call_impl"),
-    ("/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module.py", 1739,
-     "_wrapped_call_impl"),
+    (
+        "/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module.py",
+        1739,
+        "_wrapped_call_impl",
+    ),
 )
 CPP = (
-    ("/pytorch/c10/cuda/CUDACachingAllocator.cpp", 1150,
-     "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"),
-    ("/pytorch/c10/cuda/CUDACachingAllocator.cpp", 3350,
-     "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::allocate"),
+    (
+        "/pytorch/c10/cuda/CUDACachingAllocator.cpp",
+        1150,
+        "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc",
+    ),
+    (
+        "/pytorch/c10/cuda/CUDACachingAllocator.cpp",
+        3350,
+        "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::allocate",
+    ),
     ("??", 0, "at::native::empty_cuda"),
     ("??", 0, "at::_ops::empty_memory_format::call"),
 )
@@ -135,11 +144,16 @@ def _frames(site: int, memo: _Memo) -> bytes:
     refs = []
     for filename, line, name in _stack(site):
         frame = {"filename": filename, "line": line, "name": name}
-        refs.append(memo.ref(("frame", filename, line, name),
-                             lambda frame=frame: _dict(frame, memo)))
+        refs.append(
+            memo.ref(("frame", filename, line, name), lambda frame=frame: _dict(frame, memo))
+        )
     out = EMPTY_LIST + MARK + b"".join(refs) + APPENDS
-    memo.frames_done[site] = EMPTY_LIST + MARK + b"".join(
-        memo.gets[("frame", f, ln, n)] for f, ln, n in _stack(site)) + APPENDS
+    memo.frames_done[site] = (
+        EMPTY_LIST
+        + MARK
+        + b"".join(memo.gets[("frame", f, ln, n)] for f, ln, n in _stack(site))
+        + APPENDS
+    )
     return out
 
 
@@ -169,11 +183,20 @@ def write_synthetic_snapshot(dest: Path, target_bytes: int) -> Path:
     def entry(action: str, addr: int, size: int, site: int) -> bytes:
         nonlocal t_us
         t_us += 7
-        values = (memo.key(action), _int(addr), _int(size), _int(0), _int(t_us),
-                  _frames(site, memo))
-        return (EMPTY_DICT + MARK
-                + b"".join(memo.key(k) + v for k, v in zip(entry_keys, values, strict=True))
-                + SETITEMS)
+        values = (
+            memo.key(action),
+            _int(addr),
+            _int(size),
+            _int(0),
+            _int(t_us),
+            _frames(site, memo),
+        )
+        return (
+            EMPTY_DICT
+            + MARK
+            + b"".join(memo.key(k) + v for k, v in zip(entry_keys, values, strict=True))
+            + SETITEMS
+        )
 
     steps = 0
     with open(tmp, "wb") as out:
@@ -210,22 +233,33 @@ def write_synthetic_snapshot(dest: Path, target_bytes: int) -> Path:
             steps += 1
         out.write(APPENDS)  # closes the list of device traces (one device)
         kept = min(steps, leak_total // 512)
-        segments = [_segment(0, base, seg_a_total,
-                             [(base + i * s, s, "active_allocated", 50 + i)
-                              for i, s in enumerate(param_sizes)]
-                             + [(act_base, sum(act_sizes), "inactive", None)]),
-                    _segment(0, leak_base, leak_total,
-                             [(leak_base + i * 512, 512, "active_allocated", 63)
-                              for i in range(kept)]
-                             + [(leak_base + kept * 512, leak_total - kept * 512, "inactive",
-                                 None)])]
+        segments = [
+            _segment(
+                0,
+                base,
+                seg_a_total,
+                [(base + i * s, s, "active_allocated", 50 + i) for i, s in enumerate(param_sizes)]
+                + [(act_base, sum(act_sizes), "inactive", None)],
+            ),
+            _segment(
+                0,
+                leak_base,
+                leak_total,
+                [(leak_base + i * 512, 512, "active_allocated", 63) for i in range(kept)]
+                + [(leak_base + kept * 512, leak_total - kept * 512, "inactive", None)],
+            ),
+        ]
         out.write(memo.key("segments") + EMPTY_LIST + MARK)
         for seg in segments:
             out.write(_segment_bytes(seg, memo))
         out.write(APPENDS)
-        settings = {"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1,
-                    "garbage_collection_threshold": 0.0, "expandable_segments": False,
-                    "pinned_num_register_threads": 1}
+        settings = {
+            "PYTORCH_CUDA_ALLOC_CONF": "",
+            "max_split_size": -1,
+            "garbage_collection_threshold": 0.0,
+            "expandable_segments": False,
+            "pinned_num_register_threads": 1,
+        }
         out.write(memo.key("allocator_settings") + _dict(settings, memo))
         out.write(SETITEMS + STOP)
     os.replace(tmp, dest)
@@ -233,14 +267,23 @@ def write_synthetic_snapshot(dest: Path, target_bytes: int) -> Path:
     return dest
 
 
-def _segment(device: int, address: int, total: int,
-             blocks: list[tuple[int, int, str, int | None]]) -> dict[str, object]:
+def _segment(
+    device: int, address: int, total: int, blocks: list[tuple[int, int, str, int | None]]
+) -> dict[str, object]:
     allocated = sum(size for _, size, state, _ in blocks if state == "active_allocated")
-    return {"device": device, "address": address, "total_size": total,
-            "allocated_size": allocated, "active_size": allocated,
-            "requested_size": allocated, "stream": 0,
-            "segment_type": "large" if total > MIB else "small",
-            "segment_pool_id": (0, 0), "is_expandable": False, "blocks": blocks}
+    return {
+        "device": device,
+        "address": address,
+        "total_size": total,
+        "allocated_size": allocated,
+        "active_size": allocated,
+        "requested_size": allocated,
+        "stream": 0,
+        "segment_type": "large" if total > MIB else "small",
+        "segment_pool_id": (0, 0),
+        "is_expandable": False,
+        "blocks": blocks,
+    }
 
 
 def _segment_bytes(seg: dict[str, object], memo: _Memo) -> bytes:
@@ -255,10 +298,18 @@ def _segment_bytes(seg: dict[str, object], memo: _Memo) -> bytes:
     if blocks:
         parts.append(MARK)
         for address, size, state, site in blocks:
-            body = (memo.key("address") + _int(address) + memo.key("size") + _int(size)
-                    + memo.key("requested_size") + _int(size if site is not None else 0)
-                    + memo.key("state") + _str(state) + memo.key("frames")
-                    + (_frames(site, memo) if site is not None else EMPTY_LIST))
+            body = (
+                memo.key("address")
+                + _int(address)
+                + memo.key("size")
+                + _int(size)
+                + memo.key("requested_size")
+                + _int(size if site is not None else 0)
+                + memo.key("state")
+                + _str(state)
+                + memo.key("frames")
+                + (_frames(site, memo) if site is not None else EMPTY_LIST)
+            )
             parts.append(EMPTY_DICT + MARK + body + SETITEMS)
         parts.append(APPENDS)
     parts.append(SETITEMS)
@@ -275,8 +326,9 @@ def write_in_child(dest: Path, target_bytes: int) -> Path:
         "from benchmarks.snapshot_analysis import write_synthetic_snapshot;"
         "write_synthetic_snapshot(Path(sys.argv[2]), int(sys.argv[3]))"
     )
-    subprocess.run([sys.executable, "-c", code, str(REPO), str(dest), str(target_bytes)],
-                   check=True)
+    subprocess.run(
+        [sys.executable, "-c", code, str(REPO), str(dest), str(target_bytes)], check=True
+    )
     return dest
 
 
@@ -298,8 +350,9 @@ def run(cfg: BenchConfig) -> Section:
     snap_dir = REPO / "tests" / "data" / "snapshots"
     existing = sorted(snap_dir.glob("*.pickle"), key=lambda p: p.stat().st_size)
     if existing:
-        inputs.append((f"largest in tests/data/snapshots: `{existing[-1].name}`", existing[-1],
-                       cfg.repeats))
+        inputs.append(
+            (f"largest in tests/data/snapshots: `{existing[-1].name}`", existing[-1], cfg.repeats)
+        )
     if cfg.big_snapshot_mb > MID_SNAPSHOT_MB and not cfg.quick:
         # A mid-size one too: the ratio between the fixture and the 1 GB extreme.
         dest = cfg.cache_dir / f"synthetic_snapshot_{MID_SNAPSHOT_MB}mb.pickle"
@@ -308,8 +361,13 @@ def run(cfg: BenchConfig) -> Section:
     if cfg.big_snapshot_mb > 0:
         dest = cfg.cache_dir / f"synthetic_snapshot_{cfg.big_snapshot_mb}mb.pickle"
         write_in_child(dest, cfg.big_snapshot_mb * MIB)
-        inputs.append((f"synthetic, {cfg.big_snapshot_mb} MiB target", dest,
-                       cfg.big_repeats if cfg.big_snapshot_mb >= 256 else cfg.repeats))
+        inputs.append(
+            (
+                f"synthetic, {cfg.big_snapshot_mb} MiB target",
+                dest,
+                cfg.big_repeats if cfg.big_snapshot_mb >= 256 else cfg.repeats,
+            )
+        )
     lines = [
         "gpuprof_nb = `load_snapshot` + `analyze_snapshot` (timeline, peak, at-peak, and also "
         "leaks, segments and findings); floor = `pickle.load` of the same file. Work time "
@@ -322,15 +380,33 @@ def run(cfg: BenchConfig) -> Section:
     targets: list[Target] = []
     measured: list[tuple[Path, Outcome, Outcome]] = []
     for label, path, repeats in inputs:
-        floor = measure("pickle.load", this_python(), "unpickle-floor", str(path),
-                        repeats=repeats, cap_bytes=cfg.cap_bytes)
-        ours = measure("gpuprof_nb", this_python(), "gpuprof-snapshot", str(path),
-                       repeats=repeats, cap_bytes=cfg.cap_bytes)
-        ratio = (ours.median_seconds / floor.median_seconds
-                 if ours.ok and floor.ok and floor.median_seconds > 0 else float("nan"))
+        floor = measure(
+            "pickle.load",
+            this_python(),
+            "unpickle-floor",
+            str(path),
+            repeats=repeats,
+            cap_bytes=cfg.cap_bytes,
+        )
+        ours = measure(
+            "gpuprof_nb",
+            this_python(),
+            "gpuprof-snapshot",
+            str(path),
+            repeats=repeats,
+            cap_bytes=cfg.cap_bytes,
+        )
+        ratio = (
+            ours.median_seconds / floor.median_seconds
+            if ours.ok and floor.ok and floor.median_seconds > 0
+            else float("nan")
+        )
         entries = floor.facts.get("trace_entries", "-") if floor.ok else "-"
-        stages = (", ".join(f"{n} {_fmt_s(ours.median_stage(n))}" for n in ours.runs[0].stages)
-                  if ours.ok else "-")
+        stages = (
+            ", ".join(f"{n} {_fmt_s(ours.median_stage(n))}" for n in ours.runs[0].stages)
+            if ours.ok
+            else "-"
+        )
         lines.append(
             f"| {label} | {_fmt_mb(path.stat().st_size)} | {entries} | {_cell(floor)} "
             f"| {_cell(ours)} | {'-' if ratio != ratio else f'{ratio:.2f}x'} "
@@ -339,18 +415,24 @@ def run(cfg: BenchConfig) -> Section:
         )
         measured.append((path, floor, ours))
         judged = path.stat().st_size >= MIB  # tiny files time fixed costs, not the analysis
-        targets.append(Target(
-            f"{label}: time vs pickle.load",
-            f"{ratio:.2f}x" if ratio == ratio else f"failed: {ours.error or floor.error}",
-            "<= 2x", (ratio <= 2 if ratio == ratio else False) if judged else None,
-        ))
+        targets.append(
+            Target(
+                f"{label}: time vs pickle.load",
+                f"{ratio:.2f}x" if ratio == ratio else f"failed: {ours.error or floor.error}",
+                "<= 2x",
+                (ratio <= 2 if ratio == ratio else False) if judged else None,
+            )
+        )
     tiny = [label for (label, path, _), t in zip(inputs, targets, strict=True) if t.met is None]
     if tiny:
-        lines += ["", f"Not judged: {', '.join(tiny)}, under 1 MiB. This machine has no GPU, so "
-                  "the largest snapshots it has are the test fixtures of a few KB; on them the "
-                  "ratio compares fixed per-call costs (about 1 ms: the restricted unpickler, "
-                  "the numpy set-up of each analysis) with an unpickle of well under 0.1 ms, "
-                  "not the analysis. Snapshots of 1 MiB or more are judged."]
+        lines += [
+            "",
+            f"Not judged: {', '.join(tiny)}, under 1 MiB. This machine has no GPU, so "
+            "the largest snapshots it has are the test fixtures of a few KB; on them the "
+            "ratio compares fixed per-call costs (about 1 ms: the restricted unpickler, "
+            "the numpy set-up of each analysis) with an unpickle of well under 0.1 ms, "
+            "not the analysis. Snapshots of 1 MiB or more are judged.",
+        ]
     if any(t.met is False for t in targets):
         lines += ["", *_gap_notes(cfg, measured)]
     return Section("4. Snapshot analysis", "\n".join(lines), tuple(targets))
@@ -376,13 +458,19 @@ def _gap_notes(cfg: BenchConfig, measured: list[tuple[Path, Outcome, Outcome]]) 
         path = cfg.cache_dir / f"synthetic_snapshot_{size}mb.pickle"
         write_in_child(path, size * MIB)
         try:
-            prof = run_child(this_python(), "gpuprof-snapshot", str(path),
-                             cap_bytes=cfg.cap_bytes, profile=True)
+            prof = run_child(
+                this_python(), "gpuprof-snapshot", str(path), cap_bytes=cfg.cap_bytes, profile=True
+            )
         except (RuntimeError, ValueError, OSError) as exc:
             out.append(f"- (profiling failed: {exc})")
         else:
-            out += ["", f"Hotspots of gpuprof_nb on the {size} MiB synthetic snapshot (cProfile, "
-                    "own time; inflated by the profiler):", "", *hotspot_lines(prof)]
+            out += [
+                "",
+                f"Hotspots of gpuprof_nb on the {size} MiB synthetic snapshot (cProfile, "
+                "own time; inflated by the profiler):",
+                "",
+                *hotspot_lines(prof),
+            ]
     return out
 
 

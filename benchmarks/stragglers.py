@@ -48,26 +48,44 @@ def run(cfg: BenchConfig) -> Section:
                 first = report.diagnosis.findings[0].kind if report.diagnosis.findings else "-"
                 if kind == "planted":
                     ok = report.stragglers[:1] == (slow,) and any(
-                        f.kind == "straggler" for f in report.diagnosis.findings)
+                        f.kind == "straggler" for f in report.diagnosis.findings
+                    )
                     planted_ok += ok
                 else:
                     ok = first != "straggler"
                     balanced_ok += ok
                     balanced_none += not report.stragglers
-                rows.append((f"{kind} (slow rank {rank})" if rank >= 0 else kind,
-                             ", ".join(map(str, report.stragglers)) or "none", first,
-                             "yes" if ok else "**no**"))
+                rows.append(
+                    (
+                        f"{kind} (slow rank {rank})" if rank >= 0 else kind,
+                        ", ".join(map(str, report.stragglers)) or "none",
+                        first,
+                        "yes" if ok else "**no**",
+                    )
+                )
                 shutil.rmtree(out)
     elapsed = time.perf_counter() - t0
-    lines = [f"{n} planted and {n} balanced {RANKS}-rank jobs, alternating ({elapsed:.0f} s in "
-             "all). The rule is in docs/distributed.md.", "",
-             "| job | stragglers | first finding | as expected |", "|---|---|---|---|"]
+    lines = [
+        f"{n} planted and {n} balanced {RANKS}-rank jobs, alternating ({elapsed:.0f} s in "
+        "all). The rule is in docs/distributed.md.",
+        "",
+        "| job | stragglers | first finding | as expected |",
+        "|---|---|---|---|",
+    ]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
     lines += ["", f"Balanced jobs with no straggler named at all: {balanced_none} of {n}."]
     targets = (
-        Target("planted slow rank first in .stragglers, with a straggler finding",
-               f"{planted_ok} of {n}", f"{n} of {n}", planted_ok == n),
-        Target("balanced twin: straggler not the first finding", f"{balanced_ok} of {n}",
-               f"{n} of {n}", balanced_ok == n),
+        Target(
+            "planted slow rank first in .stragglers, with a straggler finding",
+            f"{planted_ok} of {n}",
+            f"{n} of {n}",
+            planted_ok == n,
+        ),
+        Target(
+            "balanced twin: straggler not the first finding",
+            f"{balanced_ok} of {n}",
+            f"{n} of {n}",
+            balanced_ok == n,
+        ),
     )
     return Section("9. Stragglers named", "\n".join(lines), targets)

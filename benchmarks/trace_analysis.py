@@ -109,15 +109,18 @@ def replicate_trace(source: Path, dest: Path, target_bytes: int) -> Path:
     ]
     span = int(max(ends) - min(starts)) + 1000
     id_step = _max_id(timed) + 1
-    steps = [int(m.group(1)) for e in timed
-             if isinstance(e.get("name"), str) and (m := _STEP.match(e["name"]))]
+    steps = [
+        int(m.group(1))
+        for e in timed
+        if isinstance(e.get("name"), str) and (m := _STEP.match(e["name"]))
+    ]
     step_step = max(steps) - min(steps) + 1 if steps else 0
     top = {k: v for k, v in doc.items() if k != "traceEvents"}
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_suffix(dest.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as out:
         head = json.dumps(top)[:-1]
-        out.write(head + (', ' if top else '') + '"traceEvents": [\n')
+        out.write(head + (", " if top else "") + '"traceEvents": [\n')
         out.write(",\n".join(json.dumps(e) for e in meta))
         sep = ",\n" if meta else "\n"  # no comma before the first element of the array
         written = out.tell()
@@ -179,8 +182,9 @@ def _time_ratio(a: Outcome, b: Outcome) -> float:
     when either failed."""
     if not (a.ok and b.ok):
         return float("nan")
-    return statistics.median(_ratio(x.seconds, y.seconds)
-                             for x, y in zip(a.runs, b.runs, strict=False))
+    return statistics.median(
+        _ratio(x.seconds, y.seconds) for x, y in zip(a.runs, b.runs, strict=False)
+    )
 
 
 def _fmt_s(seconds: float) -> str:
@@ -221,14 +225,15 @@ def _compare_one(
 ) -> dict[str, Any]:
     size = decompressed_bytes(path)
     row: dict[str, Any] = {"path": path, "bytes": size}
-    approaches = [("json.load", this_python(), "json-floor"),
-                  ("gpuprof_nb", this_python(), "gpuprof-trace")]
+    approaches = [
+        ("json.load", this_python(), "json-floor"),
+        ("gpuprof_nb", this_python(), "gpuprof-trace"),
+    ]
     if hta_python:
         approaches.append(("HTA", hta_python, "hta-trace"))
         # For reference only: what a faster JSON parser (orjson, in the bench venv) needs.
         approaches.append(("orjson", hta_python, "orjson-floor"))
-    outcomes = measure_interleaved(approaches, str(path), repeats=repeats,
-                                   cap_bytes=cfg.cap_bytes)
+    outcomes = measure_interleaved(approaches, str(path), repeats=repeats, cap_bytes=cfg.cap_bytes)
     row["floor"] = outcomes["json.load"]
     row["ours"] = outcomes["gpuprof_nb"]
     if hta_python:
@@ -254,10 +259,15 @@ def run(cfg: BenchConfig) -> Section:
         traces = sorted(traces, key=lambda p: p.stat().st_size)[:2]
     hta_python = cfg.hta_python if cfg.hta_python and Path(cfg.hta_python).exists() else None
     judged_repeats = cfg.repeats if cfg.quick else max(cfg.repeats, JUDGED_REPEATS)
-    rows = [_compare_one(cfg, p, hta_python,
-                         judged_repeats if decompressed_bytes(p) >= JUDGED_BYTES
-                         else cfg.repeats)
-            for p in traces]
+    rows = [
+        _compare_one(
+            cfg,
+            p,
+            hta_python,
+            judged_repeats if decompressed_bytes(p) >= JUDGED_BYTES else cfg.repeats,
+        )
+        for p in traces
+    ]
     for row in rows:
         row["big"] = False
 
@@ -303,8 +313,12 @@ def run(cfg: BenchConfig) -> Section:
         vs_floor = _time_ratio(ours, floor)
         added = ours.peak_rss_bytes - ours.baseline_rss_bytes
         mem_ratio = _ratio(added, row["bytes"]) if ours.ok else float("nan")
-        row.update(speedup=speedup, vs_floor=vs_floor, mem_ratio=mem_ratio,
-                   after_load=_after_load_ratio(ours))
+        row.update(
+            speedup=speedup,
+            vs_floor=vs_floor,
+            mem_ratio=mem_ratio,
+            after_load=_after_load_ratio(ours),
+        )
         lines.append(
             f"| `{_name(row['path'], cfg.traces_dir)}` | {_fmt_mb(row['bytes'])} "
             f"| {_cell(floor)} | {_cell(row['orjson'])} | {_cell(ours)} | {_cell(hta)} "
@@ -334,7 +348,8 @@ def _after_load_ratio(outcome: Outcome) -> float:
         return float("nan")
     after = _after_stages(outcome)
     return statistics.median(
-        _ratio(sum(r.stages.get(n, 0.0) for n in after), r.stages[LOAD]) for r in outcome.runs)
+        _ratio(sum(r.stages.get(n, 0.0) for n in after), r.stages[LOAD]) for r in outcome.runs
+    )
 
 
 def _speed_goal(row: dict[str, Any]) -> float:
@@ -358,13 +373,14 @@ def _misses(row: dict[str, Any]) -> list[str]:
     if row["vs_floor"] == row["vs_floor"] and row["vs_floor"] > FLOOR_GOAL:
         out.append(f"{row['vs_floor']:.2f}x json.load (goal <= {FLOOR_GOAL:.0f}x)")
     if row["mem_ratio"] == row["mem_ratio"] and row["mem_ratio"] > MEMORY_GOAL:
-        out.append(f"memory added {row['mem_ratio']:.2f}x the JSON (goal <= "
-                   f"{MEMORY_GOAL:.0f}x)")
+        out.append(f"memory added {row['mem_ratio']:.2f}x the JSON (goal <= {MEMORY_GOAL:.0f}x)")
     return out
 
 
 def _gap_notes(
-    cfg: BenchConfig, rows: list[dict[str, Any]], big_rows: list[dict[str, Any]],
+    cfg: BenchConfig,
+    rows: list[dict[str, Any]],
+    big_rows: list[dict[str, Any]],
     targets: list[Target],
 ) -> list[str]:
     """The missed targets: for each judged trace that misses one, its numbers and where
@@ -375,24 +391,33 @@ def _gap_notes(
         if unjudged:
             return ["Not judged (no input for them): " + "; ".join(unjudged) + "."]
         return ["All trace-analysis targets met."]
-    out = ["### Missed targets: where the time goes", "",
-           "Missed: " + "; ".join(f"{t.name} ({t.measured})" for t in missed) + ".", ""]
+    out = [
+        "### Missed targets: where the time goes",
+        "",
+        "Missed: " + "; ".join(f"{t.name} ({t.measured})" for t in missed) + ".",
+        "",
+    ]
     judged = [r for r in rows + big_rows if r["bytes"] >= JUDGED_BYTES and r["ours"].ok]
     for row in sorted(judged, key=lambda r: r["bytes"]):
         misses = _misses(row)
         if not misses:
             continue
         ours, hta, floor = row["ours"], row["hta"], row["floor"]
-        text = (f"- `{_name(row['path'], cfg.traces_dir)}` ({_fmt_mb(row['bytes'])}): "
-                + "; ".join(misses)
-                + f". gpuprof_nb {_fmt_s(ours.median_seconds)} ({_stages_text(ours)})")
+        text = (
+            f"- `{_name(row['path'], cfg.traces_dir)}` ({_fmt_mb(row['bytes'])}): "
+            + "; ".join(misses)
+            + f". gpuprof_nb {_fmt_s(ours.median_seconds)} ({_stages_text(ours)})"
+        )
         if hta.ok:
             goal = _speed_goal(row)
-            rounds = sorted(_ratio(h.seconds, o.seconds)
-                            for h, o in zip(hta.runs, ours.runs, strict=False))
-            text += (f"; HTA {_fmt_s(hta.median_seconds)} ({_stages_text(hta)}), so "
-                     f"{goal:.0f}x means at most {_fmt_s(hta.median_seconds / goal)}; "
-                     "HTA / ours per round: " + ", ".join(f"{x:.2f}x" for x in rounds))
+            rounds = sorted(
+                _ratio(h.seconds, o.seconds) for h, o in zip(hta.runs, ours.runs, strict=False)
+            )
+            text += (
+                f"; HTA {_fmt_s(hta.median_seconds)} ({_stages_text(hta)}), so "
+                f"{goal:.0f}x means at most {_fmt_s(hta.median_seconds / goal)}; "
+                "HTA / ours per round: " + ", ".join(f"{x:.2f}x" for x in rounds)
+            )
         if floor.ok:
             text += f"; json.load alone {_fmt_s(floor.median_seconds)}"
         out.append(text + ".")
@@ -400,15 +425,24 @@ def _gap_notes(
     if real:
         biggest = max(real, key=lambda r: r["bytes"])
         try:
-            prof = run_child(this_python(), "gpuprof-trace", str(biggest["path"]),
-                             cap_bytes=cfg.cap_bytes, profile=True)
+            prof = run_child(
+                this_python(),
+                "gpuprof-trace",
+                str(biggest["path"]),
+                cap_bytes=cfg.cap_bytes,
+                profile=True,
+            )
         except (RuntimeError, ValueError, OSError) as exc:
             out.append(f"- (profiling failed: {exc})")
         else:
-            out += ["", f"Hotspots of gpuprof_nb on `{_name(biggest['path'], cfg.traces_dir)}` "
-                    "(cProfile over load, analyze and display, own time; inflated by the "
-                    "profiler):", "",
-                    *hotspot_lines(prof)]
+            out += [
+                "",
+                f"Hotspots of gpuprof_nb on `{_name(biggest['path'], cfg.traces_dir)}` "
+                "(cProfile over load, analyze and display, own time; inflated by the "
+                "profiler):",
+                "",
+                *hotspot_lines(prof),
+            ]
     return out
 
 
@@ -425,24 +459,30 @@ def _stage_table(rows: list[dict[str, Any]], cfg: BenchConfig) -> list[str]:
         shown = sorted(rows, key=lambda r: r["bytes"], reverse=True)[:3]
         where = "on the largest inputs (none is 5 MB or more)"
     shown = sorted(shown, key=lambda r: r["bytes"])
-    after = next((_after_stages(r["ours"]) for r in shown if r["ours"].ok),
-                 ["analyze", "display"])
-    out = [f"Where the time goes (median per stage) {where}; "
-           "(" + " + ".join(after) + ") / load is the median over runs of each run's ratio:",
-           "",
-           "| trace | JSON size | gpuprof_nb " + " | ".join([LOAD, *after])
-           + " | (" + " + ".join(after) + ") / load | HTA stages |",
-           "|---|---|" + "---|" * (len(after) + 1) + "---|---|"]
+    after = next((_after_stages(r["ours"]) for r in shown if r["ours"].ok), ["analyze", "display"])
+    out = [
+        f"Where the time goes (median per stage) {where}; "
+        "(" + " + ".join(after) + ") / load is the median over runs of each run's ratio:",
+        "",
+        "| trace | JSON size | gpuprof_nb "
+        + " | ".join([LOAD, *after])
+        + " | ("
+        + " + ".join(after)
+        + ") / load | HTA stages |",
+        "|---|---|" + "---|" * (len(after) + 1) + "---|---|",
+    ]
     for row in shown:
         ours, hta = row["ours"], row["hta"]
         if ours.ok:
             cells = [_fmt_s(ours.median_stage(n)) for n in [LOAD, *after]]
         else:
             cells = [f"failed: {ours.error}"] + ["-"] * len(after)
-        out.append(f"| `{_name(row['path'], cfg.traces_dir)}` | {_fmt_mb(row['bytes'])} | "
-                   + " | ".join(cells)
-                   + f" | {_x(row.get('after_load', float('nan')))} "
-                   f"| {_stages_text(hta) if hta.ok else '-'} |")
+        out.append(
+            f"| `{_name(row['path'], cfg.traces_dir)}` | {_fmt_mb(row['bytes'])} | "
+            + " | ".join(cells)
+            + f" | {_x(row.get('after_load', float('nan')))} "
+            f"| {_stages_text(hta) if hta.ok else '-'} |"
+        )
     return out
 
 
@@ -450,62 +490,100 @@ def _targets(rows: list[dict[str, Any]], big_rows: list[dict[str, Any]]) -> list
     targets: list[Target] = []
     everything = rows + big_rows
     failed = [r for r in everything if not r["ours"].ok]
-    targets.append(Target(
-        "every real trace analysed",
-        f"{len(everything) - len(failed)}/{len(everything)} analysed"
-        + (f"; failed: {', '.join(r['path'].name for r in failed)}" if failed else ""),
-        "all", not failed if everything else None,  # no traces found: nothing to judge
-    ))
+    targets.append(
+        Target(
+            "every real trace analysed",
+            f"{len(everything) - len(failed)}/{len(everything)} analysed"
+            + (f"; failed: {', '.join(r['path'].name for r in failed)}" if failed else ""),
+            "all",
+            not failed if everything else None,  # no traces found: nothing to judge
+        )
+    )
     # Ratios on tiny traces are dominated by fixed costs; judge them on traces of >= 5 MB.
     sized = [r for r in everything if r["bytes"] >= JUDGED_BYTES and r["ours"].ok]
     name = "end-to-end speed vs HTA (traces >= 5 MB, worst)"
     speedups = [r for r in sized if r["speedup"] == r["speedup"]]
     if speedups:
         worst = min(speedups, key=lambda r: r["speedup"])
-        targets.append(Target(name, f"{worst['speedup']:.2f}x faster "
-                              f"({_name(worst['path'], worst['path'].parent)})",
-                              f">= {SPEEDUP:.0f}x", worst["speedup"] >= SPEEDUP))
+        targets.append(
+            Target(
+                name,
+                f"{worst['speedup']:.2f}x faster ({_name(worst['path'], worst['path'].parent)})",
+                f">= {SPEEDUP:.0f}x",
+                worst["speedup"] >= SPEEDUP,
+            )
+        )
     else:
-        targets.append(Target(name, "no trace of 5 MB or more analysed by both",
-                              f">= {SPEEDUP:.0f}x", None))
+        targets.append(
+            Target(name, "no trace of 5 MB or more analysed by both", f">= {SPEEDUP:.0f}x", None)
+        )
     for row in big_rows:
         big_name = f"end-to-end speed vs HTA on the large trace ({_fmt_mb(row['bytes'])})"
         if row["speedup"] == row["speedup"]:
-            targets.append(Target(big_name, f"{row['speedup']:.2f}x faster",
-                                  f">= {BIG_SPEEDUP:.0f}x", row["speedup"] >= BIG_SPEEDUP))
+            targets.append(
+                Target(
+                    big_name,
+                    f"{row['speedup']:.2f}x faster",
+                    f">= {BIG_SPEEDUP:.0f}x",
+                    row["speedup"] >= BIG_SPEEDUP,
+                )
+            )
         else:
             why = row["ours"].error if not row["ours"].ok else row["hta"].error
-            targets.append(Target(big_name, f"not measured by both: {why}",
-                                  f">= {BIG_SPEEDUP:.0f}x", None))
+            targets.append(
+                Target(big_name, f"not measured by both: {why}", f">= {BIG_SPEEDUP:.0f}x", None)
+            )
     name = "analysis + display vs load time (traces >= 5 MB, worst)"
     shares = [r for r in sized if r["after_load"] == r["after_load"]]
     if shares:
         worst = max(shares, key=lambda r: r["after_load"])
-        targets.append(Target(name, f"{worst['after_load']:.2f}x the load "
-                              f"({_name(worst['path'], worst['path'].parent)})",
-                              "<= 1x (no longer than the load)",
-                              worst["after_load"] <= AFTER_LOAD_GOAL))
+        targets.append(
+            Target(
+                name,
+                f"{worst['after_load']:.2f}x the load "
+                f"({_name(worst['path'], worst['path'].parent)})",
+                "<= 1x (no longer than the load)",
+                worst["after_load"] <= AFTER_LOAD_GOAL,
+            )
+        )
     else:
-        targets.append(Target(name, "no trace of 5 MB or more analysed",
-                              "<= 1x (no longer than the load)", None))
+        targets.append(
+            Target(
+                name, "no trace of 5 MB or more analysed", "<= 1x (no longer than the load)", None
+            )
+        )
     floors = [r["vs_floor"] for r in sized if r["vs_floor"] == r["vs_floor"]]
     if floors:
         worst_floor = max(floors)
-        targets.append(Target("time vs json.load floor (traces >= 5 MB, worst)",
-                              f"{worst_floor:.2f}x the floor", f"<= {FLOOR_GOAL:.0f}x",
-                              worst_floor <= FLOOR_GOAL))
+        targets.append(
+            Target(
+                "time vs json.load floor (traces >= 5 MB, worst)",
+                f"{worst_floor:.2f}x the floor",
+                f"<= {FLOOR_GOAL:.0f}x",
+                worst_floor <= FLOOR_GOAL,
+            )
+        )
     mems = [r["mem_ratio"] for r in sized if r["mem_ratio"] == r["mem_ratio"]]
     if mems:
         worst_mem = max(mems)
-        targets.append(Target("peak memory added vs JSON size (traces >= 5 MB, worst)",
-                              f"{worst_mem:.2f}x", f"<= {MEMORY_GOAL:.0f}x",
-                              worst_mem <= MEMORY_GOAL))
+        targets.append(
+            Target(
+                "peak memory added vs JSON size (traces >= 5 MB, worst)",
+                f"{worst_mem:.2f}x",
+                f"<= {MEMORY_GOAL:.0f}x",
+                worst_mem <= MEMORY_GOAL,
+            )
+        )
     for row in big_rows:
         ours = row["ours"]
-        targets.append(Target(
-            f"large trace ({_fmt_mb(row['bytes'])}) analysed within the memory cap",
-            f"peak {_fmt_mb(ours.peak_rss_bytes)}, {_fmt_s(ours.median_seconds)}"
-            if ours.ok else f"failed: {ours.error}",
-            "no OOM on 24 GB", ours.ok,
-        ))
+        targets.append(
+            Target(
+                f"large trace ({_fmt_mb(row['bytes'])}) analysed within the memory cap",
+                f"peak {_fmt_mb(ours.peak_rss_bytes)}, {_fmt_s(ours.median_seconds)}"
+                if ours.ok
+                else f"failed: {ours.error}",
+                "no OOM on 24 GB",
+                ours.ok,
+            )
+        )
     return targets

@@ -148,10 +148,12 @@ _bench_patched = {
 # Stages after the profiled run, in the order they happen; "other" is the rest of the cell.
 AFTER = ("export", "load", "analyze", "display", "other")
 # The parts of the export stage, with what the table calls them.
-EXPORT_PARTS = {"stop": "stopping the profiler (`profile.__exit__`)",
-                "write": "writing the trace (`export_chrome_trace`)",
-                "read": "reading it back (file read and JSON parse)",
-                "rest": "the rest (warm-up cut, samplers' records)"}
+EXPORT_PARTS = {
+    "stop": "stopping the profiler (`profile.__exit__`)",
+    "write": "writing the trace (`export_chrome_trace`)",
+    "read": "reading it back (file read and JSON parse)",
+    "rest": "the rest (warm-up cut, samplers' records)",
+}
 
 
 @dataclass
@@ -176,22 +178,34 @@ def _call(cell: dict[str, Any]) -> Call:
         first.setdefault(stage, (t0, t1))
         total[stage] = total.get(stage, 0.0) + (t1 - t0) / 1e9
     if "profiler enter" not in first or "profiler exit" not in first:
-        raise RuntimeError("the magic's profiled run was not seen (no torch.profiler "
-                           f"enter/exit in the cell); events: {sorted(first)}")
+        raise RuntimeError(
+            "the magic's profiled run was not seen (no torch.profiler "
+            f"enter/exit in the cell); events: {sorted(first)}"
+        )
     run_start = first["profiler enter"][1]
     run_end = first["profiler exit"][0]
     nan = float("nan")
-    stages = {"export": (first["load"][0] - run_end) / 1e9 if "load" in first else nan,
-              "load": total.get("load", nan), "analyze": total.get("analyze", nan),
-              "display": total.get("display", nan)}
+    stages = {
+        "export": (first["load"][0] - run_end) / 1e9 if "load" in first else nan,
+        "load": total.get("load", nan),
+        "analyze": total.get("analyze", nan),
+        "display": total.get("display", nan),
+    }
     after = (cell["end"] - run_end) / 1e9
     stages["other"] = after - sum(v for v in stages.values() if not math.isnan(v))
     write = total.get("write trace", nan)
-    parts = {"stop": total["profiler exit"], "write": write,
-             "read": total.get("export fn", nan) - write}
+    parts = {
+        "stop": total["profiler exit"],
+        "write": write,
+        "read": total.get("export fn", nan) - write,
+    }
     parts["rest"] = stages["export"] - sum(v for v in parts.values() if not math.isnan(v))
-    return Call(before_s=(first["profiler enter"][0] - cell["start"]) / 1e9,
-                profiled_s=(run_end - run_start) / 1e9, stages=stages, export_parts=parts)
+    return Call(
+        before_s=(first["profiler enter"][0] - cell["start"]) / 1e9,
+        profiled_s=(run_end - run_start) / 1e9,
+        stages=stages,
+        export_parts=parts,
+    )
 
 
 def _model(cfg: BenchConfig) -> tuple[int, int, int, int, int]:
@@ -204,8 +218,16 @@ def measure(kernel: Kernel, cfg: BenchConfig, rounds: int) -> tuple[list[Call], 
     """Set up the model, call the magic once untimed, hook the stages, then `rounds` timed
     calls (an untimed gc.collect() before each); return the calls and what was patched."""
     batch, features, hidden, classes, steps = _model(cfg)
-    kernel.run(SETUP.format(threads=cfg.threads, batch=batch, features=features,
-                            hidden=hidden, classes=classes, device=cfg.device))
+    kernel.run(
+        SETUP.format(
+            threads=cfg.threads,
+            batch=batch,
+            features=features,
+            hidden=hidden,
+            classes=classes,
+            device=cfg.device,
+        )
+    )
     kernel.run("get_ipython().run_line_magic('load_ext', 'gpuprof_nb')\n")
     cell = "%%gpuprofile -o r\n" + CELL.format(steps=steps)
     kernel.run(cell)  # untimed: imports, allocator, profiler start-up, the render layer
@@ -284,28 +306,45 @@ def _section(cfg: BenchConfig, calls: list[Call], patched: dict[str, int]) -> Se
         f"| profiled run | {_ms(profiled)} | 100% |",
     ]
     for name in AFTER:
-        lines.append(f"| {name} | {_ms(stage_med(name))} "
-                     f"| {_share([c.stages[name] / c.profiled_s for c in calls])} |")
+        lines.append(
+            f"| {name} | {_ms(stage_med(name))} "
+            f"| {_share([c.stages[name] / c.profiled_s for c in calls])} |"
+        )
         if name != "export":
             continue
         for part, label in EXPORT_PARTS.items():
             values = [c.export_parts[part] for c in calls if not math.isnan(c.export_parts[part])]
-            lines.append(f"| &nbsp;&nbsp;of which {label} | "
-                         f"{_ms(med(values) if values else float('nan'))} | "
-                         f"{_share([c.export_parts[part] / c.profiled_s for c in calls])} |")
+            lines.append(
+                f"| &nbsp;&nbsp;of which {label} | "
+                f"{_ms(med(values) if values else float('nan'))} | "
+                f"{_share([c.export_parts[part] / c.profiled_s for c in calls])} |"
+            )
     lines.append(f"| **after the profiled run, in all** | {_ms(after)} | {share:.1%} |")
     missing = [name for name in ("load", "analyze") if not patched.get(name)]
-    missing += [name for name in ("export", "load", "analyze", "display")
-                if all(math.isnan(c.stages[name]) for c in calls) and name not in missing]
+    missing += [
+        name
+        for name in ("export", "load", "analyze", "display")
+        if all(math.isnan(c.stages[name]) for c in calls) and name not in missing
+    ]
     if missing:
-        lines += ["", "Not seen in the magic's calls (their time is counted in other): "
-                  + ", ".join(missing) + "."]
-    lines += ["", "Per call (ms): " + "; ".join(
-        f"run {c.profiled_s * 1e3:.0f}, after {c.after_s * 1e3:.0f}" for c in calls) + "."]
+        lines += [
+            "",
+            "Not seen in the magic's calls (their time is counted in other): "
+            + ", ".join(missing)
+            + ".",
+        ]
+    lines += [
+        "",
+        "Per call (ms): "
+        + "; ".join(f"run {c.profiled_s * 1e3:.0f}, after {c.after_s * 1e3:.0f}" for c in calls)
+        + ".",
+    ]
     target = Target(
         "what the magic adds after the profiled run, share of that run",
         f"{share:.1%} ({_ms(after)} after a {_ms(profiled)} profiled run; largest stage: "
         + max(AFTER, key=lambda n: -1.0 if math.isnan(stage_med(n)) else stage_med(n))
         + ")",
-        "informational (no goal set)", None)
+        "informational (no goal set)",
+        None,
+    )
     return Section("10. %%gpuprofile on a real training cell", "\n".join(lines), (target,))

@@ -37,9 +37,13 @@ def _torch_mlp(n: int) -> Callable[[], object]:
     import torch
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
-                                torch.nn.Linear(512, 256), torch.nn.ReLU(),
-                                torch.nn.Linear(256, 10))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 512),
+        torch.nn.ReLU(),
+        torch.nn.Linear(512, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 10),
+    )
     x = torch.randn(64, 256)
     y = torch.randint(0, 10, (64,))
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -68,8 +72,9 @@ def _sized(make: Callable[[int], Callable[[], object]], target_s: float) -> Call
         n *= 4
 
 
-def _time(run: Callable[[], object], sampled: bool, period_s: float = 0.01
-          ) -> tuple[float, float | None]:
+def _time(
+    run: Callable[[], object], sampled: bool, period_s: float = 0.01
+) -> tuple[float, float | None]:
     """Return (seconds, samples per second or None) of one call, with or without a sampler."""
     gc.collect()
     if not sampled:
@@ -99,15 +104,19 @@ def measure(rounds: int = 7, period_s: float = 0.01) -> dict[str, Any]:
         "torch MLP forward+backward (~200 ms)": _sized(_torch_mlp, TARGET_S),
         "pure-Python loop (~200 ms)": _sized(_python_loop, TARGET_S),
     }
-    out: dict[str, Any] = {"rounds": rounds, "period_ms": period_s * 1e3,
-                           "target_overhead_pct": 1.0, "workloads": {}}
+    out: dict[str, Any] = {
+        "rounds": rounds,
+        "period_ms": period_s * 1e3,
+        "target_overhead_pct": 1.0,
+        "workloads": {},
+    }
     for name, run in workloads.items():
         bare: list[float] = []
         sampled: list[float] = []
         rates: list[float] = []
         _time(run, True, period_s)  # the sampler's first use (imports, first reads) is not measured
         for r in range(rounds):
-            for with_sampler in ((False, True) if r % 2 == 0 else (True, False)):
+            for with_sampler in (False, True) if r % 2 == 0 else (True, False):
                 took, rate = _time(run, with_sampler, period_s)
                 (sampled if with_sampler else bare).append(took)
                 if rate is not None:
@@ -128,5 +137,9 @@ def measure(rounds: int = 7, period_s: float = 0.01) -> dict[str, Any]:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    print(json.dumps(measure(int(args[0]) if args else 7,
-                             float(args[1]) if len(args) > 1 else 0.01), indent=2))
+    print(
+        json.dumps(
+            measure(int(args[0]) if args else 7, float(args[1]) if len(args) > 1 else 0.01),
+            indent=2,
+        )
+    )

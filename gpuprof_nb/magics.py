@@ -60,8 +60,9 @@ class GpuprofileMagics(Magics):
             # when there is nothing to expand (it grows by a name per cell run).
             line = self._ip.var_expand(line, 3)
         args = self._options.parse(line)
-        baseline = (baseline_report(args.baseline, self._ip.user_ns)
-                    if args.baseline is not None else None)
+        baseline = (
+            baseline_report(args.baseline, self._ip.user_ns) if args.baseline is not None else None
+        )
         if not cell.strip():
             raise UsageError(
                 "%%gpuprofile: the cell is empty; put the code to profile below the magic "
@@ -75,8 +76,13 @@ class GpuprofileMagics(Magics):
             raise UsageError(
                 f"%%gpuprofile needs PyTorch ({exc}); install it with `pip install torch`"
             ) from exc
-        report = run_cell(self._cells, cell, args, clock=self.clock,
-                          show_partial=lambda partial: self._publish(partial, args))
+        report = run_cell(
+            self._cells,
+            cell,
+            args,
+            clock=self.clock,
+            show_partial=lambda partial: self._publish(partial, args),
+        )
         self._publish(report, args, baseline)
 
     def _publish(self, report: Any, args: Any, baseline: Any = None) -> None:
@@ -89,8 +95,7 @@ class GpuprofileMagics(Magics):
             self._ip.user_ns[args.output] = report
         if args.quiet:
             return
-        comparison = _compare(baseline, report, args.baseline) if baseline is not None \
-            else None
+        comparison = _compare(baseline, report, args.baseline) if baseline is not None else None
         if args.timing_only:
             if comparison is not None:
                 from gpuprof_nb.render.compare import verdict_words
@@ -145,8 +150,7 @@ def _print_report(report: Any) -> None:
     try:
         text = report.text()
     except Exception as exc:  # noqa: BLE001 - shown to the user, not swallowed
-        text = (f"{report!r}\n(the report's text could not be rendered: "
-                f"{type(exc).__name__}: {exc})")
+        text = f"{report!r}\n(the report's text could not be rendered: {type(exc).__name__}: {exc})"
     print(text)
 
 

@@ -21,20 +21,47 @@ class MemsnapMagics(Magics):
         self._cells = CellCompiler(shell)
 
     @magic_arguments()
-    @argument("--max-entries", type=int, default=None, metavar="N",
-              help="history entries the CUDA allocator keeps (default 200000; the oldest "
-                   "are dropped first)")
-    @argument("--stacks", choices=("python", "all"), default="python",
-              help="record Python frames only, or C++ frames too (slower; CUDA only)")
-    @argument("--save", default=None, metavar="PATH",
-              help="write the snapshot pickle here (PyTorch's memory_viz opens it)")
-    @argument("--repeat", type=int, default=1, metavar="N",
-              help="run the cell N times, to see memory that grows from run to run")
-    @argument("--window", default=None, metavar="START:END",
-              help="analyse only this range: ms on CUDA and CPU (entries when the snapshot "
-                   "has no times); either side may be empty")
-    @argument("-o", dest="output", default=None, metavar="NAME",
-              help="store the MemoryReport in the variable NAME")
+    @argument(
+        "--max-entries",
+        type=int,
+        default=None,
+        metavar="N",
+        help="history entries the CUDA allocator keeps (default 200000; the oldest "
+        "are dropped first)",
+    )
+    @argument(
+        "--stacks",
+        choices=("python", "all"),
+        default="python",
+        help="record Python frames only, or C++ frames too (slower; CUDA only)",
+    )
+    @argument(
+        "--save",
+        default=None,
+        metavar="PATH",
+        help="write the snapshot pickle here (PyTorch's memory_viz opens it)",
+    )
+    @argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the cell N times, to see memory that grows from run to run",
+    )
+    @argument(
+        "--window",
+        default=None,
+        metavar="START:END",
+        help="analyse only this range: ms on CUDA and CPU (entries when the snapshot "
+        "has no times); either side may be empty",
+    )
+    @argument(
+        "-o",
+        dest="output",
+        default=None,
+        metavar="NAME",
+        help="store the MemoryReport in the variable NAME",
+    )
     @argument("--quiet", action="store_true", help="display nothing")
     @cell_magic
     def memsnap(self, line: str, cell: str) -> Any:
@@ -80,8 +107,11 @@ class MemsnapMagics(Magics):
 
         try:
             capture = record_memory(
-                run, repeat=args.repeat,
-                max_entries=args.max_entries or DEFAULT_MAX_ENTRIES, stacks=args.stacks)
+                run,
+                repeat=args.repeat,
+                max_entries=args.max_entries or DEFAULT_MAX_ENTRIES,
+                stacks=args.stacks,
+            )
         finally:
             runner.restore_modes()
         try:
@@ -108,8 +138,7 @@ class MemsnapMagics(Magics):
         if args.repeat < 1:
             raise UsageError(f"%%memsnap --repeat must be at least 1, got {args.repeat}")
         if args.max_entries is not None and args.max_entries < 1:
-            raise UsageError(
-                f"%%memsnap --max-entries must be at least 1, got {args.max_entries}")
+            raise UsageError(f"%%memsnap --max-entries must be at least 1, got {args.max_entries}")
         if args.output is not None and not args.output.isidentifier():
             raise UsageError(f"%%memsnap -o: {args.output!r} is not a valid variable name")
         return args
@@ -150,8 +179,13 @@ class MemsnapMagics(Magics):
                     extra["step_starts"] = [list(s) for s in starts]
         device = capture.device if capture.device in snapshot.devices else None
         oom = f"{type(capture.oom).__name__}: {capture.oom}" if capture.oom else None
-        return analyze_memory(snapshot, device=device, window=window,
-                              step_starts=capture.step_starts or None, oom_message=oom)
+        return analyze_memory(
+            snapshot,
+            device=device,
+            window=window,
+            step_starts=capture.step_starts or None,
+            oom_message=oom,
+        )
 
     @staticmethod
     def _save(capture: Any, report: Any, path: str, quiet: bool) -> None:
@@ -161,10 +195,13 @@ class MemsnapMagics(Magics):
             # On CUDA the allocator's own dict is written as is (plus gpuprof_nb's own key,
             # which PyTorch's memory_viz ignores), as torch.cuda.memory._dump_snapshot
             # writes it; the CPU fallback writes the rebuilt one.
-            out = save_snapshot(capture.snapshot if capture.source == "cuda"
-                                else report.snapshot, path)
+            out = save_snapshot(
+                capture.snapshot if capture.source == "cuda" else report.snapshot, path
+            )
         except OSError as e:
             raise UsageError(f"%%memsnap --save: cannot write {path!r} ({e})") from None
         if capture.source != "cuda" and not quiet:
-            print(f"%%memsnap: saved the CPU fallback snapshot to {out} (rebuilt from "
-                  "profiler memory events; no CUDA allocator segments)")
+            print(
+                f"%%memsnap: saved the CPU fallback snapshot to {out} (rebuilt from "
+                "profiler memory events; no CUDA allocator segments)"
+            )

@@ -24,6 +24,7 @@ def __getattr__(name: str) -> Any:
     if name not in _MOVED:
         raise AttributeError(f"module 'gpuprof_nb.report' has no attribute {name!r}")
     where = _MOVED[name]
-    warnings.warn(f"gpuprof_nb.report.{name} moved to {where}.{name}", DeprecationWarning,
-                  stacklevel=2)
+    warnings.warn(
+        f"gpuprof_nb.report.{name} moved to {where}.{name}", DeprecationWarning, stacklevel=2
+    )
     return getattr(importlib.import_module(where), name)

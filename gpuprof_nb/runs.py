@@ -38,8 +38,12 @@ TRACE_PATTERNS = ("*.json", "*.json.gz")
 Source = str | os.PathLike[str] | Trace
 
 
-def analyze_run(traces: str | os.PathLike[str] | Sequence[Source], *,
-                executor: Executor | None = None, progress: bool = True) -> RunReport:
+def analyze_run(
+    traces: str | os.PathLike[str] | Sequence[Source],
+    *,
+    executor: Executor | None = None,
+    progress: bool = True,
+) -> RunReport:
     """Analyse every rank of a distributed run and return its RunReport.
 
     `traces`: a directory (its *.json and *.json.gz files), a glob, or a list of paths or
@@ -53,8 +57,7 @@ def analyze_run(traces: str | os.PathLike[str] | Sequence[Source], *,
     items = _sources(traces)
     paths = [(i, item) for i, item in enumerate(items) if not isinstance(item, Trace)]
     summaries: dict[int, RankSummary] = {}
-    bar = Progress(len(items), enabled=progress and live_kernel(), what="ranks",
-                   unit="ranks")
+    bar = Progress(len(items), enabled=progress and live_kernel(), what="ranks", unit="ranks")
     try:
         for i, item in enumerate(items):
             if isinstance(item, Trace):
@@ -79,12 +82,15 @@ def _sources(traces: str | os.PathLike[str] | Sequence[Source]) -> list[str | Tr
         text = os.fspath(traces)
         path = Path(text)
         if path.is_dir():
-            found: list[str | Trace] = [*sorted({str(p) for pattern in TRACE_PATTERNS
-                                                 for p in path.glob(pattern)})]
+            found: list[str | Trace] = [
+                *sorted({str(p) for pattern in TRACE_PATTERNS for p in path.glob(pattern)})
+            ]
             if not found:
-                raise GpuprofError(f"{text}: no trace files in this directory (looked for "
-                                   f"{', '.join(TRACE_PATTERNS)}); pass the directory the "
-                                   "ranks wrote their traces to, or a glob")
+                raise GpuprofError(
+                    f"{text}: no trace files in this directory (looked for "
+                    f"{', '.join(TRACE_PATTERNS)}); pass the directory the "
+                    "ranks wrote their traces to, or a glob"
+                )
             return found
         if path.is_file():
             return [text]
@@ -101,8 +107,10 @@ def _sources(traces: str | os.PathLike[str] | Sequence[Source]) -> list[str | Tr
         elif isinstance(item, (str, os.PathLike)):
             items.append(os.fspath(item))
         else:
-            raise GpuprofError(f"traces[{i}] is a {type(item).__name__}: pass trace file paths "
-                               "or Trace objects (gpuprof_nb.load_trace)")
+            raise GpuprofError(
+                f"traces[{i}] is a {type(item).__name__}: pass trace file paths "
+                "or Trace objects (gpuprof_nb.load_trace)"
+            )
     if not items:
         raise GpuprofError("no traces given: pass a directory, a glob, or a list of paths")
     return items
@@ -111,32 +119,41 @@ def _sources(traces: str | os.PathLike[str] | Sequence[Source]) -> list[str | Tr
 def _summarize_object(trace: Trace, position: int) -> RankSummary:
     """A Trace already in memory: its distributedInfo rank, else its name's, else its place."""
     dist = trace.distributed
-    named = dist.rank if dist is not None and dist.rank is not None else \
-        rank_from_name(trace.source)
+    named = (
+        dist.rank if dist is not None and dist.rank is not None else rank_from_name(trace.source)
+    )
     try:
-        return summarize_rank(trace, trace.source or f"traces[{position}]",
-                              named if named is not None else position)
+        return summarize_rank(
+            trace, trace.source or f"traces[{position}]", named if named is not None else position
+        )
     except GpuprofError as exc:
-        return RankSummary(rank=position, source=trace.source or f"traces[{position}]",
-                           error=f"{type(exc).__name__}: {exc}")
+        return RankSummary(
+            rank=position,
+            source=trace.source or f"traces[{position}]",
+            error=f"{type(exc).__name__}: {exc}",
+        )
 
 
-def _summarize_files(paths: Sequence[tuple[int, str | Trace]], executor: Executor | None
-                     ) -> Iterable[tuple[int, RankSummary]]:
+def _summarize_files(
+    paths: Sequence[tuple[int, str | Trace]], executor: Executor | None
+) -> Iterable[tuple[int, RankSummary]]:
     """Yield (position, summary) for each file as its task finishes."""
     own = executor is None and len(paths) > 1
     pool: Executor | None = executor
     if own:
         # spawn: a worker forked from a kernel that holds torch's thread pools can hang.
-        pool = ProcessPoolExecutor(max_workers=min(os.cpu_count() or 1, len(paths)),
-                                   mp_context=multiprocessing.get_context("spawn"))
+        pool = ProcessPoolExecutor(
+            max_workers=min(os.cpu_count() or 1, len(paths)),
+            mp_context=multiprocessing.get_context("spawn"),
+        )
     try:
         if pool is None:  # one file: no pool to start
             for i, path in paths:
                 yield i, summarize_path(str(path))
             return
         futures: dict[Future[RankSummary], tuple[int, str]] = {
-            pool.submit(summarize_path, str(path)): (i, str(path)) for i, path in paths}
+            pool.submit(summarize_path, str(path)): (i, str(path)) for i, path in paths
+        }
         for future in as_completed(futures):
             i, path = futures[future]
             try:
@@ -144,13 +161,17 @@ def _summarize_files(paths: Sequence[tuple[int, str | Trace]], executor: Executo
             except BrokenExecutor as exc:  # the pool itself died: no rank can be read
                 raise GpuprofError(
                     f"the worker processes died ({type(exc).__name__}) before {path} was "
-                    "read. In a script, call analyze_run under `if __name__ == \"__main__\":`"
+                    'read. In a script, call analyze_run under `if __name__ == "__main__":`'
                     " (the pool starts fresh processes that import the script); otherwise "
-                    "the workers' own error is printed above") from exc
+                    "the workers' own error is printed above"
+                ) from exc
             except Exception as exc:  # a worker's own failure: name it, keep the others
                 guess = rank_from_name(path)
-                summary = RankSummary(rank=guess if guess is not None else -1, source=path,
-                                      error=f"{type(exc).__name__}: {exc}")
+                summary = RankSummary(
+                    rank=guess if guess is not None else -1,
+                    source=path,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
             yield i, summary
     finally:
         if own and pool is not None:

@@ -18,8 +18,9 @@ GOLDEN = ROOT / "tests" / "data" / "golden" / "reports.golden.gz"
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("record_golden", ROOT / "tools" /
-                                                  "record_golden.py")
+    spec = importlib.util.spec_from_file_location(
+        "record_golden", ROOT / "tools" / "record_golden.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -40,9 +41,16 @@ def test_report_renders_as_recorded(key: str) -> None:
     assert sorted(now) == sorted(then)
     for part in then:
         if now[part]["text"] != then[part]["text"]:
-            diff = "\n".join(difflib.unified_diff(
-                then[part]["text"].splitlines(), now[part]["text"].splitlines(),
-                "recorded", "now", lineterm="", n=1))
+            diff = "\n".join(
+                difflib.unified_diff(
+                    then[part]["text"].splitlines(),
+                    now[part]["text"].splitlines(),
+                    "recorded",
+                    "now",
+                    lineterm="",
+                    n=1,
+                )
+            )
             pytest.fail(f"{key} {part}: text changed\n{diff[:4000]}")
         assert now[part]["html_sha256"] == then[part]["html_sha256"], f"{key} {part}: HTML"
 

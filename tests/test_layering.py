@@ -16,45 +16,59 @@ BLOCKED = ("torch", "IPython", "ipywidgets")
 
 def _modules() -> list[str]:
     # Globbed, so modules added to model/ and analysis/ later are covered too.
-    names = ["gpuprof_nb", "gpuprof_nb.errors", "gpuprof_nb.io.trace", "gpuprof_nb.render.text",
-             "gpuprof_nb.render.html", "gpuprof_nb.render.sections", "gpuprof_nb.render.units"]
+    names = [
+        "gpuprof_nb",
+        "gpuprof_nb.errors",
+        "gpuprof_nb.io.trace",
+        "gpuprof_nb.render.text",
+        "gpuprof_nb.render.html",
+        "gpuprof_nb.render.sections",
+        "gpuprof_nb.render.units",
+    ]
     for package in ("model", "analysis", "results"):
         for path in sorted((PACKAGE / package).glob("*.py")):
             stem = path.stem
-            names.append(f"gpuprof_nb.{package}" if stem == "__init__" else
-                         f"gpuprof_nb.{package}.{stem}")
+            names.append(
+                f"gpuprof_nb.{package}" if stem == "__init__" else f"gpuprof_nb.{package}.{stem}"
+            )
     return names
 
 
 def test_pure_layers_import_without_torch_ipython_ipywidgets() -> None:
     modules = _modules()
     assert "gpuprof_nb.analysis.ops" in modules and "gpuprof_nb.model.trace" in modules
-    script = "\n".join([
-        "import sys",
-        f"for name in {BLOCKED!r}:",
-        "    sys.modules[name] = None  # any import of it now raises ImportError",
-        "import importlib",
-        f"for name in {modules!r}:",
-        "    importlib.import_module(name)",
-        f"leaked = [m for m in sys.modules if m.split('.')[0] in {BLOCKED!r} "
-        "and sys.modules[m] is not None]",
-        "assert not leaked, leaked",
-        "heavy = [m for m in ('matplotlib',) if m in sys.modules]",
-        "assert not heavy, heavy",
-        "print('ok', len(" + repr(modules) + "))",
-    ])
-    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)
+    script = "\n".join(
+        [
+            "import sys",
+            f"for name in {BLOCKED!r}:",
+            "    sys.modules[name] = None  # any import of it now raises ImportError",
+            "import importlib",
+            f"for name in {modules!r}:",
+            "    importlib.import_module(name)",
+            f"leaked = [m for m in sys.modules if m.split('.')[0] in {BLOCKED!r} "
+            "and sys.modules[m] is not None]",
+            "assert not leaked, leaked",
+            "heavy = [m for m in ('matplotlib',) if m in sys.modules]",
+            "assert not heavy, heavy",
+            "print('ok', len(" + repr(modules) + "))",
+        ]
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("ok")
 
 
 def test_blocking_really_blocks() -> None:
     # Guards the test above: with the block in place, importing torch must fail.
-    script = "import sys; sys.modules['torch'] = None\ntry:\n    import torch\nexcept " \
-             "ImportError:\n    print('blocked')"
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=60)
+    script = (
+        "import sys; sys.modules['torch'] = None\ntry:\n    import torch\nexcept "
+        "ImportError:\n    print('blocked')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
     assert result.stdout.strip() == "blocked"
 
 
@@ -66,8 +80,20 @@ def test_blocking_really_blocks() -> None:
 # other; the magics (IPython glue) sit on top; the package root and the deprecated shims
 # above everything.
 LAYERS: dict[str, int] = {
-    "errors": 0, "model": 1, "io": 2, "results": 3, "analysis": 4, "render": 5, "capture": 5,
-    "ladder": 6, "runs": 6, "magics": 7, "memsnap_magic": 7, "report": 8, "memory_report": 8, "": 8,
+    "errors": 0,
+    "model": 1,
+    "io": 2,
+    "results": 3,
+    "analysis": 4,
+    "render": 5,
+    "capture": 5,
+    "ladder": 6,
+    "runs": 6,
+    "magics": 7,
+    "memsnap_magic": 7,
+    "report": 8,
+    "memory_report": 8,
+    "": 8,
 }
 GLUE = {"magics", "memsnap_magic"}
 
@@ -91,8 +117,12 @@ def import_graph() -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 found.update(a.name for a in node.names if a.name.startswith("gpuprof_nb"))
-            elif (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
-                  and node.module.startswith("gpuprof_nb")):
+            elif (
+                isinstance(node, ast.ImportFrom)
+                and node.level == 0
+                and node.module
+                and node.module.startswith("gpuprof_nb")
+            ):
                 for alias in node.names:
                     full = f"{node.module}.{alias.name}"
                     found.add(full if full in modules else node.module)
@@ -128,7 +158,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         path.append(module)
         for target in sorted(graph.get(module, ())):
             if state.get(target) == 1:
-                found.append(path[path.index(target):] + [target])
+                found.append(path[path.index(target) :] + [target])
             elif target not in state:
                 walk(target)
         path.pop()
@@ -150,11 +180,16 @@ def test_every_import_points_down_and_none_makes_a_cycle() -> None:
 
 def test_the_checks_catch_what_they_look_for() -> None:
     # Guards the test above: an upward import inside a function, a sideways one, a cycle.
-    graph = {"gpuprof_nb.results.report": {"gpuprof_nb.render.bundle"},
-             "gpuprof_nb.render.bundle": {"gpuprof_nb.capture.cell"},
-             "gpuprof_nb.analysis.a": {"gpuprof_nb.analysis.b"},
-             "gpuprof_nb.analysis.b": {"gpuprof_nb.analysis.a"}}
-    assert upward_imports(graph) == [("gpuprof_nb.render.bundle", "gpuprof_nb.capture.cell"),
-                                     ("gpuprof_nb.results.report", "gpuprof_nb.render.bundle")]
-    assert cycles(graph) == [["gpuprof_nb.analysis.a", "gpuprof_nb.analysis.b",
-                              "gpuprof_nb.analysis.a"]]
+    graph = {
+        "gpuprof_nb.results.report": {"gpuprof_nb.render.bundle"},
+        "gpuprof_nb.render.bundle": {"gpuprof_nb.capture.cell"},
+        "gpuprof_nb.analysis.a": {"gpuprof_nb.analysis.b"},
+        "gpuprof_nb.analysis.b": {"gpuprof_nb.analysis.a"},
+    }
+    assert upward_imports(graph) == [
+        ("gpuprof_nb.render.bundle", "gpuprof_nb.capture.cell"),
+        ("gpuprof_nb.results.report", "gpuprof_nb.render.bundle"),
+    ]
+    assert cycles(graph) == [
+        ["gpuprof_nb.analysis.a", "gpuprof_nb.analysis.b", "gpuprof_nb.analysis.a"]
+    ]

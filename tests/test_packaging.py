@@ -23,13 +23,27 @@ def test_the_wheel_carries_the_license_text(tmp_path: Path) -> None:
     src.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "gpuprof_nb", src / "gpuprof_nb",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "gpuprof_nb", src / "gpuprof_nb", ignore=shutil.ignore_patterns("__pycache__")
+    )
     out = tmp_path / "dist"
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--quiet", "--wheel-dir", str(out), str(src)],
-        capture_output=True, text=True, check=False)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "--wheel-dir",
+            str(out),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     wheels = list(out.glob("gpuprof_nb-*.whl"))
     assert len(wheels) == 1, wheels

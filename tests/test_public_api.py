@@ -15,7 +15,9 @@ def test_every_public_name_resolves() -> None:
 
 
 def test_import_pulls_in_neither_torch_nor_ipython() -> None:
-    code = ("import sys, gpuprof_nb; gpuprof_nb.ladder; "
-            "print(sorted(m for m in ('torch', 'IPython', 'ipywidgets') if m in sys.modules))")
+    code = (
+        "import sys, gpuprof_nb; gpuprof_nb.ladder; "
+        "print(sorted(m for m in ('torch', 'IPython', 'ipywidgets') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -54,9 +54,12 @@ def test_a_glob_a_list_and_trace_objects(inline):
 
 def test_dask_local_cluster_gives_the_same_numbers(inline):
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, \
-            distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         report = gpuprof_nb.analyze_run(SLOW, executor=client.get_executor(), progress=False)
         assert len(client.scheduler_info()["workers"]) == 2
     _same(report, inline)
@@ -95,8 +98,11 @@ class _Broken(Executor):
 
 
 def test_a_dead_pool_says_what_to_do():
-    with pytest.raises(GpuprofError, match=r"the worker processes died \(BrokenProcessPool\)"
-                                           r".*if __name__ == \"__main__\""):
+    with pytest.raises(
+        GpuprofError,
+        match=r"the worker processes died \(BrokenProcessPool\)"
+        r".*if __name__ == \"__main__\"",
+    ):
         gpuprof_nb.analyze_run(SLOW, executor=_Broken(), progress=False)
 
 

@@ -58,8 +58,7 @@ class ReportReader(HTMLParser):
             self.reports.append({"labels": [], "panels": []})
             role = "report"
         elif self._skip == 0 and self.reports and tag == "div" and "gp-panel" in classes:
-            self._panel = {"section": a.get("data-section"), "text": [], "imgs": [],
-                           "svgs": []}
+            self._panel = {"section": a.get("data-section"), "text": [], "imgs": [], "svgs": []}
             self.reports[-1]["panels"].append(self._panel)  # type: ignore[attr-defined]
             role = "panel"
         elif self._skip == 0 and tag == "label" and "gp-tab" in classes:
@@ -68,8 +67,11 @@ class ReportReader(HTMLParser):
         elif tag == "img" and self._panel is not None and self._skip == 0:
             self._panel["imgs"].append(a.get("src") or "")  # type: ignore[attr-defined]
         elif tag == "svg" and self._panel is not None and self._skip == 0:
-            svg = {"width": int(a.get("width") or 0), "height": int(a.get("height") or 0),
-                   "titles": 0}
+            svg = {
+                "width": int(a.get("width") or 0),
+                "height": int(a.get("height") or 0),
+                "titles": 0,
+            }
             self._panel["svgs"].append(svg)  # type: ignore[attr-defined]
         elif tag == "title" and self._panel is not None and self._panel["svgs"]:
             self._panel["svgs"][-1]["titles"] += 1  # type: ignore[index]
@@ -117,8 +119,12 @@ def panel_text(report: dict[str, object], section: str) -> str:
 
 def _tiny_svg() -> str:
     """A 100x50 drawing with one hovered mark, made with the report's own SVG helpers."""
-    return (svg_open(100, 50, "tiny plot") + '<rect x="10" y="10" width="80" height="30">'
-            + svg_title("gemm<float> & co") + "</rect></svg>")
+    return (
+        svg_open(100, 50, "tiny plot")
+        + '<rect x="10" y="10" width="80" height="30">'
+        + svg_title("gemm<float> & co")
+        + "</rect></svg>"
+    )
 
 
 def _sections() -> list[Section]:
@@ -304,7 +310,9 @@ def test_style_takes_colours_from_the_frontend_theme() -> None:
                 continue
             checked += 1
             assert value in ("inherit", "transparent") or value.startswith("var(--jp-"), (
-                selector.strip(), prop, value
+                selector.strip(),
+                prop,
+                value,
             )
             if value.startswith("var(--jp-"):
                 assert "var(--vscode-" in value, (selector.strip(), value)

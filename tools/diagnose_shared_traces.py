@@ -68,8 +68,9 @@ def device_name(trace: Trace) -> str:
 
 def trace_files(traces_dir: Path) -> list[Path]:
     """Return the trace files under the folder (memory-timeline dumps are not traces)."""
-    return sorted(p for p in traces_dir.rglob("*.json*")
-                  if p.is_file() and not p.name.endswith(".raw.gz"))
+    return sorted(
+        p for p in traces_dir.rglob("*.json*") if p.is_file() and not p.name.endswith(".raw.gz")
+    )
 
 
 def diagnose_line(path: Path, root: Path, what: dict[str, str]) -> str:
@@ -78,8 +79,9 @@ def diagnose_line(path: Path, root: Path, what: dict[str, str]) -> str:
     try:
         trace = load_trace(path)
     except GpuprofError as err:
-        return (f"| `{cell(rel)}` | {cell(what.get(rel, ''))} | - "
-                f"| not loaded: {cell(err)} | - | - |")
+        return (
+            f"| `{cell(rel)}` | {cell(what.get(rel, ''))} | - | not loaded: {cell(err)} | - | - |"
+        )
     timeline = device_timeline(trace)
     # The roofline joins in as it does in gpuprof_nb.analyze (what a %%gpuprofile user sees).
     try:
@@ -92,12 +94,15 @@ def diagnose_line(path: Path, root: Path, what: dict[str, str]) -> str:
         finding, evidence = "none", "-"
     else:
         finding = f"{top.kind} ({top.severity}): {top.title}"
-        evidence = "; ".join(f"{label} {value}"
-                             for label, value in evidence_rows(top.evidence)[:_KEY_EVIDENCE])
+        evidence = "; ".join(
+            f"{label} {value}" for label, value in evidence_rows(top.evidence)[:_KEY_EVIDENCE]
+        )
     busy = breakdown_rows(timeline.breakdown, timeline.on_device)[0][2]
     where = "device" if timeline.on_device else "host in ops"
-    return (f"| `{cell(rel)}` | {cell(what.get(rel, ''))} | {cell(device_name(trace))} "
-            f"| {cell(d.verdict)} (busy {busy}, {where}) | {cell(finding)} | {cell(evidence)} |")
+    return (
+        f"| `{cell(rel)}` | {cell(what.get(rel, ''))} | {cell(device_name(trace))} "
+        f"| {cell(d.verdict)} (busy {busy}, {where}) | {cell(finding)} | {cell(evidence)} |"
+    )
 
 
 def write_report(files: list[Path], root: Path, out: Path) -> str:
@@ -138,12 +143,24 @@ def write_report(files: list[Path], root: Path, out: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES,
-                        help="folder holding the traces (default: ../shared/traces)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                        help="Markdown file to write (default: docs/diagnosis-on-real-traces.md)")
-    parser.add_argument("files", nargs="*", type=Path,
-                        help="only these trace files (default: every trace under --traces)")
+    parser.add_argument(
+        "--traces",
+        type=Path,
+        default=DEFAULT_TRACES,
+        help="folder holding the traces (default: ../shared/traces)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="Markdown file to write (default: docs/diagnosis-on-real-traces.md)",
+    )
+    parser.add_argument(
+        "files",
+        nargs="*",
+        type=Path,
+        help="only these trace files (default: every trace under --traces)",
+    )
     args = parser.parse_args(argv)
     files = [f.resolve() for f in args.files] or trace_files(args.traces)
     if not files:

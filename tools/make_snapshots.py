@@ -27,15 +27,19 @@ LINEAR = "/opt/conda/lib/python3.11/site-packages/torch/nn/modules/linear.py"
 ADAM = "/opt/conda/lib/python3.11/site-packages/torch/optim/adam.py"
 
 
-def frames(user_line: int, user_fn: str, *, torch_file: str | None = LINEAR,
-           cpp: bool = False) -> list[dict[str, Any]]:
+def frames(
+    user_line: int, user_fn: str, *, torch_file: str | None = LINEAR, cpp: bool = False
+) -> list[dict[str, Any]]:
     """A stack innermost first: optional C++ frames, a torch frame, then the user's
     line and the module body, as `stacks='all'` / `'python'` record them."""
     out: list[dict[str, Any]] = []
     if cpp:
         out += [
-            {"filename": "/pytorch/c10/cuda/CUDACachingAllocator.cpp", "line": 1150,
-             "name": "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"},
+            {
+                "filename": "/pytorch/c10/cuda/CUDACachingAllocator.cpp",
+                "line": 1150,
+                "name": "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc",
+            },
             {"filename": "??", "line": 0, "name": "at::native::empty_cuda"},
         ]
     if torch_file:
@@ -61,8 +65,9 @@ class Allocator:
         self.truth: list[int] = []  # live bytes after each entry (incl. pre-recording)
         self.recording = True
 
-    def _emit(self, action: str, addr: int | None, size: int, fr: list[dict[str, Any]],
-              **extra: Any) -> None:
+    def _emit(
+        self, action: str, addr: int | None, size: int, fr: list[dict[str, Any]], **extra: Any
+    ) -> None:
         self.t_us += 137
         if not self.recording:
             return
@@ -82,8 +87,7 @@ class Allocator:
         self._emit("segment_alloc", addr, total, frames(12, "build", cpp=self.cpp))
         return addr
 
-    def alloc(self, seg: int, size: int, fr: list[dict[str, Any]], at: int | None = None
-              ) -> int:
+    def alloc(self, seg: int, size: int, fr: list[dict[str, Any]], at: int | None = None) -> int:
         s = self.segments[seg]
         if at is None:
             at = s["bump"]
@@ -123,30 +127,62 @@ class Allocator:
             for addr in sorted(a for a in self.live if seg <= a < seg + s["total"]):
                 size, fr, pending = self.live[addr]
                 if addr > cursor:
-                    blocks.append({"address": cursor, "size": addr - cursor,
-                                   "requested_size": 0, "state": "inactive", "frames": []})
-                blocks.append({"address": addr, "size": size, "requested_size": size - 3,
-                               "state": "active_pending_free" if pending
-                               else "active_allocated", "frames": fr})
+                    blocks.append(
+                        {
+                            "address": cursor,
+                            "size": addr - cursor,
+                            "requested_size": 0,
+                            "state": "inactive",
+                            "frames": [],
+                        }
+                    )
+                blocks.append(
+                    {
+                        "address": addr,
+                        "size": size,
+                        "requested_size": size - 3,
+                        "state": "active_pending_free" if pending else "active_allocated",
+                        "frames": fr,
+                    }
+                )
                 cursor = addr + size
             if cursor < seg + s["total"]:
-                blocks.append({"address": cursor, "size": seg + s["total"] - cursor,
-                               "requested_size": 0, "state": "inactive", "frames": []})
+                blocks.append(
+                    {
+                        "address": cursor,
+                        "size": seg + s["total"] - cursor,
+                        "requested_size": 0,
+                        "state": "inactive",
+                        "frames": [],
+                    }
+                )
             allocated = sum(b["size"] for b in blocks if b["state"] == "active_allocated")
             active = sum(b["size"] for b in blocks if b["state"] != "inactive")
-            out.append({
-                "device": self.device, "address": seg, "total_size": s["total"],
-                "allocated_size": allocated, "active_size": active,
-                "requested_size": sum(b["requested_size"] for b in blocks),
-                "stream": 0, "segment_type": "large" if s["total"] > MIB else "small",
-                "segment_pool_id": (0, 0), "is_expandable": False, "blocks": blocks,
-            })
+            out.append(
+                {
+                    "device": self.device,
+                    "address": seg,
+                    "total_size": s["total"],
+                    "allocated_size": allocated,
+                    "active_size": active,
+                    "requested_size": sum(b["requested_size"] for b in blocks),
+                    "stream": 0,
+                    "segment_type": "large" if s["total"] > MIB else "small",
+                    "segment_pool_id": (0, 0),
+                    "is_expandable": False,
+                    "blocks": blocks,
+                }
+            )
         return out
 
 
-SETTINGS = {"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1,
-            "garbage_collection_threshold": 0.0, "expandable_segments": False,
-            "pinned_num_register_threads": 1}
+SETTINGS = {
+    "PYTORCH_CUDA_ALLOC_CONF": "",
+    "max_split_size": -1,
+    "garbage_collection_threshold": 0.0,
+    "expandable_segments": False,
+    "pinned_num_register_threads": 1,
+}
 
 
 def training_steps(a: Allocator, steps: int = 3, leak: bool = False) -> list[int]:
@@ -174,8 +210,10 @@ def training_steps(a: Allocator, steps: int = 3, leak: bool = False) -> list[int
         g = a.alloc(act_seg, 6 * MIB, frames(34, "backward", torch_file=None))
         if not opt_state:
             opt_seg = a.segment(12 * MIB)
-            opt_state = [a.alloc(opt_seg, 4 * MIB, frames(40, "step", torch_file=ADAM)),
-                         a.alloc(opt_seg, 4 * MIB, frames(40, "step", torch_file=ADAM))]
+            opt_state = [
+                a.alloc(opt_seg, 4 * MIB, frames(40, "step", torch_file=ADAM)),
+                a.alloc(opt_seg, 4 * MIB, frames(40, "step", torch_file=ADAM)),
+            ]
         a.free(g)
         a.free(o)
         a.free(h, complete=False)  # another stream still uses it for a moment
@@ -205,18 +243,37 @@ def build(out_dir: Path) -> dict[str, Any]:
     # A block freed by the program but still awaited by another stream at dump time.
     side = a.segment(2 * MIB)
     a.free(a.alloc(side, 1 * MIB, frames(80, "prefetch", torch_file=None)), complete=False)
-    write("train_time.pickle",
-          {"segments": a.dump_segments(), "device_traces": [a.entries],
-           "allocator_settings": SETTINGS, "external_annotations": []},
-          {"true_peak_bytes": max(a.truth), "live_end_bytes": a.live_bytes,
-           "step_starts": starts, "n_events": len(a.entries), "has_time": True})
+    write(
+        "train_time.pickle",
+        {
+            "segments": a.dump_segments(),
+            "device_traces": [a.entries],
+            "allocator_settings": SETTINGS,
+            "external_annotations": [],
+        },
+        {
+            "true_peak_bytes": max(a.truth),
+            "live_end_bytes": a.live_bytes,
+            "step_starts": starts,
+            "n_events": len(a.entries),
+            "has_time": True,
+        },
+    )
 
     # 2. The same without time_us (snapshots from before the field existed).
     a = Allocator(with_time=False)
     starts = training_steps(a, steps=3)
-    write("train_no_time.pickle", {"segments": a.dump_segments(), "device_traces": [a.entries]},
-          {"true_peak_bytes": max(a.truth), "live_end_bytes": a.live_bytes,
-           "step_starts": starts, "n_events": len(a.entries), "has_time": False})
+    write(
+        "train_no_time.pickle",
+        {"segments": a.dump_segments(), "device_traces": [a.entries]},
+        {
+            "true_peak_bytes": max(a.truth),
+            "live_end_bytes": a.live_bytes,
+            "step_starts": starts,
+            "n_events": len(a.entries),
+            "has_time": False,
+        },
+    )
 
     # 3. Truncated history: a ring buffer kept only the last entries, so frees arrive
     # for allocations the history no longer holds.
@@ -224,37 +281,62 @@ def build(out_dir: Path) -> dict[str, Any]:
     training_steps(a, steps=4)
     keep = 23
     dropped = len(a.entries) - keep
-    write("truncated.pickle",
-          {"segments": a.dump_segments(), "device_traces": [a.entries[dropped:]]},
-          {"true_peak_bytes": max(a.truth[dropped:]), "live_end_bytes": a.live_bytes,
-           "n_events": keep, "dropped": dropped, "has_time": True})
+    write(
+        "truncated.pickle",
+        {"segments": a.dump_segments(), "device_traces": [a.entries[dropped:]]},
+        {
+            "true_peak_bytes": max(a.truth[dropped:]),
+            "live_end_bytes": a.live_bytes,
+            "n_events": keep,
+            "dropped": dropped,
+            "has_time": True,
+        },
+    )
 
     # 4. A leak across steps: each step leaves 3 MiB behind.
     a = Allocator()
     starts = training_steps(a, steps=4, leak=True)
-    write("leak_steps.pickle",
-          {"segments": a.dump_segments(), "device_traces": [a.entries],
-           "gpuprof_nb": {"source": "cuda", "step_starts": [starts], "notes": []}},
-          {"true_peak_bytes": max(a.truth), "live_end_bytes": a.live_bytes,
-           "step_starts": starts, "leak_bytes_per_step": 3 * MIB, "has_time": True})
+    write(
+        "leak_steps.pickle",
+        {
+            "segments": a.dump_segments(),
+            "device_traces": [a.entries],
+            "gpuprof_nb": {"source": "cuda", "step_starts": [starts], "notes": []},
+        },
+        {
+            "true_peak_bytes": max(a.truth),
+            "live_end_bytes": a.live_bytes,
+            "step_starts": starts,
+            "leak_bytes_per_step": 3 * MIB,
+            "has_time": True,
+        },
+    )
 
     # 5. Two devices; device 1 has the longer history.
     a0, a1 = Allocator(0), Allocator(1)
     training_steps(a0, steps=1)
     training_steps(a1, steps=2)
-    write("two_devices.pickle",
-          {"segments": a0.dump_segments() + a1.dump_segments(),
-           "device_traces": [a0.entries, a1.entries]},
-          {"true_peak_bytes_by_device": [max(a0.truth), max(a1.truth)],
-           "n_events_by_device": [len(a0.entries), len(a1.entries)]})
+    write(
+        "two_devices.pickle",
+        {
+            "segments": a0.dump_segments() + a1.dump_segments(),
+            "device_traces": [a0.entries, a1.entries],
+        },
+        {
+            "true_peak_bytes_by_device": [max(a0.truth), max(a1.truth)],
+            "n_events_by_device": [len(a0.entries), len(a1.entries)],
+        },
+    )
 
     # 6. Segments only: recorded with enabled='state', so no history.
     a = Allocator()
     training_steps(a, steps=2)
     segs = a.dump_segments()
-    write("segments_only.pickle", {"segments": segs, "device_traces": [[]]},
-          {"live_end_bytes": a.live_bytes,
-           "reserved_bytes": sum(s["total_size"] for s in segs)})
+    write(
+        "segments_only.pickle",
+        {"segments": segs, "device_traces": [[]]},
+        {"live_end_bytes": a.live_bytes, "reserved_bytes": sum(s["total_size"] for s in segs)},
+    )
 
     # 7. OOM: one request larger than what the device has left.
     a = Allocator()
@@ -263,10 +345,17 @@ def build(out_dir: Path) -> dict[str, Any]:
         a.alloc(seg, 10 * MIB, frames(50 + i, "build_cache"))
     need = 256 * MIB
     a.oom(need, device_free=100 * MIB, fr=frames(60, "giant", torch_file=None))
-    write("oom.pickle", {"segments": a.dump_segments(), "device_traces": [a.entries]},
-          {"true_peak_bytes": max(a.truth), "requested_bytes": need,
-           "device_free_bytes": 100 * MIB, "reserved_bytes": 64 * MIB,
-           "live_end_bytes": a.live_bytes})
+    write(
+        "oom.pickle",
+        {"segments": a.dump_segments(), "device_traces": [a.entries]},
+        {
+            "true_peak_bytes": max(a.truth),
+            "requested_bytes": need,
+            "device_free_bytes": 100 * MIB,
+            "reserved_bytes": 64 * MIB,
+            "live_end_bytes": a.live_bytes,
+        },
+    )
 
     # 8. Fragmentation: small keepers interleaved with freed pieces; no large piece left.
     a = Allocator()
@@ -277,10 +366,17 @@ def build(out_dir: Path) -> dict[str, Any]:
             a.free(b)
     a.oom(4 * MIB, device_free=0, fr=frames(72, "pad_batch", torch_file=None))
     segs = a.dump_segments()
-    write("fragmented.pickle", {"segments": segs, "device_traces": [a.entries]},
-          {"true_peak_bytes": max(a.truth), "free_in_segments_bytes": 16 * MIB,
-           "largest_free_block_bytes": 1 * MIB, "n_free_blocks": 16,
-           "reserved_bytes": 32 * MIB})
+    write(
+        "fragmented.pickle",
+        {"segments": segs, "device_traces": [a.entries]},
+        {
+            "true_peak_bytes": max(a.truth),
+            "free_in_segments_bytes": 16 * MIB,
+            "largest_free_block_bytes": 1 * MIB,
+            "n_free_blocks": 16,
+            "reserved_bytes": 32 * MIB,
+        },
+    )
 
     # 9. The block layout of PyTorch 2.0: frames and requested size in 'history'.
     a = Allocator(with_time=False)
@@ -293,8 +389,11 @@ def build(out_dir: Path) -> dict[str, Any]:
             del b["address"]
             if b["state"] != "inactive":
                 b["history"] = [{"addr": 0, "real_size": req, "frames": fr}]
-    write("legacy_history.pickle", {"segments": legacy, "device_traces": [a.entries]},
-          {"true_peak_bytes": max(a.truth), "live_end_bytes": a.live_bytes})
+    write(
+        "legacy_history.pickle",
+        {"segments": legacy, "device_traces": [a.entries]},
+        {"true_peak_bytes": max(a.truth), "live_end_bytes": a.live_bytes},
+    )
 
     with open(out_dir / "expected.json", "w") as f:
         json.dump(expected, f, indent=1, sort_keys=True)
@@ -303,7 +402,10 @@ def build(out_dir: Path) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else (
-        Path(__file__).resolve().parent.parent / "tests" / "data" / "snapshots")
+    target = (
+        Path(sys.argv[1])
+        if len(sys.argv) > 1
+        else (Path(__file__).resolve().parent.parent / "tests" / "data" / "snapshots")
+    )
     done = build(target)
     print(f"wrote {len(done)} snapshots to {target}")

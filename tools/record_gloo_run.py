@@ -29,8 +29,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def train_rank(rank: int, world: int, port: int, out: str, steps: int, slow_rank: int,
-               slow_ms: float, batch: int = 512) -> None:
+def train_rank(
+    rank: int,
+    world: int,
+    port: int,
+    out: str,
+    steps: int,
+    slow_rank: int,
+    slow_ms: float,
+    batch: int = 512,
+) -> None:
     """One rank: a DDP step per ProfilerStep, profiled; rank `slow_rank` (-1: none) computes
     `slow_ms` more in each step, before its forward."""
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
@@ -40,11 +48,13 @@ def train_rank(rank: int, world: int, port: int, out: str, steps: int, slow_rank
     from torch.profiler import ProfilerActivity, profile, record_function
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
     torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
-                                    torch.nn.Linear(512, 256)))
+    model = DDP(
+        torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(batch, 256), torch.randn(batch, 256)
     extra_s = slow_ms / 1e3 if rank == slow_rank else 0.0
@@ -73,15 +83,25 @@ def train_rank(rank: int, world: int, port: int, out: str, steps: int, slow_rank
     dist.destroy_process_group()
 
 
-def record(out: Path, ranks: int = 4, steps: int = 8, slow_rank: int = -1,
-           slow_ms: float = 50.0, batch: int = 512) -> list[Path]:
+def record(
+    out: Path,
+    ranks: int = 4,
+    steps: int = 8,
+    slow_rank: int = -1,
+    slow_ms: float = 50.0,
+    batch: int = 512,
+) -> list[Path]:
     """Run the job (one process per rank, spawned) and return the traces it wrote."""
     import torch.multiprocessing as mp
 
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    mp.spawn(train_rank, args=(ranks, port, str(out), steps, slow_rank, slow_ms, batch),
-             nprocs=ranks, join=True)
+    mp.spawn(
+        train_rank,
+        args=(ranks, port, str(out), steps, slow_rank, slow_ms, batch),
+        nprocs=ranks,
+        join=True,
+    )
     return sorted(out.glob("rank-*.json.gz"))
 
 
@@ -94,8 +114,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--slow-ms", type=float, default=50.0)
     parser.add_argument("--batch", type=int, default=512)
     args = parser.parse_args(argv)
-    for path in record(Path(args.out), args.ranks, args.steps, args.slow_rank,
-                       args.slow_ms, args.batch):
+    for path in record(
+        Path(args.out), args.ranks, args.steps, args.slow_rank, args.slow_ms, args.batch
+    ):
         print(path, path.stat().st_size)
     return 0
 

@@ -49,8 +49,10 @@ def inputs() -> Iterator[tuple[str, str, Path]]:
 
 
 def _entry(bundle: dict[str, Any]) -> dict[str, str]:
-    return {"text": bundle["text/plain"],
-            "html_sha256": hashlib.sha256(bundle["text/html"].encode("utf-8")).hexdigest()}
+    return {
+        "text": bundle["text/plain"],
+        "html_sha256": hashlib.sha256(bundle["text/html"].encode("utf-8")).hexdigest(),
+    }
 
 
 def render_all(kind: str, path: Path) -> dict[str, dict[str, str]]:

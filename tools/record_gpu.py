@@ -42,118 +42,150 @@ sys.path.insert(0, str(REPO))
 # DEV is "cuda" (or "cpu" in a rehearsal). `cold_start` runs first, on a CUDA context that
 # holds nothing yet (the device's name was read, which creates the context).
 TRACE_CASES: list[tuple[str, str, str, str, str]] = [
-    ("cold_start", "cold_start",
-     "torch.backends.cudnn.benchmark = True",
-     "--once",
-     "net = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 3), torch.nn.ReLU(),\n"
-     "                          torch.nn.Conv2d(64, 64, 3)).to(DEV)\n"
-     "img = torch.randn(32, 3, 128, 128, device=DEV)\n"
-     "net(img).sum().backward()"),
-    ("dataloader", "dataloader",
-     "class SlowDataset(torch.utils.data.Dataset):\n"
-     "    def __len__(self):\n"
-     "        return 8\n"
-     "    def __getitem__(self, i):\n"
-     "        time.sleep(0.01)  # a heavy per-sample transform\n"
-     "        return torch.randn(256)\n"
-     "loader = torch.utils.data.DataLoader(SlowDataset(), batch_size=2, num_workers=0)\n"
-     "w = torch.randn(256, 256, device=DEV)",
-     "",
-     "for xb in loader:\n"
-     "    (xb.to(DEV) @ w).relu().sum()"),
-    ("host_sync", "host_sync",
-     "a = torch.randn(256, 256, device=DEV)",
-     "",
-     "total = 0.0\n"
-     "for _ in range(200):\n"
-     "    total += (a @ a).relu().sum().item()"),
-    ("launch_overhead", "launch_overhead",
-     "",
-     "",
-     "x = torch.ones(8, device=DEV)\n"
-     "for _ in range(1000):\n"
-     "    x = x * 1.0001 + 0.0001"),
-    ("precision", "precision",
-     "torch.backends.cuda.matmul.allow_tf32 = False\n"
-     "a32 = torch.randn(4096, 4096, device=DEV)",
-     "",
-     "for _ in range(8):\n"
-     "    c32 = a32 @ a32"),
-    ("compute_bound", "compute_bound",
-     "a16 = torch.randn(8192, 8192, device=DEV, dtype=torch.bfloat16)",
-     "",
-     "for _ in range(8):\n"
-     "    c16 = a16 @ a16"),
-    ("memory_bound", "memory_bound",
-     "big = torch.randn(32 * 2**20, device=DEV)",
-     "",
-     "x = big\n"
-     "for _ in range(12):\n"
-     "    x = torch.sin(x) * 1.5 + 0.1"),
-    ("dtype_cast", "dtype_cast",
-     "v = torch.randn(8 * 2**20, device=DEV)",
-     "",
-     "x = v\n"
-     "for _ in range(12):\n"
-     "    x = x.to(torch.float64).to(torch.float32)"),
-    ("host_device_copy", "host_device_copy",
-     "host = torch.randn(16 * 2**20)  # 64 MiB of pageable host memory",
-     "",
-     "for _ in range(6):\n"
-     "    d = host.to(DEV)\n"
-     "    d.mul_(2)"),
-    ("recompilation", "recompilation",
-     "f = torch.compile(lambda t: (t.sin() * 2).sum(), dynamic=False)",
-     "--once",
-     "torch._dynamo.reset()\n"
-     "for n in (64, 96, 128, 160):\n"
-     "    f(torch.randn(n, 256, device=DEV))"),
-    ("python_overhead", "python_overhead",
-     "t = torch.ones(4, device=DEV)",
-     "",
-     "acc = 0\n"
-     "for _ in range(40):\n"
-     "    for j in range(3000):\n"
-     "        acc += j * j % 7\n"
-     "    t = t + 1"),
-    ("memory_growth", "memory_growth",
-     "wg = torch.randn(512, 512, device=DEV, requires_grad=True)\n"
-     "kept = []",
-     "--memory",
-     "kept.clear()\n"
-     "for _ in range(12):\n"
-     "    xg = torch.randn(512, 512, device=DEV)\n"
-     "    kept.append((xg @ wg).relu())"),
+    (
+        "cold_start",
+        "cold_start",
+        "torch.backends.cudnn.benchmark = True",
+        "--once",
+        "net = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 3), torch.nn.ReLU(),\n"
+        "                          torch.nn.Conv2d(64, 64, 3)).to(DEV)\n"
+        "img = torch.randn(32, 3, 128, 128, device=DEV)\n"
+        "net(img).sum().backward()",
+    ),
+    (
+        "dataloader",
+        "dataloader",
+        "class SlowDataset(torch.utils.data.Dataset):\n"
+        "    def __len__(self):\n"
+        "        return 8\n"
+        "    def __getitem__(self, i):\n"
+        "        time.sleep(0.01)  # a heavy per-sample transform\n"
+        "        return torch.randn(256)\n"
+        "loader = torch.utils.data.DataLoader(SlowDataset(), batch_size=2, num_workers=0)\n"
+        "w = torch.randn(256, 256, device=DEV)",
+        "",
+        "for xb in loader:\n    (xb.to(DEV) @ w).relu().sum()",
+    ),
+    (
+        "host_sync",
+        "host_sync",
+        "a = torch.randn(256, 256, device=DEV)",
+        "",
+        "total = 0.0\nfor _ in range(200):\n    total += (a @ a).relu().sum().item()",
+    ),
+    (
+        "launch_overhead",
+        "launch_overhead",
+        "",
+        "",
+        "x = torch.ones(8, device=DEV)\nfor _ in range(1000):\n    x = x * 1.0001 + 0.0001",
+    ),
+    (
+        "precision",
+        "precision",
+        "torch.backends.cuda.matmul.allow_tf32 = False\na32 = torch.randn(4096, 4096, device=DEV)",
+        "",
+        "for _ in range(8):\n    c32 = a32 @ a32",
+    ),
+    (
+        "compute_bound",
+        "compute_bound",
+        "a16 = torch.randn(8192, 8192, device=DEV, dtype=torch.bfloat16)",
+        "",
+        "for _ in range(8):\n    c16 = a16 @ a16",
+    ),
+    (
+        "memory_bound",
+        "memory_bound",
+        "big = torch.randn(32 * 2**20, device=DEV)",
+        "",
+        "x = big\nfor _ in range(12):\n    x = torch.sin(x) * 1.5 + 0.1",
+    ),
+    (
+        "dtype_cast",
+        "dtype_cast",
+        "v = torch.randn(8 * 2**20, device=DEV)",
+        "",
+        "x = v\nfor _ in range(12):\n    x = x.to(torch.float64).to(torch.float32)",
+    ),
+    (
+        "host_device_copy",
+        "host_device_copy",
+        "host = torch.randn(16 * 2**20)  # 64 MiB of pageable host memory",
+        "",
+        "for _ in range(6):\n    d = host.to(DEV)\n    d.mul_(2)",
+    ),
+    (
+        "recompilation",
+        "recompilation",
+        "f = torch.compile(lambda t: (t.sin() * 2).sum(), dynamic=False)",
+        "--once",
+        "torch._dynamo.reset()\n"
+        "for n in (64, 96, 128, 160):\n"
+        "    f(torch.randn(n, 256, device=DEV))",
+    ),
+    (
+        "python_overhead",
+        "python_overhead",
+        "t = torch.ones(4, device=DEV)",
+        "",
+        "acc = 0\n"
+        "for _ in range(40):\n"
+        "    for j in range(3000):\n"
+        "        acc += j * j % 7\n"
+        "    t = t + 1",
+    ),
+    (
+        "memory_growth",
+        "memory_growth",
+        "wg = torch.randn(512, 512, device=DEV, requires_grad=True)\nkept = []",
+        "--memory",
+        "kept.clear()\n"
+        "for _ in range(12):\n"
+        "    xg = torch.randn(512, 512, device=DEV)\n"
+        "    kept.append((xg @ wg).relu())",
+    ),
 ]
 
 # (name, the finding it plants or None, set-up, %%memsnap options, cell).
 SNAPSHOT_CASES: list[tuple[str, str | None, str, str, str]] = [
-    ("train", "peak_memory",
-     "mlp = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(),\n"
-     "                          torch.nn.Linear(4096, 1024)).to(DEV)\n"
-     "opt = torch.optim.AdamW(mlp.parameters(), lr=1e-3)\n"
-     "xb = torch.randn(256, 1024, device=DEV)",
-     "",
-     "loss = mlp(xb).pow(2).mean()\n"
-     "loss.backward()\n"
-     "opt.step()\n"
-     "opt.zero_grad(set_to_none=True)"),
-    ("leak", "memory_growth",
-     "leaked = []",
-     "--repeat 4",
-     "leaked.append(torch.randn(4 * 2**20, device=DEV))  # 16 MiB kept per run\n"
-     "tmp = torch.randn(2**20, device=DEV) * 2"),
-    ("oom", "oom",
-     "",
-     "",
-     "keep = torch.empty(2**20, device=DEV)\n"
-     "huge = torch.empty(2**45, device=DEV)  # 128 TiB"),
-    ("fragmented", "fragmentation",
-     "",
-     "",
-     "blocks = [torch.empty(2**18 * s, device=DEV) for s in (6, 2) * 48]  # MiB\n"
-     "del blocks[::2]  # the 6 MiB blocks go: holes between the 2 MiB ones that stay\n"
-     "large = torch.empty(2**24, device=DEV)  # 64 MiB: fits none of the holes"),
+    (
+        "train",
+        "peak_memory",
+        "mlp = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(),\n"
+        "                          torch.nn.Linear(4096, 1024)).to(DEV)\n"
+        "opt = torch.optim.AdamW(mlp.parameters(), lr=1e-3)\n"
+        "xb = torch.randn(256, 1024, device=DEV)",
+        "",
+        "loss = mlp(xb).pow(2).mean()\n"
+        "loss.backward()\n"
+        "opt.step()\n"
+        "opt.zero_grad(set_to_none=True)",
+    ),
+    (
+        "leak",
+        "memory_growth",
+        "leaked = []",
+        "--repeat 4",
+        "leaked.append(torch.randn(4 * 2**20, device=DEV))  # 16 MiB kept per run\n"
+        "tmp = torch.randn(2**20, device=DEV) * 2",
+    ),
+    (
+        "oom",
+        "oom",
+        "",
+        "",
+        "keep = torch.empty(2**20, device=DEV)\nhuge = torch.empty(2**45, device=DEV)  # 128 TiB",
+    ),
+    (
+        "fragmented",
+        "fragmentation",
+        "",
+        "",
+        "blocks = [torch.empty(2**18 * s, device=DEV) for s in (6, 2) * 48]  # MiB\n"
+        "del blocks[::2]  # the 6 MiB blocks go: holes between the 2 MiB ones that stay\n"
+        "large = torch.empty(2**24, device=DEV)  # 64 MiB: fits none of the holes",
+    ),
 ]
 
 
@@ -172,7 +204,9 @@ class Recorder:
             "device": torch.cuda.get_device_name(0) if self.cuda else "cpu",
             "python": sys.version.split()[0],
             "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "traces": {}, "snapshots": {}, "errors": {},
+            "traces": {},
+            "snapshots": {},
+            "errors": {},
         }
         self.ip = globalipapp.start_ipython() or globalipapp.get_ipython()
         self.ip.run_line_magic("load_ext", "gpuprof_nb")
@@ -182,8 +216,7 @@ class Recorder:
 
     def write(self) -> None:
         self.figures["written"] = time.strftime("%Y-%m-%d %H:%M:%S")
-        (self.out / "figures.json").write_text(json.dumps(self.figures, indent=1,
-                                                          default=_plain))
+        (self.out / "figures.json").write_text(json.dumps(self.figures, indent=1, default=_plain))
 
     def step(self, name: str, fn: Any, *args: Any) -> Any:
         t0 = time.perf_counter()
@@ -243,30 +276,39 @@ class Recorder:
             "setup": setup,
             "bytes": path.stat().st_size,
             "first_finding": d.findings[0].kind if d and d.findings else None,
-            "findings": [(f.kind, f.severity, round(f.share, 4)) for f in d.findings]
-            if d else [],
+            "findings": [(f.kind, f.severity, round(f.share, 4)) for f in d.findings] if d else [],
             "verdict": d.verdict if d else None,
             "one_off": [(f.kind, round(f.share, 4)) for f in getattr(d, "one_off", ()) or ()]
-            if d else [],
+            if d
+            else [],
             "timing": dataclasses.asdict(t) if t is not None else None,
             "kernels": [dataclasses.asdict(k) for k in r.kernels.rows[:5]]
-            if r.kernels is not None else None,
+            if r.kernels is not None
+            else None,
             "kernel_calls": r.kernels.calls if r.kernels is not None else None,
-            "top_ops": [(o.name, o.calls, round(o.self_device_us, 1), round(o.self_cpu_us, 1))
-                        for o in r.ops.rows[:5]] if r.ops is not None else None,
+            "top_ops": [
+                (o.name, o.calls, round(o.self_device_us, 1), round(o.self_cpu_us, 1))
+                for o in r.ops.rows[:5]
+            ]
+            if r.ops is not None
+            else None,
             "roofline": [dataclasses.asdict(p) for p in r.roofline.points[:4]]
-            if r.roofline is not None else None,
+            if r.roofline is not None
+            else None,
             "notes": list(r.notes),
         }
-        print(f"[record_gpu]   {name}: planted {planted}, first "
-              f"{self.figures['traces'][name]['first_finding']}, {path.stat().st_size:,} B",
-              flush=True)
+        print(
+            f"[record_gpu]   {name}: planted {planted}, first "
+            f"{self.figures['traces'][name]['first_finding']}, {path.stat().st_size:,} B",
+            flush=True,
+        )
         self.run("_r = None")
 
     # --- snapshots ------------------------------------------------------------------------
 
-    def snapshot_case(self, name: str, planted: str | None, setup: str, options: str,
-                      cell: str) -> None:
+    def snapshot_case(
+        self, name: str, planted: str | None, setup: str, options: str, cell: str
+    ) -> None:
         self.run(setup or "pass")
         path = self.out / "snapshots" / f"gpu_{name}.pickle"
         self.ip.user_ns.pop("_m", None)
@@ -277,7 +319,10 @@ class Recorder:
             raise RuntimeError(f"{name}: %%memsnap stored no report ({raised!r})")
         kinds = [(f.kind, f.severity) for f in getattr(m, "findings", ())]
         entry: dict[str, Any] = {
-            "planted": planted, "cell": cell, "setup": setup, "options": options,
+            "planted": planted,
+            "cell": cell,
+            "setup": setup,
+            "options": options,
             "raised": f"{type(raised).__name__}: {raised}"[:300] if raised else None,
             "bytes": path.stat().st_size if path.exists() else None,
             "findings": kinds,
@@ -305,8 +350,11 @@ class Recorder:
         out = {}
         n = 4096 if self.cuda else 512  # a CPU rehearsal only checks the script
         for label, setup, cell in (
-            ("bf16_4096_x20", f"tq = torch.randn({n}, {n}, device=DEV, dtype=torch.bfloat16)",
-             "for _ in range(20):\n    tc = tq @ tq"),
+            (
+                "bf16_4096_x20",
+                f"tq = torch.randn({n}, {n}, device=DEV, dtype=torch.bfloat16)",
+                "for _ in range(20):\n    tc = tq @ tq",
+            ),
             ("fp32_256_x1", "tq = torch.randn(256, 256, device=DEV)", "tc = tq @ tq"),
         ):
             self.run(setup)
@@ -326,10 +374,13 @@ class Recorder:
                 magic_dev += list(stats.device_us or ())
                 number = stats.number
                 body = textwrap.indent(cell, "    ")
-                src = ("_w0 = _clock()\n" + ("_s.record()\n" if self.cuda else "")
-                       + f"for _k in range({number}):\n{body}\n"
-                       + ("_e.record()\n_sync()\n" if self.cuda else "")
-                       + "_w1 = _clock()\n")
+                src = (
+                    "_w0 = _clock()\n"
+                    + ("_s.record()\n" if self.cuda else "")
+                    + f"for _k in range({number}):\n{body}\n"
+                    + ("_e.record()\n_sync()\n" if self.cuda else "")
+                    + "_w1 = _clock()\n"
+                )
                 code = compile(src, f"<hand timing {label}>", "exec")
                 ns["_clock"] = time.perf_counter_ns
                 ns["_sync"] = torch.cuda.synchronize if self.cuda else (lambda: None)
@@ -343,31 +394,39 @@ class Recorder:
                         hand_dev.append(ns["_s"].elapsed_time(ns["_e"]) * 1000.0 / number)
                 if self.cuda and magic_dev[first_magic:] and hand_dev[first_hand:]:
                     # paired: this round's magic median over this round's hand-written one
-                    round_ratios.append(statistics.median(magic_dev[first_magic:])
-                                        / statistics.median(hand_dev[first_hand:]))
+                    round_ratios.append(
+                        statistics.median(magic_dev[first_magic:])
+                        / statistics.median(hand_dev[first_hand:])
+                    )
             entry: dict[str, Any] = {
                 "numbers": numbers,
-                "magic_wall_us": magic_wall, "magic_device_us": magic_dev,
-                "hand_wall_us": hand_wall, "hand_device_us": hand_dev,
+                "magic_wall_us": magic_wall,
+                "magic_device_us": magic_dev,
+                "hand_wall_us": hand_wall,
+                "hand_device_us": hand_dev,
                 "wall_ratio": statistics.median(magic_wall) / statistics.median(hand_wall),
             }
             if magic_dev and hand_dev:
                 med = statistics.median(hand_dev)
-                entry.update({
-                    "magic_device_median_us": statistics.median(magic_dev),
-                    "hand_device_median_us": med,
-                    "device_ratio": statistics.median(magic_dev) / med,
-                    # The profiled run is slower (the profiler's cost): were it among the
-                    # timed samples, the largest would stand out.
-                    "magic_device_max_over_hand_median": max(magic_dev) / med,
-                    "rounds": rounds,
-                    "round_ratios": round_ratios,
-                    "round_ratio_median": statistics.median(round_ratios),
-                })
+                entry.update(
+                    {
+                        "magic_device_median_us": statistics.median(magic_dev),
+                        "hand_device_median_us": med,
+                        "device_ratio": statistics.median(magic_dev) / med,
+                        # The profiled run is slower (the profiler's cost): were it among the
+                        # timed samples, the largest would stand out.
+                        "magic_device_max_over_hand_median": max(magic_dev) / med,
+                        "rounds": rounds,
+                        "round_ratios": round_ratios,
+                        "round_ratio_median": statistics.median(round_ratios),
+                    }
+                )
             out[label] = entry
-            print(f"[record_gpu]   timing {label}: "
-                  f"{ {k: v for k, v in entry.items() if 'ratio' in k or 'max' in k} }",
-                  flush=True)
+            print(
+                f"[record_gpu]   timing {label}: "
+                f"{ {k: v for k, v in entry.items() if 'ratio' in k or 'max' in k} }",
+                flush=True,
+            )
         self.figures["timing"] = out
 
     def ceilings(self) -> None:
@@ -389,9 +448,11 @@ class Recorder:
         torch = self.torch
         if not self.cuda:
             return
-        self.run("mlp2 = torch.nn.Sequential(torch.nn.Linear(2048, 8192), torch.nn.GELU(),\n"
-                 "    torch.nn.Linear(8192, 2048)).to(DEV)\n"
-                 "xb2 = torch.randn(512, 2048, device=DEV)")
+        self.run(
+            "mlp2 = torch.nn.Sequential(torch.nn.Linear(2048, 8192), torch.nn.GELU(),\n"
+            "    torch.nn.Linear(8192, 2048)).to(DEV)\n"
+            "xb2 = torch.randn(512, 2048, device=DEV)"
+        )
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         self.ip.run_cell("%%memsnap -o _p --quiet\nmlp2(xb2).pow(2).mean().backward()")
@@ -414,16 +475,29 @@ class Recorder:
         targets = (inputs[:, :8].sum(dim=1) > 0).long()
 
         def model_fn() -> nn.Module:
-            return nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 1024),
-                                 nn.GELU(), nn.Linear(1024, 1024), nn.GELU(),
-                                 nn.Linear(1024, 2))
+            return nn.Sequential(
+                nn.Linear(256, 1024),
+                nn.GELU(),
+                nn.Linear(1024, 1024),
+                nn.GELU(),
+                nn.Linear(1024, 1024),
+                nn.GELU(),
+                nn.Linear(1024, 2),
+            )
 
         t0 = time.perf_counter()
         report = ladder.run_ladder(
-            model_fn, TensorDataset(inputs, targets), nn.functional.cross_entropy,
+            model_fn,
+            TensorDataset(inputs, targets),
+            nn.functional.cross_entropy,
             lambda params: torch.optim.AdamW(params, lr=1e-3),
-            steps=20, warmup=3, batch_size=512, target_effective_batch=1024,
-            batch_sizes=[256, 1024, 4096], label="gpu truth pass")
+            steps=20,
+            warmup=3,
+            batch_size=512,
+            target_effective_batch=1024,
+            batch_sizes=[256, 1024, 4096],
+            label="gpu truth pass",
+        )
         report.save(self.out / "ladder.json")
         self.figures["ladder"] = {
             "seconds": time.perf_counter() - t0,
@@ -435,8 +509,11 @@ class Recorder:
 
 def _plain(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
-                if not hasattr(getattr(obj, f.name), "shape")}
+        return {
+            f.name: getattr(obj, f.name)
+            for f in dataclasses.fields(obj)
+            if not hasattr(getattr(obj, f.name), "shape")
+        }
     if isinstance(obj, (set, frozenset, tuple)):
         return list(obj)
     return repr(obj)
@@ -445,11 +522,16 @@ def _plain(obj: Any) -> Any:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--only", nargs="*", default=None,
-                        help="the cases or steps to run (default: all)")
+    parser.add_argument(
+        "--only", nargs="*", default=None, help="the cases or steps to run (default: all)"
+    )
     parser.add_argument("--skip-ladder", action="store_true")
-    parser.add_argument("--timing-rounds", type=int, default=3,
-                        help="alternating rounds of the timing figure (default 3)")
+    parser.add_argument(
+        "--timing-rounds",
+        type=int,
+        default=3,
+        help="alternating rounds of the timing figure (default 3)",
+    )
     args = parser.parse_args(argv)
     rec = Recorder(args.out)
 
@@ -462,18 +544,23 @@ def main(argv: list[str]) -> int:
     for snap in SNAPSHOT_CASES:
         if wanted(snap[0]):
             rec.step(f"snapshot {snap[0]}", rec.snapshot_case, *snap)
-    for name, fn in (("timing", lambda: rec.timing_against_events(args.timing_rounds)),
-                     ("ceilings", rec.ceilings),
-                     ("memory_peak", rec.memory_peak)):
+    for name, fn in (
+        ("timing", lambda: rec.timing_against_events(args.timing_rounds)),
+        ("ceilings", rec.ceilings),
+        ("memory_peak", rec.memory_peak),
+    ):
         if wanted(name):
             rec.step(name, fn)
     if wanted("ladder") and not args.skip_ladder:
         rec.step("ladder", rec.ladder)
     rec.write()
     errors = rec.figures["errors"]
-    print(f"[record_gpu] done: {len(rec.figures['traces'])} traces, "
-          f"{len(rec.figures['snapshots'])} snapshots, {len(errors)} errors "
-          f"({', '.join(errors) or 'none'})", flush=True)
+    print(
+        f"[record_gpu] done: {len(rec.figures['traces'])} traces, "
+        f"{len(rec.figures['snapshots'])} snapshots, {len(errors)} errors "
+        f"({', '.join(errors) or 'none'})",
+        flush=True,
+    )
     return 1 if errors else 0
 
 

@@ -42,8 +42,7 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     planted = planted_module()
     failed = []
-    for kind, cell, memory in planted.CASES + [("compute_bound", planted.big_matmul_cell,
-                                                False)]:
+    for kind, cell, memory in planted.CASES + [("compute_bound", planted.big_matmul_cell, False)]:
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 trace = planted.record(cell, Path(tmp), memory=memory)
@@ -58,8 +57,10 @@ def main(argv: list[str]) -> int:
             json.loads(raw)  # a whole JSON document, as exported
             with open(target, "wb") as fh, gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:
                 gz.write(raw)
-            print(f"{target.relative_to(REPO)}: {target.stat().st_size:,} bytes, first "
-                  f"finding {first}")
+            print(
+                f"{target.relative_to(REPO)}: {target.stat().st_size:,} bytes, first "
+                f"finding {first}"
+            )
     for line in failed:
         print("NOT WRITTEN:", line, "(a loaded machine? record again when idle)")
     return 1 if failed else 0

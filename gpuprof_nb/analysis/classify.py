@@ -44,10 +44,33 @@ _CAST_OPS = frozenset({"to", "tocopy", "copy", "typeas"})
 # attention, Triton templates). Library names alone are not marks: cuDNN also runs batchnorm,
 # pooling, softmax and layout transposes, cuBLAS split-K reductions, epilogues and gemv, and
 # fbgemm_gpu (whose name contains "gemm") embedding lookups and permutes.
-_GEMM_KERNEL_MARKS = ("gemm", "xmma", "s1688", "s16816", "h1688", "h16816", "s161616",
-                      "cijk_", "convolve", "conv2d", "conv3d", "grouped_conv", "conv_fwd",
-                      "conv_bwd", "dgrad", "wgrad", "fprop", "scudnn", "hcudnn", "winograd",
-                      "flash", "fmha", "attention", "triton_tem", "matmul")
+_GEMM_KERNEL_MARKS = (
+    "gemm",
+    "xmma",
+    "s1688",
+    "s16816",
+    "h1688",
+    "h16816",
+    "s161616",
+    "cijk_",
+    "convolve",
+    "conv2d",
+    "conv3d",
+    "grouped_conv",
+    "conv_fwd",
+    "conv_bwd",
+    "dgrad",
+    "wgrad",
+    "fprop",
+    "scudnn",
+    "hcudnn",
+    "winograd",
+    "flash",
+    "fmha",
+    "attention",
+    "triton_tem",
+    "matmul",
+)
 
 
 # cuDNN's FFT convolution kernels are named fft2d_r2c_...: a convolution only inside cuDNN.
@@ -57,10 +80,25 @@ _CUDNN_CONV_MARKS = ("fft", "conv")
 # Helper kernels that sit next to GEMMs in the same libraries but only move, scale or reduce
 # data (low arithmetic intensity). Matched on the function name before its template and
 # argument lists, where a real GEMM's template arguments may mention an epilogue or transpose.
-_NOT_GEMM_KERNEL_MARKS = ("gemv", "bn_fw", "bn_bw", "batchnorm", "batch_norm", "nchwtonhwc",
-                          "nhwctonchw", "transpose", "splitkreduce", "reducesplitk",
-                          "epilogue", "offsets", "scalepackedtensor", "im2col", "scal_kernel",
-                          "pool", "softmax")
+_NOT_GEMM_KERNEL_MARKS = (
+    "gemv",
+    "bn_fw",
+    "bn_bw",
+    "batchnorm",
+    "batch_norm",
+    "nchwtonhwc",
+    "nhwctonchw",
+    "transpose",
+    "splitkreduce",
+    "reducesplitk",
+    "epilogue",
+    "offsets",
+    "scalepackedtensor",
+    "im2col",
+    "scal_kernel",
+    "pool",
+    "softmax",
+)
 
 
 _COMM_KERNEL_MARKS = ("nccl", "rccl", "gloo")

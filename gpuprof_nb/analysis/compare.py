@@ -50,8 +50,9 @@ _COMPILED_OP_MARKS = ("Torch-Compiled Region", "CompiledFunction", "Compiled Fun
 _DATALOADER = "DataLoader (next batch)"
 
 
-def timing_verdict(before: Sequence[float], after: Sequence[float], *,
-                   noise_floor: float = COMPARE_NOISE_FLOOR) -> Verdict | None:
+def timing_verdict(
+    before: Sequence[float], after: Sequence[float], *, noise_floor: float = COMPARE_NOISE_FLOOR
+) -> Verdict | None:
     """Return the verdict on two sets of timed samples (Verdict.from_samples)."""
     return Verdict.from_samples(before, after, noise_floor=noise_floor)
 
@@ -75,7 +76,8 @@ def _side(value: object, which: str, label: str | None) -> _Side:
     else:
         raise GpuprofError(
             f"compare: {which} is a {type(value).__name__}; pass a ProfileReport (from "
-            "%%gpuprofile -o NAME or gpuprof_nb.analyze), a Trace, or a trace file's path")
+            "%%gpuprofile -o NAME or gpuprof_nb.analyze), a Trace, or a trace file's path"
+        )
     trace = report.trace
     steps = count_steps_per_run(trace) if trace is not None else None
     return _Side(label or name, report, trace, report.timing, steps)
@@ -85,8 +87,10 @@ def _per(before: _Side, after: _Side, notes: list[str]) -> Per:
     if before.steps and after.steps:
         return "step"
     if before.steps or after.steps:
-        notes.append("one side has training steps and the other not: times are per "
-                     + ("run" if before.timing and after.timing else "profiled window"))
+        notes.append(
+            "one side has training steps and the other not: times are per "
+            + ("run" if before.timing and after.timing else "profiled window")
+        )
     return "run" if before.timing is not None and after.timing is not None else "window"
 
 
@@ -117,8 +121,9 @@ def kernel_family(name: str) -> str:
     `..._64x64_stage4...<float, 2>`, or `triton_poi_fused_add_0` and `..._1`, are one."""
     head = re.split(r"[<(]", name, maxsplit=1)[0].strip() or name
     head = re.sub(r"\d+x\d+(?:x\d+)*", "NxN", head)
-    head = re.sub(r"(tile|stage|warp|cta|block|split|align)(size)?\d+", r"\1N", head,
-                  flags=re.IGNORECASE)
+    head = re.sub(
+        r"(tile|stage|warp|cta|block|split|align)(size)?\d+", r"\1N", head, flags=re.IGNORECASE
+    )
     return re.sub(r"_\d+$", "", head)
 
 
@@ -134,8 +139,7 @@ def _rows(side: _Side, divisor: float) -> dict[tuple[str, str], ChangeRow]:
         old = rows.get((category, name))
         if old is not None:
             us, calls = us + old.before_us * divisor, calls + old.calls_before * divisor
-        rows[(category, name)] = ChangeRow(name, category, us / divisor, 0.0,
-                                           calls / divisor, 0.0)
+        rows[(category, name)] = ChangeRow(name, category, us / divisor, 0.0, calls / divisor, 0.0)
 
     loader = dataloader_ops(trace)
     loader_names = {o.name for o in loader}
@@ -149,11 +153,13 @@ def _rows(side: _Side, divisor: float) -> dict[tuple[str, str], ChangeRow]:
             category = "communication" if kernel_name_class(k.name) == "comm" else "kernel"
         else:
             category = k.kind
-        add(category, kernel_family(k.name) if category == "kernel" else k.name,
-            k.total_us, k.calls)
+        add(
+            category, kernel_family(k.name) if category == "kernel" else k.name, k.total_us, k.calls
+        )
     if loader:
-        spans = merge_intervals(clip_intervals(((o.start_us, o.end_us) for o in loader),
-                                               *trace.window_us))
+        spans = merge_intervals(
+            clip_intervals(((o.start_us, o.end_us) for o in loader), *trace.window_us)
+        )
         add("DataLoader", _DATALOADER, union_length(spans), len(loader))
     return rows
 
@@ -163,8 +169,9 @@ def _compiled(side: _Side) -> int:
     trace = side.trace
     if trace is None:
         return 0
-    return (sum(1 for k in trace.kernels if k.name.startswith("triton_"))
-            + sum(1 for o in trace.ops if any(m in o.name for m in _COMPILED_OP_MARKS)))
+    return sum(1 for k in trace.kernels if k.name.startswith("triton_")) + sum(
+        1 for o in trace.ops if any(m in o.name for m in _COMPILED_OP_MARKS)
+    )
 
 
 def _changes(before: _Side, after: _Side, per: Per) -> tuple[ChangeRow, ...]:
@@ -179,11 +186,22 @@ def _changes(before: _Side, after: _Side, per: Per) -> tuple[ChangeRow, ...]:
         after_us = a.before_us if a else 0.0
         if abs(after_us - before_us) <= 1e-6:
             continue
-        replaced = ("compiled code (Triton kernels, compiled regions)"
-                    if compiled_after and a is None and key[0] in ("op", "kernel") else "")
-        out.append(ChangeRow(key[1], key[0], before_us, after_us,
-                             b.calls_before if b else 0.0, a.calls_before if a else 0.0,
-                             replaced))
+        replaced = (
+            "compiled code (Triton kernels, compiled regions)"
+            if compiled_after and a is None and key[0] in ("op", "kernel")
+            else ""
+        )
+        out.append(
+            ChangeRow(
+                key[1],
+                key[0],
+                before_us,
+                after_us,
+                b.calls_before if b else 0.0,
+                a.calls_before if a else 0.0,
+                replaced,
+            )
+        )
     out.sort(key=lambda r: (-abs(r.delta_us), r.category, r.name))
     return tuple(out)
 
@@ -193,8 +211,10 @@ def _idle(before: _Side, after: _Side, per: Per, notes: list[str]) -> tuple[Idle
     if tb is None or ta is None or tb.breakdown is None or ta.breakdown is None:
         return ()
     if tb.on_device != ta.on_device:
-        notes.append("the idle breakdown is of the device on one side and of the host on the "
-                     "other (one trace has no device activity): compare it with care")
+        notes.append(
+            "the idle breakdown is of the device on one side and of the host on the "
+            "other (one trace has no device activity): compare it with care"
+        )
     div_b = float(before.steps) if per == "step" and before.steps else 1.0
     div_a = float(after.steps) if per == "step" and after.steps else 1.0
     b, a = tb.breakdown.us_by_category(), ta.breakdown.us_by_category()
@@ -211,19 +231,25 @@ def _idle_of(before: _Side, after: _Side) -> Literal["device", "host", "mixed"]:
 
 def _peak(side: _Side) -> int | None:
     trace = side.trace
-    levels = [m.total_allocated for m in trace.memory if m.total_allocated is not None] \
-        if trace is not None else []
+    levels = (
+        [m.total_allocated for m in trace.memory if m.total_allocated is not None]
+        if trace is not None
+        else []
+    )
     return max(levels) if levels else None
 
 
-def _findings(before: _Side, after: _Side
-              ) -> tuple[tuple[Finding, ...], tuple[Finding, ...], tuple[Finding, ...]]:
+def _findings(
+    before: _Side, after: _Side
+) -> tuple[tuple[Finding, ...], tuple[Finding, ...], tuple[Finding, ...]]:
     fb = before.report.diagnosis.findings if before.report.diagnosis else ()
     fa = after.report.diagnosis.findings if after.report.diagnosis else ()
     kinds_b, kinds_a = {f.kind for f in fb}, {f.kind for f in fa}
-    return (tuple(f for f in fb if f.kind not in kinds_a),
-            tuple(f for f in fa if f.kind not in kinds_b),
-            tuple(f for f in fa if f.kind in kinds_b))
+    return (
+        tuple(f for f in fb if f.kind not in kinds_a),
+        tuple(f for f in fa if f.kind not in kinds_b),
+        tuple(f for f in fa if f.kind in kinds_b),
+    )
 
 
 def _device_notes(before: _Side, after: _Side, notes: list[str]) -> None:
@@ -232,20 +258,31 @@ def _device_notes(before: _Side, after: _Side, notes: list[str]) -> None:
         summary = side.report.summary
         if side.timing is not None:
             names.append(side.timing.device_name or "cpu")
-        elif summary is not None and summary.device_names and side.trace is not None \
-                and side.trace.kernels:
+        elif (
+            summary is not None
+            and summary.device_names
+            and side.trace is not None
+            and side.trace.kernels
+        ):
             names.append(", ".join(summary.device_names))
         else:
             names.append("cpu")
     if names[0] != names[1]:
-        notes.append(f"before ran on {names[0]}, after on {names[1]}: the difference mixes "
-                     "the change with the hardware; op rows compare host (CPU) time, kernel "
-                     "rows device time, where each side has it")
+        notes.append(
+            f"before ran on {names[0]}, after on {names[1]}: the difference mixes "
+            "the change with the hardware; op rows compare host (CPU) time, kernel "
+            "rows device time, where each side has it"
+        )
 
 
-def compare(before: Side, after: Side, *, before_label: str | None = None,
-            after_label: str | None = None,
-            noise_floor: float = COMPARE_NOISE_FLOOR) -> Comparison:
+def compare(
+    before: Side,
+    after: Side,
+    *,
+    before_label: str | None = None,
+    after_label: str | None = None,
+    noise_floor: float = COMPARE_NOISE_FLOOR,
+) -> Comparison:
     """Return `before` and `after` side by side (see the module docstring): step medians,
     the verdict (reports from %%gpuprofile only), the changes most important first, the
     idle breakdown, memory peaks and findings before and after. The labels name the sides
@@ -260,18 +297,27 @@ def compare(before: Side, after: Side, *, before_label: str | None = None,
     if verdict is not None:
         verdict_note = ""
     elif b.timing is None or a.timing is None:
-        verdict_note = ("no verdict: a trace holds one profiled run, not timed samples; "
-                        "profile both sides with %%gpuprofile to know whether the change is "
-                        "real")
+        verdict_note = (
+            "no verdict: a trace holds one profiled run, not timed samples; "
+            "profile both sides with %%gpuprofile to know whether the change is "
+            "real"
+        )
     else:
         verdict_note = "no verdict: a side has fewer than two timed samples (raise --repeat)"
     resolved, new, still = _findings(b, a)
     return Comparison(
-        before_label=b.label, after_label=a.label, per=per,
+        before_label=b.label,
+        after_label=a.label,
+        per=per,
         step_median_us=(_step_median(b, per), _step_median(a, per)),
-        verdict=verdict, verdict_note=verdict_note,
-        changes=_changes(b, a, per), idle=_idle(b, a, per, notes),
-        memory_peak_bytes=(_peak(b), _peak(a)), idle_of=_idle_of(b, a),
-        findings_resolved=resolved, findings_new=new, findings_still=still,
+        verdict=verdict,
+        verdict_note=verdict_note,
+        changes=_changes(b, a, per),
+        idle=_idle(b, a, per, notes),
+        memory_peak_bytes=(_peak(b), _peak(a)),
+        idle_of=_idle_of(b, a),
+        findings_resolved=resolved,
+        findings_new=new,
+        findings_still=still,
         notes=tuple(notes),
     )

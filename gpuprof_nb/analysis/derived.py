@@ -57,8 +57,20 @@ def frozen(a: np.ndarray) -> np.ndarray:
 class OpColumns:
     """The trace's torch ops (kind "op", in trace order) as columns."""
 
-    __slots__ = ("ops", "positions", "start", "dur", "end", "index", "raw_thread",
-                 "raw_threads", "thread", "thread_keys", "external_id", "has_external_id")
+    __slots__ = (
+        "ops",
+        "positions",
+        "start",
+        "dur",
+        "end",
+        "index",
+        "raw_thread",
+        "raw_threads",
+        "thread",
+        "thread_keys",
+        "external_id",
+        "has_external_id",
+    )
 
     def __init__(self, trace: Trace) -> None:
         every = trace.ops
@@ -76,16 +88,22 @@ class OpColumns:
         self.index = frozen(np.fromiter(map(_INDEX, ops), dtype=np.int64, count=n))
         # Each op's (pid, tid) as recorded: a number, and the distinct pairs it indexes.
         code: dict[tuple[Any, Any], int] = {}
-        self.raw_thread = frozen(np.fromiter(
-            (code.setdefault((o.pid, o.tid), len(code)) for o in ops), dtype=np.intp, count=n))
+        self.raw_thread = frozen(
+            np.fromiter(
+                (code.setdefault((o.pid, o.tid), len(code)) for o in ops), dtype=np.intp, count=n
+            )
+        )
         self.raw_threads: tuple[tuple[Any, Any], ...] = tuple(code)
         # Each op's thread keyed by its ids as text (ids that print alike are one thread),
         # numbered by the rank of that key, and the keys in order.
         key_of = [(str(p), str(t)) for p, t in self.raw_threads]
         keys = sorted(set(key_of))
         rank = {k: r for r, k in enumerate(keys)}
-        self.thread = frozen(np.array([rank[k] for k in key_of], dtype=np.intp)[self.raw_thread]
-                             if n else np.zeros(0, dtype=np.intp))
+        self.thread = frozen(
+            np.array([rank[k] for k in key_of], dtype=np.intp)[self.raw_thread]
+            if n
+            else np.zeros(0, dtype=np.intp)
+        )
         self.thread_keys: tuple[tuple[str, str], ...] = tuple(keys)
         ext, has_ext = ids_of(ops, "external_id")
         self.external_id, self.has_external_id = frozen(ext), frozen(has_ext)
@@ -97,8 +115,7 @@ def codes_of(values: Iterable[Hashable], count: int) -> tuple[list[Any], np.ndar
     lookup per value, which hashes each value twice.)"""
     code_of: dict[Any, int] = {}
     setdefault = code_of.setdefault
-    codes = np.fromiter((setdefault(v, len(code_of)) for v in values), dtype=np.intp,
-                        count=count)
+    codes = np.fromiter((setdefault(v, len(code_of)) for v in values), dtype=np.intp, count=count)
     return list(code_of), codes
 
 
@@ -110,12 +127,15 @@ def op_columns(trace: Trace) -> OpColumns:
 def op_name_codes(trace: Trace) -> tuple[tuple[str, ...], np.ndarray]:
     """Return the distinct names of op_columns' ops, in order of first appearance, and each
     op's name as an index into them (computed once per trace)."""
+
     def compute() -> tuple[tuple[str, ...], np.ndarray]:
         ops = op_columns(trace).ops
         code_of: dict[str, int] = {}
-        codes = np.fromiter((code_of.setdefault(o.name, len(code_of)) for o in ops),
-                            dtype=np.intp, count=len(ops))
+        codes = np.fromiter(
+            (code_of.setdefault(o.name, len(code_of)) for o in ops), dtype=np.intp, count=len(ops)
+        )
         return tuple(code_of), frozen(codes)
+
     return memo(trace, "op_name_codes", compute)
 
 
@@ -138,8 +158,11 @@ class KernelColumns:
         self.end = frozen(self.start + self.dur)  # the same sum as Kernel.end_us
         # Kinds as codes (KERNEL_KINDS; anything else: their count), and the device of each.
         kinds = {k: i for i, k in enumerate(KERNEL_KINDS)}
-        self.kind = frozen(np.fromiter(map(kinds.get, map(_KIND, kernels), repeat(len(kinds))),
-                                       dtype=np.int8, count=n))
+        self.kind = frozen(
+            np.fromiter(
+                map(kinds.get, map(_KIND, kernels), repeat(len(kinds))), dtype=np.int8, count=n
+            )
+        )
         self.is_kernel = frozen(self.kind == 0)
         self.device = frozen(np.fromiter(map(_DEVICE, kernels), dtype=np.int64, count=n))
         # kernel_class: "copy" for what is not a kernel, else its name's class (each distinct
@@ -156,8 +179,9 @@ class KernelColumns:
         return self.cls == KERNEL_CLASSES.index(name)  # type: ignore[no-any-return]
 
 
-def kernel_columns(trace: Trace, kernels: Sequence[Kernel] | None = None,
-                   key: Hashable = None) -> KernelColumns:
+def kernel_columns(
+    trace: Trace, kernels: Sequence[Kernel] | None = None, key: Hashable = None
+) -> KernelColumns:
     """Return columns of trace.kernels, or of `kernels`, a selection of them named by `key`
     (the kernels of one device), computed once each."""
     every = memo(trace, "kernel_columns", lambda: KernelColumns(trace.kernels))
@@ -181,8 +205,10 @@ def ids(values: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:
     except OverflowError:
         arr = None
     if arr is None or int(np.count_nonzero(arr == _NO_ID)) != listed.count(None):
-        arr = np.array([_NO_ID if v is None else v if -2**63 < v < 2**63 else hash(v)
-                        for v in listed], dtype=np.int64)
+        arr = np.array(
+            [_NO_ID if v is None else v if -(2**63) < v < 2**63 else hash(v) for v in listed],
+            dtype=np.int64,
+        )
     return arr, arr != _NO_ID
 
 
@@ -209,44 +235,60 @@ def lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarr
 
 def kernel_ids(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Return trace.kernels' (correlation ids, present, External ids, present), once."""
+
     def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         corr, has_corr = ids_of(trace.kernels, "correlation")
         ext, has_ext = ids_of(trace.kernels, "external_id")
         return frozen(corr), frozen(has_corr), frozen(ext), frozen(has_ext)
+
     return memo(trace, "kernel_ids", compute)
 
 
 def runtime_correlations(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Return trace.runtime's (correlation ids, present), once."""
+
     def compute() -> tuple[np.ndarray, np.ndarray]:
         corr, has = ids_of(trace.runtime, "correlation")
         return frozen(corr), frozen(has)
+
     return memo(trace, "runtime_correlations", compute)
 
 
 def runtime_external_ids(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Return trace.runtime's (External ids, present), once."""
+
     def compute() -> tuple[np.ndarray, np.ndarray]:
         ext, has = ids_of(trace.runtime, "external_id")
         return frozen(ext), frozen(has)
+
     return memo(trace, "runtime_external_ids", compute)
 
 
 def runtime_threads(trace: Trace) -> tuple[np.ndarray, tuple[tuple[Any, Any], ...]]:
     """Return each runtime call's (pid, tid) as a code, and the distinct pairs the codes
     index, in order of first appearance (computed once)."""
+
     def compute() -> tuple[np.ndarray, tuple[tuple[Any, Any], ...]]:
         pair_code: dict[tuple[Any, Any], int] = {}
-        codes = np.fromiter((pair_code.setdefault((r.pid, r.tid), len(pair_code))
-                             for r in trace.runtime), dtype=np.intp, count=len(trace.runtime))
+        codes = np.fromiter(
+            (pair_code.setdefault((r.pid, r.tid), len(pair_code)) for r in trace.runtime),
+            dtype=np.intp,
+            count=len(trace.runtime),
+        )
         return frozen(codes), tuple(pair_code)
+
     return memo(trace, "runtime_threads", compute)
 
 
 def runtime_starts(trace: Trace) -> np.ndarray:
     """Return trace.runtime's start times, once."""
-    return memo(trace, "runtime_starts", lambda: frozen(
-        np.fromiter(map(_START, trace.runtime), dtype=float, count=len(trace.runtime))))
+    return memo(
+        trace,
+        "runtime_starts",
+        lambda: frozen(
+            np.fromiter(map(_START, trace.runtime), dtype=float, count=len(trace.runtime))
+        ),
+    )
 
 
 def first_call_of(trace: Trace) -> tuple[np.ndarray, np.ndarray]:

@@ -50,19 +50,35 @@ from gpuprof_nb.results.timeline import Timeline
 
 # Names other modules and users import from here (the catalogue, the classifiers and the
 # results moved to their own modules).
-__all__ = ["CPU_FIXES", "FIXES", "FIX_ORDER", "Diagnosis", "Finding", "diagnose",
-           "kernel_class", "op_class", "unrecorded_launches"]
+__all__ = [
+    "CPU_FIXES",
+    "FIXES",
+    "FIX_ORDER",
+    "Diagnosis",
+    "Finding",
+    "diagnose",
+    "kernel_class",
+    "op_class",
+    "unrecorded_launches",
+]
 
 # Tie-break between equal shares: the order practitioners apply fixes in (torch.compile,
 # mixed precision, gradient accumulation, DataLoader tuning, activation checkpointing), each
 # kind placed with the fix that addresses it.
 FIX_ORDER: tuple[FindingKind, ...] = (
-    "launch_overhead", "memory_bound", "recompilation", "python_overhead",  # compile
-    "precision", "dtype_cast",  # mixed precision
+    "launch_overhead",
+    "memory_bound",
+    "recompilation",
+    "python_overhead",  # compile
+    "precision",
+    "dtype_cast",  # mixed precision
     "communication",  # accumulation, overlap
-    "dataloader", "host_device_copy", "host_sync",  # input pipeline and syncs
+    "dataloader",
+    "host_device_copy",
+    "host_sync",  # input pipeline and syncs
     "memory_growth",  # checkpointing, freeing what is kept
-    "cold_start", "compute_bound",
+    "cold_start",
+    "compute_bound",
 )
 
 
@@ -74,7 +90,9 @@ def _is_one_off(f: Finding, timing: TimingStats | None) -> bool:
 # The Timeline gap causes each kind's idle time falls in: the user lines charged with most
 # of it (analysis/hotspots.py) are named in its title.
 LINE_CAUSES: dict[FindingKind, tuple[str, ...]] = {
-    "python_overhead": ("host",), "host_sync": ("sync",), "dataloader": ("dataloader",),
+    "python_overhead": ("host",),
+    "host_sync": ("sync",),
+    "dataloader": ("dataloader",),
     "launch_overhead": ("launch",),
 }
 # What those findings say without stacks to name lines from.
@@ -102,9 +120,14 @@ def name_lines(f: Finding, hotspots: Hotspots | None) -> Finding:
     return dataclasses.replace(f, title=f"{f.title}. Held by {named}")
 
 
-def diagnose(trace: Trace, *, timeline: Timeline | None = None,
-             roofline: Roofline | None = None, timing: TimingStats | None = None,
-             hotspots: Hotspots | None = None) -> Diagnosis:
+def diagnose(
+    trace: Trace,
+    *,
+    timeline: Timeline | None = None,
+    roofline: Roofline | None = None,
+    timing: TimingStats | None = None,
+    hotspots: Hotspots | None = None,
+) -> Diagnosis:
     """Return the findings for a trace, most recoverable time first, with what could not be
     judged and a one-line verdict. With `hotspots`, the findings about idle time name the
     user lines that held it."""
@@ -112,18 +135,29 @@ def diagnose(trace: Trace, *, timeline: Timeline | None = None,
     device, _ = chosen_device(trace)
     kernels = device_kernels(trace, device) if device is not None else ()
     c = Context(
-        trace=trace, timeline=tl, lo=tl.start_us, hi=tl.end_us, span_us=tl.window_us,
-        n_steps=len(trace.steps), top_ops=top_level_ops(trace), kernels=kernels,
+        trace=trace,
+        timeline=tl,
+        lo=tl.start_us,
+        hi=tl.end_us,
+        span_us=tl.window_us,
+        n_steps=len(trace.steps),
+        top_ops=top_level_ops(trace),
+        kernels=kernels,
         on_device=device is not None,
-        kernel_columns=kernel_columns(trace, kernels, ("device", device)))
+        kernel_columns=kernel_columns(trace, kernels, ("device", device)),
+    )
     # A cell profiled after its warm-up repeats whatever its profiled run did, so setup-like
     # ops there are its steady state. Elsewhere they are the first run's one-off: under
     # --once they are part of what was measured; in a trace recorded elsewhere they are left
     # out of every other share, which are then of the steady rest of the window.
     if timing is None or timing.once:
         setup_idle_us, setup_ops = cold_ops_idle_us(c)
-        c = dataclasses.replace(c, setup_idle_us=setup_idle_us, setup_ops=setup_ops,
-                                one_off_us=setup_idle_us if timing is None else 0.0)
+        c = dataclasses.replace(
+            c,
+            setup_idle_us=setup_idle_us,
+            setup_ops=setup_ops,
+            one_off_us=setup_idle_us if timing is None else 0.0,
+        )
     not_judged: list[str] = []
     notes: list[str] = list(tl.notes)
     # What the loader had to repair (negative durations, ...) bounds how far to trust this.
@@ -149,11 +183,12 @@ def diagnose(trace: Trace, *, timeline: Timeline | None = None,
     if c.on_device:
         add(rule_host_sync(c))
     elif blind:
-        not_judged.append("compute_bound, memory_bound, precision, host_sync, "
-                          "host_device_copy: " + unrecorded_device_words(blind))
+        not_judged.append(
+            "compute_bound, memory_bound, precision, host_sync, "
+            "host_device_copy: " + unrecorded_device_words(blind)
+        )
     else:
-        not_judged.append("host_sync, precision, host_device_copy: "
-                          "no device activity in the trace")
+        not_judged.append("host_sync, precision, host_device_copy: no device activity in the trace")
     for f in rule_launch_and_python(c):
         add(f)
     # Host op time of a GPU program is launch time, not the device's math: without kernels
@@ -170,11 +205,9 @@ def diagnose(trace: Trace, *, timeline: Timeline | None = None,
     cold = rule_cold_start(c, timing)
     if cold is None:
         if timing is None:
-            not_judged.append("cold_start: no run timings (profile with %%gpuprofile to get "
-                              "them)")
+            not_judged.append("cold_start: no run timings (profile with %%gpuprofile to get them)")
         elif not timing.warmup_wall_us:
-            not_judged.append("cold_start: no warm-up run was timed apart from the measured "
-                              "runs")
+            not_judged.append("cold_start: no warm-up run was timed apart from the measured runs")
     add(cold)
     rec = rule_recompilation(c)
     if rec is None:
@@ -182,12 +215,16 @@ def diagnose(trace: Trace, *, timeline: Timeline | None = None,
     add(rec)
     growth = rule_memory_growth(c)
     if growth is None:
-        not_judged.append("memory_growth: no [memory] events (profile with profile_memory=True "
-                          "or %%gpuprofile --memory)")
+        not_judged.append(
+            "memory_growth: no [memory] events (profile with profile_memory=True "
+            "or %%gpuprofile --memory)"
+        )
     add(growth)
     considered.sort(key=lambda f: (-f.share, FIX_ORDER.index(f.kind), f.title))
-    reported = [f for f in considered
-                if f.kind == "compute_bound" or f.share >= th.MIN_REPORT_SHARE]
+    reported = [
+        f for f in considered if f.kind == "compute_bound" or f.share >= th.MIN_REPORT_SHARE
+    ]
+
     # compute_bound recovers nothing itself: it goes after every high or medium problem, but
     # before low ones, so a healthy cell leads with its verdict rather than with a detail.
     def group(f: Finding) -> int:
@@ -200,10 +237,12 @@ def diagnose(trace: Trace, *, timeline: Timeline | None = None,
     one_off = [f for f in reported if _is_one_off(f, timing)]
     reported = [f for f in reported if not _is_one_off(f, timing)]
     if c.one_off_us > 0 and c.frac_of_window(c.one_off_us) >= th.MIN_REPORT_SHARE:
-        notes.append(f"one-off setup ops kept the device idle "
-                     f"{c.frac_of_window(c.one_off_us) * 100:.0f}% of the window "
-                     f"({duration_words(c.one_off_us)}); every other share is of the "
-                     f"remaining {duration_words(c.span_us - c.one_off_us)}")
+        notes.append(
+            f"one-off setup ops kept the device idle "
+            f"{c.frac_of_window(c.one_off_us) * 100:.0f}% of the window "
+            f"({duration_words(c.one_off_us)}); every other share is of the "
+            f"remaining {duration_words(c.span_us - c.one_off_us)}"
+        )
     return Diagnosis(
         findings=tuple(reported),
         not_judged=tuple(not_judged),
@@ -218,18 +257,22 @@ def _verdict(reported: Sequence[Finding], c: Context, unrecorded: int = 0) -> st
     verdict = _steady_verdict(reported, c, unrecorded)
     if c.one_off_us > 0 and c.frac_of_window(c.one_off_us) >= th.MIN_REPORT_SHARE:
         longest = max(c.setup_ops, key=lambda o: (o.dur_us, -o.index))
-        verdict += (f". A one-off setup cost took {c.frac_of_window(c.one_off_us) * 100:.0f}% "
-                    f"of the trace (first {longest.name} took "
-                    f"{duration_words(longest.dur_us)}; see cold_start): the verdict is "
-                    "about the rest")
+        verdict += (
+            f". A one-off setup cost took {c.frac_of_window(c.one_off_us) * 100:.0f}% "
+            f"of the trace (first {longest.name} took "
+            f"{duration_words(longest.dur_us)}; see cold_start): the verdict is "
+            "about the rest"
+        )
     return verdict
 
 
 def _steady_verdict(reported: Sequence[Finding], c: Context, unrecorded: int) -> str:
     serious = [f for f in reported if f.severity in ("high", "medium")]
     if unrecorded:
-        blind = (f"GPU not judged: {unrecorded} calls queued GPU work but the trace has no "
-                 "kernel events (record them with ProfilerActivity.CUDA)")
+        blind = (
+            f"GPU not judged: {unrecorded} calls queued GPU work but the trace has no "
+            "kernel events (record them with ProfilerActivity.CUDA)"
+        )
         if serious:
             return f"{blind}; on the host: {serious[0].kind} - {serious[0].title}"
         return f"{blind}; on the host no rule found a problem worth 10% or more of the time"

@@ -23,7 +23,7 @@ FIXES: dict[FindingKind, str] = {
     "launch_overhead": (
         "Fuse the many small ops into few kernels and cut launch cost:\n"
         "model = torch.compile(model)                         # fusion\n"
-        "model = torch.compile(model, mode=\"reduce-overhead\")  # CUDA graphs, static shapes\n"
+        'model = torch.compile(model, mode="reduce-overhead")  # CUDA graphs, static shapes\n'
         "opt = torch.optim.AdamW(model.parameters(), fused=True)\n"
         "or give each op more work: a larger batch, vectorised code instead of Python loops."
     ),
@@ -36,18 +36,18 @@ FIXES: dict[FindingKind, str] = {
         "Fuse elementwise, normalisation and softmax chains so tensors are read once:\n"
         "model = torch.compile(model)\n"
         "use fused kernels (F.scaled_dot_product_attention, fused optimizers), and bf16\n"
-        "to halve the bytes moved: with torch.autocast(\"cuda\", dtype=torch.bfloat16): ..."
+        'to halve the bytes moved: with torch.autocast("cuda", dtype=torch.bfloat16): ...'
     ),
     "compute_bound": (
         "Time already goes to large matmuls/convolutions. Next steps: lower precision on\n"
-        "tensor cores (with torch.autocast(\"cuda\", dtype=torch.bfloat16): ...), keep\n"
+        'tensor cores (with torch.autocast("cuda", dtype=torch.bfloat16): ...), keep\n'
         "dimensions multiples of 8, or faster hardware."
     ),
     "precision": (
         "Run matmuls and convolutions in bf16 on tensor cores:\n"
-        "with torch.autocast(\"cuda\", dtype=torch.bfloat16):\n"
+        'with torch.autocast("cuda", dtype=torch.bfloat16):\n'
         "    loss = model(x).loss\n"
-        "or at least allow TF32: torch.set_float32_matmul_precision(\"high\")"
+        'or at least allow TF32: torch.set_float32_matmul_precision("high")'
     ),
     "dtype_cast": (
         "Cast once, not every step: convert inputs and weights to the working dtype up front\n"
@@ -121,11 +121,11 @@ CPU_FIXES: dict[FindingKind, str] = {
         "Fuse elementwise, normalisation and softmax chains so tensors are read once:\n"
         "model = torch.compile(model)\n"
         "and use fused kernels (F.scaled_dot_product_attention); on a CPU with bf16\n"
-        "support (AVX-512 BF16/AMX) try: with torch.autocast(\"cpu\", dtype=torch.bfloat16): ..."
+        'support (AVX-512 BF16/AMX) try: with torch.autocast("cpu", dtype=torch.bfloat16): ...'
     ),
     "compute_bound": (
         "Time already goes to large matmuls/convolutions. Next steps: bf16 where the CPU\n"
-        "has fast bf16 (with torch.autocast(\"cpu\", dtype=torch.bfloat16): ...; measure it,\n"
+        'has fast bf16 (with torch.autocast("cpu", dtype=torch.bfloat16): ...; measure it,\n'
         "it is slower on CPUs without AMX/AVX-512 BF16), more threads\n"
         "(torch.set_num_threads), or a GPU."
     ),
@@ -134,8 +134,8 @@ CPU_FIXES: dict[FindingKind, str] = {
 
 FP16_FIX = (
     "This GPU has fp16 (not bf16) tensor cores: use fp16 autocast with a gradient scaler:\n"
-    "scaler = torch.amp.GradScaler(\"cuda\")\n"
-    "with torch.autocast(\"cuda\", dtype=torch.float16):\n"
+    'scaler = torch.amp.GradScaler("cuda")\n'
+    'with torch.autocast("cuda", dtype=torch.float16):\n'
     "    loss = model(x).loss\n"
     "scaler.scale(loss).backward(); scaler.step(opt); scaler.update()"
 )
@@ -183,8 +183,9 @@ def peak_memory_advice(*, optimizer_state_at_peak: bool) -> str:
         "bf16 autocast: with torch.autocast('cuda', dtype=torch.bfloat16): halves "
         "activation memory",
         "8-bit or sharded optimizer state (bitsandbytes AdamW8bit, FSDP); "
-        "AdamW(fused=True) avoids temporary copies" if optimizer_state_at_peak else
-        "8-bit optimizers (bitsandbytes) or AdamW(fused=True) when "
+        "AdamW(fused=True) avoids temporary copies"
+        if optimizer_state_at_peak
+        else "8-bit optimizers (bitsandbytes) or AdamW(fused=True) when "
         "optimizer state or its temporaries are large",
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when reserved memory "
         "runs far above the peak",

@@ -45,9 +45,20 @@ DTYPES: dict[str, tuple[str, int]] = {
 
 # c10::ScalarType numbers, as Concrete Inputs show a dtype argument ("15" is bfloat16).
 SCALAR_TYPES: dict[int, tuple[str, int]] = {
-    0: ("uint8", 1), 1: ("int8", 1), 2: ("int16", 2), 3: ("int32", 4), 4: ("int64", 8),
-    5: ("fp16", 2), 6: ("fp32", 4), 7: ("fp64", 8), 8: ("complex32", 4), 9: ("complex64", 8),
-    10: ("complex128", 16), 11: ("bool", 1), 15: ("bf16", 2), 23: ("fp8_e5m2", 1),
+    0: ("uint8", 1),
+    1: ("int8", 1),
+    2: ("int16", 2),
+    3: ("int32", 4),
+    4: ("int64", 8),
+    5: ("fp16", 2),
+    6: ("fp32", 4),
+    7: ("fp64", 8),
+    8: ("complex32", 4),
+    9: ("complex64", 8),
+    10: ("complex128", 16),
+    11: ("bool", 1),
+    15: ("bf16", 2),
+    23: ("fp8_e5m2", 1),
     24: ("fp8_e4m3", 1),
 }
 
@@ -147,8 +158,13 @@ def _mm(op: Op) -> OpCost | None:
     if a is None or b is None or len(a.dims) != 2 or len(b.dims) != 2:
         return None
     (m, k), (_, n) = a.dims, b.dims
-    return _gemm(2 * m * k * n, m * k + k * n + m * n, a, "2*M*K*N from Input Dims",
-                 f"(MK+KN+MN) x {a.itemsize} B")
+    return _gemm(
+        2 * m * k * n,
+        m * k + k * n + m * n,
+        a,
+        "2*M*K*N from Input Dims",
+        f"(MK+KN+MN) x {a.itemsize} B",
+    )
 
 
 def _addmm(op: Op) -> OpCost | None:
@@ -156,9 +172,13 @@ def _addmm(op: Op) -> OpCost | None:
     if bias is None or a is None or b is None or len(a.dims) != 2 or len(b.dims) != 2:
         return None
     (m, k), (_, n) = a.dims, b.dims
-    return _gemm(2 * m * k * n, m * k + k * n + m * n + bias.numel, a,
-                 "2*M*K*N from Input Dims (bias add not counted)",
-                 f"(MK+KN+MN+bias) x {a.itemsize} B")
+    return _gemm(
+        2 * m * k * n,
+        m * k + k * n + m * n + bias.numel,
+        a,
+        "2*M*K*N from Input Dims (bias add not counted)",
+        f"(MK+KN+MN+bias) x {a.itemsize} B",
+    )
 
 
 def _bmm(op: Op) -> OpCost | None:
@@ -166,8 +186,13 @@ def _bmm(op: Op) -> OpCost | None:
     if a is None or b is None or len(a.dims) != 3 or len(b.dims) != 3:
         return None
     (bt, m, k), (_, _, n) = a.dims, b.dims
-    return _gemm(2 * bt * m * k * n, bt * (m * k + k * n + m * n), a,
-                 "2*B*M*K*N from Input Dims", f"B(MK+KN+MN) x {a.itemsize} B")
+    return _gemm(
+        2 * bt * m * k * n,
+        bt * (m * k + k * n + m * n),
+        a,
+        "2*B*M*K*N from Input Dims",
+        f"B(MK+KN+MN) x {a.itemsize} B",
+    )
 
 
 def _baddbmm(op: Op) -> OpCost | None:
@@ -175,9 +200,13 @@ def _baddbmm(op: Op) -> OpCost | None:
     if base is None or a is None or b is None or len(a.dims) != 3 or len(b.dims) != 3:
         return None
     (bt, m, k), (_, _, n) = a.dims, b.dims
-    return _gemm(2 * bt * m * k * n, bt * (m * k + k * n + m * n) + base.numel, a,
-                 "2*B*M*K*N from Input Dims (added input not counted)",
-                 f"(B(MK+KN+MN)+input) x {a.itemsize} B")
+    return _gemm(
+        2 * bt * m * k * n,
+        bt * (m * k + k * n + m * n) + base.numel,
+        a,
+        "2*B*M*K*N from Input Dims (added input not counted)",
+        f"(B(MK+KN+MN)+input) x {a.itemsize} B",
+    )
 
 
 def _broadcast(*shapes: Sequence[int]) -> tuple[int, ...] | None:
@@ -207,9 +236,13 @@ def _matmul(op: Op) -> OpCost | None:
         return None
     m, k, n = ad[-2], ad[-1], bd[-1]
     nb = math.prod(batch)
-    return _gemm(2 * nb * m * k * n, a.numel + b.numel + nb * m * n, a,
-                 "2*batch*M*K*N from Input Dims (broadcast batch)",
-                 f"(A+B+out) x {a.itemsize} B")
+    return _gemm(
+        2 * nb * m * k * n,
+        a.numel + b.numel + nb * m * n,
+        a,
+        "2*batch*M*K*N from Input Dims (broadcast batch)",
+        f"(A+B+out) x {a.itemsize} B",
+    )
 
 
 def _linear(op: Op) -> OpCost | None:
@@ -220,17 +253,25 @@ def _linear(op: Op) -> OpCost | None:
     n = w.dims[0] if len(w.dims) == 2 else 1
     rows = x.numel // k if k else 0
     extra = bias.numel if bias is not None else 0
-    return _gemm(2 * rows * k * n, x.numel + w.numel + rows * n + extra, x,
-                 "2*rows*K*N from Input Dims (bias add not counted)",
-                 f"(input+weight+out{'+bias' if bias else ''}) x {x.itemsize} B")
+    return _gemm(
+        2 * rows * k * n,
+        x.numel + w.numel + rows * n + extra,
+        x,
+        "2*rows*K*N from Input Dims (bias add not counted)",
+        f"(input+weight+out{'+bias' if bias else ''}) x {x.itemsize} B",
+    )
 
 
 # ---------------------------------------------------------------- convolution
 
 
 def _conv_out(
-    spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
-    padding: Sequence[int], dilation: Sequence[int], transposed: bool,
+    spatial: Sequence[int],
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    transposed: bool,
     output_padding: Sequence[int],
 ) -> tuple[int, ...]:
     if transposed:
@@ -247,8 +288,15 @@ def _conv_out(
 
 
 def _conv_cost(
-    op: Op, x: _Tensor, w: _Tensor, bias_numel: int, stride: Any, padding: Any,
-    dilation: Any, transposed: bool, output_padding: Any,
+    op: Op,
+    x: _Tensor,
+    w: _Tensor,
+    bias_numel: int,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    transposed: bool,
+    output_padding: Any,
 ) -> OpCost | None:
     nsp = len(x.dims) - 2
     if nsp < 1 or len(w.dims) != nsp + 2:
@@ -278,7 +326,10 @@ def _conv_cost(
         flops = 2 * out_numel * per_in
     moved = x.numel + w.numel + out_numel + bias_numel
     return OpCost(
-        flops, moved * x.itemsize, "conv", x.dtype,
+        flops,
+        moved * x.itemsize,
+        "conv",
+        x.dtype,
         f"2*N*Cout*out_spatial*Cin/g*kernel from Input Dims + stride/padding ({nsp}d)",
         f"(input+weight+out{'+bias' if bias_numel else ''}) x {x.itemsize} B",
     )
@@ -289,8 +340,17 @@ def _conv_nd(op: Op) -> OpCost | None:
     x, w, b = _tensor_at(op, 0), _tensor_at(op, 1), _tensor_at(op, 2)
     if x is None or w is None:
         return None
-    return _conv_cost(op, x, w, b.numel if b else 0, _concrete(op, 3), _concrete(op, 4),
-                      _concrete(op, 5), False, None)
+    return _conv_cost(
+        op,
+        x,
+        w,
+        b.numel if b else 0,
+        _concrete(op, 3),
+        _concrete(op, 4),
+        _concrete(op, 5),
+        False,
+        None,
+    )
 
 
 def _convolution(op: Op) -> OpCost | None:
@@ -300,8 +360,17 @@ def _convolution(op: Op) -> OpCost | None:
     if x is None or w is None:
         return None
     transposed = _concrete(op, 6) is True
-    return _conv_cost(op, x, w, b.numel if b else 0, _concrete(op, 3), _concrete(op, 4),
-                      _concrete(op, 5), transposed, _concrete(op, 7))
+    return _conv_cost(
+        op,
+        x,
+        w,
+        b.numel if b else 0,
+        _concrete(op, 3),
+        _concrete(op, 4),
+        _concrete(op, 5),
+        transposed,
+        _concrete(op, 7),
+    )
 
 
 def _conv_transpose_nd(op: Op) -> OpCost | None:
@@ -309,8 +378,17 @@ def _conv_transpose_nd(op: Op) -> OpCost | None:
     x, w, b = _tensor_at(op, 0), _tensor_at(op, 1), _tensor_at(op, 2)
     if x is None or w is None:
         return None
-    return _conv_cost(op, x, w, b.numel if b else 0, _concrete(op, 3), _concrete(op, 4),
-                      _concrete(op, 7), True, _concrete(op, 5))
+    return _conv_cost(
+        op,
+        x,
+        w,
+        b.numel if b else 0,
+        _concrete(op, 3),
+        _concrete(op, 4),
+        _concrete(op, 7),
+        True,
+        _concrete(op, 5),
+    )
 
 
 def _cudnn_convolution(op: Op) -> OpCost | None:
@@ -318,8 +396,9 @@ def _cudnn_convolution(op: Op) -> OpCost | None:
     x, w = _tensor_at(op, 0), _tensor_at(op, 1)
     if x is None or w is None:
         return None
-    return _conv_cost(op, x, w, 0, _concrete(op, 3), _concrete(op, 2), _concrete(op, 4),
-                      False, None)
+    return _conv_cost(
+        op, x, w, 0, _concrete(op, 3), _concrete(op, 2), _concrete(op, 4), False, None
+    )
 
 
 def _convolution_backward(op: Op) -> OpCost | None:
@@ -346,9 +425,14 @@ def _convolution_backward(op: Op) -> OpCost | None:
         moved += x.numel + w.numel  # read input, write grad_weight
     if mask[2]:
         moved += go.dims[1] if len(go.dims) > 1 else 0
-    return OpCost(flops, moved * go.itemsize, "conv", go.dtype,
-                  "forward conv FLOPs per gradient in output_mask, from Input Dims" + known,
-                  f"(grad_out + per grad: operand read + grad written) x {go.itemsize} B")
+    return OpCost(
+        flops,
+        moved * go.itemsize,
+        "conv",
+        go.dtype,
+        "forward conv FLOPs per gradient in output_mask, from Input Dims" + known,
+        f"(grad_out + per grad: operand read + grad written) x {go.itemsize} B",
+    )
 
 
 # ---------------------------------------------------------------- attention
@@ -371,9 +455,14 @@ def _sdpa(op: Op) -> OpCost | None:
     s, ev = k.dims[-2], v.dims[-1]
     flops = 2 * batch * lq * s * e + 2 * batch * lq * s * ev
     moved = q.numel + k.numel + v.numel + batch * lq * ev
-    return OpCost(flops, moved * q.itemsize, "attention", q.dtype,
-                  "2*B*H*L*S*(E+Ev) from Input Dims (QK^T and PV; causal counted full)",
-                  f"(Q+K+V+out) x {q.itemsize} B")
+    return OpCost(
+        flops,
+        moved * q.itemsize,
+        "attention",
+        q.dtype,
+        "2*B*H*L*S*(E+Ev) from Input Dims (QK^T and PV; causal counted full)",
+        f"(Q+K+V+out) x {q.itemsize} B",
+    )
 
 
 def _sdpa_backward(op: Op) -> OpCost | None:
@@ -387,36 +476,132 @@ def _sdpa_backward(op: Op) -> OpCost | None:
     s, ev = k.dims[-2], v.dims[-1]
     flops = 2 * batch * lq * s * (3 * e + 2 * ev)
     moved = 2 * go.numel + 2 * (q.numel + k.numel + v.numel)
-    return OpCost(flops, moved * q.itemsize, "attention", q.dtype,
-                  "2*B*H*L*S*(3E+2Ev) from Input Dims (scores recomputed; 5 matmuls)",
-                  f"(grad_out+out+Q+K+V+dQ+dK+dV) x {q.itemsize} B")
+    return OpCost(
+        flops,
+        moved * q.itemsize,
+        "attention",
+        q.dtype,
+        "2*B*H*L*S*(3E+2Ev) from Input Dims (scores recomputed; 5 matmuls)",
+        f"(grad_out+out+Q+K+V+dQ+dK+dV) x {q.itemsize} B",
+    )
 
 
 # ---------------------------------------------------------------- memory-bound families
 
-_COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "logical_not",
-                          "logical_and", "logical_or"})
-ELEMENTWISE = frozenset({
-    "add", "sub", "rsub", "mul", "div", "neg", "abs", "relu", "gelu", "silu", "sigmoid",
-    "tanh", "exp", "log", "sqrt", "rsqrt", "reciprocal", "pow", "square", "clamp",
-    "clamp_min", "clamp_max", "maximum", "minimum", "where", "leaky_relu", "hardtanh",
-    "hardswish", "hardsigmoid", "elu", "mish", "softplus", "erf", "sin", "cos",
-    "threshold_backward", "gelu_backward", "silu_backward", "sigmoid_backward",
-    "tanh_backward", "hardtanh_backward", "addcmul", "addcdiv", "lerp", "masked_fill",
-    "sign", "floor", "ceil", "round", "exp2", "log1p", "expm1",
-}) | _COMPARISONS
-REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "prod", "norm",
-                        "linalg_vector_norm", "var", "std", "var_mean", "std_mean", "argmax",
-                        "argmin", "logsumexp", "any", "all", "nansum", "count_nonzero"})
+_COMPARISONS = frozenset(
+    {
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "isnan",
+        "isinf",
+        "logical_not",
+        "logical_and",
+        "logical_or",
+    }
+)
+ELEMENTWISE = (
+    frozenset(
+        {
+            "add",
+            "sub",
+            "rsub",
+            "mul",
+            "div",
+            "neg",
+            "abs",
+            "relu",
+            "gelu",
+            "silu",
+            "sigmoid",
+            "tanh",
+            "exp",
+            "log",
+            "sqrt",
+            "rsqrt",
+            "reciprocal",
+            "pow",
+            "square",
+            "clamp",
+            "clamp_min",
+            "clamp_max",
+            "maximum",
+            "minimum",
+            "where",
+            "leaky_relu",
+            "hardtanh",
+            "hardswish",
+            "hardsigmoid",
+            "elu",
+            "mish",
+            "softplus",
+            "erf",
+            "sin",
+            "cos",
+            "threshold_backward",
+            "gelu_backward",
+            "silu_backward",
+            "sigmoid_backward",
+            "tanh_backward",
+            "hardtanh_backward",
+            "addcmul",
+            "addcdiv",
+            "lerp",
+            "masked_fill",
+            "sign",
+            "floor",
+            "ceil",
+            "round",
+            "exp2",
+            "log1p",
+            "expm1",
+        }
+    )
+    | _COMPARISONS
+)
+REDUCTIONS = frozenset(
+    {
+        "sum",
+        "mean",
+        "amax",
+        "amin",
+        "max",
+        "min",
+        "prod",
+        "norm",
+        "linalg_vector_norm",
+        "var",
+        "std",
+        "var_mean",
+        "std_mean",
+        "argmax",
+        "argmin",
+        "logsumexp",
+        "any",
+        "all",
+        "nansum",
+        "count_nonzero",
+    }
+)
 SOFTMAX = frozenset({"softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax"})
 NORMS = {
     # name: (index of the affine weight input or None, FLOPs per element without / with it)
-    "layer_norm": (2, 5, 7), "native_layer_norm": (2, 5, 7),
-    "batch_norm": (1, 5, 7), "native_batch_norm": (1, 5, 7), "_batch_norm_impl_index": (1, 5, 7),
-    "cudnn_batch_norm": (1, 5, 7), "_native_batch_norm_legit": (1, 5, 7),
-    "_native_batch_norm_legit_no_training": (1, 5, 7), "miopen_batch_norm": (1, 5, 7),
-    "group_norm": (2, 5, 7), "native_group_norm": (1, 5, 7),
-    "rms_norm": (2, 3, 4), "_fused_rms_norm": (2, 3, 4),
+    "layer_norm": (2, 5, 7),
+    "native_layer_norm": (2, 5, 7),
+    "batch_norm": (1, 5, 7),
+    "native_batch_norm": (1, 5, 7),
+    "_batch_norm_impl_index": (1, 5, 7),
+    "cudnn_batch_norm": (1, 5, 7),
+    "_native_batch_norm_legit": (1, 5, 7),
+    "_native_batch_norm_legit_no_training": (1, 5, 7),
+    "miopen_batch_norm": (1, 5, 7),
+    "group_norm": (2, 5, 7),
+    "native_group_norm": (1, 5, 7),
+    "rms_norm": (2, 3, 4),
+    "_fused_rms_norm": (2, 3, 4),
 }
 
 
@@ -433,10 +618,15 @@ def _elementwise(op: Op) -> OpCost | None:
     out_numel = math.prod(out_shape)
     out_isz = 1 if name.rstrip("_") in _COMPARISONS else base.itemsize
     moved = sum(t.nbytes for t in ts) + out_numel * out_isz
-    return OpCost(out_numel, moved, "elementwise", base.dtype,
-                  "1 FLOP per output element (broadcast shape of Input Dims)",
-                  "each input read once at its own size + output written"
-                  + (" (in place: read+write)" if inplace else ""))
+    return OpCost(
+        out_numel,
+        moved,
+        "elementwise",
+        base.dtype,
+        "1 FLOP per output element (broadcast shape of Input Dims)",
+        "each input read once at its own size + output written"
+        + (" (in place: read+write)" if inplace else ""),
+    )
 
 
 def _reduction(op: Op) -> OpCost | None:
@@ -455,24 +645,42 @@ def _reduction(op: Op) -> OpCost | None:
     else:
         out_numel = 1
         shape_note = "full reduction assumed (no dim recorded)"
-    return OpCost(x.numel, (x.numel + out_numel) * x.itemsize, "reduction", x.dtype,
-                  f"1 FLOP per input element; {shape_note}", "input read + output written")
+    return OpCost(
+        x.numel,
+        (x.numel + out_numel) * x.itemsize,
+        "reduction",
+        x.dtype,
+        f"1 FLOP per input element; {shape_note}",
+        "input read + output written",
+    )
 
 
 def _softmax(op: Op) -> OpCost | None:
     x = _tensor_at(op, 0)
     if x is None:
         return None
-    return OpCost(5 * x.numel, 2 * x.nbytes, "softmax", x.dtype,
-                  "5 FLOPs per element (max, sub, exp, sum, div)", "input read + output written")
+    return OpCost(
+        5 * x.numel,
+        2 * x.nbytes,
+        "softmax",
+        x.dtype,
+        "5 FLOPs per element (max, sub, exp, sum, div)",
+        "input read + output written",
+    )
 
 
 def _softmax_backward(op: Op) -> OpCost | None:
     g = _tensor_at(op, 0)
     if g is None:
         return None
-    return OpCost(3 * g.numel, 3 * g.nbytes, "softmax", g.dtype,
-                  "3 FLOPs per element (mul, sum, sub)", "grad and output read + grad written")
+    return OpCost(
+        3 * g.numel,
+        3 * g.nbytes,
+        "softmax",
+        g.dtype,
+        "3 FLOPs per element (mul, sum, sub)",
+        "grad and output read + grad written",
+    )
 
 
 def _norm(op: Op) -> OpCost | None:
@@ -483,9 +691,14 @@ def _norm(op: Op) -> OpCost | None:
     has_w = w_index is not None and _tensor_at(op, w_index) is not None
     per = affine if has_w else plain
     moved = sum(t.nbytes for t in _tensors(op)) + x.nbytes
-    return OpCost(per * x.numel, moved, "norm", x.dtype,
-                  f"{per} FLOPs per element ({'with' if has_w else 'without'} affine weight)",
-                  "input and parameters read once + output written (statistics ignored)")
+    return OpCost(
+        per * x.numel,
+        moved,
+        "norm",
+        x.dtype,
+        f"{per} FLOPs per element ({'with' if has_w else 'without'} affine weight)",
+        "input and parameters read once + output written (statistics ignored)",
+    )
 
 
 def _embedding(op: Op) -> OpCost | None:
@@ -493,16 +706,28 @@ def _embedding(op: Op) -> OpCost | None:
     if w is None or idx is None or len(w.dims) != 2:
         return None
     rows = idx.numel * w.dims[1]
-    return OpCost(0, idx.nbytes + 2 * rows * w.itemsize, "embedding", w.dtype,
-                  "no FLOPs (a gather)", "indices read + gathered rows read and written")
+    return OpCost(
+        0,
+        idx.nbytes + 2 * rows * w.itemsize,
+        "embedding",
+        w.dtype,
+        "no FLOPs (a gather)",
+        "indices read + gathered rows read and written",
+    )
 
 
 def _copy_(op: Op) -> OpCost | None:
     dst, src = _tensor_at(op, 0), _tensor_at(op, 1)
     if dst is None or src is None:
         return None
-    return OpCost(0, src.nbytes + dst.nbytes, "copy", src.dtype, "no FLOPs",
-                  "source read + destination written")
+    return OpCost(
+        0,
+        src.nbytes + dst.nbytes,
+        "copy",
+        src.dtype,
+        "no FLOPs",
+        "source read + destination written",
+    )
 
 
 def _to_copy(op: Op) -> OpCost | None:
@@ -513,8 +738,14 @@ def _to_copy(op: Op) -> OpCost | None:
     out_isz = x.itemsize
     if isinstance(target, int) and not isinstance(target, bool) and target in SCALAR_TYPES:
         out_isz = SCALAR_TYPES[target][1]
-    return OpCost(0, x.numel * (x.itemsize + out_isz), "copy", x.dtype, "no FLOPs",
-                  "input read + converted output written")
+    return OpCost(
+        0,
+        x.numel * (x.itemsize + out_isz),
+        "copy",
+        x.dtype,
+        "no FLOPs",
+        "input read + converted output written",
+    )
 
 
 def _clone(op: Op) -> OpCost | None:
@@ -525,12 +756,20 @@ def _clone(op: Op) -> OpCost | None:
 
 
 _FORMULAS: dict[str, Callable[[Op], OpCost | None]] = {
-    "mm": _mm, "addmm": _addmm, "bmm": _bmm, "baddbmm": _baddbmm, "matmul": _matmul,
+    "mm": _mm,
+    "addmm": _addmm,
+    "bmm": _bmm,
+    "baddbmm": _baddbmm,
+    "matmul": _matmul,
     "linear": _linear,
-    "conv1d": _conv_nd, "conv2d": _conv_nd, "conv3d": _conv_nd,
-    "conv_transpose1d": _conv_transpose_nd, "conv_transpose2d": _conv_transpose_nd,
+    "conv1d": _conv_nd,
+    "conv2d": _conv_nd,
+    "conv3d": _conv_nd,
+    "conv_transpose1d": _conv_transpose_nd,
+    "conv_transpose2d": _conv_transpose_nd,
     "conv_transpose3d": _conv_transpose_nd,
-    "convolution": _convolution, "_convolution": _convolution,
+    "convolution": _convolution,
+    "_convolution": _convolution,
     "cudnn_convolution": _cudnn_convolution,
     "convolution_backward": _convolution_backward,
     "scaled_dot_product_attention": _sdpa,
@@ -546,7 +785,9 @@ _FORMULAS: dict[str, Callable[[Op], OpCost | None]] = {
     "_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa_backward,
     "_softmax_backward_data": _softmax_backward,
     "embedding": _embedding,
-    "copy_": _copy_, "_to_copy": _to_copy, "clone": _clone,
+    "copy_": _copy_,
+    "_to_copy": _to_copy,
+    "clone": _clone,
 }
 for _n in SOFTMAX:
     _FORMULAS[_n] = _softmax

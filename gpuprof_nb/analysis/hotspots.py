@@ -46,13 +46,46 @@ _LIBRARY = re.compile(r"[\\/](?:site|dist)-packages[\\/]")
 _TORCH = re.compile(r"(?:^|[\\/])(?:torch|torchvision|torchaudio|triton)[\\/]")
 _STDLIB_DIR = sysconfig.get_paths().get("stdlib", "").replace("\\", "/")
 # Packages whose shortened paths (see frame_kind) are library code, not the user's.
-KNOWN_PACKAGES = frozenset({
-    "accelerate", "apex", "datasets", "deepspeed", "einops", "fairscale", "flash_attn",
-    "gpuprof_nb", "IPython", "ipykernel", "lightning", "megatron", "numpy", "pandas", "PIL",
-    "pytorch_lightning", "safetensors", "scipy", "sklearn", "timm", "tokenizers", "tqdm",
-    "transformers", "xformers", "functorch", "torchtext", "torchdata", "tornado", "zmq",
-    "traitlets", "jupyter_client", "debugpy", "peft", "diffusers", "wandb", "tensorboard",
-})
+KNOWN_PACKAGES = frozenset(
+    {
+        "accelerate",
+        "apex",
+        "datasets",
+        "deepspeed",
+        "einops",
+        "fairscale",
+        "flash_attn",
+        "gpuprof_nb",
+        "IPython",
+        "ipykernel",
+        "lightning",
+        "megatron",
+        "numpy",
+        "pandas",
+        "PIL",
+        "pytorch_lightning",
+        "safetensors",
+        "scipy",
+        "sklearn",
+        "timm",
+        "tokenizers",
+        "tqdm",
+        "transformers",
+        "xformers",
+        "functorch",
+        "torchtext",
+        "torchdata",
+        "tornado",
+        "zmq",
+        "traitlets",
+        "jupyter_client",
+        "debugpy",
+        "peft",
+        "diffusers",
+        "wandb",
+        "tensorboard",
+    }
+)
 
 
 def frame_kind(file: str) -> FrameKind:
@@ -134,11 +167,12 @@ def compute_hotspots(trace: Trace, timeline: Timeline) -> Hotspots | None:
         granularity, count = "line", len(samples)
         source = f"line sampler, one sample every {samples.period_us / 1000:.3g} ms"
         if samples.mode == "thread":
-            notes.append("sampled from a thread (no SIGALRM timer here): it waits for the GIL, "
-                         "and a loop of tiny torch ops can keep it waiting, so the Python "
-                         "between those ops may be charged to the ops' lines"
-                         + (f"; {samples.late} of {len(samples)} samples came late"
-                            if samples.late else ""))
+            notes.append(
+                "sampled from a thread (no SIGALRM timer here): it waits for the GIL, "
+                "and a loop of tiny torch ops can keep it waiting, so the Python "
+                "between those ops may be charged to the ops' lines"
+                + (f"; {samples.late} of {len(samples)} samples came late" if samples.late else "")
+            )
     else:
         built = _from_python_events(trace, gaps)
         if built is None:
@@ -146,8 +180,10 @@ def compute_hotspots(trace: Trace, timeline: Timeline) -> Hotspots | None:
         tree, span, count = built
         granularity = "function"
         source = "the profiler's python_function events (with_stack=True)"
-        notes.append("function granularity: the profiler's Python events name functions, not "
-                     "lines; `%%gpuprofile --stack` samples the lines")
+        notes.append(
+            "function granularity: the profiler's Python events name functions, not "
+            "lines; `%%gpuprofile --stack` samples the lines"
+        )
     idle_total = float(gaps.within(np.array([span[0]]), np.array([span[1]]))[0])
     kinds = [_kind(f) for f in tree.frames]
     lines, charged = _lines(tree, kinds, trace, idle_total, granularity)
@@ -204,11 +240,14 @@ def _from_samples(samples: StackSamples, gaps: _Gaps) -> tuple[_Tree, tuple[floa
     keep = nodes >= 0
     lo, hi, nodes = lo[keep], hi[keep], nodes[keep]
     n = len(parent)
-    tree = _Tree(frames, parent, frame,
-                 np.bincount(nodes, hi - lo, minlength=n),
-                 np.bincount(nodes, gaps.within(lo, hi), minlength=n),
-                 {c: np.bincount(nodes, gaps.within(lo, hi, c), minlength=n)
-                  for c in IDLE_CAUSES})
+    tree = _Tree(
+        frames,
+        parent,
+        frame,
+        np.bincount(nodes, hi - lo, minlength=n),
+        np.bincount(nodes, gaps.within(lo, hi), minlength=n),
+        {c: np.bincount(nodes, gaps.within(lo, hi, c), minlength=n) for c in IDLE_CAUSES},
+    )
     return tree, (float(bounds[0]), float(bounds[-1]))
 
 
@@ -226,8 +265,7 @@ def _python_events(trace: Trace) -> list[Op]:
     return [o for o in funcs if str(o.tid) == main]
 
 
-def _from_python_events(trace: Trace, gaps: _Gaps
-                        ) -> tuple[_Tree, tuple[float, float], int] | None:
+def _from_python_events(trace: Trace, gaps: _Gaps) -> tuple[_Tree, tuple[float, float], int] | None:
     """Return the call tree of the python_function events (each event's own time on its
     call path), the span they cover and their count; None without such events."""
     funcs = _python_events(trace)
@@ -271,8 +309,14 @@ def _from_python_events(trace: Trace, gaps: _Gaps
         mine = per_event - np.bincount(up, per_event[has_parent], minlength=n)
         return np.bincount(nodes, np.maximum(mine, 0.0), minlength=m)
 
-    tree = _Tree(frames, parent, frame, own(durs), own(gaps.within(starts, ends)),
-                 {c: own(gaps.within(starts, ends, c)) for c in IDLE_CAUSES})
+    tree = _Tree(
+        frames,
+        parent,
+        frame,
+        own(durs),
+        own(gaps.within(starts, ends)),
+        {c: own(gaps.within(starts, ends, c)) for c in IDLE_CAUSES},
+    )
     return tree, (float(starts.min()), float(ends.max())), n
 
 
@@ -297,8 +341,11 @@ def _innermost_user(tree: _Tree, kinds: Sequence[FrameKind]) -> list[int]:
         outer = user[p] if p >= 0 else -1
         if kinds[f] != "user":
             user.append(outer)
-        elif outer >= 0 and frames[f].function.rsplit(".", 1)[-1] in _PART_OF_LINE \
-                and frames[outer].file == frames[f].file:
+        elif (
+            outer >= 0
+            and frames[f].function.rsplit(".", 1)[-1] in _PART_OF_LINE
+            and frames[outer].file == frames[f].file
+        ):
             user.append(outer)
         else:
             user.append(f)
@@ -308,12 +355,14 @@ def _innermost_user(tree: _Tree, kinds: Sequence[FrameKind]) -> list[int]:
 def _label(frame: Frame, trace: Trace, granularity: str) -> str:
     if not frame.file:
         return frame.function  # a built-in call or an nn.Module event: no file, no line
-    return source_label(frame.file, frame.line, frame.function, trace.cells,
-                        first_line=granularity == "function")
+    return source_label(
+        frame.file, frame.line, frame.function, trace.cells, first_line=granularity == "function"
+    )
 
 
-def _lines(tree: _Tree, kinds: Sequence[FrameKind], trace: Trace, idle_total: float,
-           granularity: str) -> tuple[tuple[HotLine, ...], float]:
+def _lines(
+    tree: _Tree, kinds: Sequence[FrameKind], trace: Trace, idle_total: float, granularity: str
+) -> tuple[tuple[HotLine, ...], float]:
     """Return the top user lines, most host time first, and the idle time charged to any."""
     user = np.asarray(_innermost_user(tree, kinds), dtype=np.intp)
     charged = user >= 0
@@ -324,23 +373,33 @@ def _lines(tree: _Tree, kinds: Sequence[FrameKind], trace: Trace, idle_total: fl
     causes = {c: np.bincount(by, v[charged], minlength=n) for c, v in tree.idle_by_cause.items()}
     total_host = float(tree.self_us.sum())
     # Labels decide ties, so the order never depends on the order frames were met.
-    labels = {f: _label(tree.frames[f], trace, granularity) for f in set(by.tolist())
-              if host[f] > 0}
+    labels = {
+        f: _label(tree.frames[f], trace, granularity) for f in set(by.tolist()) if host[f] > 0
+    }
     ranked = sorted(labels, key=lambda f: (-host[f], -idle[f], labels[f]))[:MAX_LINES]
     lines = []
     for f in ranked:
         fr = tree.frames[f]
-        lines.append(HotLine(
-            label=labels[f], host_us=float(host[f]), idle_us=float(idle[f]),
-            share=float(host[f]) / total_host if total_host > 0 else 0.0,
-            idle_share=float(idle[f]) / idle_total if idle_total > 0 else 0.0,
-            text=fr.text, file=fr.file, line=fr.line, function=fr.function,
-            idle_by_cause_us={c: float(v[f]) for c, v in causes.items() if v[f] > 0}))
+        lines.append(
+            HotLine(
+                label=labels[f],
+                host_us=float(host[f]),
+                idle_us=float(idle[f]),
+                share=float(host[f]) / total_host if total_host > 0 else 0.0,
+                idle_share=float(idle[f]) / idle_total if idle_total > 0 else 0.0,
+                text=fr.text,
+                file=fr.file,
+                line=fr.line,
+                function=fr.function,
+                idle_by_cause_us={c: float(v[f]) for c, v in causes.items() if v[f] > 0},
+            )
+        )
     return tuple(lines), float(idle.sum())
 
 
-def _icicle(tree: _Tree, kinds: Sequence[FrameKind], trace: Trace, granularity: str
-            ) -> tuple[FlameNode, ...]:
+def _icicle(
+    tree: _Tree, kinds: Sequence[FrameKind], trace: Trace, granularity: str
+) -> tuple[FlameNode, ...]:
     """Return the icicle's blocks: user frames as they are, each run of library frames below
     a user frame (or at the root) collapsed into one block named by its outermost frame.
     Blocks under MIN_NODE_SHARE of the host time are left out (at most MAX_NODES kept)."""
@@ -373,8 +432,11 @@ def _icicle(tree: _Tree, kinds: Sequence[FrameKind], trace: Trace, granularity: 
         if kinds[f] != "user":
             inner[block][f] = inner[block].get(f, 0.0) + float(tree.self_us[node])
     nb = len(b_parent)
-    own = np.bincount(np.asarray(block_of, dtype=np.intp), tree.self_us, minlength=nb) \
-        if nb else np.zeros(0)
+    own = (
+        np.bincount(np.asarray(block_of, dtype=np.intp), tree.self_us, minlength=nb)
+        if nb
+        else np.zeros(0)
+    )
     total = own.copy()
     for b in range(nb - 1, -1, -1):  # children come after their parents
         if b_parent[b] >= 0:
@@ -392,10 +454,16 @@ def _icicle(tree: _Tree, kinds: Sequence[FrameKind], trace: Trace, granularity: 
             top = min(inner[b], key=lambda f: (-inner[b][f], f))
             if top != b_frame[b]:
                 detail = _label(tree.frames[top], trace, granularity)
-        out.append(FlameNode(
-            label=_label(fr, trace, granularity), kind=kinds[b_frame[b]],
-            parent=new_index.get(b_parent[b], -1), depth=b_depth[b],
-            total_us=float(total[b]), self_us=float(own[b]), frames=b_frames[b],
-            detail=detail))
+        out.append(
+            FlameNode(
+                label=_label(fr, trace, granularity),
+                kind=kinds[b_frame[b]],
+                parent=new_index.get(b_parent[b], -1),
+                depth=b_depth[b],
+                total_us=float(total[b]),
+                self_us=float(own[b]),
+                frames=b_frames[b],
+                detail=detail,
+            )
+        )
     return tuple(out)
-

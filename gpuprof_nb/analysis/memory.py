@@ -124,8 +124,7 @@ def stack_sites(snapshot: MemorySnapshot) -> tuple[tuple[Site, ...], np.ndarray]
         profiler_made = bool(frames) and frames[0].filename == OP_FILENAME
         site = _site_of(user_frame(frames), snapshot.cells, profiler_made)
         if profiler_made and site.label != NO_STACK_LABEL:
-            site = Site(f"{site.label} [{frames[0].name}]", site.filename, site.line,
-                        site.function)
+            site = Site(f"{site.label} [{frames[0].name}]", site.filename, site.line, site.function)
         k = index.setdefault(site, len(sites))
         if k == len(sites):
             sites.append(site)
@@ -168,9 +167,17 @@ class _Replay:
 
 def _empty_trace(device: int) -> DeviceTrace:
     z = np.zeros(0, dtype=np.int64)
-    return DeviceTrace(device=device, action=np.zeros(0, dtype=np.int8), addr=z, size=z,
-                       stream=z, stack=np.zeros(0, dtype=np.int32), time_us=None,
-                       device_free=z, category=np.zeros(0, dtype=np.int16))
+    return DeviceTrace(
+        device=device,
+        action=np.zeros(0, dtype=np.int8),
+        addr=z,
+        size=z,
+        stream=z,
+        stack=np.zeros(0, dtype=np.int32),
+        time_us=None,
+        device_free=z,
+        category=np.zeros(0, dtype=np.int16),
+    )
 
 
 def _replay(snapshot: MemorySnapshot, device: int, site_of_stack: np.ndarray) -> _Replay:
@@ -215,8 +222,9 @@ def _replay(snapshot: MemorySnapshot, device: int, site_of_stack: np.ndarray) ->
         # The dump says what was live at the end (see the module docstring).
         live_block = {b.address: b.size for seg in segs for b in seg.blocks if b.is_active}
         open_pos = np.flatnonzero(close_idx == n)
-        block = np.array([live_block.get(a, -1) for a in alloc_addr[open_pos].tolist()],
-                         dtype=np.int64)
+        block = np.array(
+            [live_block.get(a, -1) for a in alloc_addr[open_pos].tolist()], dtype=np.int64
+        )
         gone = block < 0
         close_idx[open_pos[gone]] = n - 1
         lost = int(np.count_nonzero(gone))
@@ -270,26 +278,42 @@ def _replay(snapshot: MemorySnapshot, device: int, site_of_stack: np.ndarray) ->
         steps = np.diff(trace.time_us)
         if not np.isfinite(trace.time_us).all() or (steps < 0).any():
             bad = np.flatnonzero(~np.isfinite(trace.time_us[1:]) | ~(steps >= 0))
-            time_problem = (f"time_us is not a clock reading from entry {int(bad[0]) + 1} on "
-                            "(it is not finite, or goes back): the timeline is drawn by "
-                            "history entry instead of time.")
+            time_problem = (
+                f"time_us is not a clock reading from entry {int(bad[0]) + 1} on "
+                "(it is not finite, or goes back): the timeline is drawn by "
+                "history entry instead of time."
+            )
         else:
             time_unit = "ms"
             x = (trace.time_us - trace.time_us[0]) / 1000.0
     return _Replay(
-        n=n, alloc_idx=alloc_idx, alloc_size=alloc_size, alloc_site=alloc_site,
-        alloc_addr=alloc_addr, alloc_category=trace.category[alloc_idx],
-        close_idx=close_idx, unmatched_idx=unmatched_idx, unmatched_size=unmatched_size,
+        n=n,
+        alloc_idx=alloc_idx,
+        alloc_size=alloc_size,
+        alloc_site=alloc_site,
+        alloc_addr=alloc_addr,
+        alloc_category=trace.category[alloc_idx],
+        close_idx=close_idx,
+        unmatched_idx=unmatched_idx,
+        unmatched_size=unmatched_size,
         unmatched_addr=trace.addr[unmatched_idx],
-        before_end_blocks=before_blocks, before_end_bytes=before_end,
-        implicit_closes=implicit, resized_opens=resized, rounding_bytes=rounding,
-        lost_frees=lost, time_problem=time_problem, active=active, reserved=reserved, x=x,
+        before_end_blocks=before_blocks,
+        before_end_bytes=before_end,
+        implicit_closes=implicit,
+        resized_opens=resized,
+        rounding_bytes=rounding,
+        lost_frees=lost,
+        time_problem=time_problem,
+        active=active,
+        reserved=reserved,
+        x=x,
         time_unit=time_unit,
     )
 
 
-def _window_range(x: np.ndarray, window: tuple[float | None, float | None] | None
-                  ) -> tuple[int, int]:
+def _window_range(
+    x: np.ndarray, window: tuple[float | None, float | None] | None
+) -> tuple[int, int]:
     """Return [lo, hi) indices of entries with window start <= x <= window end."""
     if window is None:
         return 0, len(x)
@@ -343,9 +367,16 @@ def choose_device(snapshot: MemorySnapshot) -> int:
     return snapshot.devices[0] if snapshot.devices else 0
 
 
-def _timeline(rep: _Replay, device: int, sites: tuple[Site, ...], lo: int, hi: int,
-              window: tuple[float | None, float | None] | None, top_n: int,
-              notes: list[str]) -> MemoryTimeline:
+def _timeline(
+    rep: _Replay,
+    device: int,
+    sites: tuple[Site, ...],
+    lo: int,
+    hi: int,
+    window: tuple[float | None, float | None] | None,
+    top_n: int,
+    notes: list[str],
+) -> MemoryTimeline:
     n_points = max(rep.n, 1)
     hi = min(hi, n_points)
     if hi <= lo:
@@ -364,8 +395,9 @@ def _timeline(rep: _Replay, device: int, sites: tuple[Site, ...], lo: int, hi: i
         peak = lo - 1
     # Top sites by bytes live at the peak.
     live_at_peak = (rep.alloc_idx <= peak) & (rep.close_idx > peak)
-    per_site = np.bincount(rep.alloc_site[live_at_peak], weights=rep.alloc_size[live_at_peak],
-                           minlength=len(sites))
+    per_site = np.bincount(
+        rep.alloc_site[live_at_peak], weights=rep.alloc_size[live_at_peak], minlength=len(sites)
+    )
     ranked = [int(k) for k in np.argsort(-per_site, kind="stable") if per_site[k] > 0][:top_n]
     points = _sample_points(rep.active, lo, hi, max(peak, lo), 2000)
     rows = [_live_at(rep, points, rep.alloc_site == k) for k in ranked]
@@ -376,16 +408,23 @@ def _timeline(rep: _Replay, device: int, sites: tuple[Site, ...], lo: int, hi: i
     stacked = np.vstack([*rows, other, before]).astype(np.int64)
     reserved = rep.reserved[lo:hi] if rep.reserved is not None else None
     return MemoryTimeline(
-        device=device, time_unit=rep.time_unit, x=rep.x[lo:hi], active_bytes=seg,
-        reserved_bytes=reserved, first_index=lo,
+        device=device,
+        time_unit=rep.time_unit,
+        x=rep.x[lo:hi],
+        active_bytes=seg,
+        reserved_bytes=reserved,
+        first_index=lo,
         peak_bytes=int(rep.active[peak]) if peak >= lo else start_bytes,
-        peak_index=peak, peak_x=float(rep.x[max(peak, lo)]),
+        peak_index=peak,
+        peak_x=float(rep.x[max(peak, lo)]),
         start_bytes=start_bytes,
         end_bytes=int(rep.active[hi - 1]),
-        reserved_peak_bytes=int(reserved.max()) if reserved is not None and len(reserved)
-        else None,
-        sample_x=rep.x[points], site_labels=labels,
-        site_bytes=stacked, window=window, notes=tuple(notes),
+        reserved_peak_bytes=int(reserved.max()) if reserved is not None and len(reserved) else None,
+        sample_x=rep.x[points],
+        site_labels=labels,
+        site_bytes=stacked,
+        window=window,
+        notes=tuple(notes),
     )
 
 
@@ -393,8 +432,14 @@ def _category_name(snapshot: MemorySnapshot, code: int) -> str:
     return snapshot.categories[code] if 0 <= code < len(snapshot.categories) else ""
 
 
-def _group(sites: tuple[Site, ...], site_idx: np.ndarray, sizes: np.ndarray,
-           categories: Sequence[str], total: int, limit: int = 20) -> tuple[SiteBytes, ...]:
+def _group(
+    sites: tuple[Site, ...],
+    site_idx: np.ndarray,
+    sizes: np.ndarray,
+    categories: Sequence[str],
+    total: int,
+    limit: int = 20,
+) -> tuple[SiteBytes, ...]:
     """Group blocks by site: bytes, count, largest block, main category; largest first."""
     if len(site_idx) == 0:
         return ()
@@ -407,69 +452,104 @@ def _group(sites: tuple[Site, ...], site_idx: np.ndarray, sizes: np.ndarray,
         if c:
             d = cat_bytes.setdefault(k, {})
             d[c] = d.get(c, 0) + b
-    order = sorted((k for k in range(len(sites)) if count[k]),
-                   key=lambda k: (-per[k], sites[k].label))
+    order = sorted(
+        (k for k in range(len(sites)) if count[k]), key=lambda k: (-per[k], sites[k].label)
+    )
     out = []
     for k in order[:limit]:
         cats = cat_bytes.get(k, {})
         main = min(cats, key=lambda c: (-cats[c], c)) if cats else ""
-        out.append(SiteBytes(site=sites[k], bytes=int(per[k]), blocks=int(count[k]),
-                             share=float(per[k]) / total if total else 0.0,
-                             largest_block_bytes=int(largest[k]), category=main))
+        out.append(
+            SiteBytes(
+                site=sites[k],
+                bytes=int(per[k]),
+                blocks=int(count[k]),
+                share=float(per[k]) / total if total else 0.0,
+                largest_block_bytes=int(largest[k]),
+                category=main,
+            )
+        )
     return tuple(out)
 
 
-def _at_peak(snapshot: MemorySnapshot, rep: _Replay, tl: MemoryTimeline,
-             sites: tuple[Site, ...]) -> AtPeak:
+def _at_peak(
+    snapshot: MemorySnapshot, rep: _Replay, tl: MemoryTimeline, sites: tuple[Site, ...]
+) -> AtPeak:
     peak = tl.peak_index
     live = (rep.alloc_idx <= peak) & (rep.close_idx > peak) if rep.n else np.zeros(0, bool)
     before_site = len(sites)
     all_sites = sites + (Site(BEFORE_LABEL),)
     unfreed = rep.unmatched_idx > peak
-    site_idx = np.concatenate([
-        rep.alloc_site[live],
-        np.array([b[2] for b in rep.before_end_blocks], dtype=np.int64),
-        np.full(int(unfreed.sum()), before_site, dtype=np.int64),
-    ]).astype(np.int64)
-    sizes = np.concatenate([
-        rep.alloc_size[live],
-        np.array([b[1] for b in rep.before_end_blocks], dtype=np.int64),
-        rep.unmatched_size[unfreed],
-    ]).astype(np.int64)
+    site_idx = np.concatenate(
+        [
+            rep.alloc_site[live],
+            np.array([b[2] for b in rep.before_end_blocks], dtype=np.int64),
+            np.full(int(unfreed.sum()), before_site, dtype=np.int64),
+        ]
+    ).astype(np.int64)
+    sizes = np.concatenate(
+        [
+            rep.alloc_size[live],
+            np.array([b[1] for b in rep.before_end_blocks], dtype=np.int64),
+            rep.unmatched_size[unfreed],
+        ]
+    ).astype(np.int64)
     cats = [_category_name(snapshot, int(c)) for c in rep.alloc_category[live]]
     cats += [""] * (len(sizes) - len(cats))
     # Blocks live since before recording that still exist at dump time carry their own
     # allocation stacks; pool those without one under the 'before recording' label.
     n_live = int(live.sum())
     n_before = len(rep.before_end_blocks)
-    no_stack = site_idx[n_live:n_live + n_before] == 0
-    site_idx[n_live:n_live + n_before][no_stack] = before_site
+    no_stack = site_idx[n_live : n_live + n_before] == 0
+    site_idx[n_live : n_live + n_before][no_stack] = before_site
     rows = _group(all_sites, site_idx, sizes, cats, tl.peak_bytes)
-    addrs = np.concatenate([
-        rep.alloc_addr[live],
-        np.array([b[0] for b in rep.before_end_blocks], dtype=np.int64),
-        rep.unmatched_addr[unfreed],
-    ]).astype(np.int64)
+    addrs = np.concatenate(
+        [
+            rep.alloc_addr[live],
+            np.array([b[0] for b in rep.before_end_blocks], dtype=np.int64),
+            rep.unmatched_addr[unfreed],
+        ]
+    ).astype(np.int64)
     xs = list(rep.x[rep.alloc_idx[live]].tolist()) if rep.n else []
     top = np.lexsort((addrs, -sizes))[:20]
     blocks = tuple(
-        PeakBlock(address=int(addrs[i]), size=int(sizes[i]), site=all_sites[int(site_idx[i])],
-                  allocated_x=float(xs[i]) if i < len(xs) else None, category=cats[i])
+        PeakBlock(
+            address=int(addrs[i]),
+            size=int(sizes[i]),
+            site=all_sites[int(site_idx[i])],
+            allocated_x=float(xs[i]) if i < len(xs) else None,
+            category=cats[i],
+        )
         for i in top
     )
-    return AtPeak(peak_bytes=tl.peak_bytes, peak_x=tl.peak_x, time_unit=tl.time_unit,
-                  sites=rows, largest_blocks=blocks)
+    return AtPeak(
+        peak_bytes=tl.peak_bytes,
+        peak_x=tl.peak_x,
+        time_unit=tl.time_unit,
+        sites=rows,
+        largest_blocks=blocks,
+    )
 
 
-def _leaks(snapshot: MemorySnapshot, rep: _Replay, tl: MemoryTimeline,
-           sites: tuple[Site, ...], step_starts: Sequence[int]) -> Leaks:
+def _leaks(
+    snapshot: MemorySnapshot,
+    rep: _Replay,
+    tl: MemoryTimeline,
+    sites: tuple[Site, ...],
+    step_starts: Sequence[int],
+) -> Leaks:
     lo = tl.first_index
     hi = lo + tl.n_events
     left = (rep.alloc_idx >= lo) & (rep.alloc_idx < hi) & (rep.close_idx >= hi)
     cats = [_category_name(snapshot, int(c)) for c in rep.alloc_category[left]]
     left_bytes = int(rep.alloc_size[left].sum())
-    left_sites = _group(sites, rep.alloc_site[left].astype(np.int64),
-                        rep.alloc_size[left].astype(np.int64), cats, left_bytes)
+    left_sites = _group(
+        sites,
+        rep.alloc_site[left].astype(np.int64),
+        rep.alloc_size[left].astype(np.int64),
+        cats,
+        left_bytes,
+    )
     starts = sorted({int(s) for s in step_starts if lo <= s < hi})
     if len(starts) < 2 or not rep.n:
         return Leaks(left_bytes, left_sites, (), None, ())
@@ -486,14 +566,19 @@ def _leaks(snapshot: MemorySnapshot, rep: _Replay, tl: MemoryTimeline,
         if live[-1] > live[0] and np.all(np.diff(live) >= 0):
             per_step = float(live[-1] - live[0]) / (len(ends) - 1)
             mask = first_step & (rep.alloc_site == k) & (rep.close_idx > ends[-1])
-            growing.append(SiteBytes(site=sites[int(k)], bytes=int(round(per_step)),
-                                     blocks=int(mask.sum()),
-                                     share=per_step / slope if slope > 0 else 0.0,
-                                     largest_block_bytes=int(rep.alloc_size[mask].max())
-                                     if mask.any() else 0))
+            growing.append(
+                SiteBytes(
+                    site=sites[int(k)],
+                    bytes=int(round(per_step)),
+                    blocks=int(mask.sum()),
+                    share=per_step / slope if slope > 0 else 0.0,
+                    largest_block_bytes=int(rep.alloc_size[mask].max()) if mask.any() else 0,
+                )
+            )
     growing.sort(key=lambda r: (-r.bytes, r.site.label))
-    return Leaks(left_bytes, left_sites, tuple(int(v) for v in step_end), slope,
-                 tuple(growing[:20]))
+    return Leaks(
+        left_bytes, left_sites, tuple(int(v) for v in step_end), slope, tuple(growing[:20])
+    )
 
 
 def segment_summary(snapshot: MemorySnapshot, device: int) -> SegmentSummary:
@@ -503,38 +588,56 @@ def segment_summary(snapshot: MemorySnapshot, device: int) -> SegmentSummary:
     free = sum(free_sizes)
     largest_free = max(free_sizes, default=0)
     rows = sorted(
-        (SegmentRow(address=s.address, segment_type=s.segment_type, total_bytes=s.total_size,
-                    active_bytes=s.active_size,
-                    largest_free_bytes=max((b.size for b in s.blocks if not b.is_active),
-                                           default=0))
-         for s in segs),
+        (
+            SegmentRow(
+                address=s.address,
+                segment_type=s.segment_type,
+                total_bytes=s.total_size,
+                active_bytes=s.active_size,
+                largest_free_bytes=max((b.size for b in s.blocks if not b.is_active), default=0),
+            )
+            for s in segs
+        ),
         key=lambda r: (-r.total_bytes, r.address),
     )
     return SegmentSummary(
-        device=device, n_segments=len(segs),
+        device=device,
+        n_segments=len(segs),
         reserved_bytes=sum(s.total_size for s in segs),
         allocated_bytes=sum(s.allocated_size for s in segs),
         active_bytes=sum(s.active_size for s in segs),
-        free_bytes=free, largest_free_block_bytes=largest_free, n_free_blocks=len(free_sizes),
+        free_bytes=free,
+        largest_free_block_bytes=largest_free,
+        n_free_blocks=len(free_sizes),
         fragmentation_ratio=1.0 - largest_free / free if free else 0.0,
         largest_segments=tuple(rows[:20]),
     )
 
 
-def _ooms(snapshot: MemorySnapshot, rep: _Replay, device: int, sites: tuple[Site, ...],
-          site_of_stack: np.ndarray) -> tuple[OomEvent, ...]:
+def _ooms(
+    snapshot: MemorySnapshot,
+    rep: _Replay,
+    device: int,
+    sites: tuple[Site, ...],
+    site_of_stack: np.ndarray,
+) -> tuple[OomEvent, ...]:
     trace = snapshot.trace(device)
     if trace is None:
         return ()
     out = []
     for i in np.flatnonzero(trace.action == OOM).tolist():
         free = int(trace.device_free[i])
-        out.append(OomEvent(
-            index=i, x=float(rep.x[i]), requested_bytes=int(trace.size[i]),
-            device_free_bytes=free if free >= 0 else None, active_bytes=int(rep.active[i]),
-            reserved_bytes=int(rep.reserved[i]) if rep.reserved is not None else None,
-            site=sites[int(site_of_stack[int(trace.stack[i]) + 1])],
-        ))
+        out.append(
+            OomEvent(
+                index=i,
+                x=float(rep.x[i]),
+                requested_bytes=int(trace.size[i]),
+                device_free_bytes=free if free >= 0 else None,
+                active_bytes=int(rep.active[i]),
+                reserved_bytes=int(rep.reserved[i]) if rep.reserved is not None else None,
+                site=sites[int(site_of_stack[int(trace.stack[i]) + 1])],
+            )
+        )
     return tuple(out)
 
 
@@ -549,14 +652,18 @@ def _size(n: float) -> str:
     return f"{int(n)} B"
 
 
-def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
-                    segments: SegmentSummary, ooms: Sequence[OomEvent]) -> tuple[Finding, ...]:
+def memory_findings(
+    tl: MemoryTimeline,
+    at_peak: AtPeak,
+    leaks: Leaks,
+    segments: SegmentSummary,
+    ooms: Sequence[OomEvent],
+) -> tuple[Finding, ...]:
     """Return findings (oom, fragmentation, memory_growth, peak_memory), most important
     first, each with the numbers behind it."""
     out: list[Finding] = []
     for oom in ooms[-1:]:
-        unused = (oom.reserved_bytes - oom.active_bytes) if oom.reserved_bytes is not None \
-            else None
+        unused = (oom.reserved_bytes - oom.active_bytes) if oom.reserved_bytes is not None else None
         evidence: dict[str, float] = {
             "requested_bytes": oom.requested_bytes,
             "active_bytes": oom.active_bytes,
@@ -569,77 +676,106 @@ def memory_findings(tl: MemoryTimeline, at_peak: AtPeak, leaks: Leaks,
         top = at_peak.sites[0].site.label if at_peak.sites else "unknown"
         frag = unused is not None and unused >= oom.requested_bytes
         if frag:
-            why = ("the allocator held enough cached memory but in pieces too small for it "
-                   "(fragmentation)")
+            why = (
+                "the allocator held enough cached memory but in pieces too small for it "
+                "(fragmentation)"
+            )
         elif oom.active_bytes >= oom.requested_bytes or oom.device_free_bytes is None:
             why = "live tensors filled the device"
         else:
             # A request bigger than everything this process holds: the tensors are not what
             # filled the device (a huge request on an H100: 128 TiB asked, 72 MB live).
-            why = (f"the request is larger than the {_size(oom.device_free_bytes)} the device "
-                   f"had free, while this process held {_size(oom.active_bytes)} in tensors")
-        out.append(Finding(
-            kind="oom", severity="high",
-            title=f"Out of memory: a request for {_size(oom.requested_bytes)} at "
-                  f"{oom.site.label} failed; {why}. Largest holder: {top}",
-            evidence=evidence,
-            fix=MEMORY_FIXES["oom"] + (MEMORY_FIXES["oom_fragmented"] if frag else ""),
-        ))
+            why = (
+                f"the request is larger than the {_size(oom.device_free_bytes)} the device "
+                f"had free, while this process held {_size(oom.active_bytes)} in tensors"
+            )
+        out.append(
+            Finding(
+                kind="oom",
+                severity="high",
+                title=f"Out of memory: a request for {_size(oom.requested_bytes)} at "
+                f"{oom.site.label} failed; {why}. Largest holder: {top}",
+                evidence=evidence,
+                fix=MEMORY_FIXES["oom"] + (MEMORY_FIXES["oom_fragmented"] if frag else ""),
+            )
+        )
     free = segments.free_bytes
-    if segments.reserved_bytes and free >= 0.25 * segments.reserved_bytes and free >= _MIB \
-            and segments.fragmentation_ratio >= 0.5:
-        out.append(Finding(
-            kind="fragmentation", severity="medium",
-            title=f"{_size(free)} reserved but free, split into {segments.n_free_blocks} "
-                  f"pieces; the largest is {_size(segments.largest_free_block_bytes)}",
-            evidence={
-                "reserved_bytes": segments.reserved_bytes,
-                "allocated_bytes": segments.allocated_bytes,
-                "free_in_segments_bytes": free,
-                "largest_free_block_bytes": segments.largest_free_block_bytes,
-                "fragmentation_fraction": segments.fragmentation_ratio,
-            },
-            fix=MEMORY_FIXES["fragmentation"],
-        ))
-    if leaks.growth_bytes_per_step is not None and leaks.growth_bytes_per_step > 0 \
-            and leaks.step_end_bytes[-1] > leaks.step_end_bytes[0]:
+    if (
+        segments.reserved_bytes
+        and free >= 0.25 * segments.reserved_bytes
+        and free >= _MIB
+        and segments.fragmentation_ratio >= 0.5
+    ):
+        out.append(
+            Finding(
+                kind="fragmentation",
+                severity="medium",
+                title=f"{_size(free)} reserved but free, split into {segments.n_free_blocks} "
+                f"pieces; the largest is {_size(segments.largest_free_block_bytes)}",
+                evidence={
+                    "reserved_bytes": segments.reserved_bytes,
+                    "allocated_bytes": segments.allocated_bytes,
+                    "free_in_segments_bytes": free,
+                    "largest_free_block_bytes": segments.largest_free_block_bytes,
+                    "fragmentation_fraction": segments.fragmentation_ratio,
+                },
+                fix=MEMORY_FIXES["fragmentation"],
+            )
+        )
+    if (
+        leaks.growth_bytes_per_step is not None
+        and leaks.growth_bytes_per_step > 0
+        and leaks.step_end_bytes[-1] > leaks.step_end_bytes[0]
+    ):
         top = leaks.growing_sites[0].site.label if leaks.growing_sites else "unknown"
         steps = len(leaks.step_end_bytes)
-        out.append(Finding(
-            kind="memory_growth", severity="high",
-            title=f"Memory grows by {_size(leaks.growth_bytes_per_step)} per step over "
-                  f"{steps} steps; most from {top}",
-            evidence={
-                "growth_per_step_bytes": leaks.growth_bytes_per_step,
-                "steps_count": steps,
-                "first_step_end_bytes": leaks.step_end_bytes[0],
-                "last_step_end_bytes": leaks.step_end_bytes[-1],
-                "left_allocated_bytes": leaks.left_bytes,
-            },
-            fix=MEMORY_FIXES["memory_growth"],
-        ))
+        out.append(
+            Finding(
+                kind="memory_growth",
+                severity="high",
+                title=f"Memory grows by {_size(leaks.growth_bytes_per_step)} per step over "
+                f"{steps} steps; most from {top}",
+                evidence={
+                    "growth_per_step_bytes": leaks.growth_bytes_per_step,
+                    "steps_count": steps,
+                    "first_step_end_bytes": leaks.step_end_bytes[0],
+                    "last_step_end_bytes": leaks.step_end_bytes[-1],
+                    "left_allocated_bytes": leaks.left_bytes,
+                },
+                fix=MEMORY_FIXES["memory_growth"],
+            )
+        )
     elif leaks.left_bytes and tl.peak_bytes and leaks.left_bytes >= 0.05 * tl.peak_bytes:
         top = leaks.left_sites[0].site.label if leaks.left_sites else "unknown"
-        out.append(Finding(
-            kind="memory_growth", severity="low",
-            title=f"The cell left {_size(leaks.left_bytes)} allocated that it did not free; "
-                  f"most from {top}",
-            evidence={"left_allocated_bytes": leaks.left_bytes, "peak_bytes": tl.peak_bytes},
-            fix=MEMORY_FIXES["left_allocated"],
-        ))
+        out.append(
+            Finding(
+                kind="memory_growth",
+                severity="low",
+                title=f"The cell left {_size(leaks.left_bytes)} allocated that it did not free; "
+                f"most from {top}",
+                evidence={"left_allocated_bytes": leaks.left_bytes, "peak_bytes": tl.peak_bytes},
+                fix=MEMORY_FIXES["left_allocated"],
+            )
+        )
     if tl.peak_bytes > 0 and at_peak.sites:
         holder = at_peak.sites[0]
         cats = {s.category for s in at_peak.sites if s.category}
         optimizer = "optimizer_state" in cats or "optimizer state" in cats
         advice = peak_memory_advice(optimizer_state_at_peak=optimizer)
-        out.append(Finding(
-            kind="peak_memory", severity="info",
-            title=f"Peak {_size(tl.peak_bytes)}; {holder.site.label} held "
-                  f"{holder.share * 100:.1f}% of it",
-            evidence={"peak_bytes": tl.peak_bytes, "top_site_bytes": holder.bytes,
-                      "top_site_share_fraction": holder.share},
-            fix=advice,
-        ))
+        out.append(
+            Finding(
+                kind="peak_memory",
+                severity="info",
+                title=f"Peak {_size(tl.peak_bytes)}; {holder.site.label} held "
+                f"{holder.share * 100:.1f}% of it",
+                evidence={
+                    "peak_bytes": tl.peak_bytes,
+                    "top_site_bytes": holder.bytes,
+                    "top_site_share_fraction": holder.share,
+                },
+                fix=advice,
+            )
+        )
     return tuple(sorted(out, key=lambda f: (_SEVERITY_ORDER.get(f.severity, 9), f.kind)))
 
 
@@ -663,43 +799,62 @@ def analyze_snapshot(
     if rep.time_problem:
         notes.append(rep.time_problem)
     if rep.resized_opens:
-        notes.append(f"{rep.resized_opens} allocation(s) still live at the end count with the "
-                     "size of their block in the segments, "
-                     f"{rep.rounding_bytes:+,} B over the requested sizes the history "
-                     "records (the allocator rounds blocks up), so the curve ends at the "
-                     "active bytes the segments hold.")
+        notes.append(
+            f"{rep.resized_opens} allocation(s) still live at the end count with the "
+            "size of their block in the segments, "
+            f"{rep.rounding_bytes:+,} B over the requested sizes the history "
+            "records (the allocator rounds blocks up), so the curve ends at the "
+            "active bytes the segments hold."
+        )
     if rep.lost_frees:
-        notes.append(f"{rep.lost_frees} allocation(s) the history leaves open are not live "
-                     "in the segments at dump time (their free was not recorded); counted "
-                     "as freed at the last entry.")
+        notes.append(
+            f"{rep.lost_frees} allocation(s) the history leaves open are not live "
+            "in the segments at dump time (their free was not recorded); counted "
+            "as freed at the last entry."
+        )
     if rep.implicit_closes:
-        notes.append(f"{rep.implicit_closes} allocation(s) were reused without a recorded "
-                     "free_completed (entries skipped); treated as freed at the reuse.")
+        notes.append(
+            f"{rep.implicit_closes} allocation(s) were reused without a recorded "
+            "free_completed (entries skipped); treated as freed at the reuse."
+        )
     if len(rep.unmatched_idx):
-        notes.append(f"{len(rep.unmatched_idx)} free(s) of blocks allocated before recording "
-                     "(or dropped from a full history buffer); counted as "
-                     f"'{BEFORE_LABEL}'.")
+        notes.append(
+            f"{len(rep.unmatched_idx)} free(s) of blocks allocated before recording "
+            "(or dropped from a full history buffer); counted as "
+            f"'{BEFORE_LABEL}'."
+        )
     if rep.n == 0:
-        notes.append("No history recorded (segments only): the numbers are the state at "
-                     "dump time.")
+        notes.append("No history recorded (segments only): the numbers are the state at dump time.")
     lo, hi = _window_range(rep.x, window)
     tl = _timeline(rep, device, sites, lo, hi, window, top_sites, notes)
     peak = _at_peak(snapshot, rep, tl, sites)
     if step_starts is None:
-        step_starts = snapshot.step_starts[device] if device < len(snapshot.step_starts) \
-            else ()
+        step_starts = snapshot.step_starts[device] if device < len(snapshot.step_starts) else ()
     leaks = _leaks(snapshot, rep, tl, sites, step_starts)
     segs = segment_summary(snapshot, device)
-    ooms = tuple(o for o in _ooms(snapshot, rep, device, sites, site_of_stack)
-                 if tl.first_index <= o.index < tl.first_index + tl.n_events)
+    ooms = tuple(
+        o
+        for o in _ooms(snapshot, rep, device, sites, site_of_stack)
+        if tl.first_index <= o.index < tl.first_index + tl.n_events
+    )
     findings = memory_findings(tl, peak, leaks, segs, ooms)
-    return MemoryAnalysis(device=device, timeline=tl, at_peak=peak, leaks=leaks,
-                          segments=segs, ooms=ooms, findings=findings, sites=sites)
+    return MemoryAnalysis(
+        device=device,
+        timeline=tl,
+        at_peak=peak,
+        leaks=leaks,
+        segments=segs,
+        ooms=ooms,
+        findings=findings,
+        sites=sites,
+    )
 
 
-def memory_timeline(snapshot: MemorySnapshot,
-                    window: tuple[float | None, float | None] | None = None,
-                    device: int | None = None) -> MemoryTimeline:
+def memory_timeline(
+    snapshot: MemorySnapshot,
+    window: tuple[float | None, float | None] | None = None,
+    device: int | None = None,
+) -> MemoryTimeline:
     """Return active and reserved bytes over time for one device (see analyze_snapshot)."""
     if device is None:
         device = choose_device(snapshot)
@@ -718,8 +873,10 @@ def parse_window(text: str) -> tuple[float | None, float | None]:
         start = float(a) if a.strip() else None
         end = float(b) if b.strip() else None
     except ValueError:
-        raise ValueError(f"window {text!r}: START and END must be numbers "
-                         "(ms, or history entries when the snapshot has no times)") from None
+        raise ValueError(
+            f"window {text!r}: START and END must be numbers "
+            "(ms, or history entries when the snapshot has no times)"
+        ) from None
     for v in (start, end):
         if v is not None and not math.isfinite(v):
             raise ValueError(f"window {text!r}: bounds must be finite numbers")
@@ -729,8 +886,22 @@ def parse_window(text: str) -> tuple[float | None, float | None]:
 
 
 __all__ = [
-    "AtPeak", "Leaks", "MemoryAnalysis", "MemoryTimeline", "OomEvent", "PeakBlock", "Site",
-    "SiteBytes", "SegmentRow", "SegmentSummary", "analyze_snapshot", "choose_device",
-    "memory_findings", "memory_timeline", "parse_window", "segment_summary", "stack_sites",
+    "AtPeak",
+    "Leaks",
+    "MemoryAnalysis",
+    "MemoryTimeline",
+    "OomEvent",
+    "PeakBlock",
+    "Site",
+    "SiteBytes",
+    "SegmentRow",
+    "SegmentSummary",
+    "analyze_snapshot",
+    "choose_device",
+    "memory_findings",
+    "memory_timeline",
+    "parse_window",
+    "segment_summary",
+    "stack_sites",
     "user_frame",
 ]

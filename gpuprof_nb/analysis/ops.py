@@ -117,10 +117,12 @@ def _attribute(trace: Trace) -> tuple[list[Op], np.ndarray, np.ndarray, np.ndarr
     codes, pairs = runtime_threads(trace)
     used, call_code = np.unique(codes[calls], return_inverse=True)
     call_pairs = [pairs[i] for i in used.tolist()]
-    rank = {t: r for r, t in enumerate(sorted(set(cols.raw_threads) | set(call_pairs),
-                                              key=repr))}
-    thread = np.array([rank[t] for t in cols.raw_threads], dtype=np.intp)[cols.raw_thread] \
-        if n else np.zeros(0, dtype=np.intp)
+    rank = {t: r for r, t in enumerate(sorted(set(cols.raw_threads) | set(call_pairs), key=repr))}
+    thread = (
+        np.array([rank[t] for t in cols.raw_threads], dtype=np.intp)[cols.raw_thread]
+        if n
+        else np.zeros(0, dtype=np.intp)
+    )
     order = np.lexsort((np.arange(n), -ends, starts, thread))
     bounds = np.searchsorted(thread[order], np.arange(len(rank) + 1))
     s_start, s_end = starts[order], ends[order]
@@ -231,12 +233,14 @@ def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTa
     k = len(code_of)
     # bincount adds each group's values one by one in op order: the same sums as a loop.
     call_counts = np.bincount(codes, minlength=k).tolist()
-    sums = [np.bincount(codes, weights=values, minlength=k).tolist()
-            if k else [] for values in (self_cpu, op_columns(trace).dur, self_device,
-                                        total_device)]
+    sums = [
+        np.bincount(codes, weights=values, minlength=k).tolist() if k else []
+        for values in (self_cpu, op_columns(trace).dur, self_device, total_device)
+    ]
     groups: dict[str, list[float]] = {
         name: [call_counts[c], sums[0][c], sums[1][c], sums[2][c], sums[3][c]]
-        for name, c in code_of.items()}
+        for name, c in code_of.items()
+    }
     shapes: dict[str, Counter[Any]] = defaultdict(Counter)
     op_dims = list(map(_INPUT_DIMS, ops))
     if op_dims.count(None) < len(op_dims):
@@ -251,8 +255,13 @@ def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTa
         "self_device_us": sum(g[3] for g in groups.values()),
     }
     base = totals[_FRACTION_BASE[key]]
-    field_index = {"calls": 0, "self_cpu_us": 1, "total_cpu_us": 2,
-                   "self_device_us": 3, "total_device_us": 4}[key]
+    field_index = {
+        "calls": 0,
+        "self_cpu_us": 1,
+        "total_cpu_us": 2,
+        "self_device_us": 3,
+        "total_device_us": 4,
+    }[key]
     ordered = sorted(groups.items(), key=lambda kv: (-kv[1][field_index], kv[0]))
     if n is not None:
         ordered = ordered[:n]
@@ -307,20 +316,29 @@ def kernel_table(trace: Trace) -> KernelTable:
     totals = np.bincount(codes, weights=dur, minlength=g).tolist()
     total = float(np.bincount(np.zeros(n, dtype=np.intp), weights=dur, minlength=1)[0])
     by_code = np.argsort(codes, kind="stable")
-    cuts = np.concatenate(([0], np.cumsum(calls)[:-1])).astype(np.intp) if g \
+    cuts = (
+        np.concatenate(([0], np.cumsum(calls)[:-1])).astype(np.intp)
+        if g
         else np.zeros(0, dtype=np.intp)
+    )
     sorted_dur = dur[by_code]
     maxs = np.maximum.reduceat(sorted_dur, cuts).tolist() if n else []
     mins = np.minimum.reduceat(sorted_dur, cuts).tolist() if n else []
     # Each group's distinct streams, ascending: (group, stream) pairs as one number each.
     stream_values, stream_code = np.unique(
-        np.fromiter(map(_STREAM, kernels), dtype=np.int64, count=n), return_inverse=True)
-    pairs = np.unique(codes * len(stream_values) + stream_code.reshape(-1)) if n \
+        np.fromiter(map(_STREAM, kernels), dtype=np.int64, count=n), return_inverse=True
+    )
+    pairs = (
+        np.unique(codes * len(stream_values) + stream_code.reshape(-1))
+        if n
         else np.zeros(0, dtype=np.intp)
+    )
     streams: list[list[int]] = [[] for _ in range(g)]
-    for c, stream in zip((pairs // max(len(stream_values), 1)).tolist(),
-                         stream_values[pairs % max(len(stream_values), 1)].tolist(),
-                         strict=True):
+    for c, stream in zip(
+        (pairs // max(len(stream_values), 1)).tolist(),
+        stream_values[pairs % max(len(stream_values), 1)].tolist(),
+        strict=True,
+    ):
         streams[c].append(stream)
     # Bytes (ints, summed exactly) for the groups that give them: memcpys and memsets.
     sized: dict[int, list[Kernel]] = {}
@@ -355,8 +373,9 @@ def kernel_table(trace: Trace) -> KernelTable:
             )
         )
     rows.sort(key=lambda r: (-r.total_us, r.name, r.kind))
-    by_kind = np.bincount(kc.kind.astype(np.intp), weights=dur,
-                          minlength=len(KERNEL_KINDS)).tolist()
+    by_kind = np.bincount(
+        kc.kind.astype(np.intp), weights=dur, minlength=len(KERNEL_KINDS)
+    ).tolist()
     kind_us = dict(zip(KERNEL_KINDS, by_kind, strict=False))
     return KernelTable(
         rows=tuple(rows),
@@ -413,8 +432,9 @@ def summarize_trace(trace: Trace) -> TraceSummary:
         k_corr, k_has_corr, _, _ = kernel_ids(trace)
         call = np.where(k_has_corr, lookup(corr_keys, calls, k_corr), -1)[kc.is_kernel]
         starts = runtime_starts(trace)
-        launches = np.where(call >= 0, starts[np.maximum(call, 0)] if len(starts) else 0.0,
-                            kc.start[kc.is_kernel])
+        launches = np.where(
+            call >= 0, starts[np.maximum(call, 0)] if len(starts) else 0.0, kc.start[kc.is_kernel]
+        )
         kernels_per_step = _count_in_steps(np.sort(launches), trace)
 
     return TraceSummary(

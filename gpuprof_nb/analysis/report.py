@@ -82,12 +82,16 @@ def analyze(
         # what broke.
         timeline = _attempt("timeline", lambda: device_timeline(trace), all_notes)
         roofline = _attempt("roofline", lambda: compute_roofline(trace, ceilings), all_notes)
-        hotspots = None if timeline is None else \
-            _attempt("hotspots", lambda: compute_hotspots(trace, timeline), all_notes)
+        hotspots = (
+            None
+            if timeline is None
+            else _attempt("hotspots", lambda: compute_hotspots(trace, timeline), all_notes)
+        )
         diagnosis = _attempt(
             "diagnosis",
-            lambda: diagnose(trace, timeline=timeline, roofline=roofline, timing=timing,
-                             hotspots=hotspots),
+            lambda: diagnose(
+                trace, timeline=timeline, roofline=roofline, timing=timing, hotspots=hotspots
+            ),
             all_notes,
         )
     return ProfileReport(

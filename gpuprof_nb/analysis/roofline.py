@@ -102,7 +102,7 @@ class _Tree:
         """The ops directly inside op i, in (start, longer first, file order) order."""
         parents, kids = self._by_parent
         a = bisect.bisect_left(parents, i)
-        return kids[a:bisect.bisect_right(parents, i, a)]
+        return kids[a : bisect.bisect_right(parents, i, a)]
 
     @cached_property
     def _sorted_starts(self) -> np.ndarray:
@@ -167,8 +167,16 @@ def _choose_roof(cost: OpCost, device: DeviceSpec, kernel_names: Iterable[str]) 
 
 
 def _make_point(
-    name: str, shapes: str, calls: int, flops: int, nbytes: int, time_us: float,
-    cost: OpCost, device: DeviceSpec | None, roof: str | None, op_name: str,
+    name: str,
+    shapes: str,
+    calls: int,
+    flops: int,
+    nbytes: int,
+    time_us: float,
+    cost: OpCost,
+    device: DeviceSpec | None,
+    roof: str | None,
+    op_name: str,
 ) -> RooflinePoint:
     intensity = flops / nbytes if nbytes else None
     seconds = time_us * 1e-6
@@ -182,13 +190,26 @@ def _make_point(
         bound = "memory" if intensity * bw < peak else "compute"
         fraction = achieved_f / attainable if achieved_f is not None else None
     return RooflinePoint(
-        name=name, shapes=shapes, calls=calls, flops=flops, bytes_moved=nbytes,
-        intensity_flop_per_byte=intensity, time_us=time_us, achieved_flops_per_s=achieved_f,
-        achieved_bytes_per_s=achieved_b, roof=roof if peak else None, peak_flops_per_s=peak,
-        roof_flops_per_s=attainable, bound=bound, fraction_of_roof=fraction,
+        name=name,
+        shapes=shapes,
+        calls=calls,
+        flops=flops,
+        bytes_moved=nbytes,
+        intensity_flop_per_byte=intensity,
+        time_us=time_us,
+        achieved_flops_per_s=achieved_f,
+        achieved_bytes_per_s=achieved_b,
+        roof=roof if peak else None,
+        peak_flops_per_s=peak,
+        roof_flops_per_s=attainable,
+        bound=bound,
+        fraction_of_roof=fraction,
         above_roof=fraction is not None and fraction > 1.0,
-        flop_source=cost.flop_source, bytes_model=cost.bytes_model, dtype=cost.dtype,
-        category=cost.category, op_name=op_name,
+        flop_source=cost.flop_source,
+        bytes_model=cost.bytes_model,
+        dtype=cost.dtype,
+        category=cost.category,
+        op_name=op_name,
     )
 
 
@@ -206,7 +227,9 @@ def _shapes(op: Op) -> str:
 # "AWS Graviton3" (a model number may follow the family name with no space).
 _CPU_NAME = re.compile(
     r"\bcpu\b|\b(?:xeon|epyc|ryzen|threadripper|core i[3579]|graviton|neoverse|apple m\d)"
-    r"|core\(tm\)", flags=re.IGNORECASE)
+    r"|core\(tm\)",
+    flags=re.IGNORECASE,
+)
 
 
 def _check_device_name(trace: Trace, device: str) -> None:
@@ -215,58 +238,73 @@ def _check_device_name(trace: Trace, device: str) -> None:
     a CPU's name has no GPU ceilings for a trace whose times are kernel times."""
     if not trace.has_device_activity:
         spec = lookup_device_spec(device)
-        what = (f"the GPU {spec.name} ({spec.kind})" if spec is not None
-                else "a device name, which only selects datasheet GPU ceilings")
+        what = (
+            f"the GPU {spec.name} ({spec.kind})"
+            if spec is not None
+            else "a device name, which only selects datasheet GPU ceilings"
+        )
         raise ValueError(
             f"compute_roofline: device={device!r} is {what}, but this is a CPU trace (no "
             "kernels: its times are CPU times). Leave device= out to get FLOPs, bytes and "
             "intensity without roofs, or pass CPU ceilings measured on this machine with "
-            "gpuprof_nb.measure_ceilings(); for GPU roofs, profile the code on the GPU.")
+            "gpuprof_nb.measure_ceilings(); for GPU roofs, profile the code on the GPU."
+        )
     if _CPU_NAME.search(device) and lookup_device_spec(device) is None:
         gpus = ", ".join(d.name for d in trace.devices) or "a GPU the trace does not name"
         raise ValueError(
             f"compute_roofline: device={device!r} names a CPU, but this is a GPU trace "
             f"({len(trace.kernels)} device activities on {gpus}: its times are kernel times). "
             "Leave device= out to use the trace's GPU, or pass that GPU's name (e.g. "
-            "'NVIDIA H100') or its ceilings from gpuprof_nb.measure_ceilings() run on it.")
+            "'NVIDIA H100') or its ceilings from gpuprof_nb.measure_ceilings() run on it."
+        )
 
 
-def _resolve_device(
-    trace: Trace, device: DeviceSpec | str | None
-) -> tuple[DeviceSpec | None, str]:
+def _resolve_device(trace: Trace, device: DeviceSpec | str | None) -> tuple[DeviceSpec | None, str]:
     """Return the ceilings to use and a sentence saying where they came from."""
     on_device = trace.has_device_activity
     if isinstance(device, DeviceSpec):
         if on_device and device.kind == "cpu" or not on_device and device.kind != "cpu":
             basis = "GPU" if on_device else "CPU"
-            return None, (f"ceilings of {device.name} ({device.kind}) do not fit this {basis} "
-                          "trace; roofs left out")
+            return None, (
+                f"ceilings of {device.name} ({device.kind}) do not fit this {basis} "
+                "trace; roofs left out"
+            )
         origin = "measured" if device.measured else "datasheet"
         return device, f"ceilings: {device.name}, {origin} ({device.source})"
     if isinstance(device, str):
         _check_device_name(trace, device)
         spec = lookup_device_spec(device)
         if spec is None:
-            return None, (f"unknown GPU {device!r}: no datasheet row and no measured ceilings; "
-                          "run gpuprof_nb.measure_ceilings() on it and pass the result")
+            return None, (
+                f"unknown GPU {device!r}: no datasheet row and no measured ceilings; "
+                "run gpuprof_nb.measure_ceilings() on it and pass the result"
+            )
         return spec, f"ceilings: {spec.name}, datasheet ({spec.source})"
     if not on_device:
         launched = len(unrecorded_launches(trace))
         if launched:
-            return None, (f"GPU kernels not recorded ({launched} calls queued GPU work, but "
-                          "the trace has no kernel events): no device times to place ops "
-                          "against the GPU's roofs; host-side FLOPs, bytes and intensity "
-                          "only. Record kernels (ProfilerActivity.CUDA) to get the roofline")
-        return None, ("CPU trace: FLOPs, bytes and intensity only; pass CPU ceilings from "
-                      "gpuprof_nb.measure_ceilings() to draw roofs")
+            return None, (
+                f"GPU kernels not recorded ({launched} calls queued GPU work, but "
+                "the trace has no kernel events): no device times to place ops "
+                "against the GPU's roofs; host-side FLOPs, bytes and intensity "
+                "only. Record kernels (ProfilerActivity.CUDA) to get the roofline"
+            )
+        return None, (
+            "CPU trace: FLOPs, bytes and intensity only; pass CPU ceilings from "
+            "gpuprof_nb.measure_ceilings() to draw roofs"
+        )
     if not trace.devices:
-        return None, ("the trace names no device (no deviceProperties); pass device= a GPU "
-                      "name or gpuprof_nb.measure_ceilings()")
+        return None, (
+            "the trace names no device (no deviceProperties); pass device= a GPU "
+            "name or gpuprof_nb.measure_ceilings()"
+        )
     info = trace.devices[0]
     spec = lookup_device_spec(info.name, info.total_memory_bytes)
     if spec is None:
-        return None, (f"unknown GPU {info.name!r}: no datasheet row and no measured ceilings; "
-                      "run gpuprof_nb.measure_ceilings() on it and pass the result")
+        return None, (
+            f"unknown GPU {info.name!r}: no datasheet row and no measured ceilings; "
+            "run gpuprof_nb.measure_ceilings() on it and pass the result"
+        )
     return spec, f"ceilings: {spec.name}, datasheet ({spec.source})"
 
 
@@ -309,8 +347,7 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
                 if c is None:
                     c = _wrapper_cost(i)  # depends on the op's children, not its call
             else:
-                call = (op.name, id(op.input_dims), id(op.input_types),
-                        id(op.concrete_inputs))
+                call = (op.name, id(op.input_dims), id(op.input_types), id(op.concrete_inputs))
                 c = by_call.get(call, unset)
                 if c is unset:
                     c = by_call[call] = op_cost(op)
@@ -330,23 +367,35 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
                 stack.extend(tree.children_of(j))
         if not found:
             return None
-        return OpCost(sum(c.flops for c in found), sum(c.bytes_moved for c in found),
-                      found[0].category, found[0].dtype, found[0].flop_source,
-                      found[0].bytes_model + " (through its copy child)")
+        return OpCost(
+            sum(c.flops for c in found),
+            sum(c.bytes_moved for c in found),
+            found[0].category,
+            found[0].dtype,
+            found[0].flop_source,
+            found[0].bytes_model + " (through its copy child)",
+        )
 
     # Each op's anchor: its outermost ancestor-or-self with a cost. Level by level from the
     # roots: an op inherits its parent's anchor, else is its own when it has a cost (only
     # names with a formula, or copy wrappers, can).
     distinct, name_codes = op_name_codes(trace)
-    costable = np.array([has_formula(name) or name in COPY_WRAPPERS for name in distinct],
-                        dtype=bool)[name_codes] if len(ops) else np.zeros(0, dtype=bool)
+    costable = (
+        np.array([has_formula(name) or name in COPY_WRAPPERS for name in distinct], dtype=bool)[
+            name_codes
+        ]
+        if len(ops)
+        else np.zeros(0, dtype=bool)
+    )
     anchor = np.full(len(ops), -1, dtype=np.intp)
     for level in tree.levels():
-        inherited = np.where(tree.parent_arr[level] >= 0,
-                             anchor[np.maximum(tree.parent_arr[level], 0)], -1)
+        inherited = np.where(
+            tree.parent_arr[level] >= 0, anchor[np.maximum(tree.parent_arr[level], 0)], -1
+        )
         anchor[level] = inherited
-        found = [i for i in level[(inherited < 0) & costable[level]].tolist()
-                 if cost(i) is not None]
+        found = [
+            i for i in level[(inherited < 0) & costable[level]].tolist() if cost(i) is not None
+        ]
         anchor[found] = found
 
     anchor_time: dict[int, float] = {}
@@ -358,8 +407,7 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
         k_dur = kernel_columns(trace).dur
         total_us = sum(k_dur.tolist())
         owner = _kernel_owners(trace, tree)
-        k_anchor = np.where(owner >= 0, anchor[np.maximum(owner, 0)], -1) if len(ops) \
-            else owner
+        k_anchor = np.where(owner >= 0, anchor[np.maximum(owner, 0)], -1) if len(ops) else owner
         # Kernels of no anchor, by their owner's name (or kind): counts and times per label
         # (bincount adds the times one by one in kernel order, as `+=` in a loop).
         missed = np.flatnonzero(k_anchor < 0)
@@ -367,14 +415,14 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
             op_names_, name_code = op_name_codes(trace)
             label_of = {name: code for code, name in enumerate(op_names_)}
             missed_owner = owner[missed]
-            label = np.where(missed_owner >= 0, name_code[np.maximum(missed_owner, 0)]
-                             if len(ops) else -1, -1)
+            label = np.where(
+                missed_owner >= 0, name_code[np.maximum(missed_owner, 0)] if len(ops) else -1, -1
+            )
             for j in np.flatnonzero(missed_owner < 0).tolist():  # no op: by kind
                 kind = f"({device_work[int(missed[j])].kind} without op)"
                 label[j] = label_of.setdefault(kind, len(label_of))
             label_calls = np.bincount(label, minlength=len(label_of)).tolist()
-            label_us = np.bincount(label, weights=k_dur[missed],
-                                   minlength=len(label_of)).tolist()
+            label_us = np.bincount(label, weights=k_dur[missed], minlength=len(label_of)).tolist()
             for name, code in label_of.items():
                 if label_calls[code]:
                     unmodelled[name] = _Acc(calls=label_calls[code], time_us=label_us[code])
@@ -432,8 +480,7 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
         names = group_kernel_names.setdefault(key, set())
         kernels = [k for k in anchor_kernels.get(a, ()) if k.kind == "kernel"]
         names.update(k.name for k in kernels)
-        if any(k.kind == "memcpy" and _is_host_device(k.name)
-               for k in anchor_kernels.get(a, ())):
+        if any(k.kind == "memcpy" and _is_host_device(k.name) for k in anchor_kernels.get(a, ())):
             group_host_copy.add(key)
         if len(anchor_kernels.get(a, ())) == 1 and len(kernels) == 1:
             kacc = kgroups.setdefault((kernels[0].name, *key), _Acc())
@@ -451,22 +498,55 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
         if c.flops == 0:
             rate = acc.bytes_moved / (acc.time_us * 1e-6) if acc.time_us > 0 else None
             host = key in group_host_copy
-            moves.append(DataMovement(
-                name=key[0], shapes=key[1], calls=acc.calls, bytes_moved=acc.bytes_moved,
-                time_us=acc.time_us, achieved_bytes_per_s=rate,
-                fraction_of_bandwidth=rate / bw if rate is not None and bw and not host
-                else None,
-                bytes_model=c.bytes_model, dtype=c.dtype, category=c.category,
-                direction="host-device" if host else "device"))
+            moves.append(
+                DataMovement(
+                    name=key[0],
+                    shapes=key[1],
+                    calls=acc.calls,
+                    bytes_moved=acc.bytes_moved,
+                    time_us=acc.time_us,
+                    achieved_bytes_per_s=rate,
+                    fraction_of_bandwidth=rate / bw
+                    if rate is not None and bw and not host
+                    else None,
+                    bytes_model=c.bytes_model,
+                    dtype=c.dtype,
+                    category=c.category,
+                    direction="host-device" if host else "device",
+                )
+            )
             continue
         roof = _choose_roof(c, spec, group_kernel_names[key]) if spec is not None else None
         group_roof[key] = roof
-        points.append(_make_point(key[0], key[1], acc.calls, acc.flops, acc.bytes_moved,
-                                  acc.time_us, c, spec, roof, key[0]))
+        points.append(
+            _make_point(
+                key[0],
+                key[1],
+                acc.calls,
+                acc.flops,
+                acc.bytes_moved,
+                acc.time_us,
+                c,
+                spec,
+                roof,
+                key[0],
+            )
+        )
     kpoints = [
-        _make_point(kkey[0], kkey[2], acc.calls, acc.flops, acc.bytes_moved, acc.time_us,
-                    group_cost[kkey[1:]], spec, group_roof[kkey[1:]], kkey[1])
-        for kkey, acc in kgroups.items() if kkey[1:] in group_roof
+        _make_point(
+            kkey[0],
+            kkey[2],
+            acc.calls,
+            acc.flops,
+            acc.bytes_moved,
+            acc.time_us,
+            group_cost[kkey[1:]],
+            spec,
+            group_roof[kkey[1:]],
+            kkey[1],
+        )
+        for kkey, acc in kgroups.items()
+        if kkey[1:] in group_roof
     ]
 
     def by_time(x: Any) -> tuple[float, str, str]:
@@ -475,8 +555,10 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
     points.sort(key=by_time)
     kpoints.sort(key=by_time)
     moves.sort(key=by_time)
-    unmod = sorted((Unmodelled(n, a.calls, a.time_us) for n, a in unmodelled.items()),
-                   key=lambda u: (-u.time_us, u.name))
+    unmod = sorted(
+        (Unmodelled(n, a.calls, a.time_us) for n, a in unmodelled.items()),
+        key=lambda u: (-u.time_us, u.name),
+    )
 
     notes = [device_note]
     if not any(map(_INPUT_DIMS, ops)):
@@ -486,12 +568,19 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
         basis = "device" if on_device else "CPU"
         notes.append(f"{covered * 100:.1f}% of {basis} time is in ops with a FLOP/byte formula")
     if any(p.above_roof for p in points):
-        notes.append("points above the roof: bytes overcounted for cache-resident data, "
-                     "or ceilings below the real ones")
+        notes.append(
+            "points above the roof: bytes overcounted for cache-resident data, "
+            "or ceilings below the real ones"
+        )
     return Roofline(
-        points=tuple(points), data_movement=tuple(moves), device=spec, note="; ".join(notes),
-        kernel_points=tuple(kpoints), unmodelled=tuple(unmod),
-        time_basis="device" if on_device else "cpu", total_time_us=total_us,
+        points=tuple(points),
+        data_movement=tuple(moves),
+        device=spec,
+        note="; ".join(notes),
+        kernel_points=tuple(kpoints),
+        unmodelled=tuple(unmod),
+        time_basis="device" if on_device else "cpu",
+        total_time_us=total_us,
     )
 
 

@@ -66,11 +66,13 @@ def unrecorded_device_words(calls: Sequence[RuntimeCall]) -> str:
         by_name[r.name] = by_name.get(r.name, 0) + 1
     names = sorted(by_name, key=lambda n: (-by_name[n], n))[:3]
     listed = ", ".join(f"{by_name[n]} {n}" for n in names)
-    return (f"the trace holds {len(calls)} calls that queue GPU work ({listed}) but no "
-            "kernel events, so the GPU's own time is unknown (a trace taken in CUPTI "
-            "range-profiler mode, for one, records cuda_profiler_range counters instead). "
-            "Record kernels with a normal run: torch.profiler.profile(activities="
-            "[ProfilerActivity.CPU, ProfilerActivity.CUDA]) or %%gpuprofile")
+    return (
+        f"the trace holds {len(calls)} calls that queue GPU work ({listed}) but no "
+        "kernel events, so the GPU's own time is unknown (a trace taken in CUPTI "
+        "range-profiler mode, for one, records cuda_profiler_range counters instead). "
+        "Record kernels with a normal run: torch.profiler.profile(activities="
+        "[ProfilerActivity.CPU, ProfilerActivity.CUDA]) or %%gpuprofile"
+    )
 
 
 def severity_of(share: float) -> Severity:
@@ -83,8 +85,9 @@ def severity_of(share: float) -> Severity:
     return "info"
 
 
-def make_finding(kind: FindingKind, title: str, share: float, evidence: Mapping[str, float]
-                 ) -> Finding:
+def make_finding(
+    kind: FindingKind, title: str, share: float, evidence: Mapping[str, float]
+) -> Finding:
     share = max(0.0, float(share))
     return Finding(kind, severity_of(share), title, dict(evidence), FIXES[kind], share)
 
@@ -128,8 +131,9 @@ class Context:
 
     @property
     def kcols(self) -> KernelColumns:
-        return self.kernel_columns if self.kernel_columns is not None \
-            else KernelColumns(self.kernels)
+        return (
+            self.kernel_columns if self.kernel_columns is not None else KernelColumns(self.kernels)
+        )
 
     def frac(self, us: float) -> float:
         rest = self.span_us - self.one_off_us
@@ -166,8 +170,10 @@ def rule_dataloader(c: Context) -> Finding | None:
         share = c.frac(bd.dataloader_us)
     else:
         share = c.frac(dl_us)
-    title = (f"The {'GPU' if c.on_device else 'step'} waits for the DataLoader: "
-             f"{share * 100:.0f}% of the time goes to loading batches")
+    title = (
+        f"The {'GPU' if c.on_device else 'step'} waits for the DataLoader: "
+        f"{share * 100:.0f}% of the time goes to loading batches"
+    )
     return make_finding("dataloader", title, share, evidence)
 
 
@@ -180,16 +186,18 @@ def rule_host_sync(c: Context) -> Finding | None:
     calls = [r for r in c.trace.runtime if r.name in sync_names] if sync_names else []
     events = [s for s in c.trace.syncs if s.name in ("Stream Sync", "Context Sync", "Event Sync")]
     item_names = {"aten::item", "aten::_local_scalar_dense"} & op_names(c.trace)
-    items = [o for o in c.trace.ops if o.kind == "op" and o.name in item_names] \
-        if item_names else []
+    items = (
+        [o for o in c.trace.ops if o.kind == "op" and o.name in item_names] if item_names else []
+    )
     # aten::item calls aten::_local_scalar_dense: count the outer one only.
     n_item = sum(1 for o in items if o.name == "aten::item") or len(items)
     if not calls and not events and not n_item:
         return None
     if not c.on_device:
         return None
-    blocked = merge_intervals([(r.start_us, r.end_us) for r in calls]
-                              + [(s.start_us, s.end_us) for s in events])
+    blocked = merge_intervals(
+        [(r.start_us, r.end_us) for r in calls] + [(s.start_us, s.end_us) for s in events]
+    )
     bd = c.timeline.breakdown
     idle = bd.sync_us if bd is not None else 0.0
     per_step = max(c.n_steps, 1)
@@ -201,9 +209,11 @@ def rule_host_sync(c: Context) -> Finding | None:
         "device_idle_after_sync_fraction": c.frac(idle),
     }
     share = c.frac(idle)
-    title = (f"The host waits for the GPU at synchronisation points "
-             f"({evidence['sync_calls_per_step']:.3g} {c.each}); the GPU then idles "
-             f"{share * 100:.0f}% of the time")
+    title = (
+        f"The host waits for the GPU at synchronisation points "
+        f"({evidence['sync_calls_per_step']:.3g} {c.each}); the GPU then idles "
+        f"{share * 100:.0f}% of the time"
+    )
     return make_finding("host_sync", title, share, evidence)
 
 
@@ -218,8 +228,11 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
         compute = kc.dur[kc.is_kernel].tolist()
         med = median_duration_us(compute)
         per_step_kernels = len(compute) / per_step
-        tiny = (bool(compute) and med < th.TINY_KERNEL_US
-                and per_step_kernels >= th.MIN_KERNELS_FOR_OVERHEAD)
+        tiny = (
+            bool(compute)
+            and med < th.TINY_KERNEL_US
+            and per_step_kernels >= th.MIN_KERNELS_FOR_OVERHEAD
+        )
         # Device idle while the host is inside torch ops: dispatch and CPU-side op work set
         # the pace (overhead-bound), except one-time setup ops, which are cold start.
         # Nor is compiling (torch.compile's own finding, recompilation).
@@ -232,20 +245,29 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
             "device_idle_while_host_in_ops_us": host_ops,
         }
         if compute:
-            title = (f"Many small kernels: {per_step_kernels:.0f} {c.each}, median {med:.3g} us;"
-                     " launching them sets the pace" if tiny else
-                     f"The host sets the pace: the GPU idles {share * 100:.0f}% of the time "
-                     "while the host dispatches torch ops")
+            title = (
+                f"Many small kernels: {per_step_kernels:.0f} {c.each}, median {med:.3g} us;"
+                " launching them sets the pace"
+                if tiny
+                else f"The host sets the pace: the GPU idles {share * 100:.0f}% of the time "
+                "while the host dispatches torch ops"
+            )
             out.append(make_finding("launch_overhead", title, share, evidence))
         python_us = max(bd.host_us - bd.host_in_ops_us, 0.0)
         covered = total_length(*clipped_union(*top_level_spans(c.trace), c.lo, c.hi))
-        out.append(make_finding(
-            "python_overhead",
-            f"The GPU waits for Python: {c.frac(python_us) * 100:.0f}% of the time nothing "
-            "was launched and no torch op ran", c.frac(python_us),
-            {"device_idle_host_outside_ops_us": python_us,
-             "device_idle_waiting_on_host_us": bd.host_us,
-             "wall_not_in_torch_ops_fraction": 1.0 - c.frac(covered)}))
+        out.append(
+            make_finding(
+                "python_overhead",
+                f"The GPU waits for Python: {c.frac(python_us) * 100:.0f}% of the time nothing "
+                "was launched and no torch op ran",
+                c.frac(python_us),
+                {
+                    "device_idle_host_outside_ops_us": python_us,
+                    "device_idle_waiting_on_host_us": bd.host_us,
+                    "wall_not_in_torch_ops_fraction": 1.0 - c.frac(covered),
+                },
+            )
+        )
         return out
     if not c.top_ops:
         return out
@@ -256,25 +278,39 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
     many = len(c.top_ops) / per_step >= th.MIN_OPS_FOR_OVERHEAD
     tiny = many and med < th.TINY_CPU_OP_US
     share = c.frac(bd.launch_us + tiny_us) if tiny else c.frac(bd.launch_us)
-    out.append(make_finding(
-        "launch_overhead",
-        f"Thousands of tiny ops: {len(c.top_ops) / per_step:.0f} {c.each}, median "
-        f"{med:.3g} us each; dispatch, not math, sets the pace" if tiny else
-        f"Short dispatch gaps between ops take {share * 100:.0f}% of the time",
-        share,
-        {"ops_per_step": len(c.top_ops) / per_step, "median_op_us": med,
-         "time_in_tiny_ops_us": tiny_us, "dispatch_gaps_between_ops_us": bd.launch_us}))
+    out.append(
+        make_finding(
+            "launch_overhead",
+            f"Thousands of tiny ops: {len(c.top_ops) / per_step:.0f} {c.each}, median "
+            f"{med:.3g} us each; dispatch, not math, sets the pace"
+            if tiny
+            else f"Short dispatch gaps between ops take {share * 100:.0f}% of the time",
+            share,
+            {
+                "ops_per_step": len(c.top_ops) / per_step,
+                "median_op_us": med,
+                "time_in_tiny_ops_us": tiny_us,
+                "dispatch_gaps_between_ops_us": bd.launch_us,
+            },
+        )
+    )
     # Time inside CPU collectives (gloo) is waiting on other ranks, not Python.
-    host_gaps = merge_intervals((g.start_us, g.end_us) for g in c.timeline.gaps
-                                if g.cause == "host")
+    host_gaps = merge_intervals(
+        (g.start_us, g.end_us) for g in c.timeline.gaps if g.cause == "host"
+    )
     in_comm = union_length(intersect_intervals(host_gaps, _host_collective_spans(c)))
     python_us = max(bd.host_us - in_comm, 0.0)
-    out.append(make_finding(
-        "python_overhead",
-        f"{c.frac(python_us) * 100:.0f}% of the time is Python outside torch ops",
-        c.frac(python_us),
-        {"python_outside_ops_us": python_us,
-         "wall_not_in_torch_ops_fraction": c.frac(bd.span_us - bd.busy_us)}))
+    out.append(
+        make_finding(
+            "python_overhead",
+            f"{c.frac(python_us) * 100:.0f}% of the time is Python outside torch ops",
+            c.frac(python_us),
+            {
+                "python_outside_ops_us": python_us,
+                "wall_not_in_torch_ops_fraction": c.frac(bd.span_us - bd.busy_us),
+            },
+        )
+    )
     return out
 
 
@@ -285,8 +321,9 @@ def _idle_in_setup_or_compiling_us(c: Context) -> float:
     if not compiling:
         return c.setup_idle_us
     spans = merge_intervals([(o.start_us, o.end_us) for o in c.setup_ops] + compiling)
-    host_gaps = merge_intervals((g.start_us, g.end_us) for g in c.timeline.gaps
-                                if g.cause == "host")
+    host_gaps = merge_intervals(
+        (g.start_us, g.end_us) for g in c.timeline.gaps if g.cause == "host"
+    )
     return _union_in(intersect_intervals(host_gaps, spans), c.lo, c.hi)
 
 
@@ -295,9 +332,17 @@ def _host_collective_spans(c: Context) -> Sequence[Interval]:
     names = {name for name in op_names(c.trace) if is_host_collective(name)}
     if not names:
         return ()
-    return memo(c.trace, ("host_collective_spans", c.lo, c.hi), lambda: tuple(merge_intervals(
-        clip_intervals(((o.start_us, o.end_us) for o in c.trace.ops if o.name in names),
-                       c.lo, c.hi))))
+    return memo(
+        c.trace,
+        ("host_collective_spans", c.lo, c.hi),
+        lambda: tuple(
+            merge_intervals(
+                clip_intervals(
+                    ((o.start_us, o.end_us) for o in c.trace.ops if o.name in names), c.lo, c.hi
+                )
+            )
+        ),
+    )
 
 
 def _tiny_op_names(ops: Sequence[Op]) -> frozenset[str]:
@@ -306,14 +351,16 @@ def _tiny_op_names(ops: Sequence[Op]) -> frozenset[str]:
     by_name: dict[str, list[float]] = {}
     for o in ops:
         by_name.setdefault(o.name, []).append(o.dur_us)
-    return frozenset(n for n, d in by_name.items()
-                     if median_duration_us(d) < th.TINY_CPU_OP_US)
+    return frozenset(n for n, d in by_name.items() if median_duration_us(d) < th.TINY_CPU_OP_US)
 
 
 def _gemm_precision_fp32(op: Op) -> bool:
     types = [t for t in (op.input_types or ()) if t]
-    return bool(types) and "float" in types and not any(
-        t in ("c10::BFloat16", "c10::Half", "BFloat16", "Half") for t in types)
+    return (
+        bool(types)
+        and "float" in types
+        and not any(t in ("c10::BFloat16", "c10::Half", "BFloat16", "Half") for t in types)
+    )
 
 
 def rule_compute_memory_precision(c: Context, roofline: Roofline | None) -> list[Finding]:
@@ -338,8 +385,9 @@ def rule_compute_memory_precision(c: Context, roofline: Roofline | None) -> list
         gemm_ops = [o for o in c.top_ops if op_class(o.name) == "gemm"]
         # Ops whose calls are tiny are dispatch-bound (launch_overhead's time), not large.
         large_ops = [o for o in gemm_ops if o.name not in tiny_names]
-        low_ops = [o for o in c.top_ops if op_class(o.name) == "elementwise"
-                   and o.name not in tiny_names]
+        low_ops = [
+            o for o in c.top_ops if op_class(o.name) == "elementwise" and o.name not in tiny_names
+        ]
         gemm_us = sum(o.dur_us for o in large_ops)
         small_us = sum(o.dur_us for o in gemm_ops if o.name in tiny_names)
         low_us = sum(o.dur_us for o in low_ops)
@@ -361,8 +409,12 @@ def rule_compute_memory_precision(c: Context, roofline: Roofline | None) -> list
     # time by its coverage, so a roofline that explains a tenth of the kernels does not speak
     # for all of them.
     coverage = roofline.coverage if roofline is not None else None
-    if (coverage is not None and roofline is not None and roofline.time_basis == "device"
-            and (roof_memory is not None or roof_compute is not None)):
+    if (
+        coverage is not None
+        and roofline is not None
+        and roofline.time_basis == "device"
+        and (roof_memory is not None or roof_compute is not None)
+    ):
         coverage = min(max(coverage, 0.0), 1.0)
         roof_evidence["roofline_coverage_of_busy_fraction"] = coverage
         roof_memory = roof_memory * coverage if roof_memory is not None else None
@@ -371,9 +423,13 @@ def rule_compute_memory_precision(c: Context, roofline: Roofline | None) -> list
     # could classify ops; op and kernel names decide otherwise.
     compute_share = roof_compute if roof_compute is not None else gemm_share
     if compute_share >= th.COMPUTE_BOUND_MIN_SHARE:
-        evidence: dict[str, float] = {"gemm_share_of_busy_fraction": gemm_share,
-                                      "gemm_time_us": gemm_us, "small_gemm_time_us": small_us,
-                                      "busy_us": base, **roof_evidence}
+        evidence: dict[str, float] = {
+            "gemm_share_of_busy_fraction": gemm_share,
+            "gemm_time_us": gemm_us,
+            "small_gemm_time_us": small_us,
+            "busy_us": base,
+            **roof_evidence,
+        }
         if roof_compute is None:
             # Without shapes there are no FLOPs: the call rests on names, and says so.
             what = "kernel" if c.on_device else "op"
@@ -381,49 +437,70 @@ def rule_compute_memory_precision(c: Context, roofline: Roofline | None) -> list
             how = f"judged by {what} name, not measured FLOPs"
         else:
             how = "by the roofline's FLOPs and bytes"
-        out.append(Finding(
-            "compute_bound", "info",
-            f"Healthy: {compute_share * 100:.0f}% of the "
-            f"{'device' if c.on_device else 'op'} time is large matmuls/convolutions "
-            f"(compute-bound; {how})",
-            evidence, FIXES["compute_bound"], 0.0))
+        out.append(
+            Finding(
+                "compute_bound",
+                "info",
+                f"Healthy: {compute_share * 100:.0f}% of the "
+                f"{'device' if c.on_device else 'op'} time is large matmuls/convolutions "
+                f"(compute-bound; {how})",
+                evidence,
+                FIXES["compute_bound"],
+                0.0,
+            )
+        )
     if roof_memory is not None:
         low_us = roof_memory * base
     if low_us > 0:
         share = c.frac(low_us) * th.MEMORY_BOUND_RECOVERABLE
-        out.append(make_finding(
-            "memory_bound",
-            f"Memory-bound: {low_us / base * 100:.0f}% of the "
-            f"{'device' if c.on_device else 'op'} time is "
-            + ("in ops under the roofline's ridge point (low arithmetic intensity)"
-               if roof_memory is not None else
-               "elementwise, norm, softmax or reduction ops (low arithmetic intensity)"),
-            share,
-            {"low_intensity_time_us": low_us, "low_intensity_share_of_busy_fraction":
-             low_us / base, "low_intensity_share_of_window_fraction": c.frac(low_us),
-             **roof_evidence}))
+        out.append(
+            make_finding(
+                "memory_bound",
+                f"Memory-bound: {low_us / base * 100:.0f}% of the "
+                f"{'device' if c.on_device else 'op'} time is "
+                + (
+                    "in ops under the roofline's ridge point (low arithmetic intensity)"
+                    if roof_memory is not None
+                    else "elementwise, norm, softmax or reduction ops (low arithmetic intensity)"
+                ),
+                share,
+                {
+                    "low_intensity_time_us": low_us,
+                    "low_intensity_share_of_busy_fraction": low_us / base,
+                    "low_intensity_share_of_window_fraction": c.frac(low_us),
+                    **roof_evidence,
+                },
+            )
+        )
     # Only a GPU with tensor cores (known from the trace's device properties) is judged:
     # elsewhere the fp32 matmuls are not looked for at all.
     cc = compute_capability(c.trace, c.timeline.device) if c.on_device and gemm else None
     if cc is not None and cc >= th.PRECISION_MIN_CC:
-        fp32_ids = {o.external_id for o in _gemm_ops_with_ids(c.trace)
-                    if _gemm_precision_fp32(o)}
+        fp32_ids = {o.external_id for o in _gemm_ops_with_ids(c.trace) if _gemm_precision_fp32(o)}
         # Kernel names repeat: each distinct one is read once.
-        fp32_name = {name: any(m in name.lower() for m in FP32_KERNEL_MARKS)
-                     for name in {k.name for k in gemm}}
+        fp32_name = {
+            name: any(m in name.lower() for m in FP32_KERNEL_MARKS)
+            for name in {k.name for k in gemm}
+        }
         fp32 = is_gemm.copy()
         fp32[is_gemm] = [(k.external_id in fp32_ids) or fp32_name[k.name] for k in gemm]
         fp32_us = _union_of(c.kcols, fp32, c.lo, c.hi)
         if fp32_us > 0:
             share = c.frac(fp32_us) * th.PRECISION_RECOVERABLE
             low_cc = cc < th.BF16_MIN_CC
-            out.append(make_finding(
-                "precision",
-                f"fp32 matmuls on a tensor-core GPU (compute capability {cc[0]}.{cc[1]}): "
-                f"{fp32_us / base * 100:.0f}% of device time",
-                share,
-                {"fp32_gemm_time_us": fp32_us, "fp32_gemm_share_of_busy_fraction":
-                 fp32_us / base, "compute_capability_version": float(f"{cc[0]}.{cc[1]}")}))
+            out.append(
+                make_finding(
+                    "precision",
+                    f"fp32 matmuls on a tensor-core GPU (compute capability {cc[0]}.{cc[1]}): "
+                    f"{fp32_us / base * 100:.0f}% of device time",
+                    share,
+                    {
+                        "fp32_gemm_time_us": fp32_us,
+                        "fp32_gemm_share_of_busy_fraction": fp32_us / base,
+                        "compute_capability_version": float(f"{cc[0]}.{cc[1]}"),
+                    },
+                )
+            )
             if low_cc:
                 # No bf16 before Ampere: fp16 with loss scaling is the tensor-core path there.
                 f = out[-1]
@@ -444,8 +521,11 @@ def _gemm_ops_with_ids(trace: Trace) -> list[Op]:
     torch_ops = cols.positions[is_gemm[codes] & cols.has_external_id]
     others = np.ones(len(ops), dtype=bool)
     others[cols.positions] = False
-    other_ops = [i for i in np.flatnonzero(others).tolist()
-                 if ops[i].name in gemm_names and ops[i].external_id is not None]
+    other_ops = [
+        i
+        for i in np.flatnonzero(others).tolist()
+        if ops[i].name in gemm_names and ops[i].external_id is not None
+    ]
     return [ops[i] for i in sorted(torch_ops.tolist() + other_ops)]
 
 
@@ -498,8 +578,12 @@ def rule_dtype_cast(c: Context) -> Finding | None:
         f"Repeated dtype conversions: {per_step:.0f} casts {c.each} take "
         f"{c.frac(cast_us) * 100:.0f}% of the time",
         share,
-        {"casts_per_step": per_step, "cast_time_us": cast_us,
-         "cast_share_fraction": c.frac(cast_us)})
+        {
+            "casts_per_step": per_step,
+            "cast_time_us": cast_us,
+            "cast_share_fraction": c.frac(cast_us),
+        },
+    )
 
 
 def _device_time_launched_in(c: Context, ops: Sequence[Op]) -> float:
@@ -549,14 +633,17 @@ def rule_host_device_copy(c: Context) -> Finding | None:
         "pageable_copies_count": float(len(pageable)),
     }
     if sized:
-        evidence["memcpy_bandwidth_bytes_per_s"] = (
-            sum(k.bytes or 0 for k in sized) / (sum(k.dur_us for k in sized) * 1e-6))
+        evidence["memcpy_bandwidth_bytes_per_s"] = sum(k.bytes or 0 for k in sized) / (
+            sum(k.dur_us for k in sized) * 1e-6
+        )
     return make_finding(
         "host_device_copy",
         f"Host-device copies take {c.frac(copy_us) * 100:.0f}% of the time, "
         f"{c.frac(exposed) * 100:.0f}% not hidden behind compute"
         + (f" ({len(pageable)} from pageable memory)" if pageable else ""),
-        c.frac(exposed), evidence)
+        c.frac(exposed),
+        evidence,
+    )
 
 
 def rule_communication(c: Context) -> Finding | None:
@@ -578,9 +665,14 @@ def rule_communication(c: Context) -> Finding | None:
         f"Collectives take {c.frac(comm_us) * 100:.0f}% of the time; "
         f"{overlap * 100:.0f}% of it overlaps compute",
         c.frac(exposed),
-        {"communication_time_us": comm_us, "communication_share_fraction": c.frac(comm_us),
-         "overlap_with_compute_fraction": overlap, "exposed_communication_us": exposed,
-         "collective_kernels_count": float(len(comm))})
+        {
+            "communication_time_us": comm_us,
+            "communication_share_fraction": c.frac(comm_us),
+            "overlap_with_compute_fraction": overlap,
+            "exposed_communication_us": exposed,
+            "collective_kernels_count": float(len(comm)),
+        },
+    )
 
 
 def _rule_host_communication(c: Context) -> Finding | None:
@@ -590,8 +682,9 @@ def _rule_host_communication(c: Context) -> Finding | None:
     if not comm_spans:
         return None
     comm_us = union_length(comm_spans)
-    compute = merge_intervals((o.start_us, o.end_us) for o in c.top_ops
-                              if not is_host_collective(o.name))
+    compute = merge_intervals(
+        (o.start_us, o.end_us) for o in c.top_ops if not is_host_collective(o.name)
+    )
     overlap_us = union_length(intersect_intervals(comm_spans, compute))
     overlap = overlap_us / comm_us if comm_us > 0 else 0.0
     host_names = {n for n in op_names(c.trace) if is_host_collective(n)}
@@ -601,10 +694,14 @@ def _rule_host_communication(c: Context) -> Finding | None:
         f"Collectives on the host take {c.frac(comm_us) * 100:.0f}% of the time; "
         f"{overlap * 100:.0f}% of it overlaps torch ops",
         c.frac(comm_us - overlap_us),
-        {"communication_time_us": comm_us, "communication_share_fraction": c.frac(comm_us),
-         "overlap_with_compute_fraction": overlap,
-         "exposed_communication_us": comm_us - overlap_us,
-         "collective_calls_count": float(count)})
+        {
+            "communication_time_us": comm_us,
+            "communication_share_fraction": c.frac(comm_us),
+            "overlap_with_compute_fraction": overlap,
+            "exposed_communication_us": comm_us - overlap_us,
+            "collective_calls_count": float(count),
+        },
+    )
 
 
 def _median_without(durations: list[float], value: float) -> float | None:
@@ -658,15 +755,19 @@ def cold_ops_idle_us(c: Context) -> tuple[float, tuple[Op, ...]]:
         # The start-up candidate is shorter than a setup call: only against later calls.
         alone = o is not start_up
         if far_slower(o, _shape_key(o), alone) and (
-                c.n_steps <= 1 or far_slower(o, (o.name, ""), alone)):
+            c.n_steps <= 1 or far_slower(o, (o.name, ""), alone)
+        ):
             cold.append(o)
     if not cold:
         return 0.0, ()
     spans = merge_intervals((o.start_us, o.end_us) for o in cold)
     # Only the host gaps that reach into the calls' stretch can overlap them.
     lo, hi = spans[0][0], spans[-1][1]
-    host_gaps = [(g.start_us, g.end_us) for g in c.timeline.gaps
-                 if g.cause == "host" and g.start_us < hi and g.end_us > lo]
+    host_gaps = [
+        (g.start_us, g.end_us)
+        for g in c.timeline.gaps
+        if g.cause == "host" and g.start_us < hi and g.end_us > lo
+    ]
     return union_length(intersect_intervals(spans, merge_intervals(host_gaps))), tuple(cold)
 
 
@@ -721,28 +822,41 @@ def rule_cold_start(c: Context, timing: TimingStats | None) -> Finding | None:
             total = first + sum(timing.wall_us) + sum(timing.warmup_wall_us[1:])
             if ratio >= th.COLD_START_RATIO and first - median > spread and total > 0:
                 share = (first - median) / total
-            evidence.update({"first_run_us": first, "median_run_us": median,
-                             "first_over_median_ratio": ratio,
-                             "timed_runs_spread_us": spread})
+            evidence.update(
+                {
+                    "first_run_us": first,
+                    "median_run_us": median,
+                    "first_over_median_ratio": ratio,
+                    "timed_runs_spread_us": spread,
+                }
+            )
             titles.append(f"the first run took {ratio:.3g}x the median run")
     if c.setup_ops:
         idle_us = c.setup_idle_us
         longest = max(c.setup_ops, key=lambda o: (o.dur_us, -o.index))
-        evidence.update({"device_idle_in_setup_ops_us": idle_us,
-                         "longest_setup_op_us": longest.dur_us,
-                         "setup_share_of_window_fraction": c.frac_of_window(idle_us)})
+        evidence.update(
+            {
+                "device_idle_in_setup_ops_us": idle_us,
+                "longest_setup_op_us": longest.dur_us,
+                "setup_share_of_window_fraction": c.frac_of_window(idle_us),
+            }
+        )
         share = max(share, c.frac_of_window(idle_us))
         if is_profiler_start_up(c.setup_ops):
-            titles.append(f"a start-up cost held the window's first op ({longest.name}, "
-                          f"{duration_words(longest.dur_us)}, {th.COLD_OP_RATIO:g}x its later "
-                          f"calls) while the GPU idled, "
-                          f"{c.frac_of_window(idle_us) * 100:.0f}% of the window: "
-                          "the profiler's own start-up, or a library's first call (profile "
-                          "after a warm-up step, or with a schedule's warmup)")
+            titles.append(
+                f"a start-up cost held the window's first op ({longest.name}, "
+                f"{duration_words(longest.dur_us)}, {th.COLD_OP_RATIO:g}x its later "
+                f"calls) while the GPU idled, "
+                f"{c.frac_of_window(idle_us) * 100:.0f}% of the window: "
+                "the profiler's own start-up, or a library's first call (profile "
+                "after a warm-up step, or with a schedule's warmup)"
+            )
         else:
-            titles.append(f"one-time setup inside torch ops keeps the GPU idle "
-                          f"{c.frac_of_window(idle_us) * 100:.0f}% of the window (first "
-                          f"{longest.name} took {duration_words(longest.dur_us)})")
+            titles.append(
+                f"one-time setup inside torch ops keeps the GPU idle "
+                f"{c.frac_of_window(idle_us) * 100:.0f}% of the window (first "
+                f"{longest.name} took {duration_words(longest.dur_us)})"
+            )
     if not evidence:
         return None
     once = timing is not None and timing.once
@@ -755,8 +869,15 @@ def rule_cold_start(c: Context, timing: TimingStats | None) -> Finding | None:
     return dataclasses.replace(f, severity="info")
 
 
-_COMPILE_MARKERS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup", "CompiledFunction",
-                    "Compiled Function", "(dynamo_timed)", "torch._dynamo", "inductor")
+_COMPILE_MARKERS = (
+    "Torch-Compiled Region",
+    "TorchDynamo Cache Lookup",
+    "CompiledFunction",
+    "Compiled Function",
+    "(dynamo_timed)",
+    "torch._dynamo",
+    "inductor",
+)
 
 
 _REGION_IDS = re.compile(r"Torch-Compiled Region: (\d+)/(\d+)")
@@ -765,6 +886,7 @@ _REGION_IDS = re.compile(r"Torch-Compiled Region: (\d+)/(\d+)")
 def compile_spans(trace: Trace) -> list[Interval]:
     """The merged spans of torch.compile's compilations (`compile_inner` annotations, which
     nest: the outermost count), or [] when the trace shows no torch.compile at all."""
+
     def compute() -> list[Interval]:
         # Traces repeat a few thousand op names: look for the markers once per name.
         names = op_names(trace)
@@ -775,9 +897,11 @@ def compile_spans(trace: Trace) -> list[Interval]:
         # torch 2.11 also marks each compile with a short "entire_frame_compile_data:
         # fn_name=_compile.compile_inner, compile_id=F/G" annotation just before it: not a
         # compile.
-        return merge_intervals((o.start_us, o.end_us) for o in trace.ops
-                               if "compile_inner" in o.name
-                               and not o.name.startswith("entire_frame_compile_data"))
+        return merge_intervals(
+            (o.start_us, o.end_us)
+            for o in trace.ops
+            if "compile_inner" in o.name and not o.name.startswith("entire_frame_compile_data")
+        )
 
     # Read by the recompilation rule and by launch overhead (which leaves compiling out).
     spans: list[Interval] = memo(trace, "compile_spans", compute)
@@ -808,15 +932,23 @@ def rule_recompilation(c: Context) -> Finding | None:
         share = max(share, th.MIN_REPORT_SHARE)
     elif not n:
         share = 0.0
-    title = (f"torch.compile compiled {n} time(s) during the cell, taking "
-             f"{c.frac(compile_us) * 100:.0f}% of the time")
+    title = (
+        f"torch.compile compiled {n} time(s) during the cell, taking "
+        f"{c.frac(compile_us) * 100:.0f}% of the time"
+    )
     if recompiles:
         title += f"; {recompiles} recompiled graph(s) ran (shapes or guards changed)"
     return make_finding(
-        "recompilation", title, share,
-        {"compile_count": float(n), "compile_time_us": compile_us,
-         "recompiled_graphs_count": float(recompiles),
-         "compiled_region_calls_count": float(len(regions))})
+        "recompilation",
+        title,
+        share,
+        {
+            "compile_count": float(n),
+            "compile_time_us": compile_us,
+            "recompiled_graphs_count": float(recompiles),
+            "compiled_region_calls_count": float(len(regions)),
+        },
+    )
 
 
 _TS = attrgetter("ts_us")
@@ -824,8 +956,9 @@ _BYTES, _TOTAL = attrgetter("bytes"), attrgetter("total_allocated")
 _DEVICE_PAIR = attrgetter("device_type", "device_id")
 
 
-def _memory_series(events: Sequence[MemoryEvent]
-                   ) -> dict[tuple[int, int], tuple[list[float], list[float]]]:
+def _memory_series(
+    events: Sequence[MemoryEvent],
+) -> dict[tuple[int, int], tuple[list[float], list[float]]]:
     """Per (device type, device id), in event order: the events' times and the allocated level
     after each: its total_allocated where recorded, else the level before (from 0) plus its
     bytes. Traces record the totals on every event or on none: each case is an array
@@ -841,8 +974,11 @@ def _memory_series(events: Sequence[MemoryEvent]
         running: dict[tuple[int, int], float] = {}
         for m in events:
             key = (m.device_type, m.device_id)
-            level = float(m.total_allocated) if m.total_allocated is not None \
+            level = (
+                float(m.total_allocated)
+                if m.total_allocated is not None
                 else running.get(key, 0.0) + m.bytes
+            )
             running[key] = level
             times, levels = found.setdefault(key, ([], []))
             times.append(m.ts_us)
@@ -851,8 +987,11 @@ def _memory_series(events: Sequence[MemoryEvent]
     pairs = list(map(_DEVICE_PAIR, events))
     # The devices in order of first appearance (a trace holds a few).
     code_of = {key: c for c, key in enumerate(dict.fromkeys(pairs))}
-    codes = np.fromiter(map(code_of.__getitem__, pairs), dtype=np.intp, count=n) \
-        if len(code_of) > 1 else np.zeros(n, dtype=np.intp)
+    codes = (
+        np.fromiter(map(code_of.__getitem__, pairs), dtype=np.intp, count=n)
+        if len(code_of) > 1
+        else np.zeros(n, dtype=np.intp)
+    )
     ts = np.fromiter(map(_TS, events), dtype=float, count=n)
     if missing:
         values = np.fromiter(map(_BYTES, events), dtype=float, count=n)
@@ -900,24 +1039,34 @@ def rule_memory_growth(c: Context) -> Finding | None:
         steady = rising >= th.GROWTH_RISING_SHARE and growth >= th.MIN_GROWTH_BYTES
         share = min(growth / held, 1.0) if steady and held > 0 else 0.0
         where = "per step" if c.trace.steps else "per slice of the window"
-        evidence = {"growth_per_step_bytes": growth / len(moves), "growth_total_bytes": growth,
-                    "rising_steps_fraction": rising, "peak_allocated_bytes": peak,
-                    "peak_above_window_low_bytes": held}
+        evidence = {
+            "growth_per_step_bytes": growth / len(moves),
+            "growth_total_bytes": growth,
+            "rising_steps_fraction": rising,
+            "peak_allocated_bytes": peak,
+            "peak_above_window_low_bytes": held,
+        }
         site = ""
         if steady:
-            live = _live_bytes_by_site(c, [m for m in events
-                                           if (m.device_type, m.device_id) == key])
+            live = _live_bytes_by_site(
+                c, [m for m in events if (m.device_type, m.device_id) == key]
+            )
             if live:
                 name = min(live, key=lambda n: (-live[n], n))
                 evidence["largest_site_live_bytes"] = live[name]
                 site = f"; what stays allocated comes mostly from {name}"
         f = make_finding(
             "memory_growth",
-            (f"Memory grows {where}: +{growth / len(moves) / 2**20:.3g} MiB each, "
-             f"{growth / 2**20:.3g} MiB over the cell" if steady else
-             f"Memory does not grow steadily {where}")
+            (
+                f"Memory grows {where}: +{growth / len(moves) / 2**20:.3g} MiB each, "
+                f"{growth / 2**20:.3g} MiB over the cell"
+                if steady
+                else f"Memory does not grow steadily {where}"
+            )
             + f" ({'GPU' if key[0] else 'CPU'} memory){site}",
-            share, evidence)
+            share,
+            evidence,
+        )
         # Of several devices, show the one that grows most, else the one with most memory.
         rank = (f.share, growth, peak)
         if best is None or rank > best_rank:

@@ -37,13 +37,33 @@ _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # Host ranges that carry a collective's real duration (c10d:: ops only enqueue the work).
 _HOST_CALL_PREFIXES = ("gloo:", "nccl:", "mpi:", "ucc:")
 # Bytes per element of the dtypes NCCL kernel args name.
-_DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8,
-                "float64": 8, "int": 4, "int32": 4, "long": 8, "int64": 8, "char": 1,
-                "byte": 1, "int8": 1, "uint8": 1, "bool": 1, "short": 2, "int16": 2}
+_DTYPE_BYTES = {
+    "float": 4,
+    "float32": 4,
+    "half": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "double": 8,
+    "float64": 8,
+    "int": 4,
+    "int32": 4,
+    "long": 8,
+    "int64": 8,
+    "char": 1,
+    "byte": 1,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "short": 2,
+    "int16": 2,
+}
 # What each link carries per byte of the message, by collective (NCCL's bus bandwidth).
 _BUS_FACTOR: dict[str, Callable[[int], float]] = {
-    "allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
-    "reducescatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n}
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "reducescatter": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+}
 
 
 def rank_from_name(name: str) -> int | None:
@@ -68,10 +88,18 @@ def collective_kind(name: str) -> str:
     """Return a collective's kind from a kernel or host-range name: `allreduce` for
     `ncclKernel_AllReduce_RING_LL_Sum_float(...)`, `gloo:all_reduce` or `nccl:all_reduce`."""
     n = name.lower().split("(", 1)[0]
-    for prefix in ("nccldevkernel_", "ncclkernel_", "rcclkernel_", "nccl:", "gloo:", "mpi:",
-                   "ucc:", "c10d::"):
+    for prefix in (
+        "nccldevkernel_",
+        "ncclkernel_",
+        "rcclkernel_",
+        "nccl:",
+        "gloo:",
+        "mpi:",
+        "ucc:",
+        "c10d::",
+    ):
         if n.startswith(prefix):
-            n = n[len(prefix):]
+            n = n[len(prefix) :]
             break
     if name.lower().startswith(("nccl", "rccl")) and "kernel" in name.lower():
         n = n.split("_", 1)[0]
@@ -92,11 +120,12 @@ def summarize_rank(trace: Trace, source: str, rank: int | None = None) -> RankSu
     rank is `rank`, else the trace's distributedInfo, else the file name's."""
     dist = trace.distributed
     if rank is None:
-        rank = dist.rank if dist is not None and dist.rank is not None else \
-            rank_from_name(source)
+        rank = dist.rank if dist is not None and dist.rank is not None else rank_from_name(source)
     if rank is None:
-        raise GpuprofError(f"{source}: no rank in the trace (distributedInfo) or its name "
-                           "(rank-3, worker3); rename the file or pass Trace objects in order")
+        raise GpuprofError(
+            f"{source}: no rank in the trace (distributedInfo) or its name "
+            "(rank-3, worker3); rename the file or pass Trace objects in order"
+        )
     report = analyze(trace)
     timeline = report.timeline
     lo, hi = (timeline.start_us, timeline.end_us) if timeline is not None else trace.window_us
@@ -123,24 +152,41 @@ def summarize_rank(trace: Trace, source: str, rank: int | None = None) -> RankSu
     else:
         host = [o for o in trace.ops if is_host_collective(o.name)]
         comm_spans = _spans(((o.start_us, o.end_us) for o in host), lo, hi)
-        compute_spans = _spans(((o.start_us, o.end_us) for o in top_level_ops(trace)
-                                if not is_host_collective(o.name)), lo, hi)
-        calls = [(o.start_us, collective_kind(o.name), o.dur_us) for o in host
-                 if o.name.lower().startswith(_HOST_CALL_PREFIXES)]
+        compute_spans = _spans(
+            (
+                (o.start_us, o.end_us)
+                for o in top_level_ops(trace)
+                if not is_host_collective(o.name)
+            ),
+            lo,
+            hi,
+        )
+        calls = [
+            (o.start_us, collective_kind(o.name), o.dur_us)
+            for o in host
+            if o.name.lower().startswith(_HOST_CALL_PREFIXES)
+        ]
         label = "cpu"
     comm_us = union_length(comm_spans)
     overlap = union_length(intersect_intervals(comm_spans, compute_spans))
     steps = trace.steps
-    step_compute = tuple(union_length(clip_intervals(compute_spans, s.start_us, s.end_us))
-                         for s in steps)
+    step_compute = tuple(
+        union_length(clip_intervals(compute_spans, s.start_us, s.end_us)) for s in steps
+    )
     breakdown = timeline.breakdown if timeline is not None else None
     findings = report.diagnosis.findings if report.diagnosis is not None else ()
     return RankSummary(
-        rank=rank, source=source, world_size=dist.world_size if dist is not None else None,
-        device=label, on_device=device is not None, steps=len(steps),
+        rank=rank,
+        source=source,
+        world_size=dist.world_size if dist is not None else None,
+        device=label,
+        on_device=device is not None,
+        steps=len(steps),
         step_median_us=statistics.median(s.dur_us for s in steps) if steps else None,
-        window_us=hi - lo, busy_us=timeline.busy_us if timeline is not None else 0.0,
-        compute_us=union_length(compute_spans), comm_us=comm_us,
+        window_us=hi - lo,
+        busy_us=timeline.busy_us if timeline is not None else 0.0,
+        compute_us=union_length(compute_spans),
+        comm_us=comm_us,
         exposed_comm_us=comm_us - overlap,
         idle_us=tuple(breakdown.us_by_category().items()) if breakdown is not None else (),
         step_compute_us=step_compute,
@@ -170,8 +216,11 @@ def summarize_path(path: str, rank: int | None = None) -> RankSummary:
         return summarize_rank(load_trace(path), str(path), rank)
     except (GpuprofError, OSError) as exc:
         guess = rank if rank is not None else rank_from_name(str(path))
-        return RankSummary(rank=guess if guess is not None else -1, source=str(path),
-                           error=f"{type(exc).__name__}: {exc}")
+        return RankSummary(
+            rank=guess if guess is not None else -1,
+            source=str(path),
+            error=f"{type(exc).__name__}: {exc}",
+        )
 
 
 def combine(summaries: Sequence[RankSummary]) -> RunReport:
@@ -182,53 +231,80 @@ def combine(summaries: Sequence[RankSummary]) -> RunReport:
     ok = sorted((s for s in summaries if not s.error), key=lambda s: s.rank)
     notes: list[str] = []
     if not ok:
-        raise GpuprofError("no rank could be read: " + "; ".join(failures) if failures
-                           else "no rank summaries to combine")
+        raise GpuprofError(
+            "no rank could be read: " + "; ".join(failures)
+            if failures
+            else "no rank summaries to combine"
+        )
     sizes = {s.world_size for s in ok if s.world_size is not None}
     if len(sizes) > 1:
         by_size = defaultdict(list)
         for s in ok:
             by_size[s.world_size].append(Path(s.source).name)
-        raise GpuprofError("these traces come from different runs (world sizes disagree): "
-                           + "; ".join(f"world size {k}: {', '.join(v)}"
-                                       for k, v in sorted(by_size.items(),
-                                                          key=lambda kv: str(kv[0]))))
+        raise GpuprofError(
+            "these traces come from different runs (world sizes disagree): "
+            + "; ".join(
+                f"world size {k}: {', '.join(v)}"
+                for k, v in sorted(by_size.items(), key=lambda kv: str(kv[0]))
+            )
+        )
     seen: dict[int, str] = {}
     for s in ok:
         if s.rank in seen:
-            raise GpuprofError(f"rank {s.rank} is given twice: {seen[s.rank]} and {s.source}; "
-                               "keep one trace per rank")
+            raise GpuprofError(
+                f"rank {s.rank} is given twice: {seen[s.rank]} and {s.source}; "
+                "keep one trace per rank"
+            )
         seen[s.rank] = s.source
     world = sizes.pop() if sizes else None
     if world is not None:
         missing = sorted(set(range(world)) - set(seen))
         if missing:
-            notes.append(f"{len(missing)} of {world} ranks are missing ({rank_ranges(missing)})"
-                         ": the numbers are of the ranks given")
+            notes.append(
+                f"{len(missing)} of {world} ranks are missing ({rank_ranges(missing)})"
+                ": the numbers are of the ranks given"
+            )
     if failures:
-        notes.append(f"{len(failures)} rank(s) could not be read and are left out: "
-                     + "; ".join(failures))
+        notes.append(
+            f"{len(failures)} rank(s) could not be read and are left out: " + "; ".join(failures)
+        )
     waits = _waits(ok, notes)
     if len(ok) > 1 and waits.calls < th.STRAGGLER_MIN_MATCHED_CALLS:
-        notes.append(f"{waits.calls} collective calls are matched across the ranks: too few "
-                     "to tell who waits for whom")
+        notes.append(
+            f"{waits.calls} collective calls are matched across the ranks: too few "
+            "to tell who waits for whom"
+        )
     rows = tuple(_row(s, waits.wait[s.rank] if waits.calls else None) for s in ok)
     stragglers = _stragglers(ok, waits)
     collectives = _collectives(ok, world)
     diagnosis = _diagnosis(ok, rows, stragglers, waits.blame, notes)
-    return RunReport(ranks=rows, stragglers=stragglers, collectives=collectives,
-                     diagnosis=diagnosis, world_size=world, failures=failures,
-                     notes=tuple(notes),
-                     step_compute_us=tuple((s.rank, s.step_compute_us) for s in ok))
+    return RunReport(
+        ranks=rows,
+        stragglers=stragglers,
+        collectives=collectives,
+        diagnosis=diagnosis,
+        world_size=world,
+        failures=failures,
+        notes=tuple(notes),
+        step_compute_us=tuple((s.rank, s.step_compute_us) for s in ok),
+    )
 
 
 def _row(s: RankSummary, wait: float | None) -> RankRow:
-    return RankRow(rank=s.rank, device=s.device, steps=s.steps,
-                   step_median_us=s.step_median_us, busy_us=s.busy_us,
-                   compute_us=s.compute_us, comm_us=s.comm_us,
-                   exposed_comm_us=s.exposed_comm_us, wait_us=wait,
-                   compute_per_step_us=s.compute_us / s.steps if s.steps else None,
-                   idle_us=s.idle_us, source=s.source)
+    return RankRow(
+        rank=s.rank,
+        device=s.device,
+        steps=s.steps,
+        step_median_us=s.step_median_us,
+        busy_us=s.busy_us,
+        compute_us=s.compute_us,
+        comm_us=s.comm_us,
+        exposed_comm_us=s.exposed_comm_us,
+        wait_us=wait,
+        compute_per_step_us=s.compute_us / s.steps if s.steps else None,
+        idle_us=s.idle_us,
+        source=s.source,
+    )
 
 
 @dataclass
@@ -251,16 +327,19 @@ def _waits(ranks: Sequence[RankSummary], notes: list[str]) -> _Waits:
     for s in ranks:
         for kind, durs in s.collective_calls:
             per_kind[kind][s.rank] = list(durs)
-    out = _Waits({s.rank: 0.0 for s in ranks}, {s.rank: 0.0 for s in ranks},
-                 {s.rank: [] for s in ranks})
+    out = _Waits(
+        {s.rank: 0.0 for s in ranks}, {s.rank: 0.0 for s in ranks}, {s.rank: [] for s in ranks}
+    )
     for kind, by_rank in sorted(per_kind.items()):
         if len(by_rank) < max(2, len(ranks)):
             continue
         counts = {len(v) for v in by_rank.values()}
         n = min(counts)
         if len(counts) > 1:
-            notes.append(f"ranks recorded different numbers of {kind} calls "
-                         f"({min(counts)} to {max(counts)}): the first {n} are matched")
+            notes.append(
+                f"ranks recorded different numbers of {kind} calls "
+                f"({min(counts)} to {max(counts)}): the first {n} are matched"
+            )
         for i in range(n):
             call = {r: v[i] for r, v in by_rank.items()}
             last = min(call, key=lambda r: (call[r], r))
@@ -281,9 +360,13 @@ def _lead(call: dict[int, float], rank: int) -> float:
 def _noise_without(waits: _Waits, rank: int) -> float | None:
     """How far arrival order moves by chance in this run, leaving `rank` out: the median
     size of the other ranks' leads over each other (None with fewer than 2 others)."""
-    sizes = [abs(_lead(rest, q)) for call in waits.matched
-             for rest in [{q: d for q, d in call.items() if q != rank}] if len(rest) >= 2
-             for q in rest]
+    sizes = [
+        abs(_lead(rest, q))
+        for call in waits.matched
+        for rest in [{q: d for q, d in call.items() if q != rank}]
+        if len(rest) >= 2
+        for q in rest
+    ]
     return statistics.median(sizes) if sizes else None
 
 
@@ -300,8 +383,11 @@ def _stragglers(ranks: Sequence[RankSummary], waits: _Waits) -> tuple[int, ...]:
     leads = {r: statistics.median(v) for r, v in waits.lead.items() if v}
     out = []
     for r, v in waits.lead.items():
-        if not v or sum(x > 0 for x in v) < th.STRAGGLER_MIN_LEAD_CALLS * len(v) or \
-                leads[r] < th.STRAGGLER_MIN_WAIT_SHARE * step_us:
+        if (
+            not v
+            or sum(x > 0 for x in v) < th.STRAGGLER_MIN_LEAD_CALLS * len(v)
+            or leads[r] < th.STRAGGLER_MIN_WAIT_SHARE * step_us
+        ):
             continue
         noise = _noise_without(waits, r)
         if noise is not None and leads[r] < th.STRAGGLER_MIN_LEAD_OVER_NOISE * noise:
@@ -331,22 +417,34 @@ def _collectives(ranks: Sequence[RankSummary], world: int | None) -> tuple[Colle
         algbw = moved / (time[kind] * 1e-6) if moved and time[kind] > 0 else None
         n = group.get(kind) or world or len(ranks)  # the group's size, where recorded
         factor = _BUS_FACTOR[kind](n) if kind in _BUS_FACTOR and n > 1 else 1.0
-        rows.append(CollectiveRow(
-            name=kind, calls=calls[kind], ranks=len(present[kind]), time_us=time[kind],
-            bytes=moved or None, algbw_bytes_per_s=algbw,
-            busbw_bytes_per_s=algbw * factor if algbw is not None else None))
+        rows.append(
+            CollectiveRow(
+                name=kind,
+                calls=calls[kind],
+                ranks=len(present[kind]),
+                time_us=time[kind],
+                bytes=moved or None,
+                algbw_bytes_per_s=algbw,
+                busbw_bytes_per_s=algbw * factor if algbw is not None else None,
+            )
+        )
     rows.sort(key=lambda r: (-r.time_us, r.name))
     return tuple(rows)
 
 
-def _finding(kind: FindingKind, title: str, share: float,
-             evidence: dict[str, float]) -> Finding:
+def _finding(kind: FindingKind, title: str, share: float, evidence: dict[str, float]) -> Finding:
     share = max(0.0, share)
     return Finding(kind, severity_of(share), title, evidence, FIXES[kind], share)
 
 
-def _straggler_finding(ranks: Sequence[RankSummary], r: int, blame: dict[int, float],
-                       per_step: dict[int, float], step_us: float, steps: float) -> Finding:
+def _straggler_finding(
+    ranks: Sequence[RankSummary],
+    r: int,
+    blame: dict[int, float],
+    per_step: dict[int, float],
+    step_us: float,
+    steps: float,
+) -> Finding:
     peers_wait = blame[r] / max(len(ranks) - 1, 1) / steps
     mine = per_step.get(r)
     median_compute = statistics.median(per_step.values()) if per_step else None
@@ -356,17 +454,24 @@ def _straggler_finding(ranks: Sequence[RankSummary], r: int, blame: dict[int, fl
     elif ratio >= 1 + th.LOAD_IMBALANCE_MIN_SPREAD:
         why = f"; its compute per step is {ratio:.2f}x the median rank's"
     else:
-        why = (f"; its compute per step is about the median rank's ({ratio:.2f}x), so it is "
-               "late for another reason: look at what it does outside torch ops")
+        why = (
+            f"; its compute per step is about the median rank's ({ratio:.2f}x), so it is "
+            "late for another reason: look at what it does outside torch ops"
+        )
     return _finding(
         "straggler",
         f"Rank {r} holds the others back: they wait for it {peers_wait / 1e3:.3g} ms per "
         f"step at collectives ({peers_wait / step_us * 100:.0f}% of a step){why}",
         peers_wait / step_us,
-        {"straggler_rank_count": float(r), "peers_wait_per_step_us": peers_wait,
-         **({"compute_per_step_us": mine} if mine is not None else {}),
-         **({"median_compute_per_step_us": median_compute}
-            if median_compute is not None else {})})
+        {
+            "straggler_rank_count": float(r),
+            "peers_wait_per_step_us": peers_wait,
+            **({"compute_per_step_us": mine} if mine is not None else {}),
+            **(
+                {"median_compute_per_step_us": median_compute} if median_compute is not None else {}
+            ),
+        },
+    )
 
 
 def _imbalance_finding(per_step: dict[int, float], step_us: float) -> Finding | None:
@@ -382,9 +487,13 @@ def _imbalance_finding(per_step: dict[int, float], step_us: float) -> Finding | 
         f"(rank {busiest}: {per_step[busiest] / 1e3:.3g} ms, rank {idlest}: "
         f"{per_step[idlest] / 1e3:.3g} ms)",
         (per_step[busiest] - median_compute) / step_us,
-        {"compute_spread_fraction": spread, "max_compute_per_step_us": per_step[busiest],
-         "min_compute_per_step_us": per_step[idlest],
-         "median_compute_per_step_us": median_compute})
+        {
+            "compute_spread_fraction": spread,
+            "max_compute_per_step_us": per_step[busiest],
+            "min_compute_per_step_us": per_step[idlest],
+            "median_compute_per_step_us": median_compute,
+        },
+    )
 
 
 def _communication_finding(rows: Sequence[RankRow], step_us: float) -> Finding | None:
@@ -403,14 +512,23 @@ def _communication_finding(rows: Sequence[RankRow], step_us: float) -> Finding |
         f"Collectives take {total / step_us * 100:.0f}% of a step on average across ranks; "
         f"{overlap * 100:.0f}% of it overlaps compute{waiting}",
         (exposed - wait) / step_us,
-        {"communication_per_step_us": total, "exposed_communication_per_step_us": exposed,
-         "waiting_for_peers_per_step_us": wait, "overlap_with_compute_fraction": overlap,
-         "ranks_with_collectives_count": float(len(comm))})
+        {
+            "communication_per_step_us": total,
+            "exposed_communication_per_step_us": exposed,
+            "waiting_for_peers_per_step_us": wait,
+            "overlap_with_compute_fraction": overlap,
+            "ranks_with_collectives_count": float(len(comm)),
+        },
+    )
 
 
-def _diagnosis(ranks: Sequence[RankSummary], rows: Sequence[RankRow],
-               stragglers: Sequence[int], blame: dict[int, float],
-               notes: list[str]) -> Diagnosis:
+def _diagnosis(
+    ranks: Sequence[RankSummary],
+    rows: Sequence[RankRow],
+    stragglers: Sequence[int],
+    blame: dict[int, float],
+    notes: list[str],
+) -> Diagnosis:
     """The run's findings: the first straggler, a load imbalance that is not just that
     straggler, and the collectives' exposed time; each rank's own first finding counted."""
     findings: list[Finding | None] = []
@@ -419,11 +537,15 @@ def _diagnosis(ranks: Sequence[RankSummary], rows: Sequence[RankRow],
     per_step = {r.rank: r.compute_per_step_us for r in rows if r.compute_per_step_us is not None}
     if step_us > 0:
         if stragglers:
-            findings.append(_straggler_finding(ranks, stragglers[0], blame, per_step,
-                                               step_us, steps))
+            findings.append(
+                _straggler_finding(ranks, stragglers[0], blame, per_step, step_us, steps)
+            )
         busiest = max(per_step, key=lambda k: (per_step[k], -k)) if per_step else None
-        if len(per_step) >= 2 and statistics.median(per_step.values()) > 0 and \
-                busiest not in stragglers[:1]:
+        if (
+            len(per_step) >= 2
+            and statistics.median(per_step.values()) > 0
+            and busiest not in stragglers[:1]
+        ):
             findings.append(_imbalance_finding(per_step, step_us))
         findings.append(_communication_finding(rows, step_us))
     tops: dict[str, int] = defaultdict(int)
@@ -438,8 +560,9 @@ def _diagnosis(ranks: Sequence[RankSummary], rows: Sequence[RankRow],
     if serious:
         verdict = f"Main bottleneck across ranks: {serious[0].kind} - {serious[0].title}"
     else:
-        verdict = (f"Balanced: no rank holds the others back and no cross-rank problem worth "
-                   f"{th.SEVERITY_MEDIUM_SHARE * 100:.0f}% of a step (see each rank's own "
-                   "findings below)")
-    return Diagnosis(findings=reported, verdict=verdict, considered=tuple(kept),
-                     notes=tuple(notes))
+        verdict = (
+            f"Balanced: no rank holds the others back and no cross-rank problem worth "
+            f"{th.SEVERITY_MEDIUM_SHARE * 100:.0f}% of a step (see each rank's own "
+            "findings below)"
+        )
+    return Diagnosis(findings=reported, verdict=verdict, considered=tuple(kept), notes=tuple(notes))

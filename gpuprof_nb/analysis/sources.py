@@ -44,8 +44,9 @@ def _short(filename: str) -> str:
     return filename.replace("\\", "/").rsplit("/", 1)[-1]
 
 
-def source_label(filename: str, line: int, function: str, cells: Mapping[str, int], *,
-                 first_line: bool = False) -> str:
+def source_label(
+    filename: str, line: int, function: str, cells: Mapping[str, int], *, first_line: bool = False
+) -> str:
     """Return how users name this frame: `In [12], line 4` (`..., line 4 in step` inside a
     function the cell defined), a cell whose number is not known by its file
     (`cell 117277944.py, line 4`), else `train.py:123 step`. `first_line`: the frame comes
@@ -61,12 +62,10 @@ def source_label(filename: str, line: int, function: str, cells: Mapping[str, in
     if where:
         if first_line:
             if function == MODULE or line <= 0:
-                return f"{where}, line unknown" + ("" if function == MODULE else
-                                                   f" in {function}")
+                return f"{where}, line unknown" + ("" if function == MODULE else f" in {function}")
             return f"{where}, {function} (defined at line {line})"
         inside = "" if function == MODULE else f" in {function}"
-        return f"{where}, line {line}{inside}" if line > 0 else \
-            f"{where}, line unknown{inside}"
+        return f"{where}, line {line}{inside}" if line > 0 else f"{where}, line unknown{inside}"
     if line <= 0 or (first_line and function == MODULE):
         return f"{_short(filename)} (line unknown) {function}"
     if first_line:

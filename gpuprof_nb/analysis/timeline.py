@@ -100,14 +100,15 @@ def is_dataloader_name(name: str) -> bool:
 def dataloader_ops(trace: Trace) -> tuple[Op, ...]:
     """Return the trace's DataLoader `__next__` ranges (is_dataloader_name), by start; names
     are tested once each, not once per op (computed once)."""
+
     def compute() -> tuple[Op, ...]:
         names = {n for n in op_names(trace) if is_dataloader_name(n)}
         return tuple(o for o in trace.ops if o.name in names) if names else ()
+
     return memo(trace, "dataloader_ops", compute)
 
 
-def _top_level_positions(trace: Trace, within: tuple[float, float] | None = None
-                         ) -> list[int]:
+def _top_level_positions(trace: Trace, within: tuple[float, float] | None = None) -> list[int]:
     """Return the positions in trace.ops of the torch ops (kind 'op') not nested inside
     another op on the same thread, in order; with `within` (lo, hi), of the ops overlapping
     it only (start < hi, end > lo), as if the trace held no other ops.
@@ -130,8 +131,9 @@ def _top_level_positions(trace: Trace, within: tuple[float, float] | None = None
     # bound when none).
     nxt = np.arange(1, len(order) + 1, dtype=np.intp)
     for a, b in zip(bounds, bounds[1:], strict=False):
-        np.maximum(nxt[a:b], a + np.searchsorted(s_start[a:b], s_end[a:b], side="left"),
-                   out=nxt[a:b])
+        np.maximum(
+            nxt[a:b], a + np.searchsorted(s_start[a:b], s_end[a:b], side="left"), out=nxt[a:b]
+        )
     nxt_list = nxt.tolist()
     tops: list[int] = []
     for a, b in zip(bounds, bounds[1:], strict=False):
@@ -150,14 +152,15 @@ def top_level_positions(trace: Trace) -> tuple[int, ...]:
 def top_level_spans(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Return the union of the top-level torch ops' spans as sorted, disjoint (starts, ends)
     arrays (computed once): what merge_intervals of their (start, end) pairs gives."""
+
     def compute() -> tuple[np.ndarray, np.ndarray]:
         # The top-level ops' rows in the op columns (they are torch ops: all there), whose
         # ends are the same start + dur sums.
         cols = op_columns(trace)
-        at = np.searchsorted(cols.positions,
-                             np.array(top_level_positions(trace), dtype=np.intp))
+        at = np.searchsorted(cols.positions, np.array(top_level_positions(trace), dtype=np.intp))
         starts, ends = merge_arrays(cols.start[at], cols.end[at])
         return frozen(starts), frozen(ends)
+
     return memo(trace, "top_level_spans", compute)
 
 
@@ -171,8 +174,7 @@ def top_level_ops_within(trace: Trace, lo: float, hi: float) -> tuple[Op, ...]:
 def top_level_ops(trace: Trace) -> tuple[Op, ...]:
     """Return the trace's torch ops not nested in another op on their thread, by start."""
     ops = trace.ops
-    return memo(trace, "top_level_ops",
-                lambda: tuple([ops[i] for i in top_level_positions(trace)]))
+    return memo(trace, "top_level_ops", lambda: tuple([ops[i] for i in top_level_positions(trace)]))
 
 
 def _device_choice(trace: Trace) -> tuple[int | None, tuple[str, ...], bool]:
@@ -187,8 +189,10 @@ def _device_choice(trace: Trace) -> tuple[int | None, tuple[str, ...], bool]:
         busy.setdefault(k.device, []).append((k.start_us, k.end_us))
     lengths = {d: union_length(spans) for d, spans in busy.items()}
     device = min(lengths, key=lambda d: (-lengths[d], d))
-    note = (f"the trace has activity on {len(busy)} devices {sorted(busy)}; "
-            f"the timeline shows device {device}, the busiest")
+    note = (
+        f"the trace has activity on {len(busy)} devices {sorted(busy)}; "
+        f"the timeline shows device {device}, the busiest"
+    )
     return device, (note,), False
 
 
@@ -200,6 +204,7 @@ def chosen_device(trace: Trace) -> tuple[int | None, tuple[str, ...]]:
 
 def device_kernels(trace: Trace, device: int | None) -> tuple[Kernel, ...]:
     """Return the kernels, memcpys and memsets of one device, by start (computed once)."""
+
     def compute() -> tuple[Kernel, ...]:
         kernels = trace.kernels
         if device is None or not kernels:
@@ -208,6 +213,7 @@ def device_kernels(trace: Trace, device: int | None) -> tuple[Kernel, ...]:
         if mine.all():
             return kernels
         return tuple([kernels[i] for i in np.flatnonzero(mine).tolist()])
+
     return memo(trace, ("device_kernels", device), compute)
 
 
@@ -226,8 +232,9 @@ class _Classifier:
     the gaps (bisects become searchsorted). What only some gaps need (launch times) is built
     on first use."""
 
-    def __init__(self, trace: Trace, device: int | None, busy_starts: np.ndarray,
-                 kernels: Sequence[Kernel]):
+    def __init__(
+        self, trace: Trace, device: int | None, busy_starts: np.ndarray, kernels: Sequence[Kernel]
+    ):
         self.on_device = device is not None
         self.trace = trace
         # The top-level torch ops' spans, merged.
@@ -238,11 +245,14 @@ class _Classifier:
         self.dl_starts, self.dl_ends = _spans([o.start_us for o in dl], [o.dur_us for o in dl])
         sync_names = SYNC_RUNTIME_NAMES & runtime_names(trace)
         syncs = [r for r in trace.runtime if r.name in sync_names] if sync_names else []
-        syncs += [s for s in trace.syncs  # type: ignore[misc]
-                  if s.name in HOST_SYNC_EVENT_NAMES and (device is None
-                                                          or s.device in (device, -1))]
-        self.sync_starts, self.sync_ends = _spans([s.start_us for s in syncs],
-                                                  [s.dur_us for s in syncs])
+        syncs += [
+            s
+            for s in trace.syncs  # type: ignore[misc]
+            if s.name in HOST_SYNC_EVENT_NAMES and (device is None or s.device in (device, -1))
+        ]
+        self.sync_starts, self.sync_ends = _spans(
+            [s.start_us for s in syncs], [s.dur_us for s in syncs]
+        )
         self.busy_starts = busy_starts
         self.kernels = kernels
         self._next_launch: np.ndarray | None = None
@@ -262,11 +272,12 @@ class _Classifier:
             call = np.where(k_has, lookup(keys, calls, k_corr), -1)
             starts = runtime_starts(trace)
             nan = math.nan
-            launched = np.where(call >= 0, starts[np.maximum(call, 0)] if len(starts) else nan,
-                                nan)
-            k_starts = kernel_columns(trace).start if len(self.kernels) == len(trace.kernels) \
-                else np.fromiter(map(_START, self.kernels), dtype=float,
-                                 count=len(self.kernels))
+            launched = np.where(call >= 0, starts[np.maximum(call, 0)] if len(starts) else nan, nan)
+            k_starts = (
+                kernel_columns(trace).start
+                if len(self.kernels) == len(trace.kernels)
+                else np.fromiter(map(_START, self.kernels), dtype=float, count=len(self.kernels))
+            )
             busy_starts = self.busy_starts
             pos = np.searchsorted(busy_starts, k_starts, side="left")
             match = pos < len(busy_starts)
@@ -277,8 +288,14 @@ class _Classifier:
             self._next_launch = first
         return self._next_launch
 
-    def causes(self, lo_arr: np.ndarray, hi_arr: np.ndarray, leading: np.ndarray,
-               trailing: np.ndarray, piece_lo: np.ndarray | None = None) -> np.ndarray:
+    def causes(
+        self,
+        lo_arr: np.ndarray,
+        hi_arr: np.ndarray,
+        leading: np.ndarray,
+        trailing: np.ndarray,
+        piece_lo: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Return the cause codes of idle pieces starting at `piece_lo` (default: the gaps'
         own starts) inside the gaps [lo_arr, hi_arr] (no DataLoader in them)."""
         a = lo_arr if piece_lo is None else piece_lo
@@ -347,8 +364,9 @@ class _Classifier:
         for k in range(int(count[gaps].max()) if len(gaps) else 0):
             gaps = gaps[count[gaps] > k]
             span = first[gaps] + k
-            piece = (np.minimum(self.op_ends[span], hi[gaps])
-                     - np.maximum(self.op_starts[span], lo[gaps]))
+            piece = np.minimum(self.op_ends[span], hi[gaps]) - np.maximum(
+                self.op_starts[span], lo[gaps]
+            )
             out[gaps] += np.where(piece > 0, piece, 0.0)  # + 0.0 leaves a sum as it is
         return out
 
@@ -359,8 +377,10 @@ _VECTOR_SPANS = 64
 
 def _per_cause(lengths: np.ndarray, causes: np.ndarray) -> dict[str, float]:
     """Return {cause: sum of its lengths}, each added one by one in gap order from 0.0."""
-    return {cause: reduce(add, lengths[causes == code].tolist(), 0.0)
-            for code, cause in enumerate(IDLE_CAUSES)}
+    return {
+        cause: reduce(add, lengths[causes == code].tolist(), 0.0)
+        for code, cause in enumerate(IDLE_CAUSES)
+    }
 
 
 def _busy_in(busy_starts: np.ndarray, busy_ends: np.ndarray, lo: float, hi: float) -> float:
@@ -399,8 +419,7 @@ def _activity_window(trace: Trace) -> tuple[float, float]:
     return (a, b) if b > a else (lo, max(hi, lo))
 
 
-def _last_end(trace: Trace, seq: Sequence[Op | Kernel | RuntimeCall],
-              profiler: set[str]) -> float:
+def _last_end(trace: Trace, seq: Sequence[Op | Kernel | RuntimeCall], profiler: set[str]) -> float:
     """The latest start_us + dur_us in one of the trace's sequences (the ops without the
     profiler's own), from the shared columns where they hold it (the same sums)."""
     if seq is trace.kernels:
@@ -420,8 +439,9 @@ def _last_end(trace: Trace, seq: Sequence[Op | Kernel | RuntimeCall],
     every = trace.ops
     not_op = np.ones(len(every), dtype=bool)
     not_op[cols.positions] = False
-    others = [every[i].end_us for i in np.flatnonzero(not_op).tolist()
-              if every[i].name not in profiler]
+    others = [
+        every[i].end_us for i in np.flatnonzero(not_op).tolist() if every[i].name not in profiler
+    ]
     return float(max(ends + others))
 
 
@@ -437,8 +457,9 @@ def unrecorded_launches(trace: Trace) -> tuple[RuntimeCall, ...]:
     launched (a CPU-only run)."""
     if trace.kernels:
         return ()
-    return tuple(r for r in trace.runtime
-                 if any(m in r.name.lower() for m in _DEVICE_WORK_CALL_MARKS))
+    return tuple(
+        r for r in trace.runtime if any(m in r.name.lower() for m in _DEVICE_WORK_CALL_MARKS)
+    )
 
 
 def device_timeline(trace: Trace) -> Timeline:
@@ -458,10 +479,15 @@ def device_timeline(trace: Trace) -> Timeline:
         starts = np.array([ops[i].start_us for i in top], dtype=float)
         ends = starts + np.array([ops[i].dur_us for i in top], dtype=float)
         launched = len(unrecorded_launches(trace))
-        what = (f"the GPU ran ({launched} calls queued work on it) but its kernels were not "
-                "recorded" if launched else "no device activity in the trace")
-        notes += (f"{what}: the breakdown is of the host "
-                  "(busy = inside torch ops, host = Python between them)",)
+        what = (
+            f"the GPU ran ({launched} calls queued work on it) but its kernels were not recorded"
+            if launched
+            else "no device activity in the trace"
+        )
+        notes += (
+            f"{what}: the breakdown is of the host "
+            "(busy = inside torch ops, host = Python between them)",
+        )
     # Clipped to the window, then merged: merge_intervals(clip_intervals(...)).
     busy_starts, busy_ends = merge_arrays(np.maximum(starts, lo), np.minimum(ends, hi))
     classifier = _Classifier(trace, device, busy_starts, kernels)
@@ -501,12 +527,12 @@ def device_timeline(trace: Trace) -> Timeline:
         hole = np.searchsorted(hole_lo, gap_lo, side="right") - 1
         k = np.searchsorted(dl_starts, gap_lo, side="right") - 1
         piece_dl = (k >= 0) & (dl_ends[np.maximum(k, 0)] > gap_lo)
-        gap_cause = classifier.causes(hole_lo[hole], hole_hi[hole], leading[hole],
-                                      trailing[hole], piece_lo=gap_lo)
+        gap_cause = classifier.causes(
+            hole_lo[hole], hole_hi[hole], leading[hole], trailing[hole], piece_lo=gap_lo
+        )
         gap_cause[piece_dl] = _DATALOADER
     lo_list, hi_list = gap_lo.tolist(), gap_hi.tolist()
-    causes = np.array(IDLE_CAUSES, dtype=object)[gap_cause].tolist() if len(gap_cause) \
-        else []
+    causes = np.array(IDLE_CAUSES, dtype=object)[gap_cause].tolist() if len(gap_cause) else []
     gaps = list(map(_new_gap, lo_list, hi_list, causes))
 
     # Host time inside torch ops, per host gap, computed once for the window and the steps.
@@ -526,11 +552,11 @@ def device_timeline(trace: Trace) -> Timeline:
         if on_device:
             host = np.flatnonzero(keep & is_host[first:last])
             whole = (g_lo[host] == gap_lo[first:last][host]) & (
-                g_hi[host] == gap_hi[first:last][host])
+                g_hi[host] == gap_hi[first:last][host]
+            )
             values = gap_host_us[first:last][host]
             for g in np.flatnonzero(~whole).tolist():  # clipped at the span's edges
-                values[g] = classifier.host_in_ops_us(float(g_lo[host[g]]),
-                                                      float(g_hi[host[g]]))
+                values[g] = classifier.host_in_ops_us(float(g_lo[host[g]]), float(g_hi[host[g]]))
             host_in_ops = reduce(add, values.tolist(), 0.0)
         return IdleBreakdown(
             span_us=max(b - a, 0.0),
@@ -551,8 +577,15 @@ def device_timeline(trace: Trace) -> Timeline:
             s_hi = s_lo
         first = max(bisect.bisect_right(lo_list, s_lo) - 1, 0)
         last = bisect.bisect_left(lo_list, s_hi)
-        steps.append(StepTimeline(step.number, step.name, step.start_us, step.end_us,
-                                  breakdown(first, last, s_lo, s_hi)))
+        steps.append(
+            StepTimeline(
+                step.number,
+                step.name,
+                step.start_us,
+                step.end_us,
+                breakdown(first, last, s_lo, s_hi),
+            )
+        )
     return Timeline(
         window_us=overall.span_us,
         busy_us=overall.busy_us,

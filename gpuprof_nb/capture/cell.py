@@ -60,9 +60,19 @@ class CellCompiler:
         automagic/autocall rewrite them depending on the user's variables)."""
         ip = self.shell
         tm = ip.input_transformer_manager
-        key = (cell, ip.compile.flags, *map(id, tm.cleanup_transforms),
-               None, *map(id, tm.line_transforms), None, *map(id, tm.token_transformers),
-               None, *map(id, ip.input_transformers_post), None, *map(id, ip.ast_transformers))
+        key = (
+            cell,
+            ip.compile.flags,
+            *map(id, tm.cleanup_transforms),
+            None,
+            *map(id, tm.line_transforms),
+            None,
+            *map(id, tm.token_transformers),
+            None,
+            *map(id, ip.input_transformers_post),
+            None,
+            *map(id, ip.ast_transformers),
+        )
         hit = self._code_cache.get(key)
         if hit is None:
             source = ip.transform_cell(cell)
@@ -76,9 +86,12 @@ class CellCompiler:
         source, code, name_key, entry, compiler = hit
         filename = code.co_filename
         numbers = getattr(compiler, "_filename_map", None)
-        if (compiler is ip.compile and type(numbers) is dict
-                and linecache.cache.get(filename) is entry
-                and self._names_fixed(compiler, source, name_key)):
+        if (
+            compiler is ip.compile
+            and type(numbers) is dict
+            and linecache.cache.get(filename) is entry
+            and self._names_fixed(compiler, source, name_key)
+        ):
             # The compiler names the cell as last time and its lines are still registered:
             # only the name's execution number (traceback's `Cell In[n]`) is new. What
             # compile.cache would do, without hashing the name again (ipykernel hashes it in
@@ -100,8 +113,7 @@ class CellCompiler:
         numbers = getattr(self.shell.compile, "_filename_map", None)
         if not isinstance(numbers, dict):
             return {}
-        return {f: n for f in set(filenames)
-                if type(n := numbers.get(f)) is int}
+        return {f: n for f in set(filenames) if type(n := numbers.get(f)) is int}
 
     def tree(self, source: str, filename: str) -> Any:
         """Return the cell's source parsed with the compiler's flags, and passed through the
@@ -115,8 +127,7 @@ class CellCompiler:
     def _cached(self, source: str, code: Any, name_key: str) -> tuple[Any, ...]:
         """What the code cache keeps for a cell: its transformed source, code, name key, the
         linecache entry its registration made and the compiler that made it."""
-        return (source, code, name_key, linecache.cache.get(code.co_filename),
-                self.shell.compile)
+        return (source, code, name_key, linecache.cache.get(code.co_filename), self.shell.compile)
 
     def _register(self, source: str, name_key: str) -> str:
         """Register the cell's lines in linecache under this execution's name; return it."""
@@ -146,8 +157,9 @@ class CellCompiler:
         known, fixed = self._names_probe
         if known is not compiler:
             try:
-                fixed = (compiler.get_code_name(name_key, source, 1)
-                         == compiler.get_code_name(name_key, source, 2))
+                fixed = compiler.get_code_name(name_key, source, 1) == compiler.get_code_name(
+                    name_key, source, 2
+                )
             except Exception:  # noqa: BLE001 - an unknown compiler: register every run
                 fixed = False
             self._names_probe = (compiler, fixed)
@@ -169,8 +181,9 @@ def name_key_of(cell: str) -> str:
 def _renamed(code: Any, filename: str) -> Any:
     """Return `code` with its file name (and that of every function, class or comprehension
     compiled inside it) set to `filename`."""
-    consts = tuple(_renamed(c, filename) if isinstance(c, type(code)) else c
-                   for c in code.co_consts)
+    consts = tuple(
+        _renamed(c, filename) if isinstance(c, type(code)) else c for c in code.co_consts
+    )
     return code.replace(co_filename=filename, co_consts=consts)
 
 
@@ -255,8 +268,9 @@ def block_builder(
             if isinstance(tree, str):
                 tree = ip.compile.ast_parse(tree, filename)
             body = tree.body
-            if not body or any(isinstance(node, ast.ImportFrom) and node.module == "__future__"
-                               for node in body):
+            if not body or any(
+                isinstance(node, ast.ImportFrom) and node.module == "__future__" for node in body
+            ):
                 return None
             first = body[0]
             holder = ast.List(elts=[ast.Constant(None)], ctx=ast.Load())
@@ -264,8 +278,17 @@ def block_builder(
             nones = ast.Tuple(elts=[ast.Constant(None)], ctx=ast.Load())
             times = ast.BinOp(left=nones, op=ast.Mult(), right=ast.Constant(number))
             loop = ast.For(target=target, iter=times, body=body, orelse=[])
-            for node in (loop, target, holder, *holder.elts, target.slice, times,
-                         *nones.elts, nones, times.right):
+            for node in (
+                loop,
+                target,
+                holder,
+                *holder.elts,
+                target.slice,
+                times,
+                *nones.elts,
+                nones,
+                times.right,
+            ):
                 ast.copy_location(node, first)
             module = ast.Module(body=[loop], type_ignores=[])
             looped = compile(module, filename, "exec", ip.compile.flags, True)

@@ -29,8 +29,15 @@ from gpuprof_nb.io.ceilings import (
 from gpuprof_nb.model.device import DeviceSpec, lookup_device_spec
 from gpuprof_nb.model.trace import Trace
 
-__all__ = ["CACHE_ENV", "cache_path", "current_device_spec", "device_key", "measure_ceilings",
-           "trace_device_spec"]
+__all__ = [
+    "CACHE_ENV",
+    "cache_path",
+    "current_device_spec",
+    "device_key",
+    "measure_ceilings",
+    "trace_device_spec",
+]
+
 
 def _cpu_name() -> str:
     try:
@@ -82,14 +89,18 @@ def _torch_device(device: Any) -> Any:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
-        raise CaptureError(f"measure_ceilings: {device!r} is not a device ({exc}); pass "
-                           "'cuda', 'cuda:1' or 'cpu'") from None
+        raise CaptureError(
+            f"measure_ceilings: {device!r} is not a device ({exc}); pass 'cuda', 'cuda:1' or 'cpu'"
+        ) from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise CaptureError(f"measure_ceilings: {device!r} asked for, but torch sees no CUDA "
-                           "device; pass 'cpu' or run on a GPU machine")
+        raise CaptureError(
+            f"measure_ceilings: {device!r} asked for, but torch sees no CUDA "
+            "device; pass 'cpu' or run on a GPU machine"
+        )
     if dev.type not in ("cuda", "cpu"):
-        raise CaptureError(f"measure_ceilings: {dev.type} devices are not supported; pass "
-                           "'cuda' or 'cpu'")
+        raise CaptureError(
+            f"measure_ceilings: {dev.type} devices are not supported; pass 'cuda' or 'cpu'"
+        )
     return dev
 
 
@@ -139,14 +150,16 @@ def measure_ceilings(
             return hit
     try:
         if dev.type == "cuda":
-            spec = _measure_cuda(dev, name, size_key, matmul_size or 8192,
-                                 copy_bytes or 2**30, repeat)
+            spec = _measure_cuda(
+                dev, name, size_key, matmul_size or 8192, copy_bytes or 2**30, repeat
+            )
         else:
-            spec = _measure_cpu(name, size_key, matmul_size or 2048, copy_bytes or 2**28,
-                                repeat)
+            spec = _measure_cpu(name, size_key, matmul_size or 2048, copy_bytes or 2**28, repeat)
     except torch.cuda.OutOfMemoryError:
-        raise CaptureError(f"measure_ceilings: out of memory on {name}; pass smaller "
-                           "matmul_size= and copy_bytes=, or free memory first") from None
+        raise CaptureError(
+            f"measure_ceilings: out of memory on {name}; pass smaller "
+            "matmul_size= and copy_bytes=, or free memory first"
+        ) from None
     if cache:
         write_ceilings(key, spec)
     return spec
@@ -156,8 +169,10 @@ def _stamp(sizes: str, repeat: int) -> str:
     import torch
 
     day = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
-    return (f"measured by gpuprof_nb.measure_ceilings on {day} (torch {torch.__version__}; "
-            f"{sizes}; best of {repeat})")
+    return (
+        f"measured by gpuprof_nb.measure_ceilings on {day} (torch {torch.__version__}; "
+        f"{sizes}; best of {repeat})"
+    )
 
 
 def _measure_cuda(
@@ -192,11 +207,17 @@ def _measure_cuda(
     bandwidth = _copy_bytes_per_s(dev, elems, sync, repeat)
     torch.cuda.empty_cache()  # the copy buffers are gone; hand their memory back
     return DeviceSpec(
-        name=name, kind="cuda", fp32_flops_per_s=peaks.get("fp32"),
-        bandwidth_bytes_per_s=bandwidth, tf32_flops_per_s=peaks.get("tf32"),
-        fp16_flops_per_s=peaks.get("fp16"), bf16_flops_per_s=peaks.get("bf16"),
-        fp64_flops_per_s=peaks.get("fp64"), memory_bytes=memory_bytes,
-        source=_stamp(f"{n}x{n} matmul, {elems * 4} B copy", repeat), measured=True,
+        name=name,
+        kind="cuda",
+        fp32_flops_per_s=peaks.get("fp32"),
+        bandwidth_bytes_per_s=bandwidth,
+        tf32_flops_per_s=peaks.get("tf32"),
+        fp16_flops_per_s=peaks.get("fp16"),
+        bf16_flops_per_s=peaks.get("bf16"),
+        fp64_flops_per_s=peaks.get("fp64"),
+        memory_bytes=memory_bytes,
+        source=_stamp(f"{n}x{n} matmul, {elems * 4} B copy", repeat),
+        measured=True,
     )
 
 
@@ -222,7 +243,10 @@ def _measure_cpu(name: str, threads: int, n: int, copy_bytes: int, repeat: int) 
     elems = max(copy_bytes // 4, 1)
     bandwidth = _copy_bytes_per_s("cpu", elems, sync, repeat)
     return DeviceSpec(
-        name=name, kind="cpu", fp32_flops_per_s=flops, bandwidth_bytes_per_s=bandwidth,
+        name=name,
+        kind="cpu",
+        fp32_flops_per_s=flops,
+        bandwidth_bytes_per_s=bandwidth,
         memory_bytes=None,
         source=_stamp(f"{threads} threads, {n}x{n} fp32 matmul, {elems * 4} B copy", repeat),
         measured=True,

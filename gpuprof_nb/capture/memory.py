@@ -42,9 +42,13 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def record_memory(run: Callable[[], object], *, repeat: int = 1,
-                  max_entries: int = DEFAULT_MAX_ENTRIES, stacks: str = "python"
-                  ) -> MemoryCapture:
+def record_memory(
+    run: Callable[[], object],
+    *,
+    repeat: int = 1,
+    max_entries: int = DEFAULT_MAX_ENTRIES,
+    stacks: str = "python",
+) -> MemoryCapture:
     """Return the memory history of `repeat` calls of `run`: CUDA allocator history when
     CUDA is available, else the CPU profiler fallback. Exceptions from `run` propagate
     unchanged, except a CUDA out-of-memory error, which is returned in `.oom`."""
@@ -58,8 +62,9 @@ def record_memory(run: Callable[[], object], *, repeat: int = 1,
 def _start_history(max_entries: int, stacks: str) -> None:
     record = torch.cuda.memory._record_memory_history
     try:
-        record(enabled="all", context="all", stacks=stacks, max_entries=max_entries,
-               clear_history=True)
+        record(
+            enabled="all", context="all", stacks=stacks, max_entries=max_entries, clear_history=True
+        )
     except TypeError:  # torch before 2.2 has no clear_history
         record(enabled="all", context="all", stacks=stacks, max_entries=max_entries)
 
@@ -77,9 +82,13 @@ def history_recording() -> bool:
         return False
 
 
-def record_cuda_memory(run: Callable[[], object], *, repeat: int = 1,
-                       max_entries: int = DEFAULT_MAX_ENTRIES, stacks: str = "python"
-                       ) -> MemoryCapture:
+def record_cuda_memory(
+    run: Callable[[], object],
+    *,
+    repeat: int = 1,
+    max_entries: int = DEFAULT_MAX_ENTRIES,
+    stacks: str = "python",
+) -> MemoryCapture:
     """Return the CUDA caching allocator's history over `repeat` calls of `run`.
 
     Recording is switched off (`_record_memory_history(enabled=None)`) before this returns
@@ -133,18 +142,28 @@ def record_cuda_memory(run: Callable[[], object], *, repeat: int = 1,
     if users:
         snapshot, notes = _from_cell_on(snapshot, device, marker_addr, starts_us[0])
     elif _full(snapshot, device, max_entries):
-        notes = ("The history buffer may have dropped the oldest entries (--max-entries); "
-                 "those frees count as 'allocated before recording'.",)
+        notes = (
+            "The history buffer may have dropped the oldest entries (--max-entries); "
+            "those frees count as 'allocated before recording'.",
+        )
     traces = snapshot.get("device_traces") or []
     if not users and oom is None and (device >= len(traces) or not traces[device]):
         # On a GPU machine a cell that works on CPU tensors leaves the history empty: say
         # why, instead of leaving "no history" to read as a recording that failed.
-        notes += (f"The cell made no allocation on cuda:{device} while its history was "
-                  "recorded (CPU tensors are not in the CUDA allocator's history): what "
-                  "follows is the device's state after the cell.",)
+        notes += (
+            f"The cell made no allocation on cuda:{device} while its history was "
+            "recorded (CPU tensors are not in the CUDA allocator's history): what "
+            "follows is the device's state after the cell.",
+        )
     step_starts = _indices_at(snapshot, device, starts_us) if repeat > 1 else ()
-    return MemoryCapture(snapshot=snapshot, device=device, source="cuda",
-                         step_starts=step_starts, oom=oom, notes=notes)
+    return MemoryCapture(
+        snapshot=snapshot,
+        device=device,
+        source="cuda",
+        step_starts=step_starts,
+        oom=oom,
+        notes=notes,
+    )
 
 
 def _history_marker(device: int) -> tuple[object, int]:
@@ -154,32 +173,42 @@ def _history_marker(device: int) -> tuple[object, int]:
     return marker, int(marker.data_ptr())
 
 
-def _from_cell_on(snapshot: dict[str, Any], device: int, marker_addr: int, start_us: int
-                  ) -> tuple[dict[str, Any], tuple[str, ...]]:
+def _from_cell_on(
+    snapshot: dict[str, Any], device: int, marker_addr: int, start_us: int
+) -> tuple[dict[str, Any], tuple[str, ...]]:
     """Return a copy of a snapshot from the user's own running history with only the
     entries after the marker's alloc on `device` (allocated just before the cell, live
     until the snapshot, so the last alloc at its address is the marker), and the notes
     that say so. When the buffer no longer holds the marker (it wrapped, or skips allocs),
     entries from `start_us` (unix us, the clock time_us uses) on are kept; without times,
     every entry is kept, and the note says that too."""
-    notes = ["A CUDA memory history was already being recorded when the cell started "
-             "(torch.cuda.memory._record_memory_history): %%memsnap read it and left it "
-             "running with its own settings (--max-entries and --stacks do not apply; "
-             "one 512-byte allocation in it marks where the cell began)."]
+    notes = [
+        "A CUDA memory history was already being recorded when the cell started "
+        "(torch.cuda.memory._record_memory_history): %%memsnap read it and left it "
+        "running with its own settings (--max-entries and --stacks do not apply; "
+        "one 512-byte allocation in it marks where the cell began)."
+    ]
     traces = snapshot.get("device_traces") or []
     mine = traces[device] if device < len(traces) else []
     if len(mine) <= 1:
-        notes.append("Its buffer holds at most one entry: a recording started with "
-                     "enabled='state' or max_entries=1 keeps no history, so allocations "
-                     "may be missing. To record the cell in full, stop it with "
-                     "torch.cuda.memory._record_memory_history(enabled=None) and run the "
-                     "cell again.")
-    cut = next((i for i in range(len(mine) - 1, -1, -1)
-                if mine[i].get("action") == "alloc" and mine[i].get("addr") == marker_addr),
-               None)
+        notes.append(
+            "Its buffer holds at most one entry: a recording started with "
+            "enabled='state' or max_entries=1 keeps no history, so allocations "
+            "may be missing. To record the cell in full, stop it with "
+            "torch.cuda.memory._record_memory_history(enabled=None) and run the "
+            "cell again."
+        )
+    cut = next(
+        (
+            i
+            for i in range(len(mine) - 1, -1, -1)
+            if mine[i].get("action") == "alloc" and mine[i].get("addr") == marker_addr
+        ),
+        None,
+    )
     if cut is not None:
         kept = [list(t) for t in traces]
-        kept[device] = list(mine[cut + 1:])
+        kept[device] = list(mine[cut + 1 :])
         # Other devices have no marker: their entries are cut by time where they have it.
         for d, t in enumerate(traces):
             if d != device and all(e.get("time_us") is not None for e in t):
@@ -187,8 +216,7 @@ def _from_cell_on(snapshot: dict[str, Any], device: int, marker_addr: int, start
     elif all(e.get("time_us") is not None for t in traces for e in t):
         kept = [[e for e in t if e["time_us"] >= start_us] for t in traces]
     else:
-        notes.append("Its entries carry no times, so entries from before the cell are "
-                     "included.")
+        notes.append("Its entries carry no times, so entries from before the cell are included.")
         return snapshot, tuple(notes)
     notes.append("Entries recorded before the cell are left out.")
     return {**snapshot, "device_traces": kept}, tuple(notes)
@@ -229,8 +257,9 @@ def _name(node: Any) -> str:
         return ""
 
 
-def _frames_of(event: Any, cache: dict[tuple[Any, ...], list[dict[str, Any]]]
-               ) -> list[dict[str, Any]]:
+def _frames_of(
+    event: Any, cache: dict[tuple[Any, ...], list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
     """Return the allocation's stack, innermost first: the torch op that allocated, then
     the Python frames (`file(line): function`) around it. Equal stacks share one list."""
     key: list[Any] = []
@@ -261,8 +290,7 @@ def _frames_of(event: Any, cache: dict[tuple[Any, ...], list[dict[str, Any]]]
             continue
         m = _PYCALL.match(name)
         if m:
-            frames.append({"filename": m.group(1), "line": int(m.group(2)),
-                           "name": m.group(3)})
+            frames.append({"filename": m.group(1), "line": int(m.group(2)), "name": m.group(3)})
         else:
             frames.append({"filename": "??", "line": 0, "name": name})
     cache[k] = frames
@@ -311,8 +339,9 @@ def record_cpu_memory(run: Callable[[], object], *, repeat: int = 1) -> MemoryCa
             "a torch profiler is already recording in this process; %%memsnap needs it on "
             "the CPU. Leave its `with profile(...)` block first."
         )
-    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True,
-                   record_shapes=True, with_stack=True)
+    prof = profile(
+        activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
+    )
     with prof:
         for i in range(repeat):
             with record_function(f"{_STEP_MARK}{i}"):
@@ -338,8 +367,14 @@ def record_cpu_memory(run: Callable[[], object], *, repeat: int = 1) -> MemoryCa
             t_us = node.start_time_ns // 1000
             if ef.alloc_size > 0:
                 frames = _frames_of(node, cache)
-                e = {"action": "alloc", "addr": ef.ptr, "size": ef.alloc_size, "stream": 0,
-                     "frames": frames, "time_us": t_us}
+                e = {
+                    "action": "alloc",
+                    "addr": ef.ptr,
+                    "size": ef.alloc_size,
+                    "stream": 0,
+                    "frames": frames,
+                    "time_us": t_us,
+                }
                 try:
                     key = TensorKey.from_allocation(ef)
                 except Exception:  # private API; the category is optional
@@ -353,31 +388,66 @@ def record_cpu_memory(run: Callable[[], object], *, repeat: int = 1) -> MemoryCa
                 opened = live.pop(ef.ptr, None)
                 frames = opened["frames"] if opened else _frames_of(node, cache)
                 for action in ("free_requested", "free_completed"):
-                    entries.append({"action": action, "addr": ef.ptr, "size": size,
-                                    "stream": 0, "frames": frames, "time_us": t_us})
+                    entries.append(
+                        {
+                            "action": action,
+                            "addr": ef.ptr,
+                            "size": size,
+                            "stream": 0,
+                            "frames": frames,
+                            "time_us": t_us,
+                        }
+                    )
         elif _name(node).startswith(_STEP_MARK):
             step_times.append(node.start_time_ns // 1000)
     # The profiler sees no allocator segments: each block still live at the end is
     # reported as its own segment, so 'reserved' is the live memory itself.
     segments = [
-        {"device": 0, "address": e["addr"], "total_size": e["size"],
-         "allocated_size": e["size"], "active_size": e["size"], "stream": 0,
-         "segment_type": "cpu",
-         "blocks": [{"address": e["addr"], "size": e["size"], "requested_size": e["size"],
-                     "state": "active_allocated", "frames": e["frames"]}]}
+        {
+            "device": 0,
+            "address": e["addr"],
+            "total_size": e["size"],
+            "allocated_size": e["size"],
+            "active_size": e["size"],
+            "stream": 0,
+            "segment_type": "cpu",
+            "blocks": [
+                {
+                    "address": e["addr"],
+                    "size": e["size"],
+                    "requested_size": e["size"],
+                    "state": "active_allocated",
+                    "frames": e["frames"],
+                }
+            ],
+        }
         for e in sorted(live.values(), key=lambda e: e["addr"])
     ]
     import bisect
 
     times = [e["time_us"] for e in entries]
-    step_starts = tuple(bisect.bisect_left(times, t) for t in sorted(step_times)) \
-        if repeat > 1 else ()
-    notes = ["Memory allocated before the cell and not freed during it is not seen by the "
-             "profiler, so it is not counted."]
+    step_starts = (
+        tuple(bisect.bisect_left(times, t) for t in sorted(step_times)) if repeat > 1 else ()
+    )
+    notes = [
+        "Memory allocated before the cell and not freed during it is not seen by the "
+        "profiler, so it is not counted."
+    ]
     if cat_note:
         notes.append(cat_note)
-    snapshot = {"segments": segments, "device_traces": [entries],
-                "gpuprof_nb": {"source": "cpu-profiler", "step_starts": [list(step_starts)],
-                               "notes": notes}}
-    return MemoryCapture(snapshot=snapshot, device=0, source="cpu-profiler",
-                         step_starts=step_starts, notes=tuple(notes))
+    snapshot = {
+        "segments": segments,
+        "device_traces": [entries],
+        "gpuprof_nb": {
+            "source": "cpu-profiler",
+            "step_starts": [list(step_starts)],
+            "notes": notes,
+        },
+    }
+    return MemoryCapture(
+        snapshot=snapshot,
+        device=0,
+        source="cpu-profiler",
+        step_starts=step_starts,
+        notes=tuple(notes),
+    )

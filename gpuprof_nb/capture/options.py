@@ -29,49 +29,88 @@ def _option(*flags: str, **settings: Any) -> Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    _option("--warmup", type=int, default=None, metavar="N",
-            help="unmeasured runs before timing (default: at least 1, and more while "
-                 "they add up to under 5 ms, so a short cell reaches its steady pace "
-                 "before it is timed; a cell of 5 ms or more warms up once)"),
-    _option("--repeat", type=int, default=3, metavar="N",
-            help="timed samples, without the profiler attached (default 3); a sample "
-                 "is one run, or a block of --number back-to-back runs for short cells"),
-    _option("--number", type=int, default=None, metavar="K",
-            help="runs per timed sample; times are shown per run (block time / K). "
-                 "Default: chosen like timeit does: a cell faster than 0.5 ms per run "
-                 "(going by the warm-up, or by the first timed run, then not kept, when "
-                 "the warm-up was a slow cold start) runs one untimed calibration block, "
-                 "then samples of K back-to-back runs lasting about 1 ms, so clock reads "
-                 "and call overhead vanish from the per-run time; slower cells, --warmup "
-                 "0 and cells that change grad/autocast mode run once per sample. "
-                 "--number 1 --warmup N: the cell runs exactly N + --repeat (+ 1 profiled) "
-                 "times"),
-    _option("--once", action="store_true",
-            help="run the cell exactly once (cells with side effects), timed and "
-                 "profiled together; the numbers then include cold-start effects "
-                 "(--warmup and --repeat are ignored)"),
-    _option("--timing-only", action="store_true",
-            help="time the cell (CUDA events on GPU) without running the profiler; the "
-                 "summary is printed as text, like %%timeit (-o NAME keeps the report, "
-                 "whose display is the HTML summary)"),
+    _option(
+        "--warmup",
+        type=int,
+        default=None,
+        metavar="N",
+        help="unmeasured runs before timing (default: at least 1, and more while "
+        "they add up to under 5 ms, so a short cell reaches its steady pace "
+        "before it is timed; a cell of 5 ms or more warms up once)",
+    ),
+    _option(
+        "--repeat",
+        type=int,
+        default=3,
+        metavar="N",
+        help="timed samples, without the profiler attached (default 3); a sample "
+        "is one run, or a block of --number back-to-back runs for short cells",
+    ),
+    _option(
+        "--number",
+        type=int,
+        default=None,
+        metavar="K",
+        help="runs per timed sample; times are shown per run (block time / K). "
+        "Default: chosen like timeit does: a cell faster than 0.5 ms per run "
+        "(going by the warm-up, or by the first timed run, then not kept, when "
+        "the warm-up was a slow cold start) runs one untimed calibration block, "
+        "then samples of K back-to-back runs lasting about 1 ms, so clock reads "
+        "and call overhead vanish from the per-run time; slower cells, --warmup "
+        "0 and cells that change grad/autocast mode run once per sample. "
+        "--number 1 --warmup N: the cell runs exactly N + --repeat (+ 1 profiled) "
+        "times",
+    ),
+    _option(
+        "--once",
+        action="store_true",
+        help="run the cell exactly once (cells with side effects), timed and "
+        "profiled together; the numbers then include cold-start effects "
+        "(--warmup and --repeat are ignored)",
+    ),
+    _option(
+        "--timing-only",
+        action="store_true",
+        help="time the cell (CUDA events on GPU) without running the profiler; the "
+        "summary is printed as text, like %%timeit (-o NAME keeps the report, "
+        "whose display is the HTML summary)",
+    ),
     _option("--stack", action="store_true", help="record Python call stacks"),
     _option("--memory", action="store_true", help="record allocator events"),
-    _option("--top", type=int, default=20, metavar="N",
-            help="rows in the top-ops table (default 20)"),
-    _option("--sort", default=None, metavar="KEY",
-            help="order of the top-ops table: self_device_us, total_device_us, "
-                 "self_cpu_us, total_cpu_us or calls (key_averages names such as "
-                 "self_cuda_time_total work too); default: self device time on GPU, "
-                 "self CPU time on CPU"),
-    _option("--trace", default=None, metavar="PATH",
-            help="also write the Chrome/Perfetto trace JSON here (gzip if PATH ends in .gz)"),
-    _option("--baseline", default=None, metavar="NAME",
-            help="compare this run with the report stored in the variable NAME (an "
-                 "earlier %%gpuprofile -o NAME) and show the comparison first: faster, "
-                 "slower or no clear change, and what changed; with --timing-only, the "
-                 "verdict alone"),
-    _option("-o", dest="output", default=None, metavar="NAME",
-            help="store the ProfileReport in the variable NAME"),
+    _option(
+        "--top", type=int, default=20, metavar="N", help="rows in the top-ops table (default 20)"
+    ),
+    _option(
+        "--sort",
+        default=None,
+        metavar="KEY",
+        help="order of the top-ops table: self_device_us, total_device_us, "
+        "self_cpu_us, total_cpu_us or calls (key_averages names such as "
+        "self_cuda_time_total work too); default: self device time on GPU, "
+        "self CPU time on CPU",
+    ),
+    _option(
+        "--trace",
+        default=None,
+        metavar="PATH",
+        help="also write the Chrome/Perfetto trace JSON here (gzip if PATH ends in .gz)",
+    ),
+    _option(
+        "--baseline",
+        default=None,
+        metavar="NAME",
+        help="compare this run with the report stored in the variable NAME (an "
+        "earlier %%gpuprofile -o NAME) and show the comparison first: faster, "
+        "slower or no clear change, and what changed; with --timing-only, the "
+        "verdict alone",
+    ),
+    _option(
+        "-o",
+        dest="output",
+        default=None,
+        metavar="NAME",
+        help="store the ProfileReport in the variable NAME",
+    ),
     _option("--quiet", action="store_true", help="display nothing"),
 )
 
@@ -126,8 +165,7 @@ def _problems(args: Any) -> list[str]:
     if args.number is not None and args.number < 1:
         problems.append(f"--number must be 1 or more, got {args.number}")
     if args.number is not None and args.once:
-        problems.append("--number times repeated runs; --once runs the cell once: "
-                        "drop one of them")
+        problems.append("--number times repeated runs; --once runs the cell once: drop one of them")
     if args.top < 1:
         problems.append(f"--top must be 1 or more, got {args.top}")
     if args.output is not None and not args.output.isidentifier():
@@ -162,10 +200,12 @@ def baseline_report(name: str, namespace: dict[str, Any]) -> ProfileReport:
     if name not in namespace:
         raise UsageError(
             f"%%gpuprofile --baseline {name}: no variable {name!r}; store a report first "
-            f"with `%%gpuprofile -o {name}`")
+            f"with `%%gpuprofile -o {name}`"
+        )
     value = namespace[name]
     if not isinstance(value, ProfileReport):
         raise UsageError(
             f"%%gpuprofile --baseline {name}: {name!r} is a {type(value).__name__}, not a "
-            f"ProfileReport; store one with `%%gpuprofile -o {name}`")
+            f"ProfileReport; store one with `%%gpuprofile -o {name}`"
+        )
     return value

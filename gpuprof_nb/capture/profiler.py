@@ -127,8 +127,7 @@ def profile_cell(
                 sampler.start()
                 started.append(sampler)
             for i in range(runs):
-                ctx = record_function(f"ProfilerStep#{i}") if runs > 1 \
-                    else contextlib.nullcontext()
+                ctx = record_function(f"ProfilerStep#{i}") if runs > 1 else contextlib.nullcontext()
                 with ctx:
                     run()
         finally:
@@ -164,8 +163,10 @@ def profile_cell(
     if samplers:
         _add_samples(artifact, samplers, (before + after) / 2)
         if stack:
-            drop_python_calls(artifact, [code for _, sampler in samplers
-                                         for code in getattr(sampler, "own_code", ())])
+            drop_python_calls(
+                artifact,
+                [code for _, sampler in samplers for code in getattr(sampler, "own_code", ())],
+            )
     return artifact
 
 
@@ -201,10 +202,15 @@ def drop_warmup(artifact: dict[str, Any]) -> int:
     events = artifact.get("traceEvents")
     if not isinstance(events, list):
         return 0
-    ends = [e["ts"] + e["dur"] for e in events
-            if isinstance(e, dict) and e.get("name") == WARMUP_MARKER
-            and e.get("cat") == "user_annotation"
-            and isinstance(e.get("ts"), int | float) and isinstance(e.get("dur"), int | float)]
+    ends = [
+        e["ts"] + e["dur"]
+        for e in events
+        if isinstance(e, dict)
+        and e.get("name") == WARMUP_MARKER
+        and e.get("cat") == "user_annotation"
+        and isinstance(e.get("ts"), int | float)
+        and isinstance(e.get("dur"), int | float)
+    ]
     if not ends:
         return 0
     cut = max(ends)
@@ -239,7 +245,8 @@ def drop_python_calls(artifact: dict[str, Any], codes: Iterable[CodeType]) -> in
     wanted: dict[tuple[int, str], list[str]] = {}
     for c in codes:
         wanted.setdefault((c.co_firstlineno, c.co_name), []).append(
-            c.co_filename.replace("\\", "/"))
+            c.co_filename.replace("\\", "/")
+        )
     events = artifact.get("traceEvents")
     if not wanted or not isinstance(events, list):
         return 0
@@ -295,8 +302,9 @@ def drop_python_calls(artifact: dict[str, Any], codes: Iterable[CodeType]) -> in
     return len(events) - len(kept)
 
 
-def _add_samples(artifact: dict[str, Any], samplers: Sequence[tuple[str, Sampler]],
-                 mid_ns: float) -> None:
+def _add_samples(
+    artifact: dict[str, Any], samplers: Sequence[tuple[str, Sampler]], mid_ns: float
+) -> None:
     """Put each sampler's record under gpuprof_nb's key of the artifact, on the trace's
     clock through the clock marker (which is taken out of the trace); without the marker,
     a note says the samples could not be placed."""
@@ -308,8 +316,9 @@ def _add_samples(artifact: dict[str, Any], samplers: Sequence[tuple[str, Sampler
     if not marks or not all(isinstance(marks[0].get(k), (int, float)) for k in ("ts", "dur")):
         own["sampling_error"] = "the profiler did not record the clock marker"
         return
-    artifact["traceEvents"] = [e for e in events
-                               if not (isinstance(e, dict) and e.get("name") == CLOCK_MARKER)]
+    artifact["traceEvents"] = [
+        e for e in events if not (isinstance(e, dict) and e.get("name") == CLOCK_MARKER)
+    ]
     mid_us = marks[0]["ts"] + marks[0]["dur"] / 2
 
     def to_trace_us(ns: int) -> float:

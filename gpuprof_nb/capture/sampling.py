@@ -72,8 +72,9 @@ class LineSampler:
     the cell starts, after it ends) are dropped. `mode` forces "signal" or "thread"; by
     default the signal sampler runs wherever it can (see the module)."""
 
-    def __init__(self, cell_code: CodeType, *, period_s: float | None = None,
-                 mode: str | None = None) -> None:
+    def __init__(
+        self, cell_code: CodeType, *, period_s: float | None = None, mode: str | None = None
+    ) -> None:
         if mode not in (None, "signal", "thread"):
             raise ValueError(f"mode must be 'signal' or 'thread', got {mode!r}")
         self.cell_code = cell_code
@@ -81,9 +82,9 @@ class LineSampler:
         # The handler runs on the cell's thread, where torch's with_stack recording sees it:
         # the profiler takes its calls out of the trace (capture/profiler.py).
         self.own_code: tuple[CodeType, ...] = (
-            (LineSampler._on_signal.__code__,) if self.mode == "signal" else ())
-        self.period_s = period_s or (SIGNAL_PERIOD_S if self.mode == "signal"
-                                     else THREAD_PERIOD_S)
+            (LineSampler._on_signal.__code__,) if self.mode == "signal" else ()
+        )
+        self.period_s = period_s or (SIGNAL_PERIOD_S if self.mode == "signal" else THREAD_PERIOD_S)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._running = False
@@ -114,8 +115,9 @@ class LineSampler:
             return
         self._old_switch = sys.getswitchinterval()
         sys.setswitchinterval(min(self._old_switch, SWITCH_INTERVAL_S))
-        self._thread = threading.Thread(target=self._loop, name="gpuprof_nb line sampler",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name="gpuprof_nb line sampler", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -240,12 +242,15 @@ class LineSampler:
 def signal_sampling_possible() -> bool:
     """Whether the signal sampler can run here: a POSIX interval timer, the main thread
     (only it may set handlers), and SIGALRM and the real-time timer free for us."""
-    if not hasattr(signal, "setitimer") or \
-            threading.current_thread() is not threading.main_thread():
+    if (
+        not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
         return False
     try:
-        return signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None) and \
-            signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        return signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None) and signal.getitimer(
+            signal.ITIMER_REAL
+        ) == (0.0, 0.0)
     except (OSError, ValueError):
         return False
 

@@ -87,31 +87,57 @@ def run_cell(
 
             def timed_once() -> None:
                 __tracebackhide__ = True  # noqa: F841
-                box.append(time_cell(runner, once=True, sync=sync, use_cuda_events=cuda,
-                                     device_name=device_name, clock=clock,
-                                     before_each=runner.restore_modes))
+                box.append(
+                    time_cell(
+                        runner,
+                        once=True,
+                        sync=sync,
+                        use_cuda_events=cuda,
+                        device_name=device_name,
+                        clock=clock,
+                        before_each=runner.restore_modes,
+                    )
+                )
 
             try:
-                artifact = profile_cell(timed_once, runs=1, stack=args.stack,
-                                        memory=args.memory, cuda=cuda,
-                                        samplers=_samplers(code, args, cuda))
+                artifact = profile_cell(
+                    timed_once,
+                    runs=1,
+                    stack=args.stack,
+                    memory=args.memory,
+                    cuda=cuda,
+                    samplers=_samplers(code, args, cuda),
+                )
             except ProfilerStoppedByCell as exc:
                 notes.append(f"no trace: {exc}")
             stats = dataclasses.replace(box[0], profiled=True)
         else:
-            stats = time_cell(run, warmup=args.warmup, repeat=args.repeat,
-                              once=args.once, sync=sync, use_cuda_events=cuda,
-                              device_name=device_name, before_each=runner.restore_modes,
-                              number=args.number, clock=clock,
-                              run_block=block_builder(cells, source, code))
+            stats = time_cell(
+                run,
+                warmup=args.warmup,
+                repeat=args.repeat,
+                once=args.once,
+                sync=sync,
+                use_cuda_events=cuda,
+                device_name=device_name,
+                before_each=runner.restore_modes,
+                number=args.number,
+                clock=clock,
+                run_block=block_builder(cells, source, code),
+            )
             if stats.number > 1:
                 notes.append(_block_note(stats.number, args.number is None))
             if not args.timing_only:
                 runner.restore_modes()
                 try:
-                    artifact = profile_cell(runner, runs=1, stack=args.stack,
-                                            memory=args.memory, cuda=cuda,
-                                            samplers=_samplers(code, args, cuda))
+                    artifact = profile_cell(
+                        runner,
+                        runs=1,
+                        stack=args.stack,
+                        memory=args.memory,
+                        cuda=cuda,
+                        samplers=_samplers(code, args, cuda),
+                    )
                 except ProfilerStoppedByCell as exc:
                     # The timings stand; only the trace is lost, so say so and go on.
                     notes.append(f"no trace: {exc}")
@@ -125,8 +151,12 @@ def run_cell(
     return _report(cells, stats, artifact, args, notes)
 
 
-def _show_partial(show: Callable[[ProfileReport], object], stats: TimingStats,
-                  notes: list[str], exc: BaseException) -> None:
+def _show_partial(
+    show: Callable[[ProfileReport], object],
+    stats: TimingStats,
+    notes: list[str],
+    exc: BaseException,
+) -> None:
     """Show a timing-only report after the profiled run raised; never raise itself, so the
     user's exception is the one that propagates."""
     why = f"the profiled run raised {type(exc).__name__}: only the timed runs are shown"
@@ -136,8 +166,13 @@ def _show_partial(show: Callable[[ProfileReport], object], stats: TimingStats,
         pass
 
 
-def _report(cells: CellCompiler, stats: TimingStats, artifact: dict[str, Any] | None,
-            args: Any, notes: list[str]) -> ProfileReport:
+def _report(
+    cells: CellCompiler,
+    stats: TimingStats,
+    artifact: dict[str, Any] | None,
+    args: Any,
+    notes: list[str],
+) -> ProfileReport:
     """Return the report of the run: the timings alone without a trace; else the trace
     read, its cells named (--stack), written (--trace) and analysed."""
     if artifact is None:
@@ -173,8 +208,15 @@ def _report(cells: CellCompiler, stats: TimingStats, artifact: dict[str, Any] | 
     try:
         # Captured here: this machine's measured CPU ceilings apply too (io/ceilings.py).
         device = trace_device_spec(trace, this_machine=True)
-        return analyze(trace, device, timing=stats, top=args.top, sort=args.sort,
-                       artifact=artifact, notes=notes)
+        return analyze(
+            trace,
+            device,
+            timing=stats,
+            top=args.top,
+            sort=args.sort,
+            artifact=artifact,
+            notes=notes,
+        )
     except Exception as exc:  # noqa: BLE001 - reported in the notes, never hidden
         notes.append(f"analysis failed: {type(exc).__name__}: {exc}")
         return ProfileReport(timing=stats, trace=trace, artifact=artifact, notes=tuple(notes))
@@ -184,7 +226,8 @@ def _samplers(code: Any, args: Any, cuda: bool) -> list[tuple[str, Sampler]]:
     """Return what samples beside the profiled run: the utilisation of the machine, and
     with --stack the Python line the cell runs (keyed as the trace stores them)."""
     samplers: list[tuple[str, Sampler]] = [
-        ("utilisation", UtilisationSampler(cuda=cuda, device_index=_nvml_index(cuda)))]
+        ("utilisation", UtilisationSampler(cuda=cuda, device_index=_nvml_index(cuda)))
+    ]
     if args.stack:
         samplers.append(("samples", LineSampler(code)))
     return samplers
@@ -197,8 +240,9 @@ def _nvml_index(cuda: bool) -> int:
     if not cuda:
         return 0
     current = int(torch.cuda.current_device())
-    visible = [p.strip() for p in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
-               if p.strip()]
+    visible = [
+        p.strip() for p in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if p.strip()
+    ]
     if current < len(visible) and visible[current].isdigit():
         return int(visible[current])
     return current
@@ -220,8 +264,10 @@ def _sampling_notes(artifact: dict[str, Any]) -> list[str]:
         if samples.get("error"):
             notes.append(f"line sampler: {samples['error']}")
         elif not samples.get("ts_us"):
-            notes.append("line sampler: no sample fell inside the cell (it ran for less than "
-                         f"{samples.get('period_us', 1000) / 1000:g} ms?)")
+            notes.append(
+                "line sampler: no sample fell inside the cell (it ran for less than "
+                f"{samples.get('period_us', 1000) / 1000:g} ms?)"
+            )
     return notes
 
 
@@ -233,8 +279,11 @@ def _name_cells(cells: CellCompiler, artifact: dict[str, Any]) -> None:
     from gpuprof_nb.io.cells import KEY
 
     events = artifact.get("traceEvents")
-    files = [profiler_frame_file(str(e.get("name", ""))) for e in events or ()
-             if isinstance(e, dict) and e.get("cat") == "python_function"]
+    files = [
+        profiler_frame_file(str(e.get("name", "")))
+        for e in events or ()
+        if isinstance(e, dict) and e.get("cat") == "python_function"
+    ]
     own = artifact.get(KEY)
     samples = own.get("samples") if isinstance(own, dict) else None
     if isinstance(samples, dict):
@@ -264,10 +313,15 @@ def _notes(args: Any, cuda: bool) -> list[str]:
 
 def _block_note(number: int, auto: bool) -> str:
     """Return the note saying that each timed sample is `number` back-to-back runs."""
-    how = "chosen from a calibration block after the warm-up; --number sets it" if auto \
+    how = (
+        "chosen from a calibration block after the warm-up; --number sets it"
+        if auto
         else "--number"
-    return (f"each timed sample is {number:,} back-to-back runs ({how}); times are per "
-            f"run: the sample's time / {number:,}")
+    )
+    return (
+        f"each timed sample is {number:,} back-to-back runs ({how}); times are per "
+        f"run: the sample's time / {number:,}"
+    )
 
 
 @functools.cache

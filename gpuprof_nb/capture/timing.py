@@ -101,8 +101,11 @@ def time_cell(
 
     warm: list[float] = []
     spent_us = 0.0
-    while (len(warm) < n_warm if n_warm is not None
-           else not warm or (spent_us < WARMUP_BUDGET_US and len(warm) < MAX_AUTO_WARMUP)):
+    while (
+        len(warm) < n_warm
+        if n_warm is not None
+        else not warm or (spent_us < WARMUP_BUDGET_US and len(warm) < MAX_AUTO_WARMUP)
+    ):
         if before_each is not None:
             before_each()
         warm.append(_wall_block(run, 1, sync, clock))

@@ -76,8 +76,7 @@ def _psutil_cores() -> CoreSource | None:
     except ImportError:
         return None
     fields: tuple[str, ...] = psutil.cpu_times()._fields
-    idle = tuple(i for i, f in enumerate(fields) if f in ("idle", "iowait", "guest",
-                                                            "guest_nice"))
+    idle = tuple(i for i, f in enumerate(fields) if f in ("idle", "iowait", "guest", "guest_nice"))
     cpu_times = psutil.cpu_times
 
     def read() -> object:
@@ -112,7 +111,7 @@ def _proc_stat_cores() -> CoreSource | None:
         while len(data) == size and b"\nintr" not in data:
             size *= 4
             data = os.pread(fd, size, 0)
-        return data[data.find(b"\n") + 1:data.find(b"\nintr")]
+        return data[data.find(b"\n") + 1 : data.find(b"\nintr")]
 
     def parse(raw: object) -> list[float]:
         # Lines "cpuN user nice system idle iowait irq softirq steal guest guest_nice"
@@ -142,10 +141,10 @@ class UtilisationSampler:
     exception.
     """
 
-    def __init__(self, *, cuda: bool = False, device_index: int = 0,
-                 period_s: float = PERIOD_S) -> None:
-        if not (isinstance(period_s, (int, float)) and math.isfinite(period_s)
-                and period_s > 0):
+    def __init__(
+        self, *, cuda: bool = False, device_index: int = 0, period_s: float = PERIOD_S
+    ) -> None:
+        if not (isinstance(period_s, (int, float)) and math.isfinite(period_s) and period_s > 0):
             raise ValueError(f"period_s must be a positive number of seconds, got {period_s!r}")
         self.cuda = cuda
         self.device_index = device_index
@@ -206,8 +205,10 @@ class UtilisationSampler:
             if thread is not None:
                 thread.join(timeout=max(1.0, 4 * self._period_s))
                 if thread.is_alive():
-                    self._note("the sampling thread did not stop within a second; its last "
-                               "samples may be missing")
+                    self._note(
+                        "the sampling thread did not stop within a second; its last "
+                        "samples may be missing"
+                    )
             if self._stamps:
                 self._sample()
             if thread is None or not thread.is_alive():
@@ -225,8 +226,12 @@ class UtilisationSampler:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
     def _run(self) -> None:
@@ -276,8 +281,10 @@ class UtilisationSampler:
                 self._cores = [array("d") for _ in first]
                 return
             self._close_cores_quietly()
-        self._note("per-core CPU utilisation not recorded: psutil is not installed "
-                   "(pip install psutil) and there is no /proc/stat")
+        self._note(
+            "per-core CPU utilisation not recorded: psutil is not installed "
+            "(pip install psutil) and there is no /proc/stat"
+        )
 
     def _close_cores_quietly(self) -> None:
         close, self._close_cores = self._close_cores, None
@@ -303,8 +310,7 @@ class UtilisationSampler:
         try:
             handle = pynvml.nvmlDeviceGetHandleByIndex(self.device_index)
         except Exception as exc:
-            self._note(f"NVML has no GPU {self.device_index} ({exc}): no GPU utilisation "
-                       "recorded")
+            self._note(f"NVML has no GPU {self.device_index} ({exc}): no GPU utilisation recorded")
             return
         try:
             name = pynvml.nvmlDeviceGetName(handle)
@@ -326,13 +332,19 @@ class UtilisationSampler:
         def clock() -> tuple[float, ...]:
             return (float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),)
 
-        for names, read in ((("gpu_util", "gpu_mem_util"), rates), (("gpu_mem_used",), used),
-                            (("gpu_power",), power), (("gpu_sm_clock",), clock)):
+        for names, read in (
+            (("gpu_util", "gpu_mem_util"), rates),
+            (("gpu_mem_used",), used),
+            (("gpu_power",), power),
+            (("gpu_sm_clock",), clock),
+        ):
             try:
                 read()
             except Exception as exc:  # NVMLError_NotSupported and kin
-                self._note(f"{gpu} {', '.join(_GPU_LABELS[n][1] for n in names)} not "
-                           f"recorded: NVML says {exc}")
+                self._note(
+                    f"{gpu} {', '.join(_GPU_LABELS[n][1] for n in names)} not "
+                    f"recorded: NVML says {exc}"
+                )
                 continue
             self._nvml_readers.append((names, read))
             for n in names:
@@ -359,8 +371,9 @@ class UtilisationSampler:
                 gpu.append((names, read()))
             except Exception as exc:
                 gpu.append((names, None))
-                self._note(f"GPU {', '.join(_GPU_LABELS[n][1] for n in names)} stopped: "
-                           f"NVML says {exc}")
+                self._note(
+                    f"GPU {', '.join(_GPU_LABELS[n][1] for n in names)} stopped: NVML says {exc}"
+                )
         with self._lock:
             if self._cores is not None:
                 self._pending.append(raw)
@@ -396,8 +409,9 @@ class UtilisationSampler:
         if any(len(values) != len(self._cores) for values in parsed):
             self._cores = None
             self._read_cores = None
-            self._notes.append("per-core CPU utilisation left out: the number of CPUs "
-                               "changed during the cell")
+            self._notes.append(
+                "per-core CPU utilisation left out: the number of CPUs changed during the cell"
+            )
             return
         for k, series in enumerate(self._cores):
             series.extend([values[k] for values in parsed])
@@ -441,31 +455,50 @@ class UtilisationSampler:
         walls = [max(stamps[i] - stamps[i - 1], 1) for i in range(1, n)]
         series: dict[str, dict[str, Any]] = {}
         for k, busy in enumerate(cores or ()):
-            series[f"cpu{k}"] = {"unit": "%", "label": f"CPU {k}", "values": [
-                round(min(max((busy[i] - busy[i - 1]) * 1e11 / walls[i - 1], 0.0), 100.0), 2)
-                for i in range(1, n)]}
+            series[f"cpu{k}"] = {
+                "unit": "%",
+                "label": f"CPU {k}",
+                "values": [
+                    round(min(max((busy[i] - busy[i - 1]) * 1e11 / walls[i - 1], 0.0), 100.0), 2)
+                    for i in range(1, n)
+                ],
+            }
         if n:
-            series["process"] = {"unit": "cores", "label": "this process", "values": [
-                round((process[i] - process[i - 1]) / walls[i - 1], 4) for i in range(1, n)]}
+            series["process"] = {
+                "unit": "cores",
+                "label": "this process",
+                "values": [
+                    round((process[i] - process[i - 1]) / walls[i - 1], 4) for i in range(1, n)
+                ],
+            }
         for name, values in gpu.items():
             unit = _GPU_LABELS[name][0]
-            series[name] = {"unit": unit, "label": self._gpu_labels[name],
-                            "values": [round(v, 2) for v in values[1:]]}
+            series[name] = {
+                "unit": unit,
+                "label": self._gpu_labels[name],
+                "values": [round(v, 2) for v in values[1:]],
+            }
         if n < 2:
-            notes.append("no utilisation interval recorded: the sampler was not started "
-                         "and stopped")
+            notes.append(
+                "no utilisation interval recorded: the sampler was not started and stopped"
+            )
         period_s = max(self._wait_now_s, self._period_s)
         if self._halvings:
-            notes.append(f"every other sample dropped {self._halvings} time(s) to keep at most "
-                         f"{MAX_SAMPLES:,} samples: the period is now "
-                         f"{self._period_s * 1e3:.3g} ms")
+            notes.append(
+                f"every other sample dropped {self._halvings} time(s) to keep at most "
+                f"{MAX_SAMPLES:,} samples: the period is now "
+                f"{self._period_s * 1e3:.3g} ms"
+            )
         if period_s > 1.5 * self._period_s:
-            notes.append(f"sampled every {period_s * 1e3:.3g} ms, not every "
-                         f"{self._period_s * 1e3:.3g} ms: one sample takes "
-                         f"{self._cost_ns / max(self._cost_samples, 1) / 1e3:.3g} us of CPU "
-                         f"here, and sampling keeps under {MAX_CPU_SHARE:.0%} of a core")
-        parts = [p for p in (self._cores_source if cores is not None else "",
-                             "nvml" if gpu else "") if p]
+            notes.append(
+                f"sampled every {period_s * 1e3:.3g} ms, not every "
+                f"{self._period_s * 1e3:.3g} ms: one sample takes "
+                f"{self._cost_ns / max(self._cost_samples, 1) / 1e3:.3g} us of CPU "
+                f"here, and sampling keeps under {MAX_CPU_SHARE:.0%} of a core"
+            )
+        parts = [
+            p for p in (self._cores_source if cores is not None else "", "nvml" if gpu else "") if p
+        ]
         return {
             "source": "+".join(parts) or "process_time",
             "period_ms": round(period_s * 1e3, 6),

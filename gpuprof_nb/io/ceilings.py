@@ -42,8 +42,11 @@ def _read_cache() -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        warnings.warn(f"{path}: unreadable ceilings cache ({exc}); ignoring it (delete it, "
-                      "or run gpuprof_nb.measure_ceilings() to rewrite it)", stacklevel=3)
+        warnings.warn(
+            f"{path}: unreadable ceilings cache ({exc}); ignoring it (delete it, "
+            "or run gpuprof_nb.measure_ceilings() to rewrite it)",
+            stacklevel=3,
+        )
         return {}
     devices = data.get("devices") if isinstance(data, dict) else None
     return devices if isinstance(devices, dict) else {}
@@ -56,8 +59,10 @@ def write_ceilings(key: str, spec: DeviceSpec) -> None:
     devices[key] = spec.as_dict()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"version": _CACHE_VERSION, "devices": devices}, indent=1,
-                              sort_keys=True), encoding="utf-8")
+    tmp.write_text(
+        json.dumps({"version": _CACHE_VERSION, "devices": devices}, indent=1, sort_keys=True),
+        encoding="utf-8",
+    )
     tmp.replace(path)  # atomic: a concurrent reader never sees half a file
 
 

@@ -17,5 +17,4 @@ def cells_of(top: Mapping[str, Any]) -> dict[str, int]:
     cells = own.get("cells") if isinstance(own, Mapping) else None
     if not isinstance(cells, Mapping):
         return {}
-    return {k: v for k, v in cells.items()
-            if isinstance(k, str) and type(v) is int and v >= 0}
+    return {k: v for k, v in cells.items() if isinstance(k, str) and type(v) is int and v >= 0}

@@ -26,8 +26,11 @@ def samples_of(top: Mapping[str, Any], source: str = "trace") -> StackSamples | 
     frames = tuple(_frame(source, i, f) for i, f in enumerate(_list(source, entry, "frames")))
     stacks = []
     for k, stack in enumerate(_list(source, entry, "stacks")):
-        if not isinstance(stack, Sequence) or isinstance(stack, str) or \
-                not all(type(i) is int and 0 <= i < len(frames) for i in stack):
+        if (
+            not isinstance(stack, Sequence)
+            or isinstance(stack, str)
+            or not all(type(i) is int and 0 <= i < len(frames) for i in stack)
+        ):
             _bad(source, f".stacks[{k}]", f"must list frame indices below {len(frames)}")
         stacks.append(tuple(stack))
     ts = _list(source, entry, "ts_us")
@@ -51,10 +54,17 @@ def samples_of(top: Mapping[str, Any], source: str = "trace") -> StackSamples | 
     mode = entry.get("mode", "thread")
     if mode not in ("signal", "thread"):
         _bad(source, ".mode", f"must be 'signal' or 'thread', got {mode!r}")
-    return StackSamples(frames=frames, stacks=tuple(stacks), ts_us=times, stack_of=tuple(of),
-                        period_us=numbers["period_us"], start_us=numbers["start_us"],
-                        end_us=numbers["end_us"], late=late if type(late) is int else 0,
-                        mode=mode)
+    return StackSamples(
+        frames=frames,
+        stacks=tuple(stacks),
+        ts_us=times,
+        stack_of=tuple(of),
+        period_us=numbers["period_us"],
+        start_us=numbers["start_us"],
+        end_us=numbers["end_us"],
+        late=late if type(late) is int else 0,
+        mode=mode,
+    )
 
 
 def _number(value: Any) -> bool:
@@ -69,8 +79,14 @@ def _list(source: str, entry: Mapping[str, Any], name: str) -> Sequence[Any]:
 
 
 def _frame(source: str, i: int, raw: Any) -> Frame:
-    if not (isinstance(raw, list) and len(raw) == 4 and isinstance(raw[0], str)
-            and type(raw[1]) is int and isinstance(raw[2], str) and isinstance(raw[3], str)):
+    if not (
+        isinstance(raw, list)
+        and len(raw) == 4
+        and isinstance(raw[0], str)
+        and type(raw[1]) is int
+        and isinstance(raw[2], str)
+        and isinstance(raw[3], str)
+    ):
         _bad(source, f".frames[{i}]", f"must be [file, line, function, text], got {raw!r:.80}")
     return Frame(raw[0], raw[1], raw[2], raw[3])
 

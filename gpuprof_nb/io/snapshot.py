@@ -78,9 +78,19 @@ def _unpickle(stream: Any, where: str) -> tuple[Any, int]:  # any binary file ob
         return data, stream.tell()
     except SnapshotFormatError as e:
         raise SnapshotFormatError(f"{where}: {e}") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError,
-            KeyError, AttributeError, MemoryError, OSError, UnicodeDecodeError,
-            zlib.error) as e:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        IndexError,
+        KeyError,
+        AttributeError,
+        MemoryError,
+        OSError,
+        UnicodeDecodeError,
+        zlib.error,
+    ) as e:
         raise SnapshotFormatError(
             f"{where}: not a readable pickle ({type(e).__name__}: {e}); is the file "
             "truncated? Dump it again with torch.cuda.memory._dump_snapshot(path)."
@@ -94,17 +104,16 @@ def load_snapshot(source: str | os.PathLike[str] | bytes | Mapping[str, Any]) ->
         return _load_snapshot(source)
 
 
-def _load_snapshot(source: str | os.PathLike[str] | bytes | Mapping[str, Any]
-                   ) -> MemorySnapshot:
+def _load_snapshot(source: str | os.PathLike[str] | bytes | Mapping[str, Any]) -> MemorySnapshot:
     if isinstance(source, Mapping):
         return snapshot_from_dict(source)
     if isinstance(source, (bytes, bytearray, memoryview)):
         raw = bytes(source)
         # gzip is read through the same guarded unpickling as a file, so damaged
         # compressed bytes give a SnapshotFormatError too.
-        stream: io.BufferedIOBase = (gzip.GzipFile(fileobj=io.BytesIO(raw))
-                                     if raw[:2] == b"\x1f\x8b"
-                                     else io.BytesIO(raw))
+        stream: io.BufferedIOBase = (
+            gzip.GzipFile(fileobj=io.BytesIO(raw)) if raw[:2] == b"\x1f\x8b" else io.BytesIO(raw)
+        )
         data, n_bytes = _unpickle(stream, "snapshot bytes")
         return _snapshot_from_dict(data, "snapshot bytes", n_bytes)
     path = Path(source)
@@ -193,8 +202,11 @@ class _StackTable:
                 "filename, line and name"
             )
         line = f.get("line", 0)
-        key = (str(f.get("filename", "??")), int(line) if isinstance(line, int) else 0,
-               str(f.get("name", "??")))
+        key = (
+            str(f.get("filename", "??")),
+            int(line) if isinstance(line, int) else 0,
+            str(f.get("name", "??")),
+        )
         index = self._frame_index.get(key)
         if index is None:
             index = len(self.frames)
@@ -280,24 +292,31 @@ def _segment(seg: Any, i: int, where: str, table: _StackTable) -> Segment:
         # Block addresses are optional in old and profiler-made snapshots: blocks tile
         # the segment in order, so the running offset recovers them.
         addr = _int(b.get("address"), "'address'", bhere, default=offset)
-        blocks.append(Block(address=addr, size=size,
-                            requested_size=_checked_size(requested, "'requested_size'", bhere,
-                                                         size),
-                            state=str(b.get("state", "inactive")),
-                            stack=table.stack_of(frames)))
+        blocks.append(
+            Block(
+                address=addr,
+                size=size,
+                requested_size=_checked_size(requested, "'requested_size'", bhere, size),
+                state=str(b.get("state", "inactive")),
+                stack=table.stack_of(frames),
+            )
+        )
         offset = addr + size
-    total = _checked_size(seg.get("total_size"), "'total_size'", here,
-                          sum(b.size for b in blocks))
+    total = _checked_size(seg.get("total_size"), "'total_size'", here, sum(b.size for b in blocks))
     active = [b for b in blocks if b.is_active]
     return Segment(
         device=_int(seg.get("device"), "'device'", here),
         address=seg_addr,
         total_size=total,
         allocated_size=_checked_size(
-            seg.get("allocated_size"), "'allocated_size'", here,
-            sum(b.size for b in active if b.state == "active_allocated")),
-        active_size=_checked_size(seg.get("active_size"), "'active_size'", here,
-                                  sum(b.size for b in active)),
+            seg.get("allocated_size"),
+            "'allocated_size'",
+            here,
+            sum(b.size for b in active if b.state == "active_allocated"),
+        ),
+        active_size=_checked_size(
+            seg.get("active_size"), "'active_size'", here, sum(b.size for b in active)
+        ),
         stream=_int(seg.get("stream"), "'stream'", here),
         segment_type=str(seg.get("segment_type", "large" if total > 2**20 else "small")),
         blocks=tuple(blocks),
@@ -331,8 +350,13 @@ def _device_trace(
     try:
         action = np.array([code.get(e.get("action"), OTHER) for e in entries], dtype=np.int8)
     except TypeError:  # an unhashable 'action' somewhere: it counts as an unknown one
-        action = np.array([code.get(a, OTHER) if isinstance(a := e.get("action"), str)
-                           else OTHER for e in entries], dtype=np.int8)
+        action = np.array(
+            [
+                code.get(a, OTHER) if isinstance(a := e.get("action"), str) else OTHER
+                for e in entries
+            ],
+            dtype=np.int8,
+        )
     addr = _column([e.get("addr") or 0 for e in entries], np.int64, "addr", here)
     size = _column([e.get("size") or 0 for e in entries], np.int64, "size", here)
     _check_sizes(size, action, here)
@@ -340,21 +364,29 @@ def _device_trace(
     stack = np.array([table.stack_of(e.get("frames")) for e in entries], dtype=np.int32)
     time_us: np.ndarray | None = None
     if any("time_us" in e for e in entries):
-        time_us = _column([e.get("time_us", math.nan) for e in entries], np.float64,
-                          "time_us", here)
+        time_us = _column(
+            [e.get("time_us", math.nan) for e in entries], np.float64, "time_us", here
+        )
     device_free = np.full(len(entries), -1, dtype=np.int64)
     for i in np.flatnonzero(action == OOM).tolist():
-        device_free[i] = _int(entries[i].get("device_free"), "'device_free'", f"{here}[{i}]",
-                              -1)
+        device_free[i] = _int(entries[i].get("device_free"), "'device_free'", f"{here}[{i}]", -1)
     category = np.full(len(entries), -1, dtype=np.int16)
     if any("category" in e for e in entries):
         for i, e in enumerate(entries):
             name = e.get("category")
             if name is not None:
                 category[i] = categories.setdefault(str(name), len(categories))
-    return DeviceTrace(device=device, action=action, addr=addr, size=size, stream=stream,
-                       stack=stack, time_us=time_us, device_free=device_free,
-                       category=category)
+    return DeviceTrace(
+        device=device,
+        action=action,
+        addr=addr,
+        size=size,
+        stream=stream,
+        stack=stack,
+        time_us=time_us,
+        device_free=device_free,
+        category=category,
+    )
 
 
 def snapshot_from_dict(data: Any, *, where: str = "snapshot") -> MemorySnapshot:
@@ -364,8 +396,13 @@ def snapshot_from_dict(data: Any, *, where: str = "snapshot") -> MemorySnapshot:
         return _snapshot_from_dict(data, where)
 
 
-def _check_expansion(raw_segments: Sequence[Any], raw_traces: Sequence[Any],
-                     step_starts: Any, n_bytes: int, where: str) -> None:
+def _check_expansion(
+    raw_segments: Sequence[Any],
+    raw_traces: Sequence[Any],
+    step_starts: Any,
+    n_bytes: int,
+    where: str,
+) -> None:
     """Raise SnapshotFormatError when `n_bytes` of pickle unpickled into more entries,
     blocks, segments, devices and step marks than a real snapshot of that size can hold
     (see MIN_BYTES_PER_ITEM). Counts only list lengths, before anything is built."""
@@ -373,8 +410,9 @@ def _check_expansion(raw_segments: Sequence[Any], raw_traces: Sequence[Any],
     def lengths(items: Any) -> int:
         if not isinstance(items, Sequence) or isinstance(items, (str, bytes)):
             return 0
-        return sum(len(x) for x in items
-                   if isinstance(x, Sequence) and not isinstance(x, (str, bytes)))
+        return sum(
+            len(x) for x in items if isinstance(x, Sequence) and not isinstance(x, (str, bytes))
+        )
 
     counts = {
         "history entries": lengths(raw_traces),
@@ -420,8 +458,7 @@ def _snapshot_from_dict(data: Any, where: str, n_bytes: int | None = None) -> Me
     segments = tuple(_segment(s, i, where, table) for i, s in enumerate(raw_segments))
     categories: dict[str, int] = {}
     traces = tuple(
-        _device_trace(d, entries, where, table, categories)
-        for d, entries in enumerate(raw_traces)
+        _device_trace(d, entries, where, table, categories) for d, entries in enumerate(raw_traces)
     )
     notes = extra.get("notes", ())
     notes = notes if isinstance(notes, (list, tuple)) else ()
@@ -446,14 +483,17 @@ def _snapshot_from_dict(data: Any, where: str, n_bytes: int | None = None) -> Me
     )
 
 
-def _frames_out(snapshot: MemorySnapshot, stack: int, cache: dict[int, list[dict[str, Any]]]
-                ) -> list[dict[str, Any]]:
+def _frames_out(
+    snapshot: MemorySnapshot, stack: int, cache: dict[int, list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
     if stack < 0:
         return []
     hit = cache.get(stack)
     if hit is None:
-        hit = [{"filename": f.filename, "line": f.line, "name": f.name}
-               for f in (snapshot.frames[i] for i in snapshot.stacks[stack])]
+        hit = [
+            {"filename": f.filename, "line": f.line, "name": f.name}
+            for f in (snapshot.frames[i] for i in snapshot.stacks[stack])
+        ]
         cache[stack] = hit
     return hit
 
@@ -464,13 +504,23 @@ def snapshot_to_dict(snapshot: MemorySnapshot) -> dict[str, Any]:
     cache: dict[int, list[dict[str, Any]]] = {}
     segments = [
         {
-            "device": s.device, "address": s.address, "total_size": s.total_size,
-            "allocated_size": s.allocated_size, "active_size": s.active_size,
+            "device": s.device,
+            "address": s.address,
+            "total_size": s.total_size,
+            "allocated_size": s.allocated_size,
+            "active_size": s.active_size,
             "requested_size": sum(b.requested_size for b in s.blocks if b.is_active),
-            "stream": s.stream, "segment_type": s.segment_type, "segment_pool_id": (0, 0),
+            "stream": s.stream,
+            "segment_type": s.segment_type,
+            "segment_pool_id": (0, 0),
             "blocks": [
-                {"address": b.address, "size": b.size, "requested_size": b.requested_size,
-                 "state": b.state, "frames": _frames_out(snapshot, b.stack, cache)}
+                {
+                    "address": b.address,
+                    "size": b.size,
+                    "requested_size": b.requested_size,
+                    "state": b.state,
+                    "frames": _frames_out(snapshot, b.stack, cache),
+                }
                 for b in s.blocks
             ],
         }
@@ -483,7 +533,9 @@ def snapshot_to_dict(snapshot: MemorySnapshot) -> dict[str, Any]:
         for i in range(t.n_events):
             a = int(t.action[i])
             entry: dict[str, Any] = {
-                "action": ACTIONS[a], "addr": int(t.addr[i]), "size": int(t.size[i]),
+                "action": ACTIONS[a],
+                "addr": int(t.addr[i]),
+                "size": int(t.size[i]),
                 "stream": int(t.stream[i]),
                 "frames": _frames_out(snapshot, int(t.stack[i]), cache),
             }
@@ -507,8 +559,9 @@ def snapshot_to_dict(snapshot: MemorySnapshot) -> dict[str, Any]:
     return data
 
 
-def save_snapshot(snapshot: MemorySnapshot | Mapping[str, Any], path: str | os.PathLike[str]
-                  ) -> Path:
+def save_snapshot(
+    snapshot: MemorySnapshot | Mapping[str, Any], path: str | os.PathLike[str]
+) -> Path:
     """Write the snapshot as a pickle PyTorch's memory_viz opens; return the path."""
     data = snapshot_to_dict(snapshot) if isinstance(snapshot, MemorySnapshot) else snapshot
     out = Path(path)

@@ -244,10 +244,19 @@ _ARG_KEYS = {
 }
 # The nested ones (lists of shapes, types, stack frames): repeated across thousands of ops,
 # so the fast reader keeps their JSON text (msgspec.Raw) and converts each distinct text once.
-_NESTED_ARGS = frozenset({
-    "input_dims", "input_dims_2021", "input_types", "input_strides", "input_strides_2021",
-    "concrete_inputs", "call_stack", "grid", "block",
-})
+_NESTED_ARGS = frozenset(
+    {
+        "input_dims",
+        "input_dims_2021",
+        "input_types",
+        "input_strides",
+        "input_strides_2021",
+        "concrete_inputs",
+        "call_stack",
+        "grid",
+        "block",
+    }
+)
 
 
 class _PyArgs:
@@ -298,13 +307,22 @@ def _args_types() -> tuple[Any, Any, Any, Any, Any]:
     phases = []
     for ph in _PHASES:
         fields = [] if ph in _FLOW_PHASES else event_fields(raw_args)
-        phases.append(msgspec.defstruct(f"_Event_{ord(ph)}", fields, tag_field="ph", tag=ph,
-                                        namespace={"ph": ph}, gc=False))
-    dict_event = msgspec.defstruct("_DictEvent", [("ph", Any, None), *event_fields(parsed_args)],
-                                   gc=False)
+        phases.append(
+            msgspec.defstruct(
+                f"_Event_{ord(ph)}", fields, tag_field="ph", tag=ph, namespace={"ph": ph}, gc=False
+            )
+        )
+    dict_event = msgspec.defstruct(
+        "_DictEvent", [("ph", Any, None), *event_fields(parsed_args)], gc=False
+    )
     listed: Any = list  # the types below are built at run time
-    return (msgspec.json.Decoder(listed[Union[tuple(phases)]]), raw_args,  # noqa: UP007
-            parsed_args, msgspec.Raw, listed[dict_event])
+    return (
+        msgspec.json.Decoder(listed[Union[tuple(phases)]]),  # noqa: UP007
+        raw_args,
+        parsed_args,
+        msgspec.Raw,
+        listed[dict_event],
+    )
 
 
 # Every phase of the Chrome trace event format; the flow phases ('s', 't', 'f').
@@ -323,8 +341,9 @@ class _PyEvent:
 
     __slots__ = ("ph", "name", "cat", "ts", "dur", "pid", "tid", "args")
 
-    def __init__(self, ph: Any, name: Any, cat: Any, ts: Any, dur: Any, pid: Any, tid: Any,
-                 args: Any) -> None:
+    def __init__(
+        self, ph: Any, name: Any, cat: Any, ts: Any, dur: Any, pid: Any, tid: Any, args: Any
+    ) -> None:
         self.ph = ph
         self.name = name
         self.cat = cat
@@ -388,8 +407,13 @@ def _collective(args: Any) -> Collective | None:
     if not isinstance(name, str):
         return None
     dtype = args.coll_dtype
-    return Collective(name, _opt_int(args.coll_in_nelems), _opt_int(args.coll_out_nelems),
-                      _opt_int(args.coll_group_size), dtype if isinstance(dtype, str) else None)
+    return Collective(
+        name,
+        _opt_int(args.coll_in_nelems),
+        _opt_int(args.coll_out_nelems),
+        _opt_int(args.coll_group_size),
+        dtype if isinstance(dtype, str) else None,
+    )
 
 
 def _stream_of(stream: Any, tid: Any) -> int:
@@ -410,10 +434,7 @@ def _tuplify(value: list[Any]) -> tuple[Any, ...]:
     """Nested lists -> nested tuples (hashable, immutable); dicts, never expected in shape
     args, become their text."""
     return tuple(
-        [
-            _tuplify(v) if type(v) is list else (str(v) if type(v) is dict else v)
-            for v in value
-        ]
+        [_tuplify(v) if type(v) is list else (str(v) if type(v) is dict else v) for v in value]
     )
 
 
@@ -493,8 +514,9 @@ class _Builder:
                     return hit
         result: tuple[str, ...]
         if isinstance(value, list):
-            result = self._share(tuple([sys.intern(v) if isinstance(v, str) else str(v)
-                                        for v in value]))
+            result = self._share(
+                tuple([sys.intern(v) if isinstance(v, str) else str(v) for v in value])
+            )
         elif isinstance(value, str):
             # Some exporters join the stack with ';'.
             result = self._share(tuple(sys.intern(p) for p in value.split(";") if p))
@@ -516,8 +538,16 @@ class _Builder:
         get = event.get
         try:
             args = get("args")
-            fields = _PyEvent(get("ph"), get("name"), get("cat"), get("ts"), get("dur"),
-                              get("pid"), get("tid"), None if args is None else _args_of(args))
+            fields = _PyEvent(
+                get("ph"),
+                get("name"),
+                get("cat"),
+                get("ts"),
+                get("dur"),
+                get("pid"),
+                get("tid"),
+                None if args is None else _args_of(args),
+            )
         except _FIELD_ERRORS as exc:
             raise self._odd_field(index, exc) from exc
         self._model([fields], index)
@@ -573,15 +603,15 @@ class _Builder:
                         ts = e.ts
                         t = type(ts)
                         if (t is not float and t is not int) or ts - ts != 0:
-                            raise self._fail(index,
-                                             f"({e.name!r}) has no numeric 'ts' (got {ts!r})")
+                            raise self._fail(
+                                index, f"({e.name!r}) has no numeric 'ts' (got {ts!r})"
+                            )
                         if ts < lo:
                             lo = ts
                         if ts > hi:
                             hi = ts
                         args = e.args
-                        if e.name != "[memory]" or args is None \
-                                or type(args) not in args_types:
+                        if e.name != "[memory]" or args is None or type(args) not in args_types:
                             continue
                         nbytes = args.mem_bytes
                         if type(nbytes) is not int:
@@ -604,17 +634,19 @@ class _Builder:
                         if type(reserved) is not int and reserved is not None:
                             reserved = _opt_int(reserved)
                         tid = e.tid
-                        memory_append(new_memory(
-                            ts if t is float else float(ts),
-                            nbytes,
-                            device_type if device_type is not None else -1,
-                            device_id if device_id is not None else -1,
-                            addr,
-                            allocated,
-                            reserved,
-                            pid if type(pid) is int else _host_id(pid),
-                            tid if type(tid) is int else _host_id(tid),
-                        ))
+                        memory_append(
+                            new_memory(
+                                ts if t is float else float(ts),
+                                nbytes,
+                                device_type if device_type is not None else -1,
+                                device_id if device_id is not None else -1,
+                                addr,
+                                allocated,
+                                reserved,
+                                pid if type(pid) is int else _host_id(pid),
+                                tid if type(tid) is int else _host_id(tid),
+                            )
+                        )
                     # 'M' metadata (unrelated early ts), 's'/'f' flows, counters: nothing to
                     # model.
                     continue
@@ -664,10 +696,25 @@ class _Builder:
                         # marker is an annotation whatever category an exporter gives it.
                         kind = "annotation"
                     if args is None:
-                        ops_append(new_op(
-                            name, kind, start, dur_f, pid, tid,
-                            None, None, None, None, None, None, None, None, index,
-                        ))
+                        ops_append(
+                            new_op(
+                                name,
+                                kind,
+                                start,
+                                dur_f,
+                                pid,
+                                tid,
+                                None,
+                                None,
+                                None,
+                                None,
+                                None,
+                                None,
+                                None,
+                                None,
+                                index,
+                            )
+                        )
                         continue
                     external = args.external_id
                     if external is None:
@@ -704,10 +751,25 @@ class _Builder:
                     stack = args.call_stack
                     if stack is not None:
                         stack = strings(stack)
-                    ops_append(new_op(
-                        name, kind, start, dur_f, pid, tid,
-                        external, dims, in_types, strides, concrete, seq, fwd, stack, index,
-                    ))
+                    ops_append(
+                        new_op(
+                            name,
+                            kind,
+                            start,
+                            dur_f,
+                            pid,
+                            tid,
+                            external,
+                            dims,
+                            in_types,
+                            strides,
+                            concrete,
+                            seq,
+                            fwd,
+                            stack,
+                            index,
+                        )
+                    )
                     continue
 
                 if args is None:
@@ -721,12 +783,18 @@ class _Builder:
                     if external is None:
                         external = args.external_id_2021
                     corr = args.correlation
-                    runtime_append(_new_runtime(
-                        name, start, dur_f, pid, tid,
-                        corr if type(corr) is int else _opt_int(corr),
-                        external if type(external) is int else _opt_int(external),
-                        index,
-                    ))
+                    runtime_append(
+                        _new_runtime(
+                            name,
+                            start,
+                            dur_f,
+                            pid,
+                            tid,
+                            corr if type(corr) is int else _opt_int(corr),
+                            external if type(external) is int else _opt_int(external),
+                            index,
+                        )
+                    )
                 elif code == _KERNELS:
                     device = args.device
                     if type(device) is not int:
@@ -742,38 +810,51 @@ class _Builder:
                     corr = args.correlation
                     grid = args.grid
                     if grid is not None:
-                        hit = shapes_get(bytes(grid), missing) if type(grid) is raw_type \
-                            else missing
+                        hit = (
+                            shapes_get(bytes(grid), missing) if type(grid) is raw_type else missing
+                        )
                         grid = shape(grid) if hit is missing else hit
                     block = args.block
                     if block is not None:
-                        hit = shapes_get(bytes(block), missing) if type(block) is raw_type \
+                        hit = (
+                            shapes_get(bytes(block), missing)
+                            if type(block) is raw_type
                             else missing
+                        )
                         block = shape(block) if hit is missing else hit
-                    kernels_append(_new_kernel(
-                        name, kind, start, dur_f,
-                        device if device is not None else -1,
-                        stream,
-                        corr if type(corr) is int else _opt_int(corr),
-                        external if type(external) is int else _opt_int(external),
-                        _opt_int(args.nbytes) if kind != "kernel" else None,
-                        grid,
-                        block,
-                        index,
-                        _collective(args) if args.coll_name is not None else None,
-                    ))
+                    kernels_append(
+                        _new_kernel(
+                            name,
+                            kind,
+                            start,
+                            dur_f,
+                            device if device is not None else -1,
+                            stream,
+                            corr if type(corr) is int else _opt_int(corr),
+                            external if type(external) is int else _opt_int(external),
+                            _opt_int(args.nbytes) if kind != "kernel" else None,
+                            grid,
+                            block,
+                            index,
+                            _collective(args) if args.coll_name is not None else None,
+                        )
+                    )
                 else:  # a host-side sync event
                     device = _opt_int(args.device)
                     if device is None:
                         device = _opt_int(pid)
                     stream = _opt_int(args.stream)
-                    self.syncs.append(_new_sync(
-                        name, start, dur_f,
-                        device if device is not None else -1,
-                        stream if stream is not None else -1,
-                        _opt_int(args.correlation),
-                        index,
-                    ))
+                    self.syncs.append(
+                        _new_sync(
+                            name,
+                            start,
+                            dur_f,
+                            device if device is not None else -1,
+                            stream if stream is not None else -1,
+                            _opt_int(args.correlation),
+                            index,
+                        )
+                    )
         except _FIELD_ERRORS as exc:
             raise self._odd_field(index, exc) from exc
         finally:
@@ -810,8 +891,7 @@ class _Builder:
         # gpuprof_nb's own samples ride along with the trace: a malformed entry costs its
         # Hotspots or utilisation strip (said in the warnings), never the trace.
         samples = _own_entry(lambda: samples_of(top, self.source), "line samples", warnings)
-        utilisation = _own_entry(lambda: utilisation_of(top), "utilisation samples",
-                                 warnings)
+        utilisation = _own_entry(lambda: utilisation_of(top), "utilisation samples", warnings)
         return Trace(
             source=self.source,
             ops=tuple(ops),
@@ -963,7 +1043,7 @@ class _StreamParser:
         if self.first_read:
             self.first_read = False
             if data.startswith(codecs.BOM_UTF8):
-                data = data[len(codecs.BOM_UTF8):]
+                data = data[len(codecs.BOM_UTF8) :]
         try:
             text = self.decoder.decode(data, final=not data)
         except UnicodeDecodeError as exc:
@@ -974,7 +1054,7 @@ class _StreamParser:
         if not data:
             self.eof = True
         self.dropped += self.pos
-        self.buf = self.buf[self.pos:] + text
+        self.buf = self.buf[self.pos :] + text
         self.pos = 0
 
     def _skip_ws(self) -> str:
@@ -1030,7 +1110,7 @@ class _StreamParser:
                 f"{self.source}: the JSON ends in the middle of a value (truncated? an "
                 f"interrupted export or copy); export the trace again."
             )
-        snippet = self.buf[max(at - 30, 0): at + 30].replace("\n", " ")
+        snippet = self.buf[max(at - 30, 0) : at + 30].replace("\n", " ")
         return TraceFormatError(
             f"{self.source}: not valid JSON ({what}) at character {self.dropped + at}, near "
             f"{snippet!r}; {_HOW_TO_EXPORT}."
@@ -1052,16 +1132,14 @@ class _StreamParser:
     def parse(self, builder: _Builder) -> dict[str, Any]:
         first = self._skip_ws()
         if first == "":
-            raise TraceFormatError(
-                f"{self.source}: the file is empty; {_HOW_TO_EXPORT}."
-            )
+            raise TraceFormatError(f"{self.source}: the file is empty; {_HOW_TO_EXPORT}.")
         if first == "[":
             self.pos += 1
             self._events(builder, top_level=True)
             self._end()
             return {}
         if first != "{":
-            start = self.buf[self.pos: self.pos + 20]
+            start = self.buf[self.pos : self.pos + 20]
             raise TraceFormatError(
                 f"{self.source}: not a JSON trace (it starts with {start!r}); {_HOW_TO_EXPORT}."
             )

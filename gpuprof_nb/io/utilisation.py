@@ -20,8 +20,9 @@ from gpuprof_nb.io.cells import KEY
 from gpuprof_nb.model.utilisation import Utilisation, UtilisationSeries
 
 PATH = f"{KEY}.utilisation"
-_FIX = ("; record the cell again, or delete the trace's 'gpuprof_nb.utilisation' entry to "
-        "load the rest")
+_FIX = (
+    "; record the cell again, or delete the trace's 'gpuprof_nb.utilisation' entry to load the rest"
+)
 
 
 def _fail(where: str, what: str) -> TraceFormatError:
@@ -82,8 +83,11 @@ def utilisation_of(top: Mapping[str, Any]) -> Utilisation | None:
     ts_us = _numbers(_field(entry, "ts_us", PATH), f"{PATH}.ts_us")
     for i in range(1, len(ts_us)):
         if ts_us[i] < ts_us[i - 1]:
-            raise _fail(f"{PATH}.ts_us[{i}]", f"{ts_us[i]!r} is before the time ahead of it "
-                        f"({ts_us[i - 1]!r}); times must not decrease")
+            raise _fail(
+                f"{PATH}.ts_us[{i}]",
+                f"{ts_us[i]!r} is before the time ahead of it "
+                f"({ts_us[i - 1]!r}); times must not decrease",
+            )
     raw_series = _mapping(_field(entry, "series", PATH), f"{PATH}.series")
     series = []
     for name, raw in raw_series.items():
@@ -101,8 +105,9 @@ def utilisation_of(top: Mapping[str, Any]) -> Utilisation | None:
     if not isinstance(raw_notes, (list, tuple)):
         raise _fail(f"{PATH}.notes", f"expected a list of strings, got {_kind(raw_notes)}")
     notes = tuple(_text(n, f"{PATH}.notes[{i}]") for i, n in enumerate(raw_notes))
-    return Utilisation(source=source, period_ms=period_ms, ts_us=ts_us, series=tuple(series),
-                       notes=notes)
+    return Utilisation(
+        source=source, period_ms=period_ms, ts_us=ts_us, series=tuple(series), notes=notes
+    )
 
 
 def utilisation_dict(u: Utilisation) -> dict[str, Any]:
@@ -111,7 +116,8 @@ def utilisation_dict(u: Utilisation) -> dict[str, Any]:
         "source": u.source,
         "period_ms": u.period_ms,
         "ts_us": list(u.ts_us),
-        "series": {s.name: {"unit": s.unit, "label": s.label, "values": list(s.values)}
-                   for s in u.series},
+        "series": {
+            s.name: {"unit": s.unit, "label": s.label, "values": list(s.values)} for s in u.series
+        },
         "notes": list(u.notes),
     }

@@ -120,9 +120,11 @@ def accumulation_blocked(config: RungConfig, device: torch.device) -> str | None
     been overwritten by a subsequent run"; pytorch/pytorch#169545, where marking a step
     before each micro-batch does not help either)."""
     if config.compile_mode == "reduce-overhead" and device.type == "cuda":
-        return ("not measured on top of compile(reduce-overhead): CUDA graphs overwrite the "
-                "gradients a micro-batch leaves for the next (pytorch/pytorch#169545); "
-                "accumulate with compile(default), or without compile")
+        return (
+            "not measured on top of compile(reduce-overhead): CUDA graphs overwrite the "
+            "gradients a micro-batch leaves for the next (pytorch/pytorch#169545); "
+            "accumulate with compile(default), or without compile"
+        )
     return None
 
 
@@ -130,8 +132,10 @@ def memory_method(device: torch.device) -> str:
     """Return, in words, how peak memory is measured on `device`."""
     if device.type == "cuda":
         return "torch.cuda.max_memory_allocated growth over the rung"
-    return ("tensor bytes: parameters + optimizer state + the peak a training step adds, "
-            "from one extra step under torch.profiler(profile_memory=True)")
+    return (
+        "tensor bytes: parameters + optimizer state + the peak a training step adds, "
+        "from one extra step under torch.profiler(profile_memory=True)"
+    )
 
 
 def _tensor_bytes(tensors: Iterable[Any]) -> int:
@@ -144,8 +148,9 @@ def _tensor_bytes(tensors: Iterable[Any]) -> int:
     return total
 
 
-def _cpu_step_peak_bytes(step: Callable[[], Any], model: torch.nn.Module,
-                         optimizer: torch.optim.Optimizer) -> int | None:
+def _cpu_step_peak_bytes(
+    step: Callable[[], Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> int | None:
     """Return the CPU tensor bytes live at the peak of one training step: what is live before
     it (parameters, optimizer state) plus the highest running sum of the allocations and frees
     torch's profiler records during it. None while another profiler runs."""
@@ -275,8 +280,7 @@ def _batches(loader: DataLoader[Any]) -> Iterator[Any]:
             )
 
 
-def build_loader(workload: Workload, settings: LoaderSettings, batch_size: int
-                 ) -> DataLoader[Any]:
+def build_loader(workload: Workload, settings: LoaderSettings, batch_size: int) -> DataLoader[Any]:
     """Return a DataLoader over the workload's data in a fixed order (same slice every rung)."""
     kwargs: dict[str, Any] = {
         "batch_size": batch_size,
@@ -347,9 +351,7 @@ def checkpoint_targets(
             return tuple(blocks)
     if isinstance(model, torch.nn.Sequential) and len(model) >= 3:
         return ((SEGMENTS, model),)
-    return tuple(
-        (name, child) for name, child in model.named_children() if _has_parameters(child)
-    )
+    return tuple((name, child) for name, child in model.named_children() if _has_parameters(child))
 
 
 def apply_checkpointing(model: torch.nn.Module, names: Sequence[str] | None) -> str:
@@ -365,7 +367,8 @@ def apply_checkpointing(model: torch.nn.Module, names: Sequence[str] | None) -> 
         def forward(x: Any) -> Any:
             # torch leaves checkpoint_sequential unannotated.
             return checkpoint_sequential(  # type: ignore[no-untyped-call]
-                layers, segments, x, use_reentrant=False)
+                layers, segments, x, use_reentrant=False
+            )
 
         model.forward = forward  # type: ignore[method-assign]
         return f"{segments} segments of the Sequential (the last one is not checkpointed)"
@@ -382,8 +385,9 @@ def build_optimizer(
     if not fused:
         return optimizer
     if not isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW):
-        raise GpuprofError(f"fused AdamW replaces Adam/AdamW; the optimizer is "
-                           f"{type(optimizer).__name__}")
+        raise GpuprofError(
+            f"fused AdamW replaces Adam/AdamW; the optimizer is {type(optimizer).__name__}"
+        )
     groups = [
         {k: v for k, v in group.items() if k not in ("fused", "foreach")}
         for group in optimizer.param_groups
@@ -391,8 +395,9 @@ def build_optimizer(
     return type(optimizer)(groups, fused=True)
 
 
-def measure(workload: Workload, config: RungConfig, *, batch_size: int | None = None
-            ) -> Measurement:
+def measure(
+    workload: Workload, config: RungConfig, *, batch_size: int | None = None
+) -> Measurement:
     """Return the measurement of `config` on `workload`; raises NonFiniteLossError,
     OutOfMemory, GpuprofError for bad data, or whatever the model raised."""
     device = workload.device
@@ -425,8 +430,7 @@ def measure(workload: Workload, config: RungConfig, *, batch_size: int | None = 
         free_memory(device, collect=failed or compiled or config.checkpoint)
 
 
-def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
-           ) -> Measurement:
+def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter) -> Measurement:
     """Build, train and time one configuration (see `measure`)."""
     device = workload.device
     compiled = config.compile_mode is not None
@@ -437,9 +441,7 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
     optimizer = build_optimizer(workload.optimizer_fn, model, config.fused_optimizer)
     train_model: Callable[..., Any] = model
     if compiled:
-        train_model = torch.compile(
-            model, mode=config.compile_mode, backend=config.compile_backend
-        )
+        train_model = torch.compile(model, mode=config.compile_mode, backend=config.compile_backend)
     amp = _amp_dtype(config.precision)
     scaler = torch.amp.GradScaler(device.type) if config.precision == "fp16" else None
     loader = build_loader(workload, config.loader, batch)
@@ -462,10 +464,12 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
             if probe is None:
                 # The slice's first batch: the same probe for every rung.
                 probe = (inputs, targets)
-            with torch.autocast(device.type, dtype=amp or torch.float32,
-                                enabled=amp is not None):
-                out = train_model(*inputs) if isinstance(inputs, tuple | list) \
+            with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
+                out = (
+                    train_model(*inputs)
+                    if isinstance(inputs, tuple | list)
                     else train_model(inputs)
+                )
                 loss = workload.loss_fn(out, targets) / k
             if scaler is not None:
                 # torch leaves Tensor.backward unannotated.
@@ -504,7 +508,7 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
         # After the probe, so the extra step changes no reported loss.
         with torch.enable_grad():
             peak = _cpu_step_peak_bytes(step, model, optimizer)
-    timed = tuple(times[workload.warmup:])
+    timed = tuple(times[workload.warmup :])
     compile_us = None
     if compiled:
         timed_sorted = sorted(timed)
@@ -521,8 +525,9 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
     )
 
 
-def _probe_loss(model: torch.nn.Module, loss_fn: Callable[[Any, Any], torch.Tensor],
-                probe: Any) -> float:
+def _probe_loss(
+    model: torch.nn.Module, loss_fn: Callable[[Any, Any], torch.Tensor], probe: Any
+) -> float:
     """Return the fp32 eval-mode loss on the probe batch (the same for every rung)."""
     inputs, targets = probe
     was_training = model.training
@@ -574,9 +579,7 @@ def resolve_data(data: Any, batch_size: int | None) -> tuple[Any, Any, int, Load
         if batch_size is None:
             raise GpuprofError("pass batch_size= to run_ladder when data is a Dataset")
         return data, None, int(batch_size), LoaderSettings()
-    raise GpuprofError(
-        f"data must be a torch Dataset or DataLoader; got {type(data).__name__}"
-    )
+    raise GpuprofError(f"data must be a torch Dataset or DataLoader; got {type(data).__name__}")
 
 
 def cpu_cores() -> int:

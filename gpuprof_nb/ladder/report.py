@@ -27,9 +27,22 @@ from gpuprof_nb.results.ladder import (
 )
 
 __all__ = [
-    "RUNG_NAMES", "STATUSES", "BatchPoint", "BatchSweep", "ComparisonRow", "LadderComparison",
-    "LadderReport", "RungResult", "ThreeRunReading", "find_plateau", "judge_checkpoint_rung",
-    "judge_speed_rung", "load", "read_three_runs", "recommend", "relative_drift",
+    "RUNG_NAMES",
+    "STATUSES",
+    "BatchPoint",
+    "BatchSweep",
+    "ComparisonRow",
+    "LadderComparison",
+    "LadderReport",
+    "RungResult",
+    "ThreeRunReading",
+    "find_plateau",
+    "judge_checkpoint_rung",
+    "judge_speed_rung",
+    "load",
+    "read_three_runs",
+    "recommend",
+    "relative_drift",
     "report_from_dict",
 ]
 
@@ -47,12 +60,8 @@ def read_three_runs(
     the bottleneck is not precision (go to the data loader rung); under `compile_threshold`
     gain from compile means the kernels are already well fused for these shapes."""
     if not fp32_samples_per_s or fp32_samples_per_s <= 0 or math.isnan(fp32_samples_per_s):
-        raise GpuprofError(
-            "three-run reading: the fp32 run has no throughput; measure fp32 first"
-        )
-    precision_gain = (
-        amp_samples_per_s / fp32_samples_per_s - 1.0 if amp_samples_per_s else None
-    )
+        raise GpuprofError("three-run reading: the fp32 run has no throughput; measure fp32 first")
+    precision_gain = amp_samples_per_s / fp32_samples_per_s - 1.0 if amp_samples_per_s else None
     compile_gain = (
         compile_samples_per_s / amp_samples_per_s - 1.0
         if compile_samples_per_s and amp_samples_per_s
@@ -145,12 +154,14 @@ def judge_speed_rung(
             f"{loss_tolerance * 100:.1f}%); not kept although throughput changed "
             f"{gain * 100:+.1f}%",
         )
-    verdict = Verdict.from_samples(current_us_per_sample, candidate_us_per_sample,
-                                   noise_floor=min_gain)
+    verdict = Verdict.from_samples(
+        current_us_per_sample, candidate_us_per_sample, noise_floor=min_gain
+    )
     if verdict is not None and verdict.kind == "no clear change":
         return "no clear change", (
             f"{gain * 100:+.1f}% samples/s, inside the noise (95% interval of the time "
-            f"ratio {verdict.ci_low:.3g}x to {verdict.ci_high:.3g}x); not kept")
+            f"ratio {verdict.ci_low:.3g}x to {verdict.ci_high:.3g}x); not kept"
+        )
     if gain >= min_gain:
         return "kept", f"{gain * 100:+.1f}% samples/s over the rungs kept so far"
     if gain < 0:

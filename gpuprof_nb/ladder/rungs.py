@@ -57,8 +57,10 @@ def _resolve_device(device: str | torch.device | None) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     resolved = torch.device(device)
     if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise GpuprofError(f"device {device!r} asked for, but torch sees no CUDA device; "
-                           "pass device='cpu' or leave it out")
+        raise GpuprofError(
+            f"device {device!r} asked for, but torch sees no CUDA device; "
+            "pass device='cpu' or leave it out"
+        )
     return resolved
 
 
@@ -75,8 +77,9 @@ def _outcome(result: RungResult) -> str:
 class _Climb:
     """State of one ladder run: the workload, the kept configuration and its measurement."""
 
-    def __init__(self, workload: Workload, progress: Progress, *, loss_tolerance: float,
-                 min_gain: float) -> None:
+    def __init__(
+        self, workload: Workload, progress: Progress, *, loss_tolerance: float, min_gain: float
+    ) -> None:
         self.workload = workload
         self.progress = progress
         self.loss_tolerance = loss_tolerance
@@ -86,8 +89,7 @@ class _Climb:
         self.current: RungConfig = RungConfig()
         self.current_measurement: Measurement | None = None
 
-    def try_measure(self, name: str, config: RungConfig, label: str
-                    ) -> Measurement | RungResult:
+    def try_measure(self, name: str, config: RungConfig, label: str) -> Measurement | RungResult:
         """Measure `config`; on failure return a failed RungResult (memory already freed)."""
         self.progress.start(f"{name}: {label}")
         try:
@@ -104,8 +106,9 @@ class _Climb:
         free_memory(self.workload.device)
         return RungResult(name=name, settings=config.describe(), status="failed", reason=reason)
 
-    def result_from(self, name: str, config: RungConfig, measured: Measurement, status: str,
-                    reason: str) -> RungResult:
+    def result_from(
+        self, name: str, config: RungConfig, measured: Measurement, status: str, reason: str
+    ) -> RungResult:
         timing = TimingStats(wall_us=measured.step_times_us)
         if timing.iqr_us > 0.5 * timing.median_us:
             # Say so rather than hide it: a loaded machine can flip a keep/drop verdict.
@@ -129,8 +132,9 @@ class _Climb:
         return result
 
     def skip(self, name: str, reason: str) -> RungResult:
-        result = RungResult(name=name, settings=self.current.describe(),
-                            status="skipped", reason=reason)
+        result = RungResult(
+            name=name, settings=self.current.describe(), status="skipped", reason=reason
+        )
         self.results.append(result)
         return result
 
@@ -146,16 +150,20 @@ class _Climb:
             raise GpuprofError("internal: the ladder has no baseline measurement yet")
         return _rate(self.current_measurement)
 
-    def speed_rung(self, name: str, config: RungConfig, label: str,
-                   note: Callable[[float], str] | None = None) -> RungResult:
+    def speed_rung(
+        self, name: str, config: RungConfig, label: str, note: Callable[[float], str] | None = None
+    ) -> RungResult:
         """Measure a rung meant to go faster; keep it (it becomes current) if it does."""
         got = self.try_measure(name, config, label)
         if isinstance(got, RungResult):
             return self.record(got)
         drift = relative_drift(got.final_loss, self.baseline_loss)
         status, reason = judge_speed_rung(
-            self.current_rate(), _rate(got), drift,
-            loss_tolerance=self.loss_tolerance, min_gain=self.min_gain,
+            self.current_rate(),
+            _rate(got),
+            drift,
+            loss_tolerance=self.loss_tolerance,
+            min_gain=self.min_gain,
             current_us_per_sample=self.current_us_per_sample(),
             candidate_us_per_sample=_us_per_sample(got),
         )
@@ -211,15 +219,17 @@ def run_ladder(
     (saying why). `batch_sizes` adds a batch-size sweep of the final configuration.
     """
     if steps < 1 or warmup < 0:
-        raise GpuprofError(f"steps must be >= 1 and warmup >= 0 (got steps={steps}, "
-                           f"warmup={warmup})")
+        raise GpuprofError(
+            f"steps must be >= 1 and warmup >= 0 (got steps={steps}, warmup={warmup})"
+        )
     if not 0 < loss_tolerance:
         raise GpuprofError(f"loss_tolerance must be > 0 (a fraction); got {loss_tolerance}")
     wanted = set(RUNG_NAMES if rungs is None else rungs) | {"fp32"}
     unknown = sorted(wanted - set(RUNG_NAMES))
     if unknown:
-        raise GpuprofError(f"unknown rung(s) {', '.join(unknown)}; choose from "
-                           f"{', '.join(RUNG_NAMES)}")
+        raise GpuprofError(
+            f"unknown rung(s) {', '.join(unknown)}; choose from {', '.join(RUNG_NAMES)}"
+        )
     if compile not in (True, False, "auto"):
         raise GpuprofError(f"compile must be True, False or 'auto'; got {compile!r}")
     dev = _resolve_device(device)
@@ -227,16 +237,29 @@ def run_ladder(
     if size < 1:
         raise GpuprofError(f"batch_size must be >= 1; got {size}")
     workload = Workload(
-        model_fn=model_fn, dataset=dataset, collate_fn=collate_fn, loss_fn=loss_fn,
-        optimizer_fn=optimizer_fn, batch_size=size, steps=steps, warmup=warmup, device=dev,
+        model_fn=model_fn,
+        dataset=dataset,
+        collate_fn=collate_fn,
+        loss_fn=loss_fn,
+        optimizer_fn=optimizer_fn,
+        batch_size=size,
+        steps=steps,
+        warmup=warmup,
+        device=dev,
         seed=seed,
         checkpoint_modules=tuple(checkpoint_modules) if checkpoint_modules else None,
     )
     grid = tuple(loader_settings) if loader_settings else loader_grid(dev)
     do_compile = compile is True or (compile == "auto" and dev.type == "cuda")
-    planned = (1 + len({"bf16", "compile", "reduce_overhead", "fused_adamw", "grad_accum",
-                        "checkpoint"} & wanted)
-               + (len(grid) if "dataloader" in wanted else 0) + len(batch_sizes or ()))
+    planned = (
+        1
+        + len(
+            {"bf16", "compile", "reduce_overhead", "fused_adamw", "grad_accum", "checkpoint"}
+            & wanted
+        )
+        + (len(grid) if "dataloader" in wanted else 0)
+        + len(batch_sizes or ())
+    )
     bar = Progress(planned, enabled=progress)
     climb = _Climb(workload, bar, loss_tolerance=loss_tolerance, min_gain=min_gain)
     notes: list[str] = []
@@ -251,7 +274,7 @@ def run_ladder(
         _run_accumulation(climb, wanted, target_effective_batch)
         _run_dataloader(climb, wanted, grid)
         _run_checkpoint(climb, wanted)
-        sweep = (sweep_batch_sizes_of(climb, batch_sizes) if batch_sizes else None)
+        sweep = sweep_batch_sizes_of(climb, batch_sizes) if batch_sizes else None
     finally:
         bar.close()
         free_memory(dev, collect=False)
@@ -315,9 +338,11 @@ def _run_amp(climb: _Climb, wanted: set[str], amp: str) -> RungResult | None:
 
     def cpu_note(ratio: float) -> str:
         if device.type != "cuda" and ratio < 1.0:
-            text = (f"bf16 autocast ran {1 / ratio:.1f}x slower than fp32 on this CPU: on CPU it "
-                    "pays only with fast bf16 matrix units (AMX) and large matmuls, otherwise it "
-                    "only adds casts; dropped")
+            text = (
+                f"bf16 autocast ran {1 / ratio:.1f}x slower than fp32 on this CPU: on CPU it "
+                "pays only with fast bf16 matrix units (AMX) and large matmuls, otherwise it "
+                "only adds casts; dropped"
+            )
             return text
         return ""
 
@@ -325,8 +350,15 @@ def _run_amp(climb: _Climb, wanted: set[str], amp: str) -> RungResult | None:
     return climb.speed_rung("bf16", climb.current.with_(precision=amp), label, note=cpu_note)
 
 
-def _run_compile(climb: _Climb, wanted: set[str], amp: str, amp_result: RungResult | None,
-                 do_compile: bool, dev: torch.device, notes: list[str]) -> float | None:
+def _run_compile(
+    climb: _Climb,
+    wanted: set[str],
+    amp: str,
+    amp_result: RungResult | None,
+    do_compile: bool,
+    dev: torch.device,
+    notes: list[str],
+) -> float | None:
     """Run the compile rung; return the low-precision + compile samples/s for the three-run
     reading (None where not measured)."""
     if "compile" not in wanted:
@@ -349,13 +381,17 @@ def _run_compile(climb: _Climb, wanted: set[str], amp: str, amp_result: RungResu
     if isinstance(got, RungResult):
         climb.record(got)
         return None
-    climb.record(climb.result_from("amp+compile", ref_config, got, "reference",
-                                   "measured for the three-run reading only"))
+    climb.record(
+        climb.result_from(
+            "amp+compile", ref_config, got, "reference", "measured for the three-run reading only"
+        )
+    )
     return _rate(got)
 
 
-def _run_reduce_overhead(climb: _Climb, wanted: set[str], do_compile: bool,
-                         dev: torch.device) -> None:
+def _run_reduce_overhead(
+    climb: _Climb, wanted: set[str], do_compile: bool, dev: torch.device
+) -> None:
     if "reduce_overhead" not in wanted:
         climb.skip("reduce_overhead", "not asked for (rungs=...)")
         return
@@ -367,8 +403,11 @@ def _run_reduce_overhead(climb: _Climb, wanted: set[str], do_compile: bool,
         return
     base = climb.current_measurement
     if base is not None and not base.static_shapes:
-        climb.skip("reduce_overhead", "input shapes changed between steps; CUDA graphs need "
-                                      "static shapes (pad to fixed sizes first)")
+        climb.skip(
+            "reduce_overhead",
+            "input shapes changed between steps; CUDA graphs need "
+            "static shapes (pad to fixed sizes first)",
+        )
         return
     # drop_last=True keeps every batch the same size, as CUDA graphs need.
     config = climb.current.with_(compile_mode="reduce-overhead")
@@ -381,8 +420,10 @@ def _run_fused(climb: _Climb, wanted: set[str]) -> None:
         return
     probe = climb.workload.optimizer_fn([torch.nn.Parameter(torch.zeros(1))])
     if not isinstance(probe, torch.optim.Adam | torch.optim.AdamW):
-        climb.skip("fused_adamw", f"the optimizer is {type(probe).__name__}; fused AdamW "
-                                  "replaces Adam/AdamW only")
+        climb.skip(
+            "fused_adamw",
+            f"the optimizer is {type(probe).__name__}; fused AdamW replaces Adam/AdamW only",
+        )
         return
     if probe.defaults.get("fused"):
         climb.skip("fused_adamw", "the optimizer is already fused")
@@ -414,8 +455,10 @@ def _run_accumulation(climb: _Climb, wanted: set[str], target: int | None) -> No
     reach = f"effective batch {size * k} (target {target})"
     if drift is None or drift > climb.loss_tolerance:
         status = "flagged"
-        reason = (f"{reach}, but the loss drifted {drift * 100 if drift is not None else 0:.2f}%"
-                  f" (tolerance {climb.loss_tolerance * 100:.1f}%)")
+        reason = (
+            f"{reach}, but the loss drifted {drift * 100 if drift is not None else 0:.2f}%"
+            f" (tolerance {climb.loss_tolerance * 100:.1f}%)"
+        )
     elif change >= -0.10:
         # Accumulation is for the effective batch, not speed: keep it unless it costs > 10%.
         status, reason = "kept", f"{reach} at {change * 100:+.1f}% samples/s"
@@ -436,14 +479,19 @@ def _run_dataloader(climb: _Climb, wanted: set[str], grid: Sequence[LoaderSettin
         config = climb.current.with_(loader=settings)
         got = climb.try_measure("dataloader", config, settings.describe())
         if isinstance(got, RungResult):
-            trial = RungResult(name=settings.describe(), settings=got.settings,
-                               status="failed", reason=got.reason)
+            trial = RungResult(
+                name=settings.describe(), settings=got.settings, status="failed", reason=got.reason
+            )
         else:
             trial = RungResult(
-                name=settings.describe(), settings=config.describe(), status="trial",
+                name=settings.describe(),
+                settings=config.describe(),
+                status="trial",
                 reason="",
-                step_times_us=got.step_times_us, samples_per_step=got.samples_per_step,
-                peak_memory_bytes=got.peak_memory_bytes, final_loss=got.final_loss,
+                step_times_us=got.step_times_us,
+                samples_per_step=got.samples_per_step,
+                peak_memory_bytes=got.peak_memory_bytes,
+                final_loss=got.final_loss,
                 loss_drift=relative_drift(got.final_loss, climb.baseline_loss),
             )
             rate = _rate(got)
@@ -452,20 +500,30 @@ def _run_dataloader(climb: _Climb, wanted: set[str], grid: Sequence[LoaderSettin
         trials.append(trial)
         climb.progress.finish(_outcome(trial))
     if best is None:
-        climb.results.append(RungResult(
-            name="dataloader", settings=climb.current.describe(), status="failed",
-            reason="every DataLoader setting failed: " + trials[0].reason, trials=tuple(trials)))
+        climb.results.append(
+            RungResult(
+                name="dataloader",
+                settings=climb.current.describe(),
+                status="failed",
+                reason="every DataLoader setting failed: " + trials[0].reason,
+                trials=tuple(trials),
+            )
+        )
         return
     rate, config, got = best
     if config.loader == climb.current.loader:
         status, reason = "dropped", "the current DataLoader settings were already the fastest"
     else:
         drift = relative_drift(got.final_loss, climb.baseline_loss)
-        status, reason = judge_speed_rung(climb.current_rate(), rate, drift,
-                                          loss_tolerance=climb.loss_tolerance,
-                                          min_gain=climb.min_gain,
-                                          current_us_per_sample=climb.current_us_per_sample(),
-                                          candidate_us_per_sample=_us_per_sample(got))
+        status, reason = judge_speed_rung(
+            climb.current_rate(),
+            rate,
+            drift,
+            loss_tolerance=climb.loss_tolerance,
+            min_gain=climb.min_gain,
+            current_us_per_sample=climb.current_us_per_sample(),
+            candidate_us_per_sample=_us_per_sample(got),
+        )
         reason = f"best of {len(grid)}: {config.loader.describe()}; {reason}"
     result = climb.result_from("dataloader", config, got, status, reason)
     climb.results.append(replace(result, trials=tuple(trials)))
@@ -482,8 +540,11 @@ def _run_checkpoint(climb: _Climb, wanted: set[str]) -> None:
     sample = climb.workload.model_fn()
     try:
         if not checkpoint_targets(sample, climb.workload.checkpoint_modules):
-            climb.skip("checkpoint", "the model has no child modules with parameters to "
-                                     "checkpoint; pass checkpoint_modules=[...]")
+            climb.skip(
+                "checkpoint",
+                "the model has no child modules with parameters to "
+                "checkpoint; pass checkpoint_modules=[...]",
+            )
             return
         names = apply_checkpointing(sample, climb.workload.checkpoint_modules)
     except GpuprofError as exc:
@@ -496,15 +557,19 @@ def _run_checkpoint(climb: _Climb, wanted: set[str]) -> None:
     if isinstance(got, RungResult):
         climb.record(got)
         return
-    current_peak = climb.current_measurement.peak_memory_bytes if climb.current_measurement \
-        else None
+    current_peak = (
+        climb.current_measurement.peak_memory_bytes if climb.current_measurement else None
+    )
     drift = relative_drift(got.final_loss, climb.baseline_loss)
     status, reason = judge_checkpoint_rung(
-        climb.current_rate(), current_peak, _rate(got),
-        got.peak_memory_bytes, drift, loss_tolerance=climb.loss_tolerance,
+        climb.current_rate(),
+        current_peak,
+        _rate(got),
+        got.peak_memory_bytes,
+        drift,
+        loss_tolerance=climb.loss_tolerance,
     )
-    climb.record(climb.result_from("checkpoint", config, got, status,
-                                   f"on {names}: {reason}"))
+    climb.record(climb.result_from("checkpoint", config, got, status, f"on {names}: {reason}"))
     if status == "kept":
         climb.current, climb.current_measurement = config, got
 
@@ -526,12 +591,17 @@ def sweep_batch_sizes_of(climb: _Climb, batch_sizes: Sequence[int]) -> BatchSwee
         points.append(point)
         rate = point.samples_per_s
         climb.progress.finish(
-            f"batch {size}: {_fmt_rate(rate)} samples/s" if rate else f"batch {size}: "
-            f"{point.status} ({point.error})")
+            f"batch {size}: {_fmt_rate(rate)} samples/s"
+            if rate
+            else f"batch {size}: {point.status} ({point.error})"
+        )
         if point.status == "oom":
             break  # larger batches will not fit either
-    return BatchSweep(settings=config.describe(), points=tuple(points),
-                      memory_method=memory_method(climb.workload.device))
+    return BatchSweep(
+        settings=config.describe(),
+        points=tuple(points),
+        memory_method=memory_method(climb.workload.device),
+    )
 
 
 def sweep_batch_sizes(
@@ -554,10 +624,18 @@ def sweep_batch_sizes(
         raise GpuprofError("batch_sizes must hold at least one size >= 1")
     dev = _resolve_device(device)
     dataset, collate_fn, _, base_loader = resolve_data(data, max(batch_sizes))
-    workload = Workload(model_fn=model_fn, dataset=dataset, collate_fn=collate_fn,
-                        loss_fn=loss_fn, optimizer_fn=optimizer_fn,
-                        batch_size=int(min(batch_sizes)), steps=steps, warmup=warmup,
-                        device=dev, seed=seed)
+    workload = Workload(
+        model_fn=model_fn,
+        dataset=dataset,
+        collate_fn=collate_fn,
+        loss_fn=loss_fn,
+        optimizer_fn=optimizer_fn,
+        batch_size=int(min(batch_sizes)),
+        steps=steps,
+        warmup=warmup,
+        device=dev,
+        seed=seed,
+    )
     bar = Progress(len(set(batch_sizes)), enabled=progress)
     climb = _Climb(workload, bar, loss_tolerance=1.0, min_gain=0.0)
     climb.current = config or RungConfig(loader=base_loader)
@@ -565,4 +643,3 @@ def sweep_batch_sizes(
         return sweep_batch_sizes_of(climb, batch_sizes)
     finally:
         bar.close()
-

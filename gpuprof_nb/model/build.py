@@ -33,9 +33,13 @@ def fast_maker(cls: type) -> Any:
     scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_shell": shell}
     head = f"def make_{cls.__name__}({', '.join(names)}):\n"
     # The names are the class's own field names.
-    exec(head + "    obj = _new(_shell)\n"
-         + "".join(f"    obj.{name} = {name}\n" for name in names)
-         + "    obj.__class__ = _cls\n    return obj\n", scope)
+    exec(
+        head
+        + "    obj = _new(_shell)\n"
+        + "".join(f"    obj.{name} = {name}\n" for name in names)
+        + "    obj.__class__ = _cls\n    return obj\n",
+        scope,
+    )
     make = scope[f"make_{cls.__name__}"]
     try:
         probe = make(*names)
@@ -45,7 +49,11 @@ def fast_maker(cls: type) -> Any:
         return make
     for i, name in enumerate(names):
         scope[f"_set{i}"] = cls.__dict__[name].__set__
-    exec(head + "    obj = _new(_cls)\n"
-         + "".join(f"    _set{i}(obj, {name})\n" for i, name in enumerate(names))
-         + "    return obj\n", scope)
+    exec(
+        head
+        + "    obj = _new(_cls)\n"
+        + "".join(f"    _set{i}(obj, {name})\n" for i, name in enumerate(names))
+        + "    return obj\n",
+        scope,
+    )
     return scope[f"make_{cls.__name__}"]

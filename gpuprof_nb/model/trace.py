@@ -199,8 +199,7 @@ class Trace:
     # the op tree, interval unions...), filled on first use by analysis/derived.py so that
     # one report computes each once. Not part of the trace's value: never compared, shown
     # or passed on by dataclasses.replace (a replaced trace starts empty).
-    derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False,
-                                    compare=False)
+    derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def has_device_activity(self) -> bool:

@@ -56,8 +56,11 @@ class Utilisation:
 
     def cpu_cores(self) -> tuple[UtilisationSeries, ...]:
         """Return the per-core series ('cpu0', 'cpu1', ...) in core order."""
-        cores = [(int(m.group(1)), s) for s in self.series
-                 if (m := _CORE_NAME.fullmatch(s.name)) is not None]
+        cores = [
+            (int(m.group(1)), s)
+            for s in self.series
+            if (m := _CORE_NAME.fullmatch(s.name)) is not None
+        ]
         return tuple(s for _, s in sorted(cores, key=lambda c: c[0]))
 
     def interval_start_us(self, i: int) -> float:

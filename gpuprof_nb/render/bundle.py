@@ -100,8 +100,9 @@ def report_bundle(
     return _filtered(bundle, include, exclude)
 
 
-def _filtered(bundle: dict[str, Any], include: Iterable[str] | None,
-              exclude: Iterable[str] | None) -> dict[str, Any]:
+def _filtered(
+    bundle: dict[str, Any], include: Iterable[str] | None, exclude: Iterable[str] | None
+) -> dict[str, Any]:
     if include is not None:
         keep = set(include)
         bundle = {k: v for k, v in bundle.items() if k in keep}

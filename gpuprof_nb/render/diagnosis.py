@@ -17,17 +17,21 @@ from gpuprof_nb.results.diagnosis import Diagnosis, Finding
 def _finding_text(n: int, f: Finding) -> str:
     table = text_table(("evidence", "value"), evidence_rows(f.evidence), right=(False, True))
     fix = "\n".join("    " + line for line in f.fix.splitlines())
-    return (f"{n}. [{f.severity}] {f.title}  ({f.kind})\n"
-            + "\n".join("   " + line for line in table.splitlines())
-            + f"\n   fix:\n{fix}")
+    return (
+        f"{n}. [{f.severity}] {f.title}  ({f.kind})\n"
+        + "\n".join("   " + line for line in table.splitlines())
+        + f"\n   fix:\n{fix}"
+    )
 
 
 def _finding_html(f: Finding) -> str:
     table = html_table(("evidence", "value"), evidence_rows(f.evidence), numeric=(False, True))
-    return (f'<div class="finding" data-kind="{esc(f.kind)}">'
-            f'<p><span class="sev-{esc(f.severity)}">{esc(f.severity.upper())}</span> '
-            f"<b>{esc_inline(f.title)}</b> <code>{esc(f.kind)}</code></p>"
-            f"{table}<p>Fix:</p><pre>{esc(f.fix)}</pre></div>")
+    return (
+        f'<div class="finding" data-kind="{esc(f.kind)}">'
+        f'<p><span class="sev-{esc(f.severity)}">{esc(f.severity.upper())}</span> '
+        f"<b>{esc_inline(f.title)}</b> <code>{esc(f.kind)}</code></p>"
+        f"{table}<p>Fix:</p><pre>{esc(f.fix)}</pre></div>"
+    )
 
 
 def diagnosis_section(diagnosis: Diagnosis) -> Section:
@@ -50,9 +54,11 @@ def diagnosis_section(diagnosis: Diagnosis) -> Section:
         html_parts.append(_finding_html(f))
     if diagnosis.not_judged:
         text_parts.append("Not judged:\n" + "\n".join(f"  - {x}" for x in diagnosis.not_judged))
-        html_parts.append("<p>Not judged:</p><ul>"
-                          + "".join(f"<li>{esc(x)}</li>" for x in diagnosis.not_judged)
-                          + "</ul>")
+        html_parts.append(
+            "<p>Not judged:</p><ul>"
+            + "".join(f"<li>{esc(x)}</li>" for x in diagnosis.not_judged)
+            + "</ul>"
+        )
     for x in diagnosis.notes:
         text_parts.append(f"Note: {x}")
         html_parts.append(note(f"Note: {x}"))
@@ -66,11 +72,21 @@ def _diagnosis(diagnosis: Diagnosis) -> tuple[str, Sequence[Section]]:
 
 # The Timeline section moved to render/timeline.py; the old names still resolve, with a
 # DeprecationWarning.
-_MOVED_TO_TIMELINE = frozenset({
-    "CATEGORY_LABELS", "HOST_CATEGORY_LABELS", "KERNEL_COLORS", "KERNEL_LABELS",
-    "CAUSE_COLORS", "MAX_TIMELINE_BYTES", "MAX_TIMELINE_MARKS", "breakdown_rows",
-    "plot_timeline", "timeline_section", "timeline_svg",
-})
+_MOVED_TO_TIMELINE = frozenset(
+    {
+        "CATEGORY_LABELS",
+        "HOST_CATEGORY_LABELS",
+        "KERNEL_COLORS",
+        "KERNEL_LABELS",
+        "CAUSE_COLORS",
+        "MAX_TIMELINE_BYTES",
+        "MAX_TIMELINE_MARKS",
+        "breakdown_rows",
+        "plot_timeline",
+        "timeline_section",
+        "timeline_svg",
+    }
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -80,6 +96,9 @@ def __getattr__(name: str) -> Any:
 
     from gpuprof_nb.render import timeline
 
-    warnings.warn(f"gpuprof_nb.render.diagnosis.{name} moved to gpuprof_nb.render.timeline",
-                  DeprecationWarning, stacklevel=2)
+    warnings.warn(
+        f"gpuprof_nb.render.diagnosis.{name} moved to gpuprof_nb.render.timeline",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     return getattr(timeline, name)

@@ -24,8 +24,9 @@ from gpuprof_nb.render import (  # noqa: F401
 from gpuprof_nb.render.bundle import report_bundle, report_of, text_of, widget_of
 
 
-def bundle(obj: object, include: Iterable[str] | None = None,
-           exclude: Iterable[str] | None = None) -> dict[str, Any]:
+def bundle(
+    obj: object, include: Iterable[str] | None = None, exclude: Iterable[str] | None = None
+) -> dict[str, Any]:
     """Return a result's mimebundle: tabbed HTML and text/plain (see render/bundle.py)."""
     with gc_paused():  # many short-lived strings; no collection need walk the trace
         title, sections = report_of(obj)

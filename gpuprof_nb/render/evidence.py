@@ -54,5 +54,7 @@ def evidence_rows(evidence: Mapping[str, float]) -> list[tuple[str, str]]:
         rows.append((label.replace("_", " "), shown, unit))
     # The same quantity often comes as time and as share: say which row is which.
     labels = [r[0] for r in rows]
-    return [(f"{lab} (share)" if unit == "%" and labels.count(lab) > 1 else lab, shown)
-            for lab, shown, unit in rows]
+    return [
+        (f"{lab} (share)" if unit == "%" and labels.count(lab) > 1 else lab, shown)
+        for lab, shown, unit in rows
+    ]

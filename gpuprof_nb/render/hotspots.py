@@ -15,10 +15,13 @@ from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_num, fmt_pct, fmt_us
 from gpuprof_nb.results.hotspots import FlameNode, Hotspots
 
-KIND_COLOURS = {"user": "#1f77b4", "torch": "#ee7d2b", "library": "#8c8c8c",
-                "stdlib": "#b5b5b5"}
-KIND_LABELS = {"user": "your code", "torch": "torch", "library": "other packages",
-               "stdlib": "standard library"}
+KIND_COLOURS = {"user": "#1f77b4", "torch": "#ee7d2b", "library": "#8c8c8c", "stdlib": "#b5b5b5"}
+KIND_LABELS = {
+    "user": "your code",
+    "torch": "torch",
+    "library": "other packages",
+    "stdlib": "standard library",
+}
 # Lines shown in the table; icicle rows drawn; text lines of the frame tree.
 MAX_ROWS = 15
 MAX_DEPTH = 30
@@ -35,31 +38,47 @@ def idle_words(h: Hotspots) -> str:
 
 def line_rows(h: Hotspots, n: int = MAX_ROWS) -> list[tuple[str, ...]]:
     """Return the table rows of the top `n` lines."""
-    return [(line.label, line.text, fmt_us(line.host_us), fmt_pct(line.share),
-             fmt_us(line.idle_us), fmt_pct(line.idle_share)) for line in h.lines[:n]]
+    return [
+        (
+            line.label,
+            line.text,
+            fmt_us(line.host_us),
+            fmt_pct(line.share),
+            fmt_us(line.idle_us),
+            fmt_pct(line.idle_share),
+        )
+        for line in h.lines[:n]
+    ]
 
 
 def waiting_lines(h: Hotspots, n: int = 3) -> list[str]:
     """Return sentences naming the lines that held the most idle time, with their share."""
-    return [f"{line.named}: {fmt_pct(share)} of {idle_words(h)}"
-            for line, share in h.top_idle_lines(n=n)]
+    return [
+        f"{line.named}: {fmt_pct(share)} of {idle_words(h)}"
+        for line, share in h.top_idle_lines(n=n)
+    ]
 
 
 def hotspots_section(h: Hotspots) -> Section:
     """Return the Hotspots section: a head line, the lines table, the icicle and notes."""
     what = "lines" if h.granularity == "line" else "functions"
-    head = (f"Host time by Python {what} ({h.source}; {fmt_num(h.samples)} "
-            f"{'samples' if h.granularity == 'line' else 'events'}): {fmt_us(h.host_us)} "
-            f"of host time, {fmt_us(h.idle_us)} of {idle_words(h)} in it, "
-            f"{fmt_pct(h.idle_charged_us / h.idle_us if h.idle_us > 0 else 0.0)} of that "
-            "charged to a line of yours.")
+    head = (
+        f"Host time by Python {what} ({h.source}; {fmt_num(h.samples)} "
+        f"{'samples' if h.granularity == 'line' else 'events'}): {fmt_us(h.host_us)} "
+        f"of host time, {fmt_us(h.idle_us)} of {idle_words(h)} in it, "
+        f"{fmt_pct(h.idle_charged_us / h.idle_us if h.idle_us > 0 else 0.0)} of that "
+        "charged to a line of yours."
+    )
     text_parts, html_parts = [head], [f"<p>{esc(head)}</p>"]
     waiting = waiting_lines(h)
     if waiting:
         lead = "The device waited most on:" if h.on_device else "The gaps between ops fell in:"
         text_parts.append(lead + "\n" + "\n".join(f"  {w}" for w in waiting))
-        html_parts.append(f"<p>{esc(lead)}</p><ul>"
-                          + "".join(f"<li>{esc_inline(w)}</li>" for w in waiting) + "</ul>")
+        html_parts.append(
+            f"<p>{esc(lead)}</p><ul>"
+            + "".join(f"<li>{esc_inline(w)}</li>" for w in waiting)
+            + "</ul>"
+        )
     if h.lines:
         rows = line_rows(h)
         right = (False, False, True, True, True, True)
@@ -74,8 +93,10 @@ def hotspots_section(h: Hotspots) -> Section:
         text_parts.append(none)
         html_parts.append(note(none))
     if h.nodes:
-        html_parts.append("<p>Host time by frame (wider = more time; hover for numbers):</p>"
-                          + svg.plot_html(icicle_svg(h)))
+        html_parts.append(
+            "<p>Host time by frame (wider = more time; hover for numbers):</p>"
+            + svg.plot_html(icicle_svg(h))
+        )
         text_parts.append("host time by frame:\n" + "\n".join(_tree_text(h)))
     for x in h.notes:
         text_parts.append(f"Note: {x}")
@@ -84,8 +105,10 @@ def hotspots_section(h: Hotspots) -> Section:
 
 
 def _node_words(node: FlameNode, whole: float) -> str:
-    words = (f"{node.label}: {fmt_us(node.total_us)} ({fmt_pct(node.total_us / whole)} of "
-             f"host time), own {fmt_us(node.self_us)}")
+    words = (
+        f"{node.label}: {fmt_us(node.total_us)} ({fmt_pct(node.total_us / whole)} of "
+        f"host time), own {fmt_us(node.self_us)}"
+    )
     if node.kind != "user":
         words += f"; {KIND_LABELS[node.kind]}"
         if node.frames > 1:
@@ -121,11 +144,9 @@ def _depth_first(nodes: Sequence[FlameNode]) -> list[int]:
 def _tree_text(h: Hotspots) -> list[str]:
     whole = h.host_us or 1.0
     shown = [k for k in _depth_first(h.nodes) if h.nodes[k].total_us >= 0.01 * whole]
-    out = ["  " * h.nodes[k].depth + _node_words(h.nodes[k], whole)
-           for k in shown[:MAX_TREE_TEXT]]
+    out = ["  " * h.nodes[k].depth + _node_words(h.nodes[k], whole) for k in shown[:MAX_TREE_TEXT]]
     if len(shown) > MAX_TREE_TEXT:
-        out.append(f"... {len(shown) - MAX_TREE_TEXT} more frames of 1% or more (in the "
-                   "HTML view)")
+        out.append(f"... {len(shown) - MAX_TREE_TEXT} more frames of 1% or more (in the HTML view)")
     return out
 
 
@@ -156,8 +177,16 @@ def icicle_svg(h: Hotspots) -> str:
     depth = min(max((n.depth for n in nodes), default=0) + 1, MAX_DEPTH)
     height = _TOP + depth * _ROW_H + 30
     n = svg.num
-    body = [svg.text(_WIDTH / 2, 15, "Host time by frame: your lines in blue, library code "
-                     "collapsed", size=12, anchor="middle", extra=' font-weight="600"')]
+    body = [
+        svg.text(
+            _WIDTH / 2,
+            15,
+            "Host time by frame: your lines in blue, library code collapsed",
+            size=12,
+            anchor="middle",
+            extra=' font-weight="600"',
+        )
+    ]
     drawn = 0
     for node, (x0, x1) in zip(nodes, pos, strict=True):
         w = (x1 - x0) * _WIDTH
@@ -165,21 +194,28 @@ def icicle_svg(h: Hotspots) -> str:
             continue
         drawn += 1
         x, y = x0 * _WIDTH, _TOP + node.depth * _ROW_H
-        body.append(f'<g class="gp-frame" data-kind="{node.kind}"><rect x="{n(x)}" y="{y}" '
-                    f'width="{n(max(w - 0.5, 0.5))}" height="{_ROW_H - 2}" '
-                    f'fill="{KIND_COLOURS[node.kind]}" fill-opacity="0.8">'
-                    + svg.title(_node_words(node, whole)) + "</rect>")
+        body.append(
+            f'<g class="gp-frame" data-kind="{node.kind}"><rect x="{n(x)}" y="{y}" '
+            f'width="{n(max(w - 0.5, 0.5))}" height="{_ROW_H - 2}" '
+            f'fill="{KIND_COLOURS[node.kind]}" fill-opacity="0.8">'
+            + svg.title(_node_words(node, whole))
+            + "</rect>"
+        )
         chars = int((w - 6) / (0.58 * 10))
         if chars >= 4:
-            label = node.label if len(node.label) <= chars else node.label[:chars - 1] + "…"
+            label = node.label if len(node.label) <= chars else node.label[: chars - 1] + "…"
             body.append(svg.text(x + 3, y + 12, label, size=10, fill="#ffffff"))
         body.append("</g>")
-    entries = [(KIND_LABELS[k], f'<rect width="12" height="12" fill="{c}"/>')
-               for k, c in KIND_COLOURS.items() if any(nd.kind == k for nd in nodes)]
+    entries = [
+        (KIND_LABELS[k], f'<rect width="12" height="12" fill="{c}"/>')
+        for k, c in KIND_COLOURS.items()
+        if any(nd.kind == k for nd in nodes)
+    ]
     legend, _ = svg.legend_row(entries, 0, _TOP + depth * _ROW_H + 8, _WIDTH, size=10)
     body.append(legend)
-    head = svg.svg_open(_WIDTH, height, "icicle chart of host time by Python frame",
-                        f' data-blocks="{drawn}"')
+    head = svg.svg_open(
+        _WIDTH, height, "icicle chart of host time by Python frame", f' data-blocks="{drawn}"'
+    )
     return head + "".join(body) + "</svg>"
 
 

@@ -114,7 +114,8 @@ _PAIRS = {"<": ">", "(": ")"}
 _BRACKET_OR_OPERATOR = re.compile(r"[<>()]|(?<!\w)operator")
 # `f(...)::{lambda()#1}::operator()() const::{lambda(...)#2}`: lambdas nested in a function.
 _LAMBDAS = re.compile(
-    r"(?:::\{lambda\((?:\.\.\.)?\)#\d+\}(?:::operator\(\)\((?:\.\.\.)?\)(?: const)?)?)+")
+    r"(?:::\{lambda\((?:\.\.\.)?\)#\d+\}(?:::operator\(\)\((?:\.\.\.)?\)(?: const)?)?)+"
+)
 
 
 def _parse_brackets(name: str) -> list[Any] | None:
@@ -265,14 +266,14 @@ def html_table(
                 if short != full:
                     return f'<td{cls(i)} title="{esc(full)}">{esc(short)}</td>'
             else:
-                return (f'<td{cls(i)} title="{esc(full)}"><details class="gp-name">'
-                        f'<summary>{esc(short)}</summary><div class="gp-full">{esc(full)}</div>'
-                        "</details></td>")
+                return (
+                    f'<td{cls(i)} title="{esc(full)}"><details class="gp-name">'
+                    f'<summary>{esc(short)}</summary><div class="gp-full">{esc(full)}</div>'
+                    "</details></td>"
+                )
         return f"<td{cls(i)}>{esc(value)}</td>"
 
-    body = "".join(
-        "<tr>" + "".join(cell(i, c) for i, c in enumerate(r)) + "</tr>" for r in rows
-    )
+    body = "".join("<tr>" + "".join(cell(i, c) for i, c in enumerate(r)) + "</tr>" for r in rows)
     klass = f' class="{esc(table_class)}"' if table_class else ""
     return f"<table{klass}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 

@@ -28,8 +28,17 @@ _STATUS_COLOURS = {
 }
 
 RUNG_HEADERS = (
-    "rung", "status", "samples/s", "step median", "step IQR", "peak memory", "compile",
-    "loss", "loss drift", "settings", "why",
+    "rung",
+    "status",
+    "samples/s",
+    "step median",
+    "step IQR",
+    "peak memory",
+    "compile",
+    "loss",
+    "loss drift",
+    "settings",
+    "why",
 )
 RUNG_NUMERIC = (False, False, True, True, True, True, True, True, True, False, False)
 
@@ -105,12 +114,14 @@ def plot_batch_sweep(sweep: BatchSweep, ax: Any = None) -> Figure:
     axes.set_ylim(bottom=0)
     plateau = sweep.plateau_batch_size
     if plateau is not None:
-        axes.axvline(plateau, color="#2e7d32", linestyle="--", linewidth=1,
-                     label=f"plateau from {plateau}")
+        axes.axvline(
+            plateau, color="#2e7d32", linestyle="--", linewidth=1, label=f"plateau from {plateau}"
+        )
     oom = sweep.oom_batch_size
     if oom is not None:
-        axes.axvline(oom, color="#c62828", linestyle=":", linewidth=1.5,
-                     label=f"out of memory at {oom}")
+        axes.axvline(
+            oom, color="#c62828", linestyle=":", linewidth=1.5, label=f"out of memory at {oom}"
+        )
     if plateau is not None or oom is not None:
         axes.legend(fontsize=8)
     axes.set_xlabel("batch size")
@@ -136,16 +147,26 @@ def _three_run_section(report: LadderReport) -> Section | None:
         return None
     rows = [
         ("fp32", fmt_samples(three.fp32_samples_per_s), "-"),
-        (f"{three.amp_label} autocast", fmt_samples(three.amp_samples_per_s),
-         fmt_pct(three.precision_gain) if three.precision_gain is not None else "-"),
-        (f"{three.amp_label} + compile", fmt_samples(three.compile_samples_per_s),
-         fmt_pct(three.compile_gain) if three.compile_gain is not None else "-"),
+        (
+            f"{three.amp_label} autocast",
+            fmt_samples(three.amp_samples_per_s),
+            fmt_pct(three.precision_gain) if three.precision_gain is not None else "-",
+        ),
+        (
+            f"{three.amp_label} + compile",
+            fmt_samples(three.compile_samples_per_s),
+            fmt_pct(three.compile_gain) if three.compile_gain is not None else "-",
+        ),
     ]
     headers = ("run", "samples/s", "gain over previous")
-    text = (text_table(headers, rows, right=(False, True, True))
-            + f"\n{three.verdict}\nNext: {three.next_step}")
-    html = (html_table(headers, rows, numeric=(False, True, True)) + f"<p>{esc(three.verdict)}"
-            f"</p><p><b>Next:</b> {esc(three.next_step)}</p>")
+    text = (
+        text_table(headers, rows, right=(False, True, True))
+        + f"\n{three.verdict}\nNext: {three.next_step}"
+    )
+    html = (
+        html_table(headers, rows, numeric=(False, True, True)) + f"<p>{esc(three.verdict)}"
+        f"</p><p><b>Next:</b> {esc(three.next_step)}</p>"
+    )
     return Section("Three-run reading", text, html)
 
 
@@ -159,10 +180,13 @@ def _rungs_section(report: LadderReport) -> Section:
             title = f"{rung.name}: every setting tried"
             text += f"\n\n{title}\n" + text_table(RUNG_HEADERS, trial_rows, right=RUNG_NUMERIC)
             html += f"<p><b>{esc(title)}</b></p>" + html_table(
-                RUNG_HEADERS, trial_rows, numeric=RUNG_NUMERIC, name_cols=(9, 10))
-    foot = (f"Step times over {report.steps} optimizer steps after {report.warmup} warm-up "
-            f"steps; loss is the fp32 eval loss on the first batch after the last step; peak "
-            f"memory is {report.memory_method}.")
+                RUNG_HEADERS, trial_rows, numeric=RUNG_NUMERIC, name_cols=(9, 10)
+            )
+    foot = (
+        f"Step times over {report.steps} optimizer steps after {report.warmup} warm-up "
+        f"steps; loss is the fp32 eval loss on the first batch after the last step; peak "
+        f"memory is {report.memory_method}."
+    )
     return Section("Rungs", text + "\n" + foot, html + note(foot))
 
 
@@ -198,10 +222,12 @@ def batch_sweep_sections(sweep: BatchSweep) -> tuple[Section, ...]:
     numeric = (True, False, True, True, True, False)
     summary = sweep.summary()
     text = f"{summary}\n{text_table(headers, rows, right=numeric)}\nconfiguration: {sweep.settings}"
-    html = (f"<p>{esc(summary)}</p>" + png_img(_fig_png(plot_batch_sweep(sweep)),
-                                               "samples/s against batch size")
-            + html_table(headers, rows, numeric=numeric, name_cols=(5,))
-            + note(f"configuration: {sweep.settings}"))
+    html = (
+        f"<p>{esc(summary)}</p>"
+        + png_img(_fig_png(plot_batch_sweep(sweep)), "samples/s against batch size")
+        + html_table(headers, rows, numeric=numeric, name_cols=(5,))
+        + note(f"configuration: {sweep.settings}")
+    )
     return (Section("Batch sweep", text, html),)
 
 
@@ -240,19 +266,28 @@ def ladder_sections(report: LadderReport) -> tuple[Section, ...]:
 def comparison_sections(comparison: LadderComparison) -> tuple[Section, ...]:
     """Return one section: each rung's samples/s and peak memory in both reports."""
     this, other = comparison.this_label, comparison.other_label
-    headers = ("rung", f"status ({this})", f"status ({other})", f"samples/s ({this})",
-               f"samples/s ({other})", "ratio", "verdict", f"peak ({this})", f"peak ({other})")
+    headers = (
+        "rung",
+        f"status ({this})",
+        f"status ({other})",
+        f"samples/s ({this})",
+        f"samples/s ({other})",
+        "ratio",
+        "verdict",
+        f"peak ({this})",
+        f"peak ({other})",
+    )
     rows = [
         (
-            r.name, r.this_status, r.other_status,
+            r.name,
+            r.this_status,
+            r.other_status,
             fmt_samples(r.this_samples_per_s),
             fmt_samples(r.other_samples_per_s),
             f"{fmt_num(r.speed_ratio, 3)}x" if r.speed_ratio else "-",
             r.verdict.kind if r.verdict is not None else "-",
-            fmt_bytes(r.this_peak_memory_bytes) if r.this_peak_memory_bytes is not None
-            else "-",
-            fmt_bytes(r.other_peak_memory_bytes) if r.other_peak_memory_bytes is not None
-            else "-",
+            fmt_bytes(r.this_peak_memory_bytes) if r.this_peak_memory_bytes is not None else "-",
+            fmt_bytes(r.other_peak_memory_bytes) if r.other_peak_memory_bytes is not None else "-",
         )
         for r in comparison.rows
     ]

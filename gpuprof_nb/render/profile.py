@@ -57,8 +57,7 @@ def _pairs_text(pairs: Sequence[tuple[str, str]], notes: Sequence[str]) -> str:
 
 def _pairs_html(pairs: Sequence[tuple[str, str]], notes: Sequence[str]) -> str:
     """The same rows as a header-less html_table, then the notes."""
-    rows = "".join(f"<tr><td>{esc(label)}</td><td>{esc(value)}</td></tr>"
-                   for label, value in pairs)
+    rows = "".join(f"<tr><td>{esc(label)}</td><td>{esc(value)}</td></tr>" for label, value in pairs)
     html = f"<table><tbody>{rows}</tbody></table>" if pairs else ""
     return html + "".join(note(f"note: {n}") for n in notes)
 
@@ -73,8 +72,10 @@ def summary_pairs(report: ProfileReport) -> list[tuple[str, str]]:
     if timing is not None:
         measured = "CUDA events" if timing.device_us else "wall clock"
         if timing.number > 1:
-            runs = (f"{fmt_num(timing.runs)} timed samples of {fmt_num(timing.number)} "
-                    f"back-to-back runs ({measured}; times are per run)")
+            runs = (
+                f"{fmt_num(timing.runs)} timed samples of {fmt_num(timing.number)} "
+                f"back-to-back runs ({measured}; times are per run)"
+            )
         else:
             runs = f"{fmt_num(timing.runs)} timed ({measured})"
         if timing.warmup_wall_us:
@@ -101,12 +102,21 @@ def summary_pairs(report: ProfileReport) -> list[tuple[str, str]]:
             pairs.append(("median profiled step", fmt_us(summary.median_step_us)))
         pairs.append(("profiled window", fmt_us(summary.window_us)))
         if trace is not None and trace.kernels:
-            pairs.append(("GPU busy", f"{fmt_pct(summary.busy_fraction)} "
-                                      f"({fmt_us(summary.busy_us)} of the window)"))
+            pairs.append(
+                (
+                    "GPU busy",
+                    f"{fmt_pct(summary.busy_fraction)} ({fmt_us(summary.busy_us)} of the window)",
+                )
+            )
         elif summary.unrecorded_launches:
-            pairs.append(("GPU busy", f"not judged: {fmt_num(summary.unrecorded_launches)} "
-                                      "calls queued GPU work, but no kernel events were "
-                                      "recorded"))
+            pairs.append(
+                (
+                    "GPU busy",
+                    f"not judged: {fmt_num(summary.unrecorded_launches)} "
+                    "calls queued GPU work, but no kernel events were "
+                    "recorded",
+                )
+            )
         else:
             pairs.append(("GPU busy", "n/a (no device activity recorded)"))
         if summary.ops_per_step is not None:
@@ -125,8 +135,10 @@ def _first_run_words(timing: TimingStats) -> str:
     wall_median = statistics.median(timing.wall_us) if timing.wall_us else 0.0
     if wall_median <= 0:
         return fmt_us(first)
-    return (f"{fmt_us(first)} ({fmt_num(first / wall_median)}x the median wall time; "
-            "a one-off, left out of the numbers above)")
+    return (
+        f"{fmt_us(first)} ({fmt_num(first / wall_median)}x the median wall time; "
+        "a one-off, left out of the numbers above)"
+    )
 
 
 def _device_label(report: ProfileReport) -> str:
@@ -165,8 +177,16 @@ def summary_text(report: ProfileReport) -> str:
     return _pairs_text(summary_pairs(report), summary_notes(report))
 
 
-OP_HEADERS = ("name", "calls", "self CPU", "total CPU", "self device", "total device",
-              "% of total", "input shapes")
+OP_HEADERS = (
+    "name",
+    "calls",
+    "self CPU",
+    "total CPU",
+    "self device",
+    "total device",
+    "% of total",
+    "input shapes",
+)
 OP_NUMERIC = (False, True, True, True, True, True, True, False)
 # Columns kept when the trace has no device time (CPU-only): device columns would be all zero.
 _CPU_COLUMNS = (0, 1, 2, 3, 6, 7)
@@ -214,20 +234,34 @@ def ops_section(table: OpTable) -> Section:
     if not table.has_device_time:
         caption += "; no device time in this trace, so device columns are left out"
     elif table.unattributed_device_us > 0:
-        caption += (f"; {fmt_us(table.unattributed_device_us)} of device time was launched "
-                    "outside any torch op (not in these rows)")
+        caption += (
+            f"; {fmt_us(table.unattributed_device_us)} of device time was launched "
+            "outside any torch op (not in these rows)"
+        )
     if table.sort_key.startswith("total_"):
         caption += "; nested ops are in their parents' totals too, so shares can pass 100%"
     shape_col = len(headers) - 1
     text = f"{caption}\n" + text_table(headers, rows, right=numeric)
-    html = _TABLE_STYLE + note(caption) + html_table(
-        headers, rows, numeric=numeric, name_cols=(0, shape_col)
+    html = (
+        _TABLE_STYLE
+        + note(caption)
+        + html_table(headers, rows, numeric=numeric, name_cols=(0, shape_col))
     )
     return Section("Top ops", text, html)
 
 
-KERNEL_HEADERS = ("name", "kind", "calls", "total", "mean", "max", "streams",
-                  "% of device time", "bytes", "achieved")
+KERNEL_HEADERS = (
+    "name",
+    "kind",
+    "calls",
+    "total",
+    "mean",
+    "max",
+    "streams",
+    "% of device time",
+    "bytes",
+    "achieved",
+)
 KERNEL_NUMERIC = (False, False, True, True, True, True, False, True, True, True)
 
 
@@ -237,18 +271,20 @@ def kernel_rows(table: KernelTable) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for r in table.rows:
         gbps = r.achieved_gbps
-        rows.append((
-            r.name,
-            r.kind,
-            fmt_num(r.calls),
-            fmt_us(r.total_us),
-            fmt_us(r.mean_us),
-            fmt_us(r.max_us),
-            ", ".join(str(s) for s in r.streams),
-            fmt_pct(r.fraction),
-            fmt_bytes(r.total_bytes) if r.total_bytes is not None else "",
-            fmt_rate(gbps * 1e9, "B/s") if gbps is not None else "",
-        ))
+        rows.append(
+            (
+                r.name,
+                r.kind,
+                fmt_num(r.calls),
+                fmt_us(r.total_us),
+                fmt_us(r.mean_us),
+                fmt_us(r.max_us),
+                ", ".join(str(s) for s in r.streams),
+                fmt_pct(r.fraction),
+                fmt_bytes(r.total_bytes) if r.total_bytes is not None else "",
+                fmt_rate(gbps * 1e9, "B/s") if gbps is not None else "",
+            )
+        )
     return rows
 
 
@@ -258,12 +294,14 @@ def kernels_section(table: KernelTable) -> Section:
     kernel names; HTML a short form with the full name on hover and under a click."""
     rows = kernel_rows(table)
     if not rows:
-        text = ("No kernels, copies or memsets in this trace (a CPU-only run?)."
-                if not table.unrecorded_launches else
-                f"No kernel events, though {fmt_num(table.unrecorded_launches)} calls queued "
-                "GPU work: the device ran, but its activity was not recorded (CUPTI "
-                "range-profiler mode, or a profile without ProfilerActivity.CUDA). Profile "
-                "again with ProfilerActivity.CUDA (or %%gpuprofile) to see kernels.")
+        text = (
+            "No kernels, copies or memsets in this trace (a CPU-only run?)."
+            if not table.unrecorded_launches
+            else f"No kernel events, though {fmt_num(table.unrecorded_launches)} calls queued "
+            "GPU work: the device ran, but its activity was not recorded (CUPTI "
+            "range-profiler mode, or a profile without ProfilerActivity.CUDA). Profile "
+            "again with ProfilerActivity.CUDA (or %%gpuprofile) to see kernels."
+        )
         return Section("Kernels", text, note(text))
     caption = (
         f"{fmt_num(table.calls)} device activities, {fmt_us(table.total_us)} in all: kernels "
@@ -271,8 +309,10 @@ def kernels_section(table: KernelTable) -> Section:
         f"memset {fmt_us(table.memset_us)}"
     )
     text = f"{caption}\n" + text_table(KERNEL_HEADERS, rows, right=KERNEL_NUMERIC)
-    html = _TABLE_STYLE + note(caption) + html_table(
-        KERNEL_HEADERS, rows, numeric=KERNEL_NUMERIC, name_cols=(0,), short_cols=(0,)
+    html = (
+        _TABLE_STYLE
+        + note(caption)
+        + html_table(KERNEL_HEADERS, rows, numeric=KERNEL_NUMERIC, name_cols=(0,), short_cols=(0,))
     )
     return Section("Kernels", text, html)
 
@@ -369,8 +409,9 @@ def profile_widget(report: ProfileReport) -> Any:
     tab = box.children[1]
     index = titles.index("Top ops")
     table_html = tab.children[index]
-    choice = widgets.Dropdown(options=SORT_CHOICES, value=report.ops.sort_key,
-                              description="sort by")
+    choice = widgets.Dropdown(
+        options=SORT_CHOICES, value=report.ops.sort_key, description="sort by"
+    )
 
     def resort(change: dict[str, Any]) -> None:
         table = top_ops(trace, n=report.top, sort=change["new"])

@@ -13,8 +13,15 @@ class Progress:
     """Counts tasks done out of `total`; shows nothing when `enabled` is False. `what` names
     the work (the bar's label) and `unit` the tasks (the closing line)."""
 
-    def __init__(self, total: int, *, enabled: bool = True, stream: TextIO | None = None,
-                 what: str = "ladder", unit: str = "measurements") -> None:
+    def __init__(
+        self,
+        total: int,
+        *,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        what: str = "ladder",
+        unit: str = "measurements",
+    ) -> None:
         self.total = max(total, 1)
         self.what = what
         self.unit = unit
@@ -31,8 +38,7 @@ class Progress:
                 from IPython.display import display
             except ImportError:
                 return
-            self._bar = widgets.IntProgress(value=0, min=0, max=self.total,
-                                            description=what)
+            self._bar = widgets.IntProgress(value=0, min=0, max=self.total, description=what)
             self._label = widgets.Label(value="starting")
             self._box = widgets.HBox([self._bar, self._label])
             self._handle = display(self._box, display_id=True)

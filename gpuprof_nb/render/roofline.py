@@ -18,8 +18,13 @@ from gpuprof_nb.results.roofline import Roofline, RooflinePoint
 
 BOUND_COLOURS = {"memory": "#1f77b4", "compute": "#ff7f0e", None: "#7f7f7f"}
 ABOVE_ROOF_COLOUR = "#d62728"
-ROOF_LABELS = {"fp32": "fp32 vector", "fp64": "fp64 matmul", "tf32": "tf32 tensor",
-               "bf16": "bf16 tensor", "fp16": "fp16 tensor"}
+ROOF_LABELS = {
+    "fp32": "fp32 vector",
+    "fp64": "fp64 matmul",
+    "tf32": "tf32 tensor",
+    "bf16": "bf16 tensor",
+    "fp16": "fp16 tensor",
+}
 
 
 def short_label(p: RooflinePoint, width: int = 28) -> str:
@@ -50,8 +55,7 @@ def drawn_roofs(roofline: Roofline) -> list[tuple[str, float]]:
 
 
 def _plottable(roofline: Roofline) -> list[RooflinePoint]:
-    return [p for p in roofline.points
-            if p.intensity_flop_per_byte and p.achieved_flops_per_s]
+    return [p for p in roofline.points if p.intensity_flop_per_byte and p.achieved_flops_per_s]
 
 
 def plot_roofline(roofline: Roofline, ax: Any = None, *, top: int = 5) -> Any:
@@ -81,51 +85,97 @@ def plot_roofline(roofline: Roofline, ax: Any = None, *, top: int = 5) -> Any:
     if bw and roofs:
         top_peak = roofs[-1][1]
         ax.plot([lo, top_peak / bw], [lo * bw, top_peak], color="black", linewidth=1.2)
-        ax.text(lo * 1.3, lo * bw * 4, f"memory {fmt_rate(bw, 'B/s')}", fontsize=7,
-                rotation=0, va="bottom")
+        ax.text(
+            lo * 1.3,
+            lo * bw * 4,
+            f"memory {fmt_rate(bw, 'B/s')}",
+            fontsize=7,
+            rotation=0,
+            va="bottom",
+        )
         for roof, peak in roofs:
             ridge = peak / bw
             ax.plot([ridge, hi], [peak, peak], color="black", linewidth=1.0, linestyle="-")
             ax.plot([ridge], [peak], marker="o", markersize=3, color="black")
-            ax.text(hi / 1.05, peak * 1.08, f"{roof} {fmt_rate(peak, 'FLOP/s')}",
-                    fontsize=7, ha="right", va="bottom")
-            ax.text(ridge, peak / 1.35, f"ridge {fmt_num(ridge)}", fontsize=6, ha="center",
-                    va="top", color="#444444")
+            ax.text(
+                hi / 1.05,
+                peak * 1.08,
+                f"{roof} {fmt_rate(peak, 'FLOP/s')}",
+                fontsize=7,
+                ha="right",
+                va="bottom",
+            )
+            ax.text(
+                ridge,
+                peak / 1.35,
+                f"ridge {fmt_num(ridge)}",
+                fontsize=6,
+                ha="center",
+                va="top",
+                color="#444444",
+            )
     if points:
         longest = max(p.time_us for p in points) or 1.0
         sizes = [20 + 380 * p.time_us / longest for p in points]
         colours = [BOUND_COLOURS.get(p.bound, BOUND_COLOURS[None]) for p in points]
         edges = [ABOVE_ROOF_COLOUR if p.above_roof else "white" for p in points]
         widths = [2.0 if p.above_roof else 0.5 for p in points]
-        ax.scatter(xs, ys, s=sizes, c=colours, edgecolors=edges, linewidths=widths,
-                   alpha=0.8, zorder=3)
+        ax.scatter(
+            xs, ys, s=sizes, c=colours, edgecolors=edges, linewidths=widths, alpha=0.8, zorder=3
+        )
         for p in points[:top]:
             flag = " (above roof!)" if p.above_roof else ""
-            ax.annotate(short_label(p) + flag,
-                        (p.intensity_flop_per_byte, p.achieved_flops_per_s),
-                        textcoords="offset points", xytext=(6, -10), fontsize=7,
-                        color=ABOVE_ROOF_COLOUR if p.above_roof else "black")
+            ax.annotate(
+                short_label(p) + flag,
+                (p.intensity_flop_per_byte, p.achieved_flops_per_s),
+                textcoords="offset points",
+                xytext=(6, -10),
+                fontsize=7,
+                color=ABOVE_ROOF_COLOUR if p.above_roof else "black",
+            )
         for p in points[top:]:
             if p.above_roof:
-                ax.annotate("above roof!", (p.intensity_flop_per_byte, p.achieved_flops_per_s),
-                            textcoords="offset points", xytext=(6, -10), fontsize=7,
-                            color=ABOVE_ROOF_COLOUR)
+                ax.annotate(
+                    "above roof!",
+                    (p.intensity_flop_per_byte, p.achieved_flops_per_s),
+                    textcoords="offset points",
+                    xytext=(6, -10),
+                    fontsize=7,
+                    color=ABOVE_ROOF_COLOUR,
+                )
         low = min(ys + [peak for _, peak in roofs]) / 10
         high = max(ys + [peak for _, peak in roofs]) * 3
         ax.set_ylim(low, high)
     else:
-        ax.text(0.5, 0.5, "no op with FLOPs and measured time", transform=ax.transAxes,
-                ha="center", va="center")
+        ax.text(
+            0.5,
+            0.5,
+            "no op with FLOPs and measured time",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+        )
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("achieved FLOP/s")
     title = f"Roofline: {spec.name}" if spec is not None else "Roofline (no device ceilings)"
     if spec is not None:
         title += " (measured)" if spec.measured else " (datasheet)"
     ax.set_title(title, fontsize=9)
-    handles = [Line2D([], [], marker="o", linestyle="", color=BOUND_COLOURS[b], label=lab)
-               for b, lab in (("memory", "memory-bound"), ("compute", "compute-bound"))]
-    handles.append(Line2D([], [], marker="o", linestyle="", color="white",
-                          markeredgecolor=ABOVE_ROOF_COLOUR, label="above roof"))
+    handles = [
+        Line2D([], [], marker="o", linestyle="", color=BOUND_COLOURS[b], label=lab)
+        for b, lab in (("memory", "memory-bound"), ("compute", "compute-bound"))
+    ]
+    handles.append(
+        Line2D(
+            [],
+            [],
+            marker="o",
+            linestyle="",
+            color="white",
+            markeredgecolor=ABOVE_ROOF_COLOUR,
+            label="above roof",
+        )
+    )
     ax.legend(handles=handles, fontsize=7, loc="lower right")
     ax.grid(True, which="major", linewidth=0.3)
     return fig
@@ -141,20 +191,30 @@ BOUND_LABELS = {"memory": "memory-bound", "compute": "compute-bound", None: "no 
 
 def _point_title(p: RooflinePoint) -> str:
     head = p.name + (f" [{p.shapes}]" if p.shapes else "") + (f" {p.dtype}" if p.dtype else "")
-    body = (f"{fmt_num(p.calls)} calls, {fmt_us(p.time_us)}; {fmt_rate(p.flops, 'FLOP')}, "
-            f"{fmt_bytes(p.bytes_moved)}, {fmt_num(p.intensity_flop_per_byte)} FLOP/B")
+    body = (
+        f"{fmt_num(p.calls)} calls, {fmt_us(p.time_us)}; {fmt_rate(p.flops, 'FLOP')}, "
+        f"{fmt_bytes(p.bytes_moved)}, {fmt_num(p.intensity_flop_per_byte)} FLOP/B"
+    )
     rate = f"achieved {fmt_rate(p.achieved_flops_per_s, 'FLOP/s')}"
     if p.roof:
-        rate += (f"; {BOUND_LABELS.get(p.bound, 'n/a')}, {fmt_pct(p.fraction_of_roof)} of the "
-                 f"{ROOF_LABELS.get(p.roof, p.roof)} roof")
+        rate += (
+            f"; {BOUND_LABELS.get(p.bound, 'n/a')}, {fmt_pct(p.fraction_of_roof)} of the "
+            f"{ROOF_LABELS.get(p.roof, p.roof)} roof"
+        )
     if p.above_roof:
         rate += " (above roof!)"
     return f"{head}\n{body}\n{rate}"
 
 
-def _place_label(label: str, x: float, y: float, r: float, size: float,
-                 placed: list[tuple[float, float, float, float]],
-                 box: tuple[float, float, float, float]) -> tuple[float, float, str]:
+def _place_label(
+    label: str,
+    x: float,
+    y: float,
+    r: float,
+    size: float,
+    placed: list[tuple[float, float, float, float]],
+    box: tuple[float, float, float, float],
+) -> tuple[float, float, str]:
     """Return (x, baseline y, anchor) for a dot's label: right of the dot, else left of
     it, then a line higher or lower, and so on: the first spot inside the plot that
     overlaps no label or dot placed so far (crowded: the first spot inside the plot)."""
@@ -170,8 +230,9 @@ def _place_label(label: str, x: float, y: float, r: float, size: float,
         if left < box[0] or rect[2] > box[2] or rect[1] < box[1] or rect[3] > box[3]:
             continue
         inside.append((cx, cy, anchor, rect))
-        if not any(rect[0] < b[2] and b[0] < rect[2] and rect[1] < b[3] and b[1] < rect[3]
-                   for b in placed):
+        if not any(
+            rect[0] < b[2] and b[0] < rect[2] and rect[1] < b[3] and b[1] < rect[3] for b in placed
+        ):
             placed.append(rect)
             return cx, cy, anchor
     cx, cy, anchor, rect = inside[0] if inside else (*candidates[0], (0.0, 0.0, 0.0, 0.0))
@@ -208,12 +269,18 @@ def roofline_svg(roofline: Roofline, *, top: int = 5) -> str:
     title = f"Roofline: {spec.name}" if spec is not None else "Roofline (no device ceilings)"
     if spec is not None:
         title += " (measured)" if spec.measured else " (datasheet)"
-    out = [svg.svg_open(
-        _SVG_W, _SVG_H, f"{title}: achieved FLOP/s against arithmetic intensity per op group",
-        f' data-x-log="{x_lo!r} {x_hi!r}" data-y-log="{y_lo!r} {y_hi!r}"'
-        f' data-plot-box="{left} {top_px} {right} {bottom}"')]
-    out.append(svg.text(_SVG_W / 2, 16, title, size=12, anchor="middle",
-                        extra=' font-weight="600"'))
+    out = [
+        svg.svg_open(
+            _SVG_W,
+            _SVG_H,
+            f"{title}: achieved FLOP/s against arithmetic intensity per op group",
+            f' data-x-log="{x_lo!r} {x_hi!r}" data-y-log="{y_lo!r} {y_hi!r}"'
+            f' data-plot-box="{left} {top_px} {right} {bottom}"',
+        )
+    ]
+    out.append(
+        svg.text(_SVG_W / 2, 16, title, size=12, anchor="middle", extra=' font-weight="600"')
+    )
     # Grid and decade ticks.
     grid, labels = [], []
     for v in svg.log_ticks(x_lo, x_hi):
@@ -223,17 +290,29 @@ def roofline_svg(roofline: Roofline, *, top: int = 5) -> str:
     for v in svg.log_ticks(y_lo, y_hi):
         y = sy(v)
         grid.append(f"M{left} {n(y)}H{right}")
-        labels.append(svg.text(left - 5, y + 3.5, fmt_rate(v, "").strip(), size=10,
-                               anchor="end"))
-    out.append(f'<path d="{"".join(grid)}" fill="none" stroke="currentColor" '
-               'stroke-opacity="0.13"/>')
-    out.append(f'<rect x="{left}" y="{top_px}" width="{right - left}" height="{bottom - top_px}"'
-               ' fill="none" stroke="currentColor" stroke-opacity="0.45"/>')
+        labels.append(svg.text(left - 5, y + 3.5, fmt_rate(v, "").strip(), size=10, anchor="end"))
+    out.append(
+        f'<path d="{"".join(grid)}" fill="none" stroke="currentColor" stroke-opacity="0.13"/>'
+    )
+    out.append(
+        f'<rect x="{left}" y="{top_px}" width="{right - left}" height="{bottom - top_px}"'
+        ' fill="none" stroke="currentColor" stroke-opacity="0.45"/>'
+    )
     out.extend(labels)
-    out.append(svg.text((left + right) / 2, _SVG_H - 8, "arithmetic intensity (FLOP/byte)",
-                        anchor="middle"))
-    out.append(svg.text(14, (top_px + bottom) / 2, "achieved FLOP/s", anchor="middle",
-                        extra=f' transform="rotate(-90 14 {n((top_px + bottom) / 2)})"'))
+    out.append(
+        svg.text(
+            (left + right) / 2, _SVG_H - 8, "arithmetic intensity (FLOP/byte)", anchor="middle"
+        )
+    )
+    out.append(
+        svg.text(
+            14,
+            (top_px + bottom) / 2,
+            "achieved FLOP/s",
+            anchor="middle",
+            extra=f' transform="rotate(-90 14 {n((top_px + bottom) / 2)})"',
+        )
+    )
     # Label boxes placed so far (left, top, right, bottom): dot labels avoid them.
     placed: list[tuple[float, float, float, float]] = []
     # Roofs: the bandwidth slope up to the highest ridge, then one flat roof per precision.
@@ -243,28 +322,48 @@ def roofline_svg(roofline: Roofline, *, top: int = 5) -> str:
         mem_label = f"memory {fmt_rate(bw, 'B/s')}"
         if seg is not None:
             x1, y1, x2, y2 = seg
-            out.append(f'<path d="M{n(x1)} {n(y1)}L{n(x2)} {n(y2)}" stroke="currentColor" '
-                       f'stroke-width="1.4" fill="none">'
-                       + svg.title(f"{mem_label} (bandwidth roof)") + "</path>")
+            out.append(
+                f'<path d="M{n(x1)} {n(y1)}L{n(x2)} {n(y2)}" stroke="currentColor" '
+                f'stroke-width="1.4" fill="none">'
+                + svg.title(f"{mem_label} (bandwidth roof)")
+                + "</path>"
+            )
             angle = math.degrees(math.atan2(y2 - y1, x2 - x1))
             lx, ly = x1 + 0.06 * (x2 - x1) + 4, y1 + 0.06 * (y2 - y1) - 5
-            out.append(svg.text(lx, ly, mem_label, size=10,
-                                extra=f' transform="rotate({n(angle)} {n(lx)} {n(ly)})"'))
+            out.append(
+                svg.text(
+                    lx,
+                    ly,
+                    mem_label,
+                    size=10,
+                    extra=f' transform="rotate({n(angle)} {n(lx)} {n(ly)})"',
+                )
+            )
         for roof, peak in roofs:
             ridge = peak / bw
             xr, yr = sx(ridge), sy(peak)
-            tip = (f"{roof} roof: {fmt_rate(peak, 'FLOP/s')}; ridge at {fmt_num(ridge)} "
-                   "FLOP/byte (left of it memory-bound, right of it compute-bound)")
-            out.append(f'<path d="M{n(xr)} {n(yr)}H{right}" stroke="currentColor" '
-                       'stroke-width="1.2" fill="none">' + svg.title(tip) + "</path>")
-            out.append(f'<circle class="gp-ridge" cx="{n(xr)}" cy="{n(yr)}" r="2.6">'
-                       + svg.title(tip) + "</circle>")
+            tip = (
+                f"{roof} roof: {fmt_rate(peak, 'FLOP/s')}; ridge at {fmt_num(ridge)} "
+                "FLOP/byte (left of it memory-bound, right of it compute-bound)"
+            )
+            out.append(
+                f'<path d="M{n(xr)} {n(yr)}H{right}" stroke="currentColor" '
+                'stroke-width="1.2" fill="none">' + svg.title(tip) + "</path>"
+            )
+            out.append(
+                f'<circle class="gp-ridge" cx="{n(xr)}" cy="{n(yr)}" r="2.6">'
+                + svg.title(tip)
+                + "</circle>"
+            )
             roof_label = f"{roof} {fmt_rate(peak, 'FLOP/s')}"
             out.append(svg.text(right - 4, yr - 4, roof_label, size=10, anchor="end"))
             placed.append((right - 4 - svg.text_width(roof_label, 10), yr - 14, right, yr))
             ridge_label = f"ridge {fmt_num(ridge)}"
-            out.append(svg.text(xr, yr + 12, ridge_label, size=9, anchor="middle",
-                                extra=' fill-opacity="0.7"'))
+            out.append(
+                svg.text(
+                    xr, yr + 12, ridge_label, size=9, anchor="middle", extra=' fill-opacity="0.7"'
+                )
+            )
             half = svg.text_width(ridge_label, 9) / 2
             placed.append((xr - half, yr + 3, xr + half, yr + 14))
     # Dots, longest first so short ones stay on top and hoverable.
@@ -278,8 +377,10 @@ def roofline_svg(roofline: Roofline, *, top: int = 5) -> str:
         geometry.append((x, y, r))
         ring = f' stroke="{ABOVE_ROOF_COLOUR}" stroke-width="2"' if p.above_roof else ""
         colour = BOUND_COLOURS.get(p.bound, BOUND_COLOURS[None])
-        dots.append(f'<circle class="gp-point" cx="{n(x)}" cy="{n(y)}" r="{n(r)}" '
-                    f'fill="{colour}"{ring}>' + svg.title(_point_title(p)) + "</circle>")
+        dots.append(
+            f'<circle class="gp-point" cx="{n(x)}" cy="{n(y)}" r="{n(r)}" '
+            f'fill="{colour}"{ring}>' + svg.title(_point_title(p)) + "</circle>"
+        )
     dots.append("</g>")
     out.extend(dots)
     # Legend, bottom right inside the plot: only what the dots use.
@@ -290,13 +391,17 @@ def roofline_svg(roofline: Roofline, *, top: int = 5) -> str:
     width = max(svg.text_width(label, 10) for label, _, _ in entries) + 30
     height = 16 * len(entries) + 6
     lx0, ly0 = right - width - 6, bottom - height - 6
-    out.append(f'<g transform="translate({n(lx0)},{n(ly0)})"><rect width="{n(width)}" '
-               f'height="{height}" rx="3" fill-opacity="0.85" stroke="currentColor" '
-               f'stroke-opacity="0.3" style="fill:{svg.BACKGROUND}"/>')
+    out.append(
+        f'<g transform="translate({n(lx0)},{n(ly0)})"><rect width="{n(width)}" '
+        f'height="{height}" rx="3" fill-opacity="0.85" stroke="currentColor" '
+        f'stroke-opacity="0.3" style="fill:{svg.BACKGROUND}"/>'
+    )
     for i, (label, colour, ring) in enumerate(entries):
         cy = 11 + 16 * i
-        out.append(f'<circle cx="11" cy="{cy}" r="4.5" fill="{colour}"{ring}/>'
-                   + svg.text(22, cy + 3.5, label, size=10))
+        out.append(
+            f'<circle cx="11" cy="{cy}" r="4.5" fill="{colour}"{ring}/>'
+            + svg.text(22, cy + 3.5, label, size=10)
+        )
     out.append("</g>")
     placed.append((lx0, ly0, lx0 + width, ly0 + height))
     # Labels keep off the dots too (the crowded fallback may still cover one).
@@ -304,43 +409,85 @@ def roofline_svg(roofline: Roofline, *, top: int = 5) -> str:
     for i, (p, (x, y, r)) in enumerate(zip(shown, geometry, strict=True)):
         if i >= top and not p.above_roof:
             continue
-        label = (short_label(p) + (" (above roof!)" if p.above_roof else "")) if i < top \
+        label = (
+            (short_label(p) + (" (above roof!)" if p.above_roof else ""))
+            if i < top
             else "above roof!"
+        )
         lx, ly, anchor = _place_label(label, x, y, r, 10, placed, box)
         colour = ABOVE_ROOF_COLOUR if p.above_roof else "currentColor"
         if abs(ly - 3.5 - y) > 1:
             # Moved up or down out of the crowd: a leader line says which dot it names.
             side = 1 if anchor == "start" else -1
-            out.append(f'<path d="M{n(x + side * r * 0.7)} {n(y)}L{n(lx - side)} '
-                       f'{n(ly - 3.5)}" stroke="currentColor" stroke-opacity="0.45"/>')
+            out.append(
+                f'<path d="M{n(x + side * r * 0.7)} {n(y)}L{n(lx - side)} '
+                f'{n(ly - 3.5)}" stroke="currentColor" stroke-opacity="0.45"/>'
+            )
         out.append(svg.text(lx, ly, label, size=10, anchor=anchor, fill=colour))
     if len(points) > len(shown):
-        out.append(svg.text(left + 4, top_px + 12, f"{len(points) - len(shown)} shorter op "
-                            "groups not drawn", size=10, extra=' fill-opacity="0.7"'))
+        out.append(
+            svg.text(
+                left + 4,
+                top_px + 12,
+                f"{len(points) - len(shown)} shorter op groups not drawn",
+                size=10,
+                extra=' fill-opacity="0.7"',
+            )
+        )
     out.append("</svg>")
     return "".join(out)
 
 
 def _point_rows(points: tuple[RooflinePoint, ...]) -> list[list[str]]:
     return [
-        [p.name, p.shapes, p.dtype, fmt_num(p.calls), fmt_us(p.time_us),
-         fmt_rate(p.flops, "FLOP"), fmt_bytes(p.bytes_moved),
-         fmt_num(p.intensity_flop_per_byte), fmt_rate(p.achieved_flops_per_s, "FLOP/s"),
-         ROOF_LABELS.get(p.roof, p.roof) if p.roof else "n/a", p.bound or "n/a",
-         fmt_pct(p.fraction_of_roof), "above roof!" if p.above_roof else ""]
+        [
+            p.name,
+            p.shapes,
+            p.dtype,
+            fmt_num(p.calls),
+            fmt_us(p.time_us),
+            fmt_rate(p.flops, "FLOP"),
+            fmt_bytes(p.bytes_moved),
+            fmt_num(p.intensity_flop_per_byte),
+            fmt_rate(p.achieved_flops_per_s, "FLOP/s"),
+            ROOF_LABELS.get(p.roof, p.roof) if p.roof else "n/a",
+            p.bound or "n/a",
+            fmt_pct(p.fraction_of_roof),
+            "above roof!" if p.above_roof else "",
+        ]
         for p in points
     ]
 
 
-_POINT_HEAD = ["op", "input shapes", "dtype", "calls", "time", "FLOPs", "bytes", "FLOP/B",
-               "achieved", "roof", "bound", "% of roof", "flag"]
-_POINT_NUM = [False, False, False, True, True, True, True, True, True, False, False, True,
-              False]
-_KERNEL_HEAD = ["kernel", "op", "calls", "time", "FLOP/B", "achieved", "bound", "% of roof",
-                "flag"]
+_POINT_HEAD = [
+    "op",
+    "input shapes",
+    "dtype",
+    "calls",
+    "time",
+    "FLOPs",
+    "bytes",
+    "FLOP/B",
+    "achieved",
+    "roof",
+    "bound",
+    "% of roof",
+    "flag",
+]
+_POINT_NUM = [False, False, False, True, True, True, True, True, True, False, False, True, False]
+_KERNEL_HEAD = ["kernel", "op", "calls", "time", "FLOP/B", "achieved", "bound", "% of roof", "flag"]
 _KERNEL_NUM = [False, False, True, True, True, True, False, True, False]
-_MOVE_HEAD = ["op", "input shapes", "dtype", "calls", "time", "bytes", "achieved",
-              "% of bandwidth", "where"]
+_MOVE_HEAD = [
+    "op",
+    "input shapes",
+    "dtype",
+    "calls",
+    "time",
+    "bytes",
+    "achieved",
+    "% of bandwidth",
+    "where",
+]
 _MOVE_NUM = [False, False, False, True, True, True, True, True, False]
 
 
@@ -352,18 +499,25 @@ def roofline_section(roofline: Roofline, *, top: int = 20) -> Section:
     lines: list[str] = []
     html: list[str] = []
     if spec is not None:
-        roofs = ", ".join(f"{ROOF_LABELS.get(r, r)} {fmt_rate(p, 'FLOP/s')}"
-                          for r, p in spec.roofs())
-        head = (f"device: {spec.name} ({'measured' if spec.measured else 'datasheet'}); "
-                f"bandwidth {fmt_rate(spec.bandwidth_bytes_per_s, 'B/s')}; {roofs}")
+        roofs = ", ".join(
+            f"{ROOF_LABELS.get(r, r)} {fmt_rate(p, 'FLOP/s')}" for r, p in spec.roofs()
+        )
+        head = (
+            f"device: {spec.name} ({'measured' if spec.measured else 'datasheet'}); "
+            f"bandwidth {fmt_rate(spec.bandwidth_bytes_per_s, 'B/s')}; {roofs}"
+        )
         lines.append(head)
     lines.append(roofline.note)
     share_mem, share_cmp = roofline.time_share("memory"), roofline.time_share("compute")
-    summary = (f"time basis: {roofline.time_basis}; attributed "
-               f"{fmt_us(roofline.attributed_time_us)} of {fmt_us(roofline.total_time_us)}")
+    summary = (
+        f"time basis: {roofline.time_basis}; attributed "
+        f"{fmt_us(roofline.attributed_time_us)} of {fmt_us(roofline.total_time_us)}"
+    )
     if share_mem is not None and share_cmp is not None:
-        summary += (f"; memory-bound {fmt_pct(share_mem)}, compute-bound "
-                    f"{fmt_pct(share_cmp)} of attributed time")
+        summary += (
+            f"; memory-bound {fmt_pct(share_mem)}, compute-bound "
+            f"{fmt_pct(share_cmp)} of attributed time"
+        )
     lines.append(summary)
     if _plottable(roofline):
         html.append(svg.plot_html(roofline_svg(roofline)))
@@ -383,31 +537,59 @@ def roofline_section(roofline: Roofline, *, top: int = 20) -> Section:
         html.append(note("no op with a FLOP formula and measured time"))
 
     if roofline.kernel_points:
-        rows = [[k.name, k.op_name, fmt_num(k.calls), fmt_us(k.time_us),
-                 fmt_num(k.intensity_flop_per_byte), fmt_rate(k.achieved_flops_per_s, "FLOP/s"),
-                 k.bound or "n/a", fmt_pct(k.fraction_of_roof),
-                 "above roof!" if k.above_roof else ""]
-                for k in roofline.kernel_points[:10]]
-        lines += ["", "per kernel (ops that launched a single kernel):",
-                  text_table(_KERNEL_HEAD, rows, right=_KERNEL_NUM, max_width=160)]
+        rows = [
+            [
+                k.name,
+                k.op_name,
+                fmt_num(k.calls),
+                fmt_us(k.time_us),
+                fmt_num(k.intensity_flop_per_byte),
+                fmt_rate(k.achieved_flops_per_s, "FLOP/s"),
+                k.bound or "n/a",
+                fmt_pct(k.fraction_of_roof),
+                "above roof!" if k.above_roof else "",
+            ]
+            for k in roofline.kernel_points[:10]
+        ]
+        lines += [
+            "",
+            "per kernel (ops that launched a single kernel):",
+            text_table(_KERNEL_HEAD, rows, right=_KERNEL_NUM, max_width=160),
+        ]
         html.append("<p><b>per kernel (ops that launched a single kernel)</b></p>")
-        html.append(html_table(_KERNEL_HEAD, rows, numeric=_KERNEL_NUM, name_cols=(0,),
-                               short_cols=(0,)))
+        html.append(
+            html_table(_KERNEL_HEAD, rows, numeric=_KERNEL_NUM, name_cols=(0,), short_cols=(0,))
+        )
     if roofline.data_movement:
-        rows = [[d.name, d.shapes, d.dtype, fmt_num(d.calls), fmt_us(d.time_us),
-                 fmt_bytes(d.bytes_moved), fmt_rate(d.achieved_bytes_per_s, "B/s"),
-                 fmt_pct(d.fraction_of_bandwidth), d.direction]
-                for d in roofline.data_movement[:top]]
-        lines += ["", "data movement (no FLOPs):",
-                  text_table(_MOVE_HEAD, rows, right=_MOVE_NUM, max_width=160)]
+        rows = [
+            [
+                d.name,
+                d.shapes,
+                d.dtype,
+                fmt_num(d.calls),
+                fmt_us(d.time_us),
+                fmt_bytes(d.bytes_moved),
+                fmt_rate(d.achieved_bytes_per_s, "B/s"),
+                fmt_pct(d.fraction_of_bandwidth),
+                d.direction,
+            ]
+            for d in roofline.data_movement[:top]
+        ]
+        lines += [
+            "",
+            "data movement (no FLOPs):",
+            text_table(_MOVE_HEAD, rows, right=_MOVE_NUM, max_width=160),
+        ]
         html.append("<p><b>data movement (no FLOPs)</b></p>")
         html.append(html_table(_MOVE_HEAD, rows, numeric=_MOVE_NUM, name_cols=(0, 1)))
     if roofline.unmodelled:
-        rows = [[u.name, fmt_num(u.calls), fmt_us(u.time_us)]
-                for u in roofline.unmodelled[:10]]
+        rows = [[u.name, fmt_num(u.calls), fmt_us(u.time_us)] for u in roofline.unmodelled[:10]]
         unmod_head = ["op (no formula)", "calls", "time"]
-        lines += ["", "not on the roofline (no formula or no shapes):",
-                  text_table(unmod_head, rows, right=[False, True, True])]
+        lines += [
+            "",
+            "not on the roofline (no formula or no shapes):",
+            text_table(unmod_head, rows, right=[False, True, True]),
+        ]
         html.append(f"<p><b>{esc('not on the roofline (no formula or no shapes)')}</b></p>")
         html.append(html_table(unmod_head, rows, numeric=[False, True, True], name_cols=(0,)))
     return Section("Roofline", "\n".join(lines), "".join(html))

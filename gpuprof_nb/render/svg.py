@@ -18,8 +18,9 @@ SVG_NS = "http://www.w3.org/2000/svg"
 BACKGROUND = "var(--jp-layout-color0, var(--vscode-editor-background, #fff))"
 # A title longer than this (templated kernel names run to thousands of characters) is cut.
 MAX_TITLE_CHARS = 300
-_SUPERSCRIPT = str.maketrans("-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075"
-                                            "\u2076\u2077\u2078\u2079")
+_SUPERSCRIPT = str.maketrans(
+    "-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079"
+)
 
 
 def num(v: float) -> str:
@@ -72,8 +73,12 @@ def log_ticks(lo: float, hi: float) -> list[float]:
     for mantissas in ((1, 2, 5), (1, 2, 3, 4, 5, 6, 7, 8, 9)):
         if len(ticks) >= 3:
             break
-        ticks = [m * 10.0**e for e in range(first - 1, last + 1) for m in mantissas
-                 if lo * (1 - 1e-9) <= m * 10.0**e <= hi * (1 + 1e-9)]
+        ticks = [
+            m * 10.0**e
+            for e in range(first - 1, last + 1)
+            for m in mantissas
+            if lo * (1 - 1e-9) <= m * 10.0**e <= hi * (1 + 1e-9)
+        ]
     return ticks
 
 
@@ -124,26 +129,39 @@ def title(s: str) -> str:
     return f"<title>{esc(s)}</title>"
 
 
-def text(x: float, y: float, s: str, *, size: float = 11, anchor: str = "start",
-         fill: str = "currentColor", extra: str = "", tip: str | None = None) -> str:
+def text(
+    x: float,
+    y: float,
+    s: str,
+    *,
+    size: float = 11,
+    anchor: str = "start",
+    fill: str = "currentColor",
+    extra: str = "",
+    tip: str | None = None,
+) -> str:
     """Return a <text> element (escaped) with its baseline at y, and a hover title `tip`."""
     a = f' text-anchor="{anchor}"' if anchor != "start" else ""
     f = f' fill="{fill}"' if fill != "currentColor" else ""
     t = title(tip) if tip is not None else ""
-    return (f'<text x="{num(x)}" y="{num(y)}" font-size="{num(size)}"{a}{f}{extra}>'
-            f"{esc(s)}{t}</text>")
+    return (
+        f'<text x="{num(x)}" y="{num(y)}" font-size="{num(size)}"{a}{f}{extra}>{esc(s)}{t}</text>'
+    )
 
 
 def svg_open(width: int, height: int, label: str, attrs: str = "") -> str:
     """Return the opening <svg> tag: fixed natural size, scaled down by CSS where the
     output is narrower, text in the frontend's colour and font."""
-    return (f'<svg xmlns="{SVG_NS}" class="gp-svg" viewBox="0 0 {width} {height}" '
-            f'width="{width}" height="{height}" role="img" aria-label="{esc(label)}" '
-            f'fill="currentColor" font-family="inherit"{attrs}>')
+    return (
+        f'<svg xmlns="{SVG_NS}" class="gp-svg" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" role="img" aria-label="{esc(label)}" '
+        f'fill="currentColor" font-family="inherit"{attrs}>'
+    )
 
 
-def clip_segment(x1: float, y1: float, x2: float, y2: float,
-                 box: tuple[float, float, float, float]) -> tuple[float, ...] | None:
+def clip_segment(
+    x1: float, y1: float, x2: float, y2: float, box: tuple[float, float, float, float]
+) -> tuple[float, ...] | None:
     """Return the part of the segment (x1, y1)-(x2, y2) inside box (left, top, right,
     bottom), or None when none of it is (Liang-Barsky)."""
     left, top, right, bottom = box
@@ -166,8 +184,9 @@ def clip_segment(x1: float, y1: float, x2: float, y2: float,
     return (x1 + t0 * dx, y1 + t0 * dy, x1 + t1 * dx, y1 + t1 * dy)
 
 
-def legend_row(items: Sequence[tuple[str, str]], x: float, y: float, width: float,
-               *, size: float = 11) -> tuple[str, float]:
+def legend_row(
+    items: Sequence[tuple[str, str]], x: float, y: float, width: float, *, size: float = 11
+) -> tuple[str, float]:
     """Return (SVG, height used) of legend entries laid out left to right from (x, y),
     wrapping at `width`. Each item is (label, swatch SVG drawn in a 12x12 box at 0,0)."""
     parts: list[str] = []
@@ -176,8 +195,11 @@ def legend_row(items: Sequence[tuple[str, str]], x: float, y: float, width: floa
         w = 16 + text_width(label, size) + 14
         if cx > x and cx + w > x + width:
             cx, cy = x, cy + row_h
-        parts.append(f'<g transform="translate({num(cx)},{num(cy)})">{swatch}'
-                     + text(16, 10, label, size=size) + "</g>")
+        parts.append(
+            f'<g transform="translate({num(cx)},{num(cy)})">{swatch}'
+            + text(16, 10, label, size=size)
+            + "</g>"
+        )
         cx += w
     return "".join(parts), (cy - y + row_h) if items else 0.0
 
@@ -187,7 +209,7 @@ def plot_html(svg: str) -> str:
     shows it: a viewer that strips SVG and CSS (an untrusted notebook in JupyterLab, GitHub)
     would otherwise print the tick labels and hover titles as loose text, so there the plot
     stays hidden and a note, which the CSS hides elsewhere, says why."""
-    return (f'<div class="gp-plot" hidden>{svg}</div>'
-            + note("(A plot is drawn here as inline SVG, which this viewer does not show; "
-                   "in JupyterLab, trust the notebook to see it.)").replace(
-                       'class="note"', 'class="note gp-plot-off"', 1))
+    return f'<div class="gp-plot" hidden>{svg}</div>' + note(
+        "(A plot is drawn here as inline SVG, which this viewer does not show; "
+        "in JupyterLab, trust the notebook to see it.)"
+    ).replace('class="note"', 'class="note gp-plot-off"', 1)

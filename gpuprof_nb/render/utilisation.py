@@ -18,9 +18,9 @@ from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_bytes, fmt_num
 
 NVML_NOTE = (
-    "NVML's GPU \"utilisation\" is the share of each sample period (1/6 s to 1 s, set by the "
+    'NVML\'s GPU "utilisation" is the share of each sample period (1/6 s to 1 s, set by the '
     "driver) in which at least one kernel was running, not how busy the SMs were: a GPU at "
-    "100% \"utilisation\" can be using a few % of its SMs. So it is not the trace's busy time."
+    '100% "utilisation" can be using a few % of its SMs. So it is not the trace\'s busy time.'
 )
 
 # The most cells per row: a drawn span holding more intervals groups them into this many bins
@@ -106,8 +106,9 @@ def _window(u: Utilisation, lo: float, hi: float) -> list[tuple[int, float, floa
     return out
 
 
-def _bin_values(values: tuple[float, ...], groups: list[list[tuple[int, float, float]]]
-                ) -> tuple[float, ...]:
+def _bin_values(
+    values: tuple[float, ...], groups: list[list[tuple[int, float, float]]]
+) -> tuple[float, ...]:
     """Return the time-weighted mean of `values` over each group of clipped intervals."""
     out = []
     for group in groups:
@@ -116,8 +117,9 @@ def _bin_values(values: tuple[float, ...], groups: list[list[tuple[int, float, f
     return tuple(out)
 
 
-def _stats(values: tuple[float, ...], window: list[tuple[int, float, float]]
-           ) -> tuple[float, float]:
+def _stats(
+    values: tuple[float, ...], window: list[tuple[int, float, float]]
+) -> tuple[float, float]:
     """Return (time-weighted mean, max) of `values` over the window's intervals."""
     weight = sum(b - a for _, a, b in window)
     mean = sum(values[i] * (b - a) for i, a, b in window) / weight
@@ -128,7 +130,7 @@ def _layout(u: Utilisation, lo: float, hi: float) -> _Layout:
     """Return the bins, rows and summary lines of `u` over [lo, hi]."""
     window = _window(u, lo, hi)
     size = max(1, math.ceil(len(window) / MAX_CELLS))
-    groups_i = [window[j: j + size] for j in range(0, len(window), size)]
+    groups_i = [window[j : j + size] for j in range(0, len(window), size)]
     bins = tuple((g[0][1], g[-1][2]) for g in groups_i)
     rate = f"{fmt_num(u.samples_per_s)} samples/s"
     summary: list[str] = []
@@ -148,25 +150,36 @@ def _layout(u: Utilisation, lo: float, hi: float) -> _Layout:
         busiest = _fmt(max(means), "%")
         cpu_parts.append(f"cores mean {cores_mean}, max core {busiest}")
         if len(cores) <= MAX_CORE_ROWS:
-            title = (f"CPU cores {cores[0].name.removeprefix('cpu')}-"
-                     f"{cores[-1].name.removeprefix('cpu')}, % busy, one row each "
-                     f"(mean {cores_mean}, max core {busiest})")
+            title = (
+                f"CPU cores {cores[0].name.removeprefix('cpu')}-"
+                f"{cores[-1].name.removeprefix('cpu')}, % busy, one row each "
+                f"(mean {cores_mean}, max core {busiest})"
+            )
             rows = tuple(row(s, s.name, True) for s in cores)
         else:
-            mean_values = tuple(sum(v) / len(v) for v in zip(*(s.values for s in cores),
-                                                             strict=True))
+            mean_values = tuple(
+                sum(v) / len(v) for v in zip(*(s.values for s in cores), strict=True)
+            )
             mean_series = UtilisationSeries("cores", "%", "cores mean", mean_values)
-            title = (f"CPU: all {len(cores)} cores, mean % busy (mean {cores_mean}, "
-                     f"max core {busiest})")
+            title = (
+                f"CPU: all {len(cores)} cores, mean % busy (mean {cores_mean}, max core {busiest})"
+            )
             rows = (row(mean_series, "cores mean", True),)
         groups.append(_Group(title, None, CPU_COLOUR, rows))
     if process is not None:
         mean, top = _stats(process.values, window)
-        cpu_parts.append(f"{process.label} {_fmt(mean, 'cores')} cores mean, "
-                         f"{_fmt(top, 'cores')} max")
-        groups.append(_Group(f"{process.label}, CPU cores in use (mean {_fmt(mean, 'cores')}, "
-                             f"max {_fmt(top, 'cores')})", None, PROCESS_COLOUR,
-                             (row(process, "process", False),)))
+        cpu_parts.append(
+            f"{process.label} {_fmt(mean, 'cores')} cores mean, {_fmt(top, 'cores')} max"
+        )
+        groups.append(
+            _Group(
+                f"{process.label}, CPU cores in use (mean {_fmt(mean, 'cores')}, "
+                f"max {_fmt(top, 'cores')})",
+                None,
+                PROCESS_COLOUR,
+                (row(process, "process", False),),
+            )
+        )
     if cpu_parts:
         cpu_source = "+".join(p for p in u.source.split("+") if p != "nvml") or u.source
         summary.append(f"CPU utilisation ({cpu_source}, {rate}): " + "; ".join(cpu_parts))
@@ -176,12 +189,20 @@ def _layout(u: Utilisation, lo: float, hi: float) -> _Layout:
         if s is None:
             continue
         mean, top = _stats(s.values, window)
-        numbers = (f"max {_fmt(top, s.unit)}" if s.unit == "bytes" else
-                   f"mean {_fmt(mean, s.unit)}, max {_fmt(top, s.unit)}")
+        numbers = (
+            f"max {_fmt(top, s.unit)}"
+            if s.unit == "bytes"
+            else f"mean {_fmt(mean, s.unit)}, max {_fmt(top, s.unit)}"
+        )
         gpu_parts.append(f"{_SHORT[name]} {numbers}")
-        groups.append(_Group(f"{s.label} ({numbers})",
-                             NVML_NOTE if name == "gpu_util" else None, GPU_COLOUR,
-                             (row(s, _SHORT[name], s.unit == "%"),)))
+        groups.append(
+            _Group(
+                f"{s.label} ({numbers})",
+                NVML_NOTE if name == "gpu_util" else None,
+                GPU_COLOUR,
+                (row(s, _SHORT[name], s.unit == "%"),),
+            )
+        )
     # Series a later version may add: drawn after the known ones, by their own labels.
     known = {s.name for s in cores} | {"process", *_GPU_ORDER}
     for s in u.series:
@@ -190,8 +211,9 @@ def _layout(u: Utilisation, lo: float, hi: float) -> _Layout:
         mean, top = _stats(s.values, window)
         numbers = f"mean {_fmt(mean, s.unit)}, max {_fmt(top, s.unit)}"
         gpu_parts.append(f"{s.label} {numbers}")
-        groups.append(_Group(f"{s.label} ({numbers})", None, GPU_COLOUR,
-                             (row(s, s.name, s.unit == "%"),)))
+        groups.append(
+            _Group(f"{s.label} ({numbers})", None, GPU_COLOUR, (row(s, s.name, s.unit == "%"),))
+        )
     if gpu_parts:
         summary.append(f"GPU utilisation (NVML, {rate}): " + "; ".join(gpu_parts))
         if u.series_named("gpu_util") is not None:
@@ -211,8 +233,9 @@ def _cell_tip(r: _Row, value: float, a: float, b: float, lo: float) -> str:
     return f"{r.key}: {_fmt(value, r.unit)} ({_ms(a - lo)}-{_ms(b - lo)} ms)"
 
 
-def utilisation_text(u: Utilisation, lo_us: float | None = None,
-                     hi_us: float | None = None) -> list[str]:
+def utilisation_text(
+    u: Utilisation, lo_us: float | None = None, hi_us: float | None = None
+) -> list[str]:
     """Return plain-text lines: the CPU and GPU summary over [lo_us, hi_us] (the whole
     recording by default), NVML's caveat, the notes, and a table of the values per bin
     (milliseconds from lo_us): the numbers utilisation_strip_svg draws for the same span."""
@@ -225,11 +248,12 @@ def utilisation_text(u: Utilisation, lo_us: float | None = None,
     lines.extend(g.title for g in lay.groups)
     rows = [r for g in lay.groups for r in g.rows]
     headers = ("time (ms)", *(r.key for r in rows))
-    table = [(f"{_ms(a - lo)}-{_ms(b - lo)}", *(_fmt(r.bins[j], r.unit) for r in rows))
-             for j, (a, b) in enumerate(lay.bins)]
+    table = [
+        (f"{_ms(a - lo)}-{_ms(b - lo)}", *(_fmt(r.bins[j], r.unit) for r in rows))
+        for j, (a, b) in enumerate(lay.bins)
+    ]
     lines.append(f"over time, from the start of the span ({len(lay.bins)} bins):")
-    lines.extend(text_table(headers, table, right=(False,) + (True,) * len(rows))
-                 .splitlines())
+    lines.extend(text_table(headers, table, right=(False,) + (True,) * len(rows)).splitlines())
     return lines
 
 
@@ -238,8 +262,7 @@ def utilisation_strip_svg(u: Utilisation, lo_us: float, hi_us: float, width: int
     return utilisation_strip(u, lo_us, hi_us, width)[0]
 
 
-def utilisation_strip(u: Utilisation, lo_us: float, hi_us: float, width: int
-                      ) -> tuple[str, int]:
+def utilisation_strip(u: Utilisation, lo_us: float, hi_us: float, width: int) -> tuple[str, int]:
     """Return an SVG strip, `width` px wide, whose x axis maps [lo_us, hi_us] (trace
     microseconds) onto [0, width], so it lines up under a timeline of the same span: a heat
     row per CPU core (one row of their mean above MAX_CORE_ROWS cores) and for NVML's %
@@ -261,10 +284,11 @@ def utilisation_strip(u: Utilisation, lo_us: float, hi_us: float, width: int
         y += _LABEL_H
         for r in group.rows:
             h = _CORE_H if r.key.startswith("cpu") else _HEAT_H if r.heat else _BAR_H
-            body.append(f'<g class="gp-util-row" data-row="{esc(r.key)}" '
-                        f'fill="{group.colour}">')
-            body.append(f'<rect x="0" y="{n(y)}" width="{width}" height="{h}" fill="none" '
-                        'stroke="currentColor" stroke-opacity="0.15"/>')
+            body.append(f'<g class="gp-util-row" data-row="{esc(r.key)}" fill="{group.colour}">')
+            body.append(
+                f'<rect x="0" y="{n(y)}" width="{width}" height="{h}" fill="none" '
+                'stroke="currentColor" stroke-opacity="0.15"/>'
+            )
             top = max(max(r.bins), 1.0 if r.unit == "cores" else 0.0) if not r.heat else 100.0
             # Neighbouring bins that show the same value are drawn as one cell.
             j = 0
@@ -279,18 +303,26 @@ def utilisation_strip(u: Utilisation, lo_us: float, hi_us: float, width: int
                 v = r.bins[j]
                 if r.heat:
                     opacity = 0.05 + 0.95 * min(max(v / 100.0, 0.0), 1.0)
-                    body.append(f'<rect x="{n(x0)}" y="{n(y)}" width="{n(max(x1 - x0, 0.5))}" '
-                                f'height="{h}" fill-opacity="{opacity:.2f}">{tip}</rect>')
+                    body.append(
+                        f'<rect x="{n(x0)}" y="{n(y)}" width="{n(max(x1 - x0, 0.5))}" '
+                        f'height="{h}" fill-opacity="{opacity:.2f}">{tip}</rect>'
+                    )
                 else:
                     bar = max(h * v / top, 0.5) if top > 0 else 0.5
-                    body.append(f'<rect x="{n(x0)}" y="{n(y + h - bar)}" '
-                                f'width="{n(max(x1 - x0, 0.5))}" height="{n(bar)}">{tip}'
-                                "</rect>")
+                    body.append(
+                        f'<rect x="{n(x0)}" y="{n(y + h - bar)}" '
+                        f'width="{n(max(x1 - x0, 0.5))}" height="{n(bar)}">{tip}'
+                        "</rect>"
+                    )
                 j = k + 1
             body.append("</g>")
             y += h + 1
         y += _GAP
     height = max(int(math.ceil(y)), 1)
-    head = svg.svg_open(width, height, "CPU and GPU utilisation over the timeline's span",
-                        f' data-x-us="{lo!r} {hi!r}"')
+    head = svg.svg_open(
+        width,
+        height,
+        "CPU and GPU utilisation over the timeline's span",
+        f' data-x-us="{lo!r} {hi!r}"',
+    )
     return head + "".join(body) + "</svg>", height

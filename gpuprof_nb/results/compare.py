@@ -58,9 +58,15 @@ class Verdict:
         return 1.0 / self.ratio if self.ratio > 0 else float("inf")
 
     @classmethod
-    def from_samples(cls, before: Sequence[float], after: Sequence[float], *,
-                     noise_floor: float = COMPARE_NOISE_FLOOR,
-                     rounds: int = COMPARE_BOOTSTRAP_ROUNDS, seed: int = 0) -> Verdict | None:
+    def from_samples(
+        cls,
+        before: Sequence[float],
+        after: Sequence[float],
+        *,
+        noise_floor: float = COMPARE_NOISE_FLOOR,
+        rounds: int = COMPARE_BOOTSTRAP_ROUNDS,
+        seed: int = 0,
+    ) -> Verdict | None:
         """Return the verdict on two sets of timed samples (any time unit, the same on both
         sides): the ratio of medians after/before, its 95% percentile-bootstrap interval
         (`rounds` resamples of each side, seeded so the answer is the same every time), and
@@ -79,9 +85,15 @@ class Verdict:
             kind = "slower"
         elif high < 1.0 / (1.0 + noise_floor):
             kind = "faster"
-        return cls(kind=kind, ratio=float(np.median(a) / np.median(b)), ci_low=float(low),
-                   ci_high=float(high), noise_floor=noise_floor, before_samples=len(b),
-                   after_samples=len(a))
+        return cls(
+            kind=kind,
+            ratio=float(np.median(a) / np.median(b)),
+            ci_low=float(low),
+            ci_high=float(high),
+            noise_floor=noise_floor,
+            before_samples=len(b),
+            after_samples=len(a),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,5 +168,7 @@ class Comparison(Displayable):
     def __repr__(self) -> str:
         what = self.verdict.kind if self.verdict is not None else "no verdict"
         speed = f"{self.speedup:.3g}x" if self.speedup is not None else "n/a"
-        return (f"<Comparison {self.before_label} -> {self.after_label}: {what}, speedup "
-                f"{speed}, {len(self.changes)} changes>")
+        return (
+            f"<Comparison {self.before_label} -> {self.after_label}: {what}, speedup "
+            f"{speed}, {len(self.changes)} changes>"
+        )

@@ -12,10 +12,24 @@ from gpuprof_nb.results.display import Displayable
 # Every kind of finding (ARCHITECTURE.md's table): what holds a cell back, what a memory
 # snapshot shows, and what a multi-rank run adds.
 FindingKind = Literal[
-    "dataloader", "host_sync", "launch_overhead", "python_overhead", "memory_bound",
-    "compute_bound", "precision", "dtype_cast", "host_device_copy", "communication",
-    "cold_start", "recompilation", "memory_growth", "fragmentation", "oom", "peak_memory",
-    "straggler", "load_imbalance",
+    "dataloader",
+    "host_sync",
+    "launch_overhead",
+    "python_overhead",
+    "memory_bound",
+    "compute_bound",
+    "precision",
+    "dtype_cast",
+    "host_device_copy",
+    "communication",
+    "cold_start",
+    "recompilation",
+    "memory_growth",
+    "fragmentation",
+    "oom",
+    "peak_memory",
+    "straggler",
+    "load_imbalance",
 ]
 Severity = Literal["high", "medium", "low", "info"]
 FINDING_KINDS: tuple[FindingKind, ...] = get_args(FindingKind)

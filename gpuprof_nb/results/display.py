@@ -18,8 +18,9 @@ class Renderer(Protocol):
     """What the render layer provides: a result's mimebundle, its plain text and a live
     widget view."""
 
-    def bundle(self, obj: object, include: Iterable[str] | None,
-               exclude: Iterable[str] | None) -> dict[str, Any]: ...
+    def bundle(
+        self, obj: object, include: Iterable[str] | None, exclude: Iterable[str] | None
+    ) -> dict[str, Any]: ...
 
     def text(self, obj: object) -> str: ...
 
@@ -46,8 +47,9 @@ class Displayable:
 
     __slots__ = ()
 
-    def _repr_mimebundle_(self, include: Iterable[str] | None = None,
-                          exclude: Iterable[str] | None = None) -> dict[str, Any]:
+    def _repr_mimebundle_(
+        self, include: Iterable[str] | None = None, exclude: Iterable[str] | None = None
+    ) -> dict[str, Any]:
         return _current().bundle(self, include, exclude)
 
     def text(self) -> str:

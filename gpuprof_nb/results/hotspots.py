@@ -77,15 +77,19 @@ class Hotspots(Displayable):
     on_device: bool = False
     notes: tuple[str, ...] = ()
 
-    def top_idle_lines(self, causes: Iterable[str] | None = None, n: int = 2,
-                       min_share: float = 0.01) -> list[tuple[HotLine, float]]:
+    def top_idle_lines(
+        self, causes: Iterable[str] | None = None, n: int = 2, min_share: float = 0.01
+    ) -> list[tuple[HotLine, float]]:
         """Return up to `n` lines with the most idle time of the given gap causes (all when
         None), as (line, share of all idle time), each at least `min_share`."""
         wanted = None if causes is None else frozenset(causes)
         scored = []
         for line in self.lines:
-            us = line.idle_us if wanted is None else \
-                sum(v for k, v in line.idle_by_cause_us.items() if k in wanted)
+            us = (
+                line.idle_us
+                if wanted is None
+                else sum(v for k, v in line.idle_by_cause_us.items() if k in wanted)
+            )
             share = us / self.idle_us if self.idle_us > 0 else 0.0
             if share >= min_share:
                 scored.append((line, share))

@@ -34,8 +34,17 @@ RUNG_NAMES = (
 # results/compare.Verdict), so not kept; flagged: the loss drifted;
 # failed: raised (first line of the error in `reason`); skipped: not run (why in `reason`);
 # reference: measured for the three-run reading only; trial: one setting of a sweep.
-STATUSES = ("baseline", "kept", "dropped", "no clear change", "flagged", "failed", "skipped",
-            "reference", "trial")
+STATUSES = (
+    "baseline",
+    "kept",
+    "dropped",
+    "no clear change",
+    "flagged",
+    "failed",
+    "skipped",
+    "reference",
+    "trial",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +144,7 @@ def find_plateau(points: Sequence[BatchPoint], *, tolerance: float = 0.10) -> in
         return None
     for i, point in enumerate(ok[:-1]):
         rate = point.samples_per_s or 0.0
-        if all((later.samples_per_s or 0.0) <= rate * (1.0 + tolerance) for later in ok[i + 1:]):
+        if all((later.samples_per_s or 0.0) <= rate * (1.0 + tolerance) for later in ok[i + 1 :]):
             return point.batch_size
     return None
 
@@ -182,6 +191,7 @@ class BatchSweep(Displayable):
             parts.append("No batch size ran out of memory.")
         return " ".join(parts)
 
+
 @dataclass(frozen=True, slots=True)
 class ComparisonRow:
     """One rung in two reports: samples/s in each and their ratio (this / other)."""
@@ -213,6 +223,7 @@ class LadderComparison(Displayable):
     rows: tuple[ComparisonRow, ...]
     this_speedup: float | None
     other_speedup: float | None
+
 
 @dataclass(frozen=True, slots=True)
 class LadderReport(Displayable):
@@ -294,7 +305,8 @@ class LadderReport(Displayable):
                     this_peak_memory_bytes=mine.peak_memory_bytes if mine else None,
                     other_peak_memory_bytes=theirs.peak_memory_bytes if theirs else None,
                     verdict=Verdict.from_samples(theirs.us_per_sample, mine.us_per_sample)
-                    if mine and theirs else None,
+                    if mine and theirs
+                    else None,
                 )
             )
         return LadderComparison(
@@ -313,22 +325,20 @@ class LadderReport(Displayable):
         """Write the report as JSON to `path` (io/ladder.py) and return the path."""
         return write_ladder_json(self.to_dict(), path)
 
+
 def recommend(report: LadderReport) -> str:
     """Return the advice in words for `report`: what to keep, the combined speed-up and
     memory against fp32, and what was dropped, flagged or failed."""
     kept = report.kept
     lines = []
     if not kept:
-        lines.append(
-            "Keep the fp32 baseline: no rung beat it on this model, data and device."
-        )
+        lines.append("Keep the fp32 baseline: no rung beat it on this model, data and device.")
     else:
         lines.append("Keep: " + "; ".join(f"{r.name} ({r.reason})" for r in kept) + ".")
         speedup = report.speedup
         if speedup is not None:
             lines.append(
-                f"Combined: {speedup:.2f}x the fp32 baseline's samples/s "
-                f"({report.final.settings})."
+                f"Combined: {speedup:.2f}x the fp32 baseline's samples/s ({report.final.settings})."
             )
     ratio = report.memory_ratio
     base_peak = report.baseline.peak_memory_bytes

@@ -151,5 +151,7 @@ class MemoryReport(Displayable):
         return save_snapshot(self.snapshot, path)
 
     def __repr__(self) -> str:
-        return (f"MemoryReport(device={self.device}, peak_bytes={self.peak_bytes}, "
-                f"events={self.timeline.n_events}, findings={len(self.findings)})")
+        return (
+            f"MemoryReport(device={self.device}, peak_bytes={self.peak_bytes}, "
+            f"events={self.timeline.n_events}, findings={len(self.findings)})"
+        )

@@ -120,8 +120,9 @@ class Roofline(Displayable):
     @property
     def fp32_gemm_time_us(self) -> float:
         """Microseconds in fp32 GEMMs, convolutions and attention (tensor-core candidates)."""
-        return sum(p.time_us for p in self.points
-                   if p.category in MATMUL_CATEGORIES and p.dtype == "fp32")
+        return sum(
+            p.time_us for p in self.points if p.category in MATMUL_CATEGORIES and p.dtype == "fp32"
+        )
 
     @property
     def fp32_gemm_time_share(self) -> float | None:

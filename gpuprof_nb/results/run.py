@@ -104,5 +104,7 @@ class RunReport(Displayable):
 
     def __repr__(self) -> str:
         who = ", ".join(str(r) for r in self.stragglers) or "none"
-        return (f"<RunReport {len(self.ranks)} ranks, stragglers: {who}, "
-                f"{len(self.collectives)} collectives, {len(self.failures)} failed>")
+        return (
+            f"<RunReport {len(self.ranks)} ranks, stragglers: {who}, "
+            f"{len(self.collectives)} collectives, {len(self.failures)} failed>"
+        )

@@ -57,6 +57,7 @@ class OpTable(Displayable):
             "calls": "all op calls",
         }[base]
 
+
 @dataclass(frozen=True, slots=True)
 class KernelRow:
     """One device activity name and kind: calls, microseconds, streams, bytes and GB/s."""
@@ -88,6 +89,7 @@ class KernelTable(Displayable):
     # Runtime calls that queued GPU work in a trace without kernel events (its device ran,
     # but was not recorded); 0 when kernels were recorded or nothing was launched.
     unrecorded_launches: int = 0
+
 
 @dataclass(frozen=True, slots=True)
 class TraceSummary:

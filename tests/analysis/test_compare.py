@@ -79,8 +79,9 @@ def test_kernel_families_ignore_tiles_templates_and_instance_numbers() -> None:
     a = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma"
     b = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x64x8_stage4_warpsize2x2x1_ffma"
     assert kernel_family(a) == kernel_family(b)
-    assert kernel_family("void at::native::vectorized_elementwise_kernel<4, Add<float>>(int)") \
-        == kernel_family("void at::native::vectorized_elementwise_kernel<2, Add<c10::Half>>(i)")
+    assert kernel_family(
+        "void at::native::vectorized_elementwise_kernel<4, Add<float>>(int)"
+    ) == kernel_family("void at::native::vectorized_elementwise_kernel<2, Add<c10::Half>>(i)")
     assert kernel_family("triton_poi_fused_add_0") == kernel_family("triton_poi_fused_add_12")
     # The precision in a name is not a tile: fp32 and bf16 GEMMs stay apart.
     assert kernel_family("ampere_sgemm_128x64_nn") != kernel_family("ampere_bf16_s16816gemm_nn")
@@ -158,8 +159,11 @@ def _plain(path: Path) -> tuple[float, float]:
     raw = path.read_bytes()
     events = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)["traceEvents"]
     steps = [e for e in events if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")]
-    nexts = [e for e in events if e.get("ph") == "X" and "DataLoader" in e["name"]
-             and "__next__" in e["name"]]
+    nexts = [
+        e
+        for e in events
+        if e.get("ph") == "X" and "DataLoader" in e["name"] and "__next__" in e["name"]
+    ]
     return statistics.median(e["dur"] for e in steps), sum(e["dur"] for e in nexts) / len(steps)
 
 

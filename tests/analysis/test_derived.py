@@ -53,21 +53,32 @@ def test_ids_beyond_int64_still_match_and_none_stays_apart() -> None:
     assert again.tolist() == [arr[2], arr[3], arr[0]]
     keys = np.sort(arr[present])
     assert derived.lookup(keys, np.arange(len(keys)), again).tolist() == [
-        int(np.searchsorted(keys, v)) for v in again.tolist()]
+        int(np.searchsorted(keys, v)) for v in again.tolist()
+    ]
 
 
-@pytest.mark.parametrize("values", [
-    [1, 2, 3], [1, None, 3], [None], [], [2**70 + 3, 1, None], [-(2**63), 1], [1, 2**63],
-    [-(2**63), None], [7, 8, None, 2**64],
-], ids=str)
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1, 2, 3],
+        [1, None, 3],
+        [None],
+        [],
+        [2**70 + 3, 1, None],
+        [-(2**63), 1],
+        [1, 2**63],
+        [-(2**63), None],
+        [7, 8, None, 2**64],
+    ],
+    ids=str,
+)
 def test_ids_read_in_one_pass_are_those_of_the_list(values: list[int | None]) -> None:
     """ids_of's one pass over the items falls back to the list's handling of a missing
     id, one outside int64 and the smallest int64."""
     from types import SimpleNamespace
 
     want, want_present = derived.ids(values)
-    got, present = derived.ids_of([SimpleNamespace(correlation=v) for v in values],
-                                  "correlation")
+    got, present = derived.ids_of([SimpleNamespace(correlation=v) for v in values], "correlation")
     assert got.tolist() == want.tolist() and present.tolist() == want_present.tolist()
 
 
@@ -82,8 +93,9 @@ def test_top_level_ops_within_a_span_are_those_of_the_span_alone(name: str) -> N
     trace = load_trace(next(p for p in sorted((DATA / name).iterdir()) if ".json" in p.name))
     a0, a1 = trace.window_us
     rng = random.Random(3)
-    spans = [(a0, a1)] + [tuple(sorted((rng.uniform(a0, a1), rng.uniform(a0, a1))))
-                          for _ in range(20)]
+    spans = [(a0, a1)] + [
+        tuple(sorted((rng.uniform(a0, a1), rng.uniform(a0, a1)))) for _ in range(20)
+    ]
     for lo, hi in spans:
         before = trace.ops[: bisect.bisect_left(trace.ops, hi, key=lambda o: o.start_us)]
         alone = dataclasses.replace(trace, ops=tuple(o for o in before if o.end_us > lo))
@@ -96,12 +108,24 @@ def test_kernel_columns_and_device_kernels_match_the_kernels() -> None:
     from gpuprof_nb.model.trace import Kernel, Trace
 
     kinds = ("kernel", "memcpy", "memset")
-    kernels = tuple(Kernel(f"k{i}", kinds[i % 3], float(i), 0.5 + i, device=(i * 7) % 3,
-                           stream=7, index=i) for i in range(20))
+    kernels = tuple(
+        Kernel(f"k{i}", kinds[i % 3], float(i), 0.5 + i, device=(i * 7) % 3, stream=7, index=i)
+        for i in range(20)
+    )
 
     def trace(ks: tuple[Kernel, ...]) -> Trace:
-        return Trace(source="t", ops=(), kernels=ks, runtime=(), syncs=(), memory=(), steps=(),
-                     devices=(), distributed=None, window_us=(0.0, 40.0))
+        return Trace(
+            source="t",
+            ops=(),
+            kernels=ks,
+            runtime=(),
+            syncs=(),
+            memory=(),
+            steps=(),
+            devices=(),
+            distributed=None,
+            window_us=(0.0, 40.0),
+        )
 
     t = trace(kernels)
     kc = derived.kernel_columns(t)
@@ -110,8 +134,7 @@ def test_kernel_columns_and_device_kernels_match_the_kernels() -> None:
     assert kc.device.tolist() == [k.device for k in kernels]
     assert kc.end.tolist() == [k.end_us for k in kernels]
     for device in (0, 1, 2, 5):
-        assert timeline.device_kernels(t, device) == tuple(k for k in kernels
-                                                           if k.device == device)
+        assert timeline.device_kernels(t, device) == tuple(k for k in kernels if k.device == device)
     one = trace(tuple(k for k in kernels if k.device == 1))
     assert timeline.device_kernels(one, 1) is one.kernels
 
@@ -127,5 +150,6 @@ def test_top_level_spans_are_the_merged_spans_of_the_top_level_ops(name: str) ->
     starts, ends = timeline.top_level_spans(trace)
     tops = timeline.top_level_ops(trace)
     assert tops
-    assert list(zip(starts.tolist(), ends.tolist(), strict=True)) == \
-        merge_intervals([(o.start_us, o.end_us) for o in tops])
+    assert list(zip(starts.tolist(), ends.tolist(), strict=True)) == merge_intervals(
+        [(o.start_us, o.end_us) for o in tops]
+    )

@@ -27,27 +27,71 @@ from gpuprof_nb.model.trace import (
 )
 from gpuprof_nb.results.roofline import Roofline, RooflinePoint
 
-KINDS = {"dataloader", "host_sync", "launch_overhead", "python_overhead", "memory_bound",
-         "compute_bound", "precision", "dtype_cast", "host_device_copy", "communication",
-         "cold_start", "recompilation", "memory_growth", "fragmentation", "oom"}
+KINDS = {
+    "dataloader",
+    "host_sync",
+    "launch_overhead",
+    "python_overhead",
+    "memory_bound",
+    "compute_bound",
+    "precision",
+    "dtype_cast",
+    "host_device_copy",
+    "communication",
+    "cold_start",
+    "recompilation",
+    "memory_growth",
+    "fragmentation",
+    "oom",
+}
 
 
-def make_trace(*, ops=(), kernels=(), runtime=(), syncs=(), steps=(), memory=(), window=None,
-               cc=(8, 0)) -> Trace:
-    spans = ([(o.start_us, o.end_us) for o in ops] + [(k.start_us, k.end_us) for k in kernels]
-             + [(r.start_us, r.end_us) for r in runtime])
+def make_trace(
+    *, ops=(), kernels=(), runtime=(), syncs=(), steps=(), memory=(), window=None, cc=(8, 0)
+) -> Trace:
+    spans = (
+        [(o.start_us, o.end_us) for o in ops]
+        + [(k.start_us, k.end_us) for k in kernels]
+        + [(r.start_us, r.end_us) for r in runtime]
+    )
     if window is None:
         window = (min(s for s, _ in spans), max(e for _, e in spans)) if spans else (0.0, 0.0)
     devices = (DeviceInfo(0, "GPU", compute_capability=cc),) if cc else ()
-    return Trace(source="hand", ops=tuple(ops), kernels=tuple(kernels), runtime=tuple(runtime),
-                 syncs=tuple(syncs), memory=tuple(memory), steps=tuple(steps), devices=devices,
-                 distributed=None, window_us=window)
+    return Trace(
+        source="hand",
+        ops=tuple(ops),
+        kernels=tuple(kernels),
+        runtime=tuple(runtime),
+        syncs=tuple(syncs),
+        memory=tuple(memory),
+        steps=tuple(steps),
+        devices=devices,
+        distributed=None,
+        window_us=window,
+    )
 
 
-def kernel(start, dur, name="void at::native::elementwise_kernel<128, 4>", stream=7, corr=None,
-           kind="kernel", nbytes=None, ext=None):
-    return Kernel(name, kind, float(start), float(dur), 0, stream, correlation=corr,
-                  bytes=nbytes, external_id=ext)
+def kernel(
+    start,
+    dur,
+    name="void at::native::elementwise_kernel<128, 4>",
+    stream=7,
+    corr=None,
+    kind="kernel",
+    nbytes=None,
+    ext=None,
+):
+    return Kernel(
+        name,
+        kind,
+        float(start),
+        float(dur),
+        0,
+        stream,
+        correlation=corr,
+        bytes=nbytes,
+        external_id=ext,
+    )
 
 
 def op(name, start, dur, kind="op", tid=1, types=None, ext=None):
@@ -97,8 +141,10 @@ class TestRules:
         assert d.findings[0].severity == "high"
 
     def test_communication_overlap_by_hand(self):
-        kernels = [kernel(0, 100, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL", stream=3),
-                   kernel(50, 100, name="ampere_bf16_s16816gemm_bf16_128x128", stream=7)]
+        kernels = [
+            kernel(0, 100, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL", stream=3),
+            kernel(50, 100, name="ampere_bf16_s16816gemm_bf16_128x128", stream=7),
+        ]
         d = diagnose(make_trace(kernels=kernels))
         f = d.finding("communication")
         assert f.evidence["communication_time_us"] == pytest.approx(100.0)
@@ -109,21 +155,30 @@ class TestRules:
     def test_host_collectives_without_device(self):
         # gloo all_reduce 100-600 on the main thread; an op on another thread 500-700
         # overlaps 100 us of it; Python elsewhere.
-        ops = [op("aten::add", 0, 100), op("gloo:all_reduce", 100, 500, kind="annotation"),
-               op("aten::mul", 500, 200, tid=2), op("aten::add", 900, 100)]
+        ops = [
+            op("aten::add", 0, 100),
+            op("gloo:all_reduce", 100, 500, kind="annotation"),
+            op("aten::mul", 500, 200, tid=2),
+            op("aten::add", 900, 100),
+        ]
         d = diagnose(make_trace(ops=ops, cc=None))
         f = d.finding("communication")
         assert f.evidence["communication_time_us"] == pytest.approx(500.0)
         assert f.evidence["overlap_with_compute_fraction"] == pytest.approx(0.2)
         assert f.share == pytest.approx(400.0 / 1000.0)
         # Host gaps: 100-500 (in the collective) and 700-900 (Python).
-        assert d.finding("python_overhead").evidence["python_outside_ops_us"] == \
-            pytest.approx(200.0)
+        assert d.finding("python_overhead").evidence["python_outside_ops_us"] == pytest.approx(
+            200.0
+        )
 
     def test_python_hotspot_names_the_innermost_function(self):
-        ops = [op("cell.py(1): <module>", 0, 1000, kind="python"),
-               op("train.py(10): slow_fn", 100, 500, kind="python"),
-               op("aten::add", 0, 100), op("aten::add", 600, 100), op("aten::add", 990, 10)]
+        ops = [
+            op("cell.py(1): <module>", 0, 1000, kind="python"),
+            op("train.py(10): slow_fn", 100, 500, kind="python"),
+            op("aten::add", 0, 100),
+            op("aten::add", 600, 100),
+            op("aten::add", 990, 10),
+        ]
         trace = make_trace(ops=ops, cc=None)
         hotspots = compute_hotspots(trace, device_timeline(trace))
         f = diagnose(trace, hotspots=hotspots).finding("python_overhead")
@@ -132,7 +187,8 @@ class TestRules:
         assert f.evidence["python_outside_ops_us"] == pytest.approx(500 + 290)
         assert f.title.endswith(
             ". Held by `train.py, slow_fn (defined at line 10)`: 63% of the time between ops; "
-            "`cell.py (line unknown) <module>`: 37% of the time between ops")
+            "`cell.py (line unknown) <module>`: 37% of the time between ops"
+        )
         # Without stacks, the finding says how to get them.
         plain = diagnose(trace).finding("python_overhead")
         assert "Held by" not in plain.title and "--stack" in plain.fix
@@ -160,8 +216,12 @@ class TestRules:
         assert diagnose(make_trace(ops=ops_bf16, kernels=kernels)).finding("precision") is None
 
     def test_host_device_copy_pageable_bandwidth(self):
-        kernels = [kernel(0, 1000, name="Memcpy HtoD (Pageable -> Device)", kind="memcpy",
-                          nbytes=4_000_000), kernel(1000, 1000)]
+        kernels = [
+            kernel(
+                0, 1000, name="Memcpy HtoD (Pageable -> Device)", kind="memcpy", nbytes=4_000_000
+            ),
+            kernel(1000, 1000),
+        ]
         f = diagnose(make_trace(kernels=kernels)).finding("host_device_copy")
         assert f.evidence["pageable_copies_count"] == 1
         assert f.evidence["memcpy_bandwidth_bytes_per_s"] == pytest.approx(4e6 / 1e-3)
@@ -184,12 +244,16 @@ class TestRules:
         # Timed runs 90-300 us (median 100): a first run of 400 us lies 300 us above the
         # median, beyond their 210 us spread; one of 250 us (2.5x) lies within it.
         runs = (100.0, 300.0, 90.0)
-        beyond = diagnose(make_trace(kernels=[kernel(0, 10)]),
-                          timing=TimingStats(wall_us=runs, warmup_wall_us=(400.0,)))
+        beyond = diagnose(
+            make_trace(kernels=[kernel(0, 10)]),
+            timing=TimingStats(wall_us=runs, warmup_wall_us=(400.0,)),
+        )
         assert beyond.finding("cold_start").share == pytest.approx(300 / (400 + 490))
         assert [f.kind for f in beyond.one_off] == ["cold_start"]
-        within = diagnose(make_trace(kernels=[kernel(0, 10)]),
-                          timing=TimingStats(wall_us=runs, warmup_wall_us=(250.0,)))
+        within = diagnose(
+            make_trace(kernels=[kernel(0, 10)]),
+            timing=TimingStats(wall_us=runs, warmup_wall_us=(250.0,)),
+        )
         assert within.finding("cold_start").share == 0.0
         assert within.one_off == ()
 
@@ -198,11 +262,16 @@ class TestRules:
         # The first .to() holds the host 200 ms (lazy CUDA init) while the device idles; the
         # later .to() calls take 10 us. Kernels run after it, with a 200 us gap between them
         # in which the host waits inside the third .to().
-        ops = [op("aten::to", 0, 200_000), op("aten::to", 200_100, 10),
-               op("aten::to", 200_200, 190)]
+        ops = [
+            op("aten::to", 0, 200_000),
+            op("aten::to", 200_100, 10),
+            op("aten::to", 200_200, 190),
+        ]
         kernels = [kernel(200_050, 100, corr=1), kernel(200_400, 100, corr=2)]
-        runtime = [RuntimeCall("cudaLaunchKernel", 200_020.0, 5.0, 1, 1, correlation=1),
-                   RuntimeCall("cudaLaunchKernel", 200_390.0, 5.0, 1, 1, correlation=2)]
+        runtime = [
+            RuntimeCall("cudaLaunchKernel", 200_020.0, 5.0, 1, 1, correlation=1),
+            RuntimeCall("cudaLaunchKernel", 200_390.0, 5.0, 1, 1, correlation=2),
+        ]
         return make_trace(ops=ops, kernels=kernels, runtime=runtime)
 
     def test_cold_start_from_a_first_call_in_a_trace_recorded_elsewhere(self):
@@ -222,8 +291,12 @@ class TestRules:
         lo = d.finding("launch_overhead")
         assert lo.evidence["device_idle_while_host_in_ops_us"] < 1_000
         assert lo.share == pytest.approx(
-            (lo.evidence["device_idle_while_host_in_ops_us"]
-             + lo.evidence["short_gaps_between_kernels_us"]) / 500)
+            (
+                lo.evidence["device_idle_while_host_in_ops_us"]
+                + lo.evidence["short_gaps_between_kernels_us"]
+            )
+            / 500
+        )
         assert any("remaining 500 us" in n for n in d.notes)
 
     def test_cold_start_under_once_is_part_of_what_was_measured(self):
@@ -242,22 +315,27 @@ class TestRules:
 
     def test_few_tiny_kernels_are_not_many_small_kernels(self):
         kernels = [kernel(i * 100.0, 5, corr=i) for i in range(5)]
-        runtime = [RuntimeCall("cudaLaunchKernel", i * 100.0 - 50, 5.0, 1, 1, correlation=i)
-                   for i in range(5)]
+        runtime = [
+            RuntimeCall("cudaLaunchKernel", i * 100.0 - 50, 5.0, 1, 1, correlation=i)
+            for i in range(5)
+        ]
         ops = [op("aten::add", i * 100.0 - 60, 20) for i in range(5)]
         f = diagnose(make_trace(ops=ops, kernels=kernels, runtime=runtime)).finding(
-            "launch_overhead")
+            "launch_overhead"
+        )
         assert not f.title.startswith("Many small kernels")
         many = [kernel(i * 10.0, 5, corr=i) for i in range(th.MIN_KERNELS_FOR_OVERHEAD)]
         g = diagnose(make_trace(kernels=many)).finding("launch_overhead")
         assert g.title.startswith("Many small kernels")
 
     def test_recompilation_markers(self):
-        ops = [op("Torch-Compiled Region", 0, 100, kind="annotation"),
-               op("_compile.compile_inner (dynamo_timed)", 100, 500, kind="annotation"),
-               op("Torch-Compiled Region", 600, 100, kind="annotation"),
-               op("_compile.compile_inner (dynamo_timed)", 700, 300, kind="annotation"),
-               op("aten::add", 0, 1000)]
+        ops = [
+            op("Torch-Compiled Region", 0, 100, kind="annotation"),
+            op("_compile.compile_inner (dynamo_timed)", 100, 500, kind="annotation"),
+            op("Torch-Compiled Region", 600, 100, kind="annotation"),
+            op("_compile.compile_inner (dynamo_timed)", 700, 300, kind="annotation"),
+            op("aten::add", 0, 1000),
+        ]
         f = diagnose(make_trace(ops=ops)).finding("recompilation")
         assert f.evidence["compile_count"] == 2
         assert f.evidence["compile_time_us"] == pytest.approx(800.0)
@@ -265,8 +343,10 @@ class TestRules:
         assert f.evidence["recompiled_graphs_count"] == 0
         # Graphs 0/0, 0/1, 0/2 of frame 0 and 1/0 of frame 1: two recompilations, compiled
         # before the profiled run (no compile events), still reported.
-        ops2 = [op(f"Torch-Compiled Region: {fr}/{g}", i * 100.0, 50, kind="annotation")
-                for i, (fr, g) in enumerate([(0, 0), (0, 1), (0, 2), (1, 0), (0, 1)])]
+        ops2 = [
+            op(f"Torch-Compiled Region: {fr}/{g}", i * 100.0, 50, kind="annotation")
+            for i, (fr, g) in enumerate([(0, 0), (0, 1), (0, 2), (1, 0), (0, 1)])
+        ]
         g2 = diagnose(make_trace(ops=ops2)).finding("recompilation")
         assert g2.evidence["recompiled_graphs_count"] == 2
         assert g2.evidence["compile_count"] == 0
@@ -280,10 +360,14 @@ class TestRules:
             steps.append(Step(i, f"ProfilerStep#{i}", i * 100.0, i * 100.0 + 100.0))
             ops.append(op("aten::mm", i * 100.0, 90))
             # Each step allocates 8 MiB kept alive and 4 MiB freed again.
-            memory.append(MemoryEvent(i * 100.0 + 10, 8 << 20, 1, 0,
-                                      total_allocated=(i + 1) * (8 << 20) + (4 << 20)))
-            memory.append(MemoryEvent(i * 100.0 + 20, -(4 << 20), 1, 0,
-                                      total_allocated=(i + 1) * (8 << 20)))
+            memory.append(
+                MemoryEvent(
+                    i * 100.0 + 10, 8 << 20, 1, 0, total_allocated=(i + 1) * (8 << 20) + (4 << 20)
+                )
+            )
+            memory.append(
+                MemoryEvent(i * 100.0 + 20, -(4 << 20), 1, 0, total_allocated=(i + 1) * (8 << 20))
+            )
         d = diagnose(make_trace(ops=ops, steps=steps, memory=memory))
         f = d.finding("memory_growth")
         assert f.evidence["growth_per_step_bytes"] == pytest.approx(8 << 20)
@@ -300,27 +384,41 @@ class TestRules:
             ops += [op("aten::mm", t0, 40), op("aten::relu", t0 + 50, 40)]
             # aten::mm keeps 2 MiB each step; aten::relu allocates 1 MiB and frees it.
             total += 2 << 20
-            memory.append(MemoryEvent(t0 + 10, 2 << 20, 1, 0, addr=1000 + i, tid=1,
-                                      total_allocated=total))
-            memory.append(MemoryEvent(t0 + 60, 1 << 20, 1, 0, addr=2000 + i, tid=1,
-                                      total_allocated=total + (1 << 20)))
-            memory.append(MemoryEvent(t0 + 70, -(1 << 20), 1, 0, addr=2000 + i, tid=1,
-                                      total_allocated=total))
+            memory.append(
+                MemoryEvent(t0 + 10, 2 << 20, 1, 0, addr=1000 + i, tid=1, total_allocated=total)
+            )
+            memory.append(
+                MemoryEvent(
+                    t0 + 60, 1 << 20, 1, 0, addr=2000 + i, tid=1, total_allocated=total + (1 << 20)
+                )
+            )
+            memory.append(
+                MemoryEvent(t0 + 70, -(1 << 20), 1, 0, addr=2000 + i, tid=1, total_allocated=total)
+            )
         f = diagnose(make_trace(ops=ops, steps=steps, memory=memory)).finding("memory_growth")
         assert f.title.endswith("comes mostly from aten::mm")
         assert f.evidence["largest_site_live_bytes"] == 5 * (2 << 20)
         assert f.evidence["growth_per_step_bytes"] == pytest.approx(2 << 20)
 
     def test_flat_memory_is_not_growth(self):
-        memory = [MemoryEvent(float(t), (1 << 20) * (1 if t % 20 == 0 else -1), 1, 0)
-                  for t in range(0, 400, 10)]
+        memory = [
+            MemoryEvent(float(t), (1 << 20) * (1 if t % 20 == 0 else -1), 1, 0)
+            for t in range(0, 400, 10)
+        ]
         d = diagnose(make_trace(ops=[op("aten::mm", 0, 400)], memory=memory))
         f = d.finding("memory_growth")
         assert f is None or f.share == 0.0
 
     def test_dataloader_on_cpu(self):
-        ops = [op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 600,
-                  kind="annotation"), op("aten::mm", 600, 400)]
+        ops = [
+            op(
+                "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                0,
+                600,
+                kind="annotation",
+            ),
+            op("aten::mm", 600, 400),
+        ]
         d = diagnose(make_trace(ops=ops, cc=None))
         f = d.findings[0]
         assert f.kind == "dataloader"
@@ -329,8 +427,7 @@ class TestRules:
         assert "num_workers" in f.fix and "pin_memory" not in f.fix
 
     def test_order_follows_share_and_compute_bound_never_severe(self):
-        kernels = [kernel(0, 900, name="ampere_bf16_s16816gemm_bf16_128x128"),
-                   kernel(1000, 10)]
+        kernels = [kernel(0, 900, name="ampere_bf16_s16816gemm_bf16_128x128"), kernel(1000, 10)]
         d = diagnose(make_trace(kernels=kernels))
         check_well_formed(d)
         cb = d.finding("compute_bound")
@@ -342,15 +439,36 @@ class TestRules:
         def roofline(compute_us, memory_us, total_us=None, bound=True):
             def point(kind, us):
                 return RooflinePoint(
-                    name=kind, shapes="", calls=1, flops=1, bytes_moved=1,
-                    intensity_flop_per_byte=1.0, time_us=us, achieved_flops_per_s=None,
-                    achieved_bytes_per_s=None, roof=None, peak_flops_per_s=None,
-                    roof_flops_per_s=None, bound=kind if bound else None,
-                    fraction_of_roof=None, above_roof=False, flop_source="", bytes_model="",
-                    dtype="fp32", category="gemm", op_name=kind)
-            return Roofline(points=(point("compute", compute_us), point("memory", memory_us)),
-                            data_movement=(), device=None, note="", time_basis="device",
-                            total_time_us=total_us or compute_us + memory_us)
+                    name=kind,
+                    shapes="",
+                    calls=1,
+                    flops=1,
+                    bytes_moved=1,
+                    intensity_flop_per_byte=1.0,
+                    time_us=us,
+                    achieved_flops_per_s=None,
+                    achieved_bytes_per_s=None,
+                    roof=None,
+                    peak_flops_per_s=None,
+                    roof_flops_per_s=None,
+                    bound=kind if bound else None,
+                    fraction_of_roof=None,
+                    above_roof=False,
+                    flop_source="",
+                    bytes_model="",
+                    dtype="fp32",
+                    category="gemm",
+                    op_name=kind,
+                )
+
+            return Roofline(
+                points=(point("compute", compute_us), point("memory", memory_us)),
+                data_movement=(),
+                device=None,
+                note="",
+                time_basis="device",
+                total_time_us=total_us or compute_us + memory_us,
+            )
 
         # By kernel names this is all elementwise; the roofline says 75% compute-bound.
         kernels = [kernel(0, 100), kernel(100, 100)]
@@ -364,8 +482,9 @@ class TestRules:
         # speaks for half of it.
         half = diagnose(make_trace(kernels=kernels), roofline=roofline(75, 25, total_us=200))
         assert half.finding("compute_bound") is None  # 0.75 x 0.5 < COMPUTE_BOUND_MIN_SHARE
-        assert half.finding("memory_bound").evidence["low_intensity_time_us"] == \
-            pytest.approx(0.25 * 0.5 * 200)
+        assert half.finding("memory_bound").evidence["low_intensity_time_us"] == pytest.approx(
+            0.25 * 0.5 * 200
+        )
         # A roofline that could not classify (no device ceilings) leaves names in charge.
         d2 = diagnose(make_trace(kernels=kernels), roofline=roofline(75, 25, bound=False))
         assert d2.finding("compute_bound") is None
@@ -399,8 +518,12 @@ class TestBadInput:
         assert any("no ProfilerStep" in n for n in d.notes)
 
     def test_overlapping_streams_and_negative_float_times(self):
-        kernels = [kernel(-100.5, 50.25, stream=1), kernel(-80.125, 70.5, stream=2),
-                   kernel(-5.0, 0.0), kernel(-90.0, 10.0, name="ncclKernel_AllGather")]
+        kernels = [
+            kernel(-100.5, 50.25, stream=1),
+            kernel(-80.125, 70.5, stream=2),
+            kernel(-5.0, 0.0),
+            kernel(-90.0, 10.0, name="ncclKernel_AllGather"),
+        ]
         syncs = [SyncEvent("Stream Sync", -20.0, 1.5, 0, -1)]
         d = diagnose(make_trace(kernels=kernels, syncs=syncs))
         check_well_formed(d)
@@ -436,8 +559,12 @@ def test_alexnet_sync_evidence_matches_plain_json():
     # No ProfilerStep in this trace: "per step" is per window.
     assert f.evidence["sync_calls_per_step"] == len(calls)
     # Blocked time: the union of the blocking calls and the host-side cuda_sync events.
-    waits = calls + [e for e in events if e.get("cat") == "cuda_sync"
-                     and e.get("name") in ("Stream Sync", "Context Sync", "Event Sync")]
+    waits = calls + [
+        e
+        for e in events
+        if e.get("cat") == "cuda_sync"
+        and e.get("name") in ("Stream Sync", "Context Sync", "Event Sync")
+    ]
     blocked, end = 0.0, float("-inf")
     for a, b in sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in waits):
         blocked += max(0.0, b - max(a, end))
@@ -474,8 +601,9 @@ def test_nccl_trace_gives_communication_with_plain_json_overlap():
     assert f is not None
     assert f.evidence["communication_time_us"] == pytest.approx(comm_us)
     assert f.evidence["overlap_with_compute_fraction"] == pytest.approx(both_us / comm_us)
-    assert f.evidence["collective_kernels_count"] == sum("nccl" in e["name"].lower()
-                                                         for e in events)
+    assert f.evidence["collective_kernels_count"] == sum(
+        "nccl" in e["name"].lower() for e in events
+    )
 
 
 def test_multistream_sync_trace_blames_python_not_the_short_syncs():
@@ -498,8 +626,11 @@ def test_a_sync_late_in_a_gap_does_not_claim_the_gap():
 
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
-SHARED_TRACES = sorted(p for p in SHARED.rglob("*.json*") if not p.name.endswith(".raw.gz")) \
-    if SHARED.is_dir() else []
+SHARED_TRACES = (
+    sorted(p for p in SHARED.rglob("*.json*") if not p.name.endswith(".raw.gz"))
+    if SHARED.is_dir()
+    else []
+)
 
 
 @pytest.mark.skipif(not SHARED_TRACES, reason="../shared/traces is not on this machine")
@@ -515,7 +646,7 @@ def test_no_shared_trace_crashes_the_rules(path):
 def _median(values):
     ordered = sorted(values)
     n = len(ordered)
-    return (ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
 
 
 def test_bert_launch_overhead_evidence_matches_plain_json():
@@ -523,19 +654,28 @@ def test_bert_launch_overhead_evidence_matches_plain_json():
     events = raw_events(path)
     kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
     # Host-side step annotations only (the GPU lane repeats them as gpu_user_annotation).
-    steps = [e for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"
-             and str(e.get("name", "")).startswith("ProfilerStep#")]
+    steps = [
+        e
+        for e in events
+        if e.get("ph") == "X"
+        and e.get("cat") == "user_annotation"
+        and str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
     f = diagnose(load_trace(path)).finding("launch_overhead")
     assert f.evidence["kernels_per_step"] == pytest.approx(len(kernels) / max(len(steps), 1))
     assert f.evidence["median_kernel_us"] == pytest.approx(
-        _median([float(e["dur"]) for e in kernels]))
+        _median([float(e["dur"]) for e in kernels])
+    )
     assert f.evidence["median_kernel_us"] < th.TINY_KERNEL_US
 
 
 def test_compiled_trace_counts_compiled_region_calls():
     path = DATA / "mi300_compile_triton" / "trace.json.gz"
-    regions = [e for e in raw_events(path) if e.get("ph") == "X"
-               and str(e.get("name", "")).startswith("Torch-Compiled Region")]
+    regions = [
+        e
+        for e in raw_events(path)
+        if e.get("ph") == "X" and str(e.get("name", "")).startswith("Torch-Compiled Region")
+    ]
     d = diagnose(load_trace(path))
     f = d.finding("recompilation")
     assert f is not None and not any(x.startswith("recompilation") for x in d.not_judged)
@@ -568,18 +708,25 @@ def test_memory_levels_per_device_match_a_running_loop(seed: int, totals: str) -
     events = []
     for i in range(rng.choice([1, 5, 300])):
         total = {"all": True, "none": False, "mixed": rng.random() < 0.5}[totals]
-        events.append(MemoryEvent(
-            # Sums past 2**53 round: only adding one by one, in order, gives the same floats.
-            ts_us=float(i) + rng.choice([0.0, 0.25]),
-            bytes=rng.choice([-1, 1, 1]) * rng.randrange(1, 2**52),
-            device_type=rng.choice([0, 1]), device_id=rng.choice([0, 1, 2]),
-            total_allocated=rng.randrange(2**45) if total else None))
+        events.append(
+            MemoryEvent(
+                # Sums past 2**53 round: only adding one by one, in order, gives the same floats.
+                ts_us=float(i) + rng.choice([0.0, 0.25]),
+                bytes=rng.choice([-1, 1, 1]) * rng.randrange(1, 2**52),
+                device_type=rng.choice([0, 1]),
+                device_id=rng.choice([0, 1, 2]),
+                total_allocated=rng.randrange(2**45) if total else None,
+            )
+        )
     want: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
     running: dict[tuple[int, int], float] = {}
     for m in events:
         key = (m.device_type, m.device_id)
-        level = float(m.total_allocated) if m.total_allocated is not None \
+        level = (
+            float(m.total_allocated)
+            if m.total_allocated is not None
             else running.get(key, 0.0) + m.bytes
+        )
         running[key] = level
         want.setdefault(key, ([], []))[0].append(m.ts_us)
         want[key][1].append(level)
@@ -598,8 +745,10 @@ def test_median_without_one_value_matches_statistics(seed: int) -> None:
     from gpuprof_nb.analysis.rules import _median_without
 
     rng = random.Random(seed)
-    durations = sorted(rng.choice([1.0, 2.5, 3.0, 7.25, 1e6 / 3]) + rng.randrange(3)
-                       for _ in range(rng.randrange(1, 12)))
+    durations = sorted(
+        rng.choice([1.0, 2.5, 3.0, 7.25, 1e6 / 3]) + rng.randrange(3)
+        for _ in range(rng.randrange(1, 12))
+    )
     for value in set(durations):
         others = list(durations)
         others.remove(value)
@@ -612,8 +761,9 @@ def _gemm_ops_by_scan(trace: Trace) -> list[Op]:
     return [o for o in trace.ops if op_class(o.name) == "gemm" and o.external_id is not None]
 
 
-@pytest.mark.parametrize("path", [p for p in SHARED_TRACES if p.stat().st_size < 30e6],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [p for p in SHARED_TRACES if p.stat().st_size < 30e6], ids=lambda p: p.name
+)
 def test_gemm_ops_with_ids_are_those_a_scan_finds(path: Path) -> None:
     from gpuprof_nb.analysis.rules import _gemm_ops_with_ids
     from gpuprof_nb.errors import TraceFormatError
@@ -638,7 +788,17 @@ def test_gemm_ops_with_ids_include_other_kinds_of_op_by_name() -> None:
         Op("aten::conv2d", "python", 4.0, 1.0, 1, 1, external_id=10, index=4),
         Op("aten::bmm", "op", 5.0, 1.0, 1, 2, external_id=11, index=5),
     )
-    trace = Trace(source="t", ops=ops, kernels=(), runtime=(), syncs=(), memory=(),
-                  steps=(), devices=(), distributed=None, window_us=(0.0, 6.0))
+    trace = Trace(
+        source="t",
+        ops=ops,
+        kernels=(),
+        runtime=(),
+        syncs=(),
+        memory=(),
+        steps=(),
+        devices=(),
+        distributed=None,
+        window_us=(0.0, 6.0),
+    )
     assert _gemm_ops_with_ids(trace) == _gemm_ops_by_scan(trace)
     assert [o.index for o in _gemm_ops_with_ids(trace)] == [0, 1, 4, 5]

@@ -23,14 +23,23 @@ NCCL = DATA / "a100_nccl" / "nccl_data.json.gz"
 # The matmul/convolution kernels of the AlexNet trace, picked by hand from its 16 kernel names
 # (cuDNN implicit-gemm and FFT convolutions, cuBLAS sgemm/gcgemm, xmma fprop). Its other cuDNN
 # and cuBLAS kernels (computeOffsets, nchwToNhwc, the cublasLt epilogue) only move data.
-ALEXNET_GEMM_PREFIXES = ("cudnn_ampere_scudnn_", "void fft2d_r2c_", "void fft2d_c2r_",
-                         "ampere_gcgemm_", "sm80_xmma_fprop_", "ampere_sgemm_")
+ALEXNET_GEMM_PREFIXES = (
+    "cudnn_ampere_scudnn_",
+    "void fft2d_r2c_",
+    "void fft2d_c2r_",
+    "ampere_gcgemm_",
+    "sm80_xmma_fprop_",
+    "ampere_sgemm_",
+)
 
 
 def kernel_events(path: Path) -> list[dict]:
     with gzip.open(path, "rt", encoding="utf-8") as fh:
-        return [e for e in json.load(fh)["traceEvents"]
-                if e.get("ph") == "X" and e.get("cat") == "kernel"]
+        return [
+            e
+            for e in json.load(fh)["traceEvents"]
+            if e.get("ph") == "X" and e.get("cat") == "kernel"
+        ]
 
 
 def named(name: str) -> Kernel:
@@ -41,8 +50,7 @@ def test_real_alexnet_matmuls_counted_by_name_and_said_so():
     events = kernel_events(ALEXNET)
     gemm = [e for e in events if e["name"].startswith(ALEXNET_GEMM_PREFIXES)]
     for e in events:
-        assert kernel_class(named(e["name"])) == ("gemm" if e in gemm else "elementwise"), \
-            e["name"]
+        assert kernel_class(named(e["name"])) == ("gemm" if e in gemm else "elementwise"), e["name"]
     large = [e for e in gemm if float(e["dur"]) >= th.TINY_KERNEL_US]
     spans = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in large)
     f = diagnose(load_trace(ALEXNET)).finding("compute_bound")
@@ -54,10 +62,19 @@ def test_real_alexnet_matmuls_counted_by_name_and_said_so():
 
 def test_real_cudnn_and_cublas_helpers_are_not_matmuls():
     names = {e["name"] for e in kernel_events(NCCL)}
-    helpers = {n for n in names if n.startswith(("void cudnn::bn_fw", "void cudnn::bn_bw",
-                                                 "void cudnn::ops::nchwToNhwc",
-                                                 "void splitKreduce_kernel",
-                                                 "void epilogue::impl::"))}
+    helpers = {
+        n
+        for n in names
+        if n.startswith(
+            (
+                "void cudnn::bn_fw",
+                "void cudnn::bn_bw",
+                "void cudnn::ops::nchwToNhwc",
+                "void splitKreduce_kernel",
+                "void epilogue::impl::",
+            )
+        )
+    }
     convs = {n for n in names if "scudnn" in n or "sgemm" in n}
     assert len(helpers) >= 5 and len(convs) >= 2  # the file holds both kinds
     for n in helpers:
@@ -68,25 +85,65 @@ def test_real_cudnn_and_cublas_helpers_are_not_matmuls():
 
 def test_named_library_kernels():
     # Real kernel names from the shared traces (V100 DDP, DLRM-style fbgemm, MI300 rocBLAS).
-    assert kernel_class(named("void fbgemm_gpu::permute_2D_data_kernel<false, int, int, "
-                              "decltype(nullptr)>(int, int, int, int const*)")) == "elementwise"
-    assert kernel_class(named("void gemvNSP_kernel<float, float, float, float, 1, 32, 4, 1024, "
-                              "cublasGemvParams<float> >(cublasGemvParams<float>)")) == \
-        "elementwise"
-    assert kernel_class(named("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x192x64_"
-                              "MI16x16x1_SN_LDSB1")) == "gemm"
-    assert kernel_class(named("void cudnn::cnn::im2col4d_kernel<float, long>(cudnn::cnn::"
-                              "im2col4d_params, cudnnConvolutionStruct)")) == "elementwise"
-    assert kernel_class(named("_ZN19cutlass_cudnn_train6KernelINS_4conv6kernel23ImplicitGemm"
-                              "ConvolutionINS1_11threadblock22ImplicitGemmMultistageINS_8"
-                              "epilogue")) == "gemm"
+    assert (
+        kernel_class(
+            named(
+                "void fbgemm_gpu::permute_2D_data_kernel<false, int, int, "
+                "decltype(nullptr)>(int, int, int, int const*)"
+            )
+        )
+        == "elementwise"
+    )
+    assert (
+        kernel_class(
+            named(
+                "void gemvNSP_kernel<float, float, float, float, 1, 32, 4, 1024, "
+                "cublasGemvParams<float> >(cublasGemvParams<float>)"
+            )
+        )
+        == "elementwise"
+    )
+    assert (
+        kernel_class(
+            named("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x192x64_MI16x16x1_SN_LDSB1")
+        )
+        == "gemm"
+    )
+    assert (
+        kernel_class(
+            named(
+                "void cudnn::cnn::im2col4d_kernel<float, long>(cudnn::cnn::"
+                "im2col4d_params, cudnnConvolutionStruct)"
+            )
+        )
+        == "elementwise"
+    )
+    assert (
+        kernel_class(
+            named(
+                "_ZN19cutlass_cudnn_train6KernelINS_4conv6kernel23ImplicitGemm"
+                "ConvolutionINS1_11threadblock22ImplicitGemmMultistageINS_8"
+                "epilogue"
+            )
+        )
+        == "gemm"
+    )
 
 
 def device_trace(kernels) -> Trace:
     ks = tuple(Kernel(n, "kernel", float(s), float(d), 0, 7) for n, s, d in kernels)
-    return Trace(source="hand", ops=(), kernels=ks, runtime=(), syncs=(), memory=(), steps=(),
-                 devices=(DeviceInfo(0, "GPU", compute_capability=(8, 0)),),
-                 distributed=None, window_us=(0.0, max(s + d for _, s, d in kernels)))
+    return Trace(
+        source="hand",
+        ops=(),
+        kernels=ks,
+        runtime=(),
+        syncs=(),
+        memory=(),
+        steps=(),
+        devices=(DeviceInfo(0, "GPU", compute_capability=(8, 0)),),
+        distributed=None,
+        window_us=(0.0, max(s + d for _, s, d in kernels)),
+    )
 
 
 def test_planted_cudnn_batchnorm_is_memory_bound_not_compute_bound():
@@ -112,8 +169,18 @@ def test_planted_tiny_cpu_matmuls_are_not_healthy():
     # 300 host matmuls of 8 us each (dispatch-bound) and one large one of 500 us.
     ops = [Op("aten::mm", "op", 12.0 * i, 8.0, 1, 1) for i in range(300)]
     ops.append(Op("aten::addmm", "op", 4000.0, 500.0, 1, 1))
-    trace = Trace(source="hand", ops=tuple(ops), kernels=(), runtime=(), syncs=(), memory=(),
-                  steps=(), devices=(), distributed=None, window_us=(0.0, 4500.0))
+    trace = Trace(
+        source="hand",
+        ops=tuple(ops),
+        kernels=(),
+        runtime=(),
+        syncs=(),
+        memory=(),
+        steps=(),
+        devices=(),
+        distributed=None,
+        window_us=(0.0, 4500.0),
+    )
     d = diagnose(trace)
     f = d.finding("compute_bound")
     # Busy 300 x 8 + 500 = 2900 us; the large matmul alone is 17% of it.

@@ -18,8 +18,9 @@ from gpuprof_nb.io.trace import load_trace  # noqa: E402
 
 def record(cell, tmp_path, *, memory=False):
     """Run the cell under torch.profiler (record_shapes on), export, and load it back."""
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
-                 profile_memory=memory) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=memory
+    ) as prof:
         cell()
     path = tmp_path / "trace.json"
     prof.export_chrome_trace(str(path))

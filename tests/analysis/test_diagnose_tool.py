@@ -13,13 +13,16 @@ from gpuprof_nb.io.trace import load_trace
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
-TRACES = [DATA / "a100_multistream_sync" / "event_sync_trace.json.gz",
-          DATA / "ddp_nccl_sampled" / "sampled_rank-0.json.gz"]
+TRACES = [
+    DATA / "a100_multistream_sync" / "event_sync_trace.json.gz",
+    DATA / "ddp_nccl_sampled" / "sampled_rank-0.json.gz",
+]
 
 
 def load_tool():
     spec = importlib.util.spec_from_file_location(
-        "diagnose_shared_traces", REPO / "tools" / "diagnose_shared_traces.py")
+        "diagnose_shared_traces", REPO / "tools" / "diagnose_shared_traces.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

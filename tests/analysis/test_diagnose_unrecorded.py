@@ -25,8 +25,7 @@ from gpuprof_nb.model.trace import DeviceInfo, Op, RuntimeCall, Trace
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 RANGE = DATA / "a100_cupti_range" / "benchmark_result_924719_1679055439_trace.json.gz"
-NOT_DEVICE_KINDS = {"compute_bound", "memory_bound", "precision", "host_sync",
-                    "host_device_copy"}
+NOT_DEVICE_KINDS = {"compute_bound", "memory_bound", "precision", "host_sync", "host_device_copy"}
 
 
 def raw_events(path: Path) -> list[dict]:
@@ -39,8 +38,12 @@ def test_range_profiler_trace_is_not_called_healthy():
     cats = Counter(e.get("cat") for e in events if e.get("ph") == "X")
     # What the file holds, read without the loader: range-profiler events, no kernels.
     assert cats["cuda_profiler_range"] > 0 and cats["kernel"] == 0
-    queued = Counter(e["name"] for e in events if e.get("cat") == "cuda_runtime"
-                     and any(w in e["name"] for w in ("Launch", "Memcpy", "Memset")))
+    queued = Counter(
+        e["name"]
+        for e in events
+        if e.get("cat") == "cuda_runtime"
+        and any(w in e["name"] for w in ("Launch", "Memcpy", "Memset"))
+    )
     trace = load_trace(RANGE)
     assert len(unrecorded_launches(trace)) == sum(queued.values())
     d = diagnose(trace)
@@ -63,14 +66,24 @@ def test_range_profiler_trace_is_not_called_healthy():
 def plain_trace(runtime=()) -> Trace:
     # One large host matmul: by op names alone, 100% of the op time is a matmul.
     ops = (Op("aten::mm", "op", 0.0, 900.0, 1, 1), Op("aten::add", "op", 950.0, 40.0, 1, 1))
-    return Trace(source="hand", ops=ops, kernels=(), runtime=tuple(runtime), syncs=(),
-                 memory=(), steps=(), devices=(DeviceInfo(0, "GPU", compute_capability=(8, 0)),),
-                 distributed=None, window_us=(0.0, 1000.0))
+    return Trace(
+        source="hand",
+        ops=ops,
+        kernels=(),
+        runtime=tuple(runtime),
+        syncs=(),
+        memory=(),
+        steps=(),
+        devices=(DeviceInfo(0, "GPU", compute_capability=(8, 0)),),
+        distributed=None,
+        window_us=(0.0, 1000.0),
+    )
 
 
 def test_planted_launches_without_kernels_leave_the_device_unjudged():
-    launches = [RuntimeCall("cudaLaunchKernel", 10.0 + i, 0.5, 1, 1, correlation=i)
-                for i in range(3)]
+    launches = [
+        RuntimeCall("cudaLaunchKernel", 10.0 + i, 0.5, 1, 1, correlation=i) for i in range(3)
+    ]
     copy = RuntimeCall("cudaMemcpyAsync", 20.0, 1.0, 1, 1, correlation=9)
     d = diagnose(plain_trace(launches + [copy]))
     assert d.finding("compute_bound") is None and d.finding("memory_bound") is None
@@ -106,8 +119,12 @@ def test_every_tab_says_the_device_ran_unrecorded_not_cpu_only():
     from gpuprof_nb.render.profile import profile_sections
 
     events = raw_events(RANGE)
-    queued = sum(1 for e in events if e.get("cat") == "cuda_runtime"
-                 and any(w in e["name"] for w in ("Launch", "Memcpy", "Memset")))
+    queued = sum(
+        1
+        for e in events
+        if e.get("cat") == "cuda_runtime"
+        and any(w in e["name"] for w in ("Launch", "Memcpy", "Memset"))
+    )
     report = analyze(load_trace(RANGE))
     assert report.summary.unrecorded_launches == report.kernels.unrecorded_launches == queued
     sections = {s.title: s.text for s in profile_sections(report)}

@@ -25,7 +25,8 @@ def profiled_trace(fn, tmp_path):
     path = tmp_path / "trace.json"
     prof.export_chrome_trace(str(path))
     return trace_from_dict(json.loads(path.read_text()), source=str(path)), json.loads(
-        path.read_text())
+        path.read_text()
+    )
 
 
 def counted_flops(fn) -> int:
@@ -53,11 +54,13 @@ CASES = {
     "linear": lambda: F.linear(torch.randn(4, 5, 32), torch.randn(48, 32), _bias),
     "matmul": lambda: torch.matmul(torch.randn(2, 1, 5, 7), torch.randn(3, 7, 4)),
     "conv2d": lambda: F.conv2d(_x, _w, _cb, stride=2, padding=1),
-    "conv1d": lambda: F.conv1d(torch.randn(2, 4, 20), torch.randn(6, 2, 4), None,
-                               padding=2, dilation=2, groups=2),
+    "conv1d": lambda: F.conv1d(
+        torch.randn(2, 4, 20), torch.randn(6, 2, 4), None, padding=2, dilation=2, groups=2
+    ),
     "conv3d": lambda: F.conv3d(torch.randn(1, 2, 6, 6, 6), torch.randn(4, 2, 3, 3, 3)),
-    "conv_transpose2d": lambda: F.conv_transpose2d(_x, torch.randn(3, 4, 3, 3), None,
-                                                   stride=2, padding=1, output_padding=1),
+    "conv_transpose2d": lambda: F.conv_transpose2d(
+        _x, torch.randn(3, 4, 3, 3), None, stride=2, padding=1, output_padding=1
+    ),
     "sdpa": lambda: F.scaled_dot_product_attention(_q, _k, _v),
 }
 
@@ -120,8 +123,12 @@ def test_profiled_mm_loop_counts_each_call_once(tmp_path):
     linears = [e for e in evs if e["name"] == "aten::linear"]
 
     def inside_linear(e):
-        return any(lin["tid"] == e["tid"] and lin["ts"] <= e["ts"]
-                   and e["ts"] + e["dur"] <= lin["ts"] + lin["dur"] for lin in linears)
+        return any(
+            lin["tid"] == e["tid"]
+            and lin["ts"] <= e["ts"]
+            and e["ts"] + e["dur"] <= lin["ts"] + lin["dur"]
+            for lin in linears
+        )
 
     top_mm = [e for e in evs if e["name"] == "aten::mm" and not inside_linear(e)]
     assert len(top_mm) == calls

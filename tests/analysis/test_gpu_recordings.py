@@ -82,8 +82,11 @@ def test_kept_graphs_on_gpu_grow_memory_and_the_host_sets_the_pace() -> None:
     assert f.severity == "high" and f.evidence["rising_steps_fraction"] >= 0.6
     # Each step keeps (x @ w).relu(), 1 MiB; cut into slices (the cell has no steps), the
     # growth seen is most of the 12 MiB, and no more than the raw allocator totals moved.
-    totals = [e["args"]["Total Allocated"] for e in raw_events("memory_growth")
-              if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1]
+    totals = [
+        e["args"]["Total Allocated"]
+        for e in raw_events("memory_growth")
+        if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1
+    ]
     assert 8 * 2**20 <= f.evidence["growth_total_bytes"] <= max(totals) - min(totals)
 
 
@@ -99,8 +102,9 @@ def test_without_a_warm_up_the_profilers_start_up_is_a_one_off(name: str) -> Non
     assert "profiler's own start-up" in d.one_off[0].title and "first op" in d.one_off[0].title
     # From the raw JSON: the first op began before any device activity, and took over 1 ms.
     events = raw_events(f"{name}_no_warmup")
-    device_start = min(e["ts"] for e in events
-                       if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy"))
+    device_start = min(
+        e["ts"] for e in events if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")
+    )
     first = min((e for e in events if e.get("cat") == "cpu_op"), key=lambda e: e["ts"])
     assert first["ts"] < device_start and first["dur"] > 1000
 
@@ -126,7 +130,8 @@ def test_kernel_table_matches_the_raw_kernel_events() -> None:
         rows = [r for r in table.rows if r.kind == "kernel"]
         assert sum(r.calls for r in rows) == len(kernels), name
         assert sum(r.total_us for r in rows) == pytest.approx(
-            sum(e["dur"] for e in kernels), rel=1e-9), name
+            sum(e["dur"] for e in kernels), rel=1e-9
+        ), name
 
 
 def test_launch_overhead_counts_every_tiny_kernel() -> None:
@@ -165,8 +170,9 @@ def test_recompilation_counts_each_new_shape() -> None:
     assert f.evidence["recompiled_graphs_count"] == 3
 
 
-@pytest.mark.parametrize(("name", "n", "dtype"), [("precision", 4096, "fp32"),
-                                                  ("compute_bound", 8192, "bf16")])
+@pytest.mark.parametrize(
+    ("name", "n", "dtype"), [("precision", 4096, "fp32"), ("compute_bound", 8192, "bf16")]
+)
 def test_matmul_flops_and_rate_against_the_raw_trace(name: str, n: int, dtype: str) -> None:
     """The roofline's matmul point: FLOPs = 2 n^3 per call, counted here from the cell;
     its time is the GEMM kernels' time in the raw JSON; its rate stays under the H100 SXM
@@ -179,8 +185,9 @@ def test_matmul_flops_and_rate_against_the_raw_trace(name: str, n: int, dtype: s
     assert p.calls == 8 and p.flops == 8 * 2 * n**3 and p.dtype == dtype
     # The cell runs only the matmuls: every device event is theirs (the GEMM kernels, and
     # cuBLAS's workspace memsets for the bf16 ones).
-    device_us = sum(e["dur"] for e in raw_events(name)
-                    if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy"))
+    device_us = sum(
+        e["dur"] for e in raw_events(name) if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")
+    )
     assert p.time_us == pytest.approx(device_us, rel=1e-6)
     peak = {"fp32": 67e12, "bf16": 989.5e12}[dtype]
     assert 0.5 * peak < p.achieved_flops_per_s < peak

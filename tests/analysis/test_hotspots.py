@@ -25,32 +25,58 @@ SHARED = Path(__file__).parents[2].parent / "shared" / "traces"
 def make_trace(ops=(), samples=None, cells=None) -> Trace:
     spans = [(o.start_us, o.start_us + o.dur_us) for o in ops]
     window = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0.0, 1.0)
-    return Trace(source="hand", ops=tuple(ops), kernels=(), runtime=(), syncs=(), memory=(),
-                 steps=(), devices=(), distributed=None, window_us=window,
-                 cells=cells or {}, samples=samples)
+    return Trace(
+        source="hand",
+        ops=tuple(ops),
+        kernels=(),
+        runtime=(),
+        syncs=(),
+        memory=(),
+        steps=(),
+        devices=(),
+        distributed=None,
+        window_us=window,
+        cells=cells or {},
+        samples=samples,
+    )
 
 
 def timeline_of(gaps) -> Timeline:
     return Timeline(window_us=1e6, busy_us=0.0, gaps=tuple(IdleGap(a, b, c) for a, b, c in gaps))
 
 
-@pytest.mark.parametrize("path, kind", [
-    (CELL, "user"), ("/tmp/ipykernel_123/456789.py", "user"), ("/home/me/train.py", "user"),
-    ("train.py", "user"), (TORCH, "torch"), ("torch/nn/modules/module.py", "torch"),
-    ("/usr/lib/python3.11/site-packages/numpy/core/x.py", "library"),
-    ("/usr/lib/python3.11/inspect.py", "stdlib"), ("inspect.py", "stdlib"),
-    ("json/encoder.py", "stdlib"), ("transformers/models/bert.py", "library"),
-    ("<frozen importlib._bootstrap>", "library"), ("", "library"),
-])
+@pytest.mark.parametrize(
+    "path, kind",
+    [
+        (CELL, "user"),
+        ("/tmp/ipykernel_123/456789.py", "user"),
+        ("/home/me/train.py", "user"),
+        ("train.py", "user"),
+        (TORCH, "torch"),
+        ("torch/nn/modules/module.py", "torch"),
+        ("/usr/lib/python3.11/site-packages/numpy/core/x.py", "library"),
+        ("/usr/lib/python3.11/inspect.py", "stdlib"),
+        ("inspect.py", "stdlib"),
+        ("json/encoder.py", "stdlib"),
+        ("transformers/models/bert.py", "library"),
+        ("<frozen importlib._bootstrap>", "library"),
+        ("", "library"),
+    ],
+)
 def test_frame_kind(path: str, kind: str) -> None:
     assert frame_kind(path) == kind
 
 
-def random_samples(rng: random.Random, mode: str = "thread"
-                   ) -> tuple[StackSamples, list[tuple[float, float, str]]]:
-    frames = (Frame(CELL, 2, "<module>", "y = f(x)"), Frame(CELL, 3, "<module>", "time.sleep(1)"),
-              Frame(CELL, 5, "f", "return x @ x"), Frame(TORCH, 1751, "_call_impl"),
-              Frame("/usr/lib/python3.11/threading.py", 320, "wait"))
+def random_samples(
+    rng: random.Random, mode: str = "thread"
+) -> tuple[StackSamples, list[tuple[float, float, str]]]:
+    frames = (
+        Frame(CELL, 2, "<module>", "y = f(x)"),
+        Frame(CELL, 3, "<module>", "time.sleep(1)"),
+        Frame(CELL, 5, "f", "return x @ x"),
+        Frame(TORCH, 1751, "_call_impl"),
+        Frame("/usr/lib/python3.11/threading.py", 320, "wait"),
+    )
     stacks = ((0,), (1,), (0, 2), (0, 2, 3), (1, 4), (0, 3, 2, 3))
     t, ts, of = 0.0, [], []
     for _ in range(rng.randint(1, 60)):
@@ -65,8 +91,7 @@ def random_samples(rng: random.Random, mode: str = "thread"
         d = rng.randint(10, 4000)
         gaps.append((g, g + d, rng.choice(("host", "sync", "launch"))))
         g += d + rng.randint(10, 4000)
-    return StackSamples(frames, stacks, tuple(ts), tuple(of), 1000.0, start, end,
-                        mode=mode), gaps
+    return StackSamples(frames, stacks, tuple(ts), tuple(of), 1000.0, start, end, mode=mode), gaps
 
 
 def brute_samples(s: StackSamples, gaps, tick: float = 0.5):
@@ -115,8 +140,7 @@ def test_sampled_lines_match_brute_force(seed: int, mode: str) -> None:
         assert line.label.startswith("In [7], line ")
     # Most host time first; the idle shares are of all idle time in the sampled span.
     assert [x.host_us for x in h.lines] == sorted((x.host_us for x in h.lines), reverse=True)
-    in_span = sum(max(0.0, min(b, samples.end_us) - max(a, samples.start_us))
-                  for a, b, _ in gaps)
+    in_span = sum(max(0.0, min(b, samples.end_us) - max(a, samples.start_us)) for a, b, _ in gaps)
     assert h.idle_us == pytest.approx(in_span, abs=1e-6)
     assert sum(x.idle_us for x in h.lines) == pytest.approx(h.idle_charged_us)
     for x in h.lines:
@@ -144,8 +168,13 @@ def py(name: str, start: float, dur: float, tid: int = 1) -> Op:
 
 
 def random_events(rng: random.Random) -> list[Op]:
-    names = ["train.py(10): step", "train.py(30): loss_fn", "torch/nn/modules/module.py(1751): "
-             "_call_impl", "inspect.py(3346): signature", "<built-in method item>"]
+    names = [
+        "train.py(10): step",
+        "train.py(30): loss_fn",
+        "torch/nn/modules/module.py(1751): _call_impl",
+        "inspect.py(3346): signature",
+        "<built-in method item>",
+    ]
     out: list[Op] = []
 
     def fill(lo: float, hi: float, depth: int) -> None:

@@ -20,9 +20,14 @@ from gpuprof_nb.analysis.intervals import (
 from gpuprof_nb.io.trace import trace_from_dict
 
 
-def nearest_previous_at_least(b: np.ndarray, a: np.ndarray, lo: np.ndarray,
-                              hi: np.ndarray | None = None, *, strict: bool = False,
-                              ) -> np.ndarray:
+def nearest_previous_at_least(
+    b: np.ndarray,
+    a: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray | None = None,
+    *,
+    strict: bool = False,
+) -> np.ndarray:
     """For each i, return the largest j in [lo[i], hi[i]) with b[j] >= a[i] (b[j] > a[i]
     when strict), or -1 when there is none; hi defaults to i itself. A second, independent
     reference for nearest_open_before/_at (the analysis used it before them).
@@ -43,7 +48,7 @@ def nearest_previous_at_least(b: np.ndarray, a: np.ndarray, lo: np.ndarray,
         prev, half = table[-1], 2 ** (len(table) - 1)
         table.append(np.maximum(prev[:-half], prev[half:]))
     for k in range(len(table) - 1, -1, -1):
-        width = 2 ** k
+        width = 2**k
         start = pos - width
         cand = np.flatnonzero(start >= lo)
         if not len(cand):
@@ -90,7 +95,8 @@ def test_clip_and_gaps_match_brute_force(seed: int) -> None:
     lo, hi = sorted(rng.sample(range(-10, 240), 2))
     clipped = clip_intervals(spans, lo, hi)
     assert _cells([(int(s), int(e)) for s, e in clipped]) == {
-        c for c in _cells(spans) if lo <= c < hi}
+        c for c in _cells(spans) if lo <= c < hi
+    }
     holes = gaps_between(merge_intervals(spans), lo, hi)
     hole_cells = _cells([(int(s), int(e)) for s, e in holes])
     assert hole_cells == set(range(lo, hi)) - _cells(spans)
@@ -107,13 +113,36 @@ def test_edge_cases() -> None:
 
 def test_device_busy_counts_overlapping_streams_once() -> None:
     def k(ts: float, dur: float, stream: int, cat: str = "kernel") -> dict:
-        return {"ph": "X", "cat": cat, "name": "k", "pid": 0, "tid": stream, "ts": ts,
-                "dur": dur, "args": {"device": 0, "stream": stream}}
+        return {
+            "ph": "X",
+            "cat": cat,
+            "name": "k",
+            "pid": 0,
+            "tid": stream,
+            "ts": ts,
+            "dur": dur,
+            "args": {"device": 0, "stream": stream},
+        }
 
-    trace = trace_from_dict({"traceEvents": [
-        k(0, 10, 7), k(5, 10, 8), k(30, 5, 7, "gpu_memcpy"), k(33, 1, 9, "gpu_memset"),
-        {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": -10, "dur": 60},
-    ]})
+    trace = trace_from_dict(
+        {
+            "traceEvents": [
+                k(0, 10, 7),
+                k(5, 10, 8),
+                k(30, 5, 7, "gpu_memcpy"),
+                k(33, 1, 9, "gpu_memset"),
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "op",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": -10,
+                    "dur": 60,
+                },
+            ]
+        }
+    )
     # union: [0, 15) + [30, 35) = 20 us
     assert device_busy_us(trace) == 20
     assert device_busy_us(trace, 8, 32) == (15 - 8) + (32 - 30)
@@ -147,11 +176,13 @@ def test_array_paths_give_the_loops_pairs(seed: int) -> None:
     assert merge_intervals(spans) == _loop_merge(spans)
     assert merge_intervals(iter(spans)) == _loop_merge(spans)
     lo, hi = rng.uniform(0, 400), rng.uniform(500, 1000)
-    assert clip_intervals(spans, lo, hi) == [(max(s, lo), min(e, hi)) for s, e in spans
-                                             if min(e, hi) > max(s, lo)]
+    assert clip_intervals(spans, lo, hi) == [
+        (max(s, lo), min(e, hi)) for s, e in spans if min(e, hi) > max(s, lo)
+    ]
     a, b = _loop_merge(spans), _loop_merge(_float_intervals(rng, rng.choice([3, 80, 300])))
-    expected = [(max(s1, s2), min(e1, e2)) for s1, e1 in a for s2, e2 in b
-                if min(e1, e2) > max(s1, s2)]
+    expected = [
+        (max(s1, s2), min(e1, e2)) for s1, e1 in a for s2, e2 in b if min(e1, e2) > max(s1, s2)
+    ]
     assert intersect_intervals(a, b) == expected
 
 
@@ -170,16 +201,30 @@ def test_nearest_previous_matches_a_scan(seed: int, strict: bool) -> None:
         got = nearest_previous_at_least(b, a, lo, bound, strict=strict).tolist()
         for i in range(n):
             top = i if bound is None else int(bound[i])
-            want = next((j for j in range(top - 1, int(lo[i]) - 1, -1)
-                         if (b[j] > a[i] if strict else b[j] >= a[i])), -1)
+            want = next(
+                (
+                    j
+                    for j in range(top - 1, int(lo[i]) - 1, -1)
+                    if (b[j] > a[i] if strict else b[j] >= a[i])
+                ),
+                -1,
+            )
             assert got[i] == want, (i, bound is None)
 
 
-def _scan(b: np.ndarray, a: np.ndarray, lo: np.ndarray, top: list[int], strict: bool
-          ) -> list[int]:
+def _scan(b: np.ndarray, a: np.ndarray, lo: np.ndarray, top: list[int], strict: bool) -> list[int]:
     """The nearest j in [lo[i], top[i]) with b[j] reaching a[i], by a backwards scan."""
-    return [next((j for j in range(top[i] - 1, int(lo[i]) - 1, -1)
-                  if (b[j] > a[i] if strict else b[j] >= a[i])), -1) for i in range(len(a))]
+    return [
+        next(
+            (
+                j
+                for j in range(top[i] - 1, int(lo[i]) - 1, -1)
+                if (b[j] > a[i] if strict else b[j] >= a[i])
+            ),
+            -1,
+        )
+        for i in range(len(a))
+    ]
 
 
 def _runs(rng: random.Random, n: int) -> np.ndarray:

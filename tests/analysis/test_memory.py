@@ -81,13 +81,19 @@ def plain_replay(data: dict, device: int) -> list[int]:
     return out
 
 
-ALL = ["train_time.pickle", "train_no_time.pickle", "truncated.pickle", "leak_steps.pickle",
-       "oom.pickle", "fragmented.pickle", "legacy_history.pickle"]
+ALL = [
+    "train_time.pickle",
+    "train_no_time.pickle",
+    "truncated.pickle",
+    "leak_steps.pickle",
+    "oom.pickle",
+    "fragmented.pickle",
+    "legacy_history.pickle",
+]
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_peak_equals_independent_replay_and_truth(snaps: Path, expected: dict, name: str
-                                                  ) -> None:
+def test_peak_equals_independent_replay_and_truth(snaps: Path, expected: dict, name: str) -> None:
     data = raw(snaps / name)
     tl = memory_timeline(load_snapshot(snaps / name))
     curve = plain_replay(data, 0)
@@ -112,13 +118,20 @@ def test_two_devices_default_to_longest_history(snaps: Path, expected: dict) -> 
 
 
 def test_only_free_completed_closes_an_allocation() -> None:
-    snap = snapshot_from_dict({"segments": [], "device_traces": [[
-        {"action": "alloc", "addr": 4096, "size": 1000},
-        {"action": "free_requested", "addr": 4096, "size": 1000},
-        {"action": "alloc", "addr": 8192, "size": 500},
-        {"action": "free_completed", "addr": 4096, "size": 1000},
-        {"action": "free_completed", "addr": 8192, "size": 500},
-    ]]})
+    snap = snapshot_from_dict(
+        {
+            "segments": [],
+            "device_traces": [
+                [
+                    {"action": "alloc", "addr": 4096, "size": 1000},
+                    {"action": "free_requested", "addr": 4096, "size": 1000},
+                    {"action": "alloc", "addr": 8192, "size": 500},
+                    {"action": "free_completed", "addr": 4096, "size": 1000},
+                    {"action": "free_completed", "addr": 8192, "size": 500},
+                ]
+            ],
+        }
+    )
     tl = memory_timeline(snap)
     assert tl.active_bytes.tolist() == [1000, 1000, 1500, 500, 0]
     assert tl.peak_bytes == 1500 and tl.peak_index == 2
@@ -148,14 +161,19 @@ def test_frees_without_alloc_do_not_break_the_timeline(snaps: Path, expected: di
 
 
 def test_reused_address_without_free_is_closed_at_reuse() -> None:
-    snap = snapshot_from_dict({"device_traces": [[
-        {"action": "alloc", "addr": 64, "size": 100},
-        {"action": "alloc", "addr": 64, "size": 300},
-    ]]})
+    snap = snapshot_from_dict(
+        {
+            "device_traces": [
+                [
+                    {"action": "alloc", "addr": 64, "size": 100},
+                    {"action": "alloc", "addr": 64, "size": 300},
+                ]
+            ]
+        }
+    )
     result = analyze_snapshot(snap)
     assert result.timeline.active_bytes.tolist() == [100, 300]
-    assert any("reused without a recorded free_completed" in n
-               for n in result.timeline.notes)
+    assert any("reused without a recorded free_completed" in n for n in result.timeline.notes)
 
 
 def test_at_peak_adds_up_and_names_user_sites(snaps: Path) -> None:
@@ -262,7 +280,8 @@ def test_segments_and_fragmentation(snaps: Path, expected: dict) -> None:
     assert seg.largest_free_block_bytes == truth["largest_free_block_bytes"]
     assert seg.n_free_blocks == truth["n_free_blocks"]
     assert seg.fragmentation_ratio == pytest.approx(
-        1 - truth["largest_free_block_bytes"] / truth["free_in_segments_bytes"])
+        1 - truth["largest_free_block_bytes"] / truth["free_in_segments_bytes"]
+    )
     kinds = [f.kind for f in result.findings]
     assert "fragmentation" in kinds and "oom" in kinds
     oom = next(f for f in result.findings if f.kind == "oom")
@@ -303,8 +322,12 @@ def test_peak_advice_present(snaps: Path) -> None:
 
 
 def test_user_frame_skips_torch_and_cpp() -> None:
-    frames = [Frame("??", 0, "malloc"), Frame("/x/site-packages/torch/nn/functional.py", 9, "f"),
-              Frame("/home/u/model.py", 12, "forward"), Frame("/home/u/run.py", 3, "main")]
+    frames = [
+        Frame("??", 0, "malloc"),
+        Frame("/x/site-packages/torch/nn/functional.py", 9, "f"),
+        Frame("/home/u/model.py", 12, "forward"),
+        Frame("/home/u/run.py", 3, "main"),
+    ]
     assert user_frame(frames) == frames[2]
     assert user_frame(frames[:2]) == frames[1]
     assert user_frame([]) is None
@@ -317,8 +340,11 @@ def test_analyze_memory_inputs_and_errors(snaps: Path) -> None:
     data = raw(snaps / "oom.pickle")
     report = analyze_memory(data)  # a raw dict works like a loaded snapshot
     assert report.peak_bytes == max(plain_replay(data, 0))
-    for kwargs, match in [({"device": 5}, "no device 5"), ({"window": "a:b"}, "numbers"),
-                          ({"window": "7"}, "START:END")]:
+    for kwargs, match in [
+        ({"device": 5}, "no device 5"),
+        ({"window": "a:b"}, "numbers"),
+        ({"window": "7"}, "START:END"),
+    ]:
         with pytest.raises(GpuprofError, match=match):
             analyze_memory(data, **kwargs)
     with pytest.raises(GpuprofError, match="expects a MemorySnapshot"):

@@ -85,8 +85,11 @@ def check_invariants(data: dict[str, Any]) -> int:
         seg_active = sum(active_blocks(data, device).values())
         if data.get("segments"):
             assert tl.end_bytes == seg_active, (device, tl.end_bytes, seg_active)
-            per_segment = sum(s.get("active_size", 0) for s in data["segments"]
-                              if s.get("device", 0) == device and "active_size" in s)
+            per_segment = sum(
+                s.get("active_size", 0)
+                for s in data["segments"]
+                if s.get("device", 0) == device and "active_size" in s
+            )
             if all("active_size" in s for s in data["segments"]):
                 assert tl.end_bytes == per_segment
         assert tl.peak_bytes >= max(tl.start_bytes, tl.end_bytes)
@@ -102,9 +105,11 @@ def check_invariants(data: dict[str, Any]) -> int:
 # Every snapshot in tests/data
 
 
-@pytest.mark.parametrize("path", sorted(DATA.glob("*.pickle"))
-                         + sorted((DATA.parent / "gpu").glob("*.pickle")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path",
+    sorted(DATA.glob("*.pickle")) + sorted((DATA.parent / "gpu").glob("*.pickle")),
+    ids=lambda p: p.name,
+)
 def test_invariants_hold_on_every_fixture(path: Path) -> None:
     with open(path, "rb") as f:
         data = pickle.load(f)
@@ -117,9 +122,14 @@ def test_invariants_hold_on_every_fixture(path: Path) -> None:
 
 def _frames(rng: random.Random) -> list[dict[str, Any]]:
     line = rng.randrange(10, 60)
-    return [{"filename": "/opt/conda/lib/python3.11/site-packages/torch/nn/modules/linear.py",
-             "line": 125, "name": "forward"},
-            {"filename": "/home/user/train.py", "line": line, "name": "step"}]
+    return [
+        {
+            "filename": "/opt/conda/lib/python3.11/site-packages/torch/nn/modules/linear.py",
+            "line": 125,
+            "name": "forward",
+        },
+        {"filename": "/home/user/train.py", "line": line, "name": "step"},
+    ]
 
 
 def _round(size: int) -> int:
@@ -139,8 +149,13 @@ class _Program:
 
     def emit(self, action: str, addr: int, size: int, fr: list[dict[str, Any]]) -> None:
         self.t_us += self.rng.randrange(5, 200)
-        e: dict[str, Any] = {"action": action, "addr": addr, "size": size, "stream": 0,
-                             "frames": fr}
+        e: dict[str, Any] = {
+            "action": action,
+            "addr": addr,
+            "size": size,
+            "stream": 0,
+            "frames": fr,
+        }
         if self.year >= 2024:
             e["time_us"] = self.t_us
         if self.year >= 2025:
@@ -168,8 +183,9 @@ class _Program:
                 self.emit("free_requested", addr, req, fr)
                 self.emit("free_completed", addr, req, fr)
                 continue
-            req = rng.choice([rng.randrange(1, 4096), rng.randrange(4096, MIB),
-                              rng.randrange(MIB, 24 * MIB)])
+            req = rng.choice(
+                [rng.randrange(1, 4096), rng.randrange(4096, MIB), rng.randrange(MIB, 24 * MIB)]
+            )
             block = _round(req)
             if block > MIB and rng.random() < 0.4:
                 # A large block whose remainder was too small to split off stays whole.
@@ -198,13 +214,19 @@ class _Program:
                 blocks.append(_block(self.year, cursor, end - cursor, None))
             active = sum(b["size"] for b in blocks if b["state"] in ACTIVE)
             row: dict[str, Any] = {
-                "device": self.device, "address": seg["address"], "total_size": seg["total"],
-                "allocated_size": active, "active_size": active, "stream": 0,
-                "segment_type": "large", "blocks": blocks,
+                "device": self.device,
+                "address": seg["address"],
+                "total_size": seg["total"],
+                "allocated_size": active,
+                "active_size": active,
+                "stream": 0,
+                "segment_type": "large",
+                "blocks": blocks,
             }
             if self.year >= 2024:
-                row["requested_size"] = sum(b.get("requested_size", 0) for b in blocks
-                                            if b["state"] in ACTIVE)
+                row["requested_size"] = sum(
+                    b.get("requested_size", 0) for b in blocks if b["state"] in ACTIVE
+                )
             if self.year >= 2025:
                 row["segment_pool_id"] = (0, 0)
                 row["is_expandable"] = False
@@ -212,8 +234,9 @@ class _Program:
         return out
 
 
-def synthetic_snapshot(year: int, seed: int, *, record_from: int = 0,
-                       keep_last: int | None = None, devices: int = 1) -> dict[str, Any]:
+def synthetic_snapshot(
+    year: int, seed: int, *, record_from: int = 0, keep_last: int | None = None, devices: int = 1
+) -> dict[str, Any]:
     """A snapshot dict as `_dump_snapshot` wrote it in `year` (2023: PyTorch 2.0, blocks
     with `history`, no times; 2024: `frames`, `requested_size`, `time_us`; 2025: pool ids,
     expandable flags, allocator settings, annotations), from a random allocation program.
@@ -232,25 +255,30 @@ def synthetic_snapshot(year: int, seed: int, *, record_from: int = 0,
         traces.append(recorded)
     data: dict[str, Any] = {"segments": segments, "device_traces": traces}
     if year >= 2025:
-        data["allocator_settings"] = {"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1,
-                                      "roundup_power2_divisions": {}}
+        data["allocator_settings"] = {
+            "PYTORCH_CUDA_ALLOC_CONF": "",
+            "max_split_size": -1,
+            "roundup_power2_divisions": {},
+        }
         data["external_annotations"] = []
     return data
 
 
-def _block(year: int, addr: int, size: int,
-           held: tuple[int, int, list[dict[str, Any]]] | None) -> dict[str, Any]:
+def _block(
+    year: int, addr: int, size: int, held: tuple[int, int, list[dict[str, Any]]] | None
+) -> dict[str, Any]:
     state = "active_allocated" if held else "inactive"
     req = held[1] if held else 0
     frames = held[2] if held else []
     if year == 2023:
         # PyTorch 2.0: no address on blocks (they tile the segment), the allocation's size
         # and stack in the first history record.
-        return {"size": size, "state": state,
-                "history": [{"addr": addr, "real_size": req, "frames": frames}] if held
-                else []}
-    return {"address": addr, "size": size, "requested_size": req, "state": state,
-            "frames": frames}
+        return {
+            "size": size,
+            "state": state,
+            "history": [{"addr": addr, "real_size": req, "frames": frames}] if held else [],
+        }
+    return {"address": addr, "size": size, "requested_size": req, "state": state, "frames": frames}
 
 
 YEARS = (2023, 2024, 2025)
@@ -264,9 +292,15 @@ def test_invariants_hold_on_synthetic_snapshots(year: int, seed: int) -> None:
     # The history records requested sizes, the segments rounded blocks: they really differ.
     recorded = sum(e["size"] for e in data["device_traces"][0] if e["action"] == "alloc")
     assert recorded > 0
-    assert any(b["size"] != b.get("requested_size", b["size"])
-               for s in data["segments"] for b in s["blocks"] if b["state"] in ACTIVE) \
+    assert (
+        any(
+            b["size"] != b.get("requested_size", b["size"])
+            for s in data["segments"]
+            for b in s["blocks"]
+            if b["state"] in ACTIVE
+        )
         or year == 2023
+    )
 
 
 @pytest.mark.parametrize("year", YEARS)
@@ -288,13 +322,25 @@ def test_every_device_of_a_multi_device_snapshot() -> None:
 def test_the_peak_is_the_start_when_the_window_only_frees() -> None:
     # Memory allocated before recording and only freed during it: the highest level is the
     # state before the first entry, and what was live then is what the peak shows.
-    data = {"segments": [{"device": 0, "address": 0, "total_size": 4 * MIB,
-                          "blocks": [{"address": 0, "size": 1 * MIB, "state": "active_allocated"},
-                                     {"address": MIB, "size": 3 * MIB, "state": "inactive"}]}],
-            "device_traces": [[
+    data = {
+        "segments": [
+            {
+                "device": 0,
+                "address": 0,
+                "total_size": 4 * MIB,
+                "blocks": [
+                    {"address": 0, "size": 1 * MIB, "state": "active_allocated"},
+                    {"address": MIB, "size": 3 * MIB, "state": "inactive"},
+                ],
+            }
+        ],
+        "device_traces": [
+            [
                 {"action": "free_completed", "addr": 2 * MIB, "size": 2 * MIB},
                 {"action": "free_completed", "addr": 3 * MIB, "size": MIB // 2},
-            ]]}
+            ]
+        ],
+    }
     analysis = analyze_snapshot(snapshot_from_dict(data))
     tl = analysis.timeline
     assert tl.active_bytes.tolist() == [MIB + MIB // 2, MIB]
@@ -306,16 +352,27 @@ def test_the_peak_is_the_start_when_the_window_only_frees() -> None:
 
 def test_an_allocation_missing_from_the_segments_is_closed_at_the_end() -> None:
     # The history leaves 4096 open, but no active block is there at dump: its free was lost.
-    data = {"segments": [{"device": 0, "address": 0, "total_size": 2 * MIB,
-                          "blocks": [{"address": 0, "size": 1024, "state": "active_allocated"},
-                                     {"address": 1024, "size": 2 * MIB - 1024,
-                                      "state": "inactive"}]}],
-            "device_traces": [[
+    data = {
+        "segments": [
+            {
+                "device": 0,
+                "address": 0,
+                "total_size": 2 * MIB,
+                "blocks": [
+                    {"address": 0, "size": 1024, "state": "active_allocated"},
+                    {"address": 1024, "size": 2 * MIB - 1024, "state": "inactive"},
+                ],
+            }
+        ],
+        "device_traces": [
+            [
                 {"action": "alloc", "addr": 0, "size": 1000},
                 {"action": "alloc", "addr": 4096, "size": 3000},
                 {"action": "alloc", "addr": 8192, "size": 500},
                 {"action": "free_completed", "addr": 8192, "size": 500},
-            ]]}
+            ]
+        ],
+    }
     snap = snapshot_from_dict(data)
     analysis = analyze_snapshot(snap)
     # The block at 0 counts with its 1024 bytes from its alloc on; 4096 leaves at the end.

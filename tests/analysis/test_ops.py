@@ -70,8 +70,12 @@ def test_event_sync_trace_by_hand() -> None:
     assert t.unattributed_device_us == 36
     assert t.self_device_us == 1 + 11 + 1 + 2
     # Sorted by self device time, ties broken by name.
-    assert [r.name for r in t.rows[:4]] == ["aten::sum", "aten::_local_scalar_dense",
-                                           "aten::fill_", "aten::gt"]
+    assert [r.name for r in t.rows[:4]] == [
+        "aten::sum",
+        "aten::_local_scalar_dense",
+        "aten::fill_",
+        "aten::gt",
+    ]
     assert t.rows[0].fraction == pytest.approx(11 / 15)
     assert "ProfilerStep#100" not in {r.name for r in t.rows}
 
@@ -80,25 +84,49 @@ def test_event_sync_trace_by_hand() -> None:
 # synthetic nestings
 
 
-def _op(name: str, ts: float, dur: float, tid: int = 1, ext: int | None = None,
-        dims: list | None = None) -> dict:
+def _op(
+    name: str, ts: float, dur: float, tid: int = 1, ext: int | None = None, dims: list | None = None
+) -> dict:
     args: dict = {}
     if ext is not None:
         args["External id"] = ext
     if dims is not None:
         args["Input Dims"] = dims
-    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts,
-            "dur": dur, "args": args}
+    return {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": name,
+        "pid": 1,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": args,
+    }
 
 
 def _launch(ts: float, corr: int, tid: int = 1) -> dict:
-    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": tid,
-            "ts": ts, "dur": 1, "args": {"correlation": corr}}
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaLaunchKernel",
+        "pid": 1,
+        "tid": tid,
+        "ts": ts,
+        "dur": 1,
+        "args": {"correlation": corr},
+    }
 
 
-def _kernel(name: str, ts: float, dur: float, corr: int | None = None,
-            ext: int | None = None, cat: str = "kernel", nbytes: int | None = None,
-            stream: int = 7) -> dict:
+def _kernel(
+    name: str,
+    ts: float,
+    dur: float,
+    corr: int | None = None,
+    ext: int | None = None,
+    cat: str = "kernel",
+    nbytes: int | None = None,
+    stream: int = 7,
+) -> dict:
     args: dict = {"device": 0, "stream": stream}
     if corr is not None:
         args["correlation"] = corr
@@ -106,25 +134,40 @@ def _kernel(name: str, ts: float, dur: float, corr: int | None = None,
         args["External id"] = ext
     if nbytes is not None:
         args["bytes"] = nbytes
-    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
-            "args": args}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 0,
+        "tid": stream,
+        "ts": ts,
+        "dur": dur,
+        "args": args,
+    }
 
 
 def test_attribution_rules_on_a_synthetic_trace() -> None:
     events = [
         _op("outer", 0, 100, ext=1),
         _op("inner", 10, 30, ext=2),
-        _launch(20, corr=50),            # inside inner -> inner owns kernel A
-        _launch(60, corr=51),            # inside outer only -> outer owns kernel B
+        _launch(20, corr=50),  # inside inner -> inner owns kernel A
+        _launch(60, corr=51),  # inside outer only -> outer owns kernel B
         _op("other_thread", 5, 10, tid=2, ext=3),
         _kernel("A", 200, 8, corr=50),
         _kernel("B", 210, 4, corr=51),
         _kernel("C", 220, 2, corr=999, ext=3),  # no runtime call: External id -> other_thread
-        _kernel("D", 230, 1),                   # nothing links it
-        _op("same_start_parent", 300, 50),      # equal starts: the longer is the parent
+        _kernel("D", 230, 1),  # nothing links it
+        _op("same_start_parent", 300, 50),  # equal starts: the longer is the parent
         _op("same_start_child", 300, 20),
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
-         "ts": -1, "dur": 400},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": -1,
+            "dur": 400,
+        },
     ]
     t = top_ops(trace_from_dict({"traceEvents": events}))
     outer, inner = _row(t, "outer"), _row(t, "inner")
@@ -136,8 +179,13 @@ def test_attribution_rules_on_a_synthetic_trace() -> None:
     assert t.unattributed_device_us == 1
     assert _row(t, "same_start_parent").self_cpu_us == 30
     assert _row(t, "same_start_child").self_cpu_us == 20
-    assert {r.name for r in t.rows} == {"outer", "inner", "other_thread", "same_start_parent",
-                                        "same_start_child"}
+    assert {r.name for r in t.rows} == {
+        "outer",
+        "inner",
+        "other_thread",
+        "same_start_parent",
+        "same_start_child",
+    }
 
 
 def test_children_running_past_their_parent_are_clipped() -> None:
@@ -179,8 +227,13 @@ def test_bad_sort_key_names_the_valid_ones() -> None:
         assert key in str(info.value)
     with pytest.raises(ValueError):
         top_ops(trace, n=-1)
-    assert set(SORT_KEYS.values()) == {"self_device_us", "total_device_us", "self_cpu_us",
-                                       "total_cpu_us", "calls"}
+    assert set(SORT_KEYS.values()) == {
+        "self_device_us",
+        "total_device_us",
+        "self_cpu_us",
+        "total_cpu_us",
+        "calls",
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -190,8 +243,13 @@ def test_bad_sort_key_names_the_valid_ones() -> None:
 def _reference_roots(d: dict) -> tuple[float, int]:
     """Sum of durations of top-level cpu ops per thread (brute force containment), and count.
     When ops nest properly, self times partition exactly this time."""
-    ops = [e for e in d["traceEvents"] if e.get("ph") == "X" and e.get("cat") in
-           ("cpu_op", "Operator") and not e["name"].startswith(("ProfilerStep#", "Optimizer."))]
+    ops = [
+        e
+        for e in d["traceEvents"]
+        if e.get("ph") == "X"
+        and e.get("cat") in ("cpu_op", "Operator")
+        and not e["name"].startswith(("ProfilerStep#", "Optimizer."))
+    ]
     by_thread = defaultdict(list)
     for e in ops:
         by_thread[(e["pid"], str(e["tid"]))].append((float(e["ts"]), float(e["ts"] + e["dur"])))
@@ -217,11 +275,15 @@ def test_self_times_partition_the_top_level_time(path: Path) -> None:
     # 1e-5: ts near 1e12 us carry ~0.2 ns of float error per value.
     assert table.self_cpu_us == pytest.approx(roots_us, rel=1e-5, abs=1e-3)
     assert sum(r.calls for r in table.rows) == op_count
-    device_total = sum(float(e["dur"]) for e in d["traceEvents"] if e.get("ph") == "X" and
-                       e.get("cat") in ("kernel", "Kernel", "gpu_memcpy", "Memcpy",
-                                        "gpu_memset", "Memset"))
+    device_total = sum(
+        float(e["dur"])
+        for e in d["traceEvents"]
+        if e.get("ph") == "X"
+        and e.get("cat") in ("kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset")
+    )
     assert table.self_device_us + table.unattributed_device_us == pytest.approx(
-        device_total, rel=1e-9, abs=1e-6)
+        device_total, rel=1e-9, abs=1e-6
+    )
     for r in table.rows:
         assert r.total_device_us >= r.self_device_us - 1e-9
         assert r.total_cpu_us >= r.self_cpu_us - 1e-9
@@ -253,16 +315,20 @@ def test_kernel_table_against_plain_json() -> None:
             nbytes = sum(e["args"]["bytes"] for e in es)
             assert r.total_bytes == nbytes
             assert r.achieved_gbps == pytest.approx(nbytes / (sum(e["dur"] for e in es) * 1e3))
-    assert [r.total_us for r in table.rows] == sorted((r.total_us for r in table.rows),
-                                                      reverse=True)
+    assert [r.total_us for r in table.rows] == sorted(
+        (r.total_us for r in table.rows), reverse=True
+    )
 
 
 def test_summary_against_plain_json() -> None:
     path = DATA / "a100_nccl" / "nccl_data.json.gz"
     d = _plain(path)
     s = summarize_trace(load_trace(path))
-    steps = [e for e in d["traceEvents"] if e.get("cat") == "user_annotation"
-             and e["name"].startswith("ProfilerStep#")]
+    steps = [
+        e
+        for e in d["traceEvents"]
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    ]
     assert s.step_count == len(steps)
     assert s.median_step_us == pytest.approx(statistics.median(e["dur"] for e in steps))
     ops = [e for e in d["traceEvents"] if e.get("cat") == "cpu_op"]
@@ -280,7 +346,8 @@ def test_summary_without_steps_or_kernels() -> None:
     assert s.step_count == 0 and s.median_step_us is None and s.ops_per_step is None
     assert s.device_names == ("AMD Instinct MI210",)
     cpu = summarize_trace(
-        load_trace(DATA / "cpu_only_trace" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))
+        load_trace(DATA / "cpu_only_trace" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    )
     assert cpu.busy_us == 0 and cpu.kernel_count == 0 and cpu.busy_fraction == 0
 
 
@@ -311,16 +378,26 @@ def _kernel_rows_by_loop(trace) -> dict:
         for k in ks:
             total += k.dur_us
         sized = [k for k in ks if k.bytes is not None]
-        out[key] = (len(ks), total, max(k.dur_us for k in ks), min(k.dur_us for k in ks),
-                    tuple(sorted({k.stream for k in ks})),
-                    sum(k.bytes for k in sized) if sized else None)
+        out[key] = (
+            len(ks),
+            total,
+            max(k.dur_us for k in ks),
+            min(k.dur_us for k in ks),
+            tuple(sorted({k.stream for k in ks})),
+            sum(k.bytes for k in sized) if sized else None,
+        )
     return out
 
 
-@pytest.mark.parametrize("path", sorted(p for p in DATA.rglob("*.json*")
-                                        if "trace" in p.name or p.suffix == ".gz"
-                                        or p.name.endswith(".json")),
-                         ids=lambda p: str(p.relative_to(DATA)))
+@pytest.mark.parametrize(
+    "path",
+    sorted(
+        p
+        for p in DATA.rglob("*.json*")
+        if "trace" in p.name or p.suffix == ".gz" or p.name.endswith(".json")
+    ),
+    ids=lambda p: str(p.relative_to(DATA)),
+)
 def test_kernel_table_groups_exactly_as_a_loop_does(path) -> None:
     """The grouped columns (bincount, reduceat, unique) give the loop's numbers exactly."""
     from gpuprof_nb.errors import TraceFormatError
@@ -331,8 +408,10 @@ def test_kernel_table_groups_exactly_as_a_loop_does(path) -> None:
         pytest.skip("not a trace")
     table = kernel_table(trace)
     want = _kernel_rows_by_loop(trace)
-    got = {(r.name, r.kind): (r.calls, r.total_us, r.max_us, r.min_us, r.streams,
-                              r.total_bytes) for r in table.rows}
+    got = {
+        (r.name, r.kind): (r.calls, r.total_us, r.max_us, r.min_us, r.streams, r.total_bytes)
+        for r in table.rows
+    }
     assert got == want
     total = 0.0
     by_kind: dict = defaultdict(float)
@@ -340,4 +419,8 @@ def test_kernel_table_groups_exactly_as_a_loop_does(path) -> None:
         total += k.dur_us
         by_kind[k.kind] += k.dur_us
     assert (table.total_us, table.kernel_us, table.memcpy_us, table.memset_us) == (
-        total, by_kind["kernel"], by_kind["memcpy"], by_kind["memset"])
+        total,
+        by_kind["kernel"],
+        by_kind["memcpy"],
+        by_kind["memset"],
+    )

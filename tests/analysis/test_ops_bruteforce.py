@@ -27,32 +27,62 @@ def random_trace(seed: int) -> Trace:
         t = rng.randint(0, 20)
         while t < 800:
             dur = rng.randint(0, 80)
-            ops.append(Op(rng.choice(names), "op", float(t), float(dur), 7, tid,
-                          external_id=rng.randint(1, 400)))
+            ops.append(
+                Op(
+                    rng.choice(names),
+                    "op",
+                    float(t),
+                    float(dur),
+                    7,
+                    tid,
+                    external_id=rng.randint(1, 400),
+                )
+            )
             for _ in range(rng.randint(0, 4)):  # children, some past the parent's end
                 c = rng.randint(t, t + dur)
-                ops.append(Op(rng.choice(names), "op", float(c),
-                              float(rng.randint(0, dur + 10)), 7, tid,
-                              external_id=rng.randint(1, 400)))
+                ops.append(
+                    Op(
+                        rng.choice(names),
+                        "op",
+                        float(c),
+                        float(rng.randint(0, dur + 10)),
+                        7,
+                        tid,
+                        external_id=rng.randint(1, 400),
+                    )
+                )
             t += dur + rng.choice([0, 1, 5, 30])
     ops.append(Op("ProfilerStep#1", "annotation", 0.0, 900.0, 7, 1))  # never a row or parent
     ops.sort(key=lambda o: o.start_us)
-    ops = [Op(o.name, o.kind, o.start_us, o.dur_us, o.pid, o.tid, o.external_id, index=i)
-           for i, o in enumerate(ops)]
+    ops = [
+        Op(o.name, o.kind, o.start_us, o.dur_us, o.pid, o.tid, o.external_id, index=i)
+        for i, o in enumerate(ops)
+    ]
     kernels: list[Kernel] = []
     runtime: list[RuntimeCall] = []
     for corr in range(1, rng.randint(20, 120)):
         start = float(rng.randint(0, 850))
         how = rng.random()
         if how < 0.75:  # launched by a call on a host thread
-            runtime.append(RuntimeCall("cudaLaunchKernel", start, 3.0, 7, rng.choice([1, 2]),
-                                       correlation=corr))
+            runtime.append(
+                RuntimeCall("cudaLaunchKernel", start, 3.0, 7, rng.choice([1, 2]), correlation=corr)
+            )
             ext = rng.randint(1, 400) if rng.random() < 0.5 else None
         else:  # no call in the trace: the External id (if any) decides
             ext = rng.randint(1, 400) if how < 0.9 else None
         kind = rng.choice(["kernel", "kernel", "memcpy"])
-        kernels.append(Kernel("k", kind, start + rng.randint(1, 50), float(rng.randint(1, 30)),
-                              0, 7, correlation=corr, external_id=ext))
+        kernels.append(
+            Kernel(
+                "k",
+                kind,
+                start + rng.randint(1, 50),
+                float(rng.randint(1, 30)),
+                0,
+                7,
+                correlation=corr,
+                external_id=ext,
+            )
+        )
     runtime.append(RuntimeCall("cudaGetDevice", 5.0, 1.0, 7, 1, correlation=10**6))
     spans = [(o.start_us, o.end_us) for o in ops] + [(k.start_us, k.end_us) for k in kernels]
     return Trace(
@@ -60,7 +90,11 @@ def random_trace(seed: int) -> Trace:
         ops=tuple(ops),
         kernels=tuple(sorted(kernels, key=lambda k: k.start_us)),
         runtime=tuple(sorted(runtime, key=lambda r: r.start_us)),
-        syncs=(), memory=(), steps=(), devices=(), distributed=None,
+        syncs=(),
+        memory=(),
+        steps=(),
+        devices=(),
+        distributed=None,
         window_us=(min(s for s, _ in spans), max(e for _, e in spans)),
     )
 
@@ -88,8 +122,11 @@ def brute_force(trace: Trace) -> tuple[dict[str, list[float]], float]:
     for r in trace.runtime:
         if r.correlation not in launched:
             continue
-        open_ = [p for p in ops if (p.pid, p.tid) == (r.pid, r.tid)
-                 and p.start_us <= r.start_us < p.end_us]
+        open_ = [
+            p
+            for p in ops
+            if (p.pid, p.tid) == (r.pid, r.tid) and p.start_us <= r.start_us < p.end_us
+        ]
         call_owner[r.correlation] = max(open_, key=lambda p: order[id(p)]) if open_ else None
     first_with_ext: dict[int, Op] = {}
     for o in ops:
@@ -127,8 +164,10 @@ def test_top_ops_matches_brute_force(seed: int) -> None:
     trace = random_trace(seed)
     table = top_ops(trace)
     expected, unattributed = brute_force(trace)
-    got = {r.name: [r.calls, r.self_cpu_us, r.total_cpu_us, r.self_device_us,
-                    r.total_device_us] for r in table.rows}
+    got = {
+        r.name: [r.calls, r.self_cpu_us, r.total_cpu_us, r.self_device_us, r.total_device_us]
+        for r in table.rows
+    }
     assert got == expected
     assert table.unattributed_device_us == unattributed
     assert table.calls == sum(v[0] for v in expected.values())

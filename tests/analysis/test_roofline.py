@@ -15,33 +15,67 @@ F32, BF16 = "float", "c10::BFloat16"
 
 # Synthetic ceilings: fp32 1 TFLOP/s, bf16 tensor 10 TFLOP/s, 100 GB/s.
 # Ridges: fp32 at 10 FLOP/B, bf16 at 100 FLOP/B.
-ROOFS = DeviceSpec(name="Synthetic GPU", kind="cuda", fp32_flops_per_s=1e12,
-                   bandwidth_bytes_per_s=1e11, bf16_flops_per_s=1e13, source="test")
+ROOFS = DeviceSpec(
+    name="Synthetic GPU",
+    kind="cuda",
+    fp32_flops_per_s=1e12,
+    bandwidth_bytes_per_s=1e11,
+    bf16_flops_per_s=1e13,
+    source="test",
+)
 
 
 def op(name, start, dur, dims=None, types=None, concrete=None, ext=None, tid=1):
-    return Op(name=name, kind="op", start_us=start, dur_us=dur, pid=1, tid=tid,
-              external_id=ext, input_dims=None if dims is None else tuple(dims),
-              input_types=None if types is None else tuple(types),
-              concrete_inputs=None if concrete is None else tuple(concrete))
+    return Op(
+        name=name,
+        kind="op",
+        start_us=start,
+        dur_us=dur,
+        pid=1,
+        tid=tid,
+        external_id=ext,
+        input_dims=None if dims is None else tuple(dims),
+        input_types=None if types is None else tuple(types),
+        concrete_inputs=None if concrete is None else tuple(concrete),
+    )
 
 
 def kern(name, start, dur, ext=None, corr=None, kind="kernel"):
-    return Kernel(name=name, kind=kind, start_us=start, dur_us=dur, device=0, stream=7,
-                  correlation=corr, external_id=ext)
+    return Kernel(
+        name=name,
+        kind=kind,
+        start_us=start,
+        dur_us=dur,
+        device=0,
+        stream=7,
+        correlation=corr,
+        external_id=ext,
+    )
 
 
 def trace_of(ops, kernels=(), runtime=(), devices=()):
     ops = tuple(sorted(ops, key=lambda o: o.start_us))
     kernels = tuple(sorted(kernels, key=lambda k: k.start_us))
-    ops = tuple(Op(**{**{s: getattr(o, s) for s in Op.__slots__}, "index": i})
-                for i, o in enumerate(ops))
-    kernels = tuple(Kernel(**{**{s: getattr(k, s) for s in Kernel.__slots__}, "index": i})
-                    for i, k in enumerate(kernels))
+    ops = tuple(
+        Op(**{**{s: getattr(o, s) for s in Op.__slots__}, "index": i}) for i, o in enumerate(ops)
+    )
+    kernels = tuple(
+        Kernel(**{**{s: getattr(k, s) for s in Kernel.__slots__}, "index": i})
+        for i, k in enumerate(kernels)
+    )
     ends = [o.end_us for o in ops] + [k.end_us for k in kernels] or [0.0]
-    return Trace(source="synthetic", ops=ops, kernels=kernels, runtime=tuple(runtime),
-                 syncs=(), memory=(), steps=(), devices=tuple(devices), distributed=None,
-                 window_us=(0.0, max(ends)))
+    return Trace(
+        source="synthetic",
+        ops=ops,
+        kernels=kernels,
+        runtime=tuple(runtime),
+        syncs=(),
+        memory=(),
+        steps=(),
+        devices=tuple(devices),
+        distributed=None,
+        window_us=(0.0, max(ends)),
+    )
 
 
 MM = dict(dims=[[1024, 1024], [1024, 1024]], types=[BF16, BF16])  # I = 2n^3/(3n^2*2) = n/3
@@ -56,21 +90,42 @@ def conv_chain():
     conc = ["", "", "", "[16, 16]", "[0, 0]", "[1, 1]", "1"]
     return [
         op("aten::conv2d", 0, 100, dims, types, conc, ext=1),
-        op("aten::convolution", 1, 98, dims + [[], []], types + ["Scalar", "ScalarList"],
-           conc[:6] + ["False", "[0, 0]", "1"], ext=2),
+        op(
+            "aten::convolution",
+            1,
+            98,
+            dims + [[], []],
+            types + ["Scalar", "ScalarList"],
+            conc[:6] + ["False", "[0, 0]", "1"],
+            ext=2,
+        ),
         op("aten::_convolution", 2, 96, None, None, None, ext=3),
-        op("aten::cudnn_convolution", 3, 60,
-           [[4, 3, 224, 224], [768, 3, 16, 16], [], [], [], []],
-           [BF16, BF16, "ScalarList", "ScalarList", "ScalarList", "Scalar"],
-           ["", "", "[0, 0]", "[16, 16]", "[1, 1]", "1"], ext=4),
-        op("aten::add_", 70, 20, [[4, 768, 14, 14], [1, 768, 1, 1], []],
-           [BF16, BF16, "Scalar"], ext=5),
+        op(
+            "aten::cudnn_convolution",
+            3,
+            60,
+            [[4, 3, 224, 224], [768, 3, 16, 16], [], [], [], []],
+            [BF16, BF16, "ScalarList", "ScalarList", "ScalarList", "Scalar"],
+            ["", "", "[0, 0]", "[16, 16]", "[1, 1]", "1"],
+            ext=4,
+        ),
+        op(
+            "aten::add_",
+            70,
+            20,
+            [[4, 768, 14, 14], [1, 768, 1, 1], []],
+            [BF16, BF16, "Scalar"],
+            ext=5,
+        ),
     ]
 
 
 def test_anchor_is_outermost_formula_op_and_gets_all_subtree_kernels():
-    kernels = [kern("im2col<float>", 200, 5, ext=4), kern("cudnn::gemm<bf16>", 205, 40, ext=4),
-               kern("elementwise_add", 250, 3, ext=5)]
+    kernels = [
+        kern("im2col<float>", 200, 5, ext=4),
+        kern("cudnn::gemm<bf16>", 205, 40, ext=4),
+        kern("elementwise_add", 250, 3, ext=5),
+    ]
     r = compute_roofline(trace_of(conv_chain(), kernels), ROOFS)
     assert [p.name for p in r.points] == ["aten::conv2d"]
     p = r.points[0]
@@ -116,8 +171,19 @@ def test_classification_against_synthetic_roofs():
     # A host-to-device copy over PCIe is neither memory- nor compute-bound on this roofline.
     from gpuprof_nb.analysis.roofline import DataMovement
 
-    copy = DataMovement("aten::copy_", "", 1, 10**6, 1000.0, 1e9, None, "copy", "fp32",
-                        "copy", direction="host-device")
+    copy = DataMovement(
+        "aten::copy_",
+        "",
+        1,
+        10**6,
+        1000.0,
+        1e9,
+        None,
+        "copy",
+        "fp32",
+        "copy",
+        direction="host-device",
+    )
     with_copy = dataclasses.replace(r, data_movement=r.data_movement + (copy,))
     assert with_copy.time_share("compute") == pytest.approx(t_mm / total)
     assert with_copy.time_share("memory") == pytest.approx(t_add / total)
@@ -133,14 +199,23 @@ def test_above_roof_is_flagged_and_noted():
 
 
 def test_fp32_matmul_uses_tf32_roof_only_when_kernel_says_so():
-    spec = DeviceSpec(name="G", kind="cuda", fp32_flops_per_s=1e12, bandwidth_bytes_per_s=1e11,
-                      tf32_flops_per_s=8e12, bf16_flops_per_s=1.6e13)
+    spec = DeviceSpec(
+        name="G",
+        kind="cuda",
+        fp32_flops_per_s=1e12,
+        bandwidth_bytes_per_s=1e11,
+        tf32_flops_per_s=8e12,
+        bf16_flops_per_s=1.6e13,
+    )
     mm32 = dict(dims=[[256, 256], [256, 256]], types=[F32, F32])
-    ops = [op("aten::mm", 0, 10, ext=1, **mm32), op("aten::bmm", 20, 10, ext=2,
-                                                    dims=[[2, 64, 64], [2, 64, 64]],
-                                                    types=[F32, F32])]
-    kernels = [kern("ampere_sgemm_128x64_nn", 100, 10, ext=1),
-               kern("sm80_xmma_gemm_f32f32_tf32f32_f32_nn", 120, 10, ext=2)]
+    ops = [
+        op("aten::mm", 0, 10, ext=1, **mm32),
+        op("aten::bmm", 20, 10, ext=2, dims=[[2, 64, 64], [2, 64, 64]], types=[F32, F32]),
+    ]
+    kernels = [
+        kern("ampere_sgemm_128x64_nn", 100, 10, ext=1),
+        kern("sm80_xmma_gemm_f32f32_tf32f32_f32_nn", 120, 10, ext=2),
+    ]
     r = compute_roofline(trace_of(ops, kernels), spec)
     roofs = {p.name: p.roof for p in r.points}
     assert roofs == {"aten::mm": "fp32", "aten::bmm": "tf32"}
@@ -148,9 +223,16 @@ def test_fp32_matmul_uses_tf32_roof_only_when_kernel_says_so():
 
 
 def test_kernel_linked_through_runtime_correlation_when_external_id_missing():
-    ops = [op("aten::linear", 0, 50, [[8, 16], [4, 16], [4]], [F32] * 3),
-           op("aten::addmm", 5, 40, [[4], [8, 16], [16, 4], [], []],
-              [F32, F32, F32, "Scalar", "Scalar"])]
+    ops = [
+        op("aten::linear", 0, 50, [[8, 16], [4, 16], [4]], [F32] * 3),
+        op(
+            "aten::addmm",
+            5,
+            40,
+            [[4], [8, 16], [16, 4], [], []],
+            [F32, F32, F32, "Scalar", "Scalar"],
+        ),
+    ]
     rt = [RuntimeCall("cudaLaunchKernel", 10, 5, pid=1, tid=1, correlation=99)]
     r = compute_roofline(trace_of(ops, [kern("gemm", 60, 7, corr=99)], rt), ROOFS)
     assert [(p.name, p.calls) for p in r.points] == [("aten::linear", 1)]
@@ -160,18 +242,27 @@ def test_kernel_linked_through_runtime_correlation_when_external_id_missing():
 
 def test_copies_go_to_data_movement_and_unmodelled_time_is_listed():
     ops = [
-        op("aten::to", 0, 30, [[1000], [], [], [], []], [F32, "Scalar", "Scalar", "", ""],
-           ext=1),
-        op("aten::_to_copy", 1, 28, [[1000], [], [], [], [], [], []],
-           [F32, "Scalar", "", "", "", "Scalar", ""], ["", "15", "", "", "", "False", ""],
-           ext=2),
+        op("aten::to", 0, 30, [[1000], [], [], [], []], [F32, "Scalar", "Scalar", "", ""], ext=1),
+        op(
+            "aten::_to_copy",
+            1,
+            28,
+            [[1000], [], [], [], [], [], []],
+            [F32, "Scalar", "", "", "", "Scalar", ""],
+            ["", "15", "", "", "", "False", ""],
+            ext=2,
+        ),
         op("aten::copy_", 2, 20, [[1000], [1000], []], [BF16, F32, "Scalar"], ext=3),
-        op("aten::to", 40, 1, [[1000], [], [], [], []], [F32, "Scalar", "Scalar", "", ""],
-           ext=4),  # a no-op .to(): no child, no kernel, moves nothing
+        op(
+            "aten::to", 40, 1, [[1000], [], [], [], []], [F32, "Scalar", "Scalar", "", ""], ext=4
+        ),  # a no-op .to(): no child, no kernel, moves nothing
         op("aten::cat", 50, 10, [[[2, 3], [2, 3]], []], ["TensorList", "Scalar"], ext=5),
     ]
-    kernels = [kern("convert<float,bf16>", 100, 2, ext=3), kern("cat", 110, 3, ext=5),
-               kern("orphan", 120, 1)]
+    kernels = [
+        kern("convert<float,bf16>", 100, 2, ext=3),
+        kern("cat", 110, 3, ext=5),
+        kern("orphan", 120, 1),
+    ]
     r = compute_roofline(trace_of(ops, kernels), ROOFS)
     assert r.points == ()
     (dm,) = r.data_movement
@@ -186,12 +277,19 @@ def test_copies_go_to_data_movement_and_unmodelled_time_is_listed():
 
 
 def test_cpu_trace_uses_inclusive_cpu_time_and_draws_no_roofs_without_ceilings():
-    ops = [op("aten::linear", 0, 50, [[8, 16], [4, 16], [4]], [F32] * 3),
-           op("aten::t", 1, 2, [[4, 16]], [F32]),
-           op("aten::addmm", 5, 40, [[4], [8, 16], [16, 4], [], []],
-              [F32, F32, F32, "Scalar", "Scalar"]),
-           op("aten::relu", 60, 10, [[8, 4]], [F32]),
-           op("aten::view", 80, 1, [[8, 4], []], [F32, "ScalarList"])]
+    ops = [
+        op("aten::linear", 0, 50, [[8, 16], [4, 16], [4]], [F32] * 3),
+        op("aten::t", 1, 2, [[4, 16]], [F32]),
+        op(
+            "aten::addmm",
+            5,
+            40,
+            [[4], [8, 16], [16, 4], [], []],
+            [F32, F32, F32, "Scalar", "Scalar"],
+        ),
+        op("aten::relu", 60, 10, [[8, 4]], [F32]),
+        op("aten::view", 80, 1, [[8, 4], []], [F32, "ScalarList"]),
+    ]
     r = compute_roofline(trace_of(ops))
     assert r.time_basis == "cpu"
     assert r.device is None and "CPU trace" in r.note
@@ -200,8 +298,9 @@ def test_cpu_trace_uses_inclusive_cpu_time_and_draws_no_roofs_without_ceilings()
     assert r.total_time_us == pytest.approx(61)
     assert [u.name for u in r.unmodelled] == ["aten::view"]
     assert r.time_share("memory") is None
-    cpu = DeviceSpec(name="cpu", kind="cpu", fp32_flops_per_s=1e11, bandwidth_bytes_per_s=1e10,
-                     measured=True)
+    cpu = DeviceSpec(
+        name="cpu", kind="cpu", fp32_flops_per_s=1e11, bandwidth_bytes_per_s=1e10, measured=True
+    )
     r2 = compute_roofline(trace_of(ops), cpu)
     assert {p.roof for p in r2.points} == {"fp32"}
     assert all(p.bound in ("memory", "compute") for p in r2.points)
@@ -228,8 +327,7 @@ def test_device_resolution_from_trace_name_string_and_unknown():
 
 
 def test_no_shapes_says_so_and_time_share_rejects_bad_bound():
-    r = compute_roofline(trace_of([op("aten::mm", 0, 10, ext=1)], [kern("g", 5, 2, ext=1)]),
-                         ROOFS)
+    r = compute_roofline(trace_of([op("aten::mm", 0, 10, ext=1)], [kern("g", 5, 2, ext=1)]), ROOFS)
     assert r.points == ()
     assert "record_shapes=True" in r.note
     assert isinstance(r, Roofline)
@@ -239,20 +337,26 @@ def test_no_shapes_says_so_and_time_share_rejects_bad_bound():
 
 def test_groups_by_shape_and_sorts_by_time():
     small = dict(dims=[[8, 8], [8, 8]], types=[BF16, BF16])
-    ops = [op("aten::mm", 0, 1, ext=1, **small), op("aten::mm", 2, 1, ext=2, **MM),
-           op("aten::mm", 4, 1, ext=3, **small)]
+    ops = [
+        op("aten::mm", 0, 1, ext=1, **small),
+        op("aten::mm", 2, 1, ext=2, **MM),
+        op("aten::mm", 4, 1, ext=3, **small),
+    ]
     kernels = [kern("g", 10, 1, ext=1), kern("g", 20, 9, ext=2), kern("g", 30, 1, ext=3)]
     r = compute_roofline(trace_of(ops, kernels), ROOFS)
-    assert [(p.shapes, p.calls) for p in r.points] == [("1024x1024, 1024x1024", 1),
-                                                       ("8x8, 8x8", 2)]
+    assert [(p.shapes, p.calls) for p in r.points] == [("1024x1024, 1024x1024", 1), ("8x8, 8x8", 2)]
     assert r.points[1].flops == 2 * 2 * 8**3
 
 
 def test_host_device_copy_is_not_measured_against_hbm():
-    ops = [op("aten::copy_", 0, 20, [[1000], [1000], []], [F32, F32, "Scalar"], ext=1),
-           op("aten::copy_", 30, 20, [[1000], [1000], []], [BF16, BF16, "Scalar"], ext=2)]
-    kernels = [kern("Memcpy HtoD (Pageable -> Device)", 100, 4, ext=1, kind="memcpy"),
-               kern("Memcpy DtoD (Device -> Device)", 110, 0.5, ext=2, kind="memcpy")]
+    ops = [
+        op("aten::copy_", 0, 20, [[1000], [1000], []], [F32, F32, "Scalar"], ext=1),
+        op("aten::copy_", 30, 20, [[1000], [1000], []], [BF16, BF16, "Scalar"], ext=2),
+    ]
+    kernels = [
+        kern("Memcpy HtoD (Pageable -> Device)", 100, 4, ext=1, kind="memcpy"),
+        kern("Memcpy DtoD (Device -> Device)", 110, 0.5, ext=2, kind="memcpy"),
+    ]
     r = compute_roofline(trace_of(ops, kernels), ROOFS)
     moves = {d.dtype: d for d in r.data_movement}
     h2d, d2d = moves["fp32"], moves["bf16"]
@@ -277,12 +381,21 @@ def test_device_name_on_a_cpu_trace_is_refused_with_the_kinds_named(name):
     assert r.device is None and r.points[0].flops == 2 * 1024**3
 
 
-@pytest.mark.parametrize("name", ["cpu", "Intel(R) Xeon(R) Platinum 8480+", "AMD EPYC 7763",
-                                  "Intel(R) Core(TM) i7-12700", "AWS Graviton3"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "cpu",
+        "Intel(R) Xeon(R) Platinum 8480+",
+        "AMD EPYC 7763",
+        "Intel(R) Core(TM) i7-12700",
+        "AWS Graviton3",
+    ],
+)
 def test_cpu_name_on_a_gpu_trace_is_refused_with_the_kinds_named(name):
     h100 = DeviceInfo(index=0, name="NVIDIA H100 80GB HBM3", total_memory_bytes=85018279936)
-    gpu_trace = trace_of([op("aten::mm", 0, 10, ext=1, **MM)], [kern("gemm", 10, 10, ext=1)],
-                         devices=[h100])
+    gpu_trace = trace_of(
+        [op("aten::mm", 0, 10, ext=1, **MM)], [kern("gemm", 10, 10, ext=1)], devices=[h100]
+    )
     with pytest.raises(ValueError) as err:
         compute_roofline(gpu_trace, name)
     msg = str(err.value)

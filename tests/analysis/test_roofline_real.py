@@ -56,8 +56,7 @@ def test_gemm_points_match_plain_json(vit):
     assert sum(p.calls for p in linears) == len(_cpu_ops(raw, "aten::linear"))
     # Their device time: every kernel launched by an addmm (by External id).
     by_ext = _kernel_us_by_ext(raw)
-    addmm_us = sum(by_ext.get(e["args"]["External id"], 0.0)
-                   for e in _cpu_ops(raw, "aten::addmm"))
+    addmm_us = sum(by_ext.get(e["args"]["External id"], 0.0) for e in _cpu_ops(raw, "aten::addmm"))
     assert sum(p.time_us for p in linears) == pytest.approx(addmm_us)
     for p in linears:
         assert p.dtype == "bf16" and p.roof == "bf16"
@@ -74,9 +73,14 @@ def test_convolution_point_includes_its_bias_kernel(vit):
     out_hw = (x[2] // 16) * (x[3] // 16)  # stride 16, no padding
     assert conv.flops == 2 * x[0] * w[0] * out_hw * w[1] * w[2] * w[3]
     # Kernels of every op nested in conv2d on its thread (cudnn conv + the bias add_).
-    inner = [e for e in raw["traceEvents"] if e.get("cat") == "cpu_op"
-             and e["tid"] == c2d["tid"] and c2d["ts"] <= e["ts"]
-             and e["ts"] + e["dur"] <= c2d["ts"] + c2d["dur"]]
+    inner = [
+        e
+        for e in raw["traceEvents"]
+        if e.get("cat") == "cpu_op"
+        and e["tid"] == c2d["tid"]
+        and c2d["ts"] <= e["ts"]
+        and e["ts"] + e["dur"] <= c2d["ts"] + c2d["dur"]
+    ]
     by_ext = _kernel_us_by_ext(raw)
     expected = sum(by_ext.get(e["args"]["External id"], 0.0) for e in inner)
     assert expected > 0
@@ -91,5 +95,6 @@ def test_attention_and_memory_bound_ops_present(vit):
     assert ln and all(p.bound == "memory" for p in ln)
     # Nearly all kernel time lands on a formula; the rest is listed, never dropped.
     assert roof.coverage == pytest.approx(
-        1 - sum(u.time_us for u in roof.unmodelled) / roof.total_time_us)
+        1 - sum(u.time_us for u in roof.unmodelled) / roof.total_time_us
+    )
     assert roof.coverage > 0.95

@@ -28,14 +28,20 @@ SLOW_RANK = 1  # tests/data/gloo_run/README.md: slow_rank1 was recorded with --s
 NCCL_TRACES = [
     DATA / "ddp_nccl_sampled" / "sampled_rank-0.json.gz",
     DATA / "a100_nccl" / "nccl_data.json.gz",
-    *(SHARED / name for name in ("trace_filter/sampled_rank-1.json.gz",
-                                 "negative_queue_length_values_check/rank0.json.gz",
-                                 "df_index_resolver/df_index_resolver.json.gz")),
+    *(
+        SHARED / name
+        for name in (
+            "trace_filter/sampled_rank-1.json.gz",
+            "negative_queue_length_values_check/rank0.json.gz",
+            "df_index_resolver/df_index_resolver.json.gz",
+        )
+    ),
 ]
 NCCL_TRACES = [p for p in NCCL_TRACES if p.exists()]
 
 
 # --- an independent computation from the raw JSON ------------------------------------------
+
 
 def _events(path: Path) -> list[dict]:
     with gzip.open(path) as f:
@@ -72,8 +78,12 @@ def _gpu_numbers(path: Path) -> dict[str, float]:
     kernels = [e for e in ev if e.get("cat") == "kernel"]
     comm = [_span(e) for e in kernels if "nccl" in e["name"].lower()]
     compute = [_span(e) for e in kernels if "nccl" not in e["name"].lower()]
-    return {"busy": _union(gpu), "comm": _union(comm), "compute": _union(compute),
-            "exposed": _union(comm) - _intersection(comm, compute)}
+    return {
+        "busy": _union(gpu),
+        "comm": _union(comm),
+        "compute": _union(compute),
+        "exposed": _union(comm) - _intersection(comm, compute),
+    }
 
 
 def _cpu_numbers(path: Path) -> dict[str, float]:
@@ -82,28 +92,39 @@ def _cpu_numbers(path: Path) -> dict[str, float]:
     c10d ops; compute of the torch ops neither collectives nor inside one on their thread."""
     ev = _events(path)
     steps = [e for e in ev if e["name"].startswith("ProfilerStep#")]
-    recorded = [_span(e) for e in ev if e.get("cat") in ("cpu_op", "user_annotation")
-                and not e["name"].startswith("PyTorch Profiler")]
+    recorded = [
+        _span(e)
+        for e in ev
+        if e.get("cat") in ("cpu_op", "user_annotation")
+        and not e["name"].startswith("PyTorch Profiler")
+    ]
     lo, hi = min(s for s, _ in recorded), max(e for _, e in recorded)
     ops = [e for e in ev if e.get("cat") == "cpu_op"]
     coll = [e for e in ev if e["name"].startswith(("gloo:", "c10d::"))]
 
     def inside(e: dict) -> bool:
-        return any(c["tid"] == e["tid"] and c["ts"] <= e["ts"]
-                   and e["ts"] + e["dur"] <= c["ts"] + c["dur"] for c in coll)
+        return any(
+            c["tid"] == e["tid"] and c["ts"] <= e["ts"] and e["ts"] + e["dur"] <= c["ts"] + c["dur"]
+            for c in coll
+        )
 
     compute = [_span(e) for e in ops if e not in coll and not inside(e)]
     comm = [_span(e) for e in coll]
     clip = [(max(s, lo), min(e, hi)) for s, e in comm if min(e, hi) > max(s, lo)]
     clip_compute = [(max(s, lo), min(e, hi)) for s, e in compute if min(e, hi) > max(s, lo)]
-    return {"busy": _union([_span(e) for e in ops], lo, hi), "comm": _union(comm, lo, hi),
-            "compute": _union(compute, lo, hi),
-            "exposed": _union(clip) - _intersection(clip, clip_compute),
-            "steps": len(steps), "step_median": statistics.median(e["dur"] for e in steps),
-            "gloo_calls": sum(e["name"].startswith("gloo:") for e in ev)}
+    return {
+        "busy": _union([_span(e) for e in ops], lo, hi),
+        "comm": _union(comm, lo, hi),
+        "compute": _union(compute, lo, hi),
+        "exposed": _union(clip) - _intersection(clip, clip_compute),
+        "steps": len(steps),
+        "step_median": statistics.median(e["dur"] for e in steps),
+        "gloo_calls": sum(e["name"].startswith("gloo:") for e in ev),
+    }
 
 
 # --- per-rank numbers -------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("path", NCCL_TRACES, ids=lambda p: p.name)
 def test_nccl_rank_numbers_match_the_raw_json(path):
@@ -115,8 +136,9 @@ def test_nccl_rank_numbers_match_the_raw_json(path):
     assert s.compute_us == pytest.approx(want["compute"], rel=1e-9)
     assert s.exposed_comm_us == pytest.approx(want["exposed"], rel=1e-9, abs=1e-6)
     calls = sum(len(d) for _, d in s.collective_calls)
-    assert calls == sum(1 for e in _events(path)
-                        if e.get("cat") == "kernel" and "nccl" in e["name"].lower())
+    assert calls == sum(
+        1 for e in _events(path) if e.get("cat") == "kernel" and "nccl" in e["name"].lower()
+    )
 
 
 @pytest.mark.parametrize("run", ["slow_rank1", "balanced"])
@@ -130,23 +152,22 @@ def test_gloo_rank_numbers_match_the_raw_json(run):
         assert s.comm_us == pytest.approx(want["comm"], rel=1e-9) and s.comm_us > 0
         assert s.compute_us == pytest.approx(want["compute"], rel=1e-9)
         assert s.exposed_comm_us == pytest.approx(want["exposed"], rel=1e-9, abs=1e-6)
-        assert s.steps == want["steps"] and s.step_median_us == pytest.approx(
-            want["step_median"])
+        assert s.steps == want["steps"] and s.step_median_us == pytest.approx(want["step_median"])
         assert sum(s.step_compute_us) == pytest.approx(s.compute_us, rel=1e-6)
         assert sum(len(d) for _, d in s.collective_calls) == want["gloo_calls"]
 
 
 def test_message_bytes_and_bus_bandwidth_from_nccl_args():
     path = DATA / "a100_nccl" / "nccl_data.json.gz"
-    kernels = [e for e in _events(path)
-               if e.get("cat") == "kernel" and "nccl" in e["name"].lower()]
+    kernels = [e for e in _events(path) if e.get("cat") == "kernel" and "nccl" in e["name"].lower()]
     sizes = {"float": 4, "half": 2, "bfloat16": 2, "long": 8, "int": 4, "int8": 1}
     report = combine([summarize_path(str(path))])
     assert {c.name for c in report.collectives} == {"allreduce", "broadcast"}
     for row in report.collectives:
         mine = [e for e in kernels if e["args"]["Collective name"] == row.name]
-        want_bytes = sum(e["args"]["In msg nelems"] * sizes[e["args"]["dtype"].lower()]
-                         for e in mine)
+        want_bytes = sum(
+            e["args"]["In msg nelems"] * sizes[e["args"]["dtype"].lower()] for e in mine
+        )
         want_time = sum(e["dur"] for e in mine)
         assert row.calls == len(mine) and row.ranks == 1
         assert row.bytes == want_bytes and row.time_us == pytest.approx(want_time)
@@ -162,12 +183,13 @@ def test_bus_bandwidth_scales_with_the_group():
     eight = replace(s, collective_groups=(("allreduce", 8), ("broadcast", 8)))
     rows = {c.name: c for c in combine([eight]).collectives}
     assert rows["allreduce"].busbw_bytes_per_s == pytest.approx(
-        rows["allreduce"].algbw_bytes_per_s * 2 * 7 / 8)
-    assert rows["broadcast"].busbw_bytes_per_s == pytest.approx(
-        rows["broadcast"].algbw_bytes_per_s)
+        rows["allreduce"].algbw_bytes_per_s * 2 * 7 / 8
+    )
+    assert rows["broadcast"].busbw_bytes_per_s == pytest.approx(rows["broadcast"].algbw_bytes_per_s)
 
 
 # --- the run: stragglers and findings -----------------------------------------------------
+
 
 def _run(name: str):
     return combine([summarize_path(str(p)) for p in sorted((GLOO / name).glob("*.json.gz"))])
@@ -195,8 +217,10 @@ def test_the_balanced_twin_names_no_straggler():
 
 
 def test_shared_two_rank_nccl_run():
-    paths = [DATA / "ddp_nccl_sampled" / "sampled_rank-0.json.gz",
-             SHARED / "trace_filter" / "sampled_rank-1.json.gz"]
+    paths = [
+        DATA / "ddp_nccl_sampled" / "sampled_rank-0.json.gz",
+        SHARED / "trace_filter" / "sampled_rank-1.json.gz",
+    ]
     if not paths[1].exists():
         pytest.skip("../shared/traces is not here")
     report = combine([summarize_path(str(p)) for p in paths])
@@ -209,19 +233,39 @@ def test_shared_two_rank_nccl_run():
 
 # --- who waits for whom, on summaries made by hand ---------------------------------------
 
-def _summary(rank: int, calls: list[float], *, world: int | None = 3, compute: float = 10.0,
-             step: float = 100.0, steps: int = 10, source: str = "") -> RankSummary:
-    return RankSummary(rank=rank, source=source or f"rank-{rank}.json", world_size=world,
-                       device="cpu", steps=steps, step_median_us=step,
-                       compute_us=compute * steps, comm_us=sum(calls),
-                       exposed_comm_us=sum(calls), step_compute_us=(compute,) * steps,
-                       collective_calls=(("allreduce", tuple(calls)),))
+
+def _summary(
+    rank: int,
+    calls: list[float],
+    *,
+    world: int | None = 3,
+    compute: float = 10.0,
+    step: float = 100.0,
+    steps: int = 10,
+    source: str = "",
+) -> RankSummary:
+    return RankSummary(
+        rank=rank,
+        source=source or f"rank-{rank}.json",
+        world_size=world,
+        device="cpu",
+        steps=steps,
+        step_median_us=step,
+        compute_us=compute * steps,
+        comm_us=sum(calls),
+        exposed_comm_us=sum(calls),
+        step_compute_us=(compute,) * steps,
+        collective_calls=(("allreduce", tuple(calls)),),
+    )
 
 
 def test_waits_are_time_beyond_the_last_arrival():
     # Three calls: rank 2 is shortest (arrives last) in each.
-    runs = [_summary(0, [30.0, 40.0, 35.0]), _summary(1, [20.0, 50.0, 25.0]),
-            _summary(2, [5.0, 10.0, 5.0])]
+    runs = [
+        _summary(0, [30.0, 40.0, 35.0]),
+        _summary(1, [20.0, 50.0, 25.0]),
+        _summary(2, [5.0, 10.0, 5.0]),
+    ]
     report = combine(runs)
     waits = {r.rank: r.wait_us for r in report.ranks}
     assert waits == {0: 25 + 30 + 30, 1: 15 + 40 + 20, 2: 0}
@@ -229,9 +273,11 @@ def test_waits_are_time_beyond_the_last_arrival():
 
 
 def test_the_straggler_finding_counts_what_the_peers_wait():
-    runs = [_summary(0, [30.0, 40.0, 35.0], compute=10.0),
-            _summary(1, [20.0, 50.0, 25.0], compute=10.0),
-            _summary(2, [5.0, 10.0, 5.0], compute=30.0)]
+    runs = [
+        _summary(0, [30.0, 40.0, 35.0], compute=10.0),
+        _summary(1, [20.0, 50.0, 25.0], compute=10.0),
+        _summary(2, [5.0, 10.0, 5.0], compute=30.0),
+    ]
     (f,) = [f for f in combine(runs).diagnosis.findings if f.kind == "straggler"]
     # Beyond rank 2's call: (25 + 15) + (30 + 40) + (30 + 20) us, over 2 peers and 10 steps.
     assert f.evidence["peers_wait_per_step_us"] == pytest.approx(160 / 2 / 10)
@@ -244,8 +290,11 @@ def test_the_straggler_finding_counts_what_the_peers_wait():
 def test_clocks_do_not_matter():
     # Durations only: shifting one rank's timestamps changes nothing. Summaries carry no
     # timestamps at all, so the same summaries give the same report whatever the clocks.
-    runs = [_summary(0, [30.0, 40.0, 35.0, 33.0]), _summary(1, [31.0, 41.0, 30.0, 38.0]),
-            _summary(2, [35.0, 32.0, 36.0, 34.0])]
+    runs = [
+        _summary(0, [30.0, 40.0, 35.0, 33.0]),
+        _summary(1, [31.0, 41.0, 30.0, 38.0]),
+        _summary(2, [35.0, 32.0, 36.0, 34.0]),
+    ]
     assert combine(runs).stragglers == ()  # no rank shorter in most calls
 
 
@@ -263,8 +312,11 @@ def test_too_few_calls_say_so():
 
 
 def test_load_imbalance_without_a_straggler():
-    runs = [_summary(0, [30.0] * 4, compute=10.0), _summary(1, [30.0] * 4, compute=20.0),
-            _summary(2, [30.0] * 4, compute=12.0)]
+    runs = [
+        _summary(0, [30.0] * 4, compute=10.0),
+        _summary(1, [30.0] * 4, compute=20.0),
+        _summary(2, [30.0] * 4, compute=12.0),
+    ]
     report = combine(runs)
     (imbalance,) = [f for f in report.diagnosis.findings if f.kind == "load_imbalance"]
     assert imbalance.evidence["compute_spread_fraction"] == pytest.approx((20 - 10) / 12)
@@ -272,8 +324,10 @@ def test_load_imbalance_without_a_straggler():
 
 
 def test_per_rank_first_findings_are_counted():
-    runs = [replace(_summary(r, [30.0] * 4), top_findings=(kind,))
-            for r, kind in enumerate(["dataloader", "dataloader", "host_sync"])]
+    runs = [
+        replace(_summary(r, [30.0] * 4), top_findings=(kind,))
+        for r, kind in enumerate(["dataloader", "dataloader", "host_sync"])
+    ]
     notes = combine(runs).diagnosis.notes
     assert "2 of 3 ranks: dataloader is the first finding" in notes
     assert "1 of 3 ranks: host_sync is the first finding" in notes
@@ -281,19 +335,27 @@ def test_per_rank_first_findings_are_counted():
 
 # --- bad input -----------------------------------------------------------------------------
 
+
 def test_world_sizes_disagree():
-    runs = [_summary(0, [1.0], world=2, source="a/rank-0.json"),
-            _summary(1, [1.0], world=4, source="b/rank-1.json")]
-    with pytest.raises(GpuprofError, match=r"different runs.*world size 2: rank-0\.json; "
-                                           r"world size 4: rank-1\.json"):
+    runs = [
+        _summary(0, [1.0], world=2, source="a/rank-0.json"),
+        _summary(1, [1.0], world=4, source="b/rank-1.json"),
+    ]
+    with pytest.raises(
+        GpuprofError,
+        match=r"different runs.*world size 2: rank-0\.json; "
+        r"world size 4: rank-1\.json",
+    ):
         combine(runs)
 
 
 def test_duplicate_ranks_name_both_files():
-    runs = [_summary(0, [1.0], source="x/rank-0.json"),
-            _summary(0, [1.0], source="y/worker0.json")]
-    with pytest.raises(GpuprofError, match=r"rank 0 is given twice: x/rank-0\.json and "
-                                           r"y/worker0\.json"):
+    runs = [_summary(0, [1.0], source="x/rank-0.json"), _summary(0, [1.0], source="y/worker0.json")]
+    with pytest.raises(
+        GpuprofError,
+        match=r"rank 0 is given twice: x/rank-0\.json and "
+        r"y/worker0\.json",
+    ):
         combine(runs)
 
 

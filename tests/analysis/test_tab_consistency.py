@@ -14,7 +14,8 @@ DATA = Path(__file__).parents[1] / "data"
 SINGLE_DEVICE = sorted(
     p
     for p in DATA.glob("*/*")
-    if p.name.endswith((".json", ".json.gz")) and p.parent.name not in ("snapshots",)
+    if p.name.endswith((".json", ".json.gz"))
+    and p.parent.name not in ("snapshots",)
     and "raw" not in p.name
 )
 

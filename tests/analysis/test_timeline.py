@@ -27,20 +27,34 @@ CATEGORIES = ("busy", "dataloader", "sync", "launch", "host", "other")
 GPU0 = (DeviceInfo(0, "GPU", compute_capability=(8, 0)),)
 
 
-def make_trace(*, ops=(), kernels=(), runtime=(), syncs=(), steps=(), window=None,
-               devices=GPU0) -> Trace:
+def make_trace(
+    *, ops=(), kernels=(), runtime=(), syncs=(), steps=(), window=None, devices=GPU0
+) -> Trace:
     """Return a Trace from hand-made events; the window spans them unless given."""
-    spans = ([(o.start_us, o.end_us) for o in ops] + [(k.start_us, k.end_us) for k in kernels]
-             + [(r.start_us, r.end_us) for r in runtime])
+    spans = (
+        [(o.start_us, o.end_us) for o in ops]
+        + [(k.start_us, k.end_us) for k in kernels]
+        + [(r.start_us, r.end_us) for r in runtime]
+    )
     if window is None:
         window = (min(s for s, _ in spans), max(e for _, e in spans)) if spans else (0.0, 0.0)
-    return Trace(source="hand", ops=tuple(ops), kernels=tuple(kernels), runtime=tuple(runtime),
-                 syncs=tuple(syncs), memory=(), steps=tuple(steps), devices=tuple(devices),
-                 distributed=None, window_us=window)
+    return Trace(
+        source="hand",
+        ops=tuple(ops),
+        kernels=tuple(kernels),
+        runtime=tuple(runtime),
+        syncs=tuple(syncs),
+        memory=(),
+        steps=tuple(steps),
+        devices=tuple(devices),
+        distributed=None,
+        window_us=window,
+    )
 
 
-def kernel(start, dur, stream=7, corr=None, name="void elementwise_kernel<float>",
-           device=0, kind="kernel"):
+def kernel(
+    start, dur, stream=7, corr=None, name="void elementwise_kernel<float>", device=0, kind="kernel"
+):
     return Kernel(name, kind, float(start), float(dur), device, stream, correlation=corr)
 
 
@@ -62,12 +76,29 @@ class TestHandBuilt:
         # cudaStreamSynchronize returning at 201), 600-700 (gap 400-600: the next kernel was
         # launched at 550, after the gap began: host), 800-900 (gap 700-800: launched at
         # 650, before: other), then 900-1000 inside a DataLoader __next__ and idle.
-        kernels = [kernel(0, 100, corr=1), kernel(105, 95, corr=2), kernel(300, 100, corr=3),
-                   kernel(600, 100, corr=4), kernel(800, 100, corr=5)]
-        runtime = [launch(-10, 1), launch(90, 2), launch(150, 3), launch(550, 4),
-                   launch(650, 5), RuntimeCall("cudaStreamSynchronize", 195.0, 6.0, 1, 1)]
-        ops = [op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 900, 100,
-                  kind="annotation")]
+        kernels = [
+            kernel(0, 100, corr=1),
+            kernel(105, 95, corr=2),
+            kernel(300, 100, corr=3),
+            kernel(600, 100, corr=4),
+            kernel(800, 100, corr=5),
+        ]
+        runtime = [
+            launch(-10, 1),
+            launch(90, 2),
+            launch(150, 3),
+            launch(550, 4),
+            launch(650, 5),
+            RuntimeCall("cudaStreamSynchronize", 195.0, 6.0, 1, 1),
+        ]
+        ops = [
+            op(
+                "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                900,
+                100,
+                kind="annotation",
+            )
+        ]
         tr = make_trace(ops=ops, kernels=kernels, runtime=runtime, window=(-10.0, 1000.0))
         tl = device_timeline(tr)
         bd = tl.breakdown
@@ -83,8 +114,14 @@ class TestHandBuilt:
         assert_sums(bd)
         assert tl.busy_fraction == pytest.approx(495 / 1010)
         causes = [(g.start_us, g.end_us, g.cause) for g in tl.gaps]
-        assert causes == [(-10, 0, "host"), (100, 105, "launch"), (200, 300, "sync"),
-                          (400, 600, "host"), (700, 800, "other"), (900, 1000, "dataloader")]
+        assert causes == [
+            (-10, 0, "host"),
+            (100, 105, "launch"),
+            (200, 300, "sync"),
+            (400, 600, "host"),
+            (700, 800, "other"),
+            (900, 1000, "dataloader"),
+        ]
 
     def test_multi_stream_idle_is_union(self):
         # Stream 7 busy 0-100, stream 9 busy 50-150: idle only 150-200.
@@ -158,9 +195,21 @@ DATA = Path(__file__).parent.parent / "data"
 # Every trace in tests/data (other helpers add theirs too: all must hold these facts).
 REAL = sorted(p for p in DATA.glob("*/*.json.gz") if "snapshots" not in p.parts)
 
-_ACTIVITY_CATS = {"cpu_op", "user_annotation", "python_function", "kernel", "gpu_memcpy",
-                  "gpu_memset", "cuda_runtime", "cuda_driver", "Operator", "Kernel", "Memcpy",
-                  "Memset", "Runtime"}
+_ACTIVITY_CATS = {
+    "cpu_op",
+    "user_annotation",
+    "python_function",
+    "kernel",
+    "gpu_memcpy",
+    "gpu_memset",
+    "cuda_runtime",
+    "cuda_driver",
+    "Operator",
+    "Kernel",
+    "Memcpy",
+    "Memset",
+    "Runtime",
+}
 _DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
 
 
@@ -191,8 +240,13 @@ def plain_busy(path: Path) -> tuple[float, float, float, int]:
     if not isinstance(doc, dict) or "traceEvents" not in doc:
         pytest.skip(f"{path.name} is not a Chrome trace")
     events = doc["traceEvents"]
-    timed = [e for e in events if e.get("ph") == "X" and e.get("cat") in _ACTIVITY_CATS
-             and not str(e.get("name", "")).startswith("PyTorch Profiler")]
+    timed = [
+        e
+        for e in events
+        if e.get("ph") == "X"
+        and e.get("cat") in _ACTIVITY_CATS
+        and not str(e.get("name", "")).startswith("PyTorch Profiler")
+    ]
     lo = min(float(e["ts"]) for e in timed)
     hi = max(float(e["ts"]) + max(float(e.get("dur", 0)), 0.0) for e in timed)
     device = [e for e in timed if e["cat"] in _DEVICE_CATS]
@@ -224,9 +278,16 @@ def test_per_step_busy_matches_plain_json():
     with gzip.open(path, "rt") as fh:
         events = json.load(fh)["traceEvents"]
     device = [e for e in events if e.get("ph") == "X" and e.get("cat") in _DEVICE_CATS]
-    steps = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"
-                    and str(e.get("name", "")).startswith("ProfilerStep#")),
-                   key=lambda e: e["ts"])
+    steps = sorted(
+        (
+            e
+            for e in events
+            if e.get("ph") == "X"
+            and e.get("cat") == "user_annotation"
+            and str(e.get("name", "")).startswith("ProfilerStep#")
+        ),
+        key=lambda e: e["ts"],
+    )
     tl = device_timeline(load_trace(path))
     assert [s.name for s in tl.steps] == [e["name"] for e in steps]
     for st, e in zip(tl.steps, steps, strict=True):
@@ -249,24 +310,65 @@ def test_random_traces_never_crash_and_always_sum(seed):
     def t():
         return base + rng.uniform(-1e3, 1e4)
 
-    kernels = [kernel(t(), rng.choice([0.0, rng.uniform(0, 300)]), stream=rng.choice([7, 9, 11]),
-                      corr=rng.randrange(60), device=rng.choice([0, 0, 1]),
-                      name=rng.choice(["ampere_sgemm_64x64", "ncclKernel_AllReduce",
-                                       "void elementwise_kernel", "Memcpy HtoD (Pageable)"]),
-                      kind=rng.choice(["kernel", "kernel", "memcpy", "memset"]))
-               for _ in range(rng.randrange(0, 40))]
-    runtime = [launch(t(), rng.randrange(60), name=rng.choice(
-        ["cudaLaunchKernel", "cudaStreamSynchronize", "cudaMemcpy", "cudaGraphLaunch"]))
-        for _ in range(rng.randrange(0, 40))]
-    ops = [op(rng.choice(["aten::add", "aten::mm", "aten::to", "aten::item",
-                          "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
-                          "Torch-Compiled Region: 0/1", "gloo:all_reduce"]),
-              t(), rng.uniform(0, 500), kind=rng.choice(["op", "op", "annotation", "python"]),
-              tid=rng.choice([1, 2]))
-           for _ in range(rng.randrange(0, 40))]
-    syncs = [SyncEvent(rng.choice(["Stream Sync", "Context Sync", "Stream Wait Event"]), t(),
-                       rng.uniform(0, 50), rng.choice([0, 1]), rng.choice([-1, 7]))
-             for _ in range(rng.randrange(0, 5))]
+    kernels = [
+        kernel(
+            t(),
+            rng.choice([0.0, rng.uniform(0, 300)]),
+            stream=rng.choice([7, 9, 11]),
+            corr=rng.randrange(60),
+            device=rng.choice([0, 0, 1]),
+            name=rng.choice(
+                [
+                    "ampere_sgemm_64x64",
+                    "ncclKernel_AllReduce",
+                    "void elementwise_kernel",
+                    "Memcpy HtoD (Pageable)",
+                ]
+            ),
+            kind=rng.choice(["kernel", "kernel", "memcpy", "memset"]),
+        )
+        for _ in range(rng.randrange(0, 40))
+    ]
+    runtime = [
+        launch(
+            t(),
+            rng.randrange(60),
+            name=rng.choice(
+                ["cudaLaunchKernel", "cudaStreamSynchronize", "cudaMemcpy", "cudaGraphLaunch"]
+            ),
+        )
+        for _ in range(rng.randrange(0, 40))
+    ]
+    ops = [
+        op(
+            rng.choice(
+                [
+                    "aten::add",
+                    "aten::mm",
+                    "aten::to",
+                    "aten::item",
+                    "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                    "Torch-Compiled Region: 0/1",
+                    "gloo:all_reduce",
+                ]
+            ),
+            t(),
+            rng.uniform(0, 500),
+            kind=rng.choice(["op", "op", "annotation", "python"]),
+            tid=rng.choice([1, 2]),
+        )
+        for _ in range(rng.randrange(0, 40))
+    ]
+    syncs = [
+        SyncEvent(
+            rng.choice(["Stream Sync", "Context Sync", "Stream Wait Event"]),
+            t(),
+            rng.uniform(0, 50),
+            rng.choice([0, 1]),
+            rng.choice([-1, 7]),
+        )
+        for _ in range(rng.randrange(0, 5))
+    ]
     steps = []
     for n in range(rng.randrange(0, 4)):
         a = t()

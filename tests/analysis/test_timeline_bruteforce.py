@@ -55,33 +55,64 @@ def random_trace(seed: int, with_device: bool = True) -> Trace:
             corr += 1
             dur = rng.randint(1, 40)
             device = 0 if rng.random() < 0.9 else 1  # device 1 is lighter: 0 is chosen
-            kernels.append(Kernel("k", "kernel", float(t), float(dur), device,
-                                  rng.choice([7, 8]), correlation=corr))
+            kernels.append(
+                Kernel(
+                    "k",
+                    "kernel",
+                    float(t),
+                    float(dur),
+                    device,
+                    rng.choice([7, 8]),
+                    correlation=corr,
+                )
+            )
             if rng.random() < 0.9:  # some kernels have no launch call in the trace
                 launched = t - rng.choice([1, 5, 30, 90])
-                runtime.append(RuntimeCall("cudaLaunchKernel", float(launched), 2.0, 1, 1,
-                                           correlation=corr))
+                runtime.append(
+                    RuntimeCall("cudaLaunchKernel", float(launched), 2.0, 1, 1, correlation=corr)
+                )
             if rng.random() < 0.2:  # another kernel starting at the same time
                 corr += 1
-                kernels.append(Kernel("k2", "kernel", float(t), float(rng.randint(1, 9)), 0, 9,
-                                      correlation=corr))
-                runtime.append(RuntimeCall("cudaLaunchKernel", float(t - rng.randint(1, 60)),
-                                           2.0, 1, 2, correlation=corr))
+                kernels.append(
+                    Kernel(
+                        "k2", "kernel", float(t), float(rng.randint(1, 9)), 0, 9, correlation=corr
+                    )
+                )
+                runtime.append(
+                    RuntimeCall(
+                        "cudaLaunchKernel",
+                        float(t - rng.randint(1, 60)),
+                        2.0,
+                        1,
+                        2,
+                        correlation=corr,
+                    )
+                )
             t += dur + rng.choice([-3, 0, 1, 5, 15, 19, 20, 21, 40, 80, 150])
         for _ in range(rng.randint(0, 6)):
             s = rng.randint(0, 1600)
-            runtime.append(RuntimeCall("cudaStreamSynchronize", float(s),
-                                       float(rng.randint(1, 80)), 1, 1))
-    syncs = [SyncEvent("Event Sync", float(s), float(rng.randint(1, 40)), 0, -1)
-             for s in rng.sample(range(0, 1600), rng.randint(0, 3))] if with_device else []
+            runtime.append(
+                RuntimeCall("cudaStreamSynchronize", float(s), float(rng.randint(1, 80)), 1, 1)
+            )
+    syncs = (
+        [
+            SyncEvent("Event Sync", float(s), float(rng.randint(1, 40)), 0, -1)
+            for s in rng.sample(range(0, 1600), rng.randint(0, 3))
+        ]
+        if with_device
+        else []
+    )
     steps = []
     t = rng.randint(-50, 200)
     for number in range(rng.randint(0, 5)):
         dur = rng.randint(50, 600)
         steps.append(Step(number, f"ProfilerStep#{number}", float(t), float(t + dur)))
         t += dur + rng.randint(0, 50)
-    spans = [(o.start_us, o.end_us) for o in ops] + [(k.start_us, k.end_us) for k in kernels] + [
-        (r.start_us, r.end_us) for r in runtime]
+    spans = (
+        [(o.start_us, o.end_us) for o in ops]
+        + [(k.start_us, k.end_us) for k in kernels]
+        + [(r.start_us, r.end_us) for r in runtime]
+    )
     window = (min(s for s, _ in spans), max(e for _, e in spans))
     return Trace(
         source=f"random-{seed}",
@@ -152,22 +183,34 @@ def brute_force(trace: Trace) -> dict:
             elif edge or not on_device:
                 what = "host"
             else:
-                times = [launch_at[k.correlation] for k in trace.kernels
-                         if k.device == device and k.start_us == b
-                         and k.correlation in launch_at]
+                times = [
+                    launch_at[k.correlation]
+                    for k in trace.kernels
+                    if k.device == device and k.start_us == b and k.correlation in launch_at
+                ]
                 what = "host" if times and min(times) > a else "other"
             for x in range(p, c):
                 cause[x] = what
-    return {"lo": lo, "hi": hi, "busy": busy_cells, "cause": cause, "in_op": in_op,
-            "on_device": on_device, "device": device}
+    return {
+        "lo": lo,
+        "hi": hi,
+        "busy": busy_cells,
+        "cause": cause,
+        "in_op": in_op,
+        "on_device": on_device,
+        "device": device,
+    }
 
 
 def _expected(bf: dict, a: int, b: int) -> dict[str, float]:
     cells = range(max(a, bf["lo"]), min(b, bf["hi"]))
     out = {c: float(sum(1 for t in cells if bf["cause"].get(t) == c)) for c in CAUSES}
     out["busy"] = float(sum(1 for t in cells if t in bf["busy"]))
-    out["host_in_ops"] = float(sum(1 for t in cells if bf["cause"].get(t) == "host"
-                                   and t in bf["in_op"])) if bf["on_device"] else 0.0
+    out["host_in_ops"] = (
+        float(sum(1 for t in cells if bf["cause"].get(t) == "host" and t in bf["in_op"]))
+        if bf["on_device"]
+        else 0.0
+    )
     return out
 
 

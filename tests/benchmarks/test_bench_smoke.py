@@ -62,13 +62,14 @@ def test_replicated_trace_shifts_time_and_ids(tmp_path: Path) -> None:
     original = _events(source)
     timed = [e for e in original if e.get("ph") != "M"]
     # The target is the whole file: the header and metadata once, then 3 copies at least.
-    out = replicate_trace(source, tmp_path / "big.json",
-                          len(json.dumps(_doc(source))) + 3 * len(json.dumps(timed)))
+    out = replicate_trace(
+        source, tmp_path / "big.json", len(json.dumps(_doc(source))) + 3 * len(json.dumps(timed))
+    )
     events = _events(out)
     copies = [e for e in events if e.get("ph") != "M"]
     assert len(copies) >= 3 * len(timed)
     # The copy k of event i is event i shifted by k spans, with ids offset by k id-steps.
-    first, second = copies[: len(timed)], copies[len(timed): 2 * len(timed)]
+    first, second = copies[: len(timed)], copies[len(timed) : 2 * len(timed)]
     # The same events by name, but for the steps: the second copy's are numbered after the
     # first's, as one longer run would number them.
     step = re.compile(r"ProfilerStep#(\d+)$")
@@ -83,8 +84,11 @@ def test_replicated_trace_shifts_time_and_ids(tmp_path: Path) -> None:
     assert [renumbered(e["name"]) for e in first] == [e["name"] for e in second]
     shifts = {b["ts"] - a["ts"] for a, b in zip(first, second, strict=True) if "ts" in a}
     assert len(shifts) == 1 and shifts.pop() > 0
-    corr = [e["args"]["correlation"] for e in copies
-            if e.get("cat") == "kernel" and "correlation" in e.get("args", {})]
+    corr = [
+        e["args"]["correlation"]
+        for e in copies
+        if e.get("cat") == "kernel" and "correlation" in e.get("args", {})
+    ]
     assert len(corr) == len(set(corr)), "correlation ids must stay unique across copies"
     # Independent count: kernels in the source times the full copies written.
     full = len(copies) // len(timed)
@@ -99,8 +103,9 @@ def test_replicated_trace_loads_with_gpuprof(tmp_path: Path) -> None:
     source = _small_trace_with_steps()
     events = _events(source)
     timed = [e for e in events if e.get("ph") != "M"]
-    out = replicate_trace(source, tmp_path / "big.json",
-                          len(json.dumps(_doc(source))) + 2 * len(json.dumps(timed)))
+    out = replicate_trace(
+        source, tmp_path / "big.json", len(json.dumps(_doc(source))) + 2 * len(json.dumps(timed))
+    )
     expected = sum(1 for e in _events(out) if e.get("ph") == "X" and e.get("cat") == "kernel")
     trace, source_trace = load_trace(out), load_trace(source)
     assert len(trace.kernels) == expected
@@ -132,7 +137,8 @@ def test_synthetic_snapshot_is_consistent(tmp_path: Path) -> None:
     assert set(snap) >= {"segments", "device_traces"}
     entries = snap["device_traces"][0]
     assert entries and all(
-        set(e) == {"action", "addr", "size", "stream", "time_us", "frames"} for e in entries)
+        set(e) == {"action", "addr", "size", "stream", "time_us", "frames"} for e in entries
+    )
     times = [e["time_us"] for e in entries]
     assert times == sorted(times)
     frame = entries[1]["frames"][0]
@@ -148,7 +154,8 @@ def test_synthetic_snapshot_is_consistent(tmp_path: Path) -> None:
     for seg in snap["segments"]:
         assert sum(b["size"] for b in seg["blocks"]) == seg["total_size"]
         assert seg["allocated_size"] == sum(
-            b["size"] for b in seg["blocks"] if b["state"] == "active_allocated")
+            b["size"] for b in seg["blocks"] if b["state"] == "active_allocated"
+        )
 
 
 def test_synthetic_snapshot_peak_matches_gpuprof(tmp_path: Path) -> None:
@@ -159,8 +166,12 @@ def test_synthetic_snapshot_peak_matches_gpuprof(tmp_path: Path) -> None:
     with open(path, "rb") as fh:
         snap = pickle.load(fh)
     peak, _, live_addrs = _replay(snap["device_traces"][0])
-    params = sum(b["size"] for s in snap["segments"] for b in s["blocks"]
-                 if b["state"] == "active_allocated" and b["address"] not in live_addrs)
+    params = sum(
+        b["size"]
+        for s in snap["segments"]
+        for b in s["blocks"]
+        if b["state"] == "active_allocated" and b["address"] not in live_addrs
+    )
     result = analyze_snapshot(load_snapshot(path))
     assert result.timeline.peak_bytes == peak + params
 
@@ -188,19 +199,42 @@ def test_run_quick_writes_results(tmp_path: Path) -> None:
     out = tmp_path / "RESULTS.md"
     env = dict(os.environ, KINETO_LOG_LEVEL="6", MPLBACKEND="Agg")
     proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "run.py"), "--quick",
-         "--only", "overhead,accuracy,traces,json,snapshots,training,samplers",
-         "--traces-dir", str(traces), "--hta-python", str(tmp_path / "no-hta"),
-         "--big-trace-mb", "1", "--big-snapshot-mb", "1", "--out", str(out),
-         "--cache-dir", str(tmp_path / "cache")],
-        capture_output=True, text=True, env=env, timeout=600, cwd=REPO,
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "run.py"),
+            "--quick",
+            "--only",
+            "overhead,accuracy,traces,json,snapshots,training,samplers",
+            "--traces-dir",
+            str(traces),
+            "--hta-python",
+            str(tmp_path / "no-hta"),
+            "--big-trace-mb",
+            "1",
+            "--big-snapshot-mb",
+            "1",
+            "--out",
+            str(out),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = out.read_text()
-    for title in ("1. Overhead", "2. Timing accuracy", "3. Trace analysis",
-                  "JSON library choice", "4. Snapshot analysis",
-                  "10. %%gpuprofile on a real training cell",
-                  "11. Samplers beside the profiled run"):
+    for title in (
+        "1. Overhead",
+        "2. Timing accuracy",
+        "3. Trace analysis",
+        "JSON library choice",
+        "4. Snapshot analysis",
+        "10. %%gpuprofile on a real training cell",
+        "11. Samplers beside the profiled run",
+    ):
         assert f"## {title}" in text
     assert "This comparison failed" not in text
     assert "| cell | variant | profiled run | vs none | cell thread off the CPU, added |" in text
@@ -238,10 +272,15 @@ def test_reuse_reads_the_sections_and_targets_of_an_earlier_results_file() -> No
     from benchmarks.run import render_results, sections_in_results
 
     cfg = BenchConfig(traces_dir=REPO, cache_dir=REPO, hta_python=None)
-    made = [Section("1. A", "body | with a pipe\n\n| t | x |\n|---|---|",
-                    (Target("speed", "2.0x", ">= 1x", True), Target("mem", "1 MB", "< 2", None))),
-            Section("B", "no targets here"),
-            Section("2. C", "text", (Target("x", "3", "5", False),))]
+    made = [
+        Section(
+            "1. A",
+            "body | with a pipe\n\n| t | x |\n|---|---|",
+            (Target("speed", "2.0x", ">= 1x", True), Target("mem", "1 MB", "< 2", None)),
+        ),
+        Section("B", "no targets here"),
+        Section("2. C", "text", (Target("x", "3", "5", False),)),
+    ]
     text = render_results(cfg, made, "cmd", 1.0)
     again = sections_in_results(text)
     assert list(again) == ["1. A", "B", "2. C"]
@@ -286,15 +325,23 @@ def _outcome(label: str, stages: list[dict[str, float]]) -> object:
 def test_trace_targets_judge_end_to_end_speed_and_what_follows_the_load() -> None:
     from benchmarks import trace_analysis as ta
 
-    def row(mb: int, ours: list[dict[str, float]], hta: list[float], big: bool = False
-            ) -> dict[str, object]:
-        r = {"path": Path(f"t{mb}.json"), "bytes": mb * 2**20, "big": big,
-             "ours": _outcome("gpuprof_nb", ours),
-             "hta": _outcome("HTA", [{"load": h} for h in hta]),
-             "floor": _outcome("json.load", [{"json.load": 1.0} for _ in hta])}
-        r.update(speedup=ta._time_ratio(r["hta"], r["ours"]),
-                 vs_floor=ta._time_ratio(r["ours"], r["floor"]), mem_ratio=1.0,
-                 after_load=ta._after_load_ratio(r["ours"]))
+    def row(
+        mb: int, ours: list[dict[str, float]], hta: list[float], big: bool = False
+    ) -> dict[str, object]:
+        r = {
+            "path": Path(f"t{mb}.json"),
+            "bytes": mb * 2**20,
+            "big": big,
+            "ours": _outcome("gpuprof_nb", ours),
+            "hta": _outcome("HTA", [{"load": h} for h in hta]),
+            "floor": _outcome("json.load", [{"json.load": 1.0} for _ in hta]),
+        }
+        r.update(
+            speedup=ta._time_ratio(r["hta"], r["ours"]),
+            vs_floor=ta._time_ratio(r["ours"], r["floor"]),
+            mem_ratio=1.0,
+            after_load=ta._after_load_ratio(r["ours"]),
+        )
         return r
 
     fast = row(10, [{"load": 0.5, "analyze": 0.2, "display": 0.1}] * 3, [6.0] * 3)
@@ -311,8 +358,12 @@ def test_trace_targets_judge_end_to_end_speed_and_what_follows_the_load() -> Non
     assert after.met is False and after.measured.startswith("1.25x")
     assert targets["every real trace analysed"].met is True
     # The stage table lists every judged trace (>= 5 MB), the large one included.
-    table = "\n".join(ta._stage_table([fast, slow, small, big], ta.BenchConfig(
-        traces_dir=Path("."), cache_dir=Path("."), hta_python=None)))
+    table = "\n".join(
+        ta._stage_table(
+            [fast, slow, small, big],
+            ta.BenchConfig(traces_dir=Path("."), cache_dir=Path("."), hta_python=None),
+        )
+    )
     assert "`t10.json`" in table and "`t20.json`" in table and "`t1024.json`" in table
     assert "`t1.json`" not in table
     met = {t.name: t.met for t in ta._targets([fast], [])}
@@ -325,13 +376,23 @@ def test_overhead_targets_judge_2_percent_from_20_ms_and_timing_only_against_tim
 
     def timings(bare: float, timeit: list[float], timing: list[float]) -> object:
         n = len(timing)
-        cells = {label: [bare] * n for label in (oh.BARE, oh.PRINTED, oh.FLOOR, oh.TIMING_QUIET,
-                                                oh.HAND, oh.FULL, oh.FULL_QUIET)}
+        cells = {
+            label: [bare] * n
+            for label in (
+                oh.BARE,
+                oh.PRINTED,
+                oh.FLOOR,
+                oh.TIMING_QUIET,
+                oh.HAND,
+                oh.FULL,
+                oh.FULL_QUIET,
+            )
+        }
         cells[oh.TIMEIT] = [bare + x for x in timeit]
         cells[oh.TIMING] = [bare + x for x in timing]
         return oh.Timings(cells, cells, 4, "--warmup 1 --number 1")
 
-    long_cell = timings(0.040, [0.0005] * 8, [0.0004] * 8)   # +1.0%, less than %%timeit
+    long_cell = timings(0.040, [0.0005] * 8, [0.0004] * 8)  # +1.0%, less than %%timeit
     short_cell = timings(0.009, [0.0003] * 8, [0.0006] * 8)  # +6.7%, more than %%timeit
     two = oh._timing_targets({"long": long_cell, "short": short_cell})
     assert [t.met for t in two] == [True, None]
@@ -345,10 +406,17 @@ def test_training_cell_stages_come_from_the_hooked_calls() -> None:
     from benchmarks.training_cell import _call
 
     ms = 1_000_000
-    cell = {"start": 0, "end": 300 * ms, "events": [
-        ("profiler enter", 100 * ms, 102 * ms), ("profiler exit", 202 * ms, 210 * ms),
-        ("load", 220 * ms, 240 * ms), ("analyze", 245 * ms, 275 * ms),
-        ("display", 280 * ms, 290 * ms)]}
+    cell = {
+        "start": 0,
+        "end": 300 * ms,
+        "events": [
+            ("profiler enter", 100 * ms, 102 * ms),
+            ("profiler exit", 202 * ms, 210 * ms),
+            ("load", 220 * ms, 240 * ms),
+            ("analyze", 245 * ms, 275 * ms),
+            ("display", 280 * ms, 290 * ms),
+        ],
+    }
     call = _call(cell)
     assert call.before_s == pytest.approx(0.100)
     assert call.profiled_s == pytest.approx(0.100)  # 102 -> 202 ms
@@ -361,7 +429,8 @@ def test_training_cell_stages_come_from_the_hooked_calls() -> None:
 
 
 def test_samplers_leave_pyinstrument_out_when_it_is_not_installed(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Section 11 runs without pyinstrument: its variants are left out, with a note and an
     unjudged target row instead."""
     from benchmarks import samplers
@@ -374,8 +443,15 @@ def test_samplers_leave_pyinstrument_out_when_it_is_not_installed(
     blocks = samplers._blocks(variants)
     assert samplers.NONE in blocks[samplers.JUDGED_BLOCK]
     assert samplers.NONE in blocks[samplers.INFO_BLOCK]
-    cells = {"cell": {"blocks": {block: {"inner": {v: [1] for v in labels}, "pyfunc": {}}
-                                 for block, labels in blocks.items()}, "bare": {}}}
+    cells = {
+        "cell": {
+            "blocks": {
+                block: {"inner": {v: [1] for v in labels}, "pyfunc": {}}
+                for block, labels in blocks.items()
+            },
+            "bare": {},
+        }
+    }
     assert "pyinstrument is not installed" in samplers._pyinstrument_lines(cells)[0]
     (row,) = samplers._pyinstrument_targets(cells, {})
     assert row.met is None and "not installed" in row.measured
@@ -384,23 +460,41 @@ def test_samplers_leave_pyinstrument_out_when_it_is_not_installed(
 def test_off_cpu_added_is_per_round_over_the_reference_run() -> None:
     from benchmarks import samplers
 
-    cells = {"off_cpu": {samplers.NONE: [10, 20, 5], "x": [15, 20, 1]},
-             "inner": {samplers.NONE: [100, 200, 50]}}
+    cells = {
+        "off_cpu": {samplers.NONE: [10, 20, 5], "x": [15, 20, 1]},
+        "inner": {samplers.NONE: [100, 200, 50]},
+    }
     assert samplers._off_cpu_added(cells, "x") == pytest.approx([0.05, 0.0, -0.08])
 
 
-def test_samplers_split_the_variants_into_a_judged_an_informational_and_a_default_block(
-        ) -> None:
+def test_samplers_split_the_variants_into_a_judged_an_informational_and_a_default_block() -> None:
     from benchmarks import samplers as sm
     from benchmarks.config import BenchConfig
 
-    every = [sm.NONE, sm.LINE_SIGNAL, sm.LINE_THREAD, sm.UTIL_10, sm.UTIL_20, sm.BOTH,
-             sm.IDLE, sm.ALARM, sm.PYI_1, sm.PYI_3]
+    every = [
+        sm.NONE,
+        sm.LINE_SIGNAL,
+        sm.LINE_THREAD,
+        sm.UTIL_10,
+        sm.UTIL_20,
+        sm.BOTH,
+        sm.IDLE,
+        sm.ALARM,
+        sm.PYI_1,
+        sm.PYI_3,
+    ]
     blocks = sm._blocks(every)
     assert list(blocks) == [sm.JUDGED_BLOCK, sm.INFO_BLOCK, sm.DEFAULT_BLOCK]
     assert blocks[sm.JUDGED_BLOCK] == [sm.NONE, sm.LINE_SIGNAL, sm.UTIL_20, sm.BOTH]
-    assert blocks[sm.INFO_BLOCK] == [sm.NONE, sm.LINE_THREAD, sm.UTIL_10, sm.IDLE, sm.ALARM,
-                                     sm.PYI_1, sm.PYI_3]
+    assert blocks[sm.INFO_BLOCK] == [
+        sm.NONE,
+        sm.LINE_THREAD,
+        sm.UTIL_10,
+        sm.IDLE,
+        sm.ALARM,
+        sm.PYI_1,
+        sm.PYI_3,
+    ]
     # The magic's default mode: the utilisation sampler alone, profiled without stacks.
     assert blocks[sm.DEFAULT_BLOCK] == [sm.NONE, sm.UTIL_20]
     assert [sm._stack(b) for b in blocks] == [True, True, False]
@@ -445,17 +539,18 @@ def test_samplers_split_the_variants_into_a_judged_an_informational_and_a_defaul
     assert sm._schedule(2, 0, 4).count(sm.DEFAULT_BLOCK) == 4
 
     def cfg(quick: bool, repeats: int) -> BenchConfig:
-        return BenchConfig(traces_dir=Path("."), cache_dir=Path("."), hta_python=None,
-                           quick=quick, repeats=repeats)
+        return BenchConfig(
+            traces_dir=Path("."), cache_dir=Path("."), hta_python=None, quick=quick, repeats=repeats
+        )
 
-    assert sm._round_counts(cfg(False, 3)) == (sm.JUDGED_ROUNDS, sm.INFO_ROUNDS,
-                                               sm.DEFAULT_ROUNDS)
+    assert sm._round_counts(cfg(False, 3)) == (sm.JUDGED_ROUNDS, sm.INFO_ROUNDS, sm.DEFAULT_ROUNDS)
     assert sm._round_counts(cfg(True, 1)) == (1, 1, 1)
     assert sm._round_counts(cfg(True, 2)) == (2, 2, 2)
 
 
 def test_samplers_section_runs_each_block_its_rounds(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """measure_cells with the profiled and bare calls stubbed: every judged variant runs in
     the judged block's rounds, the others in the informational block's (none in both), and
     none and the utilisation sampler every 20 ms again in the default-mode block's, profiled
@@ -466,14 +561,23 @@ def test_samplers_section_runs_each_block_its_rounds(
     from benchmarks import samplers as sm
     from benchmarks.config import BenchConfig
 
-    every = [sm.NONE, sm.LINE_SIGNAL, sm.LINE_THREAD, sm.UTIL_10, sm.UTIL_20, sm.BOTH,
-             sm.IDLE, sm.ALARM, sm.PYI_1, sm.PYI_3]
+    every = [
+        sm.NONE,
+        sm.LINE_SIGNAL,
+        sm.LINE_THREAD,
+        sm.UTIL_10,
+        sm.UTIL_20,
+        sm.BOTH,
+        sm.IDLE,
+        sm.ALARM,
+        sm.PYI_1,
+        sm.PYI_3,
+    ]
     # Run inside the profiler (ns): +2% for the line sampler, +1% for the utilisation
     # sampler, +3% for both (+2% on top of the utilisation sampler alone), +5% for the rest;
     # in default mode (no stacks) +0.5% for the utilisation sampler, whose cell thread is
     # kept off the CPU +0.3% of the run longer there (+0% with stacks).
-    inner_ns = {sm.NONE: 100_000, sm.LINE_SIGNAL: 102_000, sm.UTIL_20: 101_000,
-                sm.BOTH: 103_020}
+    inner_ns = {sm.NONE: 100_000, sm.LINE_SIGNAL: 102_000, sm.UTIL_20: 101_000, sm.BOTH: 103_020}
     calls: list[tuple[str, bool | None]] = []  # (variant, stack); stack None: a bare run
 
     def fake_call(code: object, ns: object, samplers: list, stack: bool = True) -> tuple:
@@ -481,16 +585,26 @@ def test_samplers_section_runs_each_block_its_rounds(
         calls.append((label, stack))
         records = {key: {"ts_us": [1.0, 2.0], "notes": ["noted"]} for key, _ in samplers}
         default_util = not stack and label == sm.UTIL_20
-        return (100_500 if default_util else inner_ns.get(label, 105_000), 200_000, records,
-                (10, 4 if samplers else 8), 1_300 if default_util else 1_000)
+        return (
+            100_500 if default_util else inner_ns.get(label, 105_000),
+            200_000,
+            records,
+            (10, 4 if samplers else 8),
+            1_300 if default_util else 1_000,
+        )
 
     def fake_bare_call(code: object, ns: object, samplers: list) -> tuple:
         calls.append(("bare: " + (samplers[0][1] if samplers else sm.NONE), None))
         return 100_000, {}
 
-    monkeypatch.setattr(sm, "_variants", lambda: {
-        label: (lambda code, label=label: [] if label == sm.NONE else [("samples", label)])
-        for label in every})
+    monkeypatch.setattr(
+        sm,
+        "_variants",
+        lambda: {
+            label: (lambda code, label=label: [] if label == sm.NONE else [("samples", label)])
+            for label in every
+        },
+    )
     monkeypatch.setattr(sm, "_call", fake_call)
     monkeypatch.setattr(sm, "_bare_call", fake_bare_call)
     monkeypatch.setattr(sm, "CELLS", {"tiny": ("x = {n}\n", 1, 1)})
@@ -500,8 +614,7 @@ def test_samplers_section_runs_each_block_its_rounds(
     cells, notes = sm.measure_cells(cfg, judged_n, info_n, default_n)
 
     judged = [sm.NONE, sm.LINE_SIGNAL, sm.UTIL_20, sm.BOTH]
-    informational = [sm.NONE, sm.LINE_THREAD, sm.UTIL_10, sm.IDLE, sm.ALARM, sm.PYI_1,
-                     sm.PYI_3]
+    informational = [sm.NONE, sm.LINE_THREAD, sm.UTIL_10, sm.IDLE, sm.ALARM, sm.PYI_1, sm.PYI_3]
     default = [sm.NONE, sm.UTIL_20]
     profiled = [(label, stack) for label, stack in calls if stack is not None]
     # One untimed call of each variant first, and of each default-mode one in default mode.
@@ -510,16 +623,14 @@ def test_samplers_section_runs_each_block_its_rounds(
     timed = profiled[untimed:]
     assert len(timed) == 4 * judged_n + 7 * info_n + 2 * default_n
     for label in every:
-        expected = (judged_n if label in judged else 0) + \
-            (info_n if label in informational else 0)
+        expected = (judged_n if label in judged else 0) + (info_n if label in informational else 0)
         assert timed.count((label, True)) == expected, label
         assert timed.count((label, False)) == (default_n if label in default else 0), label
     # The informational and default-mode rounds come between judged ones, not after them.
     last_judged = len(timed) - 1 - timed[::-1].index((sm.BOTH, True))
     assert timed.index((sm.IDLE, True)) < last_judged
     assert timed.index((sm.UTIL_20, False)) < last_judged
-    assert len(timed) - 1 - timed[::-1].index((sm.UTIL_20, False)) > \
-        timed.index((sm.BOTH, True))
+    assert len(timed) - 1 - timed[::-1].index((sm.UTIL_20, False)) > timed.index((sm.BOTH, True))
     c = cells["tiny"]
     blocks = c["blocks"]
     assert list(blocks) == [sm.JUDGED_BLOCK, sm.INFO_BLOCK, sm.DEFAULT_BLOCK]
@@ -530,9 +641,11 @@ def test_samplers_section_runs_each_block_its_rounds(
     assert list(blocks[sm.JUDGED_BLOCK]["inner"]) == judged
     assert list(blocks[sm.INFO_BLOCK]["inner"]) == informational
     assert list(blocks[sm.DEFAULT_BLOCK]["inner"]) == default
-    for block, labels, n in ((sm.JUDGED_BLOCK, judged, judged_n),
-                             (sm.INFO_BLOCK, informational, info_n),
-                             (sm.DEFAULT_BLOCK, default, default_n)):
+    for block, labels, n in (
+        (sm.JUDGED_BLOCK, judged, judged_n),
+        (sm.INFO_BLOCK, informational, info_n),
+        (sm.DEFAULT_BLOCK, default, default_n),
+    ):
         for key in ("inner", "outer", "pyfunc", "off_cpu"):
             assert {len(blocks[block][key][v]) for v in labels} == {n}, (block, key)
     assert set(blocks[sm.DEFAULT_BLOCK]["inner"][sm.UTIL_20]) == {100_500}
@@ -546,58 +659,86 @@ def test_samplers_section_runs_each_block_its_rounds(
     assert any(f"tiny, {sm.LINE_SIGNAL} ({judged_n} of {judged_n} calls" in n for n in notes)
     assert any(f"tiny, {sm.IDLE} ({info_n} of {info_n} calls" in n for n in notes)
     assert any(f"tiny, {sm.UTIL_20} ({judged_n} of {judged_n} calls" in n for n in notes)
-    assert any(f"tiny (default mode), {sm.UTIL_20} ({default_n} of {default_n} calls" in n
-               for n in notes)
+    assert any(
+        f"tiny (default mode), {sm.UTIL_20} ({default_n} of {default_n} calls" in n for n in notes
+    )
 
     section = sm._section(cfg, cells, notes, None, "machine")
     text = section.markdown
     assert "| noise floor | rounds |" in text
     assert f"in {judged_n} rounds, the *informational* block" in text
-    assert f"in {info_n} rounds, and the *default mode* block ({sm.NONE}; {sm.UTIL_20}, " \
+    assert (
+        f"in {info_n} rounds, and the *default mode* block ({sm.NONE}; {sm.UTIL_20}, "
         "each call with `stack=False`" in text
+    )
     assert f"in {default_n} rounds, the informational and default-mode rounds" in text
     assert "the stricter test" in text and "of the order of its 1% goal" in text
     rows = [line for line in text.splitlines() if line.startswith("| tiny (n=1) |")]
     assert len(rows) == len(judged) + len(informational) + len(default)
     for label in every:
         mine = [r for r in rows if r.startswith(f"| tiny (n=1) | {label} |")]
-        want = [f"| {n} ({block}) |" for block, labels, n in (
-            (sm.JUDGED_BLOCK, judged, judged_n), (sm.INFO_BLOCK, informational, info_n),
-            (sm.DEFAULT_BLOCK, default, default_n)) if label in labels]
-        assert [r[r.rindex("| ", 0, -2):] for r in mine] == want, label
+        want = [
+            f"| {n} ({block}) |"
+            for block, labels, n in (
+                (sm.JUDGED_BLOCK, judged, judged_n),
+                (sm.INFO_BLOCK, informational, info_n),
+                (sm.DEFAULT_BLOCK, default, default_n),
+            )
+            if label in labels
+        ]
+        assert [r[r.rindex("| ", 0, -2) :] for r in mine] == want, label
     util_default = [r for r in rows if r.endswith(f"| {default_n} (default mode) |")][1]
     assert util_default.startswith(f"| tiny (n=1) | {sm.UTIL_20} | 0.1 ms | +0.5% |")
     targets = {t.name: t for t in section.targets}
     line = targets[f"{sm.LINE_SIGNAL}: added to the profiled run (worst cell)"]
     assert line.goal == "under 3%" and line.measured.startswith("+2.0% (tiny)")
     # The utilisation sampler's goal: judged on the default-mode block...
-    util_name = "utilisation sampler (20 ms, the default): added to the profiled run " \
+    util_name = (
+        "utilisation sampler (20 ms, the default): added to the profiled run "
         "(worst cell) — default mode, no --stack"
-    off_name = "utilisation sampler (20 ms, the default): cell thread kept off the CPU, " \
+    )
+    off_name = (
+        "utilisation sampler (20 ms, the default): cell thread kept off the CPU, "
         "added to the profiled run (worst cell) — default mode, no --stack"
+    )
     util, off = targets[util_name], targets[off_name]
     assert util.goal == off.goal == "under 1%"
     assert util.measured.startswith("+0.5% (tiny)") and off.measured.startswith("+0.3% (tiny)")
     # ...its judged-block rows (with --stack) informational.
-    stack_util = targets["utilisation sampler (20 ms) with --stack (judged block): added to "
-                         "the profiled run (worst cell)"]
-    stack_off = targets["utilisation sampler (20 ms) with --stack (judged block): cell thread "
-                        "kept off the CPU, added to the profiled run (worst cell)"]
+    stack_util = targets[
+        "utilisation sampler (20 ms) with --stack (judged block): added to "
+        "the profiled run (worst cell)"
+    ]
+    stack_off = targets[
+        "utilisation sampler (20 ms) with --stack (judged block): cell thread "
+        "kept off the CPU, added to the profiled run (worst cell)"
+    ]
     assert stack_util.measured.startswith("+1.0% (tiny)")
     assert stack_off.measured.startswith("+0.0% (tiny)")
     assert stack_util.goal == stack_off.goal == "informational (no goal set)"
-    assert targets["both samplers as the magic makes them (--stack): added to the profiled "
-                   "run (worst cell)"].measured.startswith("+3.0%")
-    assert targets["line sampler on top of the utilisation sampler (what --stack adds in the "
-                   "magic, worst cell)"].measured.startswith("+2.0%")
-    assert targets[f"{sm.PYI_1}: added to the profiled run (worst cell)"].measured \
-        .startswith("+5.0%")
+    assert targets[
+        "both samplers as the magic makes them (--stack): added to the profiled run (worst cell)"
+    ].measured.startswith("+3.0%")
+    assert targets[
+        "line sampler on top of the utilisation sampler (what --stack adds in the "
+        "magic, worst cell)"
+    ].measured.startswith("+2.0%")
+    assert targets[f"{sm.PYI_1}: added to the profiled run (worst cell)"].measured.startswith(
+        "+5.0%"
+    )
     assert all(t.met is None for t in section.targets if "hotspots" not in t.name)
     # In a full run the default-mode block's +0.5% meets the goal the judged block's +1.0%
     # would have missed; the --stack rows stay unjudged.
-    full = {t.name: t for t in sm._section(
-        BenchConfig(traces_dir=tmp_path, cache_dir=tmp_path, hta_python=None, quick=False),
-        cells, notes, None, "machine").targets}
+    full = {
+        t.name: t
+        for t in sm._section(
+            BenchConfig(traces_dir=tmp_path, cache_dir=tmp_path, hta_python=None, quick=False),
+            cells,
+            notes,
+            None,
+            "machine",
+        ).targets
+    }
     assert full[util_name].met is True and full[off_name].met is True
     assert full[stack_util.name].met is None and full[stack_off.name].met is None
 
@@ -607,8 +748,10 @@ def test_samplers_section_runs_each_block_its_rounds(
     assert list(cells["tiny"]["blocks"]) == [sm.JUDGED_BLOCK, sm.INFO_BLOCK]
     assert all(stack for _, stack in calls if stack is not None)
     section = sm._section(cfg, cells, notes, None, "machine")
-    assert "block (none and utilisation sampler (20 ms) with `stack=False`" in \
-        section.markdown and "was not measured here" in section.markdown
+    assert (
+        "block (none and utilisation sampler (20 ms) with `stack=False`" in section.markdown
+        and "was not measured here" in section.markdown
+    )
     targets = {t.name: t for t in section.targets}
     for name in (util_name, off_name):
         assert targets[name].measured == "not measured" and targets[name].met is None

@@ -359,8 +359,7 @@ def _check_reports(page: object, shot_prefix: str) -> dict[str, int]:
     reports = page.locator(".jp-OutputArea-output .gp-report")  # type: ignore[attr-defined]
     count = reports.count()
     assert count >= 1, "no gpuprof_nb report rendered in the notebook"
-    seen = {"top_ops_rows": 0, "timeline_svg": 0, "roofline_svg": 0, "hotspots_svg": 0,
-            "tabs": 0}
+    seen = {"top_ops_rows": 0, "timeline_svg": 0, "roofline_svg": 0, "hotspots_svg": 0, "tabs": 0}
     for r in range(count):
         report = reports.nth(r)
         report.scroll_into_view_if_needed()
@@ -386,7 +385,8 @@ def _check_reports(page: object, shot_prefix: str) -> dict[str, int]:
             )  # fmt: skip
             offs = panel.locator(".gp-plot-off")
             assert not any(offs.nth(k).is_visible() for k in range(offs.count())), (
-                f"report {r}: tab {title!r} shows the note meant for viewers without SVG")
+                f"report {r}: tab {title!r} shows the note meant for viewers without SVG"
+            )
             if title == "Timeline":
                 seen["timeline_svg"] += drawn
             if title == "Roofline":

@@ -17,31 +17,34 @@ from gpuprof_nb.model.device import DEVICE_TABLE, DeviceSpec, lookup_device_spec
 GiB = 2**30
 
 
-@pytest.mark.parametrize("name,memory,expected", [
-    ("NVIDIA H100 80GB HBM3", 85018279936, "NVIDIA H100 SXM"),
-    ("NVIDIA H100 PCIe", 85520809984, "NVIDIA H100 PCIe"),
-    ("NVIDIA H100 NVL", 100 * GiB, "NVIDIA H100 NVL"),
-    ("NVIDIA H200", 150 * 10**9, "NVIDIA H200"),
-    ("NVIDIA H200 NVL", 150 * 10**9, "NVIDIA H200 NVL"),
-    ("NVIDIA A100-SXM4-80GB", 85198045184, "NVIDIA A100 80GB SXM"),
-    ("NVIDIA A100-SXM4-40GB", 42505273344, "NVIDIA A100 40GB SXM"),
-    ("NVIDIA A100-PG509-200", 42297524224, "NVIDIA A100 40GB SXM"),
-    ("NVIDIA A100 80GB PCIe", 85899345920, "NVIDIA A100 80GB PCIe"),
-    ("NVIDIA A100-PCIE-40GB", 42505273344, "NVIDIA A100 40GB PCIe"),
-    ("Tesla V100-SXM2-32GB", 34089730048, "Tesla V100 SXM2"),
-    ("Tesla V100-PCIE-16GB", 17069309952, "Tesla V100 PCIe"),
-    ("Tesla T4", 15843721216, "Tesla T4"),
-    ("NVIDIA A10G", 23836098560, "NVIDIA A10G"),
-    ("NVIDIA A10", 23836098560, "NVIDIA A10"),
-    ("NVIDIA L4", 23580639232, "NVIDIA L4"),
-    ("NVIDIA GeForce RTX 3090", 25447170048, "NVIDIA GeForce RTX 3090"),
-    ("NVIDIA GeForce RTX 4090", 25393692672, "NVIDIA GeForce RTX 4090"),
-    ("NVIDIA B200", 191 * 10**9, "NVIDIA B200"),
-    ("NVIDIA A100-SXM4-80GB", None, "NVIDIA A100 80GB SXM"),  # size from the name
-    ("AMD Instinct MI300X", 206141652992, "AMD Instinct MI300X"),
-    ("AMD Instinct MI300X VF", 206141652992, "AMD Instinct MI300X"),
-    ("AMD Instinct MI210", 68702699520, "AMD Instinct MI210"),
-])
+@pytest.mark.parametrize(
+    "name,memory,expected",
+    [
+        ("NVIDIA H100 80GB HBM3", 85018279936, "NVIDIA H100 SXM"),
+        ("NVIDIA H100 PCIe", 85520809984, "NVIDIA H100 PCIe"),
+        ("NVIDIA H100 NVL", 100 * GiB, "NVIDIA H100 NVL"),
+        ("NVIDIA H200", 150 * 10**9, "NVIDIA H200"),
+        ("NVIDIA H200 NVL", 150 * 10**9, "NVIDIA H200 NVL"),
+        ("NVIDIA A100-SXM4-80GB", 85198045184, "NVIDIA A100 80GB SXM"),
+        ("NVIDIA A100-SXM4-40GB", 42505273344, "NVIDIA A100 40GB SXM"),
+        ("NVIDIA A100-PG509-200", 42297524224, "NVIDIA A100 40GB SXM"),
+        ("NVIDIA A100 80GB PCIe", 85899345920, "NVIDIA A100 80GB PCIe"),
+        ("NVIDIA A100-PCIE-40GB", 42505273344, "NVIDIA A100 40GB PCIe"),
+        ("Tesla V100-SXM2-32GB", 34089730048, "Tesla V100 SXM2"),
+        ("Tesla V100-PCIE-16GB", 17069309952, "Tesla V100 PCIe"),
+        ("Tesla T4", 15843721216, "Tesla T4"),
+        ("NVIDIA A10G", 23836098560, "NVIDIA A10G"),
+        ("NVIDIA A10", 23836098560, "NVIDIA A10"),
+        ("NVIDIA L4", 23580639232, "NVIDIA L4"),
+        ("NVIDIA GeForce RTX 3090", 25447170048, "NVIDIA GeForce RTX 3090"),
+        ("NVIDIA GeForce RTX 4090", 25393692672, "NVIDIA GeForce RTX 4090"),
+        ("NVIDIA B200", 191 * 10**9, "NVIDIA B200"),
+        ("NVIDIA A100-SXM4-80GB", None, "NVIDIA A100 80GB SXM"),  # size from the name
+        ("AMD Instinct MI300X", 206141652992, "AMD Instinct MI300X"),
+        ("AMD Instinct MI300X VF", 206141652992, "AMD Instinct MI300X"),
+        ("AMD Instinct MI210", 68702699520, "AMD Instinct MI210"),
+    ],
+)
 def test_lookup_identifies_gpu_by_name_and_memory(name, memory, expected):
     spec = lookup_device_spec(name, memory)
     assert spec is not None
@@ -50,8 +53,9 @@ def test_lookup_identifies_gpu_by_name_and_memory(name, memory, expected):
     assert not spec.measured
 
 
-@pytest.mark.parametrize("name", ["", "AMD Radeon Graphics", "NVIDIA GeForce RTX 2080 Ti",
-                                  "MTIA", "NVIDIA A1000"])
+@pytest.mark.parametrize(
+    "name", ["", "AMD Radeon Graphics", "NVIDIA GeForce RTX 2080 Ti", "MTIA", "NVIDIA A1000"]
+)
 def test_unknown_gpu_is_not_guessed(name):
     assert lookup_device_spec(name, 16 * GiB) is None
 
@@ -113,8 +117,9 @@ def test_measure_ceilings_on_cpu_and_cache_round_trip(cache_dir):
     assert cdev.current_device_spec("cpu") == cached
     # refresh measures again and overwrites; cache=False neither reads nor writes.
     again = cdev.measure_ceilings("cpu", refresh=True, **SMALL)
-    assert DeviceSpec.from_dict(
-        next(iter(json.loads(path.read_text())["devices"].values()))) == again
+    assert (
+        DeviceSpec.from_dict(next(iter(json.loads(path.read_text())["devices"].values()))) == again
+    )
     path.unlink()
     cdev.measure_ceilings("cpu", cache=False, **SMALL)
     assert not path.exists()
@@ -132,20 +137,46 @@ def test_trace_device_spec_prefers_measured_ceilings(cache_dir):
     from gpuprof_nb.model.trace import DeviceInfo, Kernel, Trace
 
     info = DeviceInfo(index=0, name="NVIDIA H100 80GB HBM3", total_memory_bytes=85018279936)
-    trace = Trace(source="t", ops=(), kernels=(Kernel("k", "kernel", 0, 1, 0, 7),),
-                  runtime=(), syncs=(), memory=(), steps=(), devices=(info,),
-                  distributed=None, window_us=(0, 1))
+    trace = Trace(
+        source="t",
+        ops=(),
+        kernels=(Kernel("k", "kernel", 0, 1, 0, 7),),
+        runtime=(),
+        syncs=(),
+        memory=(),
+        steps=(),
+        devices=(info,),
+        distributed=None,
+        window_us=(0, 1),
+    )
     assert cdev.trace_device_spec(trace).name == "NVIDIA H100 SXM"
-    measured = DeviceSpec(name=info.name, kind="cuda", fp32_flops_per_s=5e13,
-                          bandwidth_bytes_per_s=3e12, bf16_flops_per_s=7e14,
-                          memory_bytes=info.total_memory_bytes, measured=True, source="m")
+    measured = DeviceSpec(
+        name=info.name,
+        kind="cuda",
+        fp32_flops_per_s=5e13,
+        bandwidth_bytes_per_s=3e12,
+        bf16_flops_per_s=7e14,
+        memory_bytes=info.total_memory_bytes,
+        measured=True,
+        source="m",
+    )
     write_ceilings(cdev.device_key("cuda", info.name, info.total_memory_bytes), measured)
     # The spec says where it was read from, so the roofline's note does too.
     read = cdev.trace_device_spec(trace)
     assert read == dataclasses.replace(measured, source=f"m; read from {cdev.cache_path()}")
     assert f"read from {cdev.cache_path()}" in compute_roofline(trace, read).note
-    cpu_trace = Trace(source="t", ops=(), kernels=(), runtime=(), syncs=(), memory=(),
-                      steps=(), devices=(), distributed=None, window_us=(0, 1))
+    cpu_trace = Trace(
+        source="t",
+        ops=(),
+        kernels=(),
+        runtime=(),
+        syncs=(),
+        memory=(),
+        steps=(),
+        devices=(),
+        distributed=None,
+        window_us=(0, 1),
+    )
     assert cdev.trace_device_spec(cpu_trace) is None
 
 

@@ -37,10 +37,14 @@ def test_cpu_fallback_losses_kept_without_item_show_as_leak() -> None:
     assert leaks.left_bytes == 3 * per_step
     growing = {s.site.label: s.bytes for s in leaks.growing_sites}
     # Profiler-made frames carry where a function starts: "step (defined at line L)".
-    assert any("step (defined at line" in k and k.endswith("[aten::randn]") and v == x_bytes
-               for k, v in growing.items())
-    assert any("step (defined at line" in k and k.endswith("[aten::relu]") and v == relu_bytes
-               for k, v in growing.items())
+    assert any(
+        "step (defined at line" in k and k.endswith("[aten::randn]") and v == x_bytes
+        for k, v in growing.items()
+    )
+    assert any(
+        "step (defined at line" in k and k.endswith("[aten::relu]") and v == relu_bytes
+        for k, v in growing.items()
+    )
     assert all("test_memory_capture.py" in k for k in growing)
     finding = next(f for f in report.findings if f.kind == "memory_growth")
     assert finding.severity == "high" and ".item()" in finding.fix
@@ -160,8 +164,7 @@ def fake_cuda(monkeypatch, data_dir):
     monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", fake.record)
     monkeypatch.setattr(torch.cuda.memory, "_snapshot", fake.take)
     # CPU builds of torch lack this probe; CUDA builds have it.
-    monkeypatch.setattr(torch._C, "_cuda_isHistoryEnabled", lambda: fake.recording,
-                        raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_isHistoryEnabled", lambda: fake.recording, raising=False)
     return fake
 
 
@@ -232,8 +235,16 @@ def users_history(fake_cuda, monkeypatch):
     fake_cuda.recording = True
 
     def marker(device: int) -> tuple[object, int]:
-        history.append({"action": "alloc", "addr": MARK_ADDR, "size": 512, "stream": 0,
-                        "frames": [], "time_us": _now_us()})
+        history.append(
+            {
+                "action": "alloc",
+                "addr": MARK_ADDR,
+                "size": 512,
+                "stream": 0,
+                "frames": [],
+                "time_us": _now_us(),
+            }
+        )
         return object(), MARK_ADDR
 
     monkeypatch.setattr(cm, "_history_marker", marker)
@@ -243,9 +254,17 @@ def users_history(fake_cuda, monkeypatch):
 def _cell_allocates(fake: FakeCuda, size: int):
     def run() -> None:
         fake.snapshot["device_traces"][0].append(
-            {"action": "alloc", "addr": 0x1000, "size": size, "stream": 0, "frames": [],
-             "time_us": _now_us()})
+            {
+                "action": "alloc",
+                "addr": 0x1000,
+                "size": size,
+                "stream": 0,
+                "frames": [],
+                "time_us": _now_us(),
+            }
+        )
         time.sleep(0.002)  # the cell goes on a moment: the next repeat starts on a later us
+
     return run
 
 
@@ -257,8 +276,7 @@ def test_users_running_history_is_read_and_left_running(users_history) -> None:
     # The report sees only the cell's entries; the user's buffer itself is untouched.
     assert [e["size"] for e in capture.snapshot["device_traces"][0]] == [12345]
     assert users_history.snapshot["device_traces"][0][:2] == before
-    assert any("already being recorded" in n and "left it running" in n
-               for n in capture.notes)
+    assert any("already being recorded" in n and "left it running" in n for n in capture.notes)
     assert not any("dropped the oldest" in n for n in capture.notes)
 
 
@@ -353,8 +371,11 @@ def test_cuda_users_history_left_running_with_its_buffer() -> None:
 
         capture = record_cuda_memory(work)
         assert torch._C._cuda_isHistoryEnabled()
-        sizes = [e["size"] for e in capture.snapshot["device_traces"][capture.device]
-                 if e["action"] == "alloc"]
+        sizes = [
+            e["size"]
+            for e in capture.snapshot["device_traces"][capture.device]
+            if e["action"] == "alloc"
+        ]
         assert 5 * mib in sizes and 3 * mib not in sizes
         assert any("left it running" in n for n in capture.notes)
         # The user's buffer still holds the allocation from before the cell and keeps

@@ -142,8 +142,7 @@ def test_own_profiler_is_refused_where_exit_raises_too(exit_raises_when_stopped)
     assert not profiler_running()
 
 
-def test_own_profiler_then_the_cells_error_propagates_unchanged(exit_raises_when_stopped
-                                                               ) -> None:
+def test_own_profiler_then_the_cells_error_propagates_unchanged(exit_raises_when_stopped) -> None:
     mine = KeyError("the cell's own")
 
     def run() -> None:
@@ -266,15 +265,19 @@ def test_cuda_trace_has_the_matmul_kernels() -> None:
     assert len([e for e in raw["traceEvents"] if e.get("name") == "aten::mm"]) == 4
 
 
-@pytest.mark.parametrize("text", [
-    b'{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1.5, "dur": 2}], '
-    b'"n": 18446744073709551617}',
-    # what msgspec refuses and the standard library reads: a raw control character in a
-    # name (Kineto writes them), NaN, and bytes that are not UTF-8
-    b'{"traceEvents": [{"ph": "X", "name": "a\tb\x01", "ts": 1, "dur": 2}]}',
-    b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": NaN}]}',
-    b'{"traceEvents": [{"ph": "X", "name": "caf\xe9", "ts": 1, "dur": 2}]}',
-], ids=["plain", "control", "nan", "latin1"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1.5, "dur": 2}], '
+        b'"n": 18446744073709551617}',
+        # what msgspec refuses and the standard library reads: a raw control character in a
+        # name (Kineto writes them), NaN, and bytes that are not UTF-8
+        b'{"traceEvents": [{"ph": "X", "name": "a\tb\x01", "ts": 1, "dur": 2}]}',
+        b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": NaN}]}',
+        b'{"traceEvents": [{"ph": "X", "name": "caf\xe9", "ts": 1, "dur": 2}]}',
+    ],
+    ids=["plain", "control", "nan", "latin1"],
+)
 def test_the_exported_trace_reads_as_the_standard_library_reads_it(text: bytes) -> None:
     import json
     import math

@@ -91,8 +91,9 @@ def test_the_cell_exception_propagates_and_the_sampler_stops() -> None:
 
 def test_off_the_main_thread_it_samples_from_a_thread() -> None:
     modes = []
-    worker = threading.Thread(target=lambda: modes.append(LineSampler(compile(
-        "pass", "<c>", "exec")).mode))
+    worker = threading.Thread(
+        target=lambda: modes.append(LineSampler(compile("pass", "<c>", "exec")).mode)
+    )
     worker.start()
     worker.join()
     assert modes == ["thread"]
@@ -151,8 +152,11 @@ def test_a_signal_right_after_the_clock_read_is_dropped(monkeypatch) -> None:
     sampler._running = True
     namespace: dict = {}
     frames: list = []
-    exec(compile("import sys\nframes.append(sys._getframe())", "<c>", "exec"),
-         {"frames": frames}, namespace)
+    exec(
+        compile("import sys\nframes.append(sys._getframe())", "<c>", "exec"),
+        {"frames": frames},
+        namespace,
+    )
     frame = frames[0]
     frame_code = frame.f_code
     sampler.cell_code = frame_code  # the frame is "in the cell"
@@ -199,8 +203,11 @@ def test_the_handler_is_taken_out_of_the_stack_trace() -> None:
     body = "x = torch.ones(8)\nfor _ in range(5):\n    spin(0.02)\n    x = x + 1\n"
     code = compile(body, "<cell-under-test>", "exec")
     sampler = LineSampler(code, mode="signal")
-    artifact = profile_cell(lambda: exec(code, {"spin": spin, "torch": torch}), stack=True,
-                            samplers=[("samples", sampler)])
+    artifact = profile_cell(
+        lambda: exec(code, {"spin": spin, "torch": torch}),
+        stack=True,
+        samplers=[("samples", sampler)],
+    )
     python = [e for e in artifact["traceEvents"] if e.get("cat") == "python_function"]
     names = [e["name"] for e in python]
     ours = {n.rsplit(": ", 1)[1] for n in names if "capture/sampling.py" in n.replace("\\", "/")}
@@ -220,20 +227,43 @@ def test_dropping_own_calls_keeps_other_threads_and_neighbours() -> None:
     elsewhere = f"other/capture/sampling.py({code.co_firstlineno}): {code.co_name}"
 
     def py(name: str, ts: float, dur: float, tid: int = 1) -> dict:
-        return {"ph": "X", "cat": "python_function", "name": name, "ts": ts, "dur": dur,
-                "pid": 7, "tid": tid}
+        return {
+            "ph": "X",
+            "cat": "python_function",
+            "name": name,
+            "ts": ts,
+            "dur": dur,
+            "pid": 7,
+            "tid": tid,
+        }
 
     events = [
         py("cell.py(1): <module>", 0.0, 100.0),
-        py(own, 10.0, 5.0), py("x.py(3): inner", 11.0, 2.0), py(own, 12.0, 0.5),  # re-entered
+        py(own, 10.0, 5.0),
+        py("x.py(3): inner", 11.0, 2.0),
+        py(own, 12.0, 0.5),  # re-entered
         py("cell.py(9): work", 15.0, 3.0),  # right after the handler: kept
-        py(own, 40.0, 2.0, tid=2), py("y.py(1): other", 40.5, 1.0, tid=1),  # other thread
-        py(short, 60.0, 1.0), py(elsewhere, 70.0, 1.0),  # not our file: kept
-        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 11.0, "dur": 1.0, "pid": 7,
-         "tid": 1},  # an op is never a Python call of ours
+        py(own, 40.0, 2.0, tid=2),
+        py("y.py(1): other", 40.5, 1.0, tid=1),  # other thread
+        py(short, 60.0, 1.0),
+        py(elsewhere, 70.0, 1.0),  # not our file: kept
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::add",
+            "ts": 11.0,
+            "dur": 1.0,
+            "pid": 7,
+            "tid": 1,
+        },  # an op is never a Python call of ours
     ]
     artifact = {"traceEvents": list(events)}
     assert drop_python_calls(artifact, [code]) == 5
     assert [e["name"] for e in artifact["traceEvents"]] == [
-        "cell.py(1): <module>", "cell.py(9): work", "y.py(1): other", elsewhere, "aten::add"]
+        "cell.py(1): <module>",
+        "cell.py(9): work",
+        "y.py(1): other",
+        elsewhere,
+        "aten::add",
+    ]
     assert drop_python_calls({"traceEvents": list(events)}, []) == 0

@@ -19,16 +19,24 @@ def test_stack_adds_the_line_sampler() -> None:
     plain = session._samplers(code, SimpleNamespace(stack=False), cuda=False)
     assert [(k, type(s)) for k, s in plain] == [("utilisation", UtilisationSampler)]
     stacked = session._samplers(code, SimpleNamespace(stack=True), cuda=False)
-    assert [(k, type(s)) for k, s in stacked] == [("utilisation", UtilisationSampler),
-                                                  ("samples", LineSampler)]
+    assert [(k, type(s)) for k, s in stacked] == [
+        ("utilisation", UtilisationSampler),
+        ("samples", LineSampler),
+    ]
     assert stacked[1][1].cell_code is code
 
 
-@pytest.mark.parametrize("visible, current, expected", [
-    ("", 1, 1), ("3,5", 1, 5), ("3, 5", 0, 3), ("GPU-0a1b,GPU-2c3d", 1, 1), ("7", 0, 7),
-])
-def test_nvml_index_follows_cuda_visible_devices(monkeypatch, visible, current,
-                                                 expected) -> None:
+@pytest.mark.parametrize(
+    "visible, current, expected",
+    [
+        ("", 1, 1),
+        ("3,5", 1, 5),
+        ("3, 5", 0, 3),
+        ("GPU-0a1b,GPU-2c3d", 1, 1),
+        ("7", 0, 7),
+    ],
+)
+def test_nvml_index_follows_cuda_visible_devices(monkeypatch, visible, current, expected) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
     assert session._nvml_index(True) == expected

@@ -120,8 +120,14 @@ def test_cuda_event_timing_matches_hand_written_events() -> None:
         for _ in range(10):
             a @ a
 
-    stats = time_cell(run, warmup=2, repeat=5, sync=torch.cuda.synchronize,
-                      use_cuda_events=True, device_name=torch.cuda.get_device_name())
+    stats = time_cell(
+        run,
+        warmup=2,
+        repeat=5,
+        sync=torch.cuda.synchronize,
+        use_cuda_events=True,
+        device_name=torch.cuda.get_device_name(),
+    )
     hand = []
     for _ in range(5):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -157,8 +163,15 @@ def test_cuda_event_path_on_fake_events(monkeypatch: pytest.MonkeyPatch) -> None
             return (end.ns - self.ns) / 1e6  # milliseconds, as torch reports
 
     monkeypatch.setattr(timing_mod.torch.cuda, "Event", FakeEvent)
-    stats = time_cell(work.run, warmup=1, repeat=2, sync=work.sync, use_cuda_events=True,
-                      device_name="Fake GPU", clock=work.clock)
+    stats = time_cell(
+        work.run,
+        warmup=1,
+        repeat=2,
+        sync=work.sync,
+        use_cuda_events=True,
+        device_name="Fake GPU",
+        clock=work.clock,
+    )
     assert stats.device_us == pytest.approx((2_000.0, 3_000.0))
     assert stats.wall_us == pytest.approx((2_000.0, 3_000.0))
     assert stats.warmup_wall_us == pytest.approx((1_000.0,))
@@ -200,7 +213,7 @@ def test_forced_number_times_blocks_and_reports_per_run_times() -> None:
     assert work.calls == 1 + 3 * 4
     assert stats.number == 4 and stats.runs == 3 and stats.timed_runs == 12
     # Per run = the block's four durations summed, over four (recomputed from the list).
-    blocks = [durations[1 + 4 * i: 5 + 4 * i] for i in range(3)]
+    blocks = [durations[1 + 4 * i : 5 + 4 * i] for i in range(3)]
     assert stats.wall_us == pytest.approx(tuple(sum(b) / 4 / 1e3 for b in blocks))
     assert stats.warmup_wall_us == pytest.approx((7.0,))  # warm-up runs stay single runs
     # The sync brackets each block, not each run.
@@ -242,8 +255,9 @@ def test_a_cell_that_changes_state_is_not_blocked_automatically() -> None:
         work.events.append("before")
         return work.calls > 0  # every run leaves state to put back
 
-    stats = time_cell(work.run, warmup=1, repeat=3, number=None, clock=work.clock,
-                      before_each=before)
+    stats = time_cell(
+        work.run, warmup=1, repeat=3, number=None, clock=work.clock, before_each=before
+    )
     assert stats.number == 1 and work.calls == 4
     assert work.events == ["before", "run"] * 4
 
@@ -256,10 +270,10 @@ def test_forced_blocks_reset_state_between_runs_inside_the_block() -> None:
         work.now_ns += 500  # inside the timed span only when called between runs
         return work.calls > 0
 
-    stats = time_cell(work.run, warmup=1, repeat=2, number=3, clock=work.clock,
-                      before_each=before)
-    assert work.events == (["before", "run"]
-                           + ["before", "run", "before", "run", "before", "run"] * 2)
+    stats = time_cell(work.run, warmup=1, repeat=2, number=3, clock=work.clock, before_each=before)
+    assert work.events == (
+        ["before", "run"] + ["before", "run", "before", "run", "before", "run"] * 2
+    )
     # Each block: 3 runs of 1 us and the 2 resets between them (0.5 us each), over 3.
     assert stats.wall_us == pytest.approx(((3_000 + 2 * 500) / 3 / 1e3,) * 2)
 
@@ -303,12 +317,20 @@ def test_cuda_blocks_put_the_events_around_the_whole_block(
             return (end.ns - self.ns) / 1e6
 
     monkeypatch.setattr(timing_mod.torch.cuda, "Event", FakeEvent)
-    stats = time_cell(work.run, warmup=1, repeat=2, number=3, sync=work.sync,
-                      use_cuda_events=True, clock=work.clock)
+    stats = time_cell(
+        work.run,
+        warmup=1,
+        repeat=2,
+        number=3,
+        sync=work.sync,
+        use_cuda_events=True,
+        clock=work.clock,
+    )
     assert stats.device_us == pytest.approx((2.0, 2.0))  # (1 + 2 + 3) us / 3 per block
     assert stats.wall_us == pytest.approx((2.0, 2.0))
-    assert work.events == (["sync", "run", "sync"]
-                           + ["sync", "record", "run", "run", "run", "record", "sync"] * 2)
+    assert work.events == (
+        ["sync", "run", "sync"] + ["sync", "record", "run", "run", "run", "record", "sync"] * 2
+    )
 
 
 @pytest.mark.gpu
@@ -327,8 +349,15 @@ def test_cuda_blocks_match_hand_written_events_around_k_runs() -> None:
     ours: list[float] = []
     hand: list[float] = []
     for _round in range(7):
-        stats = time_cell(run, warmup=3, repeat=5, number=50, sync=torch.cuda.synchronize,
-                          use_cuda_events=True, device_name=torch.cuda.get_device_name())
+        stats = time_cell(
+            run,
+            warmup=3,
+            repeat=5,
+            number=50,
+            sync=torch.cuda.synchronize,
+            use_cuda_events=True,
+            device_name=torch.cuda.get_device_name(),
+        )
         assert stats.number == 50 and stats.device_us is not None
         ours += stats.times_us  # what the report shows: the device times
         for _ in range(5):
@@ -372,11 +401,10 @@ def test_old_and_new_agree_run_by_run_for_cells_of_half_a_block_or_more() -> Non
         durations = [rng.randint(int(BLOCK_TARGET_US * 500) + 1, 10**9) for _ in range(12)]
         warmup, repeat = rng.randint(0, 3), rng.randint(1, 8)
         work = FakeWorkload(durations)
-        stats = time_cell(work.run, warmup=warmup, repeat=repeat, number=None,
-                          clock=work.clock)
+        stats = time_cell(work.run, warmup=warmup, repeat=repeat, number=None, clock=work.clock)
         assert stats.number == 1 and work.calls == warmup + repeat
         assert stats.warmup_wall_us == tuple(d / 1e3 for d in durations[:warmup])
-        assert stats.wall_us == tuple(d / 1e3 for d in durations[warmup:warmup + repeat])
+        assert stats.wall_us == tuple(d / 1e3 for d in durations[warmup : warmup + repeat])
 
 
 def test_automatic_warmup_runs_until_the_budget_then_stops() -> None:

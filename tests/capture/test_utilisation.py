@@ -250,15 +250,17 @@ def test_nvml_series_and_unsupported_counters(monkeypatch: pytest.MonkeyPatch) -
     assert artifact["source"].endswith("+nvml")
     series = artifact["series"]
     n = len(artifact["ts_us"])
-    assert series["gpu_util"] == {"unit": "%", "label": "GPU 1 (Fake <GPU>) kernel running, "
-                                  "% of time", "values": [70.0] * n}
+    assert series["gpu_util"] == {
+        "unit": "%",
+        "label": "GPU 1 (Fake <GPU>) kernel running, % of time",
+        "values": [70.0] * n,
+    }
     assert series["gpu_mem_util"]["values"] == [30.0] * n
     assert series["gpu_mem_used"]["unit"] == "bytes"
     assert series["gpu_mem_used"]["values"] == [float(2**30)] * n
     assert series["gpu_sm_clock"]["values"] == [1410.0] * n
     assert "gpu_power" not in series
-    assert any("power not recorded: NVML says Not Supported" in note
-               for note in artifact["notes"])
+    assert any("power not recorded: NVML says Not Supported" in note for note in artifact["notes"])
     assert utilisation_of({"gpuprof_nb": {"utilisation": artifact}}) is not None
 
 

@@ -33,13 +33,37 @@ TRACES = [
 # notebook: here they fail the test.
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
 
-SNAPSHOTS = ["train_time.pickle", "oom.pickle", "fragmented.pickle", "legacy_history.pickle",
-             "two_devices.pickle"]
+SNAPSHOTS = [
+    "train_time.pickle",
+    "oom.pickle",
+    "fragmented.pickle",
+    "legacy_history.pickle",
+    "two_devices.pickle",
+]
 
 # Values a damaged or hand-edited file puts where a number, string or list belongs.
-ODD_VALUES: list[Any] = [None, "", "x", -1, -5, 0, 3.5, -1e300, 1e300, 2**70, -(2**70), True,
-                         [], {}, [1, 2], {"a": 1}, float("nan"), float("inf"), "1e3",
-                         [[[[[[[[[[1]]]]]]]]]]]
+ODD_VALUES: list[Any] = [
+    None,
+    "",
+    "x",
+    -1,
+    -5,
+    0,
+    3.5,
+    -1e300,
+    1e300,
+    2**70,
+    -(2**70),
+    True,
+    [],
+    {},
+    [1, 2],
+    {"a": 1},
+    float("nan"),
+    float("inf"),
+    "1e3",
+    [[[[[[[[[[1]]]]]]]]]],
+]
 
 
 def _report_or_format_error(load: Any, allowed: type[GpuprofError]) -> bool:
@@ -70,14 +94,35 @@ def _mutate_text(text: str, rng: random.Random) -> str:
     if choice == 1:
         return text[:i] + text[j:]
     if choice == 2:
-        junk = rng.choice(["[", "{", "]", "}", '"', ",", ":", "NaN", "-", "1e999", "\\",
-                           "\x00", "\u00e9", "[" * 5000, "null", "true"])
+        junk = rng.choice(
+            [
+                "[",
+                "{",
+                "]",
+                "}",
+                '"',
+                ",",
+                ":",
+                "NaN",
+                "-",
+                "1e999",
+                "\\",
+                "\x00",
+                "\u00e9",
+                "[" * 5000,
+                "null",
+                "true",
+            ]
+        )
         return text[:i] + junk + text[i:]
     if choice == 3:
         return text[:j] + text[i:j] + text[j:]
     if choice == 4:
-        return text[:i] + "".join(rng.choice('0123456789,:"{}[] ae-.') for _ in range(j - i)) \
+        return (
+            text[:i]
+            + "".join(rng.choice('0123456789,:"{}[] ae-.') for _ in range(j - i))
             + text[j:]
+        )
     return text[:i] + text[i:j][::-1] + text[j:]
 
 
@@ -87,8 +132,17 @@ def _mutate_events(trace: dict[str, Any], rng: random.Random) -> None:
     for _ in range(rng.randint(1, 4)):
         r = rng.random()
         if r < 0.1:
-            trace[rng.choice(["traceEvents", "deviceProperties", "distributedInfo",
-                              "displayTimeUnit", "baseTimeNanoseconds"])] = rng.choice(ODD_VALUES)
+            trace[
+                rng.choice(
+                    [
+                        "traceEvents",
+                        "deviceProperties",
+                        "distributedInfo",
+                        "displayTimeUnit",
+                        "baseTimeNanoseconds",
+                    ]
+                )
+            ] = rng.choice(ODD_VALUES)
             return
         if not events:
             return
@@ -103,18 +157,21 @@ def _mutate_events(trace: dict[str, Any], rng: random.Random) -> None:
             args = e["args"]
             args[rng.choice(sorted(args))] = rng.choice(ODD_VALUES)
         else:
-            e[rng.choice(["ph", "name", "cat", "ts", "dur", "pid", "tid", "args", "id", "s",
-                          "bp"])] = rng.choice(ODD_VALUES)
+            e[
+                rng.choice(
+                    ["ph", "name", "cat", "ts", "dur", "pid", "tid", "args", "id", "s", "bp"]
+                )
+            ] = rng.choice(ODD_VALUES)
 
 
 @pytest.fixture(scope="module")
 def trace_texts() -> dict[str, str]:
-    return {name: gzip.decompress((DATA / name).read_bytes()).decode("utf-8")
-            for name in TRACES}
+    return {name: gzip.decompress((DATA / name).read_bytes()).decode("utf-8") for name in TRACES}
 
 
-def _fuzz(count: int, names: list[str], mutated: Any, allowed: type[GpuprofError]
-          ) -> tuple[int, int]:
+def _fuzz(
+    count: int, names: list[str], mutated: Any, allowed: type[GpuprofError]
+) -> tuple[int, int]:
     """Run `count` mutations, cycling over `names`: `mutated(k, name)` returns a callable
     that loads and analyses the k-th mutant. Return how many gave a report and how many were
     refused with `allowed`; anything else fails, naming the mutation."""
@@ -132,13 +189,15 @@ def _fuzz(count: int, names: list[str], mutated: Any, allowed: type[GpuprofError
 
 @pytest.mark.slow
 def test_mutated_trace_files_give_reports_or_trace_format_errors(
-        trace_texts: dict[str, str], tmp_path: Path) -> None:
+    trace_texts: dict[str, str], tmp_path: Path
+) -> None:
     rng = random.Random(20261125)
 
     def mutated(k: int, name: str) -> Any:
         path = tmp_path / f"m{k}.json"
-        path.write_text(_mutate_text(trace_texts[name], rng), encoding="utf-8",
-                        errors="surrogatepass")
+        path.write_text(
+            _mutate_text(trace_texts[name], rng), encoding="utf-8", errors="surrogatepass"
+        )
         return lambda: analyze(load_trace(path))
 
     made, refused = _fuzz(240, TRACES, mutated, TraceFormatError)
@@ -148,7 +207,8 @@ def test_mutated_trace_files_give_reports_or_trace_format_errors(
 
 @pytest.mark.slow
 def test_mutated_trace_events_give_reports_or_trace_format_errors(
-        trace_texts: dict[str, str]) -> None:
+    trace_texts: dict[str, str],
+) -> None:
     rng = random.Random(7)
     parsed = {name: json.loads(text) for name, text in trace_texts.items()}
 
@@ -172,23 +232,54 @@ def _mutate_snapshot(d: dict[str, Any], rng: random.Random) -> None:
         r = rng.random()
         traces = d.get("device_traces")
         if r < 0.1:
-            d[rng.choice(["segments", "device_traces", "allocator_settings",
-                          "gpuprof_nb"])] = rng.choice(ODD_VALUES)
+            d[rng.choice(["segments", "device_traces", "allocator_settings", "gpuprof_nb"])] = (
+                rng.choice(ODD_VALUES)
+            )
             return
-        if r < 0.6 and isinstance(traces, list) and traces and isinstance(traces[0], list) \
-                and traces[0]:
+        if (
+            r < 0.6
+            and isinstance(traces, list)
+            and traces
+            and isinstance(traces[0], list)
+            and traces[0]
+        ):
             entries = traces[0]
             if rng.random() < 0.3:
                 # An entry out of nowhere: a free of a block nobody allocated, an odd action.
-                entries.insert(rng.randrange(len(entries) + 1), {
-                    "action": rng.choice(["free_completed", "alloc", "oom", "segment_free",
-                                          "free_requested", "snapshot", "weird"]),
-                    "addr": rng.choice([99, 0, -4, 2**40]),
-                    "size": rng.choice([10, 10**12, 10**15, -5, 0, 2**62])})
+                entries.insert(
+                    rng.randrange(len(entries) + 1),
+                    {
+                        "action": rng.choice(
+                            [
+                                "free_completed",
+                                "alloc",
+                                "oom",
+                                "segment_free",
+                                "free_requested",
+                                "snapshot",
+                                "weird",
+                            ]
+                        ),
+                        "addr": rng.choice([99, 0, -4, 2**40]),
+                        "size": rng.choice([10, 10**12, 10**15, -5, 0, 2**62]),
+                    },
+                )
                 continue
             e = rng.choice(entries)
-            e[rng.choice(["action", "addr", "size", "frames", "time_us", "device_free",
-                          "stream", "category"])] = rng.choice(ODD_VALUES)
+            e[
+                rng.choice(
+                    [
+                        "action",
+                        "addr",
+                        "size",
+                        "frames",
+                        "time_us",
+                        "device_free",
+                        "stream",
+                        "category",
+                    ]
+                )
+            ] = rng.choice(ODD_VALUES)
         elif isinstance(d.get("segments"), list) and d["segments"]:
             seg = rng.choice(d["segments"])
             if not isinstance(seg, dict):
@@ -196,9 +287,22 @@ def _mutate_snapshot(d: dict[str, Any], rng: random.Random) -> None:
             blocks = seg.get("blocks")
             usable = isinstance(blocks, list) and blocks and isinstance(blocks[0], dict)
             target = rng.choice(blocks) if usable and rng.random() < 0.6 else seg
-            target[rng.choice(["size", "address", "state", "frames", "total_size", "blocks",
-                               "device", "requested_size", "active_size",
-                               "history"])] = rng.choice(ODD_VALUES)
+            target[
+                rng.choice(
+                    [
+                        "size",
+                        "address",
+                        "state",
+                        "frames",
+                        "total_size",
+                        "blocks",
+                        "device",
+                        "requested_size",
+                        "active_size",
+                        "history",
+                    ]
+                )
+            ] = rng.choice(ODD_VALUES)
 
 
 @pytest.mark.slow
@@ -246,40 +350,65 @@ def test_deeply_nested_events_are_a_trace_format_error(tmp_path: Path) -> None:
     path.write_text('{"traceEvents": [' + "[" * 200_000, encoding="utf-8")
     with pytest.raises(TraceFormatError, match="nesting too deep"):
         load_trace(path)
-    event = '{"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 1, "dur": 2, "pid": 1, ' \
-        '"tid": 1}'
-    path.write_text('{"traceEvents": [' + event + ", " + "[" * 200_000 + "]" * 200_000 + "]}",
-                    encoding="utf-8")
+    event = (
+        '{"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 1, "dur": 2, "pid": 1, "tid": 1}'
+    )
+    path.write_text(
+        '{"traceEvents": [' + event + ", " + "[" * 200_000 + "]" * 200_000 + "]}", encoding="utf-8"
+    )
     with pytest.raises(TraceFormatError, match="nesting too deep|event 1"):
         load_trace(path)
 
 
 def test_a_free_of_an_unknown_block_analyses() -> None:
-    report = analyze_memory({"segments": [], "device_traces": [[
-        {"action": "free_completed", "addr": 99, "size": 10**12}]]})
+    report = analyze_memory(
+        {
+            "segments": [],
+            "device_traces": [[{"action": "free_completed", "addr": 99, "size": 10**12}]],
+        }
+    )
     # Live since before recording, freed by the one entry: the peak is the start.
     assert report.timeline.start_bytes == report.peak_bytes == 10**12
     assert report.timeline.end_bytes == 0
 
 
-@pytest.mark.parametrize(("entry", "words"), [
-    ({"action": "free_completed", "addr": 99, "size": 10**15}, r"\[0\]\[0\]: 'size' is 1,000"),
-    ({"action": "alloc", "addr": 99, "size": -5}, r"\[0\]\[0\]: 'size' is -5"),
-])
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ({"action": "free_completed", "addr": 99, "size": 10**15}, r"\[0\]\[0\]: 'size' is 1,000"),
+        ({"action": "alloc", "addr": 99, "size": -5}, r"\[0\]\[0\]: 'size' is -5"),
+    ],
+)
 def test_impossible_sizes_are_snapshot_format_errors_naming_the_entry(
-        entry: dict[str, Any], words: str) -> None:
+    entry: dict[str, Any], words: str
+) -> None:
     with pytest.raises(SnapshotFormatError, match=words):
         analyze_memory({"segments": [], "device_traces": [[entry]]})
 
 
 def test_an_oom_may_ask_for_more_than_any_device_holds() -> None:
-    report = analyze_memory({"segments": [], "device_traces": [[
-        {"action": "oom", "size": 10**15, "device_free": 1024}]]})
+    report = analyze_memory(
+        {
+            "segments": [],
+            "device_traces": [[{"action": "oom", "size": 10**15, "device_free": 1024}]],
+        }
+    )
     assert report.ooms[0].requested_bytes == 10**15
 
 
 def test_a_negative_block_size_names_the_block() -> None:
     with pytest.raises(SnapshotFormatError, match=r"segments\[0\]\.blocks\[1\]: 'size' is -5"):
-        snapshot_from_dict({"segments": [{"address": 0, "blocks": [
-            {"size": 512, "state": "active_allocated"},
-            {"size": -5, "state": "inactive"}]}], "device_traces": []})
+        snapshot_from_dict(
+            {
+                "segments": [
+                    {
+                        "address": 0,
+                        "blocks": [
+                            {"size": 512, "state": "active_allocated"},
+                            {"size": -5, "state": "inactive"},
+                        ],
+                    }
+                ],
+                "device_traces": [],
+            }
+        )

@@ -65,7 +65,10 @@ print("ok")
 def test_state_restored_and_made_objects_are_old(enabled: bool) -> None:
     done = subprocess.run(
         [sys.executable, "-c", _FRESH_PROCESS_CHECK, str(enabled)],
-        cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=120,
+        cwd=Path(__file__).parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert (done.returncode, done.stdout) == (0, "ok\n"), done.stderr
 

@@ -42,10 +42,10 @@ def test_matmul_loop_round_trip(profiled: tuple[Path, object]) -> None:
     # torch's own aggregation of the same run, a different code path.
     averages = {e.key: e for e in prof.key_averages()}  # type: ignore[attr-defined]
     assert mm.calls == averages["aten::mm"].count
-    assert mm.self_cpu_us == pytest.approx(averages["aten::mm"].self_cpu_time_total, rel=0.02,
-                                           abs=2.0)
-    assert mm.total_cpu_us == pytest.approx(averages["aten::mm"].cpu_time_total, rel=0.02,
-                                            abs=2.0)
+    assert mm.self_cpu_us == pytest.approx(
+        averages["aten::mm"].self_cpu_time_total, rel=0.02, abs=2.0
+    )
+    assert mm.total_cpu_us == pytest.approx(averages["aten::mm"].cpu_time_total, rel=0.02, abs=2.0)
 
 
 def test_gzip_export_round_trip(profiled: tuple[Path, object], tmp_path: Path) -> None:

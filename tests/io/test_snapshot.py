@@ -36,11 +36,20 @@ def raw(path: Path) -> dict:
         return pickle.load(f)  # our own fixtures: plain data
 
 
-@pytest.mark.parametrize("name", [
-    "train_time.pickle", "train_no_time.pickle", "truncated.pickle", "leak_steps.pickle",
-    "two_devices.pickle", "segments_only.pickle", "oom.pickle", "fragmented.pickle",
-    "legacy_history.pickle",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "train_time.pickle",
+        "train_no_time.pickle",
+        "truncated.pickle",
+        "leak_steps.pickle",
+        "two_devices.pickle",
+        "segments_only.pickle",
+        "oom.pickle",
+        "fragmented.pickle",
+        "legacy_history.pickle",
+    ],
+)
 def test_columns_match_the_raw_entries(snaps: Path, name: str) -> None:
     data = raw(snaps / name)
     snap = load_snapshot(snaps / name)
@@ -58,9 +67,9 @@ def test_columns_match_the_raw_entries(snaps: Path, name: str) -> None:
             assert t.time_us.tolist() == [float(e["time_us"]) for e in entries]
         for i, e in enumerate(entries):
             stack = snap.stacks[t.stack[i]] if t.stack[i] >= 0 else ()
-            assert [(snap.frames[j].filename, snap.frames[j].line, snap.frames[j].name)
-                    for j in stack] == [(f["filename"], f["line"], f["name"])
-                                        for f in e["frames"]]
+            assert [
+                (snap.frames[j].filename, snap.frames[j].line, snap.frames[j].name) for j in stack
+            ] == [(f["filename"], f["line"], f["name"]) for f in e["frames"]]
     for seg, rseg in zip(snap.segments, data["segments"], strict=True):
         assert seg.total_size == rseg["total_size"]
         assert [b.size for b in seg.blocks] == [b["size"] for b in rseg["blocks"]]
@@ -70,10 +79,16 @@ def test_columns_match_the_raw_entries(snaps: Path, name: str) -> None:
 def test_frames_are_interned(snaps: Path) -> None:
     data = raw(snaps / "train_time.pickle")
     snap = load_snapshot(snaps / "train_time.pickle")
-    distinct = {tuple((f["filename"], f["line"], f["name"]) for f in e["frames"])
-                for e in data["device_traces"][0]}
-    distinct |= {tuple((f["filename"], f["line"], f["name"]) for f in b["frames"])
-                 for s in data["segments"] for b in s["blocks"] if b["frames"]}
+    distinct = {
+        tuple((f["filename"], f["line"], f["name"]) for f in e["frames"])
+        for e in data["device_traces"][0]
+    }
+    distinct |= {
+        tuple((f["filename"], f["line"], f["name"]) for f in b["frames"])
+        for s in data["segments"]
+        for b in s["blocks"]
+        if b["frames"]
+    }
     assert len(snap.stacks) == len(distinct)
     assert len(snap.frames) == len({f for s in distinct for f in s})
 
@@ -119,8 +134,7 @@ def test_bytes_gzip_and_dict_inputs(snaps: Path, tmp_path: Path) -> None:
     gz.write_bytes(gzip.compress(blob))
     for source in (blob, gzip.compress(blob), gz, str(gz), raw(snaps / "train_time.pickle")):
         snap = load_snapshot(source)
-        assert snap.trace(0).n_events == len(raw(snaps / "train_time.pickle")
-                                             ["device_traces"][0])
+        assert snap.trace(0).n_events == len(raw(snaps / "train_time.pickle")["device_traces"][0])
 
 
 def test_round_trip_through_dict_and_file(snaps: Path, tmp_path: Path) -> None:
@@ -162,17 +176,22 @@ def test_any_class_is_refused(tmp_path: Path) -> None:
         load_snapshot(payload)
 
 
-@pytest.mark.parametrize("data, match", [
-    ([1, 2], "top level is a list"),
-    ({"foo": 1}, "neither 'segments' nor 'device_traces'"),
-    ({"segments": [3]}, r"segments\[0\] is a int"),
-    ({"segments": [{"address": "x", "blocks": []}]}, "'address' is 'x'"),
-    ({"device_traces": [[{"action": "alloc", "addr": 1, "size": "big"}]]},
-     r"device_traces\[0\]\[0\]: 'size' is 'big'"),
-    ({"device_traces": [["alloc"]]}, r"device_traces\[0\]\[0\] is a str"),
-    ({"device_traces": [[{"action": "alloc", "frames": "f.py"}]]}, "'frames' is a str"),
-    ({"device_traces": [[{"action": "alloc", "frames": [3]}]]}, "a frame is a int"),
-])
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        ([1, 2], "top level is a list"),
+        ({"foo": 1}, "neither 'segments' nor 'device_traces'"),
+        ({"segments": [3]}, r"segments\[0\] is a int"),
+        ({"segments": [{"address": "x", "blocks": []}]}, "'address' is 'x'"),
+        (
+            {"device_traces": [[{"action": "alloc", "addr": 1, "size": "big"}]]},
+            r"device_traces\[0\]\[0\]: 'size' is 'big'",
+        ),
+        ({"device_traces": [["alloc"]]}, r"device_traces\[0\]\[0\] is a str"),
+        ({"device_traces": [[{"action": "alloc", "frames": "f.py"}]]}, "'frames' is a str"),
+        ({"device_traces": [[{"action": "alloc", "frames": [3]}]]}, "a frame is a int"),
+    ],
+)
 def test_malformed_dicts_raise_format_error(data: object, match: str) -> None:
     with pytest.raises(SnapshotFormatError, match=match):
         snapshot_from_dict(data)
@@ -189,17 +208,30 @@ def test_truncated_and_missing_files(snaps: Path, tmp_path: Path) -> None:
 
 
 def test_unknown_actions_are_kept_as_other() -> None:
-    snap = snapshot_from_dict({"device_traces": [[
-        {"action": "alloc", "addr": 16, "size": 8},
-        {"action": "user_defined", "addr": 0, "size": 0},
-    ]]})
+    snap = snapshot_from_dict(
+        {
+            "device_traces": [
+                [
+                    {"action": "alloc", "addr": 16, "size": 8},
+                    {"action": "user_defined", "addr": 0, "size": 0},
+                ]
+            ]
+        }
+    )
     assert [ACTIONS[a] for a in snap.trace(0).action] == ["alloc", "other"]
 
 
-@pytest.mark.parametrize("name", ["train_time.pickle", "legacy_history.pickle", "oom.pickle",
-                                  "segments_only.pickle", "two_devices.pickle"])
-def test_saved_snapshot_opens_in_torch_memory_viz(snaps: Path, tmp_path: Path, name: str
-                                                  ) -> None:
+@pytest.mark.parametrize(
+    "name",
+    [
+        "train_time.pickle",
+        "legacy_history.pickle",
+        "oom.pickle",
+        "segments_only.pickle",
+        "two_devices.pickle",
+    ],
+)
+def test_saved_snapshot_opens_in_torch_memory_viz(snaps: Path, tmp_path: Path, name: str) -> None:
     """What --save / .save() writes must open in PyTorch's own memory_viz tools."""
     mv = pytest.importorskip("torch.cuda._memory_viz")
     out = save_snapshot(load_snapshot(snaps / name), tmp_path / name)
@@ -232,15 +264,19 @@ def test_damaged_snapshots_raise_only_format_errors(snaps: Path) -> None:
             for _ in range(rng.randint(1, 3)):
                 if rng.random() < 0.5:
                     e = rng.choice(d["device_traces"][0])
-                    e[rng.choice(["action", "addr", "size", "frames", "time_us",
-                                  "device_free"])] = rng.choice(values)
+                    e[
+                        rng.choice(["action", "addr", "size", "frames", "time_us", "device_free"])
+                    ] = rng.choice(values)
                 else:
                     seg = rng.choice(d["segments"])
                     blocks = seg.get("blocks")
                     usable = isinstance(blocks, list) and blocks and isinstance(blocks[0], dict)
                     target = rng.choice(blocks) if usable and rng.random() < 0.6 else seg
-                    target[rng.choice(["size", "address", "state", "frames", "total_size",
-                                       "blocks", "device"])] = rng.choice(values)
+                    target[
+                        rng.choice(
+                            ["size", "address", "state", "frames", "total_size", "blocks", "device"]
+                        )
+                    ] = rng.choice(values)
         try:
             analyze_snapshot(snapshot_from_dict(d))
             loaded += 1
@@ -330,8 +366,9 @@ def test_limit_counts_the_unzipped_pickle_not_the_file(tmp_path: Path) -> None:
     # 150,000 distinct entries with equal bytes: gzip shrinks them to a few KB, far below
     # 8 bytes an entry, but the pickle itself is large enough to hold them honestly.
     n = 150_000
-    payload = pickle.dumps({"segments": [], "device_traces": [[_entry(16) for _ in range(n)]]},
-                           protocol=4)
+    payload = pickle.dumps(
+        {"segments": [], "device_traces": [[_entry(16) for _ in range(n)]]}, protocol=4
+    )
     packed = gzip.compress(payload)
     assert n > 100_000 + len(packed) // 8 and n < 100_000 + len(payload) // 8
     path = tmp_path / "many.pickle.gz"
@@ -347,8 +384,9 @@ def test_real_snapshots_are_far_inside_the_limit(snaps: Path) -> None:
     # bytes on each entry and block, so the limit has a wide margin.
     for path in sorted(snaps.glob("*.pickle")):
         data = raw(path)
-        items = (sum(len(t) for t in data.get("device_traces", []))
-                 + sum(len(s["blocks"]) + 1 for s in data.get("segments", [])))
+        items = sum(len(t) for t in data.get("device_traces", [])) + sum(
+            len(s["blocks"]) + 1 for s in data.get("segments", [])
+        )
         assert path.stat().st_size / items > 5 * MIN_BYTES_PER_ITEM, path.name
 
 
@@ -384,6 +422,9 @@ def test_one_long_frame_list_named_by_many_entries_is_keyed_once(tmp_path: Path)
 
 def test_repeated_notes_are_shown_once() -> None:
     note = "x" * 1000
-    snap = load_snapshot(pickle.dumps({"segments": [], "device_traces": [],
-                                       "gpuprof_nb": {"notes": [note] * 5000 + ["y"]}}))
+    snap = load_snapshot(
+        pickle.dumps(
+            {"segments": [], "device_traces": [], "gpuprof_nb": {"notes": [note] * 5000 + ["y"]}}
+        )
+    )
     assert snap.notes == (note, "y")

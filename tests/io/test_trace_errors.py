@@ -23,8 +23,16 @@ SMALL = DATA / "a100_event_sync" / "event_sync_trace.json.gz"
 
 
 def _kernel(**over: object) -> dict:
-    event = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5,
-             "args": {"device": 0, "stream": 7}}
+    event = {
+        "ph": "X",
+        "cat": "kernel",
+        "name": "k",
+        "pid": 0,
+        "tid": 7,
+        "ts": 10,
+        "dur": 5,
+        "args": {"device": 0, "stream": 7},
+    }
     event.update(over)
     return event
 
@@ -61,15 +69,23 @@ def _load_text(tmp_path: Path, text: str | bytes, name: str = "t.json") -> Trace
         ("[1, 2, 3]", ["not of trace events"]),
         ('"a string"', ["not a JSON trace"]),
         ('{"traceEvents": []}', ["empty trace", "no events"]),
-        ('{"traceEvents": [{"ph": "M", "name": "process_name", "ts": 0, "pid": 1}]}',
-         ["empty trace", "only metadata"]),
+        (
+            '{"traceEvents": [{"ph": "M", "name": "process_name", "ts": 0, "pid": 1}]}',
+            ["empty trace", "only metadata"],
+        ),
         ('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 2}, 17]}', ["event 1", "not a JSON object"]),
-        ('{"traceEvents": [{"ph": "X", "name": "aten::mm", "dur": 2}]}',
-         ["event 0", "'aten::mm'", "'ts'"]),
-        ('{"traceEvents": [{"ph": "X", "ts": 1}, {"ph": "X", "ts": 1, "dur": "3"}]}',
-         ["event 0", "'dur'"]),
-        ('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}, {"ph": "X", "ts": 1, "dur": "3"}]}',
-         ["event 1", "'dur'"]),
+        (
+            '{"traceEvents": [{"ph": "X", "name": "aten::mm", "dur": 2}]}',
+            ["event 0", "'aten::mm'", "'ts'"],
+        ),
+        (
+            '{"traceEvents": [{"ph": "X", "ts": 1}, {"ph": "X", "ts": 1, "dur": "3"}]}',
+            ["event 0", "'dur'"],
+        ),
+        (
+            '{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}, {"ph": "X", "ts": 1, "dur": "3"}]}',
+            ["event 1", "'dur'"],
+        ),
         ('{"traceEvents": [{"ph": "X", "ts": NaN, "dur": 1}]}', ["event 0", "'ts'"]),
         ('{"traceEvents": [{"ph": "X", "ts": null, "dur": 1}]}', ["event 0", "'ts'"]),
         ('{"traceEvents": [{"ph": "i", "name": "[memory]", "ts": "x"}]}', ["event 0", "'ts'"]),
@@ -197,8 +213,9 @@ def test_trace_from_dict_rejects_bad_input(bad: object) -> None:
 )
 def test_odd_but_timed_events_load_without_crashing(event: dict) -> None:
     # Wrongly typed optional fields are tolerated (dropped), never a KeyError/TypeError.
-    t = trace_from_dict({"traceEvents": [event], "deviceProperties": [{"id": "x"}, 3],
-                         "distributedInfo": "rank 0"})
+    t = trace_from_dict(
+        {"traceEvents": [event], "deviceProperties": [{"id": "x"}, 3], "distributedInfo": "rank 0"}
+    )
     assert t.window_us[0] <= t.window_us[1]
     assert t.distributed is None
 
@@ -215,13 +232,26 @@ def test_malformed_own_samples_cost_only_themselves() -> None:
     is left out with a warning naming what was wrong, and the trace still loads."""
     from gpuprof_nb.io.trace import trace_from_dict
 
-    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 0, "dur": 5,
-               "pid": 1, "tid": 1}]
-    samples = {"mode": "signal", "period_us": 3000.0, "start_us": 0.0, "end_us": 10.0,
-               "frames": [["<c>", 1, "<module>", ""]], "stacks": [[0]],
-               "ts_us": [5.0, 2.0], "stack_of": [0, 0]}
-    trace = trace_from_dict({"traceEvents": events, "gpuprof_nb": {
-        "samples": samples, "utilisation": {"ts_us": "nope"}}}, "t.json")
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 0, "dur": 5, "pid": 1, "tid": 1}
+    ]
+    samples = {
+        "mode": "signal",
+        "period_us": 3000.0,
+        "start_us": 0.0,
+        "end_us": 10.0,
+        "frames": [["<c>", 1, "<module>", ""]],
+        "stacks": [[0]],
+        "ts_us": [5.0, 2.0],
+        "stack_of": [0, 0],
+    }
+    trace = trace_from_dict(
+        {
+            "traceEvents": events,
+            "gpuprof_nb": {"samples": samples, "utilisation": {"ts_us": "nope"}},
+        },
+        "t.json",
+    )
     assert len(trace.ops) == 1
     assert trace.samples is None and trace.utilisation is None
     warned = " ".join(trace.load_warnings)

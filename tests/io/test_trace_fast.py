@@ -58,8 +58,11 @@ LOCAL = _traces(DATA)
 SHARED_FILES = _traces(SHARED)
 # gzip traces read by both decompressors (isal's and the standard library's): the small ones,
 # each file's whole stream (several MB of JSON each).
-GZIPPED = [p for p in LOCAL + SHARED_FILES
-           if p.read_bytes()[:2] == b"\x1f\x8b" and p.stat().st_size < 2_000_000]
+GZIPPED = [
+    p
+    for p in LOCAL + SHARED_FILES
+    if p.read_bytes()[:2] == b"\x1f\x8b" and p.stat().st_size < 2_000_000
+]
 
 
 class _Counting:
@@ -108,8 +111,12 @@ def _check_same(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The reference reader (no msgspec) never hands the builder a batch: the counter sees
     # only the fast path's.
     counter = _Counting(monkeypatch)
-    if _same_or_same_error(lambda: _load_without_msgspec(path, monkeypatch),
-                           lambda: load_trace(path)) is not None:
+    if (
+        _same_or_same_error(
+            lambda: _load_without_msgspec(path, monkeypatch), lambda: load_trace(path)
+        )
+        is not None
+    ):
         return
     # The fast path must have done the work, not silently left it all to the fallback.
     events = len(_raw_events(path))
@@ -144,39 +151,108 @@ def _awkward_events() -> list[dict[str, Any]]:
     ]
     for i in range(120):
         ts = 1000.0 + i * 3.25
-        events.append({"ph": "X", "cat": "cpu_op", "name": f'aten::op}},{{"{i}', "pid": 1,
-                       "tid": "2", "ts": ts, "dur": 2.5,
-                       "args": {"External id": i, "Input Dims": [[i, 2], [], [3]],
-                                "Input type": ["float", "}, {"], "Call stack": "a.py(1): f;b"}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": f'aten::op}},{{"{i}',
+                "pid": 1,
+                "tid": "2",
+                "ts": ts,
+                "dur": 2.5,
+                "args": {
+                    "External id": i,
+                    "Input Dims": [[i, 2], [], [3]],
+                    "Input type": ["float", "}, {"],
+                    "Call stack": "a.py(1): f;b",
+                },
+            }
+        )
         # Args with a list of objects: a '}' followed by ', {' one level down.
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
-                       "args": {"correlation": 10_000 + i, "nested": [{"a": "}"}, {"b": [1]}],
-                                "External id": i},
-                       "pid": 1, "tid": 2, "ts": ts + 0.5, "dur": 1})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "args": {
+                    "correlation": 10_000 + i,
+                    "nested": [{"a": "}"}, {"b": [1]}],
+                    "External id": i,
+                },
+                "pid": 1,
+                "tid": 2,
+                "ts": ts + 0.5,
+                "dur": 1,
+            }
+        )
         name = "void k<float, 1>(\u00e9\u4e2d\U0001f600)"
-        events.append({"ph": "X", "cat": "kernel", "name": name,
-                       "pid": 0, "tid": 7, "ts": ts + 1, "dur": -0.0 if i % 7 == 0 else 1.125,
-                       "args": {"device": 0, "stream": 7, "correlation": 10_000 + i,
-                                "grid": [i, 1, 1], "block": [128, 1, 1],
-                                "External id": 2**70 + i}})
-        events.append({"ph": "s", "id": i, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 2,
-                       "ts": ts + 0.5})
-        events.append({"ph": "f", "id": i, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7,
-                       "ts": ts + 1, "bp": "e"})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": name,
+                "pid": 0,
+                "tid": 7,
+                "ts": ts + 1,
+                "dur": -0.0 if i % 7 == 0 else 1.125,
+                "args": {
+                    "device": 0,
+                    "stream": 7,
+                    "correlation": 10_000 + i,
+                    "grid": [i, 1, 1],
+                    "block": [128, 1, 1],
+                    "External id": 2**70 + i,
+                },
+            }
+        )
+        events.append(
+            {"ph": "s", "id": i, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 2, "ts": ts + 0.5}
+        )
+        events.append(
+            {
+                "ph": "f",
+                "id": i,
+                "cat": "ac2g",
+                "name": "ac2g",
+                "pid": 0,
+                "tid": 7,
+                "ts": ts + 1,
+                "bp": "e",
+            }
+        )
         if i % 5 == 0:
-            events.append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1,
-                           "tid": 2, "ts": ts + 2, "s": "t",
-                           "args": {"Bytes": 512 * (-1) ** i, "Device Id": 0, "Device Type": 1,
-                                    "Addr": 2**40 + i, "Total Allocated": 4096 + i,
-                                    "Total Reserved": 8192}})
+            events.append(
+                {
+                    "ph": "i",
+                    "cat": "cpu_instant_event",
+                    "name": "[memory]",
+                    "pid": 1,
+                    "tid": 2,
+                    "ts": ts + 2,
+                    "s": "t",
+                    "args": {
+                        "Bytes": 512 * (-1) ** i,
+                        "Device Id": 0,
+                        "Device Type": 1,
+                        "Addr": 2**40 + i,
+                        "Total Allocated": 4096 + i,
+                        "Total Reserved": 8192,
+                    },
+                }
+            )
     return events
 
 
 def _awkward_text(indent: int | None) -> str:
-    text = json.dumps({"schemaVersion": 1, "traceEvents": _awkward_events(),
-                       "deviceProperties": [{"id": 0, "name": "GPU}{", "computeMajor": 9,
-                                             "computeMinor": 0}]},
-                      indent=indent, ensure_ascii=False)
+    text = json.dumps(
+        {
+            "schemaVersion": 1,
+            "traceEvents": _awkward_events(),
+            "deviceProperties": [{"id": 0, "name": "GPU}{", "computeMajor": 9, "computeMinor": 0}],
+        },
+        indent=indent,
+        ensure_ascii=False,
+    )
     # A duplicate key inside one event: both readers keep the last value.
     return text.replace('"name": "process_name",', '"name": "first", "name": "process_name",', 1)
 
@@ -220,16 +296,33 @@ def _odd_args_events() -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     for i in range(200):
         ts = 10.0 + 4 * i
-        op: dict[str, Any] = {"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 3}",
-                              "pid": 1, "tid": 1, "ts": ts, "dur": 1.0}
+        op: dict[str, Any] = {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"aten::op{i % 3}",
+            "pid": 1,
+            "tid": 1,
+            "ts": ts,
+            "dur": 1.0,
+        }
         if i % 10 != 9:
             op["args"] = forms[i % len(forms)]
         events.append(op)
         grid: Any = [[i, 1, 1], 5, None, "x"][i % 4]
-        events.append({"ph": "X", "cat": "gpu_memcpy" if i % 5 == 0 else "kernel",
-                       "name": "k", "pid": 0, "tid": "stream 7", "ts": ts + 1, "dur": 1.0,
-                       "args": {"grid": grid, "block": [128, 1, 1], "bytes": 64,
-                                "correlation": i} if i % 6 else forms[7]})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "gpu_memcpy" if i % 5 == 0 else "kernel",
+                "name": "k",
+                "pid": 0,
+                "tid": "stream 7",
+                "ts": ts + 1,
+                "dur": 1.0,
+                "args": {"grid": grid, "block": [128, 1, 1], "bytes": 64, "correlation": i}
+                if i % 6
+                else forms[7],
+            }
+        )
     return events
 
 
@@ -372,7 +465,8 @@ def test_without_isal_installed(tmp_path: Path) -> None:
 @pytest.mark.skipif(igzip is None, reason="python-isal not installed")
 @pytest.mark.parametrize("path", GZIPPED, ids=lambda p: p.name)
 def test_isal_and_the_standard_library_read_the_same_trace(
-        path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with_isal = load_trace(path)
     monkeypatch.setattr(trace_io, "_gzip_file", gzip.GzipFile)
     assert load_trace(path) == with_isal
@@ -405,9 +499,13 @@ def test_makers_build_what_the_dataclass_constructors_build() -> None:
 
     from gpuprof_nb.model.trace import Kernel, MemoryEvent, Op, RuntimeCall, SyncEvent
 
-    makers = {Op: trace_io._new_op, Kernel: trace_io._new_kernel,
-              RuntimeCall: trace_io._new_runtime, SyncEvent: trace_io._new_sync,
-              MemoryEvent: trace_io._new_memory}
+    makers = {
+        Op: trace_io._new_op,
+        Kernel: trace_io._new_kernel,
+        RuntimeCall: trace_io._new_runtime,
+        SyncEvent: trace_io._new_sync,
+        MemoryEvent: trace_io._new_memory,
+    }
     for cls, make in makers.items():
         assert make is not cls  # the fast maker is in use for the model as it is today
         names = [f.name for f in dataclasses.fields(cls)]
@@ -471,8 +569,9 @@ def _from_dict_one_at_a_time(d: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 def _check_from_dict_same(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     raw = path.read_bytes()
     d = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-    _same_or_same_error(lambda: _from_dict_one_at_a_time(d, monkeypatch),
-                        lambda: trace_from_dict(d, source="t"))
+    _same_or_same_error(
+        lambda: _from_dict_one_at_a_time(d, monkeypatch), lambda: trace_from_dict(d, source="t")
+    )
 
 
 @pytest.mark.parametrize("path", LOCAL, ids=lambda p: str(p.relative_to(DATA)))
@@ -490,11 +589,15 @@ def test_converted_dicts_equal_one_at_a_time_on_shared_traces(
     _check_from_dict_same(path, monkeypatch)
 
 
-@pytest.mark.parametrize("spoil", [
-    {"args": {1: "an int key"}},  # msgspec.convert refuses it: the whole list goes one by one
-    {"ts": float("nan")},
-    {"dur": "x"},
-], ids=str)
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        {"args": {1: "an int key"}},  # msgspec.convert refuses it: the whole list goes one by one
+        {"ts": float("nan")},
+        {"dur": "x"},
+    ],
+    ids=str,
+)
 def test_converted_dicts_fall_back_with_the_same_result_or_message(
     spoil: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -502,8 +605,9 @@ def test_converted_dicts_fall_back_with_the_same_result_or_message(
     kernel = next(i for i, e in enumerate(events) if e.get("cat") == "kernel")
     events[kernel] = {**events[kernel], **spoil}
     d = {"traceEvents": events}
-    message = _same_or_same_error(lambda: _from_dict_one_at_a_time(d, monkeypatch),
-                                  lambda: trace_from_dict(d, source="t"))
+    message = _same_or_same_error(
+        lambda: _from_dict_one_at_a_time(d, monkeypatch), lambda: trace_from_dict(d, source="t")
+    )
     if message is None:
         assert "args" in spoil  # only the odd args key is readable
     else:

@@ -20,8 +20,14 @@ SHARED = Path("/work/shared/traces")
 NOT_TRACES = {"memory_timeline.raw.gz"}
 
 DEVICE_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
-KIND_OF_CAT = {"kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "memcpy", "Memcpy": "memcpy",
-               "gpu_memset": "memset", "Memset": "memset"}
+KIND_OF_CAT = {
+    "kernel": "kernel",
+    "Kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "Memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "Memset": "memset",
+}
 
 
 def _looks_like_trace(path: Path) -> bool:
@@ -36,8 +42,11 @@ def _trace_files(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(
-        p for p in root.rglob("*")
-        if p.is_file() and p.name not in NOT_TRACES and p.name.endswith((".json", ".json.gz"))
+        p
+        for p in root.rglob("*")
+        if p.is_file()
+        and p.name not in NOT_TRACES
+        and p.name.endswith((".json", ".json.gz"))
         and _looks_like_trace(p)
     )
 
@@ -66,8 +75,9 @@ def _reference(d: dict) -> dict:
         per_name[(e["name"], KIND_OF_CAT[e["cat"]])] += dur
         kernels += e["cat"] in ("kernel", "Kernel")
     # Sweep over sorted start/end points (a different algorithm from merge_intervals).
-    points = sorted([(s, 1) for s, _ in spans] + [(t, -1) for _, t in spans],
-                    key=lambda p: (p[0], -p[1]))
+    points = sorted(
+        [(s, 1) for s, _ in spans] + [(t, -1) for _, t in spans], key=lambda p: (p[0], -p[1])
+    )
     busy, depth, opened = 0.0, 0, 0.0
     for t, delta in points:
         if depth == 0 and delta == 1:
@@ -77,8 +87,13 @@ def _reference(d: dict) -> dict:
             busy += t - opened
     top_us = max(per_name.values(), default=0.0)
     tops = {key for key, us in per_name.items() if us >= top_us * (1 - 1e-12)}
-    return {"kernels": kernels, "device_events": len(spans), "busy": busy, "tops": tops,
-            "top_us": top_us}
+    return {
+        "kernels": kernels,
+        "device_events": len(spans),
+        "busy": busy,
+        "tops": tops,
+        "top_us": top_us,
+    }
 
 
 def _check_against_reference(path: Path) -> None:
@@ -242,42 +257,130 @@ def test_event_mapping_on_a_synthetic_dict() -> None:
         "distributedInfo": {"backend": "nccl", "rank": 3, "world_size": 8},
         "traceEvents": [
             {"ph": "M", "name": "process_name", "ts": 1, "pid": 9, "tid": 0, "args": {}},
-            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 9, "tid": "5", "ts": 1000.5,
-             "dur": 20, "args": {"External id": 7, "Input Dims": [[2, 3], [3, 4]],
-                                 "Call stack": "a.py(1): f;b.py(2): g", "Sequence number": 11}},
-            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4", "pid": 9, "tid": 5,
-             "ts": 1000, "dur": 50},
-            {"ph": "X", "cat": "python_function", "name": "a.py(1): f", "pid": 9, "tid": 5,
-             "ts": 999, "dur": 60},
-            {"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#4", "pid": 0,
-             "tid": 7, "ts": 1001, "dur": 40},
-            {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "pid": 9, "tid": 5,
-             "ts": 1002, "dur": 3, "args": {"correlation": 77}},
-            {"ph": "X", "cat": "kernel", "name": "k<1>", "pid": 0, "tid": 7, "ts": 1010,
-             "dur": 5, "args": {"device": 0, "stream": 7, "correlation": 77, "grid": [1, 2, 3],
-                                "block": [32, 1, 1]}},
-            {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "pid": 0, "tid": 7,
-             "ts": 1020, "dur": 2, "args": {"device": 0, "stream": 7, "bytes": 400}},
-            {"ph": "X", "cat": "cuda_sync", "name": "Event Sync", "pid": 0, "tid": 7,
-             "ts": 1030, "dur": 1, "args": {"device": 0, "stream": -1}},
-            {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 9, "tid": 5,
-             "ts": 1040, "s": "t", "args": {"Bytes": -64, "Device Id": 0, "Device Type": 1}},
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "pid": 9,
+                "tid": "5",
+                "ts": 1000.5,
+                "dur": 20,
+                "args": {
+                    "External id": 7,
+                    "Input Dims": [[2, 3], [3, 4]],
+                    "Call stack": "a.py(1): f;b.py(2): g",
+                    "Sequence number": 11,
+                },
+            },
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "ProfilerStep#4",
+                "pid": 9,
+                "tid": 5,
+                "ts": 1000,
+                "dur": 50,
+            },
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": "a.py(1): f",
+                "pid": 9,
+                "tid": 5,
+                "ts": 999,
+                "dur": 60,
+            },
+            {
+                "ph": "X",
+                "cat": "gpu_user_annotation",
+                "name": "ProfilerStep#4",
+                "pid": 0,
+                "tid": 7,
+                "ts": 1001,
+                "dur": 40,
+            },
+            {
+                "ph": "X",
+                "cat": "cuda_driver",
+                "name": "cuLaunchKernel",
+                "pid": 9,
+                "tid": 5,
+                "ts": 1002,
+                "dur": 3,
+                "args": {"correlation": 77},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "k<1>",
+                "pid": 0,
+                "tid": 7,
+                "ts": 1010,
+                "dur": 5,
+                "args": {
+                    "device": 0,
+                    "stream": 7,
+                    "correlation": 77,
+                    "grid": [1, 2, 3],
+                    "block": [32, 1, 1],
+                },
+            },
+            {
+                "ph": "X",
+                "cat": "gpu_memset",
+                "name": "Memset (Device)",
+                "pid": 0,
+                "tid": 7,
+                "ts": 1020,
+                "dur": 2,
+                "args": {"device": 0, "stream": 7, "bytes": 400},
+            },
+            {
+                "ph": "X",
+                "cat": "cuda_sync",
+                "name": "Event Sync",
+                "pid": 0,
+                "tid": 7,
+                "ts": 1030,
+                "dur": 1,
+                "args": {"device": 0, "stream": -1},
+            },
+            {
+                "ph": "i",
+                "cat": "cpu_instant_event",
+                "name": "[memory]",
+                "pid": 9,
+                "tid": 5,
+                "ts": 1040,
+                "s": "t",
+                "args": {"Bytes": -64, "Device Id": 0, "Device Type": 1},
+            },
             {"ph": "s", "cat": "ac2g", "id": 77, "pid": 9, "tid": 5, "ts": 1002, "name": "ac2g"},
-            {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans",
-             "tid": "PyTorch Profiler", "ts": 10, "dur": 99999},
+            {
+                "ph": "X",
+                "cat": "Trace",
+                "name": "PyTorch Profiler (0)",
+                "pid": "Spans",
+                "tid": "PyTorch Profiler",
+                "ts": 10,
+                "dur": 99999,
+            },
             {"ph": "i", "name": "Iteration Start", "pid": "Traces", "tid": "x", "ts": 5, "s": "g"},
         ],
     }
     t = trace_from_dict(d, source="synthetic")
     assert [(o.name, o.kind) for o in t.ops] == [
-        ("a.py(1): f", "python"), ("ProfilerStep#4", "annotation"), ("aten::mm", "op")
+        ("a.py(1): f", "python"),
+        ("ProfilerStep#4", "annotation"),
+        ("aten::mm", "op"),
     ]
     mm = t.ops[2]
     assert mm.tid == 5 and mm.external_id == 7 and mm.sequence_number == 11
     assert mm.input_dims == ((2, 3), (3, 4))
     assert mm.stack == ("a.py(1): f", "b.py(2): g")
     assert [(k.kind, k.stream, k.correlation) for k in t.kernels] == [
-        ("kernel", 7, 77), ("memset", 7, None)
+        ("kernel", 7, 77),
+        ("memset", 7, None),
     ]
     assert t.kernels[0].grid == (1, 2, 3) and t.kernels[1].bytes == 400
     assert t.runtime[0].name == "cuLaunchKernel" and t.runtime[0].correlation == 77
@@ -293,35 +396,73 @@ def test_event_mapping_on_a_synthetic_dict() -> None:
 
 def test_steps_from_optimizer_annotations_when_no_profiler_steps() -> None:
     def ann(name: str, ts: float, dur: float) -> dict:
-        return {"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1,
-                "ts": ts, "dur": dur}
+        return {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": name,
+            "pid": 1,
+            "tid": 1,
+            "ts": ts,
+            "dur": dur,
+        }
 
     events = [ann("Optimizer.step#SGD.step", s, 10) for s in (100, 300, 520)]
     events.append(ann("Optimizer.step#EMA.step", 305, 2))  # a second, rarer optimizer
     t = trace_from_dict({"traceEvents": events})
     ends = [110.0, 310.0, 530.0]
     assert [(s.number, s.start_us, s.end_us) for s in t.steps] == [
-        (1, ends[0], ends[1]), (2, ends[1], ends[2])
+        (1, ends[0], ends[1]),
+        (2, ends[1], ends[2]),
     ]
 
 
 def test_profiler_step_is_an_annotation_whatever_its_category() -> None:
-    t = trace_from_dict({"traceEvents": [
-        {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": 0,
-         "dur": 5},
-        {"ph": "X", "cat": "cpu_op", "name": "Optimizer.step#SGD.step", "pid": 1, "tid": 1,
-         "ts": 1, "dur": 2},
-    ]})
+    t = trace_from_dict(
+        {
+            "traceEvents": [
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "ProfilerStep#3",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": 0,
+                    "dur": 5,
+                },
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "Optimizer.step#SGD.step",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": 1,
+                    "dur": 2,
+                },
+            ]
+        }
+    )
     assert [o.kind for o in t.ops] == ["annotation", "op"]
     assert [(s.number, s.dur_us) for s in t.steps] == [(3, 5.0)]
 
 
 def test_negative_durations_are_clamped_and_reported() -> None:
-    t = trace_from_dict({"traceEvents": [
-        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": -3,
-         "args": {"stream": 7, "device": 0}},
-        {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 5, "dur": 20},
-    ]})
+    t = trace_from_dict(
+        {
+            "traceEvents": [
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": "k",
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": 10,
+                    "dur": -3,
+                    "args": {"stream": 7, "device": 0},
+                },
+                {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 5, "dur": 20},
+            ]
+        }
+    )
     assert t.kernels[0].dur_us == 0.0
     assert t.window_us == (5.0, 25.0)
     assert len(t.load_warnings) == 1 and "negative" in t.load_warnings[0]
@@ -332,7 +473,10 @@ def test_distributed_and_missing_device_properties() -> None:
     d = _plain_json(DATA / "a100_nccl" / "nccl_data.json.gz")
     info = d["distributedInfo"]
     assert (t.distributed.rank, t.distributed.world_size, t.distributed.backend) == (
-        info["rank"], info["world_size"], info["backend"])
+        info["rank"],
+        info["world_size"],
+        info["backend"],
+    )
     plain = load_trace(DATA / "rank_non_gpu" / "rank_non_gpu.json.gz")
     assert plain.devices == () and plain.schema_version is None and not plain.kernels
 
@@ -345,7 +489,8 @@ def test_cpu_only_gpu_only_mtia_and_range_profiler_traces_load() -> None:
     mtia = load_trace(DATA / "mtia_inference" / "mtia_inference_rank_0.json.gz")
     assert mtia.devices[0].name == "ARTEMIS" and mtia.devices[0].num_sms is None
     ranged = load_trace(
-        DATA / "a100_cupti_range" / "benchmark_result_924719_1679055439_trace.json.gz")
+        DATA / "a100_cupti_range" / "benchmark_result_924719_1679055439_trace.json.gz"
+    )
     assert not ranged.kernels and ranged.runtime
 
 

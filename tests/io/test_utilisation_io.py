@@ -23,8 +23,11 @@ def _entry() -> dict[str, Any]:
             "cpu0": {"unit": "%", "label": "CPU 0", "values": [50.0, 100.0, 0.0]},
             "cpu1": {"unit": "%", "label": "CPU 1", "values": [0.0, 0, 25.5]},
             "process": {"unit": "cores", "label": "this process", "values": [0.5, 1.0, 0.0]},
-            "gpu_mem_used": {"unit": "bytes", "label": "GPU 0 memory used",
-                             "values": [1e9, 2e9, 3e9]},
+            "gpu_mem_used": {
+                "unit": "bytes",
+                "label": "GPU 0 memory used",
+                "values": [1e9, 2e9, 3e9],
+            },
         },
         "notes": ["GPU 0 power not recorded: NVML says Not Supported"],
     }
@@ -54,13 +57,15 @@ def test_round_trip_through_json() -> None:
 
 
 def test_round_trip_from_the_model() -> None:
-    u = Utilisation("psutil", 2.5, (1.0, 2.0), (UtilisationSeries("cpu0", "%", "CPU 0",
-                                                                   (1.0, 2.0)),), ())
+    u = Utilisation(
+        "psutil", 2.5, (1.0, 2.0), (UtilisationSeries("cpu0", "%", "CPU 0", (1.0, 2.0)),), ()
+    )
     assert utilisation_of(_top(utilisation_dict(u))) == u
 
 
-@pytest.mark.parametrize("top", [{}, {"gpuprof_nb": {"cells": {}}}, {"gpuprof_nb": []},
-                                 {"traceEvents": []}])
+@pytest.mark.parametrize(
+    "top", [{}, {"gpuprof_nb": {"cells": {}}}, {"gpuprof_nb": []}, {"traceEvents": []}]
+)
 def test_missing_entry_is_none(top: dict[str, Any]) -> None:
     assert utilisation_of(top) is None
 
@@ -113,18 +118,27 @@ MALFORMED: list[tuple[object, str]] = [
     (_without(("series", "cpu0", "label")), f"{P}.series['cpu0']: has no 'label'"),
     (_without(("series", "cpu0", "values")), f"{P}.series['cpu0']: has no 'values'"),
     (_set(("series", "cpu0", "unit"), None), f"{P}.series['cpu0'].unit: expected a string"),
-    (_set(("series", "process", "label"), 1), f"{P}.series['process'].label: expected a "
-                                               "string"),
-    (_set(("series", "cpu0", "values"), [1.0, 2.0]),
-     f"{P}.series['cpu0'].values: 2 values for 3 times"),
-    (_set(("series", "cpu0", "values"), [1.0, 2.0, 3.0, 4.0]),
-     f"{P}.series['cpu0'].values: 4 values for 3 times"),
-    (_set(("series", "cpu1", "values", 1), "x"),
-     f"{P}.series['cpu1'].values[1]: expected a number, got str"),
-    (_set(("series", "cpu1", "values"), "123"),
-     f"{P}.series['cpu1'].values: expected a list of numbers, got str"),
-    (_set(("series", ""), {"unit": "%", "label": "", "values": [1, 2, 3]}),
-     f"{P}.series['']: a series needs a non-empty string name"),
+    (_set(("series", "process", "label"), 1), f"{P}.series['process'].label: expected a string"),
+    (
+        _set(("series", "cpu0", "values"), [1.0, 2.0]),
+        f"{P}.series['cpu0'].values: 2 values for 3 times",
+    ),
+    (
+        _set(("series", "cpu0", "values"), [1.0, 2.0, 3.0, 4.0]),
+        f"{P}.series['cpu0'].values: 4 values for 3 times",
+    ),
+    (
+        _set(("series", "cpu1", "values", 1), "x"),
+        f"{P}.series['cpu1'].values[1]: expected a number, got str",
+    ),
+    (
+        _set(("series", "cpu1", "values"), "123"),
+        f"{P}.series['cpu1'].values: expected a list of numbers, got str",
+    ),
+    (
+        _set(("series", ""), {"unit": "%", "label": "", "values": [1, 2, 3]}),
+        f"{P}.series['']: a series needs a non-empty string name",
+    ),
     (_set(("notes",), "oops"), f"{P}.notes: expected a list of strings, got str"),
     (_set(("notes", 0), 7), f"{P}.notes[0]: expected a string, got int"),
 ]

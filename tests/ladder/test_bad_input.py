@@ -33,9 +33,18 @@ class NoAutocast(torch.nn.Module):
 
 def test_failed_rung_is_reported_and_the_ladder_goes_on(tiny):
     # On CPU: NoAutocast raises under CPU autocast only.
-    report = run_ladder(NoAutocast, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn, steps=2,
-                        warmup=1, batch_size=8, rungs=["fp32", "bf16", "fused_adamw"],
-                        device="cpu", progress=False)
+    report = run_ladder(
+        NoAutocast,
+        tiny.dataset,
+        tiny.loss_fn,
+        tiny.optimizer_fn,
+        steps=2,
+        warmup=1,
+        batch_size=8,
+        rungs=["fp32", "bf16", "fused_adamw"],
+        device="cpu",
+        progress=False,
+    )
     bf16 = report.rung("bf16")
     assert bf16.status == "failed"
     assert bf16.reason == "RuntimeError: this op has no bf16 kernel"
@@ -54,9 +63,19 @@ def test_compile_rung_runs_for_real_and_is_reset(tiny, monkeypatch):
     resets = []
     real_reset = torch._dynamo.reset
     monkeypatch.setattr(torch._dynamo, "reset", lambda: (resets.append(1), real_reset()))
-    report = run_ladder(tiny.model_fn, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn, steps=3,
-                        warmup=1, batch_size=8, rungs=["fp32", "compile"], compile=True,
-                        compile_backend="eager", progress=False)
+    report = run_ladder(
+        tiny.model_fn,
+        tiny.dataset,
+        tiny.loss_fn,
+        tiny.optimizer_fn,
+        steps=3,
+        warmup=1,
+        batch_size=8,
+        rungs=["fp32", "compile"],
+        compile=True,
+        compile_backend="eager",
+        progress=False,
+    )
     rung = report.rung("compile")
     assert rung.status in ("kept", "dropped", "no clear change", "flagged")
     assert rung.compile_time_us is not None and rung.compile_time_us >= 0
@@ -75,9 +94,18 @@ def test_compile_failure_is_a_failed_rung(tiny, monkeypatch):
         raise RuntimeError("compiler exploded\nlong trace")
 
     monkeypatch.setattr(torch, "compile", broken_compile)
-    report = run_ladder(tiny.model_fn, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn, steps=2,
-                        warmup=0, batch_size=8, rungs=["fp32", "compile", "fused_adamw"],
-                        compile=True, progress=False)
+    report = run_ladder(
+        tiny.model_fn,
+        tiny.dataset,
+        tiny.loss_fn,
+        tiny.optimizer_fn,
+        steps=2,
+        warmup=0,
+        batch_size=8,
+        rungs=["fp32", "compile", "fused_adamw"],
+        compile=True,
+        progress=False,
+    )
     assert report.rung("compile").status == "failed"
     assert report.rung("compile").reason == "RuntimeError: compiler exploded"
     assert report.rung("fused_adamw").step_times_us
@@ -89,8 +117,17 @@ def test_nan_baseline_loss_is_a_clear_error(tiny):
         return tiny.loss_fn(out, target) * float("nan")
 
     with pytest.raises(GpuprofError, match=r"loss became nan at step 1 .*detect_anomaly"):
-        run_ladder(tiny.model_fn, tiny.dataset, nan_loss, tiny.optimizer_fn, steps=2,
-                   warmup=0, batch_size=8, rungs=["fp32"], progress=False)
+        run_ladder(
+            tiny.model_fn,
+            tiny.dataset,
+            nan_loss,
+            tiny.optimizer_fn,
+            steps=2,
+            warmup=0,
+            batch_size=8,
+            rungs=["fp32"],
+            progress=False,
+        )
     _assert_clean_state()
 
 
@@ -99,8 +136,17 @@ def test_nan_only_under_low_precision_fails_that_rung(tiny):
         loss = tiny.loss_fn(out, target)
         return loss * float("nan") if out.dtype == torch.bfloat16 else loss
 
-    report = run_ladder(tiny.model_fn, tiny.dataset, fragile_loss, tiny.optimizer_fn, steps=2,
-                        warmup=0, batch_size=8, rungs=["fp32", "bf16"], progress=False)
+    report = run_ladder(
+        tiny.model_fn,
+        tiny.dataset,
+        fragile_loss,
+        tiny.optimizer_fn,
+        steps=2,
+        warmup=0,
+        batch_size=8,
+        rungs=["fp32", "bf16"],
+        progress=False,
+    )
     assert report.rung("bf16").status == "failed"
     assert "loss became nan" in report.rung("bf16").reason
     _assert_clean_state()
@@ -109,21 +155,45 @@ def test_nan_only_under_low_precision_fails_that_rung(tiny):
 def test_empty_dataset(tiny):
     empty = TensorDataset(torch.zeros(0, 16), torch.zeros(0, dtype=torch.long))
     with pytest.raises(GpuprofError, match="yielded no batches"):
-        run_ladder(tiny.model_fn, empty, tiny.loss_fn, tiny.optimizer_fn, steps=2,
-                   batch_size=8, rungs=["fp32"], progress=False)
+        run_ladder(
+            tiny.model_fn,
+            empty,
+            tiny.loss_fn,
+            tiny.optimizer_fn,
+            steps=2,
+            batch_size=8,
+            rungs=["fp32"],
+            progress=False,
+        )
     # Fewer samples than one batch (the ladder drops short batches for static shapes).
     short = TensorDataset(torch.zeros(3, 16), torch.zeros(3, dtype=torch.long))
     with pytest.raises(GpuprofError, match="smaller batch_size"):
-        run_ladder(tiny.model_fn, short, tiny.loss_fn, tiny.optimizer_fn, steps=2,
-                   batch_size=8, rungs=["fp32"], progress=False)
+        run_ladder(
+            tiny.model_fn,
+            short,
+            tiny.loss_fn,
+            tiny.optimizer_fn,
+            steps=2,
+            batch_size=8,
+            rungs=["fp32"],
+            progress=False,
+        )
     _assert_clean_state()
 
 
 def test_batches_must_be_pairs(tiny):
     singles = TensorDataset(torch.zeros(32, 16))
     with pytest.raises(GpuprofError, match=r"\(inputs, targets\)"):
-        run_ladder(tiny.model_fn, singles, tiny.loss_fn, tiny.optimizer_fn, steps=2,
-                   batch_size=8, rungs=["fp32"], progress=False)
+        run_ladder(
+            tiny.model_fn,
+            singles,
+            tiny.loss_fn,
+            tiny.optimizer_fn,
+            steps=2,
+            batch_size=8,
+            rungs=["fp32"],
+            progress=False,
+        )
 
 
 def test_argument_mistakes(tiny):
@@ -161,10 +231,19 @@ class Greedy(torch.nn.Module):
 
 def test_batch_that_does_not_fit_in_the_baseline(tiny):
     LIVE_ACTIVATIONS.clear()
-    with pytest.raises(GpuprofError, match=r"batch size 64 .*does not fit.*smaller batch_size"
-                       ) as caught:
-        run_ladder(Greedy, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn, steps=2,
-                   batch_size=64, rungs=["fp32"], progress=False)
+    with pytest.raises(
+        GpuprofError, match=r"batch size 64 .*does not fit.*smaller batch_size"
+    ) as caught:
+        run_ladder(
+            Greedy,
+            tiny.dataset,
+            tiny.loss_fn,
+            tiny.optimizer_fn,
+            steps=2,
+            batch_size=64,
+            rungs=["fp32"],
+            progress=False,
+        )
     # The error is still held (as IPython holds the last one), yet the activation and the
     # model are already freed: the ladder dropped the frames that pointed at them.
     assert caught.value is not None
@@ -173,10 +252,17 @@ def test_batch_that_does_not_fit_in_the_baseline(tiny):
 
 
 def test_batch_sweep_stops_at_the_first_oom(tiny):
-    sweep = sweep_batch_sizes(Greedy, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn,
-                              [8, 16, 64, 128], steps=2, warmup=0, progress=False)
-    assert [(p.batch_size, p.status) for p in sweep.points] == [
-        (8, "ok"), (16, "ok"), (64, "oom")]
+    sweep = sweep_batch_sizes(
+        Greedy,
+        tiny.dataset,
+        tiny.loss_fn,
+        tiny.optimizer_fn,
+        [8, 16, 64, 128],
+        steps=2,
+        warmup=0,
+        progress=False,
+    )
+    assert [(p.batch_size, p.status) for p in sweep.points] == [(8, "ok"), (16, "ok"), (64, "oom")]
     assert sweep.oom_batch_size == 64
     assert "does not fit" in sweep.points[-1].error
     assert "64 ran out of memory" in sweep.summary()
@@ -199,8 +285,18 @@ def test_peak_memory_sees_a_known_allocation(tiny):
             return self.lin(x) + scratch[:1] * 0
 
     # On CPU: the scratch is a CPU tensor, and the bounds are the CPU method's.
-    report = run_ladder(Hungry, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn, steps=2,
-                        warmup=0, batch_size=8, rungs=["fp32"], device="cpu", progress=False)
+    report = run_ladder(
+        Hungry,
+        tiny.dataset,
+        tiny.loss_fn,
+        tiny.optimizer_fn,
+        steps=2,
+        warmup=0,
+        batch_size=8,
+        rungs=["fp32"],
+        device="cpu",
+        progress=False,
+    )
     peak = report.baseline.peak_memory_bytes
     # The scratch plus the parameters and AdamW's two moments and step counters:
     # (16 * 4 + 4) floats x 3, 2 scalar steps; activations of 8 x 16 are small change.
@@ -233,9 +329,18 @@ def test_static_shapes_are_detected(tiny):
             return self.lin(x.mean(dim=1, keepdim=True))
 
     def workload(collate):
-        return Workload(model_fn=Flexible, dataset=tiny.dataset, collate_fn=collate,
-                        loss_fn=tiny.loss_fn, optimizer_fn=tiny.optimizer_fn, batch_size=8,
-                        steps=3, warmup=0, device=torch.device("cpu"), seed=0)
+        return Workload(
+            model_fn=Flexible,
+            dataset=tiny.dataset,
+            collate_fn=collate,
+            loss_fn=tiny.loss_fn,
+            optimizer_fn=tiny.optimizer_fn,
+            batch_size=8,
+            steps=3,
+            warmup=0,
+            device=torch.device("cpu"),
+            seed=0,
+        )
 
     assert measure(workload(ragged), RungConfig()).static_shapes is False
     default_collate = DataLoader(tiny.dataset).collate_fn
@@ -249,10 +354,20 @@ def test_flagged_low_precision_still_gets_its_three_run_reference(tiny):
         loss = tiny.loss_fn(out, target)
         return loss * 3 if out.dtype == torch.bfloat16 else loss
 
-    report = run_ladder(tiny.model_fn, tiny.dataset, louder_in_bf16,
-                        lambda p: torch.optim.SGD(p, lr=0.1), steps=3, warmup=1, batch_size=8,
-                        rungs=["fp32", "bf16", "compile"], compile=True,
-                        compile_backend="eager", loss_tolerance=1e-3, progress=False)
+    report = run_ladder(
+        tiny.model_fn,
+        tiny.dataset,
+        louder_in_bf16,
+        lambda p: torch.optim.SGD(p, lr=0.1),
+        steps=3,
+        warmup=1,
+        batch_size=8,
+        rungs=["fp32", "bf16", "compile"],
+        compile=True,
+        compile_backend="eager",
+        loss_tolerance=1e-3,
+        progress=False,
+    )
     bf16 = report.rung("bf16")
     assert bf16.status == "flagged" and "loss drifted" in bf16.reason
     assert bf16.loss_drift > 1e-3
@@ -264,7 +379,8 @@ def test_flagged_low_precision_still_gets_its_three_run_reference(tiny):
     assert "bf16 autocast" in reference.settings and "compile(default" in reference.settings
     assert report.three_run.compile_samples_per_s == pytest.approx(reference.samples_per_s)
     assert report.three_run.compile_gain == pytest.approx(
-        reference.samples_per_s / bf16.samples_per_s - 1)
+        reference.samples_per_s / bf16.samples_per_s - 1
+    )
     assert "Flagged: bf16" in report.recommendation
 
 
@@ -273,9 +389,18 @@ def test_under_an_active_profiler_cpu_memory_is_left_empty(tiny):
 
     with profile(activities=[ProfilerActivity.CPU]) as outer:
         # On CPU: on CUDA the peak comes from the allocator's counters, no profiler needed.
-        report = run_ladder(tiny.model_fn, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn,
-                            steps=2, warmup=0, batch_size=8, rungs=["fp32"], device="cpu",
-                            progress=False)
+        report = run_ladder(
+            tiny.model_fn,
+            tiny.dataset,
+            tiny.loss_fn,
+            tiny.optimizer_fn,
+            steps=2,
+            warmup=0,
+            batch_size=8,
+            rungs=["fp32"],
+            device="cpu",
+            progress=False,
+        )
         # The caller's profiling session is still running: the ladder did not start its own.
         assert torch._C._autograd._profiler_enabled()
     assert any(e.name == "aten::addmm" for e in outer.events())

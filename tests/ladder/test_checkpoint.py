@@ -14,8 +14,10 @@ from gpuprof_nb.ladder.measure import SEGMENTS, checkpoint_targets
 
 def _blocks_model() -> nn.Module:
     torch.manual_seed(0)
-    blocks = [nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU())
-              for _ in range(6)]
+    blocks = [
+        nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU())
+        for _ in range(6)
+    ]
     return nn.Sequential(*blocks, nn.Linear(256, 4))
 
 
@@ -23,8 +25,7 @@ class Encoder(nn.Module):
     def __init__(self):
         super().__init__()
         self.embed = nn.Linear(8, 16)
-        self.layers = nn.ModuleList(
-            nn.Sequential(nn.Linear(16, 16), nn.ReLU()) for _ in range(3))
+        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), nn.ReLU()) for _ in range(3))
         self.head = nn.Linear(16, 2)
 
     def forward(self, x):
@@ -36,9 +37,18 @@ class Encoder(nn.Module):
 
 def test_targets_prefer_repeated_blocks():
     assert [n for n, _ in checkpoint_targets(_blocks_model(), None)] == [
-        "0", "1", "2", "3", "4", "5"]
+        "0",
+        "1",
+        "2",
+        "3",
+        "4",
+        "5",
+    ]
     assert [n for n, _ in checkpoint_targets(Encoder(), None)] == [
-        "layers.0", "layers.1", "layers.2"]
+        "layers.0",
+        "layers.1",
+        "layers.2",
+    ]
     flat = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.ReLU())
     assert [n for n, _ in checkpoint_targets(flat, None)] == [SEGMENTS]
     assert [n for n, _ in checkpoint_targets(Encoder(), ["head"])] == ["head"]
@@ -51,9 +61,17 @@ def test_checkpointing_blocks_keeps_the_loss_and_lowers_the_peak():
     gen = torch.Generator().manual_seed(0)
     inputs = torch.randn(1024, 256, generator=gen)
     data = TensorDataset(inputs, inputs[:, :4].argmax(dim=1))
-    report = run_ladder(_blocks_model, data, nn.functional.cross_entropy,
-                        lambda p: torch.optim.SGD(p, lr=1e-2), steps=2, warmup=1,
-                        batch_size=1024, rungs=["fp32", "checkpoint"], progress=False)
+    report = run_ladder(
+        _blocks_model,
+        data,
+        nn.functional.cross_entropy,
+        lambda p: torch.optim.SGD(p, lr=1e-2),
+        steps=2,
+        warmup=1,
+        batch_size=1024,
+        rungs=["fp32", "checkpoint"],
+        progress=False,
+    )
     rung = report.rung("checkpoint")
     assert rung.status in ("kept", "dropped", "no clear change")
     assert rung.reason.startswith("on 0, 1, 2, 3, 4, 5:")

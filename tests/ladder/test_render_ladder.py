@@ -27,9 +27,17 @@ from gpuprof_nb.render.ladder import (
 
 
 def _rung(name, status, step_us, reason="", peak=1000 * 2**20):
-    return RungResult(name, f"{name} <settings>", status, reason,
-                      step_times_us=(step_us, step_us, step_us), samples_per_step=32,
-                      peak_memory_bytes=peak, final_loss=0.5, loss_drift=0.0)
+    return RungResult(
+        name,
+        f"{name} <settings>",
+        status,
+        reason,
+        step_times_us=(step_us, step_us, step_us),
+        samples_per_step=32,
+        peak_memory_bytes=peak,
+        final_loss=0.5,
+        loss_drift=0.0,
+    )
 
 
 def _report(label="a", bf16_step_us=500.0):
@@ -39,12 +47,24 @@ def _report(label="a", bf16_step_us=500.0):
         RungResult("compile", "fp32", "skipped", "no <gcc>"),
     )
     return LadderReport(
-        rungs=rungs, three_run=read_three_runs(32000.0, 64000.0, None), device_name="cpu",
-        memory_method="tensor bytes at the step peak", steps=3, warmup=1, batch_size=32, seed=0,
-        loss_tolerance=0.05, label=label,
-        batch_sweep=BatchSweep("fp32", (BatchPoint(8, "ok", (100.0, 100.0)),
-                                        BatchPoint(16, "ok", (150.0, 150.0)),
-                                        BatchPoint(32, "oom", error="does not fit"))),
+        rungs=rungs,
+        three_run=read_three_runs(32000.0, 64000.0, None),
+        device_name="cpu",
+        memory_method="tensor bytes at the step peak",
+        steps=3,
+        warmup=1,
+        batch_size=32,
+        seed=0,
+        loss_tolerance=0.05,
+        label=label,
+        batch_sweep=BatchSweep(
+            "fp32",
+            (
+                BatchPoint(8, "ok", (100.0, 100.0)),
+                BatchPoint(16, "ok", (150.0, 150.0)),
+                BatchPoint(32, "oom", error="does not fit"),
+            ),
+        ),
     )
 
 
@@ -60,7 +80,13 @@ def test_html_is_escaped_and_text_has_the_same_numbers():
         assert shown in text and shown in html
     assert fmt_samples(80000.0) == "80,000" and fmt_samples(12.345) == "12.3"
     assert [s.title for s in sections] == [
-        "Summary", "Three-run reading", "Rungs", "Chart", "Batch sweep", "Settings"]
+        "Summary",
+        "Three-run reading",
+        "Rungs",
+        "Chart",
+        "Batch sweep",
+        "Settings",
+    ]
     sweep_text = sections[4].text
     assert "80,000" in sweep_text and "107,000" not in sweep_text  # 16 / 150 us = 106,667
     assert "106,667" in sweep_text
@@ -128,6 +154,10 @@ def test_reports_load_and_render_without_torch(tmp_path):
         "assert 'Optimisation ladder' in b['text/plain']\n"
         "assert 'torch' not in sys.modules\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={"MPLBACKEND": "Agg", "PYTHONPATH": ":".join(sys.path)})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"MPLBACKEND": "Agg", "PYTHONPATH": ":".join(sys.path)},
+    )
     assert done.returncode == 0, done.stderr

@@ -76,8 +76,9 @@ def test_judge_speed_rung():
     status, reason = judge_speed_rung(100.0, 300.0, 0.2, loss_tolerance=0.05, min_gain=0.03)
     assert status == "flagged" and "20.00%" in reason
     assert judge_speed_rung(100.0, 300.0, None, loss_tolerance=0.05, min_gain=0.03)[0] == "flagged"
-    assert judge_speed_rung(100.0, 300.0, math.inf, loss_tolerance=0.05,
-                            min_gain=0.03)[0] == "flagged"
+    assert (
+        judge_speed_rung(100.0, 300.0, math.inf, loss_tolerance=0.05, min_gain=0.03)[0] == "flagged"
+    )
 
 
 def test_judge_speed_rung_by_the_noise_aware_verdict():
@@ -85,28 +86,56 @@ def test_judge_speed_rung_by_the_noise_aware_verdict():
     the noise is 'no clear change', not kept and not dropped."""
     base = (1000.0, 1100.0, 950.0, 1050.0)
     noisy = (930.0, 1080.0, 900.0, 990.0)  # a 6% median gain, the samples overlapping
-    status, reason = judge_speed_rung(100.0, 106.0, 0.0, loss_tolerance=0.05, min_gain=0.03,
-                                      current_us_per_sample=base, candidate_us_per_sample=noisy)
+    status, reason = judge_speed_rung(
+        100.0,
+        106.0,
+        0.0,
+        loss_tolerance=0.05,
+        min_gain=0.03,
+        current_us_per_sample=base,
+        candidate_us_per_sample=noisy,
+    )
     assert status == "no clear change" and "inside the noise" in reason
     clear = tuple(t / 1.5 for t in base)
-    assert judge_speed_rung(100.0, 150.0, 0.0, loss_tolerance=0.05, min_gain=0.03,
-                            current_us_per_sample=base, candidate_us_per_sample=clear)[0] \
+    assert (
+        judge_speed_rung(
+            100.0,
+            150.0,
+            0.0,
+            loss_tolerance=0.05,
+            min_gain=0.03,
+            current_us_per_sample=base,
+            candidate_us_per_sample=clear,
+        )[0]
         == "kept"
+    )
     slower = tuple(t * 1.5 for t in base)
-    assert judge_speed_rung(100.0, 66.7, 0.0, loss_tolerance=0.05, min_gain=0.03,
-                            current_us_per_sample=base, candidate_us_per_sample=slower)[0] \
+    assert (
+        judge_speed_rung(
+            100.0,
+            66.7,
+            0.0,
+            loss_tolerance=0.05,
+            min_gain=0.03,
+            current_us_per_sample=base,
+            candidate_us_per_sample=slower,
+        )[0]
         == "dropped"
+    )
 
 
 def test_judge_checkpoint_rung():
     # 40% memory saved for 25% more time per sample: worth it.
-    status, reason = judge_checkpoint_rung(100.0, 10 * 2**20, 80.0, 6 * 2**20, 0.0,
-                                           loss_tolerance=0.05)
+    status, reason = judge_checkpoint_rung(
+        100.0, 10 * 2**20, 80.0, 6 * 2**20, 0.0, loss_tolerance=0.05
+    )
     assert status == "kept"
     assert "40.0%" in reason and "+25.0%" in reason
     # 10% saved: not worth it.
-    assert judge_checkpoint_rung(100.0, 10 * 2**20, 90.0, 9 * 2**20, 0.0,
-                                 loss_tolerance=0.05)[0] == "dropped"
+    assert (
+        judge_checkpoint_rung(100.0, 10 * 2**20, 90.0, 9 * 2**20, 0.0, loss_tolerance=0.05)[0]
+        == "dropped"
+    )
     # Under 1 MiB either way: too small to claim a saving.
     status, reason = judge_checkpoint_rung(100.0, 900_000, 99.0, 100, 0.0, loss_tolerance=0.05)
     assert status == "dropped" and "too small" in reason
@@ -127,8 +156,14 @@ def _point(batch: int, rate: float) -> BatchPoint:
 
 
 def test_plateau_and_oom():
-    points = (_point(8, 100.0), _point(16, 190.0), _point(32, 300.0), _point(64, 320.0),
-              _point(128, 310.0), BatchPoint(256, "oom", error="out of memory"))
+    points = (
+        _point(8, 100.0),
+        _point(16, 190.0),
+        _point(32, 300.0),
+        _point(64, 320.0),
+        _point(128, 310.0),
+        BatchPoint(256, "oom", error="out of memory"),
+    )
     assert points[2].samples_per_s == pytest.approx(300.0)
     assert find_plateau(points) == 32
     sweep = BatchSweep("fp32", points)
@@ -146,20 +181,37 @@ def test_no_plateau_while_throughput_climbs():
 
 def _rung(name: str, status: str, rate: float, peak: int, reason: str = "r") -> RungResult:
     step_us = 32 / rate * 1e6
-    return RungResult(name, f"{name} settings", status, reason,
-                      step_times_us=(step_us, step_us * 1.1, step_us * 0.95),
-                      samples_per_step=32, peak_memory_bytes=peak, final_loss=1.0,
-                      loss_drift=0.0)
+    return RungResult(
+        name,
+        f"{name} settings",
+        status,
+        reason,
+        step_times_us=(step_us, step_us * 1.1, step_us * 0.95),
+        samples_per_step=32,
+        peak_memory_bytes=peak,
+        final_loss=1.0,
+        loss_drift=0.0,
+    )
 
 
 def _report(*rungs: RungResult) -> LadderReport:
-    return LadderReport(rungs=rungs, three_run=None, device_name="cpu", memory_method="m",
-                        steps=3, warmup=1, batch_size=32, seed=0, loss_tolerance=0.05)
+    return LadderReport(
+        rungs=rungs,
+        three_run=None,
+        device_name="cpu",
+        memory_method="m",
+        steps=3,
+        warmup=1,
+        batch_size=32,
+        seed=0,
+        loss_tolerance=0.05,
+    )
 
 
 def test_rung_numbers_match_an_independent_computation():
-    rung = RungResult("x", "s", "kept", step_times_us=(100.0, 300.0, 200.0, 1000.0),
-                      samples_per_step=10)
+    rung = RungResult(
+        "x", "s", "kept", step_times_us=(100.0, 300.0, 200.0, 1000.0), samples_per_step=10
+    )
     median = statistics.median([100.0, 300.0, 200.0, 1000.0])
     assert rung.step_median_us == pytest.approx(250.0) == pytest.approx(median)
     assert rung.samples_per_s == pytest.approx(10 / 250e-6)

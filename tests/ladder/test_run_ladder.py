@@ -24,10 +24,19 @@ def report(tiny):
     torch.set_num_threads(1)
     try:
         return run_ladder(
-            tiny.model_fn, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn,
-            steps=STEPS, warmup=WARMUP, batch_size=BATCH, target_effective_batch=2 * BATCH,
+            tiny.model_fn,
+            tiny.dataset,
+            tiny.loss_fn,
+            tiny.optimizer_fn,
+            steps=STEPS,
+            warmup=WARMUP,
+            batch_size=BATCH,
+            target_effective_batch=2 * BATCH,
             loader_settings=[LoaderSettings(0), LoaderSettings(1, False, True, 2)],
-            batch_sizes=[8, 32], device="cpu", progress=False, label="unit",
+            batch_sizes=[8, 32],
+            device="cpu",
+            progress=False,
+            label="unit",
         )
     finally:
         torch.set_num_threads(before)
@@ -39,18 +48,24 @@ def test_every_rung_runs_or_says_why(report):
         assert names.count(name) == 1, name
     for rung in report.rungs:
         assert rung.status in STATUSES
-        if rung.status in ("skipped", "failed", "kept", "dropped", "no clear change",
-                           "flagged"):
+        if rung.status in ("skipped", "failed", "kept", "dropped", "no clear change", "flagged"):
             assert rung.reason, rung.name
-        if rung.status in ("baseline", "kept", "dropped", "no clear change", "flagged",
-                           "reference"):
+        if rung.status in (
+            "baseline",
+            "kept",
+            "dropped",
+            "no clear change",
+            "flagged",
+            "reference",
+        ):
             assert len(rung.step_times_us) == STEPS
             assert rung.peak_memory_bytes is not None and rung.peak_memory_bytes >= 0
     assert report.rung("fp32").status == "baseline"
     # CPU: compile skipped by default with the measured reason, CUDA graphs not applicable.
     assert report.rung("compile").status == "skipped"
-    assert "gcc" in report.rung("compile").reason and "compile=True" in report.rung(
-        "compile").reason
+    assert (
+        "gcc" in report.rung("compile").reason and "compile=True" in report.rung("compile").reason
+    )
     assert report.rung("reduce_overhead").status == "skipped"
     assert "GPU only" in report.rung("reduce_overhead").reason
 
@@ -75,7 +90,9 @@ def test_accumulation_reaches_the_effective_batch(report):
 def test_dataloader_sweep_reports_every_setting(report):
     rung = report.rung("dataloader")
     assert [t.name for t in rung.trials] == [
-        "num_workers=0", "num_workers=1, persistent_workers, prefetch_factor=2"]
+        "num_workers=0",
+        "num_workers=1, persistent_workers, prefetch_factor=2",
+    ]
     best = max(rung.trials, key=lambda t: t.samples_per_s or 0.0)
     assert rung.samples_per_s == pytest.approx(best.samples_per_s)
 
@@ -134,7 +151,8 @@ def test_three_run_reading_uses_the_measured_rungs(report):
     bf16 = report.rung("bf16")
     if bf16.samples_per_s:
         assert three.precision_gain == pytest.approx(
-            bf16.samples_per_s / report.rung("fp32").samples_per_s - 1)
+            bf16.samples_per_s / report.rung("fp32").samples_per_s - 1
+        )
     assert three.compile_samples_per_s is None
 
 
@@ -143,8 +161,9 @@ def test_batch_sweep_points(report):
     assert [p.batch_size for p in sweep.points] == [8, 32]
     for p in sweep.points:
         assert p.status == "ok"
-        assert p.samples_per_s == pytest.approx(p.batch_size / (statistics.median(
-            p.step_times_us) / 1e6))
+        assert p.samples_per_s == pytest.approx(
+            p.batch_size / (statistics.median(p.step_times_us) / 1e6)
+        )
 
 
 def test_modes_are_reset_after_the_ladder(report):
@@ -180,20 +199,46 @@ def test_bundle_shows_the_same_numbers_in_text_and_html(report):
 
 def test_dataloader_input_gives_the_batch_size(tiny):
     loader = DataLoader(tiny.dataset, batch_size=8, shuffle=True)
-    report = run_ladder(tiny.model_fn, loader, tiny.loss_fn, tiny.optimizer_fn, steps=2,
-                        warmup=1, rungs=["fp32"], progress=False)
+    report = run_ladder(
+        tiny.model_fn,
+        loader,
+        tiny.loss_fn,
+        tiny.optimizer_fn,
+        steps=2,
+        warmup=1,
+        rungs=["fp32"],
+        progress=False,
+    )
     assert report.batch_size == 8
     assert report.baseline.samples_per_step == 8
     assert [r.status for r in report.rungs[1:]] == ["skipped"] * (len(RUNG_NAMES) - 1)
 
 
 def test_text_progress(tiny, capsys):
-    run_ladder(tiny.model_fn, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn, steps=2,
-               warmup=0, batch_size=8, rungs=["fp32", "fused_adamw"], progress=True)
+    run_ladder(
+        tiny.model_fn,
+        tiny.dataset,
+        tiny.loss_fn,
+        tiny.optimizer_fn,
+        steps=2,
+        warmup=0,
+        batch_size=8,
+        rungs=["fp32", "fused_adamw"],
+        progress=True,
+    )
     out = capsys.readouterr().out
     assert "[1/2] fp32: baseline" in out and "fused_adamw" in out
-    run_ladder(tiny.model_fn, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn, steps=2,
-               warmup=0, batch_size=8, rungs=["fp32"], progress=False)
+    run_ladder(
+        tiny.model_fn,
+        tiny.dataset,
+        tiny.loss_fn,
+        tiny.optimizer_fn,
+        steps=2,
+        warmup=0,
+        batch_size=8,
+        rungs=["fp32"],
+        progress=False,
+    )
     assert capsys.readouterr().out == ""
 
 
@@ -223,9 +268,19 @@ def test_a_blocked_accumulation_rung_is_skipped_with_its_reason(tiny, monkeypatc
         return "planted reason"
 
     monkeypatch.setattr(rungs, "accumulation_blocked", blocked)
-    report = run_ladder(tiny.model_fn, tiny.dataset, tiny.loss_fn, tiny.optimizer_fn,
-                        steps=2, warmup=1, batch_size=8, target_effective_batch=16,
-                        rungs=["fp32", "grad_accum"], device="cpu", progress=False)
+    report = run_ladder(
+        tiny.model_fn,
+        tiny.dataset,
+        tiny.loss_fn,
+        tiny.optimizer_fn,
+        steps=2,
+        warmup=1,
+        batch_size=8,
+        target_effective_batch=16,
+        rungs=["fp32", "grad_accum"],
+        device="cpu",
+        progress=False,
+    )
     rung = report.rung("grad_accum")
     assert (rung.status, rung.reason) == ("skipped", "planted reason")
     assert seen == [(None, "cpu")]

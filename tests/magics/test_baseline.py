@@ -39,8 +39,9 @@ def test_a_planted_slowdown_is_called_and_shown_first(ip) -> None:
     assert ip.user_ns["new"].timing.median_us == 1500.0  # -o still stores the new report
     titles = [o.data["text/plain"].splitlines()[0] for o in cap.outputs]
     assert titles == ["gpuprof_nb comparison: base -> this run", "gpuprof_nb profile"]
-    assert "Slower: after takes 1.5x the time of before per run" in \
-        cap.outputs[0].data["text/plain"]
+    assert (
+        "Slower: after takes 1.5x the time of before per run" in cap.outputs[0].data["text/plain"]
+    )
 
 
 def test_the_same_cell_again_is_no_clear_change(ip) -> None:
@@ -55,9 +56,11 @@ def test_the_same_cell_again_is_no_clear_change(ip) -> None:
 def test_bad_baseline_names_are_usage_errors_before_the_cell_runs(ip) -> None:
     ip.user_ns["not_a_report"] = 42
     ip.user_ns.pop("nowhere", None)
-    for line, words in ((f"--baseline nowhere {LINE}", "no variable 'nowhere'"),
-                        (f"--baseline not_a_report {LINE}", "'not_a_report' is a int"),
-                        (f"--baseline 3x {LINE}", "needs a variable name")):
+    for line, words in (
+        (f"--baseline nowhere {LINE}", "no variable 'nowhere'"),
+        (f"--baseline not_a_report {LINE}", "'not_a_report' is a int"),
+        (f"--baseline 3x {LINE}", "needs a variable name"),
+    ):
         with pytest.raises(UsageError, match=words):
             ip.run_cell_magic("gpuprofile", line, "runs += 1")
     assert ip.user_ns["runs"] == 0

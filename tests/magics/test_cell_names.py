@@ -44,8 +44,11 @@ def test_memory_sites_name_cells_and_lines(kernel_ip, tmp_path) -> None:
     run_as(ip, 41, "import torch\ndef make():\n    return torch.zeros(1000, 1000)\n")
     ip.execution_count = 42
     with capture_output():
-        ip.run_cell_magic("memsnap", "-o m --quiet --save " + str(tmp_path / "s.pickle"),
-                         "a = torch.randn(500, 500)\nb = make()\nc = torch.zeros_like(b)\n")
+        ip.run_cell_magic(
+            "memsnap",
+            "-o m --quiet --save " + str(tmp_path / "s.pickle"),
+            "a = torch.randn(500, 500)\nb = make()\nc = torch.zeros_like(b)\n",
+        )
     m = ip.user_ns["m"]
     labels = [s.site.label for s in m.at_peak.sites]
     assert "In [41], make (defined at line 2) [aten::zeros]" in labels
@@ -59,12 +62,18 @@ def test_memory_sites_name_cells_and_lines(kernel_ip, tmp_path) -> None:
 
 def test_hotspots_name_the_cell_function(kernel_ip, tmp_path) -> None:
     ip = kernel_ip
-    run_as(ip, 51, "def spin(n):\n    acc = 0\n    for j in range(n):\n        acc += j * j % 7\n"
-                   "    return acc\n")
+    run_as(
+        ip,
+        51,
+        "def spin(n):\n    acc = 0\n    for j in range(n):\n        acc += j * j % 7\n"
+        "    return acc\n",
+    )
     ip.execution_count = 52
-    ip.run_cell_magic("gpuprofile", "-o r --quiet --stack --warmup 0 --repeat 1 --number 1",
-                      "import torch\nt = torch.ones(4)\nfor _ in range(20):\n"
-                      "    spin(30000)\n    t = t + 1\n")
+    ip.run_cell_magic(
+        "gpuprofile",
+        "-o r --quiet --stack --warmup 0 --repeat 1 --number 1",
+        "import torch\nt = torch.ones(4)\nfor _ in range(20):\n    spin(30000)\n    t = t + 1\n",
+    )
     r = ip.user_ns["r"]
     title = r.diagnosis.finding("python_overhead").title
     # The line sampler names the line inside the function the earlier cell defined.
@@ -89,10 +98,15 @@ def test_a_magic_cell_is_named_by_its_own_number(kernel_ip) -> None:
     assert result.success
     labels = [s.site.label for s in ip.user_ns["m"].at_peak.sites]
     assert labels == [f"In [{result.execution_count}], line unknown [aten::zeros]"]
-    result = ip.run_cell("%%gpuprofile --quiet --timing-only --warmup 0 --repeat 1 --number 1"
-                         "\nraise KeyError('where')\n", store_history=True)
+    result = ip.run_cell(
+        "%%gpuprofile --quiet --timing-only --warmup 0 --repeat 1 --number 1"
+        "\nraise KeyError('where')\n",
+        store_history=True,
+    )
     tb = result.error_in_exec.__traceback__
     while tb.tb_next is not None:
         tb = tb.tb_next
-    assert ip.compile.format_code_name(tb.tb_frame.f_code.co_filename) == \
-        ("Cell", f"In[{result.execution_count}]")
+    assert ip.compile.format_code_name(tb.tb_frame.f_code.co_filename) == (
+        "Cell",
+        f"In[{result.execution_count}]",
+    )

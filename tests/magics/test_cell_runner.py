@@ -37,8 +37,11 @@ def ip(ipython_shell):
 
 
 def modes() -> tuple[object, ...]:
-    return (torch.is_grad_enabled(), torch.is_autocast_enabled("cpu"),
-            torch.get_autocast_dtype("cpu"))
+    return (
+        torch.is_grad_enabled(),
+        torch.is_autocast_enabled("cpu"),
+        torch.get_autocast_dtype("cpu"),
+    )
 
 
 RAISING_CELL = """\

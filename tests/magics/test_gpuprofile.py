@@ -111,8 +111,11 @@ def test_top_op_is_the_matmul(ip) -> None:
     r = ip.user_ns["r"]
     assert r.ops.rows[0].name in ("aten::mm", "aten::addmm")
     # Independently: the raw profiler trace holds three aten::mm events.
-    mm = [e for e in r.artifact["traceEvents"]
-          if e.get("cat") == "cpu_op" and e.get("name") == "aten::mm"]
+    mm = [
+        e
+        for e in r.artifact["traceEvents"]
+        if e.get("cat") == "cpu_op" and e.get("name") == "aten::mm"
+    ]
     assert len(mm) == 3
     assert r.ops.rows[0].calls == 3
 
@@ -199,9 +202,21 @@ def test_quiet_displays_nothing_and_default_displays_the_report(ip) -> None:
 
 @pytest.mark.parametrize(
     "line",
-    ["--bogus", "--repeat x", "--repeat 0", "--warmup -1", "--top 0", "-o 1abc",
-     "--sort nonsense", "--timing-only --trace t.json", "--once=yes", "'unbalanced",
-     "--number 0", "--number x", "--number 2 --once"],
+    [
+        "--bogus",
+        "--repeat x",
+        "--repeat 0",
+        "--warmup -1",
+        "--top 0",
+        "-o 1abc",
+        "--sort nonsense",
+        "--timing-only --trace t.json",
+        "--once=yes",
+        "'unbalanced",
+        "--number 0",
+        "--number x",
+        "--number 2 --once",
+    ],
 )
 def test_bad_options_raise_usage_error_with_usage_and_run_nothing(ip, line: str) -> None:
     ip.user_ns["runs"] = 0
@@ -319,8 +334,20 @@ def test_cell_with_its_own_profiler_keeps_timings_and_says_why_no_trace(ip, once
 
 def test_help_lists_the_options(ip) -> None:
     doc = ip.find_cell_magic("gpuprofile").__doc__
-    for option in ("--warmup", "--repeat", "--number", "--once", "--timing-only", "--stack",
-                   "--memory", "--top", "--sort", "--trace", "-o NAME", "--quiet"):
+    for option in (
+        "--warmup",
+        "--repeat",
+        "--number",
+        "--once",
+        "--timing-only",
+        "--stack",
+        "--memory",
+        "--top",
+        "--sort",
+        "--trace",
+        "-o NAME",
+        "--quiet",
+    ):
         assert option in doc
     with capture_output() as cap:
         ip.run_cell("%%gpuprofile?")
@@ -375,8 +402,7 @@ def test_option_line_expands_dollar_names_and_braces_as_ipython_does(ip) -> None
     """The magic skips IPython's variable expansion (a copy of the whole namespace per call)
     unless the line has `$` or `{`; then it expands exactly as IPython would."""
     ip.user_ns.update(runs=0, out_name="expanded_report", n_repeat=2)
-    magic(ip, "-o $out_name --quiet --timing-only --warmup 0 --repeat {n_repeat}",
-          COUNTING_CELL)
+    magic(ip, "-o $out_name --quiet --timing-only --warmup 0 --repeat {n_repeat}", COUNTING_CELL)
     assert ip.user_ns["expanded_report"].timing.runs == 2 and ip.user_ns["runs"] == 2
     # Locals of the frame IPython's own expansion reads (two above run_cell_magic: here,
     # since `magic` calls it) count too.

@@ -54,8 +54,10 @@ def test_short_cell_gets_blocks_automatically(ip, fake_clock) -> None:
     k = r.timing.number
     assert k == BLOCK_TARGET_US / 5 == 200 and r.timing.calibration_runs == 200
     assert ip.user_ns["runs"] == 1 + 200 + 3 * 200 == r.timing.cell_runs
-    assert any(f"each timed sample is {k:,} back-to-back runs (chosen from a calibration" in n
-               for n in r.notes)
+    assert any(
+        f"each timed sample is {k:,} back-to-back runs (chosen from a calibration" in n
+        for n in r.notes
+    )
     # Per run, not per block.
     assert r.timing.wall_us == (5.0, 5.0, 5.0)
 
@@ -72,8 +74,11 @@ def test_long_cell_runs_once_per_sample(ip) -> None:
 
 def test_cell_changing_grad_mode_is_timed_run_by_run(ip) -> None:
     ip.user_ns["runs"] = 0
-    magic(ip, "-o r --quiet --timing-only --warmup 1 --repeat 3",
-          "runs += 1\ntorch.set_grad_enabled(not torch.is_grad_enabled())")
+    magic(
+        ip,
+        "-o r --quiet --timing-only --warmup 1 --repeat 3",
+        "runs += 1\ntorch.set_grad_enabled(not torch.is_grad_enabled())",
+    )
     assert ip.user_ns["r"].timing.number == 1 and ip.user_ns["runs"] == 4
     assert torch.is_grad_enabled()
 
@@ -82,9 +87,12 @@ def test_cell_turning_autocast_on_is_reset_before_every_run(ip) -> None:
     """Only autocast changes (grad mode stays): every run starts with autocast off, as the
     first did."""
     ip.user_ns.update(runs=0, seen=[])
-    magic(ip, "-o r --quiet --timing-only --warmup 2 --repeat 3",
-          "runs += 1\nseen.append(torch.is_autocast_enabled('cpu'))\n"
-          "torch.set_autocast_enabled('cpu', True)")
+    magic(
+        ip,
+        "-o r --quiet --timing-only --warmup 2 --repeat 3",
+        "runs += 1\nseen.append(torch.is_autocast_enabled('cpu'))\n"
+        "torch.set_autocast_enabled('cpu', True)",
+    )
     assert ip.user_ns["seen"] == [False] * 5 and ip.user_ns["r"].timing.number == 1
     assert not torch.is_autocast_enabled("cpu")
 
@@ -93,8 +101,11 @@ def test_autocast_dtype_changed_while_off_is_put_back(ip) -> None:
     before = torch.get_autocast_dtype("cpu")
     other = torch.float16 if before != torch.float16 else torch.bfloat16
     ip.user_ns.update(runs=0, other=other)
-    magic(ip, "-o r --quiet --timing-only --warmup 1 --repeat 3",
-          "runs += 1\ntorch.set_autocast_dtype('cpu', other)")
+    magic(
+        ip,
+        "-o r --quiet --timing-only --warmup 1 --repeat 3",
+        "runs += 1\ntorch.set_autocast_dtype('cpu', other)",
+    )
     assert torch.get_autocast_dtype("cpu") == before and not torch.is_autocast_enabled("cpu")
 
 
@@ -104,9 +115,12 @@ def test_a_cell_run_under_autocast_keeps_it_between_runs(ip) -> None:
     ip.user_ns.update(runs=0, seen=[])
     torch.set_autocast_enabled("cpu", True)
     try:
-        magic(ip, "-o r --quiet --timing-only --warmup 1 --repeat 3",
-              "runs += 1\nseen.append(torch.is_autocast_enabled('cpu'))\n"
-              "torch.set_autocast_enabled('cpu', False)")
+        magic(
+            ip,
+            "-o r --quiet --timing-only --warmup 1 --repeat 3",
+            "runs += 1\nseen.append(torch.is_autocast_enabled('cpu'))\n"
+            "torch.set_autocast_enabled('cpu', False)",
+        )
         assert torch.is_autocast_enabled("cpu")
     finally:
         torch.set_autocast_enabled("cpu", False)
@@ -130,16 +144,20 @@ def test_error_inside_a_block_propagates_and_restores_modes(ip, line: str) -> No
     tb = info.tb
     while tb.tb_next is not None:
         tb = tb.tb_next
-    assert "raise ArithmeticError" in linecache.getline(tb.tb_frame.f_code.co_filename,
-                                                         tb.tb_lineno)
+    assert "raise ArithmeticError" in linecache.getline(
+        tb.tb_frame.f_code.co_filename, tb.tb_lineno
+    )
 
 
-@pytest.mark.parametrize("line, why", [
-    ("--number 0", "--number must be 1 or more, got 0"),
-    ("--number -3", "--number must be 1 or more, got -3"),
-    ("--number 2 --once", "--once runs the cell once"),
-    ("--number two", "invalid int value: 'two'"),
-])
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ("--number 0", "--number must be 1 or more, got 0"),
+        ("--number -3", "--number must be 1 or more, got -3"),
+        ("--number 2 --once", "--once runs the cell once"),
+        ("--number two", "invalid int value: 'two'"),
+    ],
+)
 def test_bad_number_says_what_and_runs_nothing(ip, line: str, why: str) -> None:
     ip.user_ns["runs"] = 0
     for _ in range(2):  # a bad line is refused every time (never cached as parsed)
@@ -278,8 +296,11 @@ def test_rerun_cell_sees_new_future_flags(ip) -> None:
 def test_blocks_leave_no_names_behind_and_run_the_cell_k_times(ip) -> None:
     ip.user_ns.update(runs=0, seen=[])
     before = set(ip.user_ns)
-    magic(ip, "-o r --quiet --timing-only --warmup 1 --repeat 3 --number 7",
-          "runs += 1\nseen.append(runs)\nlocal_name = runs * 2")
+    magic(
+        ip,
+        "-o r --quiet --timing-only --warmup 1 --repeat 3 --number 7",
+        "runs += 1\nseen.append(runs)\nlocal_name = runs * 2",
+    )
     assert set(ip.user_ns) - before == {"local_name"}  # r existed before (earlier tests)
     assert ip.user_ns["seen"] == list(range(1, 1 + 1 + 3 * 7))
     assert ip.user_ns["local_name"] == 2 * (1 + 3 * 7)
@@ -289,8 +310,11 @@ def test_future_import_cell_is_timed_in_blocks_too(ip) -> None:
     flags = ip.compile.flags
     ip.user_ns["runs"] = 0
     try:
-        magic(ip, "-o r --quiet --timing-only --warmup 1 --repeat 2 --number 3",
-              "from __future__ import annotations\nruns += 1")
+        magic(
+            ip,
+            "-o r --quiet --timing-only --warmup 1 --repeat 2 --number 3",
+            "from __future__ import annotations\nruns += 1",
+        )
     finally:
         ip.compile.flags = flags
     assert ip.user_ns["runs"] == 1 + 2 * 3 and ip.user_ns["r"].timing.number == 3
@@ -315,9 +339,7 @@ def test_a_report_that_cannot_render_is_shown_as_ipython_shows_any_failing_repr(
     assert cap.outputs[0].data["text/plain"] == repr(ip.user_ns["shown_anyway"])
 
 
-def test_a_timing_only_report_that_cannot_render_prints_its_repr_and_why(
-    ip, monkeypatch
-) -> None:
+def test_a_timing_only_report_that_cannot_render_prints_its_repr_and_why(ip, monkeypatch) -> None:
     from gpuprof_nb.results.report import ProfileReport
 
     def broken(self):
@@ -328,8 +350,9 @@ def test_a_timing_only_report_that_cannot_render_prints_its_repr_and_why(
         magic(ip, "-o printed_anyway --timing-only --number 1 --repeat 1", "pass")
     report = ip.user_ns["printed_anyway"]
     assert report.timing.runs == 1
-    assert cap.stdout == (f"{report!r}\n(the report's text could not be rendered: "
-                          "RuntimeError: text broke)\n")
+    assert cap.stdout == (
+        f"{report!r}\n(the report's text could not be rendered: RuntimeError: text broke)\n"
+    )
     assert not cap.outputs
 
 
@@ -337,8 +360,11 @@ def test_a_slow_first_run_does_not_stop_blocks_for_a_short_cell(ip, fake_clock) 
     # The first run takes 1 ms (a cold start), every later one 2 us: the first timed run
     # shows the cell is short, so it starts a calibration instead of being kept.
     ip.user_ns["runs"] = 0
-    magic(ip, "-o r --quiet --timing-only --warmup 1 --repeat 3",
-          "spend(1000 if runs == 0 else 2)\nruns += 1")
+    magic(
+        ip,
+        "-o r --quiet --timing-only --warmup 1 --repeat 3",
+        "spend(1000 if runs == 0 else 2)\nruns += 1",
+    )
     r = ip.user_ns["r"]
     assert r.timing.warmup_wall_us == (1000.0,)  # the cold start, kept apart
     assert r.timing.number == 500 and r.timing.runs == 3
@@ -348,7 +374,8 @@ def test_a_slow_first_run_does_not_stop_blocks_for_a_short_cell(ip, fake_clock) 
 
 
 def test_default_warmup_runs_a_short_cell_until_the_budget_and_counts_every_run(
-        ip, fake_clock) -> None:
+    ip, fake_clock
+) -> None:
     """Without --warmup, a short cell warms up for about WARMUP_BUDGET_US; every run the cell
     made is accounted for by the report (warm-up + samples x runs per sample + profiled)."""
     from gpuprof_nb.capture.timing import WARMUP_BUDGET_US

@@ -56,15 +56,23 @@ def check_top_line(r, label: str, text: str) -> None:
 
 
 def test_python_loop_is_the_top_line(ipython_shell) -> None:
-    r = profile(ipython_shell, 61, "x = torch.randn(64, 64)\nfor i in range(3):\n"
-                "    y = x @ x\n    acc = 0\n    while acc < 300_000: acc += 1\n"
-                "    z = y.relu()\n")
+    r = profile(
+        ipython_shell,
+        61,
+        "x = torch.randn(64, 64)\nfor i in range(3):\n"
+        "    y = x @ x\n    acc = 0\n    while acc < 300_000: acc += 1\n"
+        "    z = y.relu()\n",
+    )
     check_top_line(r, "In [61], line 5", "while acc < 300_000: acc += 1")
 
 
 def test_sleep_between_ops_is_the_top_line(ipython_shell) -> None:
-    r = profile(ipython_shell, 62, "x = torch.randn(64, 64)\nfor i in range(4):\n"
-                "    y = x @ x\n    time.sleep(0.03)\n    z = y.sum()\n")
+    r = profile(
+        ipython_shell,
+        62,
+        "x = torch.randn(64, 64)\nfor i in range(4):\n"
+        "    y = x @ x\n    time.sleep(0.03)\n    z = y.sum()\n",
+    )
     check_top_line(r, "In [62], line 4", "time.sleep(0.03)")
     top = r.hotspots.lines[0]
     # On the trace's clock, the sleeping line's time falls in the gaps between ops: if the
@@ -81,17 +89,24 @@ def test_sleep_between_ops_is_the_top_line(ipython_shell) -> None:
 
 
 def test_per_sample_loop_is_the_top_line(ipython_shell) -> None:
-    r = profile(ipython_shell, 63, "batch = torch.randn(3000, 16)\nw = torch.randn(16, 16)\n"
-                "outs = [torch.relu(row @ w).sum() for row in batch]\n"
-                "total = torch.stack(outs).sum()\n")
+    r = profile(
+        ipython_shell,
+        63,
+        "batch = torch.randn(3000, 16)\nw = torch.randn(16, 16)\n"
+        "outs = [torch.relu(row @ w).sum() for row in batch]\n"
+        "total = torch.stack(outs).sum()\n",
+    )
     # The comprehension's own frame is part of its line.
     check_top_line(r, "In [63], line 3", "outs = [torch.relu(row @ w).sum() for row in batch]")
     assert r.hotspots.lines[0].label == "In [63], line 3"
 
 
 def test_saved_trace_keeps_the_lines(ipython_shell, tmp_path) -> None:
-    r = profile(ipython_shell, 64, "x = torch.randn(32, 32)\nfor i in range(3):\n"
-                "    y = x @ x\n    time.sleep(0.01)\n")
+    r = profile(
+        ipython_shell,
+        64,
+        "x = torch.randn(32, 32)\nfor i in range(3):\n    y = x @ x\n    time.sleep(0.01)\n",
+    )
     assert not any(op.name == "gpuprof_nb::clock" for op in r.trace.ops)
     lo, hi = r.trace.window_us
     samples = r.trace.samples
@@ -102,9 +117,12 @@ def test_saved_trace_keeps_the_lines(ipython_shell, tmp_path) -> None:
 
 
 def test_without_stack_the_findings_say_how_to_get_lines(ipython_shell) -> None:
-    r = profile(ipython_shell, 65, "x = torch.randn(64, 64)\nfor i in range(3):\n"
-                "    y = x @ x\n    time.sleep(0.01)\n",
-                options="-o r --quiet --warmup 0 --repeat 1 --number 1")
+    r = profile(
+        ipython_shell,
+        65,
+        "x = torch.randn(64, 64)\nfor i in range(3):\n    y = x @ x\n    time.sleep(0.01)\n",
+        options="-o r --quiet --warmup 0 --repeat 1 --number 1",
+    )
     assert r.hotspots is None and r.trace.samples is None
     assert "--stack" in r.diagnosis.finding("python_overhead").fix
     assert "Hotspots" not in [s.title for s in profile_sections(r)]
@@ -116,7 +134,8 @@ def test_a_raising_cell_leaves_no_sampler_behind(ipython_shell) -> None:
     ipython_shell.execution_count = 66
     result = ipython_shell.run_cell(
         "%%gpuprofile --stack --warmup 0 --repeat 1 --number 1\n"
-        "import time\ntime.sleep(0.005)\nraise KeyError('planted')\n")
+        "import time\ntime.sleep(0.005)\nraise KeyError('planted')\n"
+    )
     assert isinstance(result.error_in_exec, KeyError)
     assert result.error_in_exec.args == ("planted",)
     names = [t.name for t in threading.enumerate()]

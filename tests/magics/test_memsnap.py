@@ -123,15 +123,18 @@ def test_syntax_error_before_running(ip) -> None:
     assert ip.user_ns["ran"] is False
 
 
-@pytest.mark.parametrize("line, match", [
-    ("--repeat 0", "at least 1"),
-    ("--max-entries 0", "at least 1"),
-    ("--stacks cpp", "invalid choice"),
-    ("--window 5", "START:END"),
-    ("--window 9:3", "before START"),
-    ("-o 1bad", "not a valid variable name"),
-    ("--bogus", "unrecognized"),
-])
+@pytest.mark.parametrize(
+    "line, match",
+    [
+        ("--repeat 0", "at least 1"),
+        ("--max-entries 0", "at least 1"),
+        ("--stacks cpp", "invalid choice"),
+        ("--window 5", "START:END"),
+        ("--window 9:3", "before START"),
+        ("-o 1bad", "not a valid variable name"),
+        ("--bogus", "unrecognized"),
+    ],
+)
 def test_argument_errors(ip, line: str, match: str) -> None:
     with pytest.raises(UsageError, match=match):
         ip.run_cell_magic("memsnap", line, "x = 1")
@@ -159,8 +162,11 @@ def test_oom_report_shown_then_error_reraised(ip, monkeypatch, data_dir) -> None
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history",
-                        lambda enabled="all", **k: calls.append(enabled))
+    monkeypatch.setattr(
+        torch.cuda.memory,
+        "_record_memory_history",
+        lambda enabled="all", **k: calls.append(enabled),
+    )
     monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda: snapshot)
     err = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 256.00 MiB")
     ip.user_ns["oom_error"] = err
@@ -213,18 +219,30 @@ def test_users_own_history_left_running_and_noted(ip, monkeypatch, data_dir, tmp
     import gpuprof_nb.capture.memory as cm
 
     def marker(device: int) -> tuple[object, int]:  # its alloc marks where the cell began
-        history.append({"action": "alloc", "addr": 0xABC00, "size": 512, "stream": 0,
-                        "frames": [], "time_us": time.time_ns() // 1000})
+        history.append(
+            {
+                "action": "alloc",
+                "addr": 0xABC00,
+                "size": 512,
+                "stream": 0,
+                "frames": [],
+                "time_us": time.time_ns() // 1000,
+            }
+        )
         return object(), 0xABC00
 
     monkeypatch.setattr(cm, "_history_marker", marker)
-    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history",
-                        lambda *a, **k: calls.append((a, k)))
-    monkeypatch.setattr(torch.cuda.memory, "_snapshot",
-                        lambda: {"segments": [], "device_traces": [history]})
+    monkeypatch.setattr(
+        torch.cuda.memory, "_record_memory_history", lambda *a, **k: calls.append((a, k))
+    )
+    monkeypatch.setattr(
+        torch.cuda.memory, "_snapshot", lambda: {"segments": [], "device_traces": [history]}
+    )
     ip.user_ns["history"] = history
-    cell = ("history.append({'action': 'alloc', 'addr': 4096, 'size': 5 << 20, 'stream': 0,"
-            " 'frames': [], 'time_us': __import__('time').time_ns() // 1000})")
+    cell = (
+        "history.append({'action': 'alloc', 'addr': 4096, 'size': 5 << 20, 'stream': 0,"
+        " 'frames': [], 'time_us': __import__('time').time_ns() // 1000})"
+    )
     path = tmp_path / "cell.pickle"
     with capture_output() as out:
         ip.run_cell_magic("memsnap", f"-o rep --save {path}", cell)
@@ -242,8 +260,11 @@ def test_saved_repeat_snapshot_keeps_its_runs(ip, tmp_path) -> None:
     leak across runs is found as it was live (the run boundaries go with the pickle)."""
     path = tmp_path / "leak.pickle"
     ip.user_ns["kept_on_gpu"] = []
-    ip.run_cell_magic("memsnap", f"--repeat 3 -o m --quiet --save {path}",
-                      "kept_on_gpu.append(torch.ones(2**20, device='cuda'))")
+    ip.run_cell_magic(
+        "memsnap",
+        f"--repeat 3 -o m --quiet --save {path}",
+        "kept_on_gpu.append(torch.ones(2**20, device='cuda'))",
+    )
     live = ip.user_ns["m"]
     offline = analyze_memory(load_snapshot(path))
     ip.user_ns["kept_on_gpu"] = []

@@ -13,8 +13,10 @@ torch = pytest.importorskip("torch")
 
 from gpuprof_nb.render.timeline import timeline_section  # noqa: E402
 
-CELL = ("x = torch.randn(160, 160)\nend = time.perf_counter() + 0.3\n"
-        "while time.perf_counter() < end: y = x @ x\ntime.sleep(0.3)\nz = x.sum()\n")
+CELL = (
+    "x = torch.randn(160, 160)\nend = time.perf_counter() + 0.3\n"
+    "while time.perf_counter() < end: y = x @ x\ntime.sleep(0.3)\nz = x.sum()\n"
+)
 
 # One intra-op thread: the planted line must stand out, and no OpenMP worker may spin through
 # a sleep (tests/conftest.py).

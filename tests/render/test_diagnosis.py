@@ -28,9 +28,19 @@ def nccl():
 
 
 def test_evidence_units_come_from_the_suffix():
-    rows = dict(evidence_rows({"idle_us": 1500.0, "idle_fraction": 0.25, "peak_bytes": 3 << 30,
-                               "calls_count": 7.0, "bw_bytes_per_s": 2.5e9,
-                               "first_over_median_ratio": 3.0, "ops_per_step": 12.0}))
+    rows = dict(
+        evidence_rows(
+            {
+                "idle_us": 1500.0,
+                "idle_fraction": 0.25,
+                "peak_bytes": 3 << 30,
+                "calls_count": 7.0,
+                "bw_bytes_per_s": 2.5e9,
+                "first_over_median_ratio": 3.0,
+                "ops_per_step": 12.0,
+            }
+        )
+    )
     assert rows["idle"] == fmt_us(1500.0) == "1.5 ms"
     assert rows["idle (share)"] == fmt_pct(0.25) == "25.0%"
     assert rows["peak"] == fmt_bytes(3 << 30)
@@ -41,16 +51,24 @@ def test_evidence_units_come_from_the_suffix():
 
 
 def test_diagnosis_section_escapes_and_shows_every_number():
-    f = Finding("launch_overhead", "high", "Kernel void foo<float, 4> <script>x</script>",
-                {"median_kernel_us": 4.25, "kernels_per_step": 1234.0},
-                "model = torch.compile(model)  # a < b", 0.4)
-    d = Diagnosis(findings=(f,), not_judged=("cold_start: no <timings>",),
-                  verdict="Main bottleneck: launch_overhead")
+    f = Finding(
+        "launch_overhead",
+        "high",
+        "Kernel void foo<float, 4> <script>x</script>",
+        {"median_kernel_us": 4.25, "kernels_per_step": 1234.0},
+        "model = torch.compile(model)  # a < b",
+        0.4,
+    )
+    d = Diagnosis(
+        findings=(f,),
+        not_judged=("cold_start: no <timings>",),
+        verdict="Main bottleneck: launch_overhead",
+    )
     s = diagnosis_section(d)
     assert s.title == "Diagnosis"
     assert "<script>" not in s.html and "&lt;script&gt;" in s.html
     assert "no &lt;timings&gt;" in s.html
-    assert '<pre>model = torch.compile(model)  # a &lt; b</pre>' in s.html
+    assert "<pre>model = torch.compile(model)  # a &lt; b</pre>" in s.html
     assert 'class="sev-high"' in s.html
     for _, shown in evidence_rows(f.evidence):
         assert shown in s.text and shown in s.html
@@ -71,11 +89,13 @@ def test_timeline_section_numbers_and_svg(nccl):
         assert share in s.text and share in s.html
     m = re.search(r"<svg .*?</svg>", s.html, re.S)
     assert m is not None and "<img" not in s.html
-    lanes = [g.get("data-lane") for g in ET.fromstring(m.group(0)).iter()
-             if g.get("class") == "gp-lane"]
+    lanes = [
+        g.get("data-lane") for g in ET.fromstring(m.group(0)).iter() if g.get("class") == "gp-lane"
+    ]
     streams = sorted({k.stream for k in trace.kernels})
-    assert [lane for lane in lanes if lane.startswith("GPU")] == [f"GPU 0 stream {s}"
-                                                                   for s in streams]
+    assert [lane for lane in lanes if lane.startswith("GPU")] == [
+        f"GPU 0 stream {s}" for s in streams
+    ]
     rep = tl.representative_step
     assert f"step {rep.number} (median duration)" in s.text
 
@@ -86,8 +106,9 @@ def test_plot_timeline_lanes_and_gaps(nccl):
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_yticklabels()]
     streams = sorted({k.stream for k in trace.kernels})
-    assert [lab for lab in labels if lab.startswith("GPU")] == [f"GPU 0 stream {s}"
-                                                                 for s in streams]
+    assert [lab for lab in labels if lab.startswith("GPU")] == [
+        f"GPU 0 stream {s}" for s in streams
+    ]
     assert any(lab.startswith("CPU thread") for lab in labels)
     # One bar collection per lane, plus one shaded collection per idle cause present.
     causes = {g.cause for g in tl.gaps}
@@ -124,9 +145,18 @@ def test_one_label_per_stretch_of_one_cause():
     from gpuprof_nb.model.trace import Op, Trace
 
     # A DataLoader call 0-1000 with a tiny op inside it, then 1000 us of torch ops.
-    ops = (Op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "annotation",
-              0.0, 1000.0, 1, 1),
-           Op("aten::stack", "op", 500.0, 1.0, 1, 1), Op("aten::mm", "op", 1000.0, 1000.0, 1, 1))
+    ops = (
+        Op(
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            "annotation",
+            0.0,
+            1000.0,
+            1,
+            1,
+        ),
+        Op("aten::stack", "op", 500.0, 1.0, 1, 1),
+        Op("aten::mm", "op", 1000.0, 1000.0, 1, 1),
+    )
     trace = Trace("hand", ops, (), (), (), (), (), (), None, (0.0, 2000.0))
     tl = device_timeline(trace)
     assert [g.cause for g in tl.gaps] == ["dataloader", "dataloader"]

@@ -34,10 +34,13 @@ def test_numbers_agree_between_text_and_html(leak_report, data_dir: Path) -> Non
         data = pickle.load(f)
     # Independent: the segments' totals straight from the raw dict.
     reserved = sum(s["total_size"] for s in data["segments"])
-    free = sum(b["size"] for s in data["segments"] for b in s["blocks"]
-               if b["state"] == "inactive")
-    shown = [fmt_bytes(reserved), fmt_bytes(free), fmt_bytes(leak_report.peak_bytes),
-             fmt_bytes(3 * MIB)]
+    free = sum(b["size"] for s in data["segments"] for b in s["blocks"] if b["state"] == "inactive")
+    shown = [
+        fmt_bytes(reserved),
+        fmt_bytes(free),
+        fmt_bytes(leak_report.peak_bytes),
+        fmt_bytes(3 * MIB),
+    ]
     shown += [fmt_pct(s.share) for s in leak_report.at_peak.sites]
     for value in shown:
         assert value in text, value
@@ -51,10 +54,23 @@ def test_numbers_agree_between_text_and_html(leak_report, data_dir: Path) -> Non
 
 def test_html_escapes_frame_names() -> None:
     frames = [{"filename": "<frozen run<T>>", "line": 2, "name": "<module>"}]
-    snap = snapshot_from_dict({"segments": [], "device_traces": [[
-        {"action": "alloc", "addr": 4096, "size": 2048, "frames": frames, "time_us": 10},
-        {"action": "alloc", "addr": 8192, "size": 512, "frames": frames, "time_us": 20},
-    ]]})
+    snap = snapshot_from_dict(
+        {
+            "segments": [],
+            "device_traces": [
+                [
+                    {
+                        "action": "alloc",
+                        "addr": 4096,
+                        "size": 2048,
+                        "frames": frames,
+                        "time_us": 10,
+                    },
+                    {"action": "alloc", "addr": 8192, "size": 512, "frames": frames, "time_us": 20},
+                ]
+            ],
+        }
+    )
     html = analyze_memory(snap)._repr_mimebundle_()["text/html"]
     assert "&lt;frozen run&lt;T&gt;&gt;:2 &lt;module&gt;" in html
     assert "<frozen" not in html and "<module>" not in html
@@ -71,16 +87,21 @@ def test_timeline_has_an_inline_svg(leak_report) -> None:
     html = leak_report._repr_mimebundle_()["text/html"]
     assert '<div class="gp-plot" hidden><svg ' in html and "<img" not in html
     assert "<script" not in html and "http://" not in html.replace(
-        'xmlns="http://www.w3.org/2000/svg"', "")
+        'xmlns="http://www.w3.org/2000/svg"', ""
+    )
 
 
 NS = "{http://www.w3.org/2000/svg}"
 FA = [{"filename": "train.py", "line": 2, "name": "make_a<T>"}]
 FB = [{"filename": "train.py", "line": 9, "name": "make \"b\" & 'c'"}]
 # (action, address, size, frames, time us): A 2048 B, then B 1024 B, A freed, B 512 B more.
-EVENTS = [("alloc", 4096, 2048, FA, 10), ("alloc", 8192, 1024, FB, 20),
-          ("free_requested", 4096, 2048, FA, 30), ("free_completed", 4096, 2048, FA, 30),
-          ("alloc", 9216, 512, FB, 40)]
+EVENTS = [
+    ("alloc", 4096, 2048, FA, 10),
+    ("alloc", 8192, 1024, FB, 20),
+    ("free_requested", 4096, 2048, FA, 30),
+    ("free_completed", 4096, 2048, FA, 30),
+    ("alloc", 9216, 512, FB, 40),
+]
 
 
 def _steps(d: str) -> list[tuple[float, float]]:
@@ -103,9 +124,17 @@ def test_memory_svg_stacks_sites_where_the_bytes_say() -> None:
 
     from gpuprof_nb.render.memory import memory_svg
 
-    snap = snapshot_from_dict({"segments": [], "device_traces": [[
-        {"action": a, "addr": addr, "size": size, "frames": fr, "time_us": t}
-        for a, addr, size, fr, t in EVENTS]]})
+    snap = snapshot_from_dict(
+        {
+            "segments": [],
+            "device_traces": [
+                [
+                    {"action": a, "addr": addr, "size": size, "frames": fr, "time_us": t}
+                    for a, addr, size, fr, t in EVENTS
+                ]
+            ],
+        }
+    )
     report = analyze_memory(snap)
     root = ET.fromstring(memory_svg(report.timeline))
     x_lo, x_hi = (float(v) for v in root.get("data-x").split())
@@ -122,16 +151,23 @@ def test_memory_svg_stacks_sites_where_the_bytes_say() -> None:
     assert report.peak_bytes == max(a + b for _, a, b in rows) == 3072
 
     def to_data(px: float, py: float) -> tuple[float, float]:
-        return (x_lo + (px - left) / (right - left) * (x_hi - x_lo),
-                y_lo + (bottom - py) / (bottom - top) * (y_hi - y_lo))
+        return (
+            x_lo + (px - left) / (right - left) * (x_hi - x_lo),
+            y_lo + (bottom - py) / (bottom - top) * (y_hi - y_lo),
+        )
 
-    paths = {p.findtext(f"{NS}title").split("\n")[0]: p for p in root.iter(f"{NS}path")
-             if p.get("class") == "gp-site"}
+    paths = {
+        p.findtext(f"{NS}title").split("\n")[0]: p
+        for p in root.iter(f"{NS}path")
+        if p.get("class") == "gp-site"
+    }
     assert set(paths) == {"train.py:2 make_a<T>", "train.py:9 make \"b\" & 'c'"}
     # Sites are stacked in the report's order: the first at the bottom.
     first, second = (lab for lab in report.timeline.site_labels if lab in paths)
-    for label, height in ((first, lambda a, b: a if first.startswith("train.py:2") else b),
-                          (second, lambda a, b: a + b)):
+    for label, height in (
+        (first, lambda a, b: a if first.startswith("train.py:2") else b),
+        (second, lambda a, b: a + b),
+    ):
         # The levels drawn, in data units, without the last one (back down to the axis).
         levels = [to_data(px, py) for px, py in _steps(paths[label].get("d"))][:-1]
 
@@ -142,7 +178,11 @@ def test_memory_svg_stacks_sites_where_the_bytes_say() -> None:
             # Entries at one instant share a pixel: the drawing shows one of their values.
             want = [height(a, b) for rt, a, b in rows if rt == t]
             assert any(drawn(t) == pytest.approx(w, abs=2e-3 * y_hi) for w in want), (
-                label, t, drawn(t), want)
+                label,
+                t,
+                drawn(t),
+                want,
+            )
     total = [to_data(px, py) for px, py in _steps(paths[second].get("d"))][:-1]
     assert max(v for _, v in total) == pytest.approx(3072, abs=2e-3 * y_hi)
     # The peak marker sits at the peak.
@@ -182,26 +222,37 @@ def test_memory_modules_import_without_torch_ipython_ipywidgets() -> None:
     import sys
 
     root = Path(__file__).parents[2]
-    modules = ["gpuprof_nb.model.memory", "gpuprof_nb.io.snapshot",
-               "gpuprof_nb.analysis.memory", "gpuprof_nb.memory_report",
-               "gpuprof_nb.render.memory"]
-    script = "\n".join([
-        "import sys, importlib",
-        "for name in ('torch', 'IPython', 'ipywidgets'):",
-        "    sys.modules[name] = None",
-        f"for name in {modules!r}:",
-        "    importlib.import_module(name)",
-        "assert 'matplotlib' not in sys.modules",
-        "import gpuprof_nb",
-        "r = gpuprof_nb.analyze_memory(gpuprof_nb.load_snapshot(sys.argv[1]))",
-        "b = r._repr_mimebundle_()",
-        "assert 'text/plain' in b and 'text/html' in b",
-        "assert 'matplotlib' not in sys.modules, 'displaying the report drew with matplotlib'",
-        "print('ok')",
-    ])
+    modules = [
+        "gpuprof_nb.model.memory",
+        "gpuprof_nb.io.snapshot",
+        "gpuprof_nb.analysis.memory",
+        "gpuprof_nb.memory_report",
+        "gpuprof_nb.render.memory",
+    ]
+    script = "\n".join(
+        [
+            "import sys, importlib",
+            "for name in ('torch', 'IPython', 'ipywidgets'):",
+            "    sys.modules[name] = None",
+            f"for name in {modules!r}:",
+            "    importlib.import_module(name)",
+            "assert 'matplotlib' not in sys.modules",
+            "import gpuprof_nb",
+            "r = gpuprof_nb.analyze_memory(gpuprof_nb.load_snapshot(sys.argv[1]))",
+            "b = r._repr_mimebundle_()",
+            "assert 'text/plain' in b and 'text/html' in b",
+            "assert 'matplotlib' not in sys.modules, 'displaying the report drew with matplotlib'",
+            "print('ok')",
+        ]
+    )
     snap = root / "tests" / "data" / "snapshots" / "oom.pickle"
-    result = subprocess.run([sys.executable, "-c", script, str(snap)], cwd=root,
-                            capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "MPLBACKEND": "Agg"})
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(snap)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MPLBACKEND": "Agg"},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "ok"

@@ -46,8 +46,16 @@ def hand_trace() -> Trace:
         Kernel(GEMM, "kernel", 24.0, 6.0, 0, 7, correlation=12, index=6),
     )
     return Trace(
-        source="<hand>", ops=ops, kernels=kernels, runtime=runtime, syncs=(), memory=(),
-        steps=(), devices=(), distributed=None, window_us=(0.0, 40.0),
+        source="<hand>",
+        ops=ops,
+        kernels=kernels,
+        runtime=runtime,
+        syncs=(),
+        memory=(),
+        steps=(),
+        devices=(),
+        distributed=None,
+        window_us=(0.0, 40.0),
     )
 
 
@@ -82,8 +90,9 @@ def test_kernels_section_numbers_by_hand() -> None:
     assert re.search(r"kernel\s+2\s+16 us\s+8 us\s+10 us\s+7\s+61.5%", gemm_line), gemm_line
     copy_line = next(line for line in text.splitlines() if line.startswith("memcpy HtoD"))
     # 1,000,000 bytes in 10 us = 1e11 B/s = 100 GB/s; 10 of 26 us.
-    assert re.search(r"memcpy\s+1\s+10 us\s+10 us\s+10 us\s+8\s+38.5%\s+977 KiB\s+100 GB/s",
-                     copy_line), copy_line
+    assert re.search(
+        r"memcpy\s+1\s+10 us\s+10 us\s+10 us\s+8\s+38.5%\s+977 KiB\s+100 GB/s", copy_line
+    ), copy_line
     assert_html_numbers_in_text(section)
 
 
@@ -101,16 +110,27 @@ def test_ops_section_names_in_full_and_device_columns() -> None:
 
 def test_ops_section_without_device_time_drops_device_columns() -> None:
     trace = hand_trace()
-    cpu_only = Trace(source="<cpu>", ops=trace.ops, kernels=(), runtime=(), syncs=(),
-                     memory=(), steps=(), devices=(), distributed=None, window_us=(0.0, 40.0))
+    cpu_only = Trace(
+        source="<cpu>",
+        ops=trace.ops,
+        kernels=(),
+        runtime=(),
+        syncs=(),
+        memory=(),
+        steps=(),
+        devices=(),
+        distributed=None,
+        window_us=(0.0, 40.0),
+    )
     section = ops_section(top_ops(cpu_only))
     assert "self device" not in section.text and "self device" not in section.html
     assert "sorted by self_cpu_us" in section.text
 
 
 def test_summary_numbers_by_hand() -> None:
-    timing = TimingStats(wall_us=(10_000.0, 12_000.0, 16_000.0), warmup_wall_us=(50_000.0,),
-                         steps_per_run=4)
+    timing = TimingStats(
+        wall_us=(10_000.0, 12_000.0, 16_000.0), warmup_wall_us=(50_000.0,), steps_per_run=4
+    )
     report = analyze(hand_trace(), timing=timing, notes=("CPU mode: a note",))
     section = summary_section(report)
     text = section.text
@@ -130,8 +150,11 @@ def test_summary_numbers_by_hand() -> None:
 
 
 def test_summary_with_cuda_event_times() -> None:
-    timing = TimingStats(wall_us=(1_000.0, 1_300.0, 1_100.0, 1_200.0),
-                         device_us=(900.0, 1_000.0, 950.0, 980.0), device_name="NVIDIA H100")
+    timing = TimingStats(
+        wall_us=(1_000.0, 1_300.0, 1_100.0, 1_200.0),
+        device_us=(900.0, 1_000.0, 950.0, 980.0),
+        device_name="NVIDIA H100",
+    )
     text = summary_section(analyze(hand_trace(), timing=timing)).text
     assert re.search(r"device\s+NVIDIA H100", text)
     assert re.search(r"runs\s+4 timed \(CUDA events\)", text)
@@ -144,8 +167,11 @@ def test_summary_with_cuda_event_times() -> None:
 def test_real_gpu_trace_every_html_number_is_in_the_text(data_dir: Path) -> None:
     path = data_dir / "h100_bert_small" / "gaunernst_bert-small-uncased__1016001.json.gz"
     report = analyze(load_trace(path), top=10)
-    for build in (summary_section, lambda r: ops_section(r.ops),
-                  lambda r: kernels_section(r.kernels)):
+    for build in (
+        summary_section,
+        lambda r: ops_section(r.ops),
+        lambda r: kernels_section(r.kernels),
+    ):
         assert_html_numbers_in_text(build(report))
 
 
@@ -194,8 +220,7 @@ def test_label_value_sections_are_the_generic_tables_without_a_header() -> None:
         rows = text_table(("", ""), pairs).split("\n", 2)[-1] if pairs else ""
         text = "\n".join(([rows] if rows else []) + [f"note: {n}" for n in notes])
         table = html_table(("", ""), pairs) if pairs else ""
-        html = re.sub(r"<thead>.*?</thead>", "", table) + "".join(
-            note(f"note: {n}") for n in notes)
+        html = re.sub(r"<thead>.*?</thead>", "", table) + "".join(note(f"note: {n}") for n in notes)
         section = _pairs_section("Summary", pairs, notes)
         assert (section.text, section.html) == (text, html), (pairs, notes)
 
@@ -228,8 +253,18 @@ def test_steps_per_run_counts_every_optimizer_step() -> None:
         Op("Optimizer.step#SGD.step", "annotation", 5.0 + 10 * i, 2.0, 1, 1, index=10 + i)
         for i in range(3)
     )
-    trace = Trace(source="<s>", ops=base.ops + ann, kernels=(), runtime=(), syncs=(),
-                  memory=(), steps=(), devices=(), distributed=None, window_us=(0.0, 40.0))
+    trace = Trace(
+        source="<s>",
+        ops=base.ops + ann,
+        kernels=(),
+        runtime=(),
+        syncs=(),
+        memory=(),
+        steps=(),
+        devices=(),
+        distributed=None,
+        window_us=(0.0, 40.0),
+    )
     assert count_steps_per_run(trace) == 3
     assert count_steps_per_run(base) is None
 
@@ -243,8 +278,14 @@ def test_a_failing_analysis_costs_its_tab_not_the_report(monkeypatch) -> None:
     monkeypatch.setattr(report_mod, "compute_roofline", broken)
     report = analyze(hand_trace())
     assert report.roofline is None
-    assert any("roofline could not be computed: ArithmeticError: no roofs today" in n
-               for n in report.notes)
+    assert any(
+        "roofline could not be computed: ArithmeticError: no roofs today" in n for n in report.notes
+    )
     text = report._repr_mimebundle_()["text/plain"]
     assert re.findall(r"^-- (.+) --$", text, re.M) == [
-        "Diagnosis", "Summary", "Top ops", "Kernels", "Timeline"]
+        "Diagnosis",
+        "Summary",
+        "Top ops",
+        "Kernels",
+        "Timeline",
+    ]

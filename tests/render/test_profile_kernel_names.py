@@ -34,8 +34,11 @@ def _kernel_names(path: Path) -> set[str]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as f:
         events = json.load(f)["traceEvents"]
-    return {e["name"] for e in events
-            if isinstance(e, dict) and str(e.get("cat", "")).lower() == "kernel"}
+    return {
+        e["name"]
+        for e in events
+        if isinstance(e, dict) and str(e.get("cat", "")).lower() == "kernel"
+    }
 
 
 def _base_name(name: str) -> str:
@@ -78,27 +81,35 @@ def test_short_form_by_hand() -> None:
     # ...)::{lambda()#2}::operator()() const::{lambda()#4}::...' : namespaces dropped, the
     # lambda chain folded, the parameter list folded.
     assert short_kernel_name(gelu).startswith(
-        "vectorized_elementwise_kernel<4, GeluCUDAKernelImpl(...)::{lambda}, ")
+        "vectorized_elementwise_kernel<4, GeluCUDAKernelImpl(...)::{lambda}, "
+    )
     assert short_kernel_name(gelu).endswith(">(...)")
-    wmma = ("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_"
-            "tn_align8>(cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8::"
-            "Params)")
+    wmma = (
+        "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_"
+        "tn_align8>(cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8::"
+        "Params)"
+    )
     # 'cutlass::Kernel2<' (17) + 68 + '>(...)' (6) = 91 > 80; without 'cutlass::' 82 > 80:
     # the template argument is cut to 80 - len('Kernel2<>(...)') - 1 = 65 characters + '…'.
     assert short_kernel_name(wmma) == (
-        "Kernel2<" + "cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8"[:65]
-        + "…>(...)")
-    add = ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<"
-           "at::native::CUDAFunctor_add<c10::BFloat16> >(at::TensorIteratorBase&, "
-           "at::native::CUDAFunctor_add<c10::BFloat16> const&)::{lambda(int)#1}>(int, "
-           "at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add<c10::BFloat16> >("
-           "at::TensorIteratorBase&, at::native::CUDAFunctor_add<c10::BFloat16> const&)::"
-           "{lambda(int)#1})")
+        "Kernel2<"
+        + "cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8"[:65]
+        + "…>(...)"
+    )
+    add = (
+        "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<"
+        "at::native::CUDAFunctor_add<c10::BFloat16> >(at::TensorIteratorBase&, "
+        "at::native::CUDAFunctor_add<c10::BFloat16> const&)::{lambda(int)#1}>(int, "
+        "at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add<c10::BFloat16> >("
+        "at::TensorIteratorBase&, at::native::CUDAFunctor_add<c10::BFloat16> const&)::"
+        "{lambda(int)#1})"
+    )
     # Template arguments three levels deep do not fit (96 characters without namespaces),
     # nor two (91); one level does: 'elementwise_kernel<' (19) + 50 + '>(...)' (6) = 75, but
     # with 'at::native::' 87.
     assert short_kernel_name(add) == (
-        "elementwise_kernel<128, 4, gpu_kernel_impl_nocast<...>(...)::{lambda}>(...)")
+        "elementwise_kernel<128, 4, gpu_kernel_impl_nocast<...>(...)::{lambda}>(...)"
+    )
     assert short_kernel_name("void foo(int)") == "foo(int)"
     assert short_kernel_name("ampere_sgemm_128x64_nn") == "ampere_sgemm_128x64_nn"
     # Unbalanced brackets (a cut name) and names with no brackets are only cut.
@@ -124,14 +135,22 @@ def _cells(table_html: str) -> tuple[list[str], list[list[ET.Element]]]:
 
 
 def test_cell_has_short_form_title_and_details_and_escapes() -> None:
-    nasty = ("void ns::kern<\"q\" & 'a', " + ", ".join(f"T<{i}>" for i in range(30))
-             + ">(int <x>, float&)")
+    nasty = (
+        "void ns::kern<\"q\" & 'a', "
+        + ", ".join(f"T<{i}>" for i in range(30))
+        + ">(int <x>, float&)"
+    )
     short = short_kernel_name(nasty)
     assert short != nasty.removeprefix("void ") and len(short) <= SHORT_NAME_WIDTH
     plain = "void foo(int&)"
-    html = html_table(("kernel", "calls"), [(nasty, "1"), (plain, "2"), ("ampere<x>", "3")],
-                      numeric=(False, True), name_cols=(0,), short_cols=(0,))
-    assert "<\"q\"" not in html and "& '" not in html and "<x>" not in html
+    html = html_table(
+        ("kernel", "calls"),
+        [(nasty, "1"), (plain, "2"), ("ampere<x>", "3")],
+        numeric=(False, True),
+        name_cols=(0,),
+        short_cols=(0,),
+    )
+    assert '<"q"' not in html and "& '" not in html and "<x>" not in html
     headers, rows = _cells(html)
     assert headers == ["kernel", "calls"] and len(rows) == 3
     long_cell, plain_cell, short_cell = (r[0] for r in rows)

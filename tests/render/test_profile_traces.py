@@ -14,9 +14,7 @@ from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.render.units import fmt_num
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-TRACES = sorted(
-    p for p in DATA.glob("*/*") if p.name.endswith((".json", ".json.gz"))
-)
+TRACES = sorted(p for p in DATA.glob("*/*") if p.name.endswith((".json", ".json.gz")))
 
 
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.parent.name)

@@ -13,8 +13,12 @@ import gpuprof_nb  # noqa: E402
 from gpuprof_nb.analysis.ops import top_ops  # noqa: E402
 from gpuprof_nb.render.profile import profile_sections  # noqa: E402
 
-TRACE = (Path(__file__).parents[1] / "data" / "h100_bert_small"
-         / "gaunernst_bert-small-uncased__1016001.json.gz")
+TRACE = (
+    Path(__file__).parents[1]
+    / "data"
+    / "h100_bert_small"
+    / "gaunernst_bert-small-uncased__1016001.json.gz"
+)
 
 
 def first_op_name(markup: str) -> str:

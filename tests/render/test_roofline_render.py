@@ -16,40 +16,86 @@ from gpuprof_nb.render.roofline import drawn_roofs, plot_roofline, roofline_sect
 from gpuprof_nb.render.units import fmt_pct, fmt_rate, fmt_us
 
 F32, BF16 = "float", "c10::BFloat16"
-SPEC = DeviceSpec(name="Synthetic <GPU>", kind="cuda", fp32_flops_per_s=1e12,
-                  bandwidth_bytes_per_s=1e11, bf16_flops_per_s=1e13, fp16_flops_per_s=1e13,
-                  source="test")
+SPEC = DeviceSpec(
+    name="Synthetic <GPU>",
+    kind="cuda",
+    fp32_flops_per_s=1e12,
+    bandwidth_bytes_per_s=1e11,
+    bf16_flops_per_s=1e13,
+    fp16_flops_per_s=1e13,
+    source="test",
+)
 
 
 def _trace(entries):
     ops, kernels = [], []
     for i, (name, dims, types, kname, dur) in enumerate(entries):
-        ops.append(Op(name=name, kind="op", start_us=10.0 * i, dur_us=5.0, pid=1, tid=1,
-                      external_id=i + 1, input_dims=tuple(dims), input_types=tuple(types),
-                      index=i))
-        kernels.append(Kernel(name=kname, kind="kernel", start_us=100.0 + 100 * i,
-                              dur_us=dur, device=0, stream=7, external_id=i + 1, index=i))
-    return Trace(source="t", ops=tuple(ops), kernels=tuple(kernels), runtime=(), syncs=(),
-                 memory=(), steps=(), devices=(), distributed=None, window_us=(0.0, 1000.0))
+        ops.append(
+            Op(
+                name=name,
+                kind="op",
+                start_us=10.0 * i,
+                dur_us=5.0,
+                pid=1,
+                tid=1,
+                external_id=i + 1,
+                input_dims=tuple(dims),
+                input_types=tuple(types),
+                index=i,
+            )
+        )
+        kernels.append(
+            Kernel(
+                name=kname,
+                kind="kernel",
+                start_us=100.0 + 100 * i,
+                dur_us=dur,
+                device=0,
+                stream=7,
+                external_id=i + 1,
+                index=i,
+            )
+        )
+    return Trace(
+        source="t",
+        ops=tuple(ops),
+        kernels=tuple(kernels),
+        runtime=(),
+        syncs=(),
+        memory=(),
+        steps=(),
+        devices=(),
+        distributed=None,
+        window_us=(0.0, 1000.0),
+    )
 
 
 @pytest.fixture
 def roofline():
-    return compute_roofline(_trace([
-        ("aten::mm", [[1024, 1024], [1024, 1024]], [BF16, BF16], "gemm<bf16>", 500.0),
-        # 12 kB in 0.06 us: 200 GB/s, above the 100 GB/s roof
-        ("aten::add", [[1000], [1000], []], [F32, F32, "Scalar"], "add<float>", 0.06),
-        ("aten::relu", [[4096]], [F32], "relu<float>", 2.0),
-        ("aten::bmm", [[4, 64, 64], [4, 64, 64]], ["c10::Half"] * 2, "gemm<half>", 3.0),
-    ]), SPEC)
+    return compute_roofline(
+        _trace(
+            [
+                ("aten::mm", [[1024, 1024], [1024, 1024]], [BF16, BF16], "gemm<bf16>", 500.0),
+                # 12 kB in 0.06 us: 200 GB/s, above the 100 GB/s roof
+                ("aten::add", [[1000], [1000], []], [F32, F32, "Scalar"], "add<float>", 0.06),
+                ("aten::relu", [[4096]], [F32], "relu<float>", 2.0),
+                ("aten::bmm", [[4, 64, 64], [4, 64, 64]], ["c10::Half"] * 2, "gemm<half>", 3.0),
+            ]
+        ),
+        SPEC,
+    )
 
 
 def test_section_text_and_html_show_the_same_numbers(roofline):
     sec = roofline_section(roofline)
     assert sec.title == "Roofline"
     mm = next(p for p in roofline.points if p.name == "aten::mm")
-    for shown in (fmt_us(mm.time_us), fmt_rate(mm.achieved_flops_per_s, "FLOP/s"),
-                  fmt_pct(mm.fraction_of_roof), fmt_rate(mm.flops, "FLOP")):
+    for shown in (
+        fmt_us(mm.time_us),
+        fmt_rate(mm.achieved_flops_per_s, "FLOP/s"),
+        fmt_pct(mm.fraction_of_roof),
+        fmt_rate(mm.flops, "FLOP"),
+    ):
         assert shown in sec.text
         assert shown in sec.html
     # independent: 2*1024^3 FLOPs in 500 us = 4.29 TFLOP/s, 42.9% of the 10 TFLOP/s roof

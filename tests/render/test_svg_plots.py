@@ -27,8 +27,15 @@ from gpuprof_nb.render.timeline import (
 NS = "{http://www.w3.org/2000/svg}"
 F32, BF16 = "float", "c10::BFloat16"
 ODD = "Syn <GPU> & \"x\" 'y'"
-SPEC = DeviceSpec(name=ODD, kind="cuda", fp32_flops_per_s=1e12, bandwidth_bytes_per_s=1e11,
-                  bf16_flops_per_s=1e13, fp16_flops_per_s=1e13, source="test")
+SPEC = DeviceSpec(
+    name=ODD,
+    kind="cuda",
+    fp32_flops_per_s=1e12,
+    bandwidth_bytes_per_s=1e11,
+    bf16_flops_per_s=1e13,
+    fp16_flops_per_s=1e13,
+    source="test",
+)
 
 
 def _parse(svg_text: str) -> ET.Element:
@@ -56,13 +63,15 @@ class LogMap:
         self.left, self.top, self.right, self.bottom = _floats(root.get("data-plot-box"))
 
     def x(self, v: float) -> float:
-        f = (math.log10(v) - math.log10(self.x_lo)) / (math.log10(self.x_hi)
-                                                       - math.log10(self.x_lo))
+        f = (math.log10(v) - math.log10(self.x_lo)) / (
+            math.log10(self.x_hi) - math.log10(self.x_lo)
+        )
         return self.left + f * (self.right - self.left)
 
     def y(self, v: float) -> float:
-        f = (math.log10(v) - math.log10(self.y_lo)) / (math.log10(self.y_hi)
-                                                       - math.log10(self.y_lo))
+        f = (math.log10(v) - math.log10(self.y_lo)) / (
+            math.log10(self.y_hi) - math.log10(self.y_lo)
+        )
         return self.bottom - f * (self.bottom - self.top)
 
     def x_inv(self, px: float) -> float:
@@ -79,26 +88,78 @@ class LogMap:
 # (op, input dims, dtypes, kernel, kernel us, FLOPs, bytes) with FLOPs and bytes by hand:
 # mm: 2*M*N*K; bytes = A + B + C elements times the element size (2 for bf16, 4 for float).
 HAND = [
-    ("aten::mm", [[1024, 1024], [1024, 1024]], [BF16, BF16], "gemm<bf16>", 500.0,
-     2 * 1024**3, 3 * 1024 * 1024 * 2),
-    ("aten::add", [[1000], [1000], []], [F32, F32, "Scalar"], "add<float>", 0.06,
-     1000, 3 * 1000 * 4),
+    (
+        "aten::mm",
+        [[1024, 1024], [1024, 1024]],
+        [BF16, BF16],
+        "gemm<bf16>",
+        500.0,
+        2 * 1024**3,
+        3 * 1024 * 1024 * 2,
+    ),
+    (
+        "aten::add",
+        [[1000], [1000], []],
+        [F32, F32, "Scalar"],
+        "add<float>",
+        0.06,
+        1000,
+        3 * 1000 * 4,
+    ),
     ("aten::relu", [[4096]], [F32], "relu<float>", 2.0, 4096, 2 * 4096 * 4),
-    ("aten::bmm", [[4, 64, 64], [4, 64, 64]], ["c10::Half"] * 2, "gemm<half>", 3.0,
-     2 * 4 * 64**3, 3 * 4 * 64 * 64 * 2),
+    (
+        "aten::bmm",
+        [[4, 64, 64], [4, 64, 64]],
+        ["c10::Half"] * 2,
+        "gemm<half>",
+        3.0,
+        2 * 4 * 64**3,
+        3 * 4 * 64 * 64 * 2,
+    ),
 ]
 
 
 def _trace(entries):
     ops, kernels = [], []
     for i, (name, dims, types, kname, dur, *_rest) in enumerate(entries):
-        ops.append(Op(name=name, kind="op", start_us=10.0 * i, dur_us=5.0, pid=1, tid=1,
-                      external_id=i + 1, input_dims=tuple(dims), input_types=tuple(types),
-                      index=i))
-        kernels.append(Kernel(name=kname, kind="kernel", start_us=100.0 + 100 * i,
-                              dur_us=dur, device=0, stream=7, external_id=i + 1, index=i))
-    return Trace(source="t", ops=tuple(ops), kernels=tuple(kernels), runtime=(), syncs=(),
-                 memory=(), steps=(), devices=(), distributed=None, window_us=(0.0, 1000.0))
+        ops.append(
+            Op(
+                name=name,
+                kind="op",
+                start_us=10.0 * i,
+                dur_us=5.0,
+                pid=1,
+                tid=1,
+                external_id=i + 1,
+                input_dims=tuple(dims),
+                input_types=tuple(types),
+                index=i,
+            )
+        )
+        kernels.append(
+            Kernel(
+                name=kname,
+                kind="kernel",
+                start_us=100.0 + 100 * i,
+                dur_us=dur,
+                device=0,
+                stream=7,
+                external_id=i + 1,
+                index=i,
+            )
+        )
+    return Trace(
+        source="t",
+        ops=tuple(ops),
+        kernels=tuple(kernels),
+        runtime=(),
+        syncs=(),
+        memory=(),
+        steps=(),
+        devices=(),
+        distributed=None,
+        window_us=(0.0, 1000.0),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +174,11 @@ def roof_svg():
 
 def test_each_dot_sits_at_its_intensity_and_achieved_rate(roof_svg):
     m = LogMap(roof_svg)
-    dots = {_title(c).split(" [")[0]: c for c in roof_svg.iter(f"{NS}circle")
-            if c.get("class") == "gp-point"}
+    dots = {
+        _title(c).split(" [")[0]: c
+        for c in roof_svg.iter(f"{NS}circle")
+        if c.get("class") == "gp-point"
+    }
     assert set(dots) == {h[0] for h in HAND}
     for name, _, _, _, us, flops, nbytes in HAND:
         c = dots[name]
@@ -135,8 +199,11 @@ def test_ridges_sit_at_peak_over_bandwidth_and_the_slope_is_the_bandwidth(roof_s
     got = sorted((float(c.get("cx")), float(c.get("cy"))) for c in ridges)
     want = sorted((m.x(peak / 1e11), m.y(peak)) for peak in (1e12, 1e13))
     assert got == [pytest.approx(w, abs=0.01) for w in want]
-    slope = next(p for p in roof_svg.iter(f"{NS}path") if "bandwidth roof" in
-                 (p.findtext(f"{NS}title") or ""))
+    slope = next(
+        p
+        for p in roof_svg.iter(f"{NS}path")
+        if "bandwidth roof" in (p.findtext(f"{NS}title") or "")
+    )
     nums = [float(v) for v in re.findall(r"-?[\d.]+", slope.get("d"))]
     for px, py in (nums[0:2], nums[2:4]):
         # Each end of the drawn slope is a point where FLOP/s = intensity x bandwidth.
@@ -150,10 +217,12 @@ def test_decade_ticks_are_labelled_where_the_mapping_puts_them(roof_svg):
     checked = 0
     for t in roof_svg.iter(f"{NS}text"):
         y = float(t.get("y"))
-        if abs(y - (m.bottom + 14)) < 0.01 and t.text and t.text.replace(",", "").replace(
-                ".", "").isdigit():
-            assert float(t.get("x")) == pytest.approx(m.x(float(t.text.replace(",", ""))),
-                                                      abs=0.01)
+        if (
+            abs(y - (m.bottom + 14)) < 0.01
+            and t.text
+            and t.text.replace(",", "").replace(".", "").isdigit()
+        ):
+            assert float(t.get("x")) == pytest.approx(m.x(float(t.text.replace(",", ""))), abs=0.01)
             checked += 1
     assert checked >= 2
 
@@ -162,8 +231,12 @@ def test_roofline_svg_escapes_names_and_has_titles(roof_svg):
     texts = [t.text for t in roof_svg.iter(f"{NS}text")]
     assert f"Roofline: {ODD} (datasheet)" in texts
     assert ODD in roof_svg.get("aria-label")
-    marks = [e for e in roof_svg.iter() if e.tag in (f"{NS}circle", f"{NS}path")
-             and (e.get("class") in ("gp-point", "gp-ridge") or e.find(f"{NS}title") is not None)]
+    marks = [
+        e
+        for e in roof_svg.iter()
+        if e.tag in (f"{NS}circle", f"{NS}path")
+        and (e.get("class") in ("gp-point", "gp-ridge") or e.find(f"{NS}title") is not None)
+    ]
     assert all(e.find(f"{NS}title") is not None for e in marks)
     # In the section's HTML, the SVG is the only drawing and it is wrapped for CSS to show.
     roofline = compute_roofline(_trace(HAND), SPEC)
@@ -184,12 +257,31 @@ KNAME = "void k<float, \"q\"> & 'r'"
 
 
 def _kernel_trace(spans, stream=7):
-    kernels = tuple(Kernel(name=f"{KNAME} #{i}", kind="kernel", start_us=s, dur_us=d,
-                           device=0, stream=stream, index=i)
-                    for i, (s, d) in enumerate(spans))
+    kernels = tuple(
+        Kernel(
+            name=f"{KNAME} #{i}",
+            kind="kernel",
+            start_us=s,
+            dur_us=d,
+            device=0,
+            stream=stream,
+            index=i,
+        )
+        for i, (s, d) in enumerate(spans)
+    )
     ends = [s + d for s, d in spans]
-    return Trace(source="hand", ops=(), kernels=kernels, runtime=(), syncs=(), memory=(),
-                 steps=(), devices=(), distributed=None, window_us=(0.0, max(ends)))
+    return Trace(
+        source="hand",
+        ops=(),
+        kernels=kernels,
+        runtime=(),
+        syncs=(),
+        memory=(),
+        steps=(),
+        devices=(),
+        distributed=None,
+        window_us=(0.0, max(ends)),
+    )
 
 
 def _lane_rects(root: ET.Element, lane: str) -> list[ET.Element]:
@@ -214,8 +306,12 @@ def test_bars_sit_at_kernel_start_and_duration():
         # The hover title names the kernel (escaped in the markup, intact once parsed).
         assert _title(rect).startswith(f"{KNAME} #{i}\n")
     # Idle gaps between the kernels are shaded where they are.
-    gaps = [r for g in root.iter(f"{NS}g") if g.get("fill-opacity") == "0.28"
-            for r in g.iter(f"{NS}rect")]
+    gaps = [
+        r
+        for g in root.iter(f"{NS}g")
+        if g.get("fill-opacity") == "0.28"
+        for r in g.iter(f"{NS}rect")
+    ]
     starts = sorted(float(r.get("x")) for r in gaps)
     want = sorted(left + (s + d - lo) * px_per_us for s, d in spans[:-1])
     assert starts == [pytest.approx(w, abs=0.006) for w in want]
@@ -253,9 +349,11 @@ def test_many_kernels_merge_into_a_bounded_drawing():
 
 
 def test_cpu_lanes_come_from_top_level_ops():
-    ops = (Op("aten::linear", "op", 0.0, 100.0, 1, 5, index=0),
-           Op("aten::addmm", "op", 10.0, 80.0, 1, 5, index=1),  # nested: not its own bar
-           Op("aten::relu <x>", "op", 200.0, 50.0, 1, 5, index=2))
+    ops = (
+        Op("aten::linear", "op", 0.0, 100.0, 1, 5, index=0),
+        Op("aten::addmm", "op", 10.0, 80.0, 1, 5, index=1),  # nested: not its own bar
+        Op("aten::relu <x>", "op", 200.0, 50.0, 1, 5, index=2),
+    )
     trace = Trace("hand", ops, (), (), (), (), (), (), None, (0.0, 250.0))
     root = _parse(timeline_svg(device_timeline(trace), trace))
     rects = _lane_rects(root, "CPU thread 5")
@@ -271,9 +369,15 @@ def test_scales_ticks_and_clipping():
     assert svg.log_ticks(0.1, 1000.0) == pytest.approx([0.1, 1, 10, 100, 1000])
     assert svg.log_ticks(20.0, 300.0) == pytest.approx([20, 50, 100, 200])
     assert [svg.log_label(v) for v in (0.01, 1, 1000, 1e-5, 2e6)] == [
-        "0.01", "1", "1,000", "10\u207b\u2075", "2\u00d710\u2076"]
-    assert svg.nice_ticks(0.0, 4.37, target=10) == pytest.approx([0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5,
-                                                                4])
+        "0.01",
+        "1",
+        "1,000",
+        "10\u207b\u2075",
+        "2\u00d710\u2076",
+    ]
+    assert svg.nice_ticks(0.0, 4.37, target=10) == pytest.approx(
+        [0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5, 4]
+    )
     assert svg.nice_ticks(0.0, 4.37) == pytest.approx([0, 1, 2, 3, 4])
     assert [svg.tick_label(v) for v in (0.3, 3.0, 1200.0)] == ["0.3", "3", "1,200"]
     # A segment through a 10x10 box: only the inside part is kept.
@@ -301,8 +405,10 @@ def test_lanes_of_a_step_match_the_whole_trace_computation(data_dir):
     assert len(tl.steps) >= 2
     for step in tl.steps:
         lo, hi = step.start_us, step.end_us
-        lanes = {name: sorted((s, e, n) for s, e, _, n in items)
-                 for name, _, items in _lane_items(tl, trace, lo, hi)}
+        lanes = {
+            name: sorted((s, e, n) for s, e, _, n in items)
+            for name, _, items in _lane_items(tl, trace, lo, hi)
+        }
         cpu = {}
         for o in top_level_ops(trace):
             if o.end_us > lo and o.start_us < hi:
@@ -311,21 +417,41 @@ def test_lanes_of_a_step_match_the_whole_trace_computation(data_dir):
         for k in trace.kernels:
             if k.device == tl.device and k.end_us > lo and k.start_us < hi:
                 gpu.setdefault(f"GPU {tl.device} stream {k.stream}", []).append(
-                    (k.start_us, k.end_us, k.name))
+                    (k.start_us, k.end_us, k.name)
+                )
         want = {**cpu, **gpu}
         assert lanes and all(sorted(want[name]) == items for name, items in lanes.items())
-        assert {n for n in want if n.startswith("GPU")} == {n for n in lanes if
-                                                            n.startswith("GPU")}
+        assert {n for n in want if n.startswith("GPU")} == {n for n in lanes if n.startswith("GPU")}
 
 
 def test_long_kernel_names_keep_the_drawing_small():
     # 340 kernels 2.2 px apart with 270-character names: few enough rectangles, too many
     # bytes, so names in titles are cut and merging goes on until the bytes fit.
     long_name = "void cutlass::Kernel<" + "x" * 250 + ">"
-    kernels = tuple(Kernel(name=f"{long_name}{i}", kind="kernel", start_us=100.0 * i,
-                           dur_us=1.0, device=0, stream=7, index=i) for i in range(340))
-    trace = Trace(source="hand", ops=(), kernels=kernels, runtime=(), syncs=(), memory=(),
-                  steps=(), devices=(), distributed=None, window_us=(0.0, 34_000.0))
+    kernels = tuple(
+        Kernel(
+            name=f"{long_name}{i}",
+            kind="kernel",
+            start_us=100.0 * i,
+            dur_us=1.0,
+            device=0,
+            stream=7,
+            index=i,
+        )
+        for i in range(340)
+    )
+    trace = Trace(
+        source="hand",
+        ops=(),
+        kernels=kernels,
+        runtime=(),
+        syncs=(),
+        memory=(),
+        steps=(),
+        devices=(),
+        distributed=None,
+        window_us=(0.0, 34_000.0),
+    )
     text = timeline_svg(device_timeline(trace), trace)
     assert len(text.encode()) < MAX_TIMELINE_BYTES + 10_000
     bars = _lane_rects(_parse(text), "GPU 0 stream 7")

@@ -21,27 +21,57 @@ NS = {"s": SVG_NS}
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 
 
-def _u(n: int = 20, cores: int = 4, period_ms: float = 10.0, start_us: float = 5_000.0,
-       label: str = "CPU", gpu: bool = True) -> Utilisation:
+def _u(
+    n: int = 20,
+    cores: int = 4,
+    period_ms: float = 10.0,
+    start_us: float = 5_000.0,
+    label: str = "CPU",
+    gpu: bool = True,
+) -> Utilisation:
     ts = tuple(start_us + (i + 1) * period_ms * 1e3 for i in range(n))
-    series = [UtilisationSeries(f"cpu{c}", "%", f"{label} {c}",
-                                tuple(float((i * 7 + c * 13) % 101) for i in range(n)))
-              for c in range(cores)]
-    series.append(UtilisationSeries("process", "cores", "this process",
-                                    tuple(0.25 * (i % 5) for i in range(n))))
+    series = [
+        UtilisationSeries(
+            f"cpu{c}", "%", f"{label} {c}", tuple(float((i * 7 + c * 13) % 101) for i in range(n))
+        )
+        for c in range(cores)
+    ]
+    series.append(
+        UtilisationSeries(
+            "process", "cores", "this process", tuple(0.25 * (i % 5) for i in range(n))
+        )
+    )
     if gpu:
         series += [
-            UtilisationSeries("gpu_util", "%", "GPU 0 (Tesla <T4>) kernel running, % of time",
-                              tuple(float(min(100, i * 9)) for i in range(n))),
-            UtilisationSeries("gpu_mem_used", "bytes", "GPU 0 memory used",
-                              tuple(float(2**30 + i * 2**24) for i in range(n))),
-            UtilisationSeries("gpu_power", "W", "GPU 0 power",
-                              tuple(60.0 + 3.5 * i for i in range(n))),
-            UtilisationSeries("gpu_sm_clock", "MHz", "GPU 0 SM clock",
-                              tuple(1590.0 if i % 2 else 1200.0 for i in range(n))),
+            UtilisationSeries(
+                "gpu_util",
+                "%",
+                "GPU 0 (Tesla <T4>) kernel running, % of time",
+                tuple(float(min(100, i * 9)) for i in range(n)),
+            ),
+            UtilisationSeries(
+                "gpu_mem_used",
+                "bytes",
+                "GPU 0 memory used",
+                tuple(float(2**30 + i * 2**24) for i in range(n)),
+            ),
+            UtilisationSeries(
+                "gpu_power", "W", "GPU 0 power", tuple(60.0 + 3.5 * i for i in range(n))
+            ),
+            UtilisationSeries(
+                "gpu_sm_clock",
+                "MHz",
+                "GPU 0 SM clock",
+                tuple(1590.0 if i % 2 else 1200.0 for i in range(n)),
+            ),
         ]
-    return Utilisation("proc+nvml" if gpu else "proc", period_ms, ts, tuple(series),
-                       ("GPU 0 memory controller busy not recorded: <unsupported> & odd",))
+    return Utilisation(
+        "proc+nvml" if gpu else "proc",
+        period_ms,
+        ts,
+        tuple(series),
+        ("GPU 0 memory controller busy not recorded: <unsupported> & odd",),
+    )
 
 
 def _root(svg: str) -> ET.Element:
@@ -69,8 +99,17 @@ def test_strip_is_well_formed_and_escaped() -> None:
     # NVML's caveat is the hover text of the GPU utilisation row's label.
     assert any(NVML_NOTE in t for t in texts)
     rows = [g.get("data-row") for g in root.iter(f"{{{SVG_NS}}}g") if g.get("data-row")]
-    assert rows == ["cpu0", "cpu1", "cpu2", "cpu3", "process", "GPU util", "GPU mem used",
-                    "GPU power", "GPU SM clock"]
+    assert rows == [
+        "cpu0",
+        "cpu1",
+        "cpu2",
+        "cpu3",
+        "process",
+        "GPU util",
+        "GPU mem used",
+        "GPU power",
+        "GPU SM clock",
+    ]
 
 
 def test_every_hover_number_is_in_the_text() -> None:
@@ -87,7 +126,7 @@ def test_every_hover_number_is_in_the_text() -> None:
         assert not missing, (tip, missing)
     # The labels' numbers too.
     for t in root.iter(f"{{{SVG_NS}}}text"):
-        own = (t.text or "")
+        own = t.text or ""
         assert not [x for x in NUMBER.findall(own) if x not in in_text], own
 
 
@@ -99,20 +138,29 @@ def test_text_summary_lines() -> None:
     assert not any(NVML_NOTE in line for line in lines)
     assert any(line.startswith("Note: GPU 0 memory controller") for line in lines)
     gpu_lines = utilisation_text(_u())
-    assert any(line.startswith("GPU utilisation (NVML, 100 samples/s): GPU util mean ")
-               for line in gpu_lines)
+    assert any(
+        line.startswith("GPU utilisation (NVML, 100 samples/s): GPU util mean ")
+        for line in gpu_lines
+    )
     assert NVML_NOTE in gpu_lines
 
 
 def test_text_numbers_match_the_model() -> None:
-    u = Utilisation("proc", 10.0, (10_000.0, 20_000.0), (
-        UtilisationSeries("cpu0", "%", "CPU 0", (100.0, 0.0)),
-        UtilisationSeries("cpu1", "%", "CPU 1", (50.0, 50.0)),
-        UtilisationSeries("process", "cores", "this process", (1.0, 0.5)),
-    ))
+    u = Utilisation(
+        "proc",
+        10.0,
+        (10_000.0, 20_000.0),
+        (
+            UtilisationSeries("cpu0", "%", "CPU 0", (100.0, 0.0)),
+            UtilisationSeries("cpu1", "%", "CPU 1", (50.0, 50.0)),
+            UtilisationSeries("process", "cores", "this process", (1.0, 0.5)),
+        ),
+    )
     first = utilisation_text(u)[0]
-    assert first == ("CPU utilisation (proc, 100 samples/s): cores mean 50.0%, max core "
-                     "50.0%; this process 0.75 cores mean, 1.00 max")
+    assert first == (
+        "CPU utilisation (proc, 100 samples/s): cores mean 50.0%, max core "
+        "50.0%; this process 0.75 cores mean, 1.00 max"
+    )
     table = utilisation_text(u)[-2:]
     assert table[0].split() == ["0-10", "100.0%", "50.0%", "1.00"]
     assert table[1].split() == ["10-20", "0.0%", "50.0%", "0.50"]
@@ -159,9 +207,10 @@ def test_span_outside_the_samples() -> None:
     svg = utilisation_strip_svg(u, 1e9, 2e9, 300)
     _root(svg)
     assert "no utilisation samples in this span" in svg
-    assert utilisation_text(u, 1e9, 2e9) == ["no utilisation samples in this span",
-                                             "Note: GPU 0 memory controller busy not "
-                                             "recorded: <unsupported> & odd"]
+    assert utilisation_text(u, 1e9, 2e9) == [
+        "no utilisation samples in this span",
+        "Note: GPU 0 memory controller busy not recorded: <unsupported> & odd",
+    ]
 
 
 def test_empty_recording() -> None:
@@ -172,11 +221,16 @@ def test_empty_recording() -> None:
 
 def test_model_helpers() -> None:
     # (The model has no test folder of its own yet; its helpers feed the strip.)
-    u = Utilisation("proc", 0.01, (10.0, 20.0, 40.0), (
-        UtilisationSeries("cpu1", "%", "CPU 1", (0.0, 100.0, 50.0)),
-        UtilisationSeries("cpu0", "%", "CPU 0", (10.0, 10.0, 10.0)),
-        UtilisationSeries("process", "cores", "this process", (1.0, 0.0, 2.0)),
-    ))
+    u = Utilisation(
+        "proc",
+        0.01,
+        (10.0, 20.0, 40.0),
+        (
+            UtilisationSeries("cpu1", "%", "CPU 1", (0.0, 100.0, 50.0)),
+            UtilisationSeries("cpu0", "%", "CPU 0", (10.0, 10.0, 10.0)),
+            UtilisationSeries("process", "cores", "this process", (1.0, 0.0, 2.0)),
+        ),
+    )
     assert [s.name for s in u.cpu_cores()] == ["cpu0", "cpu1"]
     assert u.series_named("gpu_util") is None
     # Intervals (0, 10], (10, 20], (20, 40]: the first is taken as one period long.
@@ -186,6 +240,13 @@ def test_model_helpers() -> None:
     assert u.mean_over("cpu1", 50.0, 60.0) is None
     assert u.mean_over("cpu1", 20.0, 10.0) is None
     assert u.mean_over("nope", 0.0, 40.0) is None
-    assert u.summary() == pytest.approx({
-        "cpu1_mean": 50.0, "cpu1_max": 100.0, "cpu0_mean": 10.0, "cpu0_max": 10.0,
-        "process_mean": (10 + 0 + 40) / 40, "process_max": 2.0})
+    assert u.summary() == pytest.approx(
+        {
+            "cpu1_mean": 50.0,
+            "cpu1_max": 100.0,
+            "cpu0_mean": 10.0,
+            "cpu0_max": 10.0,
+            "process_mean": (10 + 0 + 40) / 40,
+            "process_max": 2.0,
+        }
+    )
