@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpuprof_nb.errors import CaptureError, GpuprofError, SnapshotFormatError, TraceFormatError
 from gpuprof_nb.results import display as _display
-
-__version__ = "0.1.0"
+from gpuprof_nb.results import exports as _exports
+from gpuprof_nb.version import __version__ as __version__
 
 _LAZY: dict[str, tuple[str, str]] = {
     "load_trace": ("gpuprof_nb.io.trace", "load_trace"),
@@ -100,6 +100,33 @@ class _Renderer:
 
 
 _display.use_renderer(_Renderer())
+
+
+class _Exporter:
+    """Builds exports (see results/exports.py): the render layer, imported on first use."""
+
+    def record(self, obj: object) -> dict[str, Any]:
+        from gpuprof_nb.render.records import record
+
+        return record(obj)
+
+    def markdown(self, obj: object) -> str:
+        from gpuprof_nb.render.markdown import markdown
+
+        return markdown(obj)
+
+    def log_to(self, obj: object, run: Any, prefix: str, step: int | None) -> dict[str, float]:
+        from gpuprof_nb.render.trackers import log_to
+
+        return log_to(obj, run, prefix=prefix, step=step)
+
+    def to_tensorboard(self, obj: object, writer: Any, prefix: str, step: int) -> dict[str, float]:
+        from gpuprof_nb.render.trackers import to_tensorboard
+
+        return to_tensorboard(obj, writer, prefix=prefix, step=step)
+
+
+_exports.use_exporter(_Exporter())
 
 
 def load_ipython_extension(ipython: Any) -> None:
