@@ -83,12 +83,12 @@ def to_tensorboard(
     """Write a result's headline scalars to a TensorBoard SummaryWriter (torch's or
     tensorboardX's: anything with `add_scalar(tag, value, global_step)`) at `step`, flush
     it, and return what was written (tag -> value)."""
+    checked = _check_step(step)
     if not callable(getattr(writer, "add_scalar", None)):
         raise GpuprofError(
             f"to_tensorboard: a {type(writer).__name__} has no add_scalar; pass a "
             "torch.utils.tensorboard.SummaryWriter"
         )
-    checked = _check_step(step)
     metrics = _named(obj, prefix)
     for tag, value in metrics.items():
         writer.add_scalar(tag, value, global_step=checked or 0)
