@@ -91,6 +91,7 @@ LAYERS: dict[str, int] = {
     "ladder": 6,
     "runs": 6,
     "files": 6,
+    "functions": 6,
     "baselines": 7,
     "cli": 8,
     "pytest_plugin": 8,
