@@ -58,6 +58,6 @@ def test_the_wheel_carries_the_license_text(tmp_path: Path) -> None:
         ).decode("utf-8")
     # The `gpuprof` command line and the pytest helper are installed with the package.
     assert "gpuprof = gpuprof_nb.cli:entry" in entry_points
-    assert "[pytest11]\ngpuprof_nb = gpuprof_nb.pytest_plugin" in entry_points
+    assert "[pytest11]\ngpuprof_nb.pytest_plugin = gpuprof_nb.pytest_plugin" in entry_points
     assert b"License-Expression: MIT" in metadata
     assert b"License-File: LICENSE" in metadata

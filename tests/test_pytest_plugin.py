@@ -4,7 +4,6 @@ with the verdict's text), noisy samples (a warning), and where baselines live.""
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 
 import pytest
@@ -32,11 +31,8 @@ def test_step_speed(gpuprof):
 
 
 def _plugin_args() -> list[str]:
-    """`-p gpuprof_nb.pytest_plugin` unless the installed package already registers it
-    (its pytest11 entry point): naming it twice is an error."""
-    for ep in importlib.metadata.entry_points(group="pytest11"):
-        if ep.value == "gpuprof_nb.pytest_plugin":
-            return []
+    """Name the plugin: where the installed package registers it already (its pytest11
+    entry point is named as the module), naming it again is harmless."""
     return ["-p", "gpuprof_nb.pytest_plugin"]
 
 
