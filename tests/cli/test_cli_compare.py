@@ -16,6 +16,7 @@ from gpuprof_nb.analysis.compare import compare
 
 DATA = Path(__file__).parents[1] / "data"
 GLOO = DATA / "gloo_run"
+BERT_NAME = "gaunernst_bert-small-uncased__1016001.json.gz"
 
 
 def _steps_us(path: Path) -> list[float]:
@@ -133,6 +134,12 @@ def test_one_window_traces_are_judged_on_their_ratio(cli) -> None:
         (lambda d: d / "missing.json", ("missing.json", "no such file")),
         (lambda d: DATA / "snapshots" / "oom.pickle", ("memory snapshot", "not a profiler trace")),
         (lambda d: _write(d / "bad.json.gz", b"\x1f\x8b" + b"x" * 64), ("bad.json.gz", "gzip")),
+        (
+            lambda d: _write(
+                d / "cut.json.gz", (DATA / "h100_bert_small" / BERT_NAME).read_bytes()[:20000]
+            ),
+            ("cut.json.gz", "gzip stream ends early"),
+        ),
         (lambda d: _write(d / "text.json", b"hello"), ("text.json",)),
         (lambda d: d, ("a directory",)),
         (lambda d: DATA / "memory_timeline_raw" / "memory_timeline.raw.gz", ("not a trace",)),
