@@ -2,7 +2,8 @@
 
 `%load_ext gpuprof_nb`, then `%%gpuprofile` or `%%memsnap` on a cell. Offline:
 `load_trace` + `analyze` (+ `diagnose`), `load_snapshot` + `analyze_memory`, `compare`,
-`analyze_run` (every rank of a distributed run).
+`analyze_run` (every rank of a distributed run). Scripts and CI: `profile_function`,
+`save_baseline` / `load_baseline`, and the `gpuprof` command line (cli.py).
 
 Public names are imported lazily so `import gpuprof_nb` pulls in neither torch nor IPython.
 """
@@ -14,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpuprof_nb.errors import CaptureError, GpuprofError, SnapshotFormatError, TraceFormatError
 from gpuprof_nb.results import display as _display
-
-__version__ = "0.1.0"
+from gpuprof_nb.results import exports as _exports
+from gpuprof_nb.version import __version__ as __version__
 
 _LAZY: dict[str, tuple[str, str]] = {
     "load_trace": ("gpuprof_nb.io.trace", "load_trace"),
@@ -30,6 +31,9 @@ _LAZY: dict[str, tuple[str, str]] = {
     "measure_ceilings": ("gpuprof_nb.capture.device", "measure_ceilings"),
     "analyze_run": ("gpuprof_nb.runs", "analyze_run"),
     "RunReport": ("gpuprof_nb.results.run", "RunReport"),
+    "profile_function": ("gpuprof_nb.functions", "profile_function"),
+    "save_baseline": ("gpuprof_nb.baselines", "save_baseline"),
+    "load_baseline": ("gpuprof_nb.baselines", "load_baseline"),
 }
 
 __all__ = [
@@ -47,17 +51,22 @@ __all__ = [
     "compare",
     "diagnose",
     "ladder",
+    "load_baseline",
     "load_ipython_extension",
     "load_snapshot",
     "load_trace",
     "measure_ceilings",
+    "profile_function",
+    "save_baseline",
 ]
 
 if TYPE_CHECKING:
     from gpuprof_nb.analysis.compare import compare
     from gpuprof_nb.analysis.diagnose import diagnose
     from gpuprof_nb.analysis.report import analyze, analyze_memory
+    from gpuprof_nb.baselines import load_baseline, save_baseline
     from gpuprof_nb.capture.device import measure_ceilings
+    from gpuprof_nb.functions import profile_function
     from gpuprof_nb.io.snapshot import load_snapshot
     from gpuprof_nb.io.trace import load_trace
     from gpuprof_nb.results.compare import Comparison
@@ -100,6 +109,33 @@ class _Renderer:
 
 
 _display.use_renderer(_Renderer())
+
+
+class _Exporter:
+    """Builds exports (see results/exports.py): the render layer, imported on first use."""
+
+    def record(self, obj: object) -> dict[str, Any]:
+        from gpuprof_nb.render.records import record
+
+        return record(obj)
+
+    def markdown(self, obj: object) -> str:
+        from gpuprof_nb.render.markdown import markdown
+
+        return markdown(obj)
+
+    def log_to(self, obj: object, run: Any, prefix: str, step: int | None) -> dict[str, float]:
+        from gpuprof_nb.render.trackers import log_to
+
+        return log_to(obj, run, prefix=prefix, step=step)
+
+    def to_tensorboard(self, obj: object, writer: Any, prefix: str, step: int) -> dict[str, float]:
+        from gpuprof_nb.render.trackers import to_tensorboard
+
+        return to_tensorboard(obj, writer, prefix=prefix, step=step)
+
+
+_exports.use_exporter(_Exporter())
 
 
 def load_ipython_extension(ipython: Any) -> None:

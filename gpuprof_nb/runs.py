@@ -42,7 +42,7 @@ def analyze_run(
     traces: str | os.PathLike[str] | Sequence[Source],
     *,
     executor: Executor | None = None,
-    progress: bool = True,
+    progress: bool | Progress = True,
 ) -> RunReport:
     """Analyse every rank of a distributed run and return its RunReport.
 
@@ -51,13 +51,18 @@ def analyze_run(
     its file name gives (`rank-3`, `worker3`), else (Trace objects only) its place in the list.
     Each file is loaded and summarised in a task on `executor` (default: a process pool with
     one worker per core); only the summary comes back. Trace objects already in memory are
-    summarised here. In a notebook a progress bar counts the ranks (`progress=False`: none).
+    summarised here. In a notebook a progress bar counts the ranks (`progress=False`: none;
+    a Progress object, such as the command line's terminal bar, counts them instead).
     A rank that cannot be read is named in the report's `failures`; the others still count.
     """
     items = _sources(traces)
     paths = [(i, item) for i, item in enumerate(items) if not isinstance(item, Trace)]
     summaries: dict[int, RankSummary] = {}
-    bar = Progress(len(items), enabled=progress and live_kernel(), what="ranks", unit="ranks")
+    bar = (
+        progress
+        if isinstance(progress, Progress)
+        else Progress(len(items), enabled=progress and live_kernel(), what="ranks", unit="ranks")
+    )
     try:
         for i, item in enumerate(items):
             if isinstance(item, Trace):

@@ -81,6 +81,7 @@ def test_blocking_really_blocks() -> None:
 # above everything.
 LAYERS: dict[str, int] = {
     "errors": 0,
+    "version": 0,
     "model": 1,
     "io": 2,
     "results": 3,
@@ -89,11 +90,17 @@ LAYERS: dict[str, int] = {
     "capture": 5,
     "ladder": 6,
     "runs": 6,
+    "files": 6,
+    "functions": 6,
+    "baselines": 7,
+    "cli": 8,
+    "pytest_plugin": 8,
     "magics": 7,
     "memsnap_magic": 7,
-    "report": 8,
-    "memory_report": 8,
-    "": 8,
+    "report": 9,
+    "memory_report": 9,
+    "__main__": 9,
+    "": 9,
 }
 GLUE = {"magics", "memsnap_magic"}
 

@@ -53,5 +53,11 @@ def test_the_wheel_carries_the_license_text(tmp_path: Path) -> None:
         assert licenses, [n for n in names if ".dist-info/" in n]
         assert wheel.read(licenses[0]).decode("utf-8") == license_text
         metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
+        entry_points = wheel.read(
+            next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+        ).decode("utf-8")
+    # The `gpuprof` command line and the pytest helper are installed with the package.
+    assert "gpuprof = gpuprof_nb.cli:entry" in entry_points
+    assert "[pytest11]\ngpuprof_nb.pytest_plugin = gpuprof_nb.pytest_plugin" in entry_points
     assert b"License-Expression: MIT" in metadata
     assert b"License-File: LICENSE" in metadata

@@ -6,7 +6,8 @@ the change is real (docs/compare.md has the method).
   %%gpuprofile reports), else per profiled window.
 - The verdict comes from the timed samples of %%gpuprofile reports: a 95% bootstrap interval
   for the ratio of median times, called faster or slower only when it lies wholly beyond the
-  noise floor. A trace has no samples, so it gets the numbers and no verdict.
+  noise floor. Two traces without timed samples are judged on their profiled steps (two or
+  more a side); a trace of one profiled window gets the numbers and no verdict.
 - Changes are matched by name across the two sides, tolerating the renames users meet:
   kernels that differ only in tile sizes or template arguments are one family, the
   DataLoader's iterator classes are one DataLoader row, and eager ops or kernels that ran
@@ -107,9 +108,14 @@ def _step_median(side: _Side, per: Per) -> float | None:
     return summary.window_us if summary is not None else None
 
 
-def _samples(side: _Side, per: Per) -> tuple[float, ...]:
+def _samples(side: _Side, per: Per, profiled_steps: bool = False) -> tuple[float, ...]:
+    """Return a side's samples: its timed runs; with `profiled_steps` (neither side has timed
+    runs), the durations of its trace's profiled steps, the profiler attached on both sides
+    alike: the steps its median step time is taken over."""
     timing = side.timing
     if timing is None:
+        if profiled_steps and per == "step" and side.trace is not None:
+            return tuple(s.dur_us for s in side.trace.steps)
         return ()
     steps = timing.steps_per_run if per == "step" and timing.steps_per_run else 1
     return tuple(t / steps for t in timing.times_us)
@@ -293,14 +299,17 @@ def compare(
     notes: list[str] = []
     _device_notes(b, a, notes)
     per = _per(b, a, notes)
-    verdict = timing_verdict(_samples(b, per), _samples(a, per), noise_floor=noise_floor)
+    steps = b.timing is None and a.timing is None
+    verdict = timing_verdict(
+        _samples(b, per, steps), _samples(a, per, steps), noise_floor=noise_floor
+    )
     if verdict is not None:
         verdict_note = ""
     elif b.timing is None or a.timing is None:
         verdict_note = (
-            "no verdict: a trace holds one profiled run, not timed samples; "
-            "profile both sides with %%gpuprofile to know whether the change is "
-            "real"
+            "no verdict: a trace holds one profiled run, not timed samples (and not two "
+            "profiled steps on each side); profile both sides with %%gpuprofile to know "
+            "whether the change is real"
         )
     else:
         verdict_note = "no verdict: a side has fewer than two timed samples (raise --repeat)"
@@ -320,4 +329,5 @@ def compare(
         findings_new=new,
         findings_still=still,
         notes=tuple(notes),
+        samples_from="" if verdict is None else "profiled steps" if steps else "timed runs",
     )

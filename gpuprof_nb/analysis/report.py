@@ -18,6 +18,7 @@ from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.ceilings import trace_ceilings
 from gpuprof_nb.io.gcpause import gc_paused
 from gpuprof_nb.io.snapshot import snapshot_from_dict
+from gpuprof_nb.io.timing import timing_of
 from gpuprof_nb.model.device import DeviceSpec
 from gpuprof_nb.model.memory import MemorySnapshot
 from gpuprof_nb.model.timing import TimingStats
@@ -68,7 +69,8 @@ def analyze(
     `device` (a DeviceSpec, or a GPU name from the datasheet table); without it, against
     the ceilings `measure_ceilings()` cached for the trace's GPU, else its datasheet row
     (io/ceilings.py; the roofline's note says which). `timing` is given by the live magic;
-    offline it stays None."""
+    offline it is the timed samples a saved %%gpuprofile report kept with its trace
+    (io/timing.py), else None."""
     # The analyses make many short-lived objects and no cycles worth collecting: automatic
     # collections would walk the whole trace's objects again and again (io/gcpause.py).
     with gc_paused():
@@ -76,6 +78,8 @@ def analyze(
         kernels = kernel_table(trace)
         summary = summarize_trace(trace)
         all_notes = list(notes)
+        if timing is None:
+            timing = _attempt("timed samples", lambda: timing_of(trace.metadata), all_notes)
         ceilings = device if device is not None else trace_ceilings(trace)
         # The remaining analyses add judgement on top of the tables; one failing on an
         # unusual trace should cost its own tab, not the whole report, and the note says

@@ -180,6 +180,7 @@ def _report(
     from gpuprof_nb.analysis.report import analyze, count_steps_per_run
     from gpuprof_nb.capture.device import trace_device_spec
     from gpuprof_nb.errors import GpuprofError
+    from gpuprof_nb.io.timing import with_timing
     from gpuprof_nb.io.trace import save_trace_dict, trace_from_dict
 
     if args.stack:
@@ -199,7 +200,7 @@ def _report(
         # The run is done and costly to repeat: a trace that cannot be written becomes a
         # note in the report (which -o still stores) rather than an error that loses it.
         try:
-            path = save_trace_dict(artifact, args.trace)
+            path = save_trace_dict(with_timing(artifact, stats), args.trace)
             notes.append(f"trace written to {path} (open it in ui.perfetto.dev)")
         except GpuprofError as exc:
             notes.append(f"trace NOT written: {exc}; call .save(path) on the report")

@@ -66,7 +66,8 @@ def _verdict_rows(comparison: Comparison) -> list[tuple[str, str, str]]:
     ]
     v: Verdict | None = comparison.verdict
     if v is not None:
-        rows.append(("timed samples", fmt_num(v.before_samples), fmt_num(v.after_samples)))
+        label = "profiled steps" if comparison.samples_from == "profiled steps" else "timed samples"
+        rows.append((label, fmt_num(v.before_samples), fmt_num(v.after_samples)))
     peak_b, peak_a = comparison.memory_peak_bytes
     if peak_b is not None or peak_a is not None:
         rows.append(("memory peak (profiler events)", fmt_bytes(peak_b), fmt_bytes(peak_a)))

@@ -11,6 +11,7 @@ import numpy as np
 
 from gpuprof_nb.results.diagnosis import Finding
 from gpuprof_nb.results.display import Displayable
+from gpuprof_nb.results.exports import Exportable
 
 # A change in time is called real only when its whole 95% confidence interval lies beyond
 # this fraction from no change. Two runs of the same cell, each with samples that agree to
@@ -132,7 +133,7 @@ class IdleDelta:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class Comparison(Displayable):
+class Comparison(Displayable, Exportable):
     """`compare(before, after)`: the step medians (or per-run medians, see `per`), the
     verdict when both sides carry timed samples (None otherwise, with `verdict_note` saying
     why), the changes most important first (by the change in time per step), the idle
@@ -155,6 +156,9 @@ class Comparison(Displayable):
     # Whose time the idle breakdown splits: the device's, the host's (traces without device
     # activity), or one of each ("mixed").
     idle_of: Literal["device", "host", "mixed"] = "device"
+    # What the verdict's samples are: the timed runs of %%gpuprofile reports, or the
+    # profiled steps of two traces without them ("" without a verdict).
+    samples_from: Literal["timed runs", "profiled steps", ""] = ""
 
     @property
     def speedup(self) -> float | None:

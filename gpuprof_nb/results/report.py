@@ -11,6 +11,7 @@ from typing import Any
 
 from gpuprof_nb.errors import GpuprofError, TraceFormatError
 from gpuprof_nb.io.snapshot import save_snapshot
+from gpuprof_nb.io.timing import with_timing
 from gpuprof_nb.io.trace import save_trace_dict
 from gpuprof_nb.model.memory import MemorySnapshot
 from gpuprof_nb.model.timing import TimingStats
@@ -18,6 +19,7 @@ from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.model.utilisation import Utilisation
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding
 from gpuprof_nb.results.display import Displayable
+from gpuprof_nb.results.exports import Exportable
 from gpuprof_nb.results.hotspots import Hotspots
 from gpuprof_nb.results.memory import (
     AtPeak,
@@ -33,7 +35,7 @@ from gpuprof_nb.results.timeline import Timeline
 
 
 @dataclass(frozen=True, slots=True, repr=False)
-class ProfileReport(Displayable):
+class ProfileReport(Displayable, Exportable):
     """The result of `%%gpuprofile` (or `analyze(trace)`, where `timing` is None).
 
     `trace` and the analyses are None after `--timing-only`. `artifact` is the raw Chrome
@@ -72,11 +74,16 @@ class ProfileReport(Displayable):
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the Chrome trace JSON (gzip when the name ends in .gz) that `load_trace`
-        reads back; return the path written. Live runs write the profiler's own trace; offline
-        reports copy the file the trace was loaded from."""
+        reads back; return the path written. Live runs write the profiler's own trace, with
+        the timed samples under gpuprof_nb's own key (io/timing.py), so `gpuprof compare`
+        and named baselines judge a saved report as they would the live one; offline reports
+        copy the file the trace was loaded from."""
         target = Path(path)
         if self.artifact is not None:
-            return save_trace_dict(self.artifact, target)
+            artifact = self.artifact
+            if self.timing is not None:
+                artifact = with_timing(artifact, self.timing)
+            return save_trace_dict(artifact, target)
         if self.trace is None:
             raise GpuprofError(
                 f"cannot save {target}: this report has no trace (run without --timing-only)"
@@ -104,7 +111,7 @@ class ProfileReport(Displayable):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class MemoryReport(Displayable):
+class MemoryReport(Displayable, Exportable):
     """A snapshot and its analysis for one device. Bytes everywhere; `oom_message` is the
     text of the out-of-memory error the cell raised, when it did."""
 

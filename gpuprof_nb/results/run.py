@@ -9,6 +9,7 @@ from typing import Any
 
 from gpuprof_nb.results.diagnosis import Diagnosis, FindingKind
 from gpuprof_nb.results.display import Displayable
+from gpuprof_nb.results.exports import Exportable
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +82,7 @@ class CollectiveRow:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class RunReport(Displayable):
+class RunReport(Displayable, Exportable):
     """`analyze_run(traces)`: one row per rank (`ranks`), the ranks the others wait for, most
     likely first (`stragglers`, empty when none stands out), the collectives, and the run's
     diagnosis. `rank(n)` loads and analyses that rank's trace again on demand."""

@@ -1,0 +1,76 @@
+"""`profile_function(fn)`: what `%%gpuprofile` does for a cell, done for a plain function
+(the pytest helper's and scripts' way in): warm-up runs, timed samples without the
+profiler (CUDA events on a GPU, wall clock on the CPU), then one run under torch.profiler,
+analysed into a ProfileReport whose `timing` the before/after verdict reads."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from gpuprof_nb.analysis.report import analyze, count_steps_per_run
+from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.results.report import ProfileReport
+
+# The most timed samples a call may ask for (each is a run, or a block of runs).
+MAX_REPEAT = 10_000
+
+
+def _count(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_REPEAT:
+        raise GpuprofError(
+            f"{name} must be a whole number from {low} to {MAX_REPEAT}, got {value!r}"
+        )
+    return value
+
+
+def profile_function(
+    fn: Callable[..., object],
+    *args: Any,
+    warmup: int | None = None,
+    repeat: int = 5,
+    number: int | None = None,
+    profile: bool = True,
+    **kwargs: Any,
+) -> ProfileReport:
+    """Return the ProfileReport of `fn(*args, **kwargs)`: `warmup` unmeasured runs (None:
+    as %%gpuprofile picks them), `repeat` timed samples (a sample is one run, or a block of
+    `number` back-to-back runs for a short function; None picks it as timeit does), then,
+    with `profile`, one run under torch.profiler for the tables and the diagnosis. Times are
+    per run."""
+    if not callable(fn):
+        raise GpuprofError(f"profile_function needs a callable, got a {type(fn).__name__}")
+    repeat = _count("repeat", repeat, 1)
+    if warmup is not None:
+        warmup = _count("warmup", warmup, 0)
+    if number is not None:
+        number = _count("number", number, 1)
+    import torch
+
+    from gpuprof_nb.capture.profiler import profile_cell
+    from gpuprof_nb.capture.timing import time_cell
+    from gpuprof_nb.io.trace import trace_from_dict
+
+    def run() -> None:
+        fn(*args, **kwargs)
+
+    cuda = bool(torch.cuda.is_available())
+    stats = time_cell(
+        run,
+        warmup=warmup,
+        repeat=repeat,
+        number=number,
+        sync=torch.cuda.synchronize if cuda else None,
+        use_cuda_events=cuda,
+        device_name=str(torch.cuda.get_device_name()) if cuda else "cpu",
+    )
+    if not profile:
+        return ProfileReport(timing=stats, trace=None)
+    artifact = profile_cell(run, runs=1, cuda=cuda)
+    name = getattr(fn, "__qualname__", type(fn).__name__)
+    trace = trace_from_dict(artifact, f"profile_function({name})")
+    steps = count_steps_per_run(trace)
+    if steps:  # a training loop's own ProfilerStep/optimizer steps: its times per step too
+        stats = dataclasses.replace(stats, steps_per_run=steps)
+    return analyze(trace, timing=stats, artifact=artifact)
