@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -19,9 +18,11 @@ DATA = ROOT / "tests" / "data"
 STEPS = 8
 
 
-def record_steps(path: Path, sleeps_s: Sequence[float]) -> Path:
-    """Profile one step per entry of `sleeps_s`: a small matmul training step, then that
-    many seconds waiting on the host (a planted slowdown: a slow data source, a sync)."""
+def record_steps(path: Path, matmuls: Sequence[int]) -> Path:
+    """Profile one step per entry of `matmuls`: a small training step, then that many
+    128x128 matmuls of extra work (a planted slowdown). The extra work is CPU work, not a
+    sleep: on a loaded machine both sides then stretch alike, where a sleep's wake-up can
+    wait tens of ms for a core and drown the difference."""
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -29,19 +30,21 @@ def record_steps(path: Path, sleeps_s: Sequence[float]) -> Path:
     model = torch.nn.Linear(64, 64)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(32, 64)
+    w = torch.randn(128, 128)
     # One thread: on a shared 2-core machine torch's pool of spinning threads can stretch
     # this tiny step to tens of ms, drowning the planted difference.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            for i, pause in enumerate(sleeps_s):
+            for i, extra in enumerate(matmuls):
                 with record_function(f"ProfilerStep#{i}"):
                     loss = model(x).square().mean()
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
-                    time.sleep(pause)
+                    for _ in range(extra):
+                        w @ w
     finally:
         torch.set_num_threads(threads)
     prof.export_chrome_trace(str(path))
@@ -50,15 +53,16 @@ def record_steps(path: Path, sleeps_s: Sequence[float]) -> Path:
 
 @pytest.fixture(scope="session")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Traces with known truth: `base` and `again` (the same step twice), `slow` (6 ms more a
-    step: about 3x), `noisy` (steps of 1 or 15 ms in turn: its median sits between, and a
-    resample can land on either side)."""
+    """Traces with known truth: `base` and `again` (the same step twice), `slow` (4x the
+    extra work a step), `noisy` (steps of 5 or 200 extra matmuls in turn: a tenth of
+    `base`'s step or four times it, so its median sits between, and a resample can land on
+    either side)."""
     where = tmp_path_factory.mktemp("pair")
     return {
-        "base": record_steps(where / "base.json", [0.002] * STEPS),
-        "again": record_steps(where / "again.json", [0.002] * STEPS),
-        "slow": record_steps(where / "slow.json", [0.008] * STEPS),
-        "noisy": record_steps(where / "noisy.json", [0.001, 0.015] * (STEPS // 2)),
+        "base": record_steps(where / "base.json", [50] * STEPS),
+        "again": record_steps(where / "again.json", [50] * STEPS),
+        "slow": record_steps(where / "slow.json", [200] * STEPS),
+        "noisy": record_steps(where / "noisy.json", [5, 200] * (STEPS // 2)),
     }
 
 

@@ -188,8 +188,13 @@ def test_wandb_offline_run_holds_the_headline(profile, tmp_path, monkeypatch) ->
         logged = profile.log_to(run, step=5)
     finally:
         run.finish()
+        # W&B's service process writes the log; finish() can return before it has (seen: a
+        # 7-byte file, header only). Shutting the service down flushes it.
+        wandb.teardown()
     (log,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
-    history = [r.history for r in _wandb_records(log) if r.WhichOneof("record_type") == "history"]
+    records = list(_wandb_records(log))
+    assert any(r.WhichOneof("record_type") == "exit" for r in records), "the log is unfinished"
+    history = [r.history for r in records if r.WhichOneof("record_type") == "history"]
     assert history, "no history record in the run's log"
     # A key is whole in `key`, or split at "/" into `nested_key` (W&B's own choice per key).
     items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in history[-1].item}
