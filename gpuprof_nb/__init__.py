@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuprof_nb.errors import CaptureError, GpuprofError, SnapshotFormatError, TraceFormatError
 from gpuprof_nb.results import display as _display
+from gpuprof_nb.results import fit as _fit
 
 __version__ = "0.1.0"
 
@@ -26,6 +27,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "diagnose": ("gpuprof_nb.analysis.diagnose", "diagnose"),
     "load_snapshot": ("gpuprof_nb.io.snapshot", "load_snapshot"),
     "analyze_memory": ("gpuprof_nb.analysis.report", "analyze_memory"),
+    "analyze_batches": ("gpuprof_nb.analysis.report", "analyze_batches"),
     "MemoryReport": ("gpuprof_nb.results.report", "MemoryReport"),
     "measure_ceilings": ("gpuprof_nb.capture.device", "measure_ceilings"),
     "analyze_run": ("gpuprof_nb.runs", "analyze_run"),
@@ -42,6 +44,7 @@ __all__ = [
     "SnapshotFormatError",
     "TraceFormatError",
     "analyze",
+    "analyze_batches",
     "analyze_memory",
     "analyze_run",
     "compare",
@@ -56,7 +59,7 @@ __all__ = [
 if TYPE_CHECKING:
     from gpuprof_nb.analysis.compare import compare
     from gpuprof_nb.analysis.diagnose import diagnose
-    from gpuprof_nb.analysis.report import analyze, analyze_memory
+    from gpuprof_nb.analysis.report import analyze, analyze_batches, analyze_memory
     from gpuprof_nb.capture.device import measure_ceilings
     from gpuprof_nb.io.snapshot import load_snapshot
     from gpuprof_nb.io.trace import load_trace
@@ -100,6 +103,16 @@ class _Renderer:
 
 
 _display.use_renderer(_Renderer())
+
+
+def _plan_checkpointing(*args: Any, **kwargs: Any) -> Any:
+    """Builds MemoryReport.checkpoint_plan (results never import analysis)."""
+    from gpuprof_nb.analysis.fit import plan_checkpointing
+
+    return plan_checkpointing(*args, **kwargs)
+
+
+_fit.use_planner(_plan_checkpointing)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -56,6 +56,28 @@ class MemsnapMagics(Magics):
         "has no times); either side may be empty",
     )
     @argument(
+        "--fit",
+        default=None,
+        metavar="VAR",
+        help="predict the peak at other batch sizes: run the cell at VAR // 2 (a warm-up), "
+        "record it there and at VAR (the batch-size variable the cell reads, set in an "
+        "earlier cell)",
+    )
+    @argument(
+        "--budget",
+        default=None,
+        metavar="SIZE",
+        help="memory to fit in (e.g. 8GiB, 512MiB, 8GB): the largest batch and a "
+        "checkpointing plan under it (default with --fit: the device's memory; on the "
+        "CPU the RAM available now)",
+    )
+    @argument(
+        "--apply",
+        action="store_true",
+        help="with --budget: apply the checkpointing plan for one more run, measure it, "
+        "then take it off again",
+    )
+    @argument(
         "-o",
         dest="output",
         default=None,
@@ -90,14 +112,29 @@ class MemsnapMagics(Magics):
         from gpuprof_nb.capture.cell import CellRunner
         from gpuprof_nb.capture.memory import DEFAULT_MAX_ENTRIES, record_memory
 
+        budget = None
+        if args.budget is not None:
+            from gpuprof_nb.results.fit import parse_bytes
+
+            try:
+                budget = parse_bytes(args.budget)
+            except ValueError as e:
+                raise UsageError(f"%%memsnap --budget: {e}") from None
         window = None
         if args.window is not None:
             try:
                 window = parse_window(args.window)
             except ValueError as e:
                 raise UsageError(f"%%memsnap --window: {e}") from None
-        code, _source = self._cells.compile(cell)
+        code, source = self._cells.compile(cell)
         namespace = self._shell().user_ns
+        if args.fit:
+            from gpuprof_nb.capture.batches import check_batch_variable
+
+            try:
+                check_batch_variable(source, args.fit, namespace)
+            except ValueError as e:
+                raise UsageError(f"%%memsnap --fit: {e}") from None
         runner = CellRunner(code, namespace)
 
         def run() -> None:
@@ -105,17 +142,25 @@ class MemsnapMagics(Magics):
             runner.restore_modes()
             runner()
 
+        options = {
+            "max_entries": args.max_entries or DEFAULT_MAX_ENTRIES,
+            "stacks": args.stacks,
+        }
+        other = None
         try:
-            capture = record_memory(
-                run,
-                repeat=args.repeat,
-                max_entries=args.max_entries or DEFAULT_MAX_ENTRIES,
-                stacks=args.stacks,
-            )
+            if args.fit:
+                from gpuprof_nb.capture.batches import record_batch_sizes
+
+                runs = record_batch_sizes(run, namespace, args.fit, **options)
+                capture, other = runs.main, runs
+            else:
+                capture = record_memory(run, repeat=args.repeat, namespace=namespace, **options)
         finally:
             runner.restore_modes()
         try:
             report = self._report(capture, window)
+            if args.fit or budget is not None:
+                report = self._fitted(report, capture, other, budget, args, run, namespace)
             if args.save:
                 self._save(capture, report, args.save, args.quiet)
             if args.output:
@@ -141,6 +186,10 @@ class MemsnapMagics(Magics):
             raise UsageError(f"%%memsnap --max-entries must be at least 1, got {args.max_entries}")
         if args.output is not None and not args.output.isidentifier():
             raise UsageError(f"%%memsnap -o: {args.output!r} is not a valid variable name")
+        if args.fit is not None and args.repeat > 1:
+            raise UsageError("%%memsnap --fit records the cell once per batch size; drop --repeat")
+        if args.apply and args.budget is None:
+            raise UsageError("%%memsnap --apply applies the plan made under --budget; give one")
         return args
 
     def _shell(self) -> Any:
@@ -185,6 +234,72 @@ class MemsnapMagics(Magics):
             window=window,
             step_starts=capture.step_starts or None,
             oom_message=oom,
+        )
+
+    def _fitted(
+        self,
+        report: Any,
+        capture: Any,
+        runs: Any,
+        budget: int | None,
+        args: Any,
+        run: Any,
+        namespace: dict[str, Any],
+    ) -> Any:
+        """The report with its fit (two runs with --fit), budget and plan; with --apply,
+        the plan applied for one more run and its measured peak."""
+        import dataclasses
+
+        from gpuprof_nb.analysis.report import analyze_memory, with_fit
+        from gpuprof_nb.capture.batches import checkpoint_applied, memory_capacity
+        from gpuprof_nb.capture.memory import record_memory
+        from gpuprof_nb.io.snapshot import snapshot_from_dict
+
+        source = "--budget"
+        if budget is None:
+            budget, source = memory_capacity(capture.source)
+            if capture.source != "cuda":
+                # The step's parameters and optimizer state are already resident.
+                budget += report.timeline.start_bytes
+                source += (
+                    f"; plus {report.timeline.start_bytes:,} B the step held when it began "
+                    "(already resident)"
+                )
+        other = None
+        if runs is not None:
+            other = snapshot_from_dict(runs.other.snapshot, where="%%memsnap --fit")
+        report = with_fit(
+            report,
+            runs.batch_size if runs is not None else None,
+            other,
+            runs.other_batch_size if runs is not None else None,
+            variable=args.fit or "",
+            budget_bytes=budget,
+            budget_source=source,
+        )
+        plan = report.plan
+        if not args.apply or plan is None or not plan.modules:
+            return report
+        record = report.snapshot.step
+        name = next((r.name for r in record.roots if r.name), "") if record else ""
+        model = namespace.get(name)
+        if model is None:
+            note = (
+                "--apply: the model is not bound to a variable here, so the plan was not applied."
+            )
+            return dataclasses.replace(
+                report, plan=dataclasses.replace(plan, notes=plan.notes + (note,))
+            )
+        with checkpoint_applied(model, plan.paths):
+            again = record_memory(
+                run,
+                namespace=namespace,
+                max_entries=args.max_entries or 200_000,
+                stacks=args.stacks,
+            )
+        measured = analyze_memory(snapshot_from_dict(again.snapshot, where="%%memsnap --apply"))
+        return dataclasses.replace(
+            report, plan=dataclasses.replace(plan, measured_peak_bytes=measured.peak_bytes)
         )
 
     @staticmethod
