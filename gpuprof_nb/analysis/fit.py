@@ -658,7 +658,9 @@ def fit_batch_size(
             slope = (s_m - s_o) / (batch_size - other_batch_size)
             un_scaling[u] = slope * batch_size
             un_fixed[u] = s_m - un_scaling[u]
-            un_uncertain[u] = 0.0
+            # Predicted at its size in a steady run at B; right after a run at the recorded
+            # size it is that size instead: the difference is this times |B/b - 1|.
+            un_uncertain[u] = abs(un_scaling[u])
     before = np.array([b[1] for b in rep.before_end_blocks], dtype=np.float64)
     zeros_b = np.zeros(len(before))
     lf, ls, lu = _fit_from_parts(
