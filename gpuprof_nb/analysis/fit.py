@@ -63,8 +63,9 @@ from gpuprof_nb.results.memory import Site
 PARAMETERS, GRADIENTS, OPTIMIZER, INPUTS, ACTIVATIONS, TEMPORARIES, OTHER = range(7)
 _TAG_CODE = {"parameter": PARAMETERS, "buffer": PARAMETERS, "gradient": GRADIENTS}
 _TAG_CODE["optimizer_state"] = OPTIMIZER
-# When two tags name one storage, the more specific wins.
-_TAG_RANK = {PARAMETERS: 1, GRADIENTS: 2, OPTIMIZER: 3}
+# When two tags name one storage, the more specific wins: rank by category code.
+_RANK_OF_CODE = np.zeros(7, dtype=np.int64)
+_RANK_OF_CODE[[PARAMETERS, GRADIENTS, OPTIMIZER]] = (1, 2, 3)
 _TORCH_CODE = {
     "parameter": PARAMETERS,
     "gradient": GRADIENTS,
@@ -157,26 +158,47 @@ def _resolve_tags(rep: _Replay, record: StepRecord) -> tuple[np.ndarray, np.ndar
     same_addr = ok & (rep.alloc_addr[np.maximum(alloc_j, 0)] == t_addr[tag_of_row])
     live = same_addr & (rep.close_idx[np.maximum(alloc_j, 0)] > t_prev[tag_of_row])
     cand[tag_of_row[live]] = alloc_j[live]
-    rank = np.vectorize(_TAG_RANK.get)(t_code) if n_tag else t_code
-    # Highest rank last, so it is what stays written.
-    by_rank = np.argsort(rank, kind="stable")
-    for i in by_rank[cand[by_rank] >= 0]:
-        alloc_tag[cand[i]] = t_code[i]
-    # Tags no recorded allocation explains name a block live since before recording.
-    before_at = {b[0]: i for i, b in enumerate(rep.before_end_blocks)}
-    unmatched_at: dict[int, int] = {}
-    for i, a in enumerate(rep.unmatched_addr.tolist()):
-        unmatched_at.setdefault(a, i)
-    for i in by_rank[cand[by_rank] < 0].tolist():
-        a = int(t_addr[i])
-        j = before_at.get(a)
-        if j is not None:
-            before_tag[j] = t_code[i]
-            continue
-        u = unmatched_at.get(a)
-        if u is not None and rep.unmatched_idx[u] > t_prev[i]:
-            unmatched_tag[u] = t_code[i]
+    rank = _RANK_OF_CODE[t_code]
+    hit = cand >= 0
+    _scatter_best(alloc_tag, cand[hit], t_code[hit], rank[hit])
+    # Tags no recorded allocation explains name a block live since before recording: one
+    # still live at the end, else the first block freed at that address, if the tag was
+    # taken before that free.
+    rest = np.flatnonzero(~hit)
+    before_addr = np.array([blk[0] for blk in rep.before_end_blocks], dtype=np.int64)
+    b_order = np.argsort(before_addr, kind="stable")
+    b_sorted = before_addr[b_order]
+    at = np.searchsorted(b_sorted, t_addr[rest])
+    inside = at < len(b_sorted)
+    is_before = np.zeros(len(rest), dtype=bool)
+    is_before[inside] = b_sorted[at[inside]] == t_addr[rest][inside]
+    _scatter_best(
+        before_tag,
+        b_order[at[is_before]],
+        t_code[rest[is_before]],
+        rank[rest[is_before]],
+    )
+    rest = rest[~is_before]
+    u_addr, u_first = np.unique(rep.unmatched_addr, return_index=True)
+    at = np.searchsorted(u_addr, t_addr[rest])
+    inside = at < len(u_addr)
+    same = np.zeros(len(rest), dtype=bool)
+    same[inside] = u_addr[at[inside]] == t_addr[rest][inside]
+    u = np.where(same, u_first[np.minimum(at, max(len(u_first) - 1, 0))], 0) if len(u_first) else at
+    ok = same & (rep.unmatched_idx[u] > t_prev[rest]) if len(u_first) else same
+    _scatter_best(unmatched_tag, u[ok], t_code[rest[ok]], rank[rest[ok]])
     return alloc_tag, before_tag, unmatched_tag
+
+
+def _scatter_best(out: np.ndarray, index: np.ndarray, code: np.ndarray, rank: np.ndarray) -> None:
+    """Write into out[index] the code of the highest rank among the tags at each index."""
+    if not len(index):
+        return
+    order = np.lexsort((rank, index))
+    idx = index[order]
+    last = np.ones(len(idx), dtype=bool)
+    last[:-1] = idx[1:] != idx[:-1]
+    out[idx[last]] = code[order][last]
 
 
 def _owners(rep: _Replay, record: StepRecord) -> np.ndarray:
@@ -188,12 +210,17 @@ def _owners(rep: _Replay, record: StepRecord) -> np.ndarray:
     enter = _entry_of(rep, record, np.array([c.enter for c in record.calls]))
     exits = np.array([c.exit for c in record.calls], dtype=np.int64)
     leave = np.where(exits >= 0, _entry_of(rep, record, np.maximum(exits, 0)), rep.n)
-    lo = np.searchsorted(rep.alloc_idx, enter, side="left")
-    hi = np.searchsorted(rep.alloc_idx, leave, side="left")
-    depth = np.array([c.depth for c in record.calls])
-    for i in np.argsort(depth, kind="stable").tolist():
-        if hi[i] > lo[i]:
-            owner[lo[i] : hi[i]] = i
+    depth = np.array([c.depth for c in record.calls], dtype=np.int64)
+    # The calls of one depth do not overlap and come in order: each allocation's call at
+    # that depth is the last one that began at or before it, if it has not returned. Deeper
+    # ones are written last.
+    for d in np.unique(depth).tolist():
+        mine = np.flatnonzero(depth == d)
+        k = np.searchsorted(enter[mine], rep.alloc_idx, side="right") - 1
+        ok = k >= 0
+        call = mine[np.maximum(k, 0)]
+        ok &= rep.alloc_idx < leave[call]
+        owner[ok] = call[ok]
     return owner
 
 
@@ -219,21 +246,43 @@ def _phases(rep: _Replay, record: StepRecord) -> tuple[tuple[int, int], ...]:
     return tuple((s, b) for s, b in merged)
 
 
-def _roles(snapshot: MemorySnapshot, device: int) -> _Roles:
+def _roles(snapshot: MemorySnapshot, device: int, *, categories: bool = True) -> _Roles:
+    """The replay with every allocation's role; without `categories` only the owners
+    (what matching two recordings needs), everything else "other"."""
     sites, site_of_stack = stack_sites(snapshot)
     rep = _replay(snapshot, device, site_of_stack)
     record = snapshot.step
     n_alloc = len(rep.alloc_idx)
     owner = np.full(n_alloc, -1, dtype=np.int64)
+    if not categories:
+        if record is not None:
+            owner = _owners(rep, record)
+        return _Roles(
+            rep=rep,
+            record=record,
+            category=np.full(n_alloc, OTHER, dtype=np.int64),
+            owner=owner,
+            before_category=np.full(len(rep.before_end_blocks), OTHER, dtype=np.int64),
+            unmatched_category=np.full(len(rep.unmatched_idx), OTHER, dtype=np.int64),
+            phases=(),
+            method="owners only",
+            sites=sites,
+        )
     if record is not None and (record.tags or record.calls):
         alloc_tag, before_cat, unmatched_cat = _resolve_tags(rep, record)
         owner = _owners(rep, record)
         phases = _phases(rep, record)
         category = np.full(n_alloc, TEMPORARIES, dtype=np.int64)
-        for start, back in phases:
-            made = (rep.alloc_idx >= start) & (rep.alloc_idx < back)
-            category[made & (rep.close_idx >= back)] = ACTIVATIONS
         if phases:
+            # Phases are disjoint and in order: each allocation's is the last that began
+            # at or before it.
+            p_start = np.array([p[0] for p in phases], dtype=np.int64)
+            p_back = np.array([p[1] for p in phases], dtype=np.int64)
+            k = np.searchsorted(p_start, rep.alloc_idx, side="right") - 1
+            inside = k >= 0
+            back_of = np.where(inside, p_back[np.maximum(k, 0)], -1)
+            made = inside & (rep.alloc_idx < back_of)
+            category[made & (rep.close_idx >= back_of)] = ACTIVATIONS
             starts = np.array([p[0] for p in phases], dtype=np.int64)
             nxt = np.searchsorted(starts, rep.alloc_idx, side="right")
             has = nxt < len(starts)
@@ -387,7 +436,8 @@ def _by_category(roles: _Roles, peak_index: int | None) -> MemoryByCategory:
 def _candidates(levels_fixed: np.ndarray, levels_scaling: np.ndarray) -> np.ndarray:
     """Return the indices of the lines that can be highest for some B >= 0: the upper
     right of (scaling, fixed), each point not beaten on both."""
-    order = np.lexsort((-levels_fixed, -levels_scaling))
+    # Ties in scaling may keep a dominated line too: a few more candidates, never fewer.
+    order = np.argsort(-levels_scaling, kind="stable")
     best = np.maximum.accumulate(levels_fixed[order])
     keep = np.ones(len(order), dtype=bool)
     keep[1:] = levels_fixed[order][1:] > best[:-1]
@@ -406,10 +456,10 @@ def _levels(
     n = rep.n
     closed = rep.close_idx < n
     for a, u, b in zip(alloc_parts, unmatched_parts, before_parts, strict=True):
-        delta = np.zeros(n, dtype=np.float64)
-        np.add.at(delta, rep.alloc_idx, a)
-        np.subtract.at(delta, rep.close_idx[closed], a[closed])
-        np.subtract.at(delta, rep.unmatched_idx, u)
+        # bincount sums repeated indices (the last entry may close several blocks).
+        delta = np.bincount(rep.alloc_idx, weights=a, minlength=n)[:n]
+        delta -= np.bincount(rep.close_idx[closed], weights=a[closed], minlength=n)[:n]
+        delta -= np.bincount(rep.unmatched_idx, weights=u, minlength=n)[:n]
         start = float(b.sum() + u.sum())
         out.append(np.concatenate(([start], start + np.cumsum(delta))))
     return out
@@ -617,7 +667,7 @@ def fit_batch_size(
         device = choose_device(snapshot)
     other_device = device if device in other.devices else choose_device(other)
     main = _roles(snapshot, device)
-    prev = _roles(other, other_device)
+    prev = _roles(other, other_device, categories=False)
     stacks: dict[tuple[object, ...], int] = {}
     paths: dict[str, int] = {}
     key_main = _alloc_keys(snapshot, main, device, stacks, paths)

@@ -447,8 +447,8 @@ def record_cpu_memory(
     before: list[dict[str, Any]] = []
     if recorder is not None:
         record = recorder.record(marks)
-    if record is not None:
-        before = _kept_from_before(record, live, entries)
+    if record is not None and recorder is not None:
+        before = _kept_from_before(recorder.alive_at_end(), live, entries)
         notes[0] = (
             "Memory allocated before the cell and not freed during it is not seen by the "
             "profiler; of it, only the parameters, buffers, gradients and optimizer state "
@@ -511,20 +511,17 @@ def record_cpu_memory(
 
 
 def _kept_from_before(
-    record: dict[str, Any], live: dict[int, dict[str, Any]], entries: list[dict[str, Any]]
+    alive: dict[int, int], live: dict[int, dict[str, Any]], entries: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Return blocks (addr, size, frames) for the storages tagged at the end of the cell
-    that no allocation during it made: they were live before it and still are. A storage
-    the cell freed and another allocation then reused is in `live` under the new one."""
-    end = record["allocations"]
+    """Return blocks (addr, size, frames) for the storages of the cell's modules and
+    optimizers alive at its end (`alive`: address -> bytes) that no allocation during it
+    made: they were live before it and still are. A storage the cell freed and another
+    allocation then reused is in `live` under the new one."""
     freed = {e["addr"] for e in entries if e["action"] == "free_completed"}
-    out: dict[int, dict[str, Any]] = {}
-    for addr, size, _category, at in record["tags"]:
-        if at != end or addr in live or addr in out:
-            continue
-        if addr in freed:
-            # Freed during the cell and tagged again at its end: only an allocation during
-            # the cell can have put a tensor there again, and that one would be in `live`.
-            continue
-        out[addr] = {"addr": addr, "size": size, "frames": []}
-    return list(out.values())
+    # Freed during the cell and alive at its end: only an allocation during the cell can
+    # have put a tensor there again, and that one is in `live`.
+    return [
+        {"addr": addr, "size": size, "frames": []}
+        for addr, size in sorted(alive.items())
+        if addr not in live and addr not in freed
+    ]

@@ -15,6 +15,7 @@ fallback (capture/memory.py) turns into the count of allocations before it.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -57,6 +58,8 @@ class StepRecorder:
         self._models: dict[int, torch.nn.Module] = {}
         self._optimizers: dict[int, torch.optim.Optimizer] = {}
         self._tags: list[tuple[int, int, str, int]] = []
+        self._tagged: dict[tuple[int, str], Any] = {}
+        self._final: dict[int, int] | None = None  # storages seen by the scan at the end
         self._backward: list[int] = []  # per root call: marker, -1 until reached
         self._steps: list[list[int]] = []
         self._timers: list[Any] = []  # per call: (start, end) CUDA events or ns
@@ -92,8 +95,21 @@ class StepRecorder:
             ptr, size = int(storage.data_ptr()), int(storage.nbytes())
         except (RuntimeError, NotImplementedError):  # fake, meta or sparse tensors
             return
-        if ptr and size:
-            self._tags.append((ptr, size, category, at))
+        if not ptr or not size:
+            return
+        if self._final is not None:
+            self._final[ptr] = size
+        # One tag per tensor and category is enough: a storage does not move, so the tag
+        # names the block at that address for the tensor's whole life. A later tensor at
+        # the same address (a new gradient) is another object, and is tagged again.
+        seen = self._tagged.get((ptr, category))
+        if seen is not None and seen() is tensor:
+            return
+        try:
+            self._tagged[(ptr, category)] = weakref.ref(tensor)
+        except TypeError:
+            pass
+        self._tags.append((ptr, size, category, at))
 
     def _tag_module(self, module: torch.nn.Module, at: int) -> None:
         for p in module.parameters():
@@ -274,6 +290,7 @@ class StepRecorder:
         self._handles, self._grad_handles = [], []
         self._stack.clear()
         if self._positions and self.enabled:
+            self._final = {}
             try:
                 self._tag_everything([*self._models.values(), *self._optimizers.values()])
             except Exception as exc:  # noqa: BLE001 - reported in the notes
@@ -284,6 +301,10 @@ class StepRecorder:
             except Exception as exc:  # noqa: BLE001 - reported in the notes
                 self.problems.append(f"{type(exc).__name__}: {exc}")
                 self.enabled = False
+
+    def alive_at_end(self) -> dict[int, int]:
+        """Storages (address -> bytes) of the modules' and optimizers' tensors at the end."""
+        return dict(self._final or {})
 
     @property
     def marker_count(self) -> int:
