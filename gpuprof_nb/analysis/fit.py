@@ -1097,6 +1097,15 @@ def plan_checkpointing(
             # ask for that much more.
             need += peak - target
         fits = peak <= target
+        if not fits and chosen:
+            # Short of the budget anyway: keep only what lowers the peak (recomputing a
+            # module whose activations are not live at the peak costs time for nothing),
+            # dropping the dearest first.
+            for i in sorted(chosen, key=lambda i: -cands[i].recompute_us):
+                trial = [j for j in chosen if j != i]
+                lower = _simulate(base, sizes, rep, [cands[j] for j in trial])
+                if lower <= peak:
+                    chosen, peak = trial, lower
     elif not fits:
         notes.append("No module keeps activations that checkpointing would free.")
     if not fits:

@@ -259,3 +259,26 @@ def test_plan_code_is_python_that_names_the_model() -> None:
     compile(code, "<plan>", "exec")
     assert "net.get_submodule(name)" in code and "'layers.3'" in code
     assert "use_reentrant=False" in code
+
+
+GPU = Path(__file__).parents[1] / "data" / "gpu"
+
+
+def test_cuda_recordings_of_tools_gpu_fit_check() -> None:
+    """The transformer's CUDA snapshots tools/gpu_fit_check.py saves (b/2, b and 2b; copied
+    into tests/data/gpu after a GPU pass): categories add up to the peak, the allocator's
+    overhead is known, and the fit from b/2 and b predicts the 2b recording within 5%."""
+    sizes = sorted(int(p.stem.removeprefix("gpu_fit_b")) for p in GPU.glob("gpu_fit_b*.pickle"))
+    if len(sizes) < 3:
+        pytest.skip("no CUDA fit recordings in tests/data/gpu yet (tools/gpu_fit_check.py)")
+    half, b, double = sizes[:3]
+    snap = {n: load_snapshot(GPU / f"gpu_fit_b{n}.pickle") for n in sizes}
+    assert snap[b].source == "cuda" and snap[b].step is not None
+    report = analyze_memory(snap[b])
+    cats = report.memory_by_category
+    assert cats.total_bytes == report.peak_bytes
+    assert cats.allocator_overhead_bytes is not None
+    assert cats.bytes_of("parameters") > 0 and cats.bytes_of("optimizer state") > 0
+    fit = fit_batch_size(snap[b], b, snap[half], half)
+    measured = analyze_memory(snap[double]).peak_bytes
+    assert fit.predict(double).peak_bytes == pytest.approx(measured, rel=0.05)
