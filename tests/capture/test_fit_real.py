@@ -205,3 +205,78 @@ def test_checkpointing_plan_applied_fits_its_budget() -> None:
     assert measured == pytest.approx(plan.predicted_peak_bytes, rel=0.05)
     # Taken off again: the model's own forwards are back.
     assert all("forward" not in m.__dict__ for m in work.model.modules())
+
+
+def cnn() -> Workload:
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1),
+        torch.nn.BatchNorm2d(16),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(16, 32, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(32, 10),
+    )
+    return Workload(
+        model,
+        lambda b: (torch.randn(b, 3, 32, 32), torch.randint(0, 10, (b,))),
+        torch.nn.functional.cross_entropy,
+        torch.optim.AdamW,
+    )
+
+
+class Recurrent(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = torch.nn.LSTM(32, 64, num_layers=2, batch_first=True)
+        self.head = torch.nn.Linear(64, 5)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0][:, -1])
+
+
+class Attention(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Linear(16, 64)
+        self.attn = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+        self.head = torch.nn.Linear(64, 16)
+
+    def forward(self, x):
+        h = self.embed(x)
+        return self.head(h + self.attn(h, h, h, need_weights=False)[0])
+
+
+def lstm() -> Workload:
+    return Workload(
+        Recurrent(),
+        lambda b: (torch.randn(b, 20, 32), torch.randint(0, 5, (b,))),
+        torch.nn.functional.cross_entropy,
+        lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9),
+    )
+
+
+def attention() -> Workload:
+    return Workload(
+        Attention(),
+        lambda b: (torch.randn(b, 48, 16), torch.randn(b, 48, 16)),
+        torch.nn.functional.mse_loss,
+        torch.optim.AdamW,
+    )
+
+
+@pytest.mark.parametrize("build", [cnn, lstm, attention], ids=["cnn", "lstm", "attention"])
+def test_other_shapes_predicted_within_5_percent_and_inside_the_interval(build) -> None:
+    work = build()
+    work.step(8)
+    half = work.record(8)
+    main = work.record(16)
+    fit = fit_batch_size(main, 16, half, 8)
+    measured = analyze_memory(work.record(64)).peak_bytes
+    p = fit.predict(64)
+    assert p.peak_bytes == pytest.approx(measured, rel=0.05)
+    # The LSTM's workspace is not a line in the batch (0.4% off at 4x on this machine):
+    # the interval's allowance for that holds it.
+    assert p.low_bytes <= measured <= p.high_bytes
