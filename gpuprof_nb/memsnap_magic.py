@@ -93,10 +93,18 @@ class MemsnapMagics(Magics):
         recording (torch.cuda.memory._record_memory_history) is read from the cell on and
         left running with its own settings.
 
+        Will it fit: `--fit VAR` records the cell at VAR // 2 and VAR (the batch-size
+        variable the cell reads) and predicts the peak at other batch sizes; `--budget`
+        adds the largest batch and a checkpointing plan under it; `--apply` measures the
+        plan (docs/fit.md).
+
         Example::
 
             %%memsnap --repeat 3 -o mem --save build/snapshot.pickle
             loss = model(x).sum(); loss.backward(); opt.step()
+
+            %%memsnap --fit batch_size --budget 40GiB -o mem
+            loss_fn(model(make_batch(batch_size)), y).backward(); opt.step()
         """
         __tracebackhide__ = True  # noqa: F841 - IPython hides this frame in user tracebacks
         args = self._parse(line)

@@ -283,10 +283,10 @@ def _roles(snapshot: MemorySnapshot, device: int, *, categories: bool = True) ->
             back_of = np.where(inside, p_back[np.maximum(k, 0)], -1)
             made = inside & (rep.alloc_idx < back_of)
             category[made & (rep.close_idx >= back_of)] = ACTIVATIONS
-            starts = np.array([p[0] for p in phases], dtype=np.int64)
-            nxt = np.searchsorted(starts, rep.alloc_idx, side="right")
-            has = nxt < len(starts)
-            start_of = np.where(has, starts[np.minimum(nxt, len(starts) - 1)], rep.n)
+            # Inputs: made before the next phase began and live when it did.
+            nxt = k + 1
+            has = nxt < len(p_start)
+            start_of = np.where(has, p_start[np.minimum(nxt, len(p_start) - 1)], rep.n)
             is_input = has & (rep.close_idx > start_of) & (category != ACTIVATIONS)
             category[is_input] = INPUTS
         tagged = alloc_tag >= 0
@@ -336,11 +336,12 @@ def _peak_index(rep: _Replay) -> int:
     return -1 if start > rep.active[top] else top
 
 
-def _live_at(roles: _Roles, point: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _live_at(roles: _Roles, point: int) -> tuple[np.ndarray, np.ndarray]:
+    """Masks of the recorded allocations and of the unmatched frees live after entry
+    `point` (every block live at the end is live throughout)."""
     rep = roles.rep
     live = (rep.alloc_idx <= point) & (rep.close_idx > point)
-    unfreed = rep.unmatched_idx > point
-    return live, unfreed, np.ones(len(rep.before_end_blocks), dtype=bool)
+    return live, rep.unmatched_idx > point
 
 
 def _module_label(record: StepRecord | None, call: int) -> tuple[str, str]:
@@ -371,7 +372,7 @@ def memory_by_category(
 def _by_category(roles: _Roles, peak_index: int | None) -> MemoryByCategory:
     rep = roles.rep
     point = _peak_index(rep) if peak_index is None else peak_index
-    live, unfreed, _ = _live_at(roles, point)
+    live, unfreed = _live_at(roles, point)
     before_sizes = np.array([b[1] for b in rep.before_end_blocks], dtype=np.int64)
     cats = np.concatenate(
         [roles.category[live], roles.before_category, roles.unmatched_category[unfreed]]
@@ -555,7 +556,7 @@ def _rounding(roles: _Roles, snapshot: MemorySnapshot) -> int:
     if snapshot.source == "cpu-profiler":
         return 0
     rep = roles.rep
-    live, unfreed, _ = _live_at(roles, _peak_index(rep))
+    live, unfreed = _live_at(roles, _peak_index(rep))
     blocks = int(live.sum() + unfreed.sum()) + len(rep.before_end_blocks)
     return blocks * CUDA_ROUNDING
 
