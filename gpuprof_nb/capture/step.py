@@ -139,14 +139,23 @@ class StepRecorder:
                 optimizers.append(value)
         return modules, optimizers
 
-    def _tag_everything(self, extra: Iterable[Any] = ()) -> None:
+    def _tag_everything(self, used: Iterable[Any] = (), *, final: bool = False) -> None:
+        """Tag the namespace's modules and optimizers, then `used`; with `final` (at the
+        end) what `used` holds is what `alive_at_end` reports."""
         at = self.mark()
         modules, optimizers = self._scan_namespace()
-        for obj in [*modules, *optimizers, *extra]:
-            if isinstance(obj, torch.nn.Module):
-                self._tag_module(obj, at)
-            elif isinstance(obj, torch.optim.Optimizer):
-                self._tag_optimizer(obj, at)
+        for obj in [*modules, *optimizers]:
+            self._tag_object(obj, at)
+        if final:
+            self._final = {}
+        for obj in used:
+            self._tag_object(obj, at)
+
+    def _tag_object(self, obj: Any, at: int) -> None:
+        if isinstance(obj, torch.nn.Module):
+            self._tag_module(obj, at)
+        elif isinstance(obj, torch.optim.Optimizer):
+            self._tag_optimizer(obj, at)
 
     # -- hooks ---------------------------------------------------------------------------
 
@@ -290,9 +299,10 @@ class StepRecorder:
         self._handles, self._grad_handles = [], []
         self._stack.clear()
         if self._positions and self.enabled:
-            self._final = {}
             try:
-                self._tag_everything([*self._models.values(), *self._optimizers.values()])
+                self._tag_everything(
+                    [*self._models.values(), *self._optimizers.values()], final=True
+                )
             except Exception as exc:  # noqa: BLE001 - reported in the notes
                 self.problems.append(f"{type(exc).__name__}: {exc}")
         if self.cuda and self.enabled:
