@@ -109,8 +109,9 @@ def _timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
 
 
 def measure(events: int, repeats: int) -> dict[str, Any]:
-    from gpuprof_nb.analysis.fit import categories_and_fit, fit_batch_size, plan_checkpointing
+    from gpuprof_nb.analysis.fit import categories_and_fit, fit_batch_size
     from gpuprof_nb.analysis.memory import analyze_snapshot
+    from gpuprof_nb.analysis.plan import plan_checkpointing
     from gpuprof_nb.io.snapshot import load_snapshot
 
     main = repeated(load_snapshot(FIT / "tiny_b8.pickle"), events)

@@ -107,7 +107,7 @@ _display.use_renderer(_Renderer())
 
 def _plan_checkpointing(*args: Any, **kwargs: Any) -> Any:
     """Builds MemoryReport.checkpoint_plan (results never import analysis)."""
-    from gpuprof_nb.analysis.fit import plan_checkpointing
+    from gpuprof_nb.analysis.plan import plan_checkpointing
 
     return plan_checkpointing(*args, **kwargs)
 

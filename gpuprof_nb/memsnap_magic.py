@@ -168,7 +168,19 @@ class MemsnapMagics(Magics):
         try:
             report = self._report(capture, window)
             if args.fit or budget is not None:
-                report = self._fitted(report, capture, other, budget, args, run, namespace)
+                from gpuprof_nb.memsnap_fit import fitted_report
+
+                report = fitted_report(
+                    report,
+                    capture,
+                    other,
+                    budget,
+                    variable=args.fit or "",
+                    apply=args.apply,
+                    run=run,
+                    namespace=namespace,
+                    options=options,
+                )
             if args.save:
                 self._save(capture, report, args.save, args.quiet)
             if args.output:
@@ -242,72 +254,6 @@ class MemsnapMagics(Magics):
             window=window,
             step_starts=capture.step_starts or None,
             oom_message=oom,
-        )
-
-    def _fitted(
-        self,
-        report: Any,
-        capture: Any,
-        runs: Any,
-        budget: int | None,
-        args: Any,
-        run: Any,
-        namespace: dict[str, Any],
-    ) -> Any:
-        """The report with its fit (two runs with --fit), budget and plan; with --apply,
-        the plan applied for one more run and its measured peak."""
-        import dataclasses
-
-        from gpuprof_nb.analysis.report import analyze_memory, with_fit
-        from gpuprof_nb.capture.batches import checkpoint_applied, memory_capacity
-        from gpuprof_nb.capture.memory import record_memory
-        from gpuprof_nb.io.snapshot import snapshot_from_dict
-
-        source = "--budget"
-        if budget is None:
-            budget, source = memory_capacity(capture.source)
-            if capture.source != "cuda":
-                # The step's parameters and optimizer state are already resident.
-                budget += report.timeline.start_bytes
-                source += (
-                    f"; plus {report.timeline.start_bytes:,} B the step held when it began "
-                    "(already resident)"
-                )
-        other = None
-        if runs is not None:
-            other = snapshot_from_dict(runs.other.snapshot, where="%%memsnap --fit")
-        report = with_fit(
-            report,
-            runs.batch_size if runs is not None else None,
-            other,
-            runs.other_batch_size if runs is not None else None,
-            variable=args.fit or "",
-            budget_bytes=budget,
-            budget_source=source,
-        )
-        plan = report.plan
-        if not args.apply or plan is None or not plan.modules:
-            return report
-        record = report.snapshot.step
-        name = next((r.name for r in record.roots if r.name), "") if record else ""
-        model = namespace.get(name)
-        if model is None:
-            note = (
-                "--apply: the model is not bound to a variable here, so the plan was not applied."
-            )
-            return dataclasses.replace(
-                report, plan=dataclasses.replace(plan, notes=plan.notes + (note,))
-            )
-        with checkpoint_applied(model, plan.paths):
-            again = record_memory(
-                run,
-                namespace=namespace,
-                max_entries=args.max_entries or 200_000,
-                stacks=args.stacks,
-            )
-        measured = analyze_memory(snapshot_from_dict(again.snapshot, where="%%memsnap --apply"))
-        return dataclasses.replace(
-            report, plan=dataclasses.replace(plan, measured_peak_bytes=measured.peak_bytes)
         )
 
     @staticmethod

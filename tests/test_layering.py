@@ -91,11 +91,12 @@ LAYERS: dict[str, int] = {
     "runs": 6,
     "magics": 7,
     "memsnap_magic": 7,
+    "memsnap_fit": 7,
     "report": 8,
     "memory_report": 8,
     "": 8,
 }
-GLUE = {"magics", "memsnap_magic"}
+GLUE = {"magics", "memsnap_magic", "memsnap_fit"}
 
 
 def _module_name(path: Path) -> str:

@@ -38,7 +38,8 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from gpuprof_nb.analysis.fit import fit_batch_size, memory_by_category, plan_checkpointing  # noqa: E402
+from gpuprof_nb.analysis.fit import fit_batch_size, memory_by_category  # noqa: E402
+from gpuprof_nb.analysis.plan import plan_checkpointing  # noqa: E402
 from gpuprof_nb.analysis.report import analyze_memory  # noqa: E402
 from gpuprof_nb.capture.batches import checkpoint_applied, record_batch_sizes  # noqa: E402
 from gpuprof_nb.capture.memory import record_memory  # noqa: E402

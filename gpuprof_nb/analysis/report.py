@@ -10,10 +10,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from gpuprof_nb.analysis.diagnose import diagnose
-from gpuprof_nb.analysis.fit import categories_and_fit, fit_batch_size, plan_checkpointing
+from gpuprof_nb.analysis.fit import categories_and_fit, fit_batch_size
 from gpuprof_nb.analysis.hotspots import compute_hotspots
 from gpuprof_nb.analysis.memory import analyze_snapshot, parse_window
 from gpuprof_nb.analysis.ops import kernel_table, summarize_trace, top_ops
+from gpuprof_nb.analysis.plan import plan_checkpointing
 from gpuprof_nb.analysis.roofline import compute_roofline
 from gpuprof_nb.analysis.timeline import device_timeline
 from gpuprof_nb.errors import GpuprofError

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from gpuprof_nb.analysis.fit import plan_checkpointing
 from gpuprof_nb.analysis.memory import analyze_snapshot
+from gpuprof_nb.analysis.plan import plan_checkpointing
 from gpuprof_nb.capture.memory import record_cpu_memory, record_cuda_memory
 from gpuprof_nb.capture.step import StepRecorder
 from gpuprof_nb.io.snapshot import snapshot_from_dict

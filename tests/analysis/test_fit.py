@@ -14,15 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuprof_nb.analysis.fit import (
-    _Candidate,
-    _knapsack,
-    categories_and_fit,
-    fit_batch_size,
-    memory_by_category,
-    plan_checkpointing,
-    plan_code,
-)
+from gpuprof_nb.analysis.fit import categories_and_fit, fit_batch_size, memory_by_category
+from gpuprof_nb.analysis.plan import _Candidate, _knapsack, plan_checkpointing, plan_code
 from gpuprof_nb.analysis.report import analyze_batches, analyze_memory
 from gpuprof_nb.errors import GpuprofError, SnapshotFormatError
 from gpuprof_nb.io.snapshot import load_snapshot, snapshot_from_dict, snapshot_to_dict

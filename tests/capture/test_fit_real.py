@@ -16,8 +16,8 @@ from gpuprof_nb.analysis.fit import (  # noqa: E402
     fit_batch_size,
     fit_from_categories,
     memory_by_category,
-    plan_checkpointing,
 )
+from gpuprof_nb.analysis.plan import plan_checkpointing  # noqa: E402
 from gpuprof_nb.analysis.report import analyze_memory  # noqa: E402
 from gpuprof_nb.capture.batches import checkpoint_applied  # noqa: E402
 from gpuprof_nb.capture.memory import record_memory  # noqa: E402
