@@ -447,11 +447,13 @@ def _levels(
     out = []
     n = rep.n
     closed = rep.close_idx < n
+    close = rep.close_idx[closed]
     for a, u, b in zip(alloc_parts, unmatched_parts, before_parts, strict=True):
-        # bincount sums repeated indices (the last entry may close several blocks).
-        delta = np.bincount(rep.alloc_idx, weights=a, minlength=n)[:n]
-        delta -= np.bincount(rep.close_idx[closed], weights=a[closed], minlength=n)[:n]
-        delta -= np.bincount(rep.unmatched_idx, weights=u, minlength=n)[:n]
+        # One allocation or unmatched free per entry; bincount sums the closes (the last
+        # entry may close several blocks).
+        delta = -np.bincount(close, weights=a[closed], minlength=n)[:n]
+        delta[rep.alloc_idx] += a
+        delta[rep.unmatched_idx] -= u
         start = float(b.sum() + u.sum())
         out.append(np.concatenate(([start], start + np.cumsum(delta))))
     return out

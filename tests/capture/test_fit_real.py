@@ -280,3 +280,17 @@ def test_other_shapes_predicted_within_5_percent_and_inside_the_interval(build) 
     # The LSTM's workspace is not a line in the batch (0.4% off at 4x on this machine):
     # the interval's allowance for that holds it.
     assert p.low_bytes <= measured <= p.high_bytes
+
+
+def test_transformer_categories_add_up_to_an_independent_count() -> None:
+    work = transformer()
+    work.step(8)
+    main = work.record(8)
+    report = analyze_memory(main)
+    cats = report.memory_by_category
+    assert cats.total_bytes == report.peak_bytes
+    assert independent_peak(work, 8) == pytest.approx(report.peak_bytes, rel=0.01)
+    assert cats.bytes_of("parameters") == work.param_bytes()
+    # The logits (batch x 32 x vocab 512, fp32) are kept for the loss's backward.
+    assert cats.bytes_of("activations") >= 8 * 32 * 512 * 4
+    assert {"layers.0", "layers.1"} <= {m.path for m in cats.activations_by_module}
