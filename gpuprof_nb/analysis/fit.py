@@ -459,20 +459,27 @@ def _levels(
     return out
 
 
-def _stack_keys(snapshot: MemorySnapshot, table: dict[tuple[object, ...], int]) -> np.ndarray:
+def _stack_keys(
+    snapshot: MemorySnapshot, table: dict[tuple[object, ...], int], *, coarse: bool = False
+) -> np.ndarray:
     """Return a key per stack index (+1 for 'none'), equal for equal frames across
-    snapshots."""
+    snapshots. Frames from the recording machinery on out are cut (whoever ran it may
+    differ between the recordings: another line of a script), and a notebook cell's file
+    name counts as one name (the same code recorded from two cells). `coarse`: the
+    innermost frame only."""
     keys = np.zeros(len(snapshot.stacks) + 1, dtype=np.int64)
     keys[0] = table.setdefault((), len(table))
+    cells = snapshot.cells
     for i, stack in enumerate(snapshot.stacks):
-        frames = []
-        for j in stack:
+        frames: list[tuple[str, int, str]] = []
+        for j in stack[:1] if coarse else stack:
             f = snapshot.frames[j]
-            # Frames from the recording on out are whoever ran it, which may differ
-            # between the two recordings (another line of a script).
-            if "gpuprof_nb/capture/" in f.filename.replace("\\", "/"):
+            name = f.filename.replace("\\", "/")
+            if "gpuprof_nb/capture/" in name:
                 break
-            frames.append((f.filename, f.line, f.name))
+            if name in cells or name.startswith("<ipython-input-"):
+                name = "<cell>"
+            frames.append((name, f.line, f.name))
         keys[i + 1] = table.setdefault(tuple(frames), len(table))
     return keys
 
@@ -483,9 +490,11 @@ def _alloc_keys(
     device: int,
     stacks: dict[tuple[object, ...], int],
     paths: dict[str, int],
+    *,
+    coarse: bool = False,
 ) -> np.ndarray:
     trace = snapshot.trace(device)
-    stack_key = _stack_keys(snapshot, stacks)
+    stack_key = _stack_keys(snapshot, stacks, coarse=coarse)
     stack = trace.stack[roles.rep.alloc_idx] if trace is not None else np.zeros(0, np.int32)
     key = stack_key[stack.astype(np.int64) + 1]
     if roles.record is not None and roles.record.calls:
@@ -511,6 +520,12 @@ def _ranked(keys: np.ndarray) -> np.ndarray:
     out = np.empty(len(k), dtype=np.int64)
     out[order] = (k % (2**40)) * (2**22) + rank
     return out
+
+
+def _share(rep: _Replay, partner: np.ndarray) -> float:
+    """The share of the allocated bytes that have a partner."""
+    total = float(rep.alloc_size.sum())
+    return float(rep.alloc_size[partner >= 0].sum()) / total if total else 1.0
 
 
 def _match(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -664,11 +679,18 @@ def fit_batch_size(
     prev = _roles(other, other_device, categories=False)
     stacks: dict[tuple[object, ...], int] = {}
     paths: dict[str, int] = {}
+    rep, rep_o = main.rep, prev.rep
     key_main = _alloc_keys(snapshot, main, device, stacks, paths)
     key_prev = _alloc_keys(other, prev, other_device, stacks, paths)
-    code_main, code_prev = _ranked(key_main), _ranked(key_prev)
-    partner = _match(code_main, code_prev)
-    rep, rep_o = main.rep, prev.rep
+    partner = _match(_ranked(key_main), _ranked(key_prev))
+    if _share(rep, partner) < 0.9:
+        # The stacks differ (two scripts, two notebook sessions): match on the allocating
+        # frame and the module alone, if that pairs more.
+        coarse_main = _alloc_keys(snapshot, main, device, stacks, paths, coarse=True)
+        coarse_prev = _alloc_keys(other, prev, other_device, stacks, paths, coarse=True)
+        coarse = _match(_ranked(coarse_main), _ranked(coarse_prev))
+        if _share(rep, coarse) > _share(rep, partner):
+            key_main, key_prev, partner = coarse_main, coarse_prev, coarse
     size = rep.alloc_size.astype(np.float64)
     matched = partner >= 0
     size_o = np.where(matched, rep_o.alloc_size[np.maximum(partner, 0)], size).astype(np.float64)

@@ -156,3 +156,26 @@ def test_mistakes_refused_before_anything_runs(ip, line, cell, message) -> None:
     with pytest.raises(UsageError, match=message):
         ip.run_cell_magic("memsnap", line, "ran += 1\n" + cell)
     assert ip.user_ns["ran"] == 0 and ip.user_ns["batch_size"] == 128
+
+
+def test_two_plain_recordings_from_two_cells_fit_offline(ip) -> None:
+    """Two %%memsnap runs of the step in two cells (their lines differ) still match, and
+    gpuprof_nb.analyze_batches predicts a third."""
+    import gpuprof_nb
+
+    for size, name, head in ((64, "small", ""), (128, "big", "# another cell\n\n")):
+        ip.user_ns["batch_size"] = size
+        with capture_output():
+            ip.run_cell(STEP)  # a step at this size first, as a training loop would run
+            ip.run_cell_magic("memsnap", f"-o {name} --quiet", head + STEP)
+    report = gpuprof_nb.analyze_batches(
+        ip.user_ns["big"].snapshot, 128, ip.user_ns["small"].snapshot, 64
+    )
+    assert report.fit.matched_share > 0.95
+    ip.user_ns["batch_size"] = 512
+    with capture_output():
+        ip.run_cell(STEP)
+        ip.run_cell_magic("memsnap", "-o at512 --quiet", STEP)
+    measured = ip.user_ns["at512"].peak_bytes
+    assert report.predict(512).peak_bytes == pytest.approx(measured, rel=0.05)
+    ip.user_ns["batch_size"] = 128
