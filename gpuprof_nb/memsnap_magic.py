@@ -167,7 +167,8 @@ class MemsnapMagics(Magics):
             runner.restore_modes()
         try:
             report = self._report(capture, window)
-            if args.fit or budget is not None:
+            # After an out-of-memory error the report is about that error, not a fit.
+            if (args.fit or budget is not None) and capture.oom is None:
                 from gpuprof_nb.memsnap_fit import fitted_report
 
                 report = fitted_report(
