@@ -17,6 +17,7 @@ from gpuprof_nb.errors import CaptureError, GpuprofError, SnapshotFormatError, T
 from gpuprof_nb.results import display as _display
 from gpuprof_nb.results import exports as _exports
 from gpuprof_nb.version import __version__ as __version__
+from gpuprof_nb.results import fit as _fit
 
 _LAZY: dict[str, tuple[str, str]] = {
     "load_trace": ("gpuprof_nb.io.trace", "load_trace"),
@@ -27,6 +28,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "diagnose": ("gpuprof_nb.analysis.diagnose", "diagnose"),
     "load_snapshot": ("gpuprof_nb.io.snapshot", "load_snapshot"),
     "analyze_memory": ("gpuprof_nb.analysis.report", "analyze_memory"),
+    "analyze_batches": ("gpuprof_nb.analysis.report", "analyze_batches"),
     "MemoryReport": ("gpuprof_nb.results.report", "MemoryReport"),
     "measure_ceilings": ("gpuprof_nb.capture.device", "measure_ceilings"),
     "analyze_run": ("gpuprof_nb.runs", "analyze_run"),
@@ -46,6 +48,7 @@ __all__ = [
     "SnapshotFormatError",
     "TraceFormatError",
     "analyze",
+    "analyze_batches",
     "analyze_memory",
     "analyze_run",
     "compare",
@@ -63,7 +66,7 @@ __all__ = [
 if TYPE_CHECKING:
     from gpuprof_nb.analysis.compare import compare
     from gpuprof_nb.analysis.diagnose import diagnose
-    from gpuprof_nb.analysis.report import analyze, analyze_memory
+    from gpuprof_nb.analysis.report import analyze, analyze_batches, analyze_memory
     from gpuprof_nb.baselines import load_baseline, save_baseline
     from gpuprof_nb.capture.device import measure_ceilings
     from gpuprof_nb.functions import profile_function
@@ -136,6 +139,16 @@ class _Exporter:
 
 
 _exports.use_exporter(_Exporter())
+
+
+def _plan_checkpointing(*args: Any, **kwargs: Any) -> Any:
+    """Builds MemoryReport.checkpoint_plan (results never import analysis)."""
+    from gpuprof_nb.analysis.plan import plan_checkpointing
+
+    return plan_checkpointing(*args, **kwargs)
+
+
+_fit.use_planner(_plan_checkpointing)
 
 
 def load_ipython_extension(ipython: Any) -> None:

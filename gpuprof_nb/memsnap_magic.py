@@ -56,6 +56,28 @@ class MemsnapMagics(Magics):
         "has no times); either side may be empty",
     )
     @argument(
+        "--fit",
+        default=None,
+        metavar="VAR",
+        help="predict the peak at other batch sizes: run the cell at VAR // 2 (a warm-up), "
+        "record it there and at VAR (the batch-size variable the cell reads, set in an "
+        "earlier cell)",
+    )
+    @argument(
+        "--budget",
+        default=None,
+        metavar="SIZE",
+        help="memory to fit in (e.g. 8GiB, 512MiB, 8GB): the largest batch and a "
+        "checkpointing plan under it (default with --fit: the device's memory; on the "
+        "CPU the RAM available now)",
+    )
+    @argument(
+        "--apply",
+        action="store_true",
+        help="with --budget: apply the checkpointing plan for one more run, measure it, "
+        "then take it off again",
+    )
+    @argument(
         "-o",
         dest="output",
         default=None,
@@ -71,10 +93,18 @@ class MemsnapMagics(Magics):
         recording (torch.cuda.memory._record_memory_history) is read from the cell on and
         left running with its own settings.
 
+        Will it fit: `--fit VAR` records the cell at VAR // 2 and VAR (the batch-size
+        variable the cell reads) and predicts the peak at other batch sizes; `--budget`
+        adds the largest batch and a checkpointing plan under it; `--apply` measures the
+        plan (docs/fit.md).
+
         Example::
 
             %%memsnap --repeat 3 -o mem --save build/snapshot.pickle
             loss = model(x).sum(); loss.backward(); opt.step()
+
+            %%memsnap --fit batch_size --budget 40GiB -o mem
+            loss_fn(model(make_batch(batch_size)), y).backward(); opt.step()
         """
         __tracebackhide__ = True  # noqa: F841 - IPython hides this frame in user tracebacks
         args = self._parse(line)
@@ -90,14 +120,29 @@ class MemsnapMagics(Magics):
         from gpuprof_nb.capture.cell import CellRunner
         from gpuprof_nb.capture.memory import DEFAULT_MAX_ENTRIES, record_memory
 
+        budget = None
+        if args.budget is not None:
+            from gpuprof_nb.results.fit import parse_bytes
+
+            try:
+                budget = parse_bytes(args.budget)
+            except ValueError as e:
+                raise UsageError(f"%%memsnap --budget: {e}") from None
         window = None
         if args.window is not None:
             try:
                 window = parse_window(args.window)
             except ValueError as e:
                 raise UsageError(f"%%memsnap --window: {e}") from None
-        code, _source = self._cells.compile(cell)
+        code, source = self._cells.compile(cell)
         namespace = self._shell().user_ns
+        if args.fit:
+            from gpuprof_nb.capture.batches import check_batch_variable
+
+            try:
+                check_batch_variable(source, args.fit, namespace)
+            except ValueError as e:
+                raise UsageError(f"%%memsnap --fit: {e}") from None
         runner = CellRunner(code, namespace)
 
         def run() -> None:
@@ -105,17 +150,38 @@ class MemsnapMagics(Magics):
             runner.restore_modes()
             runner()
 
+        options = {
+            "max_entries": args.max_entries or DEFAULT_MAX_ENTRIES,
+            "stacks": args.stacks,
+        }
+        other = None
         try:
-            capture = record_memory(
-                run,
-                repeat=args.repeat,
-                max_entries=args.max_entries or DEFAULT_MAX_ENTRIES,
-                stacks=args.stacks,
-            )
+            if args.fit:
+                from gpuprof_nb.capture.batches import record_batch_sizes
+
+                runs = record_batch_sizes(run, namespace, args.fit, **options)
+                capture, other = runs.main, runs
+            else:
+                capture = record_memory(run, repeat=args.repeat, namespace=namespace, **options)
         finally:
             runner.restore_modes()
         try:
             report = self._report(capture, window)
+            # After an out-of-memory error the report is about that error, not a fit.
+            if (args.fit or budget is not None) and capture.oom is None:
+                from gpuprof_nb.memsnap_fit import fitted_report
+
+                report = fitted_report(
+                    report,
+                    capture,
+                    other,
+                    budget,
+                    variable=args.fit or "",
+                    apply=args.apply,
+                    run=run,
+                    namespace=namespace,
+                    options=options,
+                )
             if args.save:
                 self._save(capture, report, args.save, args.quiet)
             if args.output:
@@ -141,6 +207,10 @@ class MemsnapMagics(Magics):
             raise UsageError(f"%%memsnap --max-entries must be at least 1, got {args.max_entries}")
         if args.output is not None and not args.output.isidentifier():
             raise UsageError(f"%%memsnap -o: {args.output!r} is not a valid variable name")
+        if args.fit is not None and args.repeat > 1:
+            raise UsageError("%%memsnap --fit records the cell once per batch size; drop --repeat")
+        if args.apply and args.budget is None:
+            raise UsageError("%%memsnap --apply applies the plan made under --budget; give one")
         return args
 
     def _shell(self) -> Any:

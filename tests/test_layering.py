@@ -97,12 +97,13 @@ LAYERS: dict[str, int] = {
     "pytest_plugin": 8,
     "magics": 7,
     "memsnap_magic": 7,
+    "memsnap_fit": 7,
     "report": 9,
     "memory_report": 9,
     "__main__": 9,
     "": 9,
 }
-GLUE = {"magics", "memsnap_magic"}
+GLUE = {"magics", "memsnap_magic", "memsnap_fit"}
 
 
 def _module_name(path: Path) -> str:

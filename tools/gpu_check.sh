@@ -10,7 +10,8 @@
 # 3. records the planted traces, snapshots and figures (tools/record_gpu.py) into RECORD_DIR
 #    (default OUT/record) and packs them into OUT/record.tar.gz;
 # 4. runs the `gpu`-marked tests one at a time (they time the device), OUT/pytest-gpu.log;
-# 5. (only when asked, STEPS="... bench") measures comparison 10 of the benchmarks, the magic
+# 5. (only when asked, STEPS="... fit") runs tools/gpu_fit_check.py into OUT/fit (issue 37);
+#    (only when asked, STEPS="... bench") measures comparison 10 of the benchmarks, the magic
 #    on a real training cell, on the GPU: OUT/RESULTS-gpu.md (benchmarks/run.py --device cuda);
 # 6. runs the whole suite and every tutorial through nbval, OUT/pytest-all.log (on
 #    pytest-xdist workers where it is installed, one test file per worker).
@@ -77,6 +78,12 @@ if want gpu; then
   timeout "${GPU_TESTS_TIMEOUT:-180}" "$PY" -m pytest -p no:cacheprovider -m gpu tests \
     -q -rs -v > "$OUT/pytest-gpu.log" 2>&1
   note "gpu tests: rc=$? ($(tail -1 "$OUT/pytest-gpu.log"))"
+fi
+
+if want fit; then
+  # Issue 37: will it fit on CUDA snapshots (tools/gpu_fit_check.py; about a minute).
+  timeout "${FIT_TIMEOUT:-150}" "$PY" tools/gpu_fit_check.py "$OUT/fit" > "$OUT/fit.log" 2>&1
+  note "fit: rc=$? ($(tail -1 "$OUT/fit.log"))"
 fi
 
 if want bench; then

@@ -5,13 +5,16 @@ recorded for that GPU (io/ceilings.py), and the roofline says which."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from gpuprof_nb.analysis.diagnose import diagnose
+from gpuprof_nb.analysis.fit import categories_and_fit, fit_batch_size
 from gpuprof_nb.analysis.hotspots import compute_hotspots
 from gpuprof_nb.analysis.memory import analyze_snapshot, parse_window
 from gpuprof_nb.analysis.ops import kernel_table, summarize_trace, top_ops
+from gpuprof_nb.analysis.plan import plan_checkpointing
 from gpuprof_nb.analysis.roofline import compute_roofline
 from gpuprof_nb.analysis.timeline import device_timeline
 from gpuprof_nb.errors import GpuprofError
@@ -144,4 +147,109 @@ def analyze_memory(
             f"the snapshot has no device {device}; it has {list(snapshot.devices) or 'none'}"
         )
     analysis = analyze_snapshot(snapshot, device=device, window=window, step_starts=step_starts)
-    return MemoryReport(snapshot=snapshot, analysis=analysis, oom_message=oom_message)
+    notes: list[str] = []
+    recorded = snapshot
+    parts = _attempt(
+        "memory by category",
+        lambda: categories_and_fit(
+            recorded, device=analysis.device, peak_index=analysis.timeline.peak_index
+        ),
+        notes,
+    )
+    by_category, fit = parts if parts is not None else (None, None)
+    if notes and by_category is None:
+        snapshot = _with_notes(snapshot, notes)
+    return MemoryReport(
+        snapshot=snapshot,
+        analysis=analysis,
+        oom_message=oom_message,
+        by_category=by_category,
+        fit=fit,
+    )
+
+
+def _with_notes(snapshot: MemorySnapshot, notes: Sequence[str]) -> MemorySnapshot:
+    return dataclasses.replace(snapshot, notes=snapshot.notes + tuple(notes))
+
+
+def _as_snapshot(snapshot: MemorySnapshot | Mapping[str, Any], what: str) -> MemorySnapshot:
+    if isinstance(snapshot, Mapping):
+        snapshot = snapshot_from_dict(snapshot)
+    if not isinstance(snapshot, MemorySnapshot):
+        raise GpuprofError(
+            f"{what} expects a MemorySnapshot, got {type(snapshot).__name__}; load one "
+            "with gpuprof_nb.load_snapshot(path)"
+        )
+    return snapshot
+
+
+def analyze_batches(
+    snapshot: MemorySnapshot | Mapping[str, Any],
+    batch_size: int,
+    other: MemorySnapshot | Mapping[str, Any],
+    other_batch_size: int,
+    *,
+    device: int | None = None,
+    variable: str = "",
+    budget_bytes: int | None = None,
+    budget_source: str = "",
+) -> MemoryReport:
+    """Return the MemoryReport of `snapshot` (recorded at `batch_size`) whose fit is
+    measured against `other` (the same cell recorded at `other_batch_size`, just before);
+    with a budget, a checkpointing plan under it comes too."""
+    report = analyze_memory(_as_snapshot(snapshot, "analyze_batches"), device=device)
+    return with_fit(
+        report,
+        batch_size,
+        _as_snapshot(other, "analyze_batches"),
+        other_batch_size,
+        variable=variable,
+        budget_bytes=budget_bytes,
+        budget_source=budget_source,
+    )
+
+
+def with_fit(
+    report: MemoryReport,
+    batch_size: int | None,
+    other: MemorySnapshot | None,
+    other_batch_size: int | None,
+    *,
+    variable: str = "",
+    budget_bytes: int | None = None,
+    budget_source: str = "",
+) -> MemoryReport:
+    """Return `report` with its fit measured against `other` (when given; else the fit
+    from categories, at `batch_size` when known), a budget, and a checkpointing plan under
+    the budget when the snapshot has a step record."""
+    fit = report.fit
+    if other is not None and batch_size is not None and other_batch_size is not None:
+        fit = fit_batch_size(
+            report.snapshot,
+            batch_size,
+            other,
+            other_batch_size,
+            device=report.device,
+            variable=variable,
+        )
+    elif fit is not None and batch_size is not None and fit.batch_size is None:
+        fit = dataclasses.replace(fit, batch_size=batch_size, variable=variable)
+    plan = None
+    notes: list[str] = []
+    if budget_bytes is not None and report.snapshot.step is not None:
+        plan = _attempt(
+            "the checkpointing plan",
+            lambda: plan_checkpointing(
+                report.snapshot, budget_bytes, fit=fit, device=report.device
+            ),
+            notes,
+        )
+    snap = _with_notes(report.snapshot, notes) if notes else report.snapshot
+    return dataclasses.replace(
+        report,
+        snapshot=snap,
+        fit=fit,
+        budget_bytes=budget_bytes,
+        budget_source=budget_source,
+        plan=plan,
+    )

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from gpuprof_nb.capture.step import MARK, StepRecorder
 from gpuprof_nb.errors import CaptureError
 from gpuprof_nb.model.memory import OP_FILENAME
 
@@ -48,15 +49,24 @@ def record_memory(
     repeat: int = 1,
     max_entries: int = DEFAULT_MAX_ENTRIES,
     stacks: str = "python",
+    namespace: dict[str, Any] | None = None,
+    step: bool = True,
 ) -> MemoryCapture:
     """Return the memory history of `repeat` calls of `run`: CUDA allocator history when
     CUDA is available, else the CPU profiler fallback. Exceptions from `run` propagate
-    unchanged, except a CUDA out-of-memory error, which is returned in `.oom`."""
+    unchanged, except a CUDA out-of-memory error, which is returned in `.oom`. With `step`,
+    the step's modules, optimizer steps and tagged storages are recorded beside it
+    (capture/step.py; `namespace` is where the model's variable name is looked up)."""
     if repeat < 1:
         raise ValueError(f"repeat must be at least 1, got {repeat}")
     if cuda_available():
-        return record_cuda_memory(run, repeat=repeat, max_entries=max_entries, stacks=stacks)
-    return record_cpu_memory(run, repeat=repeat)
+        recorder = StepRecorder("cuda", namespace) if step else None
+        return record_cuda_memory(
+            run, repeat=repeat, max_entries=max_entries, stacks=stacks, recorder=recorder
+        )
+    return record_cpu_memory(
+        run, repeat=repeat, recorder=StepRecorder("cpu", namespace) if step else None
+    )
 
 
 def _start_history(max_entries: int, stacks: str) -> None:
@@ -88,6 +98,7 @@ def record_cuda_memory(
     repeat: int = 1,
     max_entries: int = DEFAULT_MAX_ENTRIES,
     stacks: str = "python",
+    recorder: StepRecorder | None = None,
 ) -> MemoryCapture:
     """Return the CUDA caching allocator's history over `repeat` calls of `run`.
 
@@ -124,6 +135,8 @@ def record_cuda_memory(
             ) from e
     try:
         try:
+            if recorder is not None:
+                recorder.install()
             for _ in range(repeat):
                 torch.cuda.synchronize()
                 starts_us.append(time.time_ns() // 1000)
@@ -131,6 +144,9 @@ def record_cuda_memory(
             torch.cuda.synchronize()
         except torch.cuda.OutOfMemoryError as e:
             oom = e
+        finally:
+            if recorder is not None:
+                recorder.remove()
         snapshot = torch.cuda.memory._snapshot()
     finally:
         # Freed only now, so nothing in the cell can have been given its address; freed
@@ -156,6 +172,11 @@ def record_cuda_memory(
             "follows is the device's state after the cell.",
         )
     step_starts = _indices_at(snapshot, device, starts_us) if repeat > 1 else ()
+    if recorder is not None:
+        record = recorder.record()
+        if record is not None:
+            snapshot.setdefault("gpuprof_nb", {})["step"] = record
+        notes += recorder.notes()
     return MemoryCapture(
         snapshot=snapshot,
         device=device,
@@ -325,10 +346,15 @@ def _categories(prof: Any) -> tuple[dict[Any, str], list[Any] | None, str | None
         return {}, None, f"PyTorch's memory profiler could not categorise tensors ({e})."
 
 
-def record_cpu_memory(run: Callable[[], object], *, repeat: int = 1) -> MemoryCapture:
+def record_cpu_memory(
+    run: Callable[[], object], *, repeat: int = 1, recorder: StepRecorder | None = None
+) -> MemoryCapture:
     """Return a snapshot dict rebuilt from torch.profiler's CPU memory events over
     `repeat` calls of `run` (the fallback without CUDA). The profiler is stopped before
-    this returns or raises; exceptions from `run` propagate unchanged."""
+    this returns or raises; exceptions from `run` propagate unchanged. With a `recorder`,
+    the step record goes with it, and the storages it tagged that were live before the
+    cell and still are at its end (parameters, optimizer state) are counted as live
+    throughout: the profiler itself sees no memory allocated before it started."""
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -343,9 +369,15 @@ def record_cpu_memory(run: Callable[[], object], *, repeat: int = 1) -> MemoryCa
         activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
     )
     with prof:
-        for i in range(repeat):
-            with record_function(f"{_STEP_MARK}{i}"):
-                run()
+        try:
+            if recorder is not None:
+                recorder.install()
+            for i in range(repeat):
+                with record_function(f"{_STEP_MARK}{i}"):
+                    run()
+        finally:
+            if recorder is not None:
+                recorder.remove()
     cats, nodes, cat_note = _categories(prof)
     if nodes is None:
         results = prof.profiler.kineto_results if prof.profiler is not None else None
@@ -359,6 +391,8 @@ def record_cpu_memory(run: Callable[[], object], *, repeat: int = 1) -> MemoryCa
     entries: list[dict[str, Any]] = []
     live: dict[int, dict[str, Any]] = {}
     step_times: list[int] = []
+    marks: dict[int, int] = {}
+    n_allocs = 0
     for node in nodes:
         if node.tag == _EventType.Allocation:
             ef = node.extra_fields
@@ -382,6 +416,7 @@ def record_cpu_memory(run: Callable[[], object], *, repeat: int = 1) -> MemoryCa
                 if key is not None and key in cats:
                     e["category"] = cats[key]
                 entries.append(e)
+                n_allocs += 1
                 live[ef.ptr] = e
             else:
                 size = -ef.alloc_size
@@ -398,8 +433,31 @@ def record_cpu_memory(run: Callable[[], object], *, repeat: int = 1) -> MemoryCa
                             "time_us": t_us,
                         }
                     )
-        elif _name(node).startswith(_STEP_MARK):
-            step_times.append(node.start_time_ns // 1000)
+        else:
+            name = _name(node)
+            if name.startswith(_STEP_MARK):
+                step_times.append(node.start_time_ns // 1000)
+            elif name.startswith(MARK):
+                marks[int(name[len(MARK) :])] = n_allocs
+    notes = [
+        "Memory allocated before the cell and not freed during it is not seen by the "
+        "profiler, so it is not counted."
+    ]
+    record: dict[str, Any] | None = None
+    before: list[dict[str, Any]] = []
+    if recorder is not None:
+        record = recorder.record(marks)
+    if record is not None and recorder is not None:
+        before = _kept_from_before(recorder.alive_at_end(), live, entries)
+        notes[0] = (
+            "Memory allocated before the cell and not freed during it is not seen by the "
+            "profiler; of it, only the parameters, buffers, gradients and optimizer state "
+            "of the modules and optimizers the cell used are counted "
+            f"({len(before)} storages, {sum(b['size'] for b in before):,} B, as live "
+            "before the cell)."
+        )
+    if recorder is not None:
+        notes.extend(recorder.notes())
     # The profiler sees no allocator segments: each block still live at the end is
     # reported as its own segment, so 'reserved' is the live memory itself.
     segments = [
@@ -421,7 +479,7 @@ def record_cpu_memory(run: Callable[[], object], *, repeat: int = 1) -> MemoryCa
                 }
             ],
         }
-        for e in sorted(live.values(), key=lambda e: e["addr"])
+        for e in sorted([*live.values(), *before], key=lambda e: e["addr"])
     ]
     import bisect
 
@@ -429,13 +487,9 @@ def record_cpu_memory(run: Callable[[], object], *, repeat: int = 1) -> MemoryCa
     step_starts = (
         tuple(bisect.bisect_left(times, t) for t in sorted(step_times)) if repeat > 1 else ()
     )
-    notes = [
-        "Memory allocated before the cell and not freed during it is not seen by the "
-        "profiler, so it is not counted."
-    ]
     if cat_note:
         notes.append(cat_note)
-    snapshot = {
+    snapshot: dict[str, Any] = {
         "segments": segments,
         "device_traces": [entries],
         "gpuprof_nb": {
@@ -444,6 +498,9 @@ def record_cpu_memory(run: Callable[[], object], *, repeat: int = 1) -> MemoryCa
             "notes": notes,
         },
     }
+    if record is not None:
+        own: dict[str, Any] = snapshot["gpuprof_nb"]
+        own["step"] = record
     return MemoryCapture(
         snapshot=snapshot,
         device=0,
@@ -451,3 +508,20 @@ def record_cpu_memory(run: Callable[[], object], *, repeat: int = 1) -> MemoryCa
         step_starts=step_starts,
         notes=tuple(notes),
     )
+
+
+def _kept_from_before(
+    alive: dict[int, int], live: dict[int, dict[str, Any]], entries: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Return blocks (addr, size, frames) for the storages of the cell's modules and
+    optimizers alive at its end (`alive`: address -> bytes) that no allocation during it
+    made: they were live before it and still are. A storage the cell freed and another
+    allocation then reused is in `live` under the new one."""
+    freed = {e["addr"] for e in entries if e["action"] == "free_completed"}
+    # Freed during the cell and alive at its end: only an allocation during the cell can
+    # have put a tensor there again, and that one is in `live`.
+    return [
+        {"addr": addr, "size": size, "frames": []}
+        for addr, size in sorted(alive.items())
+        if addr not in live and addr not in freed
+    ]

@@ -25,6 +25,7 @@ import numpy as np
 from gpuprof_nb.errors import SnapshotFormatError
 from gpuprof_nb.io.cells import cells_of
 from gpuprof_nb.io.gcpause import gc_paused
+from gpuprof_nb.io.steprecord import STEP_KEY, step_record_of, step_record_to_dict
 from gpuprof_nb.model.memory import (
     ACTION_CODE,
     ACTIONS,
@@ -480,6 +481,7 @@ def _snapshot_from_dict(data: Any, where: str, n_bytes: int | None = None) -> Me
         # that many times.
         notes=tuple(dict.fromkeys(n for n in notes if isinstance(n, str))),
         cells=cells_of(data),
+        step=step_record_of(extra, where),
     )
 
 
@@ -556,6 +558,8 @@ def snapshot_to_dict(snapshot: MemorySnapshot) -> dict[str, Any]:
         "notes": list(snapshot.notes),
         "cells": dict(snapshot.cells),
     }
+    if snapshot.step is not None:
+        data[EXTRA_KEY][STEP_KEY] = step_record_to_dict(snapshot.step)
     return data
 
 

@@ -31,6 +31,7 @@ from gpuprof_nb.ladder.measure import (
     memory_method,
     resolve_data,
 )
+from gpuprof_nb.ladder.plan import plan_for
 from gpuprof_nb.ladder.report import (
     RUNG_NAMES,
     BatchPoint,
@@ -44,6 +45,8 @@ from gpuprof_nb.ladder.report import (
 )
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.render.progress import Progress
+from gpuprof_nb.render.units import fmt_bytes
+from gpuprof_nb.results.fit import budget_bytes
 
 # Measured on the shared 2-core machine the ladder was written on (see docs/ladder.md).
 _CPU_COMPILE_SKIP = (
@@ -202,6 +205,7 @@ def run_ladder(
     compile: bool | str = "auto",
     compile_backend: str = "inductor",
     checkpoint_modules: Sequence[str] | None = None,
+    memory_budget: int | str | None = None,
     loader_settings: Sequence[LoaderSettings] | None = None,
     batch_sizes: Sequence[int] | None = None,
     seed: int = 0,
@@ -216,7 +220,10 @@ def run_ladder(
     `model_fn()` builds a fresh model; `optimizer_fn(params)` its optimizer; `loss_fn(out,
     target)` the loss; `data` is a Dataset or DataLoader of (inputs, targets). `rungs` limits
     which rungs run (fp32 always does). `compile="auto"` compiles on CUDA and skips on CPU
-    (saying why). `batch_sizes` adds a batch-size sweep of the final configuration.
+    (saying why). `batch_sizes` adds a batch-size sweep of the final configuration. The
+    checkpoint rung checkpoints `checkpoint_modules` when given, else the modules a plan
+    picks to bring the peak under `memory_budget` (bytes or '8GiB'; default a quarter
+    under the recorded peak) with the least recompute (docs/fit.md).
     """
     if steps < 1 or warmup < 0:
         raise GpuprofError(
@@ -232,6 +239,7 @@ def run_ladder(
         )
     if compile not in (True, False, "auto"):
         raise GpuprofError(f"compile must be True, False or 'auto'; got {compile!r}")
+    budget = budget_bytes(memory_budget) if memory_budget is not None else None
     dev = _resolve_device(device)
     dataset, collate_fn, size, base_loader = resolve_data(data, batch_size)
     if size < 1:
@@ -273,7 +281,7 @@ def run_ladder(
         _run_fused(climb, wanted)
         _run_accumulation(climb, wanted, target_effective_batch)
         _run_dataloader(climb, wanted, grid)
-        _run_checkpoint(climb, wanted)
+        _run_checkpoint(climb, wanted, budget)
         sweep = sweep_batch_sizes_of(climb, batch_sizes) if batch_sizes else None
     finally:
         bar.close()
@@ -531,10 +539,54 @@ def _run_dataloader(climb: _Climb, wanted: set[str], grid: Sequence[LoaderSettin
         climb.current, climb.current_measurement = config, got
 
 
-def _run_checkpoint(climb: _Climb, wanted: set[str]) -> None:
+def _planned(climb: _Climb, budget: int | None) -> tuple[Workload, str] | None:
+    """Return the workload with the plan's modules to checkpoint and the plan in words;
+    None when the recorded peak already fits the budget (the rung is then skipped)."""
+    workload = climb.workload
+    if workload.checkpoint_modules is not None:
+        return workload, ""
+    # The plan is made on the kept configuration without compile (its modules' calls are
+    # what the plan reads).
+    try:
+        got = plan_for(workload, climb.current.with_(compile_mode=None), budget)
+    except Exception as exc:  # no plan: the rung checkpoints every block, as before
+        return workload, f"no plan ({first_line(exc)}); every block instead: "
+    plan = got.plan
+    if not plan.modules:
+        if plan.fits:
+            climb.skip(
+                "checkpoint",
+                f"the recorded peak ({fmt_bytes(got.recorded_peak_bytes)}) already fits the "
+                f"budget ({fmt_bytes(got.budget_bytes)}): nothing to checkpoint",
+            )
+            return None
+        return workload, "the plan found no module to checkpoint; every block instead: "
+    words = (
+        f"plan for {fmt_bytes(got.budget_bytes)} (recorded peak "
+        f"{fmt_bytes(got.recorded_peak_bytes)}, predicted {fmt_bytes(plan.predicted_peak_bytes)}"
+        + ("" if plan.fits else ", still over")
+        + "): "
+    )
+    return replace(workload, checkpoint_modules=plan.paths), words
+
+
+def _run_checkpoint(climb: _Climb, wanted: set[str], budget: int | None = None) -> None:
     if "checkpoint" not in wanted:
         climb.skip("checkpoint", "not asked for (rungs=...)")
         return
+    planned = _planned(climb, budget)
+    if planned is None:
+        return
+    workload, words = planned
+    user_workload = climb.workload
+    climb.workload = workload
+    try:
+        _measure_checkpoint(climb, words)
+    finally:
+        climb.workload = user_workload
+
+
+def _measure_checkpoint(climb: _Climb, words: str) -> None:
     torch.manual_seed(climb.workload.seed)
     # A throwaway model, only to say which modules get checkpointed.
     sample = climb.workload.model_fn()
@@ -569,7 +621,9 @@ def _run_checkpoint(climb: _Climb, wanted: set[str]) -> None:
         drift,
         loss_tolerance=climb.loss_tolerance,
     )
-    climb.record(climb.result_from("checkpoint", config, got, status, f"on {names}: {reason}"))
+    climb.record(
+        climb.result_from("checkpoint", config, got, status, f"{words}on {names}: {reason}")
+    )
     if status == "kept":
         climb.current, climb.current_measurement = config, got
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from gpuprof_nb.model.step import StepRecord
+
 # Trace entry actions in the order of their codes in `DeviceTrace.action`. "other" keeps
 # entries of actions newer than this list (they are counted, never replayed).
 ACTIONS: tuple[str, ...] = (
@@ -148,6 +150,9 @@ class MemorySnapshot:
     # Notebook cells' file names -> their execution numbers (`In [n]`), as the recording
     # shell knew them (see analysis/sources.py); empty when not recorded in a notebook.
     cells: Mapping[str, int] = field(default_factory=dict)
+    # The step's modules, optimizer steps and tagged storages, when gpuprof_nb recorded
+    # them beside the history (model/step.py); None otherwise.
+    step: StepRecord | None = None
 
     @property
     def devices(self) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ import numpy as np
 from gpuprof_nb.render import svg
 from gpuprof_nb.render.bundle import report_of
 from gpuprof_nb.render.evidence import evidence_rows
+from gpuprof_nb.render.fit import categories_section, category_line, category_svg, fit_section
 from gpuprof_nb.render.html import esc, esc_inline, html_table, note
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
@@ -390,7 +391,15 @@ def timeline_section(report: MemoryReport, with_plot: bool = True) -> Section:
     text = text_table(("", "value"), rows, right=(False, True))
     html = html_table(("", "value"), rows, numeric=(False, True))
     if with_plot:
-        html = svg.plot_html(memory_svg(tl)) + html
+        plot = svg.plot_html(memory_svg(tl))
+        if report.by_category is not None:
+            # The peak by category, as a bar beside the timeline (render/fit.py).
+            plot = (
+                '<div style="display:flex;flex-wrap:wrap;align-items:flex-start">'
+                f"{plot}{svg.plot_html(category_svg(report.by_category))}</div>"
+            )
+            text += "\n" + category_line(report.by_category)
+        html = plot + html
         text += "\n(plot in the HTML view)"
     return Section("Timeline", text, html)
 
@@ -527,13 +536,19 @@ def segments_section(report: MemoryReport) -> Section:
 
 def memory_sections(report: MemoryReport, with_plot: bool = True) -> list[Section]:
     """Return the report's sections in tab order."""
-    return [
+    sections = [
         findings_section(report),
         timeline_section(report, with_plot),
         at_peak_section(report),
         leaks_section(report),
         segments_section(report),
     ]
+    # Will it fit (render/fit.py): only where the snapshot tells tensors apart.
+    if report.by_category is not None:
+        sections.insert(2, categories_section(report))
+    if report.fit is not None and (report.fit.method == "two runs" or report.budget_bytes):
+        sections.insert(3, fit_section(report))
+    return sections
 
 
 @report_of.register

@@ -20,6 +20,14 @@ from gpuprof_nb.model.utilisation import Utilisation
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding
 from gpuprof_nb.results.display import Displayable
 from gpuprof_nb.results.exports import Exportable
+from gpuprof_nb.results.fit import (
+    BatchFit,
+    CheckpointPlan,
+    MemoryByCategory,
+    Prediction,
+    budget_bytes,
+    plan_with,
+)
 from gpuprof_nb.results.hotspots import Hotspots
 from gpuprof_nb.results.memory import (
     AtPeak,
@@ -118,6 +126,13 @@ class MemoryReport(Displayable, Exportable):
     snapshot: MemorySnapshot
     analysis: MemoryAnalysis
     oom_message: str | None = None
+    # Will it fit (analysis/fit.py): the peak by category, how it grows with the batch, a
+    # budget (bytes, and where it came from) and a checkpointing plan under it.
+    by_category: MemoryByCategory | None = None
+    fit: BatchFit | None = None
+    budget_bytes: int | None = None
+    budget_source: str = ""
+    plan: CheckpointPlan | None = None
 
     @property
     def device(self) -> int:
@@ -152,6 +167,64 @@ class MemoryReport(Displayable, Exportable):
     def findings(self) -> tuple[Finding, ...]:
         """Findings, most important first (oom, fragmentation, memory_growth, peak_memory)."""
         return self.analysis.findings
+
+    @property
+    def memory_by_category(self) -> MemoryByCategory | None:
+        """The peak split into parameters, gradients, optimizer state, inputs, activations
+        (by module), temporaries, other, and the allocator's overhead above it; None when
+        the snapshot cannot tell tensors apart (a CUDA snapshot not recorded by %%memsnap)."""
+        return self.by_category
+
+    def _fit(self) -> BatchFit:
+        if self.fit is None:
+            raise GpuprofError(
+                "this report cannot predict other batch sizes: nothing in it tells which "
+                "memory grows with the batch. Record the cell with %%memsnap --fit VAR "
+                "(VAR: the batch-size variable the cell reads)"
+            )
+        return self.fit
+
+    def predict(self, batch_size: int, *, recorded_batch_size: int | None = None) -> Prediction:
+        """Return the predicted peak (bytes, with its interval) at `batch_size`. A report
+        from %%memsnap --fit knows its batch size; for others pass `recorded_batch_size`."""
+        return self._fit().predict(batch_size, recorded_batch_size=recorded_batch_size)
+
+    def largest_batch(
+        self,
+        budget: int | str | None = None,
+        *,
+        recorded_batch_size: int | None = None,
+        conservative: bool = False,
+    ) -> int | None:
+        """Return the largest batch size predicted to fit `budget` (bytes or '8GiB'; default
+        the report's budget: --budget, or the device's memory); None when none does.
+        `conservative`: the top of the prediction's interval must fit."""
+        return self._fit().largest_batch(
+            self._budget(budget),
+            recorded_batch_size=recorded_batch_size,
+            conservative=conservative,
+        )
+
+    def checkpoint_plan(
+        self, budget: int | str | None = None, *, batch_size: int | None = None
+    ) -> CheckpointPlan:
+        """Return which modules to checkpoint so the step fits `budget` (bytes or '8GiB';
+        default the report's budget) at `batch_size` (default: as recorded) with the least
+        recompute time, with the code to paste."""
+        return plan_with(
+            self.snapshot,
+            self._budget(budget),
+            fit=self.fit,
+            batch_size=batch_size,
+            device=self.device,
+        )
+
+    def _budget(self, budget: int | str | None) -> int:
+        if budget is None:
+            if self.budget_bytes is None:
+                raise GpuprofError("pass a budget (bytes, or a size like '8GiB')")
+            return self.budget_bytes
+        return budget_bytes(budget)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the snapshot as a pickle PyTorch's memory_viz opens; return the path."""

@@ -756,3 +756,27 @@ def test_samplers_section_runs_each_block_its_rounds(
     for name in (util_name, off_name):
         assert targets[name].measured == "not measured" and targets[name].met is None
     assert targets[stack_util.name].measured.startswith("+1.0% (tiny)")
+
+
+def test_fit_benchmark_repeats_a_real_step_and_runs_quick() -> None:
+    from benchmarks.config import BenchConfig
+    from benchmarks.fit_prediction import FIT, repeated, run
+    from gpuprof_nb.analysis.fit import fit_batch_size
+    from gpuprof_nb.io.snapshot import load_snapshot
+
+    main, other = load_snapshot(FIT / "tiny_b8.pickle"), load_snapshot(FIT / "tiny_b4.pickle")
+    big_main, big_other = repeated(main, 5_000), repeated(other, 5_000)
+    copies = -(-5_000 // main.n_events)
+    assert big_main.n_events == copies * main.n_events
+    assert big_main.step.allocations == copies * main.step.allocations
+    assert len(big_main.step.calls) == copies * len(main.step.calls)
+    # Each repeat is the same step on its own addresses: the fit is as exact as on one.
+    fit = fit_batch_size(big_main, 8, big_other, 4)
+    assert fit.matched_share == 1.0
+    one = fit_batch_size(main, 8, other, 4)
+    assert fit.predict(32).peak_bytes >= one.predict(32).peak_bytes
+    cfg = BenchConfig(traces_dir=Path("."), cache_dir=Path("."), hta_python=None, quick=True)
+    section = run(cfg)
+    assert section.title.startswith("12. Will it fit")
+    assert "prediction in all (fit + predict)" in section.markdown
+    assert section.targets[0].met is None  # quick inputs judge nothing

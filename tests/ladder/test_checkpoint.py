@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -74,11 +76,59 @@ def test_checkpointing_blocks_keeps_the_loss_and_lowers_the_peak():
     )
     rung = report.rung("checkpoint")
     assert rung.status in ("kept", "dropped", "no clear change")
-    assert rung.reason.startswith("on 0, 1, 2, 3, 4, 5:")
+    # The rung checkpoints what a plan picks for a quarter off the recorded peak, not every
+    # block. Each block keeps 4 activations of 1024 x 256 fp32 (1 MiB each) for backward,
+    # 24 MiB for six; checkpointed, it keeps only its output (the next block's input) and
+    # recomputes the other 3 MiB in backward, one block at a time.
+    m = re.match(
+        r"plan for ([\d.]+) MiB \(recorded peak ([\d.]+) MiB, "
+        r"predicted [\d.]+ MiB\): on ([\d, ]+):",
+        rung.reason,
+    )
+    assert m, rung.reason
+    budget, recorded = float(m.group(1)) * 2**20, float(m.group(2)) * 2**20
+    blocks = m.group(3).split(", ")
+    assert budget == pytest.approx(0.75 * recorded, rel=0.01)
+    # 3 MiB per block against a quarter of ~29 MiB (and the plan's 4% headroom): three.
+    assert len(blocks) == 3 and set(blocks) <= {"0", "1", "2", "3", "4", "5"}
     # Recomputation is exact on CPU: same loss as without checkpointing.
     assert rung.final_loss == pytest.approx(report.baseline.final_loss, rel=1e-6)
-    # Without checkpointing each block keeps 4 activations of 1024 x 256 fp32 (1 MiB each)
-    # for backward: 24 MiB for six blocks. With it a block keeps only its input (6 MiB) and
-    # recomputes one block at a time in backward (4 MiB more): about 14 MiB less at the peak.
     saved = report.baseline.peak_memory_bytes - rung.peak_memory_bytes
-    assert 12 * 2**20 <= saved <= 16 * 2**20
+    assert 8 * 2**20 <= saved <= 10 * 2**20
+    assert rung.peak_memory_bytes <= budget
+
+
+def test_a_budget_the_step_already_fits_skips_the_rung_and_one_names_the_budget():
+    gen = torch.Generator().manual_seed(0)
+    inputs = torch.randn(256, 256, generator=gen)
+    data = TensorDataset(inputs, inputs[:, :4].argmax(dim=1))
+    common = dict(
+        steps=1,
+        warmup=1,
+        batch_size=256,
+        rungs=["fp32", "checkpoint"],
+        progress=False,
+    )
+    sgd = lambda p: torch.optim.SGD(p, lr=1e-2)  # noqa: E731
+    roomy = run_ladder(
+        _blocks_model, data, nn.functional.cross_entropy, sgd, memory_budget="1GiB", **common
+    )
+    rung = roomy.rung("checkpoint")
+    assert rung.status == "skipped" and "already fits the budget (1 GiB)" in rung.reason
+    tight = run_ladder(
+        _blocks_model, data, nn.functional.cross_entropy, sgd, memory_budget=3 * 2**20, **common
+    )
+    assert tight.rung("checkpoint").reason.startswith("plan for 3 MiB")
+    # The user's own modules win over any plan.
+    named = run_ladder(
+        _blocks_model,
+        data,
+        nn.functional.cross_entropy,
+        sgd,
+        checkpoint_modules=["2"],
+        memory_budget="1GiB",
+        **common,
+    )
+    assert named.rung("checkpoint").reason.startswith("on 2:")
+    with pytest.raises(GpuprofError, match="budget"):
+        run_ladder(_blocks_model, data, nn.functional.cross_entropy, sgd, memory_budget="lots")
