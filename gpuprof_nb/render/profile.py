@@ -11,7 +11,7 @@ from gpuprof_nb.model.timing import NOISY_RATIO, TimingStats
 from gpuprof_nb.render.bundle import report_of, text_of, widget_of
 from gpuprof_nb.render.diagnosis import diagnosis_section
 from gpuprof_nb.render.hotspots import hotspots_section
-from gpuprof_nb.render.html import esc, html_table, note
+from gpuprof_nb.render.html import TEXT_CELL, esc, html_table, note, scroll_box
 from gpuprof_nb.render.roofline import roofline_section
 from gpuprof_nb.render.sections import Section, report_text
 from gpuprof_nb.render.text import text_table
@@ -57,8 +57,11 @@ def _pairs_text(pairs: Sequence[tuple[str, str]], notes: Sequence[str]) -> str:
 
 def _pairs_html(pairs: Sequence[tuple[str, str]], notes: Sequence[str]) -> str:
     """The same rows as a header-less html_table, then the notes."""
-    rows = "".join(f"<tr><td>{esc(label)}</td><td>{esc(value)}</td></tr>" for label, value in pairs)
-    html = f"<table><tbody>{rows}</tbody></table>" if pairs else ""
+    rows = "".join(
+        f"<tr><td{TEXT_CELL}>{esc(label)}</td><td{TEXT_CELL}>{esc(value)}</td></tr>"
+        for label, value in pairs
+    )
+    html = scroll_box(f"<table><tbody>{rows}</tbody></table>") if pairs else ""
     return html + "".join(note(f"note: {n}") for n in notes)
 
 

@@ -9,6 +9,7 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
+from plotcheck import embedded_plots
 
 from gpuprof_nb.analysis.roofline import compute_roofline
 from gpuprof_nb.analysis.timeline import device_timeline
@@ -241,7 +242,7 @@ def test_roofline_svg_escapes_names_and_has_titles(roof_svg):
     # In the section's HTML, the SVG is the only drawing and it is wrapped for CSS to show.
     roofline = compute_roofline(_trace(HAND), SPEC)
     html = roofline_section(roofline).html
-    assert '<div class="gp-plot" hidden><svg ' in html and "<img" not in html
+    assert len(embedded_plots(html)) == 1
     assert "Syn &lt;GPU&gt; &amp; &quot;x&quot; &#x27;y&#x27;" in html
     assert ODD not in html
 
@@ -385,12 +386,32 @@ def test_scales_ticks_and_clipping():
     assert svg.clip_segment(-5, -5, -1, -1, (0, 0, 10, 10)) is None
 
 
-def test_plot_wrapper_is_shown_by_the_report_css_only():
-    html = svg.plot_html('<svg xmlns="http://www.w3.org/2000/svg"></svg>')
-    assert html.startswith('<div class="gp-plot" hidden>')
-    assert 'class="note gp-plot-off"' in html
-    assert ".gpuprof .gp-plot[hidden] { display: block !important;" in STYLE
-    assert ".gpuprof .gp-plot-off { display: none; }" in STYLE
+def test_plot_is_inline_svg_for_the_styled_view_and_an_image_elsewhere():
+    drawing = (
+        svg.svg_open(120, 40, "tiny <plot>")
+        + f'<rect width="5" height="5" style="stroke:{svg.BACKGROUND}">'
+        + svg.title("a & b")
+        + "</rect>"
+        + svg.text(2, 20, "label")
+        + "</svg>"
+    )
+    html = svg.plot_html(drawing)
+    (inline,) = embedded_plots(html)
+    assert inline == drawing
+    # Hidden three ways until the report's style shows it (sanitizers keep one or more).
+    assert html.startswith('<details class="gp-plot" hidden="hidden" style="display:none">')
+    assert ".gpuprof .gp-plot { display: block !important;" in STYLE
+    assert ".gpuprof img.gp-plot-img { display: none; }" in STYLE
+    assert 'alt="tiny &lt;plot&gt;" width="120" height="40"' in html
+    # The image stands alone: no theme variables, no currentColor, no hover titles, a font
+    # named and a white card under the drawing.
+    image = svg.image_svg(drawing)
+    root = ET.fromstring(image)
+    assert "var(" not in image and "currentColor" not in image and "<title>" not in image
+    assert root.get("font-family") == svg.IMAGE_FONT and root.get("fill") == svg.IMAGE_INK
+    assert root[0].tag == f"{NS}rect" and root[0].get("fill") == "#ffffff"
+    assert [t.text for t in root.iter(f"{NS}text")] == ["label"]
+    assert svg.plot_html("") == ""
 
 
 def test_lanes_of_a_step_match_the_whole_trace_computation(data_dir):
