@@ -3,7 +3,6 @@ Colours come from JupyterLab / VS Code CSS variables where they exist, so dark t
 
 from __future__ import annotations
 
-import base64
 import html as _html
 import re
 from collections.abc import Sequence
@@ -310,12 +309,6 @@ def scroll_box(html: str) -> str:
     table of long names at 948 px) instead of overflowing it; the inline style keeps it so
     where a sanitizer strips the report's <style> (JupyterLab keeps `overflow-x`)."""
     return f'<div class="gp-scroll" style="overflow-x:auto">{html}</div>'
-
-
-def png_img(png: bytes, alt: str) -> str:
-    """Return an <img> tag embedding PNG bytes as a data URI (works offline, no CDN)."""
-    data = base64.b64encode(png).decode("ascii")
-    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}"/>'
 
 
 def note(text: str) -> str:

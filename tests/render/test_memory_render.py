@@ -201,7 +201,7 @@ def test_plot_returns_figure_and_uses_given_axes(leak_report) -> None:
     assert isinstance(fig, Figure)
     ax = fig.axes[0]
     assert ax.get_xlabel() == "time (ms)"
-    labels = ax.get_legend_handles_labels()[1]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "train.py:36 train_loop" in labels and "reserved" in labels
     other = Figure()
     ax2 = other.add_subplot(1, 1, 1)

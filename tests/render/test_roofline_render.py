@@ -136,9 +136,9 @@ def test_plot_draws_roofs_ridges_and_flags_above_roof(roofline):
     assert any("memory 100 GB/s" in t for t in texts)
     assert any("above roof!" in t for t in texts)
     assert drawn_roofs(roofline) == [("fp32 vector", 1e12), ("bf16/fp16 tensor", 1e13)]
-    # one dot per op group
-    (dots,) = ax.collections
-    assert len(dots.get_offsets()) == len(roofline.points) == 4
+    # one dot per op group, one per ridge (the same description as the SVG)
+    sizes = sorted(len(c.get_offsets()) for c in ax.collections)
+    assert sizes == [2, len(roofline.points)] and len(roofline.points) == 4
 
 
 def test_plot_into_given_axes_and_without_device():

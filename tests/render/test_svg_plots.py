@@ -477,3 +477,55 @@ def test_long_kernel_names_keep_the_drawing_small():
     assert len(text.encode()) < MAX_TIMELINE_BYTES + 10_000
     bars = _lane_rects(_parse(text), "GPU 0 stream 7")
     assert all(len(_title(b).split("\n")[-1]) < 200 for b in bars)
+
+
+# -- the strip of every step ---------------------------------------------------------------------
+
+
+def test_every_step_is_in_the_strip_where_it_ran_with_its_numbers(data_dir):
+    """Each profiled step is one hover rectangle spanning its start to its end; its tip's
+    numbers (duration and shares, as the per-step table writes them) are in the section's
+    text; the representative (median) step is outlined."""
+    from gpuprof_nb.io.trace import load_trace
+    from gpuprof_nb.render.timeline import steps_chart
+    from gpuprof_nb.render.units import fmt_pct, fmt_us
+
+    trace = load_trace(data_dir / "ddp_nccl_sampled" / "sampled_rank-0.json.gz")
+    tl = device_timeline(trace)
+    assert len(tl.steps) >= 2
+    section = timeline_section(tl, trace)
+    strip_svg = embedded_plots(section.html)[0]
+    assert strip_svg == plot_module().chart_svg(steps_chart(tl, _left(strip_svg)))
+    root = _parse(strip_svg)
+    left, _, right, _ = _floats(root.get("data-plot-box"))
+    lo, hi = _floats(root.get("data-x-us"))
+    # Independent: the strip spans the first step's start to the last step's end.
+    assert (lo, hi) == (tl.steps[0].start_us, max(s.end_us for s in tl.steps))
+    px = (right - left) / (hi - lo)
+    (group,) = [g for g in root.iter(f"{NS}g") if g.get("class") == "gp-steps"]
+    rects = list(group.iter(f"{NS}rect"))
+    assert len(rects) == len(tl.steps)
+    for rect, step in zip(rects, tl.steps, strict=True):
+        assert float(rect.get("x")) == pytest.approx(left + (step.start_us - lo) * px, abs=0.01)
+        assert float(rect.get("width")) == pytest.approx(max(step.dur_us * px, 0.6), abs=0.01)
+        tip = _title(rect)
+        assert tip.startswith(f"step {step.number}: {fmt_us(step.dur_us)}")
+        for c in step.breakdown.us_by_category():
+            share = fmt_pct(step.breakdown.fraction(c))
+            assert share in tip and share in section.text
+        assert fmt_us(step.dur_us) in section.text
+    rep = tl.representative_step
+    (outline,) = [g for g in root.iter(f"{NS}g") if g.get("class") == "gp-median-step"]
+    (box,) = list(outline.iter(f"{NS}rect"))
+    assert float(box.get("x")) == pytest.approx(left + (rep.start_us - lo) * px, abs=0.01)
+    assert f"step {rep.number}, the median" in strip_svg
+
+
+def plot_module():
+    from gpuprof_nb.render import plot
+
+    return plot
+
+
+def _left(svg_text: str) -> int:
+    return int(float(_parse(svg_text).get("data-plot-box").split()[0]))
