@@ -208,6 +208,48 @@ def test_nbconvert_shows_the_html_of_a_stored_output() -> None:
     assert "html-manager" not in html
 
 
+def live_view_notebook(with_state: bool) -> object:
+    """A notebook whose one cell displayed `report.widget()` of a real trace: the outputs
+    and, with `with_state`, the widget state nbclient saves (`nbconvert --execute`)."""
+    import ipywidgets as widgets
+    import nbformat
+    from IPython.display import display
+    from IPython.testing.globalipapp import start_ipython
+    from IPython.utils.capture import capture_output
+
+    import gpuprof_nb
+
+    start_ipython()
+    trace = REPO / "tests" / "data" / "planted_cpu" / "dataloader.json.gz"
+    report = gpuprof_nb.analyze(gpuprof_nb.load_trace(trace))
+    with capture_output() as captured:
+        display(report.widget())
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("display(report.widget())")
+    cell.outputs = [nbformat.v4.new_output("display_data", data=o.data) for o in captured.outputs]
+    nb.cells = [cell]
+    if with_state:
+        state = widgets.Widget.get_manager_state(drop_defaults=True)
+        nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": state}
+    return nb
+
+
+@pytest.mark.parametrize("with_state", [False, True], ids=["no widget state", "widget state"])
+def test_nbconvert_of_a_live_view_shows_the_static_report(with_state: bool) -> None:
+    """A displayed live view exported by nbconvert: the static report is in the page (not
+    only in a script), with or without the widget state that makes nbconvert load the
+    widget manager from a CDN."""
+    from nbconvert import HTMLExporter
+
+    html, _ = HTMLExporter().from_notebook_node(live_view_notebook(with_state))
+    (report,) = read_reports(html)
+    assert "Summary" in report["labels"] and "Timeline" in report["labels"]
+    assert "inside torch ops" in panel_text(report, "Timeline")
+    assert ('type="application/vnd.jupyter.widget-view+json"' in html) == with_state
+    if not with_state:
+        assert "gpuprof_nb live view of" in html  # the widget's one-line text
+
+
 # -- the executed quickstart ---------------------------------------------------------------------
 
 _PROBE = """

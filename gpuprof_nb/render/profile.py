@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from gpuprof_nb.model.timing import NOISY_RATIO, TimingStats
@@ -394,10 +395,45 @@ SORT_CHOICES: tuple[tuple[str, str], ...] = (
 )
 
 
+def perfetto_button(report: ProfileReport) -> Any:
+    """Return a button that saves the report's trace next to the notebook (the working
+    directory) for Perfetto's UI, and a line under it saying where and how to open it."""
+    import datetime
+
+    import ipywidgets as widgets
+
+    from gpuprof_nb.errors import GpuprofError
+    from gpuprof_nb.render.timeline import PERFETTO_URL
+
+    button = widgets.Button(
+        description="Save the trace for Perfetto",
+        tooltip="Writes the whole trace (.json.gz) to the working directory",
+        layout=widgets.Layout(width="auto"),
+    )
+    status = widgets.HTML()
+
+    def save(_: Any) -> None:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        try:
+            written = report.save(Path.cwd() / f"gpuprof-trace-{stamp}.json.gz")
+        except (GpuprofError, OSError) as exc:
+            status.value = note(f"Could not save the trace: {exc}")
+            return
+        status.value = (
+            f"<p>Saved <code>{esc(written)}</code>. Open "
+            f'<a href="{PERFETTO_URL}" target="_blank" rel="noopener">Perfetto&#x27;s UI</a> '
+            "and drag the file onto it: it is read in your browser, nothing is uploaded.</p>"
+        )
+
+    button.on_click(save)
+    return widgets.VBox([button, status])
+
+
 @widget_of.register
 def profile_widget(report: ProfileReport) -> Any:
     """Return an ipywidgets VBox of the report's tabs where Top ops has a "sort by" dropdown
-    that recomputes the table from the trace (ipywidgets is imported here, lazily)."""
+    that recomputes the table from the trace and Timeline a button that saves the trace for
+    Perfetto (ipywidgets is imported here, lazily)."""
     import ipywidgets as widgets
 
     from gpuprof_nb.analysis.ops import top_ops
@@ -407,9 +443,15 @@ def profile_widget(report: ProfileReport) -> Any:
     box = report_widget(TITLE, sections)
     titles = [s.title for s in sections]
     trace = report.trace
+    tab = box.children[1]
+    if trace is not None and "Timeline" in titles:
+        index = titles.index("Timeline")
+        children = list(tab.children)
+        children[index] = widgets.VBox([perfetto_button(report), children[index]])
+        tab.children = tuple(children)
+        tab.titles = tuple(titles)
     if report.ops is None or trace is None or "Top ops" not in titles:
         return box
-    tab = box.children[1]
     index = titles.index("Top ops")
     table_html = tab.children[index]
     choice = widgets.Dropdown(
