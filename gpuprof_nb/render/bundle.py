@@ -49,7 +49,7 @@ def widget_of(obj: object) -> Any:
     from gpuprof_nb.render.widgets import report_widget
 
     title, sections = report_of(obj)
-    return report_widget(title, sections)
+    return report_widget(title, sections, tabbed_html(title, sections))
 
 
 def _group_name(title: str, sections: Sequence[Section]) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuprof_nb.model.timing import NOISY_RATIO, TimingStats
-from gpuprof_nb.render.bundle import report_of, text_of, widget_of
+from gpuprof_nb.render.bundle import report_of, tabbed_html, text_of, widget_of
 from gpuprof_nb.render.diagnosis import diagnosis_section
 from gpuprof_nb.render.hotspots import hotspots_section
 from gpuprof_nb.render.html import TEXT_CELL, esc, html_table, note, scroll_box
@@ -440,7 +440,7 @@ def profile_widget(report: ProfileReport) -> Any:
     from gpuprof_nb.render.widgets import report_widget, widget_html
 
     sections = profile_sections(report)
-    box = report_widget(TITLE, sections)
+    box = report_widget(TITLE, sections, tabbed_html(TITLE, sections))
     titles = [s.title for s in sections]
     trace = report.trace
     tab = box.children[1]

@@ -50,14 +50,13 @@ FALLBACK_NOTE = (
 )
 
 
-def fallback_bundle(title: str, sections: Sequence[Section]) -> dict[str, Any]:
-    """Return the static report shown beside a live view: the tabbed HTML under a note,
-    hidden by its own style while the widget before it is drawn, and the text."""
-    from gpuprof_nb.render.bundle import tabbed_html
-
+def fallback_bundle(title: str, sections: Sequence[Section], static_html: str) -> dict[str, Any]:
+    """Return the static report shown beside a live view: its HTML (`static_html`, the
+    report's tabbed HTML) under a note, hidden by its own style while the widget before it
+    is drawn, and the text."""
     html = (
         f'<div class="gp-widget-fallback"><style>{_FALLBACK_STYLE}</style>'
-        f'<p class="note">{esc(FALLBACK_NOTE)}</p>{tabbed_html(title, sections)}</div>'
+        f'<p class="note">{esc(FALLBACK_NOTE)}</p>{static_html}</div>'
     )
     return {"text/html": html, "text/plain": report_text(title, sections)}
 
@@ -71,10 +70,13 @@ def _live_report_class() -> type:
         """A live report view (a VBox: title and tabs). Displaying it shows the widget and
         the static report beside it (see the module docstring)."""
 
-        def __init__(self, children: Sequence[Any], title: str, sections: Sequence[Section]):
+        def __init__(
+            self, children: Sequence[Any], title: str, sections: Sequence[Section], static: str
+        ):
             super().__init__(list(children))
             self._gp_title = title
             self._gp_sections = tuple(sections)
+            self._gp_static = static
 
         def __repr__(self) -> str:
             return f"<gpuprof_nb live view of {self._gp_title!r}: it renders while its kernel runs>"
@@ -83,18 +85,20 @@ def _live_report_class() -> type:
             from IPython.display import display
 
             display(self._repr_mimebundle_(), raw=True)
-            display(fallback_bundle(self._gp_title, self._gp_sections), raw=True)
+            fallback = fallback_bundle(self._gp_title, self._gp_sections, self._gp_static)
+            display(fallback, raw=True)
 
     return LiveReport
 
 
-def report_widget(title: str, sections: Sequence[Section]) -> Any:
+def report_widget(title: str, sections: Sequence[Section], static_html: str) -> Any:
     """Return an ipywidgets VBox (title + Tab, one tab per section, the same HTML as the
-    static report). Displayed, it shows the static report beside it for viewers that cannot
-    draw it (see the module docstring)."""
+    static report). Displayed, it shows the static report (`static_html`) beside it for
+    viewers that cannot draw it (see the module docstring)."""
     import ipywidgets as widgets
 
     children = [widgets.HTML(widget_html(s.html)) for s in sections]
     tab = widgets.Tab(children=children)
     tab.titles = tuple(s.title for s in sections)
-    return _live_report_class()([widgets.HTML(f"<b>{esc(title)}</b>"), tab], title, sections)
+    head = widgets.HTML(f"<b>{esc(title)}</b>")
+    return _live_report_class()([head, tab], title, sections, static_html)
