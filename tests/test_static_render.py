@@ -37,8 +37,8 @@ VOID = frozenset(
 
 class ReportReader(HTMLParser):
     """Collect, per gpuprof_nb report found outside <script>/<style>: the tab labels, and per
-    panel (data-section) its visible text, its <img src> values and its inline <svg>s (size
-    and how many marks carry a hover <title>)."""
+    panel (data-section) its text, its <img src> values and its inline <svg>s (size and how
+    many marks carry a hover <title>)."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -67,12 +67,14 @@ class ReportReader(HTMLParser):
         elif tag == "img" and self._panel is not None and self._skip == 0:
             self._panel["imgs"].append(a.get("src") or "")  # type: ignore[attr-defined]
         elif tag == "svg" and self._panel is not None and self._skip == 0:
-            svg = {
-                "width": int(a.get("width") or 0),
-                "height": int(a.get("height") or 0),
-                "titles": 0,
-            }
-            self._panel["svgs"].append(svg)  # type: ignore[attr-defined]
+            # A drawing nested in another (the utilisation strip in a timeline) is part of it.
+            if not any(t == "svg" for t, _ in self._stack):
+                svg = {
+                    "width": int(a.get("width") or 0),
+                    "height": int(a.get("height") or 0),
+                    "titles": 0,
+                }
+                self._panel["svgs"].append(svg)  # type: ignore[attr-defined]
         elif tag == "title" and self._panel is not None and self._panel["svgs"]:
             self._panel["svgs"][-1]["titles"] += 1  # type: ignore[index]
         if tag not in VOID:

@@ -21,6 +21,7 @@ from gpuprof_nb.results.diagnosis import Finding
 MAX_CHANGE_ROWS = 25
 MAX_CHANGE_BARS = 15
 FASTER_COLOUR = "#2e7d32"
+_CHANGES_W = 900
 SLOWER_COLOUR = "#c62828"
 
 
@@ -132,11 +133,6 @@ def changes_chart(rows: Sequence[ChangeRow]) -> plot.Chart:
     (so small ones read too); hover a bar or a name for the numbers."""
     rows = list(rows[:MAX_CHANGE_BARS])
     biggest = max((abs(r.delta_us) for r in rows), default=1.0) or 1.0
-    # Room beyond the longest bar on each side for its label, and a little on a side
-    # without bars so the zero line stands clear of the frame.
-    lo = min(min((r.delta_us for r in rows), default=0.0) * 1.4, -0.15 * biggest)
-    hi = max(max((r.delta_us for r in rows), default=0.0) * 1.4, 0.15 * biggest)
-    ticks = [plot.Tick(v, "0" if v == 0 else _signed(v)) for v in svg.nice_ticks(lo, hi, target=6)]
     tips, names = [], []
     for r in rows:
         tips.append(
@@ -146,6 +142,33 @@ def changes_chart(rows: Sequence[ChangeRow]) -> plot.Chart:
         )
         names.append(r.name if len(r.name) <= 46 else r.name[:43] + "...")
     n_rows = len(rows)
+    y_axis = plot.Axis(
+        -0.6,
+        n_rows - 0.4,
+        ticks=tuple(
+            plot.Tick(float(i), name, tip)
+            for i, (name, tip) in enumerate(zip(names, tips, strict=True))
+        ),
+        grid=False,
+        reverse=True,
+    )
+    # Room beyond the longest bar on each side for its value label (px, as the SVG lays it
+    # out), and a little on a side without bars so the zero line stands clear of the frame.
+    box = plot.plot_box(
+        plot.Chart("", "", plot.Axis(0.0, 1.0), y_axis, width=_CHANGES_W, plot_height=10)
+    )
+    width = box.right - box.left
+
+    def room(side: list[ChangeRow]) -> float:
+        return max((svg.text_width(_signed(r.delta_us), 10) for r in side), default=0.0) + 12
+
+    low = min(min((r.delta_us for r in rows), default=0.0), 0.0)
+    high = max(max((r.delta_us for r in rows), default=0.0), 0.0)
+    pad_lo = max(room([r for r in rows if r.delta_us < 0]), 0.05 * width)
+    pad_hi = max(room([r for r in rows if r.delta_us >= 0]), 0.05 * width)
+    span = (high - low or biggest) / max(1 - (pad_lo + pad_hi) / width, 0.2)
+    lo, hi = low - pad_lo / width * span, high + pad_hi / width * span
+    ticks = [plot.Tick(v, "0" if v == 0 else _signed(v)) for v in svg.nice_ticks(lo, hi, target=6)]
     marks: list[plot.Mark] = [
         plot.Rects(
             [0.0] * n_rows,
@@ -180,19 +203,10 @@ def changes_chart(rows: Sequence[ChangeRow]) -> plot.Chart:
         title="Change in time (after - before)",
         description="change in time per row, after minus before",
         x=plot.Axis(lo, hi, "change in time (after - before)", ticks=tuple(ticks)),
-        y=plot.Axis(
-            -0.6,
-            n_rows - 0.4,
-            ticks=tuple(
-                plot.Tick(float(i), name, tip)
-                for i, (name, tip) in enumerate(zip(names, tips, strict=True))
-            ),
-            grid=False,
-            reverse=True,
-        ),
+        y=y_axis,
         marks=tuple(marks),
         legend=tuple(legend),
-        width=900,
+        width=_CHANGES_W,
         plot_height=22 * max(n_rows, 1),
     )
 

@@ -165,3 +165,43 @@ def test_every_legend_entry_has_a_swatch_and_the_timeline_names_its_bars(reports
         ).legend
     }
     assert cpu.legend
+
+
+@pytest.mark.parametrize(
+    "deltas",
+    [
+        (-3980.0, 10_000.0, 0.4),  # a large change each way and a tiny one
+        (-83_000.0, 3550.0, -45.0, 1.2),
+        (12.0, 0.3),  # slower only
+        (-2.0,),
+    ],
+)
+def test_changes_chart_labels_every_bar_inside_the_plot(deltas) -> None:
+    """Each bar, however small, carries its value, written beside it inside the plot (clear
+    of the names on the left and of the frame); zero has a tick and a line."""
+    from gpuprof_nb.render.compare import changes_chart
+    from gpuprof_nb.results.compare import ChangeRow
+
+    rows = [
+        ChangeRow("autograd::engine::evaluate_function: AddmmBackward0 " + str(i), "op", 5000.0,
+                  5000.0 + d, 1, 1)
+        for i, d in enumerate(deltas)
+    ]  # fmt: skip
+    chart = changes_chart(rows)
+    assert any(t.label == "0" and t.value == 0 for t in chart.x.ticks)
+    assert any(isinstance(m, plot.Rule) and m.value == 0 for m in chart.marks)
+    root = ET.fromstring(plot.chart_svg(chart))
+    left, top, right, bottom = (float(v) for v in root.get("data-plot-box").split())
+    # The value labels: the texts inside the plot (tick labels sit under it).
+    values = [
+        t for t in root.iter(f"{NS}text")
+        if t.text and top < float(t.get("y")) < bottom and t.text[0] in "+-"
+    ]  # fmt: skip
+    assert len(values) == len(deltas)
+    for t in values:
+        box = plot.text_box(
+            float(t.get("x")), float(t.get("y")), t.text, 10, t.get("text-anchor") or "start"
+        )
+        assert left < box[0] and box[2] < right, (t.text, box, left, right)
+    bars = list(next(g for g in root.iter(f"{NS}g") if g.get("class") == "gp-changes"))
+    assert all(float(b.get("width")) >= 2.0 for b in bars)
