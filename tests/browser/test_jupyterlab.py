@@ -57,6 +57,8 @@ NOTEBOOK = Path(os.environ.get("GPUPROF_BROWSER_NOTEBOOK", REPO / "tutorials/01_
 SCREENSHOTS = REPO / "build" / "screenshots"
 DOC_SCREENSHOTS = REPO / "docs" / "screenshots"
 RUN_TIMEOUT_S = 240
+# The reports on the page (a live view's static copy is hidden while the widget is drawn).
+SHOWN_REPORTS = ".jp-OutputArea-output .gp-report:visible"
 # The output widths checked: JupyterLab's at its default layout on a 1280 px window, and wide.
 OUTPUT_WIDTHS = (948, 1400)
 # WCAG AA for normal text.
@@ -93,6 +95,36 @@ def _use_default_kernel(path: Path) -> None:
         "name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python",
     }  # fmt: skip
     path.write_text(json.dumps(nb, indent=1), encoding="utf-8")
+
+
+# Appended to the copy of the quickstart: the first report's live view, which the page must
+# draw (hiding its static copy) while the kernel runs, and replace by that copy where not.
+LIVE_VIEW_CELL = "display(report.widget())"
+
+
+def _add_live_view(path: Path) -> None:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    nb["cells"].append(
+        {"cell_type": "code", "execution_count": None, "id": "gpuprof-live-view",
+         "metadata": {}, "outputs": [], "source": [LIVE_VIEW_CELL]}
+    )  # fmt: skip
+    path.write_text(json.dumps(nb, indent=1), encoding="utf-8")
+
+
+_JS_LIVE_VIEW = """
+() => {
+  // The live view's cell: is the widget drawn, is its static copy shown?
+  const cells = [...document.querySelectorAll('.jp-CodeCell')]
+    .filter(c => c.querySelector('.jp-InputArea').innerText.includes('.widget()'));
+  if (!cells.length) return null;
+  const cell = cells[cells.length - 1];
+  const drawn = [...cell.querySelectorAll('.widget-tab, .jupyter-widget-Tab, .lm-TabBar')]
+    .some(e => e.checkVisibility());
+  const copy = cell.querySelector('.gp-widget-fallback');
+  return {drawn, copy: !!copy && copy.checkVisibility(),
+          error: cell.innerText.includes('Error displaying widget')};
+}
+"""
 
 
 def _raise_on_sigterm(signum: int, frame: object) -> None:
@@ -132,6 +164,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory, sync_api: object) -> Iterator[
     if NOTEBOOK.parent != REPO / "tutorials":
         shutil.copy2(NOTEBOOK, root / "tutorials" / NOTEBOOK.name)
     _use_default_kernel(root / "tutorials" / NOTEBOOK.name)
+    _add_live_view(root / "tutorials" / NOTEBOOK.name)
     (root / "tests").mkdir()
     (root / "tests" / "data").symlink_to(REPO / "tests" / "data")
     settings = tmp / "settings"
@@ -377,12 +410,15 @@ def _assert_no_errors(page: object) -> None:
     ]  # fmt: skip
     assert not bad, "error output in the notebook:\n" + "\n----\n".join(t[:2000] for t in bad)
     body = page.locator("body").inner_text()  # type: ignore[attr-defined]
-    assert "Error displaying widget" not in body
+    live = page.evaluate(_JS_LIVE_VIEW)  # type: ignore[attr-defined]
+    if "Error displaying widget" in body:
+        # Only a live view without its kernel may say so, and then its static copy shows.
+        assert live and live["error"] and live["copy"], "a widget failed to display"
 
 
 def _check_reports(page: object, shot_prefix: str) -> dict[str, int]:
     """Click every tab of every report; return how many tables rows / images were seen."""
-    reports = page.locator(".jp-OutputArea-output .gp-report")  # type: ignore[attr-defined]
+    reports = page.locator(SHOWN_REPORTS)  # type: ignore[attr-defined]
     count = reports.count()
     assert count >= 1, "no gpuprof_nb report rendered in the notebook"
     seen = {"top_ops_rows": 0, "timeline_svg": 0, "roofline_svg": 0, "hotspots_svg": 0, "tabs": 0}
@@ -425,7 +461,7 @@ def _check_reports(page: object, shot_prefix: str) -> dict[str, int]:
 
 
 def _assert_readable(page: object, theme: str) -> None:
-    reports = page.locator(".jp-OutputArea-output .gp-report")  # type: ignore[attr-defined]
+    reports = page.locator(SHOWN_REPORTS)  # type: ignore[attr-defined]
     for r in range(reports.count()):
         report = reports.nth(r)
         tabs = report.locator(".gp-tab")
@@ -741,6 +777,9 @@ def test_untrusted_notebooks_show_every_chart_and_no_svg_text(
         try:
             trusted = page.evaluate(_JS_TRUSTED)  # type: ignore[attr-defined]
             assert trusted is False, f"{name} opened trusted: the test needs it untrusted"
+            # A widget view is not "safe" untrusted: the live view's static copy shows.
+            live = page.evaluate(_JS_LIVE_VIEW)  # type: ignore[attr-defined]
+            assert live and live["copy"] and not live["drawn"], f"{name}: live view {live}"
             for width in OUTPUT_WIDTHS:
                 assert _set_output_width(page, width) == width
                 reports = _all_reports(page)
@@ -796,9 +835,9 @@ def test_nbconvert_html_export_offline(browser: object, notebooks: dict[str, Pat
                 problems = report.evaluate(_JS_LAYOUT)
                 problems = [p for p in problems if "overlaps" not in p]  # measured in the lab
                 assert not problems, f"{name} report {r}: {problems[:5]}"
-            if name == "shapes_html":
-                fallback = page.locator(".gp-widget-fallback")  # type: ignore[attr-defined]
-                assert fallback.count() == 1 and fallback.is_visible()
+            # Both hold a live view whose widget manager would come from a CDN.
+            fallback = page.locator(".gp-widget-fallback")  # type: ignore[attr-defined]
+            assert fallback.count() == 1 and fallback.is_visible(), name
         finally:
             page.close()  # type: ignore[attr-defined]
 
@@ -849,8 +888,14 @@ def test_quickstart_in_jupyterlab(
             assert seen["roofline_svg"] > 0, f"{theme}: no 'Roofline' tab with a plot: {seen}"
             # The quickstart's --stack cell: its lines and the icicle chart.
             assert seen["hotspots_svg"] > 0, f"{theme}: no 'Hotspots' tab with a plot: {seen}"
+            live = page.evaluate(_JS_LIVE_VIEW)  # type: ignore[attr-defined]
+            assert live is not None, f"{theme}: no live view cell"
+            if prefix == "light":  # drawn by the running kernel: the static copy hides
+                assert live["drawn"] and not live["copy"], f"{theme}: live view {live}"
+            else:  # no kernel: drawn from the saved state, or else the static copy shows
+                assert live["drawn"] != live["copy"], f"{theme}: live view {live}"
             page.set_viewport_size({"width": 1400, "height": 2400})  # type: ignore[attr-defined]
-            reports = page.locator(".jp-OutputArea-output .gp-report")  # type: ignore[attr-defined]
+            reports = page.locator(SHOWN_REPORTS)  # type: ignore[attr-defined]
             for width in OUTPUT_WIDTHS:
                 assert _set_output_width(page, width) == width
                 for r in range(reports.count()):
