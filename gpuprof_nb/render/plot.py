@@ -17,6 +17,7 @@ Pure Python: no matplotlib, no torch, no IPython (render/plot_mpl.py holds the a
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
@@ -507,8 +508,10 @@ def _thin(px: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.union1d(order[first], [0, len(px) - 1])
 
 
-def _step_path(xs: Sequence[str], ys: Sequence[str], start: str = "M") -> list[str]:
-    d = [f"{start}{xs[0]} {ys[0]}"]
+def _step_path(xs: Sequence[str], ys: Sequence[str]) -> list[str]:
+    """Return the path commands of a step curve through (xs, ys): each level holds until
+    the next x (vertical moves only where the level changes)."""
+    d = [f"M{xs[0]} {ys[0]}"]
     last = ys[0]
     for xv, yv in zip(xs[1:], ys[1:], strict=True):
         d.append(f"H{xv}" + (f"V{yv}" if yv != last else ""))
@@ -580,7 +583,9 @@ class _SvgWriter:
         if not count:
             return
         fills = _seq(m.fill, count)
-        default = max(sorted(set(fills)), key=list(fills).count)
+        # The most frequent colour goes on the group; rectangles repeat only other colours.
+        counts = Counter(fills)
+        default = max(sorted(counts), key=counts.__getitem__)
         a = self.sx.many(m.x0)
         b = self.sx.many(m.x1)
         ya = self.sy.many(m.y0)
