@@ -1,20 +1,21 @@
-"""Every report renders exactly what tests/data/golden/reports.golden.gz recorded (full text,
-HTML by SHA-256) on every real trace and snapshot: refactors of the result and display
-layers must not change a byte users see. Record again with tools/record_golden.py only when a
-change of output is intended, and review the text diff."""
+"""Every report renders exactly what tests/data/golden/reports.golden.xz recorded (full text,
+and the HTML one tag per line: tools/record_golden.readable_html) on every real trace and
+snapshot: refactors of the result and display layers must not change a byte users see. A
+change shows as a line diff. Record again with tools/record_golden.py only when a change of
+output is intended, and review the diff."""
 
 from __future__ import annotations
 
 import difflib
-import gzip
 import importlib.util
 import json
+import lzma
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = ROOT / "tests" / "data" / "golden" / "reports.golden.gz"
+GOLDEN = ROOT / "tests" / "data" / "golden" / "reports.golden.xz"
 
 
 def _tool():
@@ -27,7 +28,7 @@ def _tool():
 
 
 TOOL = _tool()
-RECORDED = json.loads(gzip.decompress(GOLDEN.read_bytes()))
+RECORDED = json.loads(lzma.decompress(GOLDEN.read_bytes()))
 INPUTS = {key: (kind, path) for key, kind, path in TOOL.inputs()}
 
 
@@ -40,19 +41,19 @@ def test_report_renders_as_recorded(key: str) -> None:
     then = RECORDED[key]
     assert sorted(now) == sorted(then)
     for part in then:
-        if now[part]["text"] != then[part]["text"]:
-            diff = "\n".join(
-                difflib.unified_diff(
-                    then[part]["text"].splitlines(),
-                    now[part]["text"].splitlines(),
-                    "recorded",
-                    "now",
-                    lineterm="",
-                    n=1,
+        for form in ("text", "html"):
+            if now[part][form] != then[part][form]:
+                diff = "\n".join(
+                    difflib.unified_diff(
+                        then[part][form].splitlines(),
+                        now[part][form].splitlines(),
+                        "recorded",
+                        "now",
+                        lineterm="",
+                        n=1,
+                    )
                 )
-            )
-            pytest.fail(f"{key} {part}: text changed\n{diff[:4000]}")
-        assert now[part]["html_sha256"] == then[part]["html_sha256"], f"{key} {part}: HTML"
+                pytest.fail(f"{key} {part}: {form} changed\n{diff[:4000]}")
 
 
 def test_every_input_here_was_recorded() -> None:

@@ -37,8 +37,8 @@ VOID = frozenset(
 
 class ReportReader(HTMLParser):
     """Collect, per gpuprof_nb report found outside <script>/<style>: the tab labels, and per
-    panel (data-section) its visible text, its <img src> values and its inline <svg>s (size
-    and how many marks carry a hover <title>)."""
+    panel (data-section) its text, its <img src> values and its inline <svg>s (size and how
+    many marks carry a hover <title>)."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -67,12 +67,14 @@ class ReportReader(HTMLParser):
         elif tag == "img" and self._panel is not None and self._skip == 0:
             self._panel["imgs"].append(a.get("src") or "")  # type: ignore[attr-defined]
         elif tag == "svg" and self._panel is not None and self._skip == 0:
-            svg = {
-                "width": int(a.get("width") or 0),
-                "height": int(a.get("height") or 0),
-                "titles": 0,
-            }
-            self._panel["svgs"].append(svg)  # type: ignore[attr-defined]
+            # A drawing nested in another (the utilisation strip in a timeline) is part of it.
+            if not any(t == "svg" for t, _ in self._stack):
+                svg = {
+                    "width": int(a.get("width") or 0),
+                    "height": int(a.get("height") or 0),
+                    "titles": 0,
+                }
+                self._panel["svgs"].append(svg)  # type: ignore[attr-defined]
         elif tag == "title" and self._panel is not None and self._panel["svgs"]:
             self._panel["svgs"][-1]["titles"] += 1  # type: ignore[index]
         if tag not in VOID:
@@ -208,6 +210,48 @@ def test_nbconvert_shows_the_html_of_a_stored_output() -> None:
     assert "html-manager" not in html
 
 
+def live_view_notebook(with_state: bool) -> object:
+    """A notebook whose one cell displayed `report.widget()` of a real trace: the outputs
+    and, with `with_state`, the widget state nbclient saves (`nbconvert --execute`)."""
+    import ipywidgets as widgets
+    import nbformat
+    from IPython.display import display
+    from IPython.testing.globalipapp import start_ipython
+    from IPython.utils.capture import capture_output
+
+    import gpuprof_nb
+
+    start_ipython()
+    trace = REPO / "tests" / "data" / "planted_cpu" / "dataloader.json.gz"
+    report = gpuprof_nb.analyze(gpuprof_nb.load_trace(trace))
+    with capture_output() as captured:
+        display(report.widget())
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("display(report.widget())")
+    cell.outputs = [nbformat.v4.new_output("display_data", data=o.data) for o in captured.outputs]
+    nb.cells = [cell]
+    if with_state:
+        state = widgets.Widget.get_manager_state(drop_defaults=True)
+        nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": state}
+    return nb
+
+
+@pytest.mark.parametrize("with_state", [False, True], ids=["no widget state", "widget state"])
+def test_nbconvert_of_a_live_view_shows_the_static_report(with_state: bool) -> None:
+    """A displayed live view exported by nbconvert: the static report is in the page (not
+    only in a script), with or without the widget state that makes nbconvert load the
+    widget manager from a CDN."""
+    from nbconvert import HTMLExporter
+
+    html, _ = HTMLExporter().from_notebook_node(live_view_notebook(with_state))
+    (report,) = read_reports(html)
+    assert "Summary" in report["labels"] and "Timeline" in report["labels"]
+    assert "inside torch ops" in panel_text(report, "Timeline")
+    assert ('type="application/vnd.jupyter.widget-view+json"' in html) == with_state
+    if not with_state:
+        assert "gpuprof_nb live view of" in html  # the widget's one-line text
+
+
 # -- the executed quickstart ---------------------------------------------------------------------
 
 _PROBE = """
@@ -288,8 +332,10 @@ def test_quickstart_html_shows_numbers_findings_and_plots(
         assert svgs, f"no drawing in the {section} panel"
         assert svgs[0]["width"] > 100 and svgs[0]["height"] > 100, (section, svgs[0])
         assert svgs[0]["titles"] >= 1, (section, svgs[0])  # marks have hover titles
+        # Each drawing has its twin for viewers that strip inline SVG: an SVG image, no PNG.
         imgs = [s for p in report["panels"] if p["section"] == section for s in p["imgs"]]  # type: ignore[attr-defined]
-        assert not imgs, f"the {section} panel still embeds an image"
+        assert len(imgs) == len(svgs), (section, len(imgs), len(svgs))
+        assert all(i.startswith("data:image/svg+xml;base64,") for i in imgs), section
 
 
 def test_style_takes_colours_from_the_frontend_theme() -> None:

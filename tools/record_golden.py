@@ -1,23 +1,27 @@
 """Record what every report shows, text and HTML, on every real trace and snapshot, into
-tests/data/golden/reports.golden.gz; tests/test_golden_reports.py checks that the package
-still renders exactly that.
+tests/data/golden/reports.golden.xz; tests/test_golden_reports.py checks that the package
+still renders exactly that, and shows a line diff where it does not.
 
 What is recorded, per input: the ProfileReport (`analyze(load_trace(path))`) or MemoryReport
 (`analyze_memory(load_snapshot(path))`) bundle, and the bundles of the results it holds
-(ops, kernels, timeline, roofline, diagnosis), each as its full text and the SHA-256 of its
-HTML. Inputs: the traces in ../shared/traces (when present) and in tests/data, the snapshots
-in tests/data/snapshots.
+(ops, kernels, timeline, roofline, diagnosis), each as its full text and its HTML in a form
+a diff can show (`readable_html`: one tag per line; the report's shared <style> and each
+base64 data URI as a SHA-256, since the style is code and each image is drawn from the inline
+SVG beside it). xz keeps the file small: the parts repeat the report's sections. Inputs: the
+traces in ../shared/traces (when present) and in tests/data, the snapshots in
+tests/data/snapshots.
 
-Record again (and review the diff of the text) only when a change of output is intended:
+Record again (and review the diff) only when a change of output is intended:
 
     KINETO_LOG_LEVEL=6 .venv/bin/python tools/record_golden.py
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
+import lzma
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 SHARED = REPO.parent / "shared" / "traces"
 DATA = REPO / "tests" / "data"
-OUT = DATA / "golden" / "reports.golden.gz"  # not *.json.gz: tests glob those as traces
+OUT = DATA / "golden" / "reports.golden.xz"  # not *.json.xz: tests glob *.json* as traces
 # Not traces: loader error cases.
 NOT_TRACES = ("memory_timeline.raw.gz",)
 
@@ -48,15 +52,28 @@ def inputs() -> Iterator[tuple[str, str, Path]]:
                 yield key, "snapshot", path
 
 
+_STYLE = re.compile(r"<style>(.*?)</style>", re.S)
+_DATA_URI = re.compile(r"(data:[\w/+.-]+;base64,)([A-Za-z0-9+/=]+)")
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def readable_html(html: str) -> str:
+    """Return the HTML one tag per line, each <style> body and each base64 data URI
+    replaced by its SHA-256: what a line diff can show."""
+    html = _STYLE.sub(lambda m: f"<style>/* sha256 {_sha(m.group(1))} */</style>", html)
+    html = _DATA_URI.sub(lambda m: f"{m.group(1)}sha256:{_sha(m.group(2))}", html)
+    return html.replace("><", ">\n<")
+
+
 def _entry(bundle: dict[str, Any]) -> dict[str, str]:
-    return {
-        "text": bundle["text/plain"],
-        "html_sha256": hashlib.sha256(bundle["text/html"].encode("utf-8")).hexdigest(),
-    }
+    return {"text": bundle["text/plain"], "html": readable_html(bundle["text/html"])}
 
 
 def render_all(kind: str, path: Path) -> dict[str, dict[str, str]]:
-    """Return {part: {text, html_sha256}} for one input."""
+    """Return {part: {text, html}} for one input."""
     from gpuprof_nb.analysis.report import analyze, analyze_memory
     from gpuprof_nb.io.snapshot import load_snapshot
     from gpuprof_nb.io.trace import load_trace
@@ -81,8 +98,7 @@ def main() -> int:
     golden = record()
     OUT.parent.mkdir(parents=True, exist_ok=True)
     raw = json.dumps(golden, sort_keys=True, indent=0).encode("utf-8")
-    with open(OUT, "wb") as fh, gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:
-        gz.write(raw)
+    OUT.write_bytes(lzma.compress(raw, preset=9 | lzma.PRESET_EXTREME))
     print(f"{OUT.relative_to(REPO)}: {len(golden)} inputs, {OUT.stat().st_size:,} bytes")
     return 0
 

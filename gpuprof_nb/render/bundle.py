@@ -49,7 +49,7 @@ def widget_of(obj: object) -> Any:
     from gpuprof_nb.render.widgets import report_widget
 
     title, sections = report_of(obj)
-    return report_widget(title, sections)
+    return report_widget(title, sections, tabbed_html(title, sections))
 
 
 def _group_name(title: str, sections: Sequence[Section]) -> str:
@@ -62,12 +62,23 @@ def _group_name(title: str, sections: Sequence[Section]) -> str:
     return "gp-" + digest.hexdigest()[:12]
 
 
+# The first line of the report where a viewer strips its style (docs/viewers.md): what the
+# full view adds and how to get it. The report's own style hides it.
+BANNER = (
+    "Static view: sections follow one another and charts are pictures. Trust the notebook "
+    "(JupyterLab: command palette, Trust Notebook) or run the cell again for tabs and "
+    "charts with numbers on hover; every number is also in the tables."
+)
+_BANNER_STYLE = "border-left:3px solid #1565c0;padding:2px 8px;margin:2px 0 8px 0"
+
+
 def tabbed_html(title: str, sections: Sequence[Section]) -> str:
     """Return self-contained HTML for the report: one clickable tab per section, made of
-    radio inputs and CSS only (no script, no CDN). Without CSS every section shows in order,
-    each under its own heading."""
+    radio inputs and CSS only (no script, no CDN). Where a viewer strips the style (an
+    untrusted notebook, GitHub) a one-line banner comes first, the tab bar is hidden and
+    every section shows in order under its own heading."""
     group = _group_name(title, sections)
-    labels = "".join(
+    labels = " ".join(
         f'<label class="gp-tab" title="{esc(s.title)}">'
         f'<input type="radio" name="{group}" value="{i}"{" checked" if i == 0 else ""}/>'
         f"{esc(s.title)}</label>"
@@ -80,7 +91,10 @@ def tabbed_html(title: str, sections: Sequence[Section]) -> str:
     )
     return (
         f'<div class="gpuprof gp-report"><style>{STYLE}</style>'
-        f'<h3>{esc(title)}</h3><div class="gp-tabs">{labels}{panels}</div></div>'
+        f'<p class="gp-banner" style="{_BANNER_STYLE}">{esc(BANNER)}</p>'
+        f'<h3>{esc(title)}</h3><div class="gp-tabs">'
+        f'<div class="gp-tabbar" hidden="hidden" style="display:none">{labels}</div>'
+        f'<div class="gp-panels">{panels}</div></div></div>'
     )
 
 

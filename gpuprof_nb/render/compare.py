@@ -4,10 +4,12 @@ the table), Idle breakdown and Findings; text and HTML with the same numbers."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from gpuprof_nb.render import svg
+from gpuprof_nb.render import plot, svg
 from gpuprof_nb.render.bundle import report_of
 from gpuprof_nb.render.html import esc, esc_inline, html_table, note
+from gpuprof_nb.render.plot_mpl import chart_figure
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.timeline import CATEGORY_LABELS, HOST_CATEGORY_LABELS
@@ -19,6 +21,7 @@ from gpuprof_nb.results.diagnosis import Finding
 MAX_CHANGE_ROWS = 25
 MAX_CHANGE_BARS = 15
 FASTER_COLOUR = "#2e7d32"
+_CHANGES_W = 900
 SLOWER_COLOUR = "#c62828"
 
 
@@ -110,7 +113,7 @@ def change_rows(rows: Sequence[ChangeRow]) -> list[tuple[str, ...]]:
             r.category,
             fmt_us(r.before_us),
             fmt_us(r.after_us),
-            ("+" if r.delta_us > 0 else "") + fmt_us(r.delta_us),
+            _signed(r.delta_us),
             fmt_num(r.calls_before),
             fmt_num(r.calls_after),
             r.replaced_by,
@@ -119,47 +122,105 @@ def change_rows(rows: Sequence[ChangeRow]) -> list[tuple[str, ...]]:
     ]
 
 
-def changes_svg(rows: Sequence[ChangeRow]) -> str:
-    """Return a diverging bar chart of the changes: one bar per row from zero, right (red)
-    where after takes longer, left (green) where it takes less; hover for the numbers."""
+def _signed(us: float) -> str:
+    """A change in time as the table writes it: '+1.2 ms', '-340 us', '0 us'."""
+    return ("+" if us > 0 else "") + fmt_us(us)
+
+
+def changes_chart(rows: Sequence[ChangeRow]) -> plot.Chart:
+    """Return the changes as a diverging bar chart description: one bar per row (the
+    MAX_CHANGE_BARS largest) from a zero line, right (red) where after takes longer, left
+    (green) where it takes less, every bar at least 2 px wide and labelled with its change
+    (so small ones read too); hover a bar or a name for the numbers."""
     rows = list(rows[:MAX_CHANGE_BARS])
-    width, label_w, bar_h, gap, top = 900, 300, 16, 6, 26
-    height = top + len(rows) * (bar_h + gap) + 24
     biggest = max((abs(r.delta_us) for r in rows), default=1.0) or 1.0
-    x0 = label_w + (width - label_w - 20) / 2
-    scale = svg.LinearScale(-biggest, biggest, label_w + 10, width - 10)
-    parts = [
-        svg.svg_open(width, height, "change in time per row, after minus before"),
-        svg.text(
-            width / 2,
-            16,
-            "Change in time (after - before)",
-            size=12,
-            anchor="middle",
-            extra=' font-weight="600"',
-        ),
-        f'<path d="M{svg.num(x0)} {top - 4}V{height - 20}" stroke="currentColor" '
-        'stroke-opacity="0.4"/>',
-    ]
-    for i, r in enumerate(rows):
-        y = top + i * (bar_h + gap)
-        a, b = sorted((scale(0.0), scale(r.delta_us)))
-        colour = SLOWER_COLOUR if r.delta_us > 0 else FASTER_COLOUR
-        tip = (
+    tips, names = [], []
+    for r in rows:
+        tips.append(
             f"{r.name} ({r.category})\nbefore {fmt_us(r.before_us)}, after "
-            f"{fmt_us(r.after_us)}, change {fmt_us(r.delta_us)}"
+            f"{fmt_us(r.after_us)}, change {_signed(r.delta_us)}"
             + (f"\nreplaced by {r.replaced_by}" if r.replaced_by else "")
         )
-        name = r.name if len(r.name) <= 46 else r.name[:43] + "..."
-        parts.append(svg.text(label_w, y + bar_h - 4, name, size=11, anchor="end", tip=tip))
-        parts.append(
-            f'<rect x="{svg.num(a)}" y="{svg.num(y)}" width="{svg.num(max(b - a, 1))}" '
-            f'height="{bar_h}" fill="{colour}">{svg.title(tip)}</rect>'
+        names.append(r.name if len(r.name) <= 46 else r.name[:43] + "...")
+    n_rows = len(rows)
+    y_axis = plot.Axis(
+        -0.6,
+        n_rows - 0.4,
+        ticks=tuple(
+            plot.Tick(float(i), name, tip)
+            for i, (name, tip) in enumerate(zip(names, tips, strict=True))
+        ),
+        grid=False,
+        reverse=True,
+    )
+    # Room beyond the longest bar on each side for its value label (px, as the SVG lays it
+    # out), and a little on a side without bars so the zero line stands clear of the frame.
+    box = plot.plot_box(
+        plot.Chart("", "", plot.Axis(0.0, 1.0), y_axis, width=_CHANGES_W, plot_height=10)
+    )
+    width = box.right - box.left
+
+    def room(side: list[ChangeRow]) -> float:
+        return max((svg.text_width(_signed(r.delta_us), 10) for r in side), default=0.0) + 12
+
+    low = min(min((r.delta_us for r in rows), default=0.0), 0.0)
+    high = max(max((r.delta_us for r in rows), default=0.0), 0.0)
+    pad_lo = max(room([r for r in rows if r.delta_us < 0]), 0.05 * width)
+    pad_hi = max(room([r for r in rows if r.delta_us >= 0]), 0.05 * width)
+    span = (high - low or biggest) / max(1 - (pad_lo + pad_hi) / width, 0.2)
+    lo, hi = low - pad_lo / width * span, high + pad_hi / width * span
+    ticks = [plot.Tick(v, "0" if v == 0 else _signed(v)) for v in svg.nice_ticks(lo, hi, target=6)]
+    marks: list[plot.Mark] = [
+        plot.Rects(
+            [0.0] * n_rows,
+            [r.delta_us for r in rows],
+            [i - 0.36 for i in range(n_rows)],
+            [i + 0.36 for i in range(n_rows)],
+            [SLOWER_COLOUR if r.delta_us > 0 else FASTER_COLOUR for r in rows],
+            tips=tips,
+            min_px=2.0,
+            cls="gp-changes",
+        ),
+        plot.Rule("x", 0.0, opacity=0.6, tip="no change"),
+    ]
+    for i, r in enumerate(rows):
+        right = r.delta_us >= 0
+        marks.append(
+            plot.Text(
+                r.delta_us,
+                float(i),
+                _signed(r.delta_us),
+                anchor="start" if right else "end",
+                dx=5 if right else -5,
+                dy=3.5,
+            )
         )
-    parts.append(svg.text(scale(-biggest), height - 6, f"-{fmt_us(biggest)}", size=10))
-    parts.append(svg.text(scale(biggest), height - 6, f"+{fmt_us(biggest)}", size=10, anchor="end"))
-    parts.append("</svg>")
-    return "".join(parts)
+    legend = []
+    if any(r.delta_us > 0 for r in rows):
+        legend.append(plot.LegendEntry("slower after", SLOWER_COLOUR))
+    if any(r.delta_us < 0 for r in rows):
+        legend.append(plot.LegendEntry("faster after", FASTER_COLOUR))
+    return plot.Chart(
+        title="Change in time (after - before)",
+        description="change in time per row, after minus before",
+        x=plot.Axis(lo, hi, "change in time (after - before)", ticks=tuple(ticks)),
+        y=y_axis,
+        marks=tuple(marks),
+        legend=tuple(legend),
+        width=_CHANGES_W,
+        plot_height=22 * max(n_rows, 1),
+    )
+
+
+def changes_svg(rows: Sequence[ChangeRow]) -> str:
+    """Return the diverging bar chart of the changes (`changes_chart`) as inline SVG."""
+    return plot.chart_svg(changes_chart(rows))
+
+
+def plot_changes(comparison: Comparison, ax: Any = None) -> Any:
+    """Return a matplotlib Figure of the comparison's Changes chart (`changes_chart`),
+    drawn into `ax` when given."""
+    return chart_figure(changes_chart(comparison.changes), ax)
 
 
 def changes_section(comparison: Comparison) -> Section:

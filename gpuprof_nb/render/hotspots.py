@@ -6,10 +6,12 @@ one grey or orange block."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from gpuprof_nb.render import svg
+from gpuprof_nb.render import plot, svg
 from gpuprof_nb.render.bundle import report_of
 from gpuprof_nb.render.html import esc, esc_inline, html_table, note
+from gpuprof_nb.render.plot_mpl import chart_figure
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_num, fmt_pct, fmt_us
@@ -26,7 +28,7 @@ KIND_LABELS = {
 MAX_ROWS = 15
 MAX_DEPTH = 30
 MAX_TREE_TEXT = 25
-_WIDTH, _ROW_H, _TOP = 900, 18, 26
+_WIDTH, _ROW_H = 900, 18
 
 _HEADERS = ("line", "source", "host time", "share of host", "idle time", "share of idle")
 
@@ -167,56 +169,62 @@ def _layout(nodes: Sequence[FlameNode]) -> list[tuple[float, float]]:
     return pos
 
 
-def icicle_svg(h: Hotspots) -> str:
-    """Return the icicle chart: one row per call depth, roots on top, each block as wide as
-    its share of the host time, labelled where it fits, with a hover title of its numbers.
-    The root's data-blocks attribute counts the blocks drawn."""
+def icicle_chart(h: Hotspots) -> plot.Chart:
+    """Return the icicle chart description: one row per call depth, roots on top, each block
+    as wide as its share of the host time (blocks under half a pixel left out), labelled
+    where the label fits, with a hover tip of its numbers. data-blocks counts the blocks."""
     nodes = h.nodes
     pos = _layout(nodes)
     whole = h.host_us or 1.0
-    depth = min(max((n.depth for n in nodes), default=0) + 1, MAX_DEPTH)
-    height = _TOP + depth * _ROW_H + 30
-    n = svg.num
-    body = [
-        svg.text(
-            _WIDTH / 2,
-            15,
-            "Host time by frame: your lines in blue, library code collapsed",
-            size=12,
-            anchor="middle",
-            extra=' font-weight="600"',
-        )
+    depth = min(max((nd.depth for nd in nodes), default=0) + 1, MAX_DEPTH)
+    width_px = _WIDTH - 4 - plot.RIGHT
+    gap = 0.5 / width_px  # half a pixel between neighbours
+    shown = [
+        (nd, x0, x1)
+        for nd, (x0, x1) in zip(nodes, pos, strict=True)
+        if nd.depth < MAX_DEPTH and (x1 - x0) * width_px >= 0.5
     ]
-    drawn = 0
-    for node, (x0, x1) in zip(nodes, pos, strict=True):
-        w = (x1 - x0) * _WIDTH
-        if node.depth >= MAX_DEPTH or w < 0.5:
-            continue
-        drawn += 1
-        x, y = x0 * _WIDTH, _TOP + node.depth * _ROW_H
-        body.append(
-            f'<g class="gp-frame" data-kind="{node.kind}"><rect x="{n(x)}" y="{y}" '
-            f'width="{n(max(w - 0.5, 0.5))}" height="{_ROW_H - 2}" '
-            f'fill="{KIND_COLOURS[node.kind]}" fill-opacity="0.8">'
-            + svg.title(_node_words(node, whole))
-            + "</rect>"
-        )
-        chars = int((w - 6) / (0.58 * 10))
-        if chars >= 4:
-            label = node.label if len(node.label) <= chars else node.label[: chars - 1] + "…"
-            body.append(svg.text(x + 3, y + 12, label, size=10, fill="#ffffff"))
-        body.append("</g>")
-    entries = [
-        (KIND_LABELS[k], f'<rect width="12" height="12" fill="{c}"/>')
-        for k, c in KIND_COLOURS.items()
-        if any(nd.kind == k for nd in nodes)
-    ]
-    legend, _ = svg.legend_row(entries, 0, _TOP + depth * _ROW_H + 8, _WIDTH, size=10)
-    body.append(legend)
-    head = svg.svg_open(
-        _WIDTH, height, "icicle chart of host time by Python frame", f' data-blocks="{drawn}"'
+    marks = (
+        plot.Rects(
+            [x0 for _, x0, _ in shown],
+            [max(x1 - gap, x0 + gap) for _, x0, x1 in shown],
+            [float(nd.depth) for nd, _, _ in shown],
+            [nd.depth + (_ROW_H - 2) / _ROW_H for nd, _, _ in shown],
+            [KIND_COLOURS[nd.kind] for nd, _, _ in shown],
+            opacity=0.8,
+            tips=[_node_words(nd, whole) for nd, _, _ in shown],
+            labels=[nd.label for nd, _, _ in shown],
+            item_cls="gp-frame",
+            item_attrs=[(("data-kind", nd.kind),) for nd, _, _ in shown],
+        ),
     )
-    return head + "".join(body) + "</svg>"
+    return plot.Chart(
+        title="Host time by frame: your lines in blue, library code collapsed",
+        description="icicle chart of host time by Python frame",
+        x=plot.Axis(0.0, 1.0, hidden=True),
+        y=plot.Axis(0.0, float(depth), hidden=True, reverse=True),
+        marks=marks,
+        legend=tuple(
+            plot.LegendEntry(KIND_LABELS[k], c)
+            for k, c in KIND_COLOURS.items()
+            if any(nd.kind == k for nd in nodes)
+        ),
+        width=_WIDTH,
+        plot_height=depth * _ROW_H,
+        frame=False,
+        data=(("data-blocks", str(len(shown))),),
+    )
+
+
+def icicle_svg(h: Hotspots) -> str:
+    """Return the icicle chart (`icicle_chart`) as inline SVG."""
+    return plot.chart_svg(icicle_chart(h))
+
+
+def plot_icicle(h: Hotspots, ax: Any = None) -> Any:
+    """Return a matplotlib Figure of the icicle chart (`icicle_chart`), drawn into `ax`
+    when given."""
+    return chart_figure(icicle_chart(h), ax)
 
 
 @report_of.register

@@ -3,7 +3,6 @@ Colours come from JupyterLab / VS Code CSS variables where they exist, so dark t
 
 from __future__ import annotations
 
-import base64
 import html as _html
 import re
 from collections.abc import Sequence
@@ -11,16 +10,25 @@ from typing import Any
 
 # Inline style used by every report. var(--jp-...) and var(--vscode-...) are the frontends'
 # own theme variables; the literal after each comma is the fallback for nbviewer/GitHub/nbconvert
-# (light page). Tabs (render/widgets.tabbed_html) are radio inputs + CSS: the hiding rules sit
-# inside @supports so a browser without :has() shows every section instead of none.
-# `.gpuprof.gpuprof` outranks JupyterLab's `:not(.jp-RenderedMarkdown).jp-RenderedHTMLCommon td`
-# (which right-aligns every cell, names included). Plots are inline SVG in a `hidden` wrapper
-# that only this style shows (render/svg.plot_html): where a viewer strips <style> and <svg>
-# (an untrusted notebook, GitHub) their hover titles would otherwise spill out as text.
+# (light page). `.gpuprof.gpuprof` outranks JupyterLab's
+# `:not(.jp-RenderedMarkdown).jp-RenderedHTMLCommon td` (which right-aligns every cell).
+#
+# The same HTML serves two kinds of viewer (docs/viewers.md):
+# - with this style (a trusted notebook, nbconvert, nbviewer, VS Code): tabs made of radio
+#   inputs and CSS (render/bundle.tabbed_html; the hiding rules sit inside @supports so a
+#   browser without :has() shows every section instead of none), plots as inline SVG with
+#   hover titles, the banner hidden;
+# - through a sanitizer that strips <style>, <svg> and <input> (an untrusted notebook in
+#   JupyterLab, GitHub): the banner first, every section one after the other under its
+#   heading, plots as <img> (an SVG data URI), tables scrolling inside the output. What
+#   only the styled view shows (tab bar, inline SVG) is `hidden="hidden"` and
+#   `style="display:none"` (JupyterLab keeps both; an empty `hidden` it drops), and the
+#   inline SVG sits in a closed <details> besides, so a sanitizer that keeps neither still
+#   leaks none of its text. This style shows them with `!important`, which outranks both.
 _TAB_COUNT = 12
 _TAB_SHOW = ",\n".join(
-    f".gpuprof .gp-tabs:has(> .gp-tab:nth-of-type({i}) > input:checked)"
-    f" > .gp-panel:nth-of-type({i})"
+    f".gpuprof .gp-tabs:has(> .gp-tabbar > .gp-tab:nth-of-type({i}) > input:checked)"
+    f" > .gp-panels > .gp-panel:nth-of-type({i})"
     for i in range(1, _TAB_COUNT + 1)
 )
 STYLE = (
@@ -58,8 +66,16 @@ STYLE = (
 .gpuprof pre { background: var(--jp-layout-color2, var(--vscode-textCodeBlock-background,
   #f5f5f5)); color: inherit; padding: 6px; overflow-x: auto; }
 .gpuprof img { max-width: 100%; background: white; }
-.gpuprof .gp-plot[hidden] { display: block !important; margin: 4px 0; }
-.gpuprof .gp-plot-off { display: none; }
+.gpuprof .gp-banner { display: none; }
+.gpuprof .gp-scroll { overflow-x: auto; max-width: 100%; }
+.gpuprof .gp-plot { display: block !important; margin: 4px 0; }
+.gpuprof details.gp-plot::details-content { content-visibility: visible; display: block; }
+.gpuprof details.gp-plot > summary { display: none; }
+.gpuprof img.gp-plot-img { display: none; }
+@supports not selector(::details-content) {
+.gpuprof .gp-plot { display: none !important; }
+.gpuprof img.gp-plot-img { display: inline; }
+}
 .gpuprof svg.gp-svg { max-width: 100%; height: auto; overflow: visible; }
 .gpuprof svg.gp-svg text { white-space: pre; }
 .gpuprof a { color: var(--jp-content-link-color, var(--vscode-textLink-foreground, #1565c0)); }
@@ -74,6 +90,7 @@ STYLE = (
 .gpuprof .gp-panel { padding: 6px 2px 2px 2px;
   border-top: 1px solid var(--jp-border-color1, var(--vscode-editorWidget-border, #bbb)); }
 @supports selector(:has(a)) {
+.gpuprof .gp-tabbar { display: block !important; }
 .gpuprof .gp-panel { display: none; }
 .gpuprof .gp-h { display: none; }
 .gpuprof .gp-tab:has(> input:checked) { font-weight: 600;
@@ -81,7 +98,8 @@ STYLE = (
   border-color: var(--jp-brand-color1, var(--vscode-focusBorder, #1976d2)); }
 .gpuprof .gp-tab:has(> input:focus-visible) {
   outline: 2px solid var(--jp-brand-color1, var(--vscode-focusBorder, #1976d2)); }
-.gpuprof .gp-tabs:not(:has(> .gp-tab > input:checked)) > .gp-panel:first-of-type,
+.gpuprof .gp-tabs:not(:has(> .gp-tabbar > .gp-tab > input:checked))
+  > .gp-panels > .gp-panel:first-of-type,
 """
     + _TAB_SHOW
     + """ { display: block; }
@@ -230,6 +248,11 @@ def short_kernel_name(name: str, width: int = SHORT_NAME_WIDTH) -> str:
     return full if len(full) <= width else full[: width - 1] + "…"
 
 
+# Inline cell styles (sanitizers keep them: docs/viewers.md).
+NUM_CELL = ' style="text-align:right;white-space:nowrap"'
+TEXT_CELL = ' style="text-align:left"'
+
+
 def html_table(
     headers: Sequence[str],
     rows: Sequence[Sequence[str]],
@@ -254,7 +277,10 @@ def html_table(
         if i in short_cols:
             # Wide enough for a short name in about three lines.
             names.append("kname")
-        return f' class="{" ".join(names)}"' if names else ""
+        klass = f' class="{" ".join(names)}"' if names else ""
+        # Inline too, for a viewer that strips the report's style (JupyterLab's own CSS
+        # right-aligns every cell and lets "98.7 us" break after the number).
+        return klass + (NUM_CELL if num[i] else TEXT_CELL)
 
     head = "".join(f"<th{cls(i)}>{esc(h)}</th>" for i, h in enumerate(headers))
 
@@ -275,13 +301,14 @@ def html_table(
 
     body = "".join("<tr>" + "".join(cell(i, c) for i, c in enumerate(r)) + "</tr>" for r in rows)
     klass = f' class="{esc(table_class)}"' if table_class else ""
-    return f"<table{klass}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return scroll_box(f"<table{klass}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
 
 
-def png_img(png: bytes, alt: str) -> str:
-    """Return an <img> tag embedding PNG bytes as a data URI (works offline, no CDN)."""
-    data = base64.b64encode(png).decode("ascii")
-    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}"/>'
+def scroll_box(html: str) -> str:
+    """Return `html` in a box that scrolls sideways inside the output when it is wider (a
+    table of long names at 948 px) instead of overflowing it; the inline style keeps it so
+    where a sanitizer strips the report's <style> (JupyterLab keeps `overflow-x`)."""
+    return f'<div class="gp-scroll" style="overflow-x:auto">{html}</div>'
 
 
 def note(text: str) -> str:

@@ -3,12 +3,13 @@ sweep and settings. Every number goes through render/units so text and HTML agre
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from gpuprof_nb.render import plot, svg
 from gpuprof_nb.render.bundle import report_of
-from gpuprof_nb.render.html import esc, html_table, note, png_img
+from gpuprof_nb.render.html import esc, html_table, note
+from gpuprof_nb.render.plot_mpl import chart_figure
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct, fmt_us
@@ -67,66 +68,127 @@ def rung_row(rung: RungResult) -> tuple[str, ...]:
     )
 
 
-def _fig_png(fig: Figure) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    return buffer.getvalue()
+_STATUS_LABELS = {"baseline": "baseline (fp32)"}
 
 
-def _new_axes(ax: Any, size: tuple[float, float]) -> tuple[Figure, Any]:
-    if ax is not None:
-        return ax.figure, ax
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=size)
-    return fig, fig.subplots()
+def rungs_chart(report: LadderReport) -> plot.Chart:
+    """Return a horizontal bar chart description of samples/s for every measured rung,
+    coloured by status, each bar labelled with its rate, the fp32 baseline marked."""
+    measured = [r for r in report.rungs if r.samples_per_s]
+    rates = [r.samples_per_s or 0.0 for r in measured]
+    top = max(rates, default=1.0) or 1.0
+    marks: list[plot.Mark] = [
+        plot.Rects(
+            [0.0] * len(measured),
+            rates,
+            [i - 0.35 for i in range(len(measured))],
+            [i + 0.35 for i in range(len(measured))],
+            [_STATUS_COLOURS.get(r.status, "#9e9e9e") for r in measured],
+            tips=[
+                f"{r.name} ({r.status}): {fmt_samples(r.samples_per_s)} samples/s" for r in measured
+            ],
+            min_px=2.0,
+        )
+    ]
+    marks += [
+        plot.Text(rate, float(i), fmt_samples(rate), dx=5, dy=3.5) for i, rate in enumerate(rates)
+    ]
+    legend = [
+        plot.LegendEntry(_STATUS_LABELS.get(status, status), colour)
+        for status, colour in _STATUS_COLOURS.items()
+        if any(r.status == status for r in measured)
+    ]
+    base = report.baseline.samples_per_s
+    if base:
+        marks.append(
+            plot.Rule("x", base, dash="4 3", tip=f"fp32 baseline: {fmt_samples(base)} samples/s")
+        )
+        legend.append(plot.LegendEntry("fp32 baseline", plot.INK, "dash"))
+    return plot.Chart(
+        title="Optimisation ladder",
+        description="samples/s per rung",
+        x=plot.Axis(
+            0.0,
+            top * 1.25,
+            "samples/s (median step)",
+            ticks=plot.linear_ticks(0.0, top * 1.25, 6, fmt_num),
+        ),
+        y=plot.Axis(
+            -0.6,
+            len(measured) - 0.4,
+            ticks=tuple(
+                plot.Tick(float(i), f"{r.name} ({r.status})") for i, r in enumerate(measured)
+            ),
+            grid=False,
+            reverse=True,
+        ),
+        marks=tuple(marks),
+        legend=tuple(legend),
+        width=700,
+        plot_height=max(24 * len(measured), 24),
+    )
 
 
 def plot_rungs(report: LadderReport, ax: Any = None) -> Figure:
-    """Return a horizontal bar chart of samples/s for every measured rung, coloured by status,
-    with the fp32 baseline marked."""
-    measured = [r for r in report.rungs if r.samples_per_s]
-    fig, axes = _new_axes(ax, (7.0, 0.45 * len(measured) + 1.2))
-    names = [f"{r.name} ({r.status})" for r in measured][::-1]
-    rates = [r.samples_per_s or 0.0 for r in measured][::-1]
-    colours = [_STATUS_COLOURS.get(r.status, "#9e9e9e") for r in measured][::-1]
-    axes.barh(names, rates, color=colours)
-    base = report.baseline.samples_per_s
-    if base:
-        axes.axvline(base, color="black", linestyle="--", linewidth=1, label="fp32 baseline")
-        axes.legend(loc="best", fontsize=8, framealpha=0.9)
-    axes.set_xlabel("samples/s (median step)")
-    axes.set_title("Optimisation ladder")
+    """Return a matplotlib Figure of the ladder's bar chart (`rungs_chart`): samples/s for
+    every measured rung, coloured by status, with the fp32 baseline marked."""
+    fig: Figure = chart_figure(rungs_chart(report), ax)
     return fig
 
 
-def plot_batch_sweep(sweep: BatchSweep, ax: Any = None) -> Figure:
-    """Return samples/s against batch size (log2 axis), marking the plateau and the first
-    batch size that ran out of memory."""
-    fig, axes = _new_axes(ax, (6.0, 3.5))
+def batch_sweep_chart(sweep: BatchSweep) -> plot.Chart:
+    """Return samples/s against batch size (log2 axis, every size tried as a tick) as a chart
+    description, marking the plateau and the first batch size that ran out of memory."""
     ok = sorted((p for p in sweep.points if p.samples_per_s), key=lambda p: p.batch_size)
-    axes.plot([p.batch_size for p in ok], [p.samples_per_s for p in ok], marker="o")
-    axes.set_xscale("log", base=2)
-    # Label the batch sizes that ran as plain numbers (2**n ticks read badly here).
-    sizes = [p.batch_size for p in sweep.points]
-    axes.set_xticks(sizes, [str(b) for b in sizes])
-    axes.minorticks_off()
-    axes.set_ylim(bottom=0)
-    plateau = sweep.plateau_batch_size
+    sizes = sorted({p.batch_size for p in sweep.points})
+    lo, hi = (min(sizes) / 1.3, max(sizes) * 1.3) if sizes else (1.0, 2.0)
+    rates = [p.samples_per_s or 0.0 for p in ok]
+    top = max(rates, default=1.0) * 1.15 or 1.0
+    marks: list[plot.Mark] = []
+    if len(ok) > 1:
+        marks.append(plot.Line([p.batch_size for p in ok], rates, colour="#1f77b4", width=1.5))
+    marks.append(
+        plot.Dots(
+            [p.batch_size for p in ok],
+            rates,
+            [3.5] * len(ok),
+            ["#1f77b4"] * len(ok),
+            tips=[f"batch {p.batch_size}: {fmt_samples(p.samples_per_s)} samples/s" for p in ok],
+            opacity=1.0,
+        )
+    )
+    legend = [plot.LegendEntry("samples/s", "#1f77b4", "dot")]
+    plateau, oom = sweep.plateau_batch_size, sweep.oom_batch_size
     if plateau is not None:
-        axes.axvline(
-            plateau, color="#2e7d32", linestyle="--", linewidth=1, label=f"plateau from {plateau}"
+        marks.append(
+            plot.Rule("x", plateau, colour="#2e7d32", dash="4 3", label=f"plateau from {plateau}")
         )
-    oom = sweep.oom_batch_size
+        legend.append(plot.LegendEntry(f"plateau from {plateau}", "#2e7d32", "dash"))
     if oom is not None:
-        axes.axvline(
-            oom, color="#c62828", linestyle=":", linewidth=1.5, label=f"out of memory at {oom}"
+        marks.append(
+            plot.Rule(
+                "x", oom, colour="#c62828", dash="2 2", width=1.5, label=f"out of memory at {oom}"
+            )
         )
-    if plateau is not None or oom is not None:
-        axes.legend(fontsize=8)
-    axes.set_xlabel("batch size")
-    axes.set_ylabel("samples/s")
-    axes.set_title("Throughput against batch size")
+        legend.append(plot.LegendEntry(f"out of memory at {oom}", "#c62828", "dash"))
+    return plot.Chart(
+        title="Throughput against batch size",
+        description="samples/s against batch size",
+        x=plot.Axis(
+            lo, hi, "batch size", "log2", tuple(plot.Tick(float(b), str(b)) for b in sizes)
+        ),
+        y=plot.Axis(0.0, top, "samples/s", ticks=plot.linear_ticks(0.0, top, 6, fmt_num)),
+        marks=tuple(marks),
+        legend=tuple(legend),
+        width=600,
+        plot_height=240,
+    )
+
+
+def plot_batch_sweep(sweep: BatchSweep, ax: Any = None) -> Figure:
+    """Return a matplotlib Figure of samples/s against batch size (`batch_sweep_chart`),
+    marking the plateau and the first batch size that ran out of memory."""
+    fig: Figure = chart_figure(batch_sweep_chart(sweep), ax)
     return fig
 
 
@@ -200,8 +262,7 @@ def _chart_section(report: LadderReport) -> Section:
         bar = "#" * (round(30 * rate / top) if top else 0)
         lines.append(f"{rung.name.ljust(width)}  {bar} {fmt_samples(rate)} samples/s")
     text = "\n".join(lines) or "no rung was measured"
-    fig = plot_rungs(report)
-    html = png_img(_fig_png(fig), "samples/s per rung")
+    html = svg.plot_html(plot.chart_svg(rungs_chart(report))) if measured else note(text)
     return Section("Chart", text, html)
 
 
@@ -224,7 +285,7 @@ def batch_sweep_sections(sweep: BatchSweep) -> tuple[Section, ...]:
     text = f"{summary}\n{text_table(headers, rows, right=numeric)}\nconfiguration: {sweep.settings}"
     html = (
         f"<p>{esc(summary)}</p>"
-        + png_img(_fig_png(plot_batch_sweep(sweep)), "samples/s against batch size")
+        + svg.plot_html(plot.chart_svg(batch_sweep_chart(sweep)))
         + html_table(headers, rows, numeric=numeric, name_cols=(5,))
         + note(f"configuration: {sweep.settings}")
     )

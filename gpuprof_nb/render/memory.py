@@ -1,6 +1,7 @@
 """The memory report's sections (Findings, Timeline, At peak, Leaks, Segments) as text and
-HTML with the same digits, and the stacked timeline plot: inline SVG in the report
-(`memory_svg`), a matplotlib Figure from `plot_memory_timeline` (imported lazily)."""
+HTML with the same digits, and the stacked timeline plot: one chart description
+(`memory_chart`) drawn as the report's inline SVG (`memory_svg`) and as a matplotlib Figure
+(`plot_memory_timeline`)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from gpuprof_nb.render import svg
+from gpuprof_nb.render import plot, svg
 from gpuprof_nb.render.bundle import report_of
 from gpuprof_nb.render.evidence import evidence_rows
 from gpuprof_nb.render.fit import categories_section, category_line, category_svg, fit_section
 from gpuprof_nb.render.html import esc, esc_inline, html_table, note
+from gpuprof_nb.render.plot_mpl import chart_figure
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct
@@ -83,63 +85,8 @@ def findings_section(report: MemoryReport) -> Section:
     return Section("Findings", "\n\n".join(text), "".join(html))
 
 
-def plot_memory_timeline(timeline: MemoryTimeline, ax: Any = None) -> Any:
-    """Return a matplotlib Figure: active memory (MiB) stacked by allocation site over time,
-    reserved memory as a line, the peak marked."""
-    import matplotlib
-
-    if ax is None:
-        from matplotlib.figure import Figure
-
-        fig = Figure(figsize=(9, 3.6), dpi=96)
-        ax = fig.add_subplot(1, 1, 1)
-    else:
-        fig = ax.figure
-    mib = 2.0**20
-    x = timeline.sample_x
-    colors = matplotlib.colormaps["tab10"].colors  # type: ignore[attr-defined]
-    n = len(timeline.site_labels)
-    palette = [colors[i % 10] for i in range(n - 2)] + ["#bbbbbb", "#777777"]
-    ys = timeline.site_bytes / mib
-    if len(x) > 1:
-        ax.stackplot(
-            x, ys, labels=timeline.site_labels, colors=palette, step="post", alpha=0.85, linewidth=0
-        )
-        if timeline.reserved_bytes is not None and len(timeline.reserved_bytes) == len(timeline.x):
-            ax.plot(
-                timeline.x,
-                timeline.reserved_bytes / mib,
-                color="black",
-                linewidth=1,
-                linestyle="--",
-                label="reserved",
-                drawstyle="steps-post",
-            )
-    else:
-        bottom = 0.0
-        for label, y, c in zip(timeline.site_labels, ys[:, 0], palette, strict=True):
-            ax.bar([0], [y], bottom=bottom, color=c, label=label, width=0.5)
-            bottom += float(y)
-    ax.axhline(timeline.peak_bytes / mib, color="#c62828", linewidth=0.8)
-    ax.plot([timeline.peak_x], [timeline.peak_bytes / mib], marker="v", color="#c62828")
-    ax.annotate(
-        f"peak {fmt_bytes(timeline.peak_bytes)}",
-        (timeline.peak_x, timeline.peak_bytes / mib),
-        textcoords="offset points",
-        xytext=(4, 4),
-        fontsize=8,
-        color="#c62828",
-    )
-    ax.set_xlabel("time (ms)" if timeline.time_unit == "ms" else "history entry")
-    ax.set_ylabel("MiB")
-    ax.set_title("Active memory by allocation site")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
-    fig.tight_layout()
-    return fig
-
-
-# matplotlib's tab10, so the SVG and plot_memory_timeline colour sites alike; the last two
-# rows of site_bytes ("(other sites)", "(allocated before recording)") are greys.
+# matplotlib's tab10 colours; the last two rows of site_bytes ("(other sites)",
+# "(allocated before recording)") are greys.
 TAB10 = (
     "#1f77b4",
     "#ff7f0e",
@@ -154,7 +101,7 @@ TAB10 = (
 )
 PEAK_COLOUR = "#c62828"
 _MEM_W, _MEM_PLOT_H = 900, 300
-_MEM_LEFT, _MEM_RIGHT, _MEM_TOP = 70, 14, 28
+_MEM_LEFT = 70
 _UNITS = ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "B"))
 
 
@@ -162,25 +109,11 @@ def _site_colours(n: int) -> list[str]:
     return [TAB10[i % 10] for i in range(max(n - 2, 0))] + ["#bbbbbb", "#777777"][-n:]
 
 
-def _column_maxima(px: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Return the indices to draw: per whole-pixel column, the sample with the largest
-    value (so no peak is lost), plus the first and the last sample."""
-    cols = np.floor(px).astype(np.int64)
-    # Sort by column, then by value descending: the first of each column is its maximum.
-    order = np.lexsort((-values, cols))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = cols[order][1:] != cols[order][:-1]
-    keep = np.union1d(order[first], [0, len(px) - 1])
-    return keep
-
-
-def memory_svg(timeline: MemoryTimeline) -> str:
-    """Return the memory timeline as an inline SVG string: active bytes stacked by
-    allocation site over time (step curves, as the allocator sees them), reserved bytes as
-    a dashed line, the peak marked; each site's area, the reserved line and the peak have
-    hover titles. Samples closer than a pixel are thinned to the largest one per pixel. The
-    root's data-x / data-y attributes give the axes' ranges (x in the timeline's unit, y
-    in bytes) and data-plot-box the plot area."""
+def memory_chart(timeline: MemoryTimeline) -> plot.Chart:
+    """Return the memory timeline as one chart description: active bytes stacked by
+    allocation site over time (step curves, as the allocator sees them; one stacked bar
+    when there is a single sample), reserved bytes as a dashed line, the peak marked and
+    labelled; each site's area, the reserved line and the peak have hover tips."""
     x = np.asarray(timeline.sample_x, dtype=float)
     ys = np.asarray(timeline.site_bytes, dtype=float).reshape(len(timeline.site_labels), -1)
     labels = timeline.site_labels
@@ -198,173 +131,134 @@ def memory_svg(timeline: MemoryTimeline) -> str:
         * 1.08
         or 1.0
     )
-    left, right = _MEM_LEFT, _MEM_W - _MEM_RIGHT
-    top, bottom = _MEM_TOP, _MEM_TOP + _MEM_PLOT_H
     single = len(x) <= 1
     x_lo, x_hi = (float(x[0]), float(x[-1])) if len(x) else (0.0, 1.0)
     if single or x_hi <= x_lo:
         x_lo, x_hi = x_lo - 0.5, x_lo + 0.5
-    sx = svg.LinearScale(x_lo, x_hi, left, right)
-    sy = svg.LinearScale(0.0, y_top, bottom, top)
-    n = svg.num
-    unit_x = "time (ms)" if timeline.time_unit == "ms" else "history entry"
-    out: list[str] = []
-    out.append(
-        svg.text(
-            _MEM_W / 2,
-            16,
-            "Active memory by allocation site",
-            size=12,
-            anchor="middle",
-            extra=' font-weight="600"',
-        )
-    )
     scale, unit = next((v, u) for v, u in _UNITS if y_top / 1.08 >= v or v == 1)
-    grid, ticks = [], []
-    for v in svg.nice_ticks(0.0, y_top / scale, target=6):
-        y = sy(v * scale)
-        grid.append(f"M{left} {n(y)}H{right}")
-        ticks.append(
-            svg.text(left - 5, y + 3.5, f"{svg.tick_label(v)} {unit}", size=10, anchor="end")
-        )
-    if not single:
-        for v in svg.nice_ticks(x_lo, x_hi, target=10):
-            xp = sx(v)
-            grid.append(f"M{n(xp)} {top}V{bottom}")
-            ticks.append(svg.text(xp, bottom + 14, svg.tick_label(v), size=10, anchor="middle"))
-    out.append(
-        f'<path d="{"".join(grid)}" fill="none" stroke="currentColor" stroke-opacity="0.13"/>'
+    y_ticks = tuple(
+        plot.Tick(v * scale, f"{svg.tick_label(v)} {unit}")
+        for v in svg.nice_ticks(0.0, y_top / scale, target=6)
     )
     colours = _site_colours(len(labels))
     peak_sample = int(np.argmax(totals)) if totals.size else 0
-    drawn: list[int] = []
+    drawn = [k for k in range(len(labels)) if ys.size and ys[k].any()]
+    marks: list[plot.Mark] = []
     if single:
-        # One sample: a stacked bar in the middle.
         base = 0.0
-        for k, label in enumerate(labels):
-            v = float(ys[k, 0]) if ys.size else 0.0
-            if v <= 0:
-                continue
-            drawn.append(k)
-            y0, y1 = sy(base), sy(base + v)
-            out.append(
-                f'<rect class="gp-site" x="{n(sx(x_lo + 0.25))}" y="{n(y1)}" '
-                f'width="{n(sx(x_hi - 0.25) - sx(x_lo + 0.25))}" height="{n(y0 - y1)}" '
-                f'fill="{colours[k]}">' + svg.title(f"{label}\n{fmt_bytes(v)}") + "</rect>"
-            )
+        x0, x1, y0, y1, fills, tips = [], [], [], [], [], []
+        for k in drawn:
+            v = float(ys[k, 0])
+            x0.append(x_lo + 0.25)
+            x1.append(x_hi - 0.25)
+            y0.append(base)
+            y1.append(base + v)
+            fills.append(colours[k])
+            tips.append(f"{labels[k]}\n{fmt_bytes(v)}")
             base += v
+        marks.append(plot.Rects(x0, x1, y0, y1, fills, tips=tips, item_cls="gp-site"))
     else:
-        px = np.array([sx(v) for v in x])
-        keep = _column_maxima(px, totals)
-        cum = np.cumsum(ys[:, keep], axis=0)
-        # A tenth of a pixel is plenty for these curves (and a fifth shorter than n()).
-        xs = [f"{v:.1f}" for v in px[keep]]
-        axis = n(bottom)
-        # Top site first, each area from the axis up to its stack top: the ones drawn after
-        # it cover its lower part, so only its own band shows, and the path is half as long.
-        for k in range(len(labels) - 1, -1, -1):
-            if not ys[k].any():
-                continue
-            drawn.append(k)
-            hs = [f"{sy(v):.1f}" for v in cum[k]]
-            d = [f"M{xs[0]} {axis}V{hs[0]}"]
-            last = hs[0]
-            for xv, hv in zip(xs[1:], hs[1:], strict=True):
-                d.append(f"H{xv}" + (f"V{hv}" if hv != last else ""))
-                last = hv
-            d.append(f"V{axis}Z")
-            tip = (
-                f"{labels[k]}\nat the peak: {fmt_bytes(float(ys[k, peak_sample]))}; "
-                f"largest: {fmt_bytes(float(ys[k].max()))}"
+        marks.append(
+            plot.Stack(
+                x,
+                tuple(
+                    plot.Layer(
+                        ys[k],
+                        colours[k],
+                        labels[k],
+                        f"{labels[k]}\nat the peak: {fmt_bytes(float(ys[k, peak_sample]))}; "
+                        f"largest: {fmt_bytes(float(ys[k].max()))}",
+                    )
+                    for k in range(len(labels))
+                ),
+                cls="gp-site",
             )
-            out.append(
-                f'<path class="gp-site" d="{"".join(d)}" fill="{colours[k]}" '
-                f'fill-opacity="0.9">' + svg.title(tip) + "</path>"
-            )
-        drawn.reverse()
+        )
         if has_reserved and reserved is not None:
-            rx = np.asarray(timeline.x, dtype=float)
-            rv = np.asarray(reserved, dtype=float)
-            rpx = np.array([sx(v) for v in rx])
-            rkeep = _column_maxima(rpx, rv)
-            pts = [(f"{rpx[i]:.1f}", f"{sy(rv[i]):.1f}") for i in rkeep]
-            d = [f"M{pts[0][0]} {pts[0][1]}"]
-            last = pts[0][1]
-            for xv, hv in pts[1:]:
-                d.append(f"H{xv}" + (f"V{hv}" if hv != last else ""))
-                last = hv
-            out.append(
-                f'<path class="gp-reserved" d="{"".join(d)}" fill="none" '
-                'stroke="currentColor" stroke-width="1.2" stroke-dasharray="5 3">'
-                + svg.title(
-                    f"reserved by the caching allocator; peak "
-                    f"{fmt_bytes(timeline.reserved_peak_bytes)}"
+            marks.append(
+                plot.Line(
+                    np.asarray(timeline.x, dtype=float),
+                    np.asarray(reserved, dtype=float),
+                    dash="5 3",
+                    step=True,
+                    tip=(
+                        "reserved by the caching allocator; peak "
+                        f"{fmt_bytes(timeline.reserved_peak_bytes)}"
+                    ),
+                    cls="gp-reserved",
                 )
-                + "</path>"
             )
-    # The peak: a thin line across, a marker and its value.
-    yp = sy(float(timeline.peak_bytes))
-    xp = sx(float(timeline.peak_x)) if not single else (left + right) / 2
-    peak_tip = f"peak {fmt_bytes(timeline.peak_bytes)} at {_x(timeline.peak_x, timeline.time_unit)}"
-    out.append(f'<path d="M{left} {n(yp)}H{right}" stroke="{PEAK_COLOUR}" stroke-width="0.8"/>')
-    out.append(
-        f'<path class="gp-peak" d="M{n(xp - 5)} {n(yp - 9)}h10l-5 9z" '
-        f'fill="{PEAK_COLOUR}">' + svg.title(peak_tip) + "</path>"
+    peak_x = float(timeline.peak_x) if not single else (x_lo + x_hi) / 2
+    peak = float(timeline.peak_bytes)
+    marks.append(plot.Rule("y", peak, colour=PEAK_COLOUR, width=0.8))
+    marks.append(
+        plot.Dots(
+            [peak_x],
+            [peak],
+            [5.0],
+            [PEAK_COLOUR],
+            tips=[
+                f"peak {fmt_bytes(timeline.peak_bytes)} at "
+                f"{_x(timeline.peak_x, timeline.time_unit)}"
+            ],
+            opacity=1.0,
+            shape="triangle",
+            cls="gp-peak",
+        )
     )
     label = f"peak {fmt_bytes(timeline.peak_bytes)}"
-    anchor = "end" if xp + 6 + svg.text_width(label, 10) > right else "start"
-    out.append(
-        svg.text(
-            xp + 6 if anchor == "start" else xp - 6,
-            yp - 5,
+    marks.append(
+        plot.Text(
+            peak_x,
+            peak,
             label,
-            size=10,
-            anchor=anchor,
-            fill=PEAK_COLOUR,
+            colour=PEAK_COLOUR,
+            dx=6,
+            dy=-5,
+            avoid=(
+                (peak_x, -6, -5, "end"),
+                (peak_x, 6, 13, "start"),
+                (peak_x, -6, 13, "end"),
+            ),
         )
     )
-    out.append(
-        f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" '
-        'fill="none" stroke="currentColor" stroke-opacity="0.45"/>'
-    )
-    out.extend(ticks)
-    if not single:
-        out.append(svg.text((left + right) / 2, bottom + 30, unit_x, anchor="middle"))
-    out.append(
-        svg.text(
-            14,
-            (top + bottom) / 2,
-            "active memory",
-            anchor="middle",
-            extra=f' transform="rotate(-90 14 {n((top + bottom) / 2)})"',
-        )
-    )
-    entries = [
-        (
-            labels[k] if len(labels[k]) <= 70 else labels[k][:67] + "...",
-            f'<rect width="12" height="12" fill="{colours[k]}"/>',
-        )
+    legend = [
+        plot.LegendEntry(labels[k] if len(labels[k]) <= 70 else labels[k][:67] + "...", colours[k])
         for k in drawn
     ]
     if has_reserved:
-        entries.append(
-            (
-                "reserved",
-                '<path d="M0 6h12" stroke="currentColor" '
-                'stroke-width="1.2" stroke-dasharray="4 2"/>',
-            )
-        )
-    legend, legend_h = svg.legend_row(entries, left, bottom + 42, right - left, size=10)
-    out.append(legend)
-    height = int(bottom + 42 + legend_h + 4)
-    head = svg.svg_open(
-        _MEM_W,
-        height,
-        "active memory by allocation site over time",
-        f' data-x="{x_lo!r} {x_hi!r}" data-y="0 {y_top!r}"'
-        f' data-plot-box="{left} {top} {right} {bottom}"',
+        legend.append(plot.LegendEntry("reserved", plot.INK, "dash"))
+    return plot.Chart(
+        title="Active memory by allocation site",
+        description="active memory by allocation site over time",
+        x=plot.Axis(
+            x_lo,
+            x_hi,
+            "time (ms)" if timeline.time_unit == "ms" else "history entry",
+            ticks=() if single else plot.linear_ticks(x_lo, x_hi, target=10),
+        ),
+        y=plot.Axis(0.0, y_top, "active memory", ticks=y_ticks),
+        marks=tuple(marks),
+        legend=tuple(legend),
+        width=_MEM_W,
+        plot_height=_MEM_PLOT_H,
+        left=_MEM_LEFT,
     )
-    return head + "".join(out) + "</svg>"
+
+
+def memory_svg(timeline: MemoryTimeline) -> str:
+    """Return the memory chart (`memory_chart`) as an inline SVG string. Samples closer than
+    a pixel are thinned to the largest one per pixel. The root's data-x / data-y attributes
+    give the axes' ranges (x in the timeline's unit, y in bytes) and data-plot-box the plot
+    area."""
+    return plot.chart_svg(memory_chart(timeline))
+
+
+def plot_memory_timeline(timeline: MemoryTimeline, ax: Any = None) -> Any:
+    """Return a matplotlib Figure of the memory chart (`memory_chart`): active memory
+    stacked by allocation site over time, reserved memory as a dashed line, the peak
+    marked. Drawn into `ax` when given."""
+    return chart_figure(memory_chart(timeline), ax)
 
 
 def timeline_section(report: MemoryReport, with_plot: bool = True) -> Section:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from gpuprof_nb.model.timing import NOISY_RATIO, TimingStats
-from gpuprof_nb.render.bundle import report_of, text_of, widget_of
+from gpuprof_nb.render.bundle import report_of, tabbed_html, text_of, widget_of
 from gpuprof_nb.render.diagnosis import diagnosis_section
 from gpuprof_nb.render.hotspots import hotspots_section
-from gpuprof_nb.render.html import esc, html_table, note
+from gpuprof_nb.render.html import TEXT_CELL, esc, html_table, note, scroll_box
 from gpuprof_nb.render.roofline import roofline_section
 from gpuprof_nb.render.sections import Section, report_text
 from gpuprof_nb.render.text import text_table
@@ -57,8 +58,11 @@ def _pairs_text(pairs: Sequence[tuple[str, str]], notes: Sequence[str]) -> str:
 
 def _pairs_html(pairs: Sequence[tuple[str, str]], notes: Sequence[str]) -> str:
     """The same rows as a header-less html_table, then the notes."""
-    rows = "".join(f"<tr><td>{esc(label)}</td><td>{esc(value)}</td></tr>" for label, value in pairs)
-    html = f"<table><tbody>{rows}</tbody></table>" if pairs else ""
+    rows = "".join(
+        f"<tr><td{TEXT_CELL}>{esc(label)}</td><td{TEXT_CELL}>{esc(value)}</td></tr>"
+        for label, value in pairs
+    )
+    html = scroll_box(f"<table><tbody>{rows}</tbody></table>") if pairs else ""
     return html + "".join(note(f"note: {n}") for n in notes)
 
 
@@ -391,22 +395,63 @@ SORT_CHOICES: tuple[tuple[str, str], ...] = (
 )
 
 
+def perfetto_button(report: ProfileReport) -> Any:
+    """Return a button that saves the report's trace next to the notebook (the working
+    directory) for Perfetto's UI, and a line under it saying where and how to open it."""
+    import datetime
+
+    import ipywidgets as widgets
+
+    from gpuprof_nb.errors import GpuprofError
+    from gpuprof_nb.render.timeline import PERFETTO_URL
+
+    button = widgets.Button(
+        description="Save the trace for Perfetto",
+        tooltip="Writes the whole trace (.json.gz) to the working directory",
+        layout=widgets.Layout(width="auto"),
+    )
+    status = widgets.HTML()
+
+    def save(_: Any) -> None:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        try:
+            written = report.save(Path.cwd() / f"gpuprof-trace-{stamp}.json.gz")
+        except (GpuprofError, OSError) as exc:
+            status.value = note(f"Could not save the trace: {exc}")
+            return
+        status.value = (
+            f"<p>Saved <code>{esc(written)}</code>. Open "
+            f'<a href="{PERFETTO_URL}" target="_blank" rel="noopener">Perfetto&#x27;s UI</a> '
+            "and drag the file onto it: it is read in your browser, nothing is uploaded.</p>"
+        )
+
+    button.on_click(save)
+    return widgets.VBox([button, status])
+
+
 @widget_of.register
 def profile_widget(report: ProfileReport) -> Any:
     """Return an ipywidgets VBox of the report's tabs where Top ops has a "sort by" dropdown
-    that recomputes the table from the trace (ipywidgets is imported here, lazily)."""
+    that recomputes the table from the trace and Timeline a button that saves the trace for
+    Perfetto (ipywidgets is imported here, lazily)."""
     import ipywidgets as widgets
 
     from gpuprof_nb.analysis.ops import top_ops
     from gpuprof_nb.render.widgets import report_widget, widget_html
 
     sections = profile_sections(report)
-    box = report_widget(TITLE, sections)
+    box = report_widget(TITLE, sections, tabbed_html(TITLE, sections))
     titles = [s.title for s in sections]
     trace = report.trace
+    tab = box.children[1]
+    if trace is not None and "Timeline" in titles:
+        index = titles.index("Timeline")
+        children = list(tab.children)
+        children[index] = widgets.VBox([perfetto_button(report), children[index]])
+        tab.children = tuple(children)
+        tab.titles = tuple(titles)
     if report.ops is None or trace is None or "Top ops" not in titles:
         return box
-    tab = box.children[1]
     index = titles.index("Top ops")
     table_html = tab.children[index]
     choice = widgets.Dropdown(

@@ -1,6 +1,6 @@
 """The Roofline section: a log-log plot (roofs, ridge points, one dot per op group) and the
-tables under it. The report draws the plot as inline SVG (`roofline_svg`); `plot_roofline`
-draws the same plot with matplotlib (imported inside it) for users who want a Figure."""
+tables under it. One description of the plot (`roofline_chart`) is drawn as the report's
+inline SVG (`roofline_svg`) and as a matplotlib Figure (`plot_roofline`, render/plot_mpl)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from gpuprof_nb.render import svg
+from gpuprof_nb.render import plot, svg
 from gpuprof_nb.render.bundle import report_of
 from gpuprof_nb.render.html import esc, html_table, note
+from gpuprof_nb.render.plot_mpl import chart_figure
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct, fmt_rate, fmt_us
@@ -58,132 +59,8 @@ def _plottable(roofline: Roofline) -> list[RooflinePoint]:
     return [p for p in roofline.points if p.intensity_flop_per_byte and p.achieved_flops_per_s]
 
 
-def plot_roofline(roofline: Roofline, ax: Any = None, *, top: int = 5) -> Any:
-    """Return a matplotlib Figure: log-log FLOP/s against FLOP/byte, with the device's roofs
-    and ridge points drawn and labelled, one dot per op group (area ~ time, colour = bound),
-    the `top` longest groups labelled and dots above the roof ringed in red."""
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-
-    if ax is None:
-        fig = Figure(figsize=(7.5, 4.8), dpi=100)
-        ax = fig.add_subplot()
-    else:
-        fig = ax.figure
-    points = _plottable(roofline)
-    spec = roofline.device
-    xs = [p.intensity_flop_per_byte or 1.0 for p in points]
-    ys = [p.achieved_flops_per_s or 1.0 for p in points]
-    roofs = drawn_roofs(roofline)
-    bw = spec.bandwidth_bytes_per_s if spec is not None else None
-    ridges = [peak / bw for _, peak in roofs] if bw else []
-    lo = min(xs + ridges, default=0.1) / 4
-    hi = max(xs + ridges, default=100.0) * 4
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    if bw and roofs:
-        top_peak = roofs[-1][1]
-        ax.plot([lo, top_peak / bw], [lo * bw, top_peak], color="black", linewidth=1.2)
-        ax.text(
-            lo * 1.3,
-            lo * bw * 4,
-            f"memory {fmt_rate(bw, 'B/s')}",
-            fontsize=7,
-            rotation=0,
-            va="bottom",
-        )
-        for roof, peak in roofs:
-            ridge = peak / bw
-            ax.plot([ridge, hi], [peak, peak], color="black", linewidth=1.0, linestyle="-")
-            ax.plot([ridge], [peak], marker="o", markersize=3, color="black")
-            ax.text(
-                hi / 1.05,
-                peak * 1.08,
-                f"{roof} {fmt_rate(peak, 'FLOP/s')}",
-                fontsize=7,
-                ha="right",
-                va="bottom",
-            )
-            ax.text(
-                ridge,
-                peak / 1.35,
-                f"ridge {fmt_num(ridge)}",
-                fontsize=6,
-                ha="center",
-                va="top",
-                color="#444444",
-            )
-    if points:
-        longest = max(p.time_us for p in points) or 1.0
-        sizes = [20 + 380 * p.time_us / longest for p in points]
-        colours = [BOUND_COLOURS.get(p.bound, BOUND_COLOURS[None]) for p in points]
-        edges = [ABOVE_ROOF_COLOUR if p.above_roof else "white" for p in points]
-        widths = [2.0 if p.above_roof else 0.5 for p in points]
-        ax.scatter(
-            xs, ys, s=sizes, c=colours, edgecolors=edges, linewidths=widths, alpha=0.8, zorder=3
-        )
-        for p in points[:top]:
-            flag = " (above roof!)" if p.above_roof else ""
-            ax.annotate(
-                short_label(p) + flag,
-                (p.intensity_flop_per_byte, p.achieved_flops_per_s),
-                textcoords="offset points",
-                xytext=(6, -10),
-                fontsize=7,
-                color=ABOVE_ROOF_COLOUR if p.above_roof else "black",
-            )
-        for p in points[top:]:
-            if p.above_roof:
-                ax.annotate(
-                    "above roof!",
-                    (p.intensity_flop_per_byte, p.achieved_flops_per_s),
-                    textcoords="offset points",
-                    xytext=(6, -10),
-                    fontsize=7,
-                    color=ABOVE_ROOF_COLOUR,
-                )
-        low = min(ys + [peak for _, peak in roofs]) / 10
-        high = max(ys + [peak for _, peak in roofs]) * 3
-        ax.set_ylim(low, high)
-    else:
-        ax.text(
-            0.5,
-            0.5,
-            "no op with FLOPs and measured time",
-            transform=ax.transAxes,
-            ha="center",
-            va="center",
-        )
-    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-    ax.set_ylabel("achieved FLOP/s")
-    title = f"Roofline: {spec.name}" if spec is not None else "Roofline (no device ceilings)"
-    if spec is not None:
-        title += " (measured)" if spec.measured else " (datasheet)"
-    ax.set_title(title, fontsize=9)
-    handles = [
-        Line2D([], [], marker="o", linestyle="", color=BOUND_COLOURS[b], label=lab)
-        for b, lab in (("memory", "memory-bound"), ("compute", "compute-bound"))
-    ]
-    handles.append(
-        Line2D(
-            [],
-            [],
-            marker="o",
-            linestyle="",
-            color="white",
-            markeredgecolor=ABOVE_ROOF_COLOUR,
-            label="above roof",
-        )
-    )
-    ax.legend(handles=handles, fontsize=7, loc="lower right")
-    ax.grid(True, which="major", linewidth=0.3)
-    return fig
-
-
-# The SVG plot's natural size and plot-area margins (px); CSS scales it down where needed.
-_SVG_W, _SVG_H = 680, 420
-_SVG_LEFT, _SVG_RIGHT, _SVG_TOP, _SVG_BOTTOM = 62, 14, 30, 46
+# The SVG plot's natural size and plot-area height (px); CSS scales it down where needed.
+_SVG_W, _PLOT_H = 680, 344
 # Dots drawn at most (the longest op groups); the table lists them all the same.
 MAX_SVG_POINTS = 300
 BOUND_LABELS = {"memory": "memory-bound", "compute": "compute-bound", None: "no roof"}
@@ -206,50 +83,20 @@ def _point_title(p: RooflinePoint) -> str:
     return f"{head}\n{body}\n{rate}"
 
 
-def _place_label(
-    label: str,
-    x: float,
-    y: float,
-    r: float,
-    size: float,
-    placed: list[tuple[float, float, float, float]],
-    box: tuple[float, float, float, float],
-) -> tuple[float, float, str]:
-    """Return (x, baseline y, anchor) for a dot's label: right of the dot, else left of
-    it, then a line higher or lower, and so on: the first spot inside the plot that
-    overlaps no label or dot placed so far (crowded: the first spot inside the plot)."""
-    w, h = svg.text_width(label, size), size
-    base = y + size * 0.35
-    candidates = []
-    for dy in (0.0, -h - 2, h + 2, -2 * (h + 2), 2 * (h + 2), -3 * (h + 2), 3 * (h + 2)):
-        candidates += [(x + r + 3, base + dy, "start"), (x - r - 3, base + dy, "end")]
-    inside = []
-    for cx, cy, anchor in candidates:
-        left = cx - w if anchor == "end" else cx
-        rect = (left, cy - h, left + w, cy + 2)
-        if left < box[0] or rect[2] > box[2] or rect[1] < box[1] or rect[3] > box[3]:
-            continue
-        inside.append((cx, cy, anchor, rect))
-        if not any(
-            rect[0] < b[2] and b[0] < rect[2] and rect[1] < b[3] and b[1] < rect[3] for b in placed
-        ):
-            placed.append(rect)
-            return cx, cy, anchor
-    cx, cy, anchor, rect = inside[0] if inside else (*candidates[0], (0.0, 0.0, 0.0, 0.0))
-    placed.append(rect)
-    return cx, cy, anchor
+def _dot_radius(time_us: float, longest_us: float) -> float:
+    """A dot's radius (px): its area grows with the group's time."""
+    return math.sqrt((20 + 380 * time_us / longest_us) / math.pi) * 1.2
 
 
-def roofline_svg(roofline: Roofline, *, top: int = 5) -> str:
-    """Return the roofline plot as an inline SVG string: log-log achieved FLOP/s against
+def roofline_chart(roofline: Roofline, *, top: int = 5) -> plot.Chart:
+    """Return the roofline as one chart description: log-log achieved FLOP/s against
     FLOP/byte, the device's memory and compute roofs with their ridge points, one dot per op
-    group (area ~ time, colour = bound, a red ring when above the roof), the `top` longest
-    groups labelled; every dot, roof and ridge has a hover title with its numbers. The
-    root's data-x-log / data-y-log / data-plot-box attributes give the axes' limits and the
-    plot area, so tests can check positions. Empty string when no op has FLOPs and time."""
-    points = _plottable(roofline)
-    if not points:
-        return ""
+    group (area ~ time, colour = bound, a red ring when above the roof; the MAX_SVG_POINTS
+    longest), the `top` longest groups labelled where they collide with nothing (else
+    numbered, with a key) and dots above the roof flagged. Every dot, roof and ridge has a
+    hover tip with its numbers."""
+    points = _plottable(roofline)[:MAX_SVG_POINTS]
+    hidden = len(_plottable(roofline)) - len(points)
     spec = roofline.device
     xs = [p.intensity_flop_per_byte or 1.0 for p in points]
     ys = [p.achieved_flops_per_s or 1.0 for p in points]
@@ -257,185 +104,146 @@ def roofline_svg(roofline: Roofline, *, top: int = 5) -> str:
     bw = spec.bandwidth_bytes_per_s if spec is not None else None
     ridges = [peak / bw for _, peak in roofs] if bw else []
     peaks = [peak for _, peak in roofs]
-    # The same limits as plot_roofline: room for the dots' size and the roofs' labels.
-    x_lo, x_hi = min(xs + ridges) / 4, max(xs + ridges) * 4
-    y_lo, y_hi = min(ys + peaks) / 10, max(ys + peaks) * 3
-    left, top_px = _SVG_LEFT, _SVG_TOP
-    right, bottom = _SVG_W - _SVG_RIGHT, _SVG_H - _SVG_BOTTOM
-    box = (left, top_px, right, bottom)
-    sx = svg.LogScale(x_lo, x_hi, left, right)
-    sy = svg.LogScale(y_lo, y_hi, bottom, top_px)
-    n = svg.num
+    # Room for the dots' size and the roofs' labels.
+    x_lo = min(xs + ridges, default=0.1) / 4
+    x_hi = max(xs + ridges, default=100.0) * 4
+    y_lo = min(ys + peaks, default=1e9) / 10
+    y_hi = max(ys + peaks, default=1e12) * 3
     title = f"Roofline: {spec.name}" if spec is not None else "Roofline (no device ceilings)"
     if spec is not None:
         title += " (measured)" if spec.measured else " (datasheet)"
-    out = [
-        svg.svg_open(
-            _SVG_W,
-            _SVG_H,
-            f"{title}: achieved FLOP/s against arithmetic intensity per op group",
-            f' data-x-log="{x_lo!r} {x_hi!r}" data-y-log="{y_lo!r} {y_hi!r}"'
-            f' data-plot-box="{left} {top_px} {right} {bottom}"',
-        )
-    ]
-    out.append(
-        svg.text(_SVG_W / 2, 16, title, size=12, anchor="middle", extra=' font-weight="600"')
-    )
-    # Grid and decade ticks.
-    grid, labels = [], []
-    for v in svg.log_ticks(x_lo, x_hi):
-        x = sx(v)
-        grid.append(f"M{n(x)} {top_px}V{bottom}")
-        labels.append(svg.text(x, bottom + 14, svg.log_label(v), size=10, anchor="middle"))
-    for v in svg.log_ticks(y_lo, y_hi):
-        y = sy(v)
-        grid.append(f"M{left} {n(y)}H{right}")
-        labels.append(svg.text(left - 5, y + 3.5, fmt_rate(v, "").strip(), size=10, anchor="end"))
-    out.append(
-        f'<path d="{"".join(grid)}" fill="none" stroke="currentColor" stroke-opacity="0.13"/>'
-    )
-    out.append(
-        f'<rect x="{left}" y="{top_px}" width="{right - left}" height="{bottom - top_px}"'
-        ' fill="none" stroke="currentColor" stroke-opacity="0.45"/>'
-    )
-    out.extend(labels)
-    out.append(
-        svg.text(
-            (left + right) / 2, _SVG_H - 8, "arithmetic intensity (FLOP/byte)", anchor="middle"
-        )
-    )
-    out.append(
-        svg.text(
-            14,
-            (top_px + bottom) / 2,
-            "achieved FLOP/s",
-            anchor="middle",
-            extra=f' transform="rotate(-90 14 {n((top_px + bottom) / 2)})"',
-        )
-    )
-    # Label boxes placed so far (left, top, right, bottom): dot labels avoid them.
-    placed: list[tuple[float, float, float, float]] = []
-    # Roofs: the bandwidth slope up to the highest ridge, then one flat roof per precision.
+    marks: list[plot.Mark] = []
     if bw and roofs:
         top_peak = roofs[-1][1]
-        seg = svg.clip_segment(sx(x_lo), sy(x_lo * bw), sx(top_peak / bw), sy(top_peak), box)
         mem_label = f"memory {fmt_rate(bw, 'B/s')}"
-        if seg is not None:
-            x1, y1, x2, y2 = seg
-            out.append(
-                f'<path d="M{n(x1)} {n(y1)}L{n(x2)} {n(y2)}" stroke="currentColor" '
-                f'stroke-width="1.4" fill="none">'
-                + svg.title(f"{mem_label} (bandwidth roof)")
-                + "</path>"
+        marks.append(
+            plot.Line(
+                (x_lo, top_peak / bw),
+                (x_lo * bw, top_peak),
+                width=1.4,
+                tip=f"{mem_label} (bandwidth roof)",
+                label=mem_label,
             )
-            angle = math.degrees(math.atan2(y2 - y1, x2 - x1))
-            lx, ly = x1 + 0.06 * (x2 - x1) + 4, y1 + 0.06 * (y2 - y1) - 5
-            out.append(
-                svg.text(
-                    lx,
-                    ly,
-                    mem_label,
-                    size=10,
-                    extra=f' transform="rotate({n(angle)} {n(lx)} {n(ly)})"',
-                )
-            )
+        )
+        ridge_x, ridge_y, ridge_tips = [], [], []
         for roof, peak in roofs:
             ridge = peak / bw
-            xr, yr = sx(ridge), sy(peak)
             tip = (
                 f"{roof} roof: {fmt_rate(peak, 'FLOP/s')}; ridge at {fmt_num(ridge)} "
                 "FLOP/byte (left of it memory-bound, right of it compute-bound)"
             )
-            out.append(
-                f'<path d="M{n(xr)} {n(yr)}H{right}" stroke="currentColor" '
-                'stroke-width="1.2" fill="none">' + svg.title(tip) + "</path>"
-            )
-            out.append(
-                f'<circle class="gp-ridge" cx="{n(xr)}" cy="{n(yr)}" r="2.6">'
-                + svg.title(tip)
-                + "</circle>"
-            )
-            roof_label = f"{roof} {fmt_rate(peak, 'FLOP/s')}"
-            out.append(svg.text(right - 4, yr - 4, roof_label, size=10, anchor="end"))
-            placed.append((right - 4 - svg.text_width(roof_label, 10), yr - 14, right, yr))
-            ridge_label = f"ridge {fmt_num(ridge)}"
-            out.append(
-                svg.text(
-                    xr, yr + 12, ridge_label, size=9, anchor="middle", extra=' fill-opacity="0.7"'
+            marks.append(plot.Line((ridge, x_hi), (peak, peak), tip=tip))
+            ridge_x.append(ridge)
+            ridge_y.append(peak)
+            ridge_tips.append(tip)
+            # Above its roof at the right edge; else below it, else above or below the
+            # roof right of its ridge (where the slope runs through or a dot sits).
+            marks.append(
+                plot.Text(
+                    x_hi,
+                    peak,
+                    f"{roof} {fmt_rate(peak, 'FLOP/s')}",
+                    anchor="end",
+                    dx=-4,
+                    dy=-4,
+                    avoid=((x_hi, -4, 13, "end"), (ridge, 8, -4, "start"), (ridge, 8, 13, "start")),
                 )
             )
-            half = svg.text_width(ridge_label, 9) / 2
-            placed.append((xr - half, yr + 3, xr + half, yr + 14))
-    # Dots, longest first so short ones stay on top and hoverable.
-    shown = points[:MAX_SVG_POINTS]
-    longest = max(p.time_us for p in shown) or 1.0
-    dots = [f'<g fill-opacity="0.8" stroke-width="0.7" style="stroke:{svg.BACKGROUND}">']
-    geometry = []
-    for p in shown:
-        x, y = sx(p.intensity_flop_per_byte or 1.0), sy(p.achieved_flops_per_s or 1.0)
-        r = math.sqrt((20 + 380 * p.time_us / longest) / math.pi) * 1.2
-        geometry.append((x, y, r))
-        ring = f' stroke="{ABOVE_ROOF_COLOUR}" stroke-width="2"' if p.above_roof else ""
-        colour = BOUND_COLOURS.get(p.bound, BOUND_COLOURS[None])
-        dots.append(
-            f'<circle class="gp-point" cx="{n(x)}" cy="{n(y)}" r="{n(r)}" '
-            f'fill="{colour}"{ring}>' + svg.title(_point_title(p)) + "</circle>"
+            marks.append(
+                plot.Text(
+                    ridge,
+                    peak,
+                    f"ridge {fmt_num(ridge)}",
+                    anchor="middle",
+                    size=9,
+                    dy=12,
+                    faint=True,
+                    avoid=((ridge, 0, -6, "middle"), (ridge, -6, 12, "end")),
+                )
+            )
+        marks.append(
+            plot.Dots(
+                ridge_x,
+                ridge_y,
+                [2.6] * len(ridge_x),
+                [plot.INK] * len(ridge_x),
+                tips=ridge_tips,
+                opacity=1.0,
+                cls="gp-ridge",
+            )
         )
-    dots.append("</g>")
-    out.extend(dots)
-    # Legend, bottom right inside the plot: only what the dots use.
-    bounds = [b for b in ("memory", "compute", None) if any(p.bound == b for p in shown)]
-    entries = [(BOUND_LABELS[b], BOUND_COLOURS[b], "") for b in bounds]
-    if any(p.above_roof for p in shown):
-        entries.append(("above roof", "none", f' stroke="{ABOVE_ROOF_COLOUR}" stroke-width="2"'))
-    width = max(svg.text_width(label, 10) for label, _, _ in entries) + 30
-    height = 16 * len(entries) + 6
-    lx0, ly0 = right - width - 6, bottom - height - 6
-    out.append(
-        f'<g transform="translate({n(lx0)},{n(ly0)})"><rect width="{n(width)}" '
-        f'height="{height}" rx="3" fill-opacity="0.85" stroke="currentColor" '
-        f'stroke-opacity="0.3" style="fill:{svg.BACKGROUND}"/>'
+    longest = max((p.time_us for p in points), default=1.0) or 1.0
+    radii = [_dot_radius(p.time_us, longest) for p in points]
+    # Longest first, so short ones stay on top and hoverable.
+    marks.append(
+        plot.Dots(
+            xs,
+            ys,
+            radii,
+            [BOUND_COLOURS.get(p.bound, BOUND_COLOURS[None]) for p in points],
+            ring=[ABOVE_ROOF_COLOUR if p.above_roof else None for p in points],
+            tips=[_point_title(p) for p in points],
+            cls="gp-point",
+        )
     )
-    for i, (label, colour, ring) in enumerate(entries):
-        cy = 11 + 16 * i
-        out.append(
-            f'<circle cx="11" cy="{cy}" r="4.5" fill="{colour}"{ring}/>'
-            + svg.text(22, cy + 3.5, label, size=10)
-        )
-    out.append("</g>")
-    placed.append((lx0, ly0, lx0 + width, ly0 + height))
-    # Labels keep off the dots too (the crowded fallback may still cover one).
-    placed.extend((x - r, y - r, x + r, y + r) for x, y, r in geometry)
-    for i, (p, (x, y, r)) in enumerate(zip(shown, geometry, strict=True)):
+    labels = []
+    for i, (p, x, y, r) in enumerate(zip(points, xs, ys, radii, strict=True)):
         if i >= top and not p.above_roof:
             continue
-        label = (
+        text = (
             (short_label(p) + (" (above roof!)" if p.above_roof else ""))
             if i < top
             else "above roof!"
         )
-        lx, ly, anchor = _place_label(label, x, y, r, 10, placed, box)
-        colour = ABOVE_ROOF_COLOUR if p.above_roof else "currentColor"
-        if abs(ly - 3.5 - y) > 1:
-            # Moved up or down out of the crowd: a leader line says which dot it names.
-            side = 1 if anchor == "start" else -1
-            out.append(
-                f'<path d="M{n(x + side * r * 0.7)} {n(y)}L{n(lx - side)} '
-                f'{n(ly - 3.5)}" stroke="currentColor" stroke-opacity="0.45"/>'
-            )
-        out.append(svg.text(lx, ly, label, size=10, anchor=anchor, fill=colour))
-    if len(points) > len(shown):
-        out.append(
-            svg.text(
-                left + 4,
-                top_px + 12,
-                f"{len(points) - len(shown)} shorter op groups not drawn",
-                size=10,
-                extra=' fill-opacity="0.7"',
-            )
-        )
-    out.append("</svg>")
-    return "".join(out)
+        colour = ABOVE_ROOF_COLOUR if p.above_roof else plot.INK
+        labels.append(plot.Label(x, y, text, r, colour))
+    bounds = [b for b in ("memory", "compute", None) if any(p.bound == b for p in points)]
+    legend = [plot.LegendEntry(BOUND_LABELS[b], BOUND_COLOURS[b], "dot") for b in bounds]
+    if any(p.above_roof for p in points):
+        legend.append(plot.LegendEntry("above roof", ABOVE_ROOF_COLOUR, "ring"))
+    notes = (f"{hidden} shorter op groups not drawn",) if hidden > 0 else ()
+    if not points:
+        notes = ("no op with FLOPs and measured time",)
+    return plot.Chart(
+        title=title,
+        description=f"{title}: achieved FLOP/s against arithmetic intensity per op group",
+        x=plot.Axis(
+            x_lo, x_hi, "arithmetic intensity (FLOP/byte)", "log", plot.log_ticks(x_lo, x_hi)
+        ),
+        y=plot.Axis(
+            y_lo,
+            y_hi,
+            "achieved FLOP/s",
+            "log",
+            plot.log_ticks(y_lo, y_hi, lambda v: fmt_rate(v, "").strip()),
+        ),
+        marks=tuple(marks),
+        labels=tuple(labels),
+        legend=tuple(legend),
+        legend_inside=True,
+        width=_SVG_W,
+        plot_height=_PLOT_H,
+        left=62,
+        notes=notes,
+        data=(("data-x-log", f"{x_lo!r} {x_hi!r}"), ("data-y-log", f"{y_lo!r} {y_hi!r}")),
+    )
+
+
+def plot_roofline(roofline: Roofline, ax: Any = None, *, top: int = 5) -> Any:
+    """Return a matplotlib Figure of the roofline chart (`roofline_chart`): log-log FLOP/s
+    against FLOP/byte, roofs and ridge points labelled, one dot per op group (area ~ time,
+    colour = bound), the `top` longest groups labelled and dots above the roof ringed in
+    red. Drawn into `ax` when given."""
+    return chart_figure(roofline_chart(roofline, top=top), ax)
+
+
+def roofline_svg(roofline: Roofline, *, top: int = 5) -> str:
+    """Return the roofline chart as an inline SVG string (`roofline_chart`); the root's
+    data-x-log / data-y-log / data-plot-box attributes give the axes' limits and the plot
+    area, so tests can check positions. Empty string when no op has FLOPs and time."""
+    if not _plottable(roofline):
+        return ""
+    return plot.chart_svg(roofline_chart(roofline, top=top))
 
 
 def _point_rows(points: tuple[RooflinePoint, ...]) -> list[list[str]]:

@@ -4,11 +4,13 @@ heatmap of compute), Collectives and Summary; text and HTML with the same number
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from gpuprof_nb.render import svg
+from gpuprof_nb.render import plot, svg
 from gpuprof_nb.render.bundle import report_of
 from gpuprof_nb.render.diagnosis import diagnosis_section
 from gpuprof_nb.render.html import esc, html_table, note
+from gpuprof_nb.render.plot_mpl import chart_figure
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct, fmt_rate, fmt_us
@@ -83,46 +85,58 @@ def _heat(fraction: float) -> str:
     )
 
 
-def heatmap_svg(report: RunReport) -> str:
-    """Return a rank x step heatmap of compute per step: one row per rank, one cell per
-    step, darker where the rank computed longer (hover for the numbers). A straggler shows
-    as a dark row."""
+def heatmap_chart(report: RunReport) -> plot.Chart:
+    """Return a rank x step heatmap of compute per step as a chart description: one row per
+    rank, one cell per step (the first MAX_HEATMAP_STEPS), darker where the rank computed
+    longer (hover for the numbers). A straggler shows as a dark row."""
     rows = [(rank, steps[:MAX_HEATMAP_STEPS]) for rank, steps in report.step_compute_us if steps]
     values = [v for _, steps in rows for v in steps]
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
     n_steps = max((len(s) for _, s in rows), default=1)
-    label_w, top, cell_h = 80, 30, 18
     cell_w = max(4.0, min(40.0, 800 / n_steps))
-    width = int(label_w + n_steps * cell_w + 20)
-    height = top + len(rows) * cell_h + 30
-    parts = [
-        svg.svg_open(width, height, "compute per step, rank by rank"),
-        svg.text(
-            label_w, 16, "Compute per step (darker: longer)", size=12, extra=' font-weight="600"'
-        ),
-    ]
+    x0, x1, y0, y1, fills, tips = [], [], [], [], [], []
     for i, (rank, steps) in enumerate(rows):
-        y = top + i * cell_h
-        parts.append(svg.text(label_w - 6, y + cell_h - 5, f"rank {rank}", size=11, anchor="end"))
         for j, v in enumerate(steps):
-            tip = f"rank {rank}, step {j}: compute {fmt_us(v)}"
-            parts.append(
-                f'<rect x="{svg.num(label_w + j * cell_w)}" y="{svg.num(y)}" '
-                f'width="{svg.num(max(cell_w - 1, 1))}" height="{cell_h - 1}" '
-                f'fill="{_heat((v - lo) / (hi - lo) if hi > lo else 0.5)}">'
-                f"{svg.title(tip)}</rect>"
-            )
-    y = top + len(rows) * cell_h + 16
-    parts.append(
-        svg.text(
-            label_w,
-            y,
-            f"steps 0 to {n_steps - 1}; lightest {fmt_us(lo)}, darkest {fmt_us(hi)}",
-            size=10,
-        )
+            x0.append(float(j))
+            x1.append(j + 1 - 1 / cell_w)
+            y0.append(float(i))
+            y1.append(i + 1 - 1 / 18)
+            fills.append(_heat((v - lo) / (hi - lo) if hi > lo else 0.5))
+            tips.append(f"rank {rank}, step {j}: compute {fmt_us(v)}")
+    step_ticks = tuple(
+        plot.Tick(v + 0.5, svg.tick_label(v))
+        for v in svg.nice_ticks(0, n_steps - 1, target=8)
+        if float(v).is_integer()
     )
-    parts.append("</svg>")
-    return "".join(parts)
+    return plot.Chart(
+        title="Compute per step (darker: longer)",
+        description="compute per step, rank by rank",
+        x=plot.Axis(0.0, float(n_steps), "step", ticks=step_ticks, grid=False),
+        y=plot.Axis(
+            0.0,
+            float(len(rows)),
+            ticks=tuple(plot.Tick(i + 0.5, f"rank {rank}") for i, (rank, _) in enumerate(rows)),
+            grid=False,
+            reverse=True,
+        ),
+        marks=(plot.Rects(x0, x1, y0, y1, fills, tips=tips, cls="gp-heat"),),
+        width=int(80 + n_steps * cell_w + plot.RIGHT),
+        plot_height=18 * max(len(rows), 1),
+        left=80,
+        frame=False,
+        notes=(f"lightest {fmt_us(lo)}, darkest {fmt_us(hi)} of compute in a step",),
+    )
+
+
+def heatmap_svg(report: RunReport) -> str:
+    """Return the heatmap (`heatmap_chart`) as inline SVG."""
+    return plot.chart_svg(heatmap_chart(report))
+
+
+def plot_heatmap(report: RunReport, ax: Any = None) -> Any:
+    """Return a matplotlib Figure of the heatmap (`heatmap_chart`), drawn into `ax` when
+    given."""
+    return chart_figure(heatmap_chart(report), ax)
 
 
 def ranks_section(report: RunReport) -> Section:

@@ -8,10 +8,12 @@ so they take the notebook theme's text colour (light and dark alike); every mark
 
 from __future__ import annotations
 
+import base64
 import math
+import re
 from collections.abc import Sequence
 
-from gpuprof_nb.render.html import esc, note
+from gpuprof_nb.render.html import esc
 
 SVG_NS = "http://www.w3.org/2000/svg"
 # The page background, for outlines and legend boxes that must stand out from the marks.
@@ -204,12 +206,42 @@ def legend_row(
     return "".join(parts), (cy - y + row_h) if items else 0.0
 
 
+# What an SVG drawn for the page becomes inside an <img> (no page CSS, no theme variables, no
+# inherited font, no hover): dark ink on a white card, a font named, no <title>s.
+IMAGE_INK = "#1f1f1f"
+IMAGE_FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
+_TITLE = re.compile(r"<title>[^<]*</title>")
+_SIZE = re.compile(r'^<svg [^>]*?width="(\d+)" height="(\d+)"[^>]*?aria-label="([^"]*)"')
+
+
+def image_svg(svg: str) -> str:
+    """Return the SVG as a standalone image: the theme's colours resolved to dark ink on
+    white, the font named, hover titles dropped (an <img> shows none)."""
+    out = _TITLE.sub("", svg)
+    out = out.replace(BACKGROUND, "#ffffff").replace("currentColor", IMAGE_INK)
+    out = out.replace('font-family="inherit"', f'font-family="{IMAGE_FONT}"', 1)
+    head = out.index(">") + 1
+    return out[:head] + '<rect width="100%" height="100%" fill="#ffffff"/>' + out[head:]
+
+
 def plot_html(svg: str) -> str:
-    """Return the SVG wrapped for the report. The wrapper is `hidden` and the report's CSS
-    shows it: a viewer that strips SVG and CSS (an untrusted notebook in JupyterLab, GitHub)
-    would otherwise print the tick labels and hover titles as loose text, so there the plot
-    stays hidden and a note, which the CSS hides elsewhere, says why."""
-    return f'<div class="gp-plot" hidden>{svg}</div>' + note(
-        "(A plot is drawn here as inline SVG, which this viewer does not show; "
-        "in JupyterLab, trust the notebook to see it.)"
-    ).replace('class="note"', 'class="note gp-plot-off"', 1)
+    """Return a plot for the report, twice: inline SVG (theme colours, hover titles) for a
+    viewer that keeps the report's style, and the same drawing as an <img> (an SVG data URI,
+    which sanitizers keep) for one that strips style and SVG: an untrusted notebook in
+    JupyterLab, GitHub. The style shows the first and hides the second; without it the
+    inline SVG stays hidden (hidden="hidden", display:none, a closed <details>: see
+    render/html.py), so none of its text leaks. Empty string for an empty drawing."""
+    if not svg:
+        return ""
+    found = _SIZE.match(svg)
+    width, height, label = found.groups() if found else ("", "", "plot")
+    data = base64.b64encode(image_svg(svg).encode("utf-8")).decode("ascii")
+    size = f' width="{width}" height="{height}"' if width else ""
+    return (
+        '<details class="gp-plot" hidden="hidden" style="display:none">'
+        "<summary>the same chart with hover details (shown where the notebook is trusted)"
+        f"</summary>{svg}</details>"
+        f'<img class="gp-plot-img" alt="{label}"{size} '
+        'style="max-width:100%;height:auto;background:#ffffff" '
+        f'src="data:image/svg+xml;base64,{data}"/>'
+    )

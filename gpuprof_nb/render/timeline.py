@@ -1,6 +1,6 @@
 """The Timeline section: the idle-time breakdown over the window and per step, with a
-drawing of one representative step (inline SVG from `timeline_svg`; `plot_timeline` draws
-the same with matplotlib, imported inside it, for a Figure)."""
+drawing of one representative step: one chart description (`timeline_chart`) drawn as the
+report's inline SVG (`timeline_svg`) and as a matplotlib Figure (`plot_timeline`)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,19 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gpuprof_nb.analysis.classify import kernel_class
-from gpuprof_nb.analysis.timeline import top_level_ops, top_level_ops_within
+from gpuprof_nb.analysis.timeline import top_level_ops_within
 from gpuprof_nb.model.trace import Trace
-from gpuprof_nb.render import svg
+from gpuprof_nb.render import plot, svg
 from gpuprof_nb.render.bundle import report_of
 from gpuprof_nb.render.hotspots import waiting_lines
 from gpuprof_nb.render.html import esc, esc_inline, html_table, note
+from gpuprof_nb.render.plot_mpl import chart_figure
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_num, fmt_pct, fmt_us
@@ -85,15 +87,47 @@ def _step_rows(steps: Sequence[StepTimeline]) -> list[tuple[str, ...]]:
 
 
 _STEP_HEADERS = ("step", "duration", "busy", "dataloader", "sync", "launch", "host", "other")
+# Rows of the per-step table in HTML (every step drawn is in the text and on hover).
 _MAX_STEP_ROWS = 30
+# Steps drawn in the strip of the whole run (and listed in the text).
+MAX_STRIP_STEPS = 500
+PERFETTO_URL = "https://ui.perfetto.dev"
+
+
+def _perfetto(trace: Trace | None) -> tuple[str, str]:
+    """Return (text, HTML) saying how to browse every event of the run in Perfetto's UI:
+    a link (no script: the report never runs code or loads anything) and the file to open."""
+    source = trace.source if trace is not None else ""
+    if source and Path(source).suffix in (".json", ".gz"):
+        # The name alone: the report is the same wherever the file sits.
+        name = Path(source).name
+        which = f"open {name}, the file this report was read from, there"
+        which_html = f"open <code>{esc(name)}</code>, the file this report was read from, there"
+    else:
+        which = 'save the trace first with report.save("trace.json.gz") and open that file there'
+        which_html = (
+            "save the trace first with <code>report.save(&quot;trace.json.gz&quot;)</code> "
+            "and open that file there"
+        )
+    tail = (
+        " (Open trace file, or drag it onto the page). Perfetto reads it in your browser "
+        "and uploads nothing; once opened online it also works offline."
+    )
+    text = f"Every event of the run, zoomable: Perfetto's UI at {PERFETTO_URL}; {which}{tail}"
+    html = (
+        f'<p class="gp-perfetto">Every event of the run, zoomable: <a href="{PERFETTO_URL}" '
+        f'target="_blank" rel="noopener">open Perfetto&#x27;s UI</a>; {which_html}{esc(tail)}</p>'
+    )
+    return text, html
 
 
 def timeline_section(
     timeline: Timeline, trace: Trace | None, hotspots: Hotspots | None = None
 ) -> Section:
-    """Return the Timeline section: the breakdown over the window and per step, the user
-    lines the idle time was charged to (with `hotspots`), and a drawing (SVG) of the
-    representative step (lanes from the trace when given)."""
+    """Return the Timeline section: the breakdown over the window, the user lines the idle
+    time was charged to (with `hotspots`), every profiled step as a strip with its numbers
+    on hover, a drawing of the representative (median) step (lanes from the trace when
+    given), the steps' table and how to open the whole trace in Perfetto."""
     bd = timeline.breakdown
     what = "device" if timeline.on_device else "host"
     head = f"{what} busy {fmt_pct(timeline.busy_fraction)} of a {fmt_us(timeline.window_us)} window"
@@ -130,6 +164,19 @@ def timeline_section(
         text_parts.append(hint)
         html_parts.append(note(hint))
     rep = timeline.representative_step
+    drawn = timeline.steps[:MAX_STRIP_STEPS]
+    lanes = _lane_items(timeline, trace, *_step_span(timeline, rep)[1:])
+    left = _left_margin(lanes)
+    if len(drawn) >= 2:
+        strip = f"All {fmt_num(len(timeline.steps))} profiled steps"
+        if len(drawn) < len(timeline.steps):
+            strip += f" (the first {fmt_num(len(drawn))} drawn)"
+        strip += ", each as wide as it took, split by where its time went"
+        html_parts.append(
+            f"<p>{esc(strip)} (hover a step for its numbers):</p>"
+            + svg.plot_html(plot.chart_svg(steps_chart(timeline, left)))
+        )
+        text_parts.append(f"(the HTML view draws a strip: {strip[0].lower()}{strip[1:]})")
     shown = f"step {rep.number} (median duration)" if rep else "the whole window"
     html_parts.append(
         f"<p>Timeline of {esc(shown)}:</p>" + svg.plot_html(timeline_svg(timeline, trace, step=rep))
@@ -143,23 +190,111 @@ def timeline_section(
             + "\n".join(utilisation_text(util, lo, max(hi, lo + 1e-3)))
         )
     if timeline.steps:
-        shown_steps = timeline.steps[:_MAX_STEP_ROWS]
-        rows_s = _step_rows(shown_steps)
+        rows_s = _step_rows(drawn)
         text_parts.append(
             "per step:\n" + text_table(_STEP_HEADERS, rows_s, right=(True,) * len(_STEP_HEADERS))
         )
         html_parts.append(
             "<p>Per step:</p>"
-            + html_table(_STEP_HEADERS, rows_s, numeric=(True,) * len(_STEP_HEADERS))
+            + html_table(
+                _STEP_HEADERS, rows_s[:_MAX_STEP_ROWS], numeric=(True,) * len(_STEP_HEADERS)
+            )
         )
-        if len(timeline.steps) > _MAX_STEP_ROWS:
-            more = f"{len(timeline.steps) - _MAX_STEP_ROWS} more steps not shown"
+        if len(drawn) > _MAX_STEP_ROWS:
+            html_parts.append(
+                note(
+                    f"{len(drawn) - _MAX_STEP_ROWS} more steps: hover the strip above, or "
+                    "read the text view (print(report.text()))"
+                )
+            )
+        if len(timeline.steps) > len(drawn):
+            more = f"{len(timeline.steps) - len(drawn)} more steps not shown"
             text_parts.append(more)
             html_parts.append(note(more))
+    perfetto_text, perfetto_html = _perfetto(trace)
+    text_parts.append(perfetto_text)
+    html_parts.append(perfetto_html)
     for x in timeline.notes:
         text_parts.append(f"Note: {x}")
         html_parts.append(note(f"Note: {x}"))
     return Section("Timeline", "\n\n".join(text_parts), "".join(html_parts))
+
+
+# The strip of every step: categories stacked from the bottom, busy first.
+_STRIP_ORDER = ("busy", "dataloader", "sync", "launch", "host", "other")
+
+
+def _step_tip(s: StepTimeline, labels: dict[str, str], median: bool) -> str:
+    b = s.breakdown
+    shares = ", ".join(f"{labels[c]} {fmt_pct(b.fraction(c))}" for c in b.us_by_category())
+    return f"step {s.number}: {fmt_us(s.dur_us)}" + (" (median)" if median else "") + f"\n{shares}"
+
+
+def steps_chart(timeline: Timeline, left: int | None = None) -> plot.Chart:
+    """Return every profiled step (up to MAX_STRIP_STEPS) as one strip: each step as wide as
+    it took, its height split by where its time went (busy at the bottom, then each idle
+    cause), the representative (median) step outlined; hover a step for its duration and
+    shares (the same figures as the per-step table)."""
+    steps = timeline.steps[:MAX_STRIP_STEPS]
+    lo, hi = steps[0].start_us, max(s.end_us for s in steps)
+    labels = CATEGORY_LABELS if timeline.on_device else HOST_CATEGORY_LABELS
+    colours = {"busy": BUSY_COLOUR if timeline.on_device else CPU_COLOUR, **CAUSE_COLORS}
+    rep = timeline.representative_step
+    x0 = [s.start_us for s in steps]
+    x1 = [s.end_us for s in steps]
+    marks: list[plot.Mark] = []
+    base = [0.0] * len(steps)
+    legend = []
+    for c in _STRIP_ORDER:
+        shares = [s.breakdown.fraction(c) for s in steps]
+        if not any(shares):
+            continue
+        top = [b + f for b, f in zip(base, shares, strict=True)]
+        marks.append(
+            plot.Rects(x0, x1, base, top, colours[c], opacity=1.0 if c == "busy" else 0.55)
+        )
+        legend.append(plot.LegendEntry(labels[c], colours[c], opacity=1.0 if c == "busy" else 0.55))
+        base = top
+    # One invisible rectangle per step on top carries its numbers (hover anywhere in it).
+    marks.append(
+        plot.Rects(
+            x0,
+            x1,
+            [0.0] * len(steps),
+            [1.0] * len(steps),
+            "#000000",
+            opacity=0.0,
+            tips=[_step_tip(s, labels, rep is not None and s.number == rep.number) for s in steps],
+            cls="gp-steps",
+        )
+    )
+    if rep is not None and rep in steps:
+        marks.append(
+            plot.Rects(
+                [rep.start_us],
+                [rep.end_us],
+                [0.0],
+                [1.0],
+                "none",
+                stroke=plot.INK,
+                stroke_width=2.0,
+                min_px=2.0,
+                cls="gp-median-step",
+            )
+        )
+    median = f"; step {rep.number}, the median, outlined and drawn below" if rep else ""
+    return plot.Chart(
+        title=f"Every profiled step by where its time went{median}",
+        description=f"every profiled step ({len(steps)}) by where its time went",
+        x=plot.Axis(lo, hi, "time (ms)", ticks=_ms_ticks(lo, hi)),
+        y=plot.Axis(0.0, 1.0, ticks=(plot.Tick(0.0, "0%"), plot.Tick(1.0, "100%")), grid=False),
+        marks=tuple(marks),
+        legend=tuple(legend),
+        width=_TL_WIDTH,
+        plot_height=36,
+        left=left,
+        data=(("data-x-us", f"{lo!r} {hi!r}"), ("data-steps", str(len(steps)))),
+    )
 
 
 _MAX_CPU_LANES = 4
@@ -313,29 +448,52 @@ def _pixels(
     return [(a, b, s, e, c, name) for a, b, (s, e, c, name) in zip(a_px, b_px, items, strict=True)]
 
 
-def timeline_svg(
-    timeline: Timeline, trace: Trace | None, step: StepTimeline | int | None = None
-) -> str:
-    """Return one step (or the whole window) as an inline SVG string: CPU threads and GPU
-    streams as lanes of bars (kernels coloured by class), idle gaps shaded by cause with the
-    cause written over long stretches, a time axis in milliseconds from the start of what is
-    drawn, and a legend. Every bar and gap has a hover title (name, duration, start); bars
-    closer than a pixel are merged (the title then counts them), and more as needed to keep
-    under MAX_TIMELINE_MARKS rectangles. The root's data-x-us attribute gives the drawn span
-    (trace microseconds) and data-plot-box the plot area, so tests can check positions."""
+def _left_margin(lanes: Sequence[tuple[str, str, object]]) -> int:
+    """The timeline's left margin (px): room for its lane names, within 90-220."""
+    return int(min(220, max(90, 16 + max(svg.text_width(n, 11) for n, _, _ in lanes))))
+
+
+def _step_span(
+    timeline: Timeline, step: StepTimeline | int | None
+) -> tuple[StepTimeline | None, float, float]:
     if isinstance(step, int):
         step = next((s for s in timeline.steps if s.number == step), None)
     lo, hi = (
         (step.start_us, step.end_us) if step is not None else (timeline.start_us, timeline.end_us)
     )
-    hi = max(hi, lo + 1e-3)
+    return step, lo, max(hi, lo + 1e-3)
+
+
+def _ms_ticks(lo: float, hi: float) -> tuple[plot.Tick, ...]:
+    """Ticks every round number of milliseconds from lo (trace microseconds)."""
+    return tuple(
+        plot.Tick(lo + t * 1e3, svg.tick_label(t))
+        for t in svg.nice_ticks(0.0, (hi - lo) / 1e3, target=10)
+    )
+
+
+# Lanes sit at y = 0, 1, ...; the band above them (y from _BAND_TOP to -0.5) names the
+# causes of long idle stretches.
+_BAND_TOP = -1.35
+
+
+def timeline_chart(
+    timeline: Timeline, trace: Trace | None, step: StepTimeline | int | None = None
+) -> plot.Chart:
+    """Return one step (or the whole window) as a chart description: CPU threads and GPU
+    streams as lanes of bars (kernels coloured by class), idle gaps shaded by cause with the
+    cause written over long stretches, a time axis in milliseconds from the start of what is
+    drawn, the machine's utilisation strip under it (SVG only) and a legend with a swatch
+    for every colour drawn. Every bar and gap has a hover tip (name, duration, start); bars
+    closer than a pixel are merged (the tip then counts them), and more as needed to keep
+    under MAX_TIMELINE_MARKS rectangles and about MAX_TIMELINE_BYTES."""
+    step, lo, hi = _step_span(timeline, step)
     span = hi - lo
     lanes = _lane_items(timeline, trace, lo, hi)
     labels = CATEGORY_LABELS if timeline.on_device else HOST_CATEGORY_LABELS
-    left = int(min(220, max(90, 16 + max(svg.text_width(n, 11) for n, _, _ in lanes))))
-    right = _TL_WIDTH - 14
-    band_top, lanes_top = 24, 44
-    bottom = lanes_top + _LANE_H * len(lanes)
+    left = _left_margin(lanes)
+    x_axis = plot.Axis(lo, hi, "time (ms)", ticks=_ms_ticks(lo, hi))
+    right = plot.right_edge(_TL_WIDTH, x_axis)
     sx = svg.LinearScale(lo, hi, left, right)
     gaps = [
         (max(g.start_us, lo), min(g.end_us, hi), g.cause, g.cause)
@@ -354,40 +512,32 @@ def timeline_svg(
     while True:
         lane_runs = [_merge(items, merge_px) for items in lane_px]
         gap_runs = {c: _merge(items, merge_px) for c, items in gap_px.items()}
-        marks = sum(map(len, lane_runs)) + sum(map(len, gap_runs.values()))
+        marks_n = sum(map(len, lane_runs)) + sum(map(len, gap_runs.values()))
         # About 100 bytes of markup and numbers per rectangle, plus its title's name.
-        size = 100 * marks + sum(
+        size = 100 * marks_n + sum(
             min(len(r.longest[1]), _TITLE_NAME_CHARS) for runs in lane_runs for r in runs
         )
-        if (marks <= MAX_TIMELINE_MARKS and size <= MAX_TIMELINE_BYTES) or merge_px > _TL_WIDTH:
+        if (marks_n <= MAX_TIMELINE_MARKS and size <= MAX_TIMELINE_BYTES) or merge_px > _TL_WIDTH:
             break
         merge_px *= 2
-    n = svg.num
-    body: list[str] = []
-    title = f"step {step.number}" if step is not None else "whole window"
-    body.append(
-        svg.text(
-            _TL_WIDTH / 2,
-            15,
-            f"Timeline of {title}: idle gaps shaded by cause",
-            size=12,
-            anchor="middle",
-            extra=' font-weight="600"',
-        )
-    )
+    bottom = len(lanes) - 0.5
+    marks: list[plot.Mark] = []
     # Shaded gaps under everything, one group per cause.
     for cause, runs in gap_runs.items():
-        if not runs:
-            continue
-        body.append(f'<g fill="{CAUSE_COLORS[cause]}" fill-opacity="0.28">')
-        body.extend(
-            f'<rect x="{n(r.a)}" y="{band_top}" width="{n(max(r.b - r.a, 0.6))}" '
-            f'height="{bottom - band_top}">'
-            + svg.title(_gap_title(r, labels[cause], lo))
-            + "</rect>"
-            for r in runs
-        )
-        body.append("</g>")
+        if runs:
+            marks.append(
+                plot.Rects(
+                    [r.start_us for r in runs],
+                    [r.end_us for r in runs],
+                    [_BAND_TOP] * len(runs),
+                    [bottom] * len(runs),
+                    CAUSE_COLORS[cause],
+                    opacity=0.28,
+                    tips=[_gap_title(r, labels[cause], lo) for r in runs],
+                    cls="gp-gaps",
+                    attrs=(("data-cause", cause),),
+                )
+            )
     # The cause over stretches of one cause wider than 6% of the drawing (tiny ops inside a
     # DataLoader call cut its gap in pieces: pieces closer than 1% of the width join).
     stretches: list[list[Any]] = []
@@ -398,208 +548,98 @@ def timeline_svg(
             stretches.append([a, b, cause])
     for a, b, cause in stretches:
         if (b - a) / span >= 0.06:
-            body.append(
-                svg.text(
-                    sx((a + b) / 2),
-                    band_top + 13,
+            marks.append(
+                plot.Text(
+                    (a + b) / 2,
+                    (_BAND_TOP - 0.5) / 2,
                     cause,
-                    size=10,
                     anchor="middle",
-                    fill=CAUSE_COLORS[cause],
+                    colour=CAUSE_COLORS[cause],
+                    dy=3.5,
                 )
             )
-    # Time axis: grid lines and labels in ms from the start of what is drawn.
-    grid, ticks = [], []
-    for t in svg.nice_ticks(0.0, span / 1e3, target=10):
-        x = sx(lo + t * 1e3)
-        grid.append(f"M{n(x)} {lanes_top}V{bottom}")
-        ticks.append(svg.text(x, bottom + 14, svg.tick_label(t), size=10, anchor="middle"))
-    body.append(
-        f'<path d="{"".join(grid)}" fill="none" stroke="currentColor" stroke-opacity="0.13"/>'
-    )
-    body.append(
-        f'<rect x="{left}" y="{band_top}" width="{right - left}" '
-        f'height="{bottom - band_top}" fill="none" stroke="currentColor" '
-        'stroke-opacity="0.45"/>'
-    )
-    body.extend(ticks)
-    body.append(svg.text((left + right) / 2, bottom + 30, "time (ms)", anchor="middle"))
-    # The machine's utilisation over the same span, under the axis and aligned with it.
-    util = trace.utilisation if trace is not None else None
-    strip_h = 0
-    if util is not None and util.ts_us:
-        strip, strip_h = utilisation_strip(util, lo, hi, right - left)
-        body.append(svg.text(left - 6, bottom + 50, "utilisation", anchor="end", size=10))
-        body.append(f'<g class="gp-util" transform="translate({left},{bottom + 40})">{strip}</g>')
-        strip_h += 8
-    # Lanes: a label on the left, bars coloured by what ran.
+    # Lanes: bars coloured by what ran; the lane's most frequent colour on its group.
+    ticks = []
     used_colours: set[str] = set()
     for i, ((name, what, items), runs) in enumerate(zip(lanes, lane_runs, strict=True)):
-        y = lanes_top + _LANE_H * i
         busy = sum(e - s for s, e, _, _ in items)
-        body.append(
-            svg.text(
-                left - 6,
-                y + _LANE_H / 2 + 4,
-                name,
-                anchor="end",
-                tip=f"{name}: {fmt_num(len(items))} {what}, {fmt_us(busy)} busy",
-            )
+        ticks.append(
+            plot.Tick(float(i), name, f"{name}: {fmt_num(len(items))} {what}, {fmt_us(busy)} busy")
         )
         colours = [max(r.colour_us, key=lambda c: (r.colour_us[c], c)) for r in runs]
-        # The lane's most frequent colour goes on its group; bars repeat only other colours.
-        default = max(sorted(set(colours)), key=colours.count) if colours else CPU_COLOUR
-        body.append(f'<g class="gp-lane" data-lane="{esc(name)}" fill="{default}">')
-        for r, colour in zip(runs, colours, strict=True):
-            used_colours.add(colour)
-            fill = f' fill="{colour}"' if colour != default else ""
-            body.append(
-                f'<rect x="{n(r.a)}" y="{y + (_LANE_H - _BAR_H) // 2}" '
-                f'width="{n(max(r.b - r.a, 0.6))}" height="{_BAR_H}"{fill}>'
-                + svg.title(_bar_title(r, what, lo))
-                + "</rect>"
+        used_colours.update(colours)
+        # The bars' pixel spans as merged (a merged bar may be narrower than its time span).
+        marks.append(
+            plot.Rects(
+                [sx.lo + (r.a - sx.p0) / sx.k for r in runs],
+                [sx.lo + (r.b - sx.p0) / sx.k for r in runs],
+                [i - _BAR_H / _LANE_H / 2] * len(runs),
+                [i + _BAR_H / _LANE_H / 2] * len(runs),
+                colours or CPU_COLOUR,
+                tips=[_bar_title(r, what, lo) for r in runs],
+                cls="gp-lane",
+                attrs=(("data-lane", name),),
             )
-        body.append("</g>")
-    # Legend below the axis: the causes shaded and the kernel classes drawn.
-    entries = [
-        (labels[c], f'<rect width="12" height="12" fill="{CAUSE_COLORS[c]}" fill-opacity="0.45"/>')
+        )
+    # Legend: the causes shaded, then what the bars' colours mean.
+    legend = [
+        plot.LegendEntry(labels[c], CAUSE_COLORS[c], opacity=0.45)
         for c in CAUSE_COLORS
         if gap_runs[c]
     ]
-    entries += [
-        (KERNEL_LABELS[k], f'<rect width="12" height="12" fill="{KERNEL_COLORS[k]}"/>')
+    if CPU_COLOUR in used_colours:
+        legend.append(
+            plot.LegendEntry(
+                "torch op (CPU)" if timeline.on_device else HOST_CATEGORY_LABELS["busy"],
+                CPU_COLOUR,
+            )
+        )
+    legend += [
+        plot.LegendEntry(KERNEL_LABELS[k], KERNEL_COLORS[k])
         for k in KERNEL_COLORS
         if KERNEL_COLORS[k] in used_colours
     ]
-    legend, legend_h = svg.legend_row(entries, left, bottom + 40 + strip_h, right - left, size=10)
-    body.append(legend)
-    height = int(bottom + 40 + strip_h + legend_h + 4)
-    head = svg.svg_open(
-        _TL_WIDTH,
-        height,
-        f"timeline of {title}: lanes of ops and kernels, idle gaps shaded by cause",
-        f' data-x-us="{lo!r} {hi!r}" data-plot-box="{left} {band_top} {right} {bottom}"',
+    if BUSY_COLOUR in used_colours and lanes[-1][1] == "busy stretches":
+        legend.append(plot.LegendEntry(labels["busy"], BUSY_COLOUR))
+    # The machine's utilisation over the same span, under the axis and aligned with it.
+    embeds = []
+    util = trace.utilisation if trace is not None else None
+    if util is not None and util.ts_us:
+        strip, strip_h = utilisation_strip(util, lo, hi, int(right - left))
+        embeds.append(plot.Embed(strip, strip_h, "utilisation", "gp-util"))
+    title = f"step {step.number}" if step is not None else "whole window"
+    return plot.Chart(
+        title=f"Timeline of {title}: idle gaps shaded by cause",
+        description=f"timeline of {title}: lanes of ops and kernels, idle gaps shaded by cause",
+        x=x_axis,
+        y=plot.Axis(_BAND_TOP, bottom, ticks=tuple(ticks), grid=False, reverse=True),
+        marks=tuple(marks),
+        legend=tuple(legend),
+        width=_TL_WIDTH,
+        plot_height=int(round(_LANE_H * (bottom - _BAND_TOP))),
+        left=left,
+        embeds=tuple(embeds),
+        data=(("data-x-us", f"{lo!r} {hi!r}"),),
     )
-    return head + "".join(body) + "</svg>"
+
+
+def timeline_svg(
+    timeline: Timeline, trace: Trace | None, step: StepTimeline | int | None = None
+) -> str:
+    """Return the timeline chart (`timeline_chart`) as an inline SVG string. The root's
+    data-x-us attribute gives the drawn span (trace microseconds) and data-plot-box the plot
+    area, so tests can check positions."""
+    return plot.chart_svg(timeline_chart(timeline, trace, step))
 
 
 def plot_timeline(
     timeline: Timeline, trace: Trace | None, step: StepTimeline | int | None = None, ax: Any = None
 ) -> Any:
-    """Return a matplotlib Figure of one step (or the whole window): CPU threads and GPU
-    streams as lanes, ops and kernels as bars, idle gaps shaded and labelled by cause.
-    Times on the x axis are milliseconds from the start of what is drawn."""
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
-
-    if isinstance(step, int):
-        step = next((s for s in timeline.steps if s.number == step), None)
-    lo, hi = (
-        (step.start_us, step.end_us) if step is not None else (timeline.start_us, timeline.end_us)
-    )
-    if ax is None:
-        fig = Figure(figsize=(10, 3.2))
-        ax = fig.add_subplot(1, 1, 1)
-    else:
-        fig = ax.figure
-    span = max(hi - lo, 1e-9)
-
-    def ms(t: float) -> float:
-        return (t - lo) / 1e3
-
-    lanes: list[tuple[str, list[tuple[float, float]], Any]] = []
-    if trace is not None:
-        ops = [o for o in top_level_ops(trace) if o.end_us > lo and o.start_us < hi]
-        by_thread: dict[str, list[tuple[float, float]]] = {}
-        for o in ops:
-            by_thread.setdefault(str(o.tid), []).append((o.start_us, o.end_us))
-        threads = sorted(by_thread, key=lambda t: (-sum(e - s for s, e in by_thread[t]), t))
-        for t in threads[:_MAX_CPU_LANES]:
-            lanes.append((f"CPU thread {t}", by_thread[t], "#1f77b4"))
-        if timeline.device is not None:
-            by_stream: dict[int, list[tuple[float, float]]] = {}
-            colors: dict[int, list[str]] = {}
-            for k in trace.kernels:
-                if k.device == timeline.device and k.end_us > lo and k.start_us < hi:
-                    by_stream.setdefault(k.stream, []).append((k.start_us, k.end_us))
-                    colors.setdefault(k.stream, []).append(KERNEL_COLORS[kernel_class(k)])
-            for s in sorted(by_stream)[:_MAX_GPU_LANES]:
-                lanes.append((f"GPU {timeline.device} stream {s}", by_stream[s], colors[s]))
-    if not lanes:
-        # Without the trace, draw busy time as the complement of the gaps.
-        busy: list[tuple[float, float]] = []
-        cursor = lo
-        for g in timeline.gaps:
-            if g.end_us <= lo or g.start_us >= hi:
-                continue
-            if g.start_us > cursor:
-                busy.append((cursor, g.start_us))
-            cursor = max(cursor, g.end_us)
-        if cursor < hi:
-            busy.append((cursor, hi))
-        lanes.append(("device" if timeline.on_device else "host", busy, "#2ca02c"))
-    for i, (_, spans, color) in enumerate(lanes):
-        bars = [(ms(max(s, lo)), (min(e, hi) - max(s, lo)) / 1e3) for s, e in spans]
-        ax.broken_barh(bars, (i - 0.4, 0.8), facecolors=color)
-    ax.set_yticks(range(len(lanes)))
-    ax.set_yticklabels([name for name, _, _ in lanes])
-    ax.set_ylim(len(lanes) - 0.5, -0.5 - 0.6)
-    # One collection per cause (not one patch per gap): a window holds thousands of gaps.
-    shaded: dict[str, list[tuple[float, float]]] = {}
-    # Labels go on stretches of one cause; tiny ops inside a DataLoader call or a Python
-    # stretch cut it into pieces, so pieces closer than 1% of the width join for labelling.
-    stretches: list[list[Any]] = []
-    for g in timeline.gaps:
-        a, b = max(g.start_us, lo), min(g.end_us, hi)
-        if b <= a:
-            continue
-        shaded.setdefault(g.cause, []).append((ms(a), (b - a) / 1e3))
-        if stretches and stretches[-1][2] == g.cause and a - stretches[-1][1] <= 0.01 * span:
-            stretches[-1][1] = b
-        else:
-            stretches.append([a, b, g.cause])
-    for a, b, cause in stretches:
-        if (b - a) / span >= 0.06:
-            ax.text(
-                ms((a + b) / 2),
-                -0.75,
-                cause,
-                ha="center",
-                va="center",
-                fontsize=8,
-                color=CAUSE_COLORS[cause],
-            )
-    top = -0.5 - 0.6
-    for cause, bars in shaded.items():
-        ax.broken_barh(
-            bars,
-            (top, len(lanes) - 0.5 - top),
-            facecolors=CAUSE_COLORS[cause],
-            alpha=0.25,
-            lw=0,
-            zorder=0,
-        )
-    seen = set(shaded)
-    ax.set_xlim(0, span / 1e3)
-    ax.set_xlabel("time (ms)")
-    title = f"step {step.number}" if step is not None else "whole window"
-    ax.set_title(f"Timeline of {title}: idle gaps shaded by cause", fontsize=10)
-    labels = CATEGORY_LABELS if timeline.on_device else HOST_CATEGORY_LABELS
-    handles = [
-        Patch(color=CAUSE_COLORS[c], alpha=0.4, label=labels[c]) for c in CAUSE_COLORS if c in seen
-    ]
-    used = {c for _, _, col in lanes if isinstance(col, list) for c in col}
-    handles += [
-        Patch(color=KERNEL_COLORS[k], label=KERNEL_LABELS[k])
-        for k in KERNEL_COLORS
-        if KERNEL_COLORS[k] in used
-    ]
-    if handles:
-        ax.legend(
-            handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False
-        )
-    fig.tight_layout()
-    return fig
+    """Return a matplotlib Figure of the timeline chart (`timeline_chart`) of one step (or
+    the whole window): CPU threads and GPU streams as lanes, ops and kernels as bars, idle
+    gaps shaded and labelled by cause; x in milliseconds from the start of what is drawn.
+    Drawn into `ax` when given."""
+    return chart_figure(timeline_chart(timeline, trace, step), ax)
 
 
 @report_of.register

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from plotcheck import embedded_plots
 
 from gpuprof_nb.analysis.diagnose import Diagnosis, Finding, diagnose
 from gpuprof_nb.analysis.timeline import device_timeline
@@ -87,10 +87,11 @@ def test_timeline_section_numbers_and_svg(nccl):
         assert fmt_us(us) in s.text and fmt_us(us) in s.html, c
         share = fmt_pct(tl.breakdown.fraction(c))
         assert share in s.text and share in s.html
-    m = re.search(r"<svg .*?</svg>", s.html, re.S)
-    assert m is not None and "<img" not in s.html
+    # The strip of every step, then the representative step.
+    strip, drawing = embedded_plots(s.html)
+    assert ET.fromstring(strip).get("data-steps") == str(len(tl.steps))
     lanes = [
-        g.get("data-lane") for g in ET.fromstring(m.group(0)).iter() if g.get("class") == "gp-lane"
+        g.get("data-lane") for g in ET.fromstring(drawing).iter() if g.get("class") == "gp-lane"
     ]
     streams = sorted({k.stream for k in trace.kernels})
     assert [lane for lane in lanes if lane.startswith("GPU")] == [

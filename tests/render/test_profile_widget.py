@@ -58,3 +58,46 @@ def test_ops_caption_shows_device_time_no_op_launched() -> None:
     section = ops_section(report.ops)
     shown = f"{fmt_us(report.ops.unattributed_device_us)} of device time was launched outside"
     assert shown in section.text and shown in html.unescape(section.html)
+
+
+def test_timeline_tab_saves_the_trace_for_perfetto(tmp_path, monkeypatch) -> None:
+    """The button writes the whole trace next to the notebook; it loads back as the same
+    trace, and the line under the button names the file and links Perfetto's UI."""
+    monkeypatch.chdir(tmp_path)
+    report = gpuprof_nb.analyze(gpuprof_nb.load_trace(TRACE))
+    tab = report.widget().children[1]
+    timeline = tab.children[list(tab.titles).index("Timeline")]
+    (button, status), _ = timeline.children[0].children, timeline.children[1]
+    button.click()
+    (saved,) = tmp_path.glob("gpuprof-trace-*.json.gz")
+    again = gpuprof_nb.load_trace(saved)
+    assert (len(again.ops), len(again.kernels)) == (
+        len(report.trace.ops),
+        len(report.trace.kernels),
+    )
+    assert saved.name in status.value and "https://ui.perfetto.dev" in status.value
+
+
+def test_displayed_widget_carries_the_static_report_beside_it() -> None:
+    """Displaying the live view publishes the widget view, then the static report (which its
+    own style hides while the widget is drawn): an export or a closed kernel still shows
+    the report, and the widget's own text is one line, not a VBox's repr."""
+    from IPython.display import display
+    from IPython.testing.globalipapp import start_ipython
+    from IPython.utils.capture import capture_output
+
+    from gpuprof_nb.render.widgets import FALLBACK_NOTE, WIDGET_MIME
+
+    start_ipython()
+    report = gpuprof_nb.analyze(gpuprof_nb.load_trace(TRACE))
+    with capture_output() as captured:
+        display(report.widget())
+    live, static = (o.data for o in captured.outputs)
+    assert WIDGET_MIME in live and "text/html" not in live
+    assert live["text/plain"].startswith("<gpuprof_nb live view of 'gpuprof_nb profile'")
+    assert set(static) == {"text/html", "text/plain"}
+    assert static["text/plain"] == report._repr_mimebundle_()["text/plain"]
+    html_ = static["text/html"]
+    assert 'class="gp-widget-fallback"' in html_ and html.escape(FALLBACK_NOTE) in html_
+    assert ":has(.widget-box) + .jp-OutputArea-child:has(.gp-widget-fallback)" in html_
+    assert report._repr_mimebundle_()["text/html"] in html_

@@ -8,6 +8,7 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
+from plotcheck import embedded_plots
 
 from gpuprof_nb.analysis.roofline import compute_roofline
 from gpuprof_nb.model.device import DeviceSpec
@@ -101,7 +102,7 @@ def test_section_text_and_html_show_the_same_numbers(roofline):
     # independent: 2*1024^3 FLOPs in 500 us = 4.29 TFLOP/s, 42.9% of the 10 TFLOP/s roof
     assert "4.29 TFLOP/s" in sec.text and "42.9%" in sec.text
     assert "above roof!" in sec.text and "above roof!" in sec.html
-    assert "<svg" in sec.html and "<svg" not in sec.text and "<img" not in sec.html
+    assert len(embedded_plots(sec.html)) == 1 and "<svg" not in sec.text
     # per-kernel table: kernel names (with < >) escaped in HTML, verbatim in text
     assert "gemm<bf16>" in sec.text and "gemm&lt;bf16&gt;" in sec.html
     assert "gemm<bf16>" not in sec.html
@@ -135,9 +136,9 @@ def test_plot_draws_roofs_ridges_and_flags_above_roof(roofline):
     assert any("memory 100 GB/s" in t for t in texts)
     assert any("above roof!" in t for t in texts)
     assert drawn_roofs(roofline) == [("fp32 vector", 1e12), ("bf16/fp16 tensor", 1e13)]
-    # one dot per op group
-    (dots,) = ax.collections
-    assert len(dots.get_offsets()) == len(roofline.points) == 4
+    # one dot per op group, one per ridge (the same description as the SVG)
+    sizes = sorted(len(c.get_offsets()) for c in ax.collections)
+    assert sizes == [2, len(roofline.points)] and len(roofline.points) == 4
 
 
 def test_plot_into_given_axes_and_without_device():

@@ -9,6 +9,7 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
+from plotcheck import embedded_plots
 
 from gpuprof_nb.analysis.roofline import compute_roofline
 from gpuprof_nb.analysis.timeline import device_timeline
@@ -241,7 +242,7 @@ def test_roofline_svg_escapes_names_and_has_titles(roof_svg):
     # In the section's HTML, the SVG is the only drawing and it is wrapped for CSS to show.
     roofline = compute_roofline(_trace(HAND), SPEC)
     html = roofline_section(roofline).html
-    assert '<div class="gp-plot" hidden><svg ' in html and "<img" not in html
+    assert len(embedded_plots(html)) == 1
     assert "Syn &lt;GPU&gt; &amp; &quot;x&quot; &#x27;y&#x27;" in html
     assert ODD not in html
 
@@ -385,12 +386,32 @@ def test_scales_ticks_and_clipping():
     assert svg.clip_segment(-5, -5, -1, -1, (0, 0, 10, 10)) is None
 
 
-def test_plot_wrapper_is_shown_by_the_report_css_only():
-    html = svg.plot_html('<svg xmlns="http://www.w3.org/2000/svg"></svg>')
-    assert html.startswith('<div class="gp-plot" hidden>')
-    assert 'class="note gp-plot-off"' in html
-    assert ".gpuprof .gp-plot[hidden] { display: block !important;" in STYLE
-    assert ".gpuprof .gp-plot-off { display: none; }" in STYLE
+def test_plot_is_inline_svg_for_the_styled_view_and_an_image_elsewhere():
+    drawing = (
+        svg.svg_open(120, 40, "tiny <plot>")
+        + f'<rect width="5" height="5" style="stroke:{svg.BACKGROUND}">'
+        + svg.title("a & b")
+        + "</rect>"
+        + svg.text(2, 20, "label")
+        + "</svg>"
+    )
+    html = svg.plot_html(drawing)
+    (inline,) = embedded_plots(html)
+    assert inline == drawing
+    # Hidden three ways until the report's style shows it (sanitizers keep one or more).
+    assert html.startswith('<details class="gp-plot" hidden="hidden" style="display:none">')
+    assert ".gpuprof .gp-plot { display: block !important;" in STYLE
+    assert ".gpuprof img.gp-plot-img { display: none; }" in STYLE
+    assert 'alt="tiny &lt;plot&gt;" width="120" height="40"' in html
+    # The image stands alone: no theme variables, no currentColor, no hover titles, a font
+    # named and a white card under the drawing.
+    image = svg.image_svg(drawing)
+    root = ET.fromstring(image)
+    assert "var(" not in image and "currentColor" not in image and "<title>" not in image
+    assert root.get("font-family") == svg.IMAGE_FONT and root.get("fill") == svg.IMAGE_INK
+    assert root[0].tag == f"{NS}rect" and root[0].get("fill") == "#ffffff"
+    assert [t.text for t in root.iter(f"{NS}text")] == ["label"]
+    assert svg.plot_html("") == ""
 
 
 def test_lanes_of_a_step_match_the_whole_trace_computation(data_dir):
@@ -456,3 +477,55 @@ def test_long_kernel_names_keep_the_drawing_small():
     assert len(text.encode()) < MAX_TIMELINE_BYTES + 10_000
     bars = _lane_rects(_parse(text), "GPU 0 stream 7")
     assert all(len(_title(b).split("\n")[-1]) < 200 for b in bars)
+
+
+# -- the strip of every step ---------------------------------------------------------------------
+
+
+def test_every_step_is_in_the_strip_where_it_ran_with_its_numbers(data_dir):
+    """Each profiled step is one hover rectangle spanning its start to its end; its tip's
+    numbers (duration and shares, as the per-step table writes them) are in the section's
+    text; the representative (median) step is outlined."""
+    from gpuprof_nb.io.trace import load_trace
+    from gpuprof_nb.render.timeline import steps_chart
+    from gpuprof_nb.render.units import fmt_pct, fmt_us
+
+    trace = load_trace(data_dir / "ddp_nccl_sampled" / "sampled_rank-0.json.gz")
+    tl = device_timeline(trace)
+    assert len(tl.steps) >= 2
+    section = timeline_section(tl, trace)
+    strip_svg = embedded_plots(section.html)[0]
+    assert strip_svg == plot_module().chart_svg(steps_chart(tl, _left(strip_svg)))
+    root = _parse(strip_svg)
+    left, _, right, _ = _floats(root.get("data-plot-box"))
+    lo, hi = _floats(root.get("data-x-us"))
+    # Independent: the strip spans the first step's start to the last step's end.
+    assert (lo, hi) == (tl.steps[0].start_us, max(s.end_us for s in tl.steps))
+    px = (right - left) / (hi - lo)
+    (group,) = [g for g in root.iter(f"{NS}g") if g.get("class") == "gp-steps"]
+    rects = list(group.iter(f"{NS}rect"))
+    assert len(rects) == len(tl.steps)
+    for rect, step in zip(rects, tl.steps, strict=True):
+        assert float(rect.get("x")) == pytest.approx(left + (step.start_us - lo) * px, abs=0.01)
+        assert float(rect.get("width")) == pytest.approx(max(step.dur_us * px, 0.6), abs=0.01)
+        tip = _title(rect)
+        assert tip.startswith(f"step {step.number}: {fmt_us(step.dur_us)}")
+        for c in step.breakdown.us_by_category():
+            share = fmt_pct(step.breakdown.fraction(c))
+            assert share in tip and share in section.text
+        assert fmt_us(step.dur_us) in section.text
+    rep = tl.representative_step
+    (outline,) = [g for g in root.iter(f"{NS}g") if g.get("class") == "gp-median-step"]
+    (box,) = list(outline.iter(f"{NS}rect"))
+    assert float(box.get("x")) == pytest.approx(left + (rep.start_us - lo) * px, abs=0.01)
+    assert f"step {rep.number}, the median" in strip_svg
+
+
+def plot_module():
+    from gpuprof_nb.render import plot
+
+    return plot
+
+
+def _left(svg_text: str) -> int:
+    return int(float(_parse(svg_text).get("data-plot-box").split()[0]))
