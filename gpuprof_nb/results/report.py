@@ -27,6 +27,7 @@ from gpuprof_nb.results.memory import (
     OomEvent,
     SegmentSummary,
 )
+from gpuprof_nb.results.modules import ModuleBreakdown
 from gpuprof_nb.results.roofline import Roofline
 from gpuprof_nb.results.tables import KernelTable, OpTable, TraceSummary
 from gpuprof_nb.results.timeline import Timeline
@@ -55,6 +56,8 @@ class ProfileReport(Displayable):
     top: int | None = None
     sort: str | None = None
     hotspots: Hotspots | None = None
+    # Time per nn.Module (analysis/modules.py); its notes say what is missing when empty.
+    modules: ModuleBreakdown | None = None
 
     @property
     def utilisation(self) -> Utilisation | None:
