@@ -305,6 +305,7 @@ def _breakdown(trace: Trace, timeline: Timeline | None) -> ModuleBreakdown:
     n = len(paths)
     range_node = np.array([r.node for r in ranges], dtype=np.intp)
     range_phase = np.array([r.phase for r in ranges], dtype=np.intp)
+    memo(trace, "module_segments", lambda: (by_thread, range_node, range_phase, list(paths)))
     host = np.zeros((3, n))
     for segs in by_thread.values():
         np.add.at(host, (range_phase[segs.owner], range_node[segs.owner]), segs.end - segs.start)
@@ -425,6 +426,20 @@ def _recompute_paths(
                 path = f"{where}.{rest}" if rest else where
         out.append((path, thread, start, end))
     return out
+
+
+def modules_at(trace: Trace, positions: Sequence[int]) -> list[tuple[str | None, int]]:
+    """For torch ops (positions in the op columns), the module path innermost where each
+    started and the phase (FORWARD, BACKWARD, RECOMPUTE); (None, -1) outside every module."""
+    module_breakdown(trace)
+    state = trace.derived.get("module_segments")
+    if state is None or not len(positions):
+        return [(None, -1)] * len(positions)
+    by_thread, range_node, range_phase, names = state
+    cols = op_columns(trace)
+    ops = cols.ops
+    owners = _owners_of(by_thread, [(_thread(ops[i]), float(cols.start[i])) for i in positions])
+    return [(names[range_node[k]], int(range_phase[k])) if k >= 0 else (None, -1) for k in owners]
 
 
 def _segments_by_thread(ranges: Sequence[_Range]) -> dict[Thread, _Segments]:

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from gpuprof_nb.analysis.diagnose import diagnose
 from gpuprof_nb.analysis.hotspots import compute_hotspots
 from gpuprof_nb.analysis.memory import analyze_snapshot, parse_window
+from gpuprof_nb.analysis.mfu import model_flops_utilisation
 from gpuprof_nb.analysis.modules import module_breakdown
 from gpuprof_nb.analysis.ops import kernel_table, summarize_trace, top_ops
 from gpuprof_nb.analysis.roofline import compute_roofline
@@ -89,6 +90,13 @@ def analyze(
             else _attempt("hotspots", lambda: compute_hotspots(trace, timeline), all_notes)
         )
         modules = _attempt("modules", lambda: module_breakdown(trace, timeline), all_notes)
+        mfu = (
+            None
+            if roofline is None
+            else _attempt(
+                "MFU", lambda: model_flops_utilisation(trace, roofline, timing), all_notes
+            )
+        )
         diagnosis = _attempt(
             "diagnosis",
             lambda: diagnose(
@@ -111,6 +119,7 @@ def analyze(
         sort=ops.sort_key,
         hotspots=hotspots,
         modules=modules,
+        mfu=mfu,
     )
 
 

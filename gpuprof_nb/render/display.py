@@ -16,6 +16,7 @@ from gpuprof_nb.render import (  # noqa: F401
     hotspots,
     ladder,
     memory,
+    modules,
     profile,
     roofline,
     run,

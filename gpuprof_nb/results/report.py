@@ -27,6 +27,7 @@ from gpuprof_nb.results.memory import (
     OomEvent,
     SegmentSummary,
 )
+from gpuprof_nb.results.mfu import Mfu
 from gpuprof_nb.results.modules import ModuleBreakdown
 from gpuprof_nb.results.roofline import Roofline
 from gpuprof_nb.results.tables import KernelTable, OpTable, TraceSummary
@@ -58,6 +59,8 @@ class ProfileReport(Displayable):
     hotspots: Hotspots | None = None
     # Time per nn.Module (analysis/modules.py); its notes say what is missing when empty.
     modules: ModuleBreakdown | None = None
+    # Model FLOPs utilisation of the step (analysis/mfu.py); None without counted FLOPs.
+    mfu: Mfu | None = None
 
     @property
     def utilisation(self) -> Utilisation | None:
