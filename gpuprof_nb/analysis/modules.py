@@ -431,14 +431,23 @@ def _recompute_paths(
 def modules_at(trace: Trace, positions: Sequence[int]) -> list[tuple[str | None, int]]:
     """For torch ops (positions in the op columns), the module path innermost where each
     started and the phase (FORWARD, BACKWARD, RECOMPUTE); (None, -1) outside every module."""
-    module_breakdown(trace)
-    state = trace.derived.get("module_segments")
-    if state is None or not len(positions):
-        return [(None, -1)] * len(positions)
-    by_thread, range_node, range_phase, names = state
     cols = op_columns(trace)
     ops = cols.ops
-    owners = _owners_of(by_thread, [(_thread(ops[i]), float(cols.start[i])) for i in positions])
+    return _at(trace, [(_thread(ops[i]), float(cols.start[i])) for i in positions])
+
+
+def module_path_at(trace: Trace, points: Sequence[tuple[Thread, float]]) -> list[str | None]:
+    """For (thread, time) points, the path of the innermost module then (None: none)."""
+    return [path for path, _ in _at(trace, points)]
+
+
+def _at(trace: Trace, points: Sequence[tuple[Thread, float]]) -> list[tuple[str | None, int]]:
+    module_breakdown(trace)
+    state = trace.derived.get("module_segments")
+    if state is None or not len(points):
+        return [(None, -1)] * len(points)
+    by_thread, range_node, range_phase, names = state
+    owners = _owners_of(by_thread, points)
     return [(names[range_node[k]], int(range_phase[k])) if k >= 0 else (None, -1) for k in owners]
 
 

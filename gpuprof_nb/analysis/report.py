@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from gpuprof_nb.analysis.compile import compile_report
+from gpuprof_nb.analysis.cudagraphs import graph_replays
 from gpuprof_nb.analysis.diagnose import diagnose
 from gpuprof_nb.analysis.hotspots import compute_hotspots
 from gpuprof_nb.analysis.memory import analyze_snapshot, parse_window
@@ -97,6 +99,8 @@ def analyze(
                 "MFU", lambda: model_flops_utilisation(trace, roofline, timing), all_notes
             )
         )
+        compiled = _attempt("torch.compile", lambda: compile_report(trace), all_notes)
+        replays = _attempt("CUDA graphs", lambda: graph_replays(trace), all_notes)
         diagnosis = _attempt(
             "diagnosis",
             lambda: diagnose(
@@ -120,6 +124,8 @@ def analyze(
         hotspots=hotspots,
         modules=modules,
         mfu=mfu,
+        compile=compiled,
+        graph_replays=replays,
     )
 
 

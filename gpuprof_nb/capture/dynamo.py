@@ -168,6 +168,13 @@ class CompileRecorder:
             line = _break_line(text)
             if line is not None:
                 event["source"] = linecache.getline(line[0], line[1]).strip()[:200]
+                mark = f'File "{line[0]}", line {line[1]}, in '
+                at = text.rfind(mark)
+                if at >= 0:
+                    event["function"] = text[at + len(mark) :].split("\n", 1)[0].strip()[:200]
+            # The reason comes before the user's traceback; the traceback (every frame of
+            # the caller's stack) is left out.
+            event["text"] = text.split("\nUser code traceback:", 1)[0][:MAX_TEXT]
         self._add(self._events, event)
 
     def _add(self, into: list[dict[str, Any]], entry: dict[str, Any]) -> None:
@@ -207,10 +214,16 @@ class CompileRecorder:
             entry["dropped"] = self._dropped
         return entry
 
-    def attach(self, artifact: dict[str, Any] | None) -> dict[str, Any] | None:
+    def attach(
+        self,
+        artifact: dict[str, Any] | None,
+        cell_numbers: Callable[[list[str]], dict[str, int]] | None = None,
+    ) -> dict[str, Any] | None:
         """Put the entry under gpuprof_nb's key of `artifact` (a trace dict) when something
         was compiled or ran compiled; return `artifact`. Times are left out: most compiling
-        happens in the warm-up, before the profiled run's clock starts."""
+        happens in the warm-up, before the profiled run's clock starts. `cell_numbers` maps
+        the notebook cells' file names the entry mentions to their execution numbers, kept
+        with the trace's cells (so a break is named `In [4], line 2`)."""
         if artifact is None:
             return None
         entry = self.record()
@@ -220,6 +233,12 @@ class CompileRecorder:
             own = artifact.setdefault(KEY, {})
             if isinstance(own, dict):
                 own["compile"] = entry
+                if cell_numbers is not None:
+                    files = [f.get("co_filename", "") for f in entry["frames"]]
+                    files += [w[0] for e in entry["events"] if (w := _break_line(e["text"]))]
+                    found = cell_numbers([f for f in files if f])
+                    if found:
+                        own.setdefault("cells", {}).update(found)
         return artifact
 
 

@@ -154,7 +154,7 @@ def run_cell(
     finally:
         runner.restore_modes()
         compiles.stop()
-    return _report(cells, stats, compiles.attach(artifact), args, notes)
+    return _report(cells, stats, compiles.attach(artifact, cells.cell_numbers), args, notes)
 
 
 def _show_partial(
@@ -301,7 +301,7 @@ def _name_cells(cells: CellCompiler, artifact: dict[str, Any]) -> None:
         files.extend(f[0] for f in samples.get("frames", ()))
     numbers = cells.cell_numbers(f for f in files if f)
     if numbers:
-        artifact.setdefault(KEY, {})["cells"] = numbers
+        artifact.setdefault(KEY, {}).setdefault("cells", {}).update(numbers)
 
 
 def _notes(args: Any, cuda: bool) -> list[str]:

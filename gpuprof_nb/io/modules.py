@@ -88,6 +88,7 @@ def compile_log_of(top: Mapping[str, Any], source: str = "trace") -> CompileLog 
                 compile_id=_text(source, raw.get("compile_id", ""), f"{at}.compile_id", empty=True),
                 text=_text(source, raw.get("text", ""), f"{at}.text", empty=True),
                 source=_text(source, raw.get("source", ""), f"{at}.source", empty=True),
+                function=_text(source, raw.get("function", ""), f"{at}.function", empty=True),
             )
         )
     frames = [

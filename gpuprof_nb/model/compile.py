@@ -14,12 +14,14 @@ CompileEventKind = Literal["graph_break", "recompile"]
 class CompileEvent:
     """One graph break or recompile, as Dynamo logged it: `text` is its message (a graph
     break's starts "Graph break in user code at FILE:LINE"; a recompile's lists the guards
-    that failed, one per line, "F/G: reason"); `source` is the text of the user's line."""
+    that failed, one per line, "F/G: reason"); `source` is the text of the user's line and
+    `function` the function it is in (graph breaks)."""
 
     kind: CompileEventKind
     compile_id: str
     text: str
     source: str = ""
+    function: str = ""
 
 
 @dataclass(frozen=True, slots=True)

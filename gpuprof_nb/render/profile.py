@@ -9,6 +9,7 @@ from typing import Any
 
 from gpuprof_nb.model.timing import NOISY_RATIO, TimingStats
 from gpuprof_nb.render.bundle import report_of, text_of, widget_of
+from gpuprof_nb.render.compile import compile_section
 from gpuprof_nb.render.diagnosis import diagnosis_section
 from gpuprof_nb.render.hotspots import hotspots_section
 from gpuprof_nb.render.html import esc, html_table, note
@@ -342,6 +343,8 @@ def _section_builders(report: ProfileReport) -> list[tuple[str, Callable[[], Sec
         wanted.append(("Kernels", lambda: kernels_section(kernels)))
     if report.modules is not None and report.modules.rows:
         wanted.append(("Modules", lambda: modules_section(report.modules)))  # type: ignore[arg-type]
+    if report.compile is not None or report.graph_replays is not None:
+        wanted.append(("Compile", lambda: compile_section(report.compile, report.graph_replays)))
     if timeline is not None and trace is not None:
         wanted.append(("Timeline", lambda: timeline_section(timeline, trace, hotspots)))
     if hotspots is not None:

@@ -16,6 +16,7 @@ from gpuprof_nb.model.memory import MemorySnapshot
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.model.utilisation import Utilisation
+from gpuprof_nb.results.compile import CompileReport, GraphReplays
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding
 from gpuprof_nb.results.display import Displayable
 from gpuprof_nb.results.hotspots import Hotspots
@@ -61,6 +62,10 @@ class ProfileReport(Displayable):
     modules: ModuleBreakdown | None = None
     # Model FLOPs utilisation of the step (analysis/mfu.py); None without counted FLOPs.
     mfu: Mfu | None = None
+    # What torch.compile did (analysis/compile.py) and the CUDA graph replays
+    # (analysis/cudagraphs.py); None when the cell compiled nothing / launched no graph.
+    compile: CompileReport | None = None
+    graph_replays: GraphReplays | None = None
 
     @property
     def utilisation(self) -> Utilisation | None:
