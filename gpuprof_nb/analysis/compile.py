@@ -104,6 +104,14 @@ def _report(trace: Trace) -> CompileReport | None:
     )
 
 
+def explain_log(
+    log: CompileLog, cells: Mapping[str, int]
+) -> tuple[tuple[GraphBreak, ...], tuple[Recompile, ...]]:
+    """The graph breaks and recompiles (ours left out) of one Dynamo log."""
+    recompiles, _ = _recompiles(log, cells)
+    return _breaks(log.events, cells), recompiles
+
+
 def break_parts(text: str) -> tuple[str, int, str, str, list[str], str]:
     """(file, line, reason, explanation, hints, function) of a graph-break record."""
     lines = text.splitlines()
