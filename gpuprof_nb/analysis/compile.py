@@ -296,7 +296,7 @@ def _between_regions(trace: Trace, log: CompileLog) -> tuple[int, float]:
     between = 0.0
     for key, lo, hi in regions:
         spans = per_thread[key]
-        a = bisect.bisect_right(starts[key], lo)
+        a = bisect.bisect_left(starts[key], lo)
         inside = []
         for s, e, name in spans[a:]:
             if s >= hi:
