@@ -288,3 +288,33 @@ def test_a_module_that_raises_inside_a_caught_error_keeps_the_ranges_nested() ->
     assert mb.row("outer.fc").parent == "outer"  # type: ignore[union-attr]
     fc = mb.row("outer.fc")
     assert fc is not None and fc.host_us > 0
+
+
+def test_memory_allocated_inside_a_module_is_charged_to_it() -> None:
+    class Alloc(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            big = torch.ones(1000, 1000)  # 4,000,000 bytes, inside this module
+            return x + big.sum()
+
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.alloc = Alloc()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(self.alloc(x))
+
+    outer = Outer()
+    x = torch.randn(2, 4)
+    recorder = ModuleRecorder({"outer": outer})
+    artifact = profile_cell(lambda: outer(x), cuda=False, memory=True, samplers=[("m", recorder)])
+    mb = module_breakdown(trace_from_dict(artifact))
+    alloc, fc, root = mb.row("outer.alloc"), mb.row("outer.fc"), mb.row("outer")
+    assert alloc is not None and fc is not None and root is not None
+    assert alloc.bytes_allocated is not None and alloc.bytes_allocated >= 4_000_000
+    assert fc.bytes_allocated is not None and fc.bytes_allocated < 4_000_000
+    assert root.bytes_allocated >= alloc.bytes_allocated + fc.bytes_allocated  # type: ignore[operator]
+    # Without --memory there is nothing to say: None, not 0.
+    _, plain = record(lambda: outer(x), {"outer": outer})
+    assert all(r.bytes_allocated is None for r in module_breakdown(plain).rows)

@@ -203,3 +203,13 @@ def test_a_shape_change_gives_the_recompile_reason(ip) -> None:
     assert "mark_dynamic" in rec.fix
     f = r.diagnosis.finding("recompilation")
     assert f is not None and "size mismatch" in f.title and "mark_dynamic" in f.fix
+
+
+def test_no_modules_records_no_module_ranges(ip) -> None:
+    r = profile(ip, "net(images).sum().backward()", "-o r --quiet --once --no-modules")
+    assert r.trace.modules is None
+    assert r.modules is not None and r.modules.rows == ()
+    assert "-- Modules --" not in r.text()
+    from torch.nn.modules import module as m
+
+    assert not m._global_forward_pre_hooks and not m._global_forward_hooks
