@@ -1,7 +1,8 @@
 """What the nn.Module ranges (capture/modules.py) add to a profiled training step on the CPU.
 
-`python benchmarks/module_hooks.py [--rounds N] [--layers L]` prints a markdown section
-(RESULTS.md, section 12). Variants, interleaved round by round in a shuffled (seeded)
+`python benchmarks/run.py --only modules --reuse` measures it into RESULTS.md (section 12);
+`python benchmarks/module_hooks.py [--rounds N] [--layers L]` prints the section alone.
+Variants, interleaved round by round in a shuffled (seeded)
 order, one untimed call of each first and `gc.collect()` before each call:
 
 - a training step (forward, cross-entropy, backward, SGD step) of an L-layer transformer
@@ -28,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -139,6 +141,29 @@ def bare(step: Callable[[], None], namespace: dict[str, object] | None) -> tuple
             recorder.stop()
 
 
+def per_call_us(calls: int = 20_000, rounds: int = 7) -> dict[str, float]:
+    """Thread CPU microseconds one module call costs inside the profiler, without and with
+    the recorder (nn.Identity called `calls` times; best of `rounds`), and the difference:
+    what the hooks and the range add per call."""
+    ident = nn.Identity()
+    x = torch.zeros(1)
+
+    def loop() -> None:
+        for _ in range(calls):
+            ident(x)
+
+    best: dict[str, float] = {}
+    for name, ns in (("without", None), ("with", {"ident": ident})):
+        times = []
+        for _ in range(rounds):
+            gc.collect()
+            _, cpu, _ = profiled(loop, ns)
+            times.append(cpu)
+        best[name] = min(times) / calls * 1e6
+    best["added"] = best["with"] - best["without"]
+    return best
+
+
 def measure(rounds: int, layers: int, seed: int = 0) -> list[dict[str, object]]:
     torch.set_num_threads(1)
     step, ns = training_step(layers)
@@ -189,15 +214,18 @@ def measure(rounds: int, layers: int, seed: int = 0) -> list[dict[str, object]]:
     return rows
 
 
-def markdown(rows: list[dict[str, object]], rounds: int, layers: int, command: str) -> str:
+def markdown(
+    rows: list[dict[str, object]],
+    rounds: int,
+    layers: int,
+    command: str,
+    call: dict[str, float] | None = None,
+) -> str:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     lines = [
-        "## 12. Module ranges beside the profiled run",
-        "",
-        f"_Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `{command}`; "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch "
         f"{torch.__version__} (1 thread), load average at the end "
-        f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}._",
+        f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}.",
         "",
         f"A training step of a {layers}-layer transformer (d 128, 4 heads, batch 8 x 64 "
         "tokens, cross-entropy, SGD) and the same matmul work in plain tensor ops (no "
@@ -224,7 +252,64 @@ def markdown(rows: list[dict[str, object]], rounds: int, layers: int, command: s
         "standard error shows how much it does).",
         "",
     ]
+    if call is not None:
+        step = next(r for r in rows if r["variant"] == "step: profiled, no ranges")
+        calls = next(r for r in rows if r["variant"] == "step: profiled, module ranges")
+        added_ms = call["added"] * float(calls["ranges"]) / 1e3  # type: ignore[arg-type]
+        lines += [
+            "Per module call, inside the profiler (an `nn.Identity` called 20,000 times, thread "
+            "CPU time, best of 7): "
+            f"{call['without']:.2f} us without the recorder, {call['with']:.2f} us with it, "
+            f"{call['added']:.2f} us added. The step's {calls['ranges']:.0f} module calls "
+            f"then add {added_ms:.2f} ms to its {step['cpu_ms']:.1f} ms of thread CPU time: "
+            f"{added_ms / float(step['cpu_ms']):+.2%}.",  # type: ignore[arg-type]
+            "",
+        ]
     return "\n".join(lines)
+
+
+TITLE = "12. Module ranges beside the profiled run"
+GOAL = "at most 2%"
+
+
+def run(cfg: Any) -> Any:
+    """The RESULTS.md section (benchmarks/run.py): quick runs shrink to 2 layers, 2 rounds."""
+    from benchmarks.config import Section, Target
+
+    rounds, layers = (2, 2) if cfg.quick else (31, 24)
+    rows = measure(rounds, layers)
+    call = per_call_us(calls=2000 if cfg.quick else 20_000, rounds=2 if cfg.quick else 7)
+    text = markdown(rows, rounds, layers, "", call)
+    by = {r["variant"]: r for r in rows}
+    step = by["step: profiled, module ranges"]
+    plain = by["no module: profiled, recorder on"]
+    base = by["step: profiled, no ranges"]
+    per_call_share = call["added"] * float(step["ranges"]) / 1e3 / float(base["cpu_ms"])  # type: ignore[arg-type]
+    judged = float(step["cpu_vs_none"])  # type: ignore[arg-type]
+    targets = (
+        Target(
+            f"module ranges on a {layers}-layer training step, profiled: thread CPU time added "
+            "(median of round ratios)",
+            f"{judged:+.1%} (± {float(step['cpu_vs_none_se']):.1%}); from the per-call cost: "  # type: ignore[arg-type]
+            f"{per_call_share:+.2%}",
+            GOAL + " (the per-call cost, and the round median not above it by over 2 standard "
+            "errors)",
+            None
+            if cfg.quick
+            else per_call_share <= 0.02 and judged - 2 * float(step["cpu_vs_none_se"]) <= 0.02,  # type: ignore[arg-type]
+        ),
+        Target(
+            "no module called, recorder on: thread CPU time added",
+            f"{float(plain['cpu_vs_none']):+.1%} (± {float(plain['cpu_vs_none_se']):.1%}); "  # type: ignore[arg-type]
+            f"{plain['ranges']:.0f} ranges recorded",
+            "nothing (within the standard error), no range",
+            None
+            if cfg.quick
+            else float(plain["cpu_vs_none"]) <= 2 * float(plain["cpu_vs_none_se"])  # type: ignore[arg-type]
+            and plain["ranges"] == 0,
+        ),
+    )
+    return Section(TITLE, text, targets)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,8 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=24)
     args = parser.parse_args(argv)
     rows = measure(args.rounds, args.layers)
+    call = per_call_us()
     command = "python benchmarks/module_hooks.py " + " ".join(argv or sys.argv[1:])
-    print(markdown(rows, args.rounds, args.layers, command.strip()))
+    print(f"## {TITLE}\n")
+    print(markdown(rows, args.rounds, args.layers, command.strip(), call))
     return 0
 
 

@@ -48,6 +48,7 @@ COMPARISONS = {
     "stragglers": "benchmarks.stragglers",
     "training": "benchmarks.training_cell",
     "samplers": "benchmarks.samplers",
+    "modules": "benchmarks.module_hooks",
 }
 # Each comparison's section title in RESULTS.md (what --reuse finds there).
 TITLES = {
@@ -63,6 +64,7 @@ TITLES = {
     "stragglers": "9. Stragglers named",
     "training": "10. %%gpuprofile on a real training cell",
     "samplers": "11. Samplers beside the profiled run",
+    "modules": "12. Module ranges beside the profiled run",
 }
 
 

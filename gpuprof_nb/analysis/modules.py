@@ -546,14 +546,21 @@ def _idle_by_node(
     idle = np.zeros(n)
     if not len(starts):
         return idle
-    for gap in timeline.gaps:
-        a = int(np.searchsorted(ends, gap.start_us, side="right"))
-        b = int(np.searchsorted(starts, gap.end_us, side="left"))
-        if b <= a:
-            continue
-        overlap = np.minimum(ends[a:b], gap.end_us) - np.maximum(starts[a:b], gap.start_us)
-        pos = overlap > 0
-        np.add.at(idle, node[a:b][pos], overlap[pos])
+    g_lo = np.fromiter((g.start_us for g in timeline.gaps), dtype=float, count=len(timeline.gaps))
+    g_hi = np.fromiter((g.end_us for g in timeline.gaps), dtype=float, count=len(timeline.gaps))
+    # Each gap meets the pieces a..b-1 (pieces are sorted and disjoint); all pairs at once.
+    a = np.searchsorted(ends, g_lo, side="right")
+    b = np.searchsorted(starts, g_hi, side="left")
+    counts = np.maximum(b - a, 0)
+    if not counts.sum():
+        return idle
+    gap = np.repeat(np.arange(len(g_lo)), counts)
+    piece = np.repeat(a, counts) + (
+        np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    )
+    overlap = np.minimum(ends[piece], g_hi[gap]) - np.maximum(starts[piece], g_lo[gap])
+    hit = overlap > 0
+    np.add.at(idle, node[piece[hit]], overlap[hit])
     return idle
 
 

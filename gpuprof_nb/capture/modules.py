@@ -82,9 +82,10 @@ class ModuleRecorder:
         self._local = threading.local()
         self._roots: dict[int, str] = {}
         self._full: dict[int, str] = {}
-        # (parent path, id(module)) -> path; the modules are kept alive while we run, so an
-        # id cannot be reused by another module meanwhile.
-        self._paths: dict[tuple[str, int], str] = {}
+        self._below: dict[int, dict[int, str]] = {}
+        # (parent path, id(module)) -> (path, range name); the modules are kept alive while
+        # we run, so an id cannot be reused by another module meanwhile.
+        self._paths: dict[tuple[str, int], tuple[str, str]] = {}
         self._keep: list[nn.Module] = []
         self._types: dict[str, str] = {}
         self._calls = 0
@@ -94,7 +95,7 @@ class ModuleRecorder:
         self._started = self._stopped = False
         self._compiling = _is_compiling()
         self._range: Any = _fast_range if _fast_range is not None else _Range
-        self._open: list[list[tuple[nn.Module, Any]]] = []
+        self._open: list[list[tuple[nn.Module, str, Any]]] = []
         self._error = ""
 
     # -- running ---------------------------------------------------------------------------
@@ -154,75 +155,80 @@ class ModuleRecorder:
         # Ranges a module that raised left open (always_call closes them on torch >= 2.1).
         for stack in self._open:
             while stack:
-                _, rng = stack.pop()
+                _, _, rng = stack.pop()
                 try:
                     rng.__exit__(None, None, None)
                 except Exception:  # noqa: BLE001, S112
                     continue
 
-    def _stack(self) -> list[tuple[nn.Module, Any]]:
-        local = self._local
-        try:
-            return local.stack  # type: ignore[no-any-return]
-        except AttributeError:
-            stack: list[tuple[nn.Module, Any]] = []
-            local.stack = stack
-            local.paths = []
+    def _stack(self) -> list[tuple[nn.Module, str, Any]]:
+        """This thread's open module calls: (module, path, range), innermost last."""
+        stack: list[tuple[nn.Module, str, Any]] | None = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
             self._open.append(stack)
-            return stack
+        return stack
 
     def _pre(self, module: nn.Module, args: Any) -> None:
         if self._compiling():
             return
         stack = self._stack()
-        paths: list[str] = self._local.paths
-        parent = paths[-1] if paths else ""
+        parent = stack[-1][1] if stack else ""
         key = (parent, id(module))
-        path = self._paths.get(key)
-        if path is None:
+        named = self._paths.get(key)
+        if named is None:
             path = self._name(module, stack[-1][0] if stack else None, parent)
+            named = (path, MODULE_PREFIX + path)
             if len(self._paths) < MAX_PATHS:
-                self._paths[key] = path
+                self._paths[key] = named
                 self._keep.append(module)
                 self._types.setdefault(path, type(module).__name__)
         if not stack:
-            self._note_root(path, module, args)
-        rng = self._range(MODULE_PREFIX + path)
+            self._note_root(named[0], module, args)
+        rng = self._range(named[1])
         rng.__enter__()
-        stack.append((module, rng))
-        paths.append(path)
+        stack.append((module, named[0], rng))
         self._calls += 1
 
     def _post(self, module: nn.Module, args: Any, output: Any) -> None:
         if self._compiling():
             return
         stack = self._stack()
-        paths: list[str] = self._local.paths
+        if not stack:
+            return
+        if stack[-1][0] is not module and not any(m is module for m, _, _ in stack):
+            return
         # Close up to this module's own range (ranges of callees that raised and were caught
         # end here too).
-        if not any(m is module for m, _ in stack):
-            return
         while stack:
-            m, rng = stack.pop()
-            paths.pop()
+            m, _, rng = stack.pop()
             rng.__exit__(None, None, None)
             if m is module:
                 break
 
     def _name(self, module: nn.Module, caller: nn.Module | None, parent: str) -> str:
-        """The path of `module` called from `caller` (whose path is `parent`)."""
+        """The path of `module` called from `caller` (whose path is `parent`): its attribute
+        name in the caller, else its path below the caller (a block of a ModuleList the
+        caller loops over: `layers.3`), else its class name."""
         if caller is None:
             return self._full.get(id(module)) or type(module).__name__
         for name, child in caller._modules.items():
             if child is module:
                 return f"{parent}.{name}"
-        try:
-            for name, child in caller.named_modules():
-                if child is module and name:
-                    return f"{parent}.{name}"
-        except Exception:  # noqa: BLE001, S110 - a module whose named_modules fails: a class name
-            pass
-        return f"{parent}.{type(module).__name__}"
+        full = self._full.get(id(module))
+        if full is not None and full.startswith(parent + "."):
+            return full
+        below = self._below.get(id(caller))
+        if below is None:
+            # Once per caller: every module under it, by identity.
+            try:
+                below = {id(m): n for n, m in caller.named_modules() if n}
+            except Exception:  # noqa: BLE001 - a module whose named_modules fails
+                below = {}
+            self._below[id(caller)] = below
+            self._keep.append(caller)
+        found = below.get(id(module))
+        return f"{parent}.{found}" if found else f"{parent}.{type(module).__name__}"
 
     def _note_root(self, path: str, module: nn.Module, args: Any) -> None:
         info = self._root_info.get(path)

@@ -213,3 +213,20 @@ def test_no_modules_records_no_module_ranges(ip) -> None:
     from torch.nn.modules import module as m
 
     assert not m._global_forward_pre_hooks and not m._global_forward_hooks
+
+
+@pytest.mark.slow
+def test_inductor_graph_break_is_explained_too(ip) -> None:
+    """The default backend (Inductor builds C++ kernels with gcc on CPU: slow to compile)."""
+    import torch
+
+    torch._dynamo.reset()
+    ip.run_cell(
+        "def tail(x):\n    y = (x * 3).relu()\n    k = int(y.max().item())\n    return y + k\n"
+        "ctail = torch.compile(tail)\nxt = torch.randn(16, 16)"
+    )
+    r = profile(ip, "ctail(xt)", "-o r --quiet --once")
+    [b] = r.compile.breaks
+    assert b.source == "k = int(y.max().item())" and "item()" in b.reason
+    assert r.compile.graphs == 2 and r.compile.compile_time_s > 0
+    assert r.diagnosis.finding("graph_break") is not None
