@@ -229,7 +229,7 @@ def _report(
 
 
 def _samplers(
-    code: Any, args: Any, cuda: bool, namespace: dict[str, Any]
+    code: Any, args: Any, cuda: bool, namespace: dict[str, Any] | None = None
 ) -> list[tuple[str, Sampler]]:
     """Return what samples beside the profiled run: the utilisation of the machine, the
     nn.Module ranges (unless --no-modules; roots named from `namespace`), and with --stack
