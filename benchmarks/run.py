@@ -49,6 +49,7 @@ COMPARISONS = {
     "training": "benchmarks.training_cell",
     "samplers": "benchmarks.samplers",
     "fit": "benchmarks.fit_prediction",
+    "modules": "benchmarks.module_hooks",
 }
 # Each comparison's section title in RESULTS.md (what --reuse finds there).
 TITLES = {
@@ -65,6 +66,7 @@ TITLES = {
     "training": "10. %%gpuprofile on a real training cell",
     "samplers": "11. Samplers beside the profiled run",
     "fit": "12. Will it fit on a million-entry snapshot",
+    "modules": "13. Module ranges beside the profiled run",
 }
 
 

@@ -17,6 +17,7 @@ from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.classify import kernel_class, op_class
 from gpuprof_nb.analysis.derived import kernel_columns
 from gpuprof_nb.analysis.fixes import CPU_FIXES, FIXES
+from gpuprof_nb.analysis.model_rules import model_findings
 from gpuprof_nb.analysis.rules import (
     Context,
     cold_ops_idle_us,
@@ -69,6 +70,7 @@ FIX_ORDER: tuple[FindingKind, ...] = (
     "launch_overhead",
     "memory_bound",
     "recompilation",
+    "graph_break",
     "python_overhead",  # compile
     "precision",
     "dtype_cast",  # mixed precision
@@ -220,6 +222,8 @@ def diagnose(
             "or %%gpuprofile --memory)"
         )
     add(growth)
+    # Modules named, torch.compile's reasons, CUDA graphs (analysis/model_rules.py).
+    considered = model_findings(c, considered, roofline)
     considered.sort(key=lambda f: (-f.share, FIX_ORDER.index(f.kind), f.title))
     reported = [
         f for f in considered if f.kind == "compute_bound" or f.share >= th.MIN_REPORT_SHARE

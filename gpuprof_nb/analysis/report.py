@@ -9,10 +9,14 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from gpuprof_nb.analysis.compile import compile_report
+from gpuprof_nb.analysis.cudagraphs import graph_replays
 from gpuprof_nb.analysis.diagnose import diagnose
 from gpuprof_nb.analysis.fit import categories_and_fit, fit_batch_size
 from gpuprof_nb.analysis.hotspots import compute_hotspots
 from gpuprof_nb.analysis.memory import analyze_snapshot, parse_window
+from gpuprof_nb.analysis.mfu import model_flops_utilisation
+from gpuprof_nb.analysis.modules import module_breakdown
 from gpuprof_nb.analysis.ops import kernel_table, summarize_trace, top_ops
 from gpuprof_nb.analysis.plan import plan_checkpointing
 from gpuprof_nb.analysis.roofline import compute_roofline
@@ -94,6 +98,16 @@ def analyze(
             if timeline is None
             else _attempt("hotspots", lambda: compute_hotspots(trace, timeline), all_notes)
         )
+        modules = _attempt("modules", lambda: module_breakdown(trace, timeline), all_notes)
+        mfu = (
+            None
+            if roofline is None
+            else _attempt(
+                "MFU", lambda: model_flops_utilisation(trace, roofline, timing), all_notes
+            )
+        )
+        compiled = _attempt("torch.compile", lambda: compile_report(trace), all_notes)
+        replays = _attempt("CUDA graphs", lambda: graph_replays(trace), all_notes)
         diagnosis = _attempt(
             "diagnosis",
             lambda: diagnose(
@@ -115,6 +129,10 @@ def analyze(
         top=top,
         sort=ops.sort_key,
         hotspots=hotspots,
+        modules=modules,
+        mfu=mfu,
+        compile=compiled,
+        graph_replays=replays,
     )
 
 

@@ -26,6 +26,7 @@ from gpuprof_nb.analysis.derived import (
     kernel_ids,
     last_call_of,
     lookup,
+    memo,
     op_columns,
     op_name_codes,
     runtime_external_ids,
@@ -453,6 +454,9 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
             if a == i:
                 anchor_time[i] = ops[i].dur_us
 
+    # Each costed anchor (its position in the op columns), its cost and time: what MFU and
+    # the per-module bounds read (analysis/mfu.py, analysis/model_rules.py).
+    memo(trace, "roofline_anchors", lambda: tuple((a, cost(a), t) for a, t in anchor_time.items()))
     groups: dict[tuple[str, str, str], _Acc] = {}
     group_cost: dict[tuple[str, str, str], OpCost] = {}
     group_kernel_names: dict[tuple[str, str, str], set[str]] = {}

@@ -78,6 +78,13 @@ OPTIONS: tuple[Option, ...] = (
     _option("--stack", action="store_true", help="record Python call stacks"),
     _option("--memory", action="store_true", help="record allocator events"),
     _option(
+        "--no-modules",
+        dest="modules",
+        action="store_false",
+        help="do not record nn.Module ranges in the profiled run (they cost about 1 us "
+        "per module call; the Modules tab then has nothing to show)",
+    ),
+    _option(
         "--top", type=int, default=20, metavar="N", help="rows in the top-ops table (default 20)"
     ),
     _option(

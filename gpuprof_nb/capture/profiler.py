@@ -158,6 +158,8 @@ def profile_cell(
             "profiler's trace and read it with gpuprof_nb.load_trace"
         )
     artifact = _export(prof)
+    for _, sampler in samplers:  # samplers that record into the trace itself tidy it up
+        getattr(sampler, "edit_trace", lambda _: None)(artifact)
     if cuda:
         drop_warmup(artifact)
     if samplers:

@@ -31,6 +31,8 @@ import torch
 from IPython.core.error import UsageError
 
 from gpuprof_nb.capture.cell import CellCompiler, CellRunner, block_builder
+from gpuprof_nb.capture.dynamo import CompileRecorder
+from gpuprof_nb.capture.modules import ModuleRecorder
 from gpuprof_nb.capture.profiler import (
     ProfilerStoppedByCell,
     Sampler,
@@ -79,6 +81,9 @@ def run_cell(
     sync = _cuda_sync if cuda else None
     stats: TimingStats
     artifact = None
+    # What torch.compile does in every run of the cell (it compiles in the warm-up).
+    compiles = CompileRecorder()
+    compiles.start()
     try:
         if args.once and not args.timing_only:
             # One run only: it is both timed and profiled, so its time includes the
@@ -106,7 +111,7 @@ def run_cell(
                     stack=args.stack,
                     memory=args.memory,
                     cuda=cuda,
-                    samplers=_samplers(code, args, cuda),
+                    samplers=_samplers(code, args, cuda, namespace),
                 )
             except ProfilerStoppedByCell as exc:
                 notes.append(f"no trace: {exc}")
@@ -136,7 +141,7 @@ def run_cell(
                         stack=args.stack,
                         memory=args.memory,
                         cuda=cuda,
-                        samplers=_samplers(code, args, cuda),
+                        samplers=_samplers(code, args, cuda, namespace),
                     )
                 except ProfilerStoppedByCell as exc:
                     # The timings stand; only the trace is lost, so say so and go on.
@@ -148,7 +153,8 @@ def run_cell(
                     raise
     finally:
         runner.restore_modes()
-    return _report(cells, stats, artifact, args, notes)
+        compiles.stop()
+    return _report(cells, stats, compiles.attach(artifact, cells.cell_numbers), args, notes)
 
 
 def _show_partial(
@@ -223,12 +229,17 @@ def _report(
         return ProfileReport(timing=stats, trace=trace, artifact=artifact, notes=tuple(notes))
 
 
-def _samplers(code: Any, args: Any, cuda: bool) -> list[tuple[str, Sampler]]:
-    """Return what samples beside the profiled run: the utilisation of the machine, and
-    with --stack the Python line the cell runs (keyed as the trace stores them)."""
+def _samplers(
+    code: Any, args: Any, cuda: bool, namespace: dict[str, Any] | None = None
+) -> list[tuple[str, Sampler]]:
+    """Return what samples beside the profiled run: the utilisation of the machine, the
+    nn.Module ranges (unless --no-modules; roots named from `namespace`), and with --stack
+    the Python line the cell runs (keyed as the trace stores them)."""
     samplers: list[tuple[str, Sampler]] = [
         ("utilisation", UtilisationSampler(cuda=cuda, device_index=_nvml_index(cuda)))
     ]
+    if getattr(args, "modules", True):
+        samplers.append(("modules", ModuleRecorder(namespace)))
     if args.stack:
         samplers.append(("samples", LineSampler(code)))
     return samplers
@@ -291,7 +302,7 @@ def _name_cells(cells: CellCompiler, artifact: dict[str, Any]) -> None:
         files.extend(f[0] for f in samples.get("frames", ()))
     numbers = cells.cell_numbers(f for f in files if f)
     if numbers:
-        artifact.setdefault(KEY, {})["cells"] = numbers
+        artifact.setdefault(KEY, {}).setdefault("cells", {}).update(numbers)
 
 
 def _notes(args: Any, cuda: bool) -> list[str]:

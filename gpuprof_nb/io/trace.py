@@ -53,6 +53,7 @@ except ImportError:  # optional at run time: the standard library reader does th
 from gpuprof_nb.errors import GpuprofError, TraceFormatError
 from gpuprof_nb.io.cells import cells_of
 from gpuprof_nb.io.gcpause import gc_paused
+from gpuprof_nb.io.modules import compile_log_of, module_capture_of
 from gpuprof_nb.io.samples import samples_of
 from gpuprof_nb.io.utilisation import utilisation_of
 from gpuprof_nb.model.build import fast_maker as _maker
@@ -892,6 +893,10 @@ class _Builder:
         # Hotspots or utilisation strip (said in the warnings), never the trace.
         samples = _own_entry(lambda: samples_of(top, self.source), "line samples", warnings)
         utilisation = _own_entry(lambda: utilisation_of(top), "utilisation samples", warnings)
+        modules = _own_entry(
+            lambda: module_capture_of(top, self.source), "module records", warnings
+        )
+        compiled = _own_entry(lambda: compile_log_of(top, self.source), "compile records", warnings)
         return Trace(
             source=self.source,
             ops=tuple(ops),
@@ -909,6 +914,8 @@ class _Builder:
             cells=cells_of(top),
             samples=samples,
             utilisation=utilisation,
+            modules=modules,
+            compile_log=compiled,
         )
 
 

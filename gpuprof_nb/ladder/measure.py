@@ -23,6 +23,10 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from gpuprof_nb.errors import GpuprofError
 
+# The range around each training step, for counting one step's FLOPs under the profiler
+# (ladder/mfu.py): the probe's evaluation forward stays outside it.
+STEP_MARKER = "gpuprof_nb::ladder-step"
+
 
 class NonFiniteLossError(GpuprofError):
     """The training loss became NaN or infinite."""
@@ -489,7 +493,8 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
         for _step in range(workload.warmup + workload.steps):
             _sync(device)
             t0 = time.perf_counter_ns()
-            total = step()
+            with torch.profiler.record_function(STEP_MARKER):
+                total = step()
             _sync(device)
             times.append((time.perf_counter_ns() - t0) / 1e3)
             losses.append(total)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import math
 import statistics
@@ -11,6 +12,7 @@ from typing import Any
 
 import torch
 
+from gpuprof_nb.capture.dynamo import CompileRecorder
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.ladder.measure import (
     LoaderSettings,
@@ -31,6 +33,7 @@ from gpuprof_nb.ladder.measure import (
     memory_method,
     resolve_data,
 )
+from gpuprof_nb.ladder.mfu import count_flops, graph_breaks_of, with_mfu
 from gpuprof_nb.ladder.plan import plan_for
 from gpuprof_nb.ladder.report import (
     RUNG_NAMES,
@@ -91,6 +94,11 @@ class _Climb:
         self.baseline_loss: float | None = None
         self.current: RungConfig = RungConfig()
         self.current_measurement: Measurement | None = None
+        # MFU: the baseline's FLOPs per sample (None: not counted, `flops_note` says why)
+        # and each rung's precision.
+        self.flops_per_sample: float | None = None
+        self.flops_note = ""
+        self.precisions: dict[str, str] = {}
 
     def try_measure(self, name: str, config: RungConfig, label: str) -> Measurement | RungResult:
         """Measure `config`; on failure return a failed RungResult (memory already freed)."""
@@ -113,6 +121,7 @@ class _Climb:
         self, name: str, config: RungConfig, measured: Measurement, status: str, reason: str
     ) -> RungResult:
         timing = TimingStats(wall_us=measured.step_times_us)
+        self.precisions[name] = config.precision
         if timing.iqr_us > 0.5 * timing.median_us:
             # Say so rather than hide it: a loaded machine can flip a keep/drop verdict.
             reason += " [noisy: step-time IQR over half the median; re-run on an idle machine]"
@@ -287,6 +296,13 @@ def run_ladder(
         bar.close()
         free_memory(dev, collect=False)
     baseline = climb.results[0]
+    rungs_mfu, peak_source = with_mfu(climb.results, climb.flops_per_sample, dev, climb.precisions)
+    if climb.flops_note:
+        notes.append(f"no MFU: {climb.flops_note}")
+    elif climb.flops_per_sample and not peak_source:
+        notes.append(
+            "no MFU: no peak is known for this device (gpuprof_nb.measure_ceilings() measures it)"
+        )
     three = read_three_runs(
         baseline.samples_per_s or math.nan,
         amp_result.samples_per_s if amp_result is not None else None,
@@ -294,7 +310,9 @@ def run_ladder(
         amp_label=amp,
     )
     return LadderReport(
-        rungs=tuple(climb.results),
+        rungs=rungs_mfu,
+        model_flops_per_sample=climb.flops_per_sample,
+        peak_source=peak_source,
         three_run=three,
         device_name=_device_name(dev),
         memory_method=memory_method(dev),
@@ -323,8 +341,12 @@ def _run_baseline(climb: _Climb, config: RungConfig) -> None:
     climb.progress.start("fp32: baseline")
     try:
         # One untimed step first, so one-time costs (library loading, allocator and thread
-        # pool start-up) land on no rung's time or peak memory.
-        measure(replace(climb.workload, steps=1, warmup=0), config)
+        # pool start-up) land on no rung's time or peak memory; profiled, it gives the
+        # model's FLOPs per step (MFU).
+        first = replace(climb.workload, steps=1, warmup=0)
+        once, flops, why = count_flops(lambda: measure(first, config), climb.workload.device)
+        climb.flops_per_sample = flops / once.samples_per_step if flops else None
+        climb.flops_note = why
         got = measure(climb.workload, config)
     except GpuprofError:
         raise
@@ -379,7 +401,20 @@ def _run_compile(
         return None
     amp_kept = amp_result is not None and amp_result.status == "kept"
     config = climb.current.with_(compile_mode="default")
-    result = climb.speed_rung("compile", config, "torch.compile (default mode)")
+    recorder = CompileRecorder()
+    recorder.start()
+    try:
+        result = climb.speed_rung("compile", config, "torch.compile (default mode)")
+    finally:
+        recorder.stop()
+    breaks = graph_breaks_of(recorder.record())
+    if breaks:
+        result = dataclasses.replace(
+            result,
+            graph_breaks=breaks,
+            reason=f"{result.reason}; {len(breaks)} graph break(s): " + "; ".join(breaks),
+        )
+        climb.results[-1] = result if climb.results[-1].name == "compile" else climb.results[-1]
     if amp_kept or amp_result is None or amp_result.status == "failed":
         return result.samples_per_s if config.precision == amp else None
     # Low precision was dropped, so the compile rung ran without it; the three-run reading

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from gpuprof_nb.model.compile import CompileLog
+    from gpuprof_nb.model.modules import ModuleCapture
     from gpuprof_nb.model.samples import StackSamples
     from gpuprof_nb.model.utilisation import Utilisation
 
@@ -195,6 +197,9 @@ class Trace:
     # its utilisation sampler read beside it, when it recorded the trace.
     samples: StackSamples | None = None
     utilisation: Utilisation | None = None
+    # What its module recorder and torch.compile's log kept, when gpuprof_nb recorded it.
+    modules: ModuleCapture | None = None
+    compile_log: CompileLog | None = None
     # What the analyses derive from the trace and several of them need (the top-level ops,
     # the op tree, interval unions...), filled on first use by analysis/derived.py so that
     # one report computes each once. Not part of the trace's value: never compared, shown

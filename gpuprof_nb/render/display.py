@@ -12,10 +12,12 @@ from gpuprof_nb.io.gcpause import gc_paused
 # Imported for their registrations with report_of / text_of / widget_of.
 from gpuprof_nb.render import (  # noqa: F401
     compare,
+    compile,
     diagnosis,
     hotspots,
     ladder,
     memory,
+    modules,
     profile,
     roofline,
     run,

@@ -36,12 +36,13 @@ RUNG_HEADERS = (
     "step IQR",
     "peak memory",
     "compile",
+    "MFU",
     "loss",
     "loss drift",
     "settings",
     "why",
 )
-RUNG_NUMERIC = (False, False, True, True, True, True, True, True, True, False, False)
+RUNG_NUMERIC = (False, False, True, True, True, True, True, True, True, True, False, False)
 
 
 def fmt_samples(rate: float | None) -> str:
@@ -61,6 +62,7 @@ def rung_row(rung: RungResult) -> tuple[str, ...]:
         fmt_us(rung.step_iqr_us) if rung.measured else "-",
         fmt_bytes(rung.peak_memory_bytes) if rung.peak_memory_bytes is not None else "-",
         fmt_us(rung.compile_time_us) if rung.compile_time_us is not None else "-",
+        fmt_pct(rung.mfu) if rung.mfu is not None else "-",
         fmt_num(rung.final_loss, 5) if rung.final_loss is not None else "-",
         fmt_pct(rung.loss_drift) if rung.loss_drift is not None else "-",
         rung.settings,
@@ -235,14 +237,14 @@ def _three_run_section(report: LadderReport) -> Section | None:
 def _rungs_section(report: LadderReport) -> Section:
     rows = [rung_row(r) for r in report.rungs]
     text = text_table(RUNG_HEADERS, rows, right=RUNG_NUMERIC)
-    html = html_table(RUNG_HEADERS, rows, numeric=RUNG_NUMERIC, name_cols=(9, 10))
+    html = html_table(RUNG_HEADERS, rows, numeric=RUNG_NUMERIC, name_cols=(10, 11))
     for rung in report.rungs:
         if rung.trials:
             trial_rows = [rung_row(t) for t in rung.trials]
             title = f"{rung.name}: every setting tried"
             text += f"\n\n{title}\n" + text_table(RUNG_HEADERS, trial_rows, right=RUNG_NUMERIC)
             html += f"<p><b>{esc(title)}</b></p>" + html_table(
-                RUNG_HEADERS, trial_rows, numeric=RUNG_NUMERIC, name_cols=(9, 10)
+                RUNG_HEADERS, trial_rows, numeric=RUNG_NUMERIC, name_cols=(10, 11)
             )
     foot = (
         f"Step times over {report.steps} optimizer steps after {report.warmup} warm-up "

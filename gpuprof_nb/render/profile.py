@@ -10,9 +10,12 @@ from typing import Any
 
 from gpuprof_nb.model.timing import NOISY_RATIO, TimingStats
 from gpuprof_nb.render.bundle import report_of, tabbed_html, text_of, widget_of
+from gpuprof_nb.render.compile import compile_section
 from gpuprof_nb.render.diagnosis import diagnosis_section
 from gpuprof_nb.render.hotspots import hotspots_section
 from gpuprof_nb.render.html import TEXT_CELL, esc, html_table, note, scroll_box
+from gpuprof_nb.render.mfu import mfu_notes, mfu_pairs
+from gpuprof_nb.render.modules import modules_section
 from gpuprof_nb.render.roofline import roofline_section
 from gpuprof_nb.render.sections import Section, report_text
 from gpuprof_nb.render.text import text_table
@@ -73,6 +76,8 @@ def summary_pairs(report: ProfileReport) -> list[tuple[str, str]]:
     summary = report.summary
     trace = report.trace
     pairs.append(("device", _device_label(report)))
+    if report.mfu is not None and report.mfu.on_device:  # a GPU run leads with its MFU
+        pairs.extend(mfu_pairs(report.mfu))
     if timing is not None:
         measured = "CUDA events" if timing.device_us else "wall clock"
         if timing.number > 1:
@@ -129,6 +134,8 @@ def summary_pairs(report: ProfileReport) -> list[tuple[str, str]]:
         else:
             pairs.append(("ops", fmt_num(summary.op_count)))
             pairs.append(("kernels", fmt_num(summary.kernel_count)))
+    if report.mfu is not None and not report.mfu.on_device:
+        pairs.extend(mfu_pairs(report.mfu))
     return pairs
 
 
@@ -167,6 +174,8 @@ def summary_notes(report: ProfileReport) -> list[str]:
             f"{fmt_num(NOISY_RATIO)}x); close other work or raise --repeat"
         )
     notes.extend(report.notes)
+    if report.mfu is not None:
+        notes.extend(mfu_notes(report.mfu))
     return notes
 
 
@@ -336,6 +345,10 @@ def _section_builders(report: ProfileReport) -> list[tuple[str, Callable[[], Sec
         wanted.append(("Top ops", lambda: ops_section(ops)))
     if kernels is not None:
         wanted.append(("Kernels", lambda: kernels_section(kernels)))
+    if report.modules is not None and report.modules.rows:
+        wanted.append(("Modules", lambda: modules_section(report.modules)))  # type: ignore[arg-type]
+    if report.compile is not None or report.graph_replays is not None:
+        wanted.append(("Compile", lambda: compile_section(report.compile, report.graph_replays)))
     if timeline is not None and trace is not None:
         wanted.append(("Timeline", lambda: timeline_section(timeline, trace, hotspots)))
     if hotspots is not None:

@@ -24,6 +24,7 @@ FindingKind = Literal[
     "communication",
     "cold_start",
     "recompilation",
+    "graph_break",
     "memory_growth",
     "fragmentation",
     "oom",

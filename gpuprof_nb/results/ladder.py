@@ -64,6 +64,10 @@ class RungResult:
     final_loss: float | None = None
     loss_drift: float | None = None
     trials: tuple[RungResult, ...] = ()
+    # Model FLOPs utilisation at the median step (the baseline's FLOPs per sample, against
+    # the peak of this rung's precision), and the graph breaks torch.compile met in it.
+    mfu: float | None = None
+    graph_breaks: tuple[str, ...] = ()
 
     @property
     def measured(self) -> bool:
@@ -244,6 +248,10 @@ class LadderReport(Displayable):
     label: str = ""
     notes: tuple[str, ...] = ()
     batch_sweep: BatchSweep | None = None
+    # Model FLOPs per sample (one baseline step profiled, analysis/flops.py), and where the
+    # peaks MFU is against came from.
+    model_flops_per_sample: float | None = None
+    peak_source: str = ""
 
     @property
     def baseline(self) -> RungResult:
@@ -371,6 +379,8 @@ def _rung_from(data: Mapping[str, Any]) -> RungResult:
         final_loss=_opt_float(data.get("final_loss")),
         loss_drift=_opt_float(data.get("loss_drift")),
         trials=tuple(_rung_from(t) for t in data.get("trials", ())),
+        mfu=_opt_float(data.get("mfu")),
+        graph_breaks=tuple(str(b) for b in data.get("graph_breaks", ())),
     )
 
 
@@ -402,6 +412,8 @@ def report_from_dict(data: Mapping[str, Any], *, where: str = "ladder report") -
             created_utc=str(data.get("created_utc", "")),
             label=str(data.get("label", "")),
             notes=tuple(str(n) for n in data.get("notes", ())),
+            model_flops_per_sample=_opt_float(data.get("model_flops_per_sample")),
+            peak_source=str(data.get("peak_source", "")),
             batch_sweep=BatchSweep(
                 settings=str(sweep["settings"]),
                 points=tuple(

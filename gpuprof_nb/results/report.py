@@ -17,6 +17,7 @@ from gpuprof_nb.model.memory import MemorySnapshot
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.model.utilisation import Utilisation
+from gpuprof_nb.results.compile import CompileReport, GraphReplays
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding
 from gpuprof_nb.results.display import Displayable
 from gpuprof_nb.results.exports import Exportable
@@ -37,6 +38,8 @@ from gpuprof_nb.results.memory import (
     OomEvent,
     SegmentSummary,
 )
+from gpuprof_nb.results.mfu import Mfu
+from gpuprof_nb.results.modules import ModuleBreakdown
 from gpuprof_nb.results.roofline import Roofline
 from gpuprof_nb.results.tables import KernelTable, OpTable, TraceSummary
 from gpuprof_nb.results.timeline import Timeline
@@ -65,6 +68,14 @@ class ProfileReport(Displayable, Exportable):
     top: int | None = None
     sort: str | None = None
     hotspots: Hotspots | None = None
+    # Time per nn.Module (analysis/modules.py); its notes say what is missing when empty.
+    modules: ModuleBreakdown | None = None
+    # Model FLOPs utilisation of the step (analysis/mfu.py); None without counted FLOPs.
+    mfu: Mfu | None = None
+    # What torch.compile did (analysis/compile.py) and the CUDA graph replays
+    # (analysis/cudagraphs.py); None when the cell compiled nothing / launched no graph.
+    compile: CompileReport | None = None
+    graph_replays: GraphReplays | None = None
 
     @property
     def utilisation(self) -> Utilisation | None:

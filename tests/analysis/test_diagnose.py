@@ -40,6 +40,7 @@ KINDS = {
     "communication",
     "cold_start",
     "recompilation",
+    "graph_break",
     "memory_growth",
     "fragmentation",
     "oom",

@@ -16,14 +16,25 @@ from gpuprof_nb.capture.utilisation import UtilisationSampler  # noqa: E402
 
 def test_stack_adds_the_line_sampler() -> None:
     code = compile("pass", "<c>", "exec")
-    plain = session._samplers(code, SimpleNamespace(stack=False), cuda=False)
+    plain = session._samplers(code, SimpleNamespace(stack=False, modules=False), cuda=False)
     assert [(k, type(s)) for k, s in plain] == [("utilisation", UtilisationSampler)]
-    stacked = session._samplers(code, SimpleNamespace(stack=True), cuda=False)
+    stacked = session._samplers(code, SimpleNamespace(stack=True, modules=False), cuda=False)
     assert [(k, type(s)) for k, s in stacked] == [
         ("utilisation", UtilisationSampler),
         ("samples", LineSampler),
     ]
     assert stacked[1][1].cell_code is code
+
+
+def test_module_ranges_are_recorded_unless_no_modules() -> None:
+    from gpuprof_nb.capture.modules import ModuleRecorder
+
+    code = compile("pass", "<c>", "exec")
+    got = session._samplers(code, SimpleNamespace(stack=False, modules=True), cuda=False)
+    assert [(k, type(s)) for k, s in got] == [
+        ("utilisation", UtilisationSampler),
+        ("modules", ModuleRecorder),
+    ]
 
 
 @pytest.mark.parametrize(
