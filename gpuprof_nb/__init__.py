@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from gpuprof_nb.errors import CaptureError, GpuprofError, SnapshotFormatError, TraceFormatError
 from gpuprof_nb.results import display as _display
 from gpuprof_nb.results import exports as _exports
-from gpuprof_nb.version import __version__ as __version__
 from gpuprof_nb.results import fit as _fit
+from gpuprof_nb.version import __version__ as __version__
 
 _LAZY: dict[str, tuple[str, str]] = {
     "load_trace": ("gpuprof_nb.io.trace", "load_trace"),

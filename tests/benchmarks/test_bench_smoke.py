@@ -234,7 +234,7 @@ def test_run_quick_writes_results(tmp_path: Path) -> None:
         "4. Snapshot analysis",
         "10. %%gpuprofile on a real training cell",
         "11. Samplers beside the profiled run",
-        "12. Module ranges beside the profiled run",
+        "13. Module ranges beside the profiled run",
     ):
         assert f"## {title}" in text
     assert "This comparison failed" not in text
