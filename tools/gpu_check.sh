@@ -11,6 +11,8 @@
 #    (default OUT/record) and packs them into OUT/record.tar.gz;
 # 4. runs the `gpu`-marked tests one at a time (they time the device), OUT/pytest-gpu.log;
 # 5. (only when asked, STEPS="... fit") runs tools/gpu_fit_check.py into OUT/fit (issue 37);
+#    (only when asked, STEPS="... modules") runs tools/gpu_modules_check.py into OUT/modules
+#    (issue 35: device time per module, MFU against measured ceilings, CUDA graph replays);
 #    (only when asked, STEPS="... bench") measures comparison 10 of the benchmarks, the magic
 #    on a real training cell, on the GPU: OUT/RESULTS-gpu.md (benchmarks/run.py --device cuda);
 # 6. runs the whole suite and every tutorial through nbval, OUT/pytest-all.log (on
@@ -84,6 +86,13 @@ if want fit; then
   # Issue 37: will it fit on CUDA snapshots (tools/gpu_fit_check.py; about a minute).
   timeout "${FIT_TIMEOUT:-150}" "$PY" tools/gpu_fit_check.py "$OUT/fit" > "$OUT/fit.log" 2>&1
   note "fit: rc=$? ($(tail -1 "$OUT/fit.log"))"
+fi
+
+if want modules; then
+  # Issue 35: modules, MFU and CUDA graphs on the device (tools/gpu_modules_check.py).
+  timeout "${MODULES_TIMEOUT:-180}" "$PY" tools/gpu_modules_check.py "$OUT/modules" \
+    > "$OUT/modules.log" 2>&1
+  note "modules: rc=$? ($(tail -1 "$OUT/modules.log"))"
 fi
 
 if want bench; then
