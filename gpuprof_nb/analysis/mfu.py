@@ -26,6 +26,7 @@ import statistics
 from collections import defaultdict
 
 from gpuprof_nb.analysis.modules import RECOMPUTE, modules_at
+from gpuprof_nb.model.device import DeviceSpec, lookup_device_spec
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.results.mfu import Mfu, Unformulated
@@ -85,6 +86,23 @@ def model_flops_utilisation(
             )
         step_s = step_us * 1e-6
         hfu_value = ideal_s * per_step / step_s
+        datasheet = _datasheet_of(spec) if measured and hfu_value > 1.0 else None
+        if datasheet is not None:
+            # The cell ran faster than the measured ceilings: they are too low for it (a
+            # throttled or noisy measurement), so the datasheet's peaks are the honest
+            # denominator.
+            sheet_s = _ideal_seconds(roofline, datasheet)
+            if sheet_s is not None and sheet_s * per_step / step_s <= 1.0:
+                notes.append(
+                    f"this step ran at {hfu_value:.0%} of the measured ceilings, so they are "
+                    f"too low for it: MFU is against {datasheet.name}'s datasheet peak "
+                    "instead; measure again with gpuprof_nb.measure_ceilings(refresh=True) "
+                    "on an idle GPU"
+                )
+                hfu_value = sheet_s * per_step / step_s
+                peak = datasheet.peak_flops_per_s(roof) if roof else None
+                measured = False
+                peak_source = f"datasheet: {datasheet.name} ({datasheet.source})"
         mfu_value = hfu_value * (model / hardware)
         if hfu_value > 1.0:
             notes.append(
@@ -125,6 +143,27 @@ def model_flops_utilisation(
         tokens_per_s=tokens,
         notes=tuple(notes),
     )
+
+
+def _datasheet_of(spec: DeviceSpec | None) -> DeviceSpec | None:
+    """The datasheet row of a measured device (GPUs only), None where there is none."""
+    if spec is None or spec.kind == "cpu":
+        return None
+    return lookup_device_spec(spec.name, spec.memory_bytes)
+
+
+def _ideal_seconds(roofline: Roofline, spec: DeviceSpec) -> float | None:
+    """Seconds the roofline's FLOPs would take at `spec`'s peaks, each at its own roof;
+    None when `spec` lacks a roof some FLOPs ran against."""
+    total = 0.0
+    for p in roofline.points:
+        if not (p.roof and p.peak_flops_per_s):
+            continue
+        peak = spec.peak_flops_per_s(p.roof)
+        if not peak:
+            return None
+        total += p.flops / peak
+    return total
 
 
 def _no_peak_words(trace: Trace, on_device: bool) -> str:

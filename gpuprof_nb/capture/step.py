@@ -35,6 +35,16 @@ def _leaf_tensors(value: Any) -> list[torch.Tensor]:
     return [t for t in leaves if isinstance(t, torch.Tensor)]
 
 
+def _in_backward() -> bool:
+    """Whether the autograd engine is running this code: a module called from backward is
+    activation checkpointing recomputing its forward, not a call of the step. On CUDA that
+    runs on the engine's device thread, where these hooks must not act (registering gradient
+    hooks there broke backward: run_backward "returned NULL without setting an exception",
+    seen on an H100 with torch 2.11)."""
+    current = getattr(torch._C, "_current_graph_task_id", None)
+    return current is not None and current() != -1
+
+
 class StepRecorder:
     """Records one cell's module calls, optimizer steps and tagged storages (see the module
     docstring). Use `with recorder.installed():` around the runs, then `record(positions)`.
@@ -193,6 +203,8 @@ class StepRecorder:
         return index
 
     def _pre(self, module: torch.nn.Module, args: Any) -> None:
+        if _in_backward():
+            return
         if self._stack:
             root_call = self._calls[self._stack[0][0]]
             root = root_call[0]
@@ -218,7 +230,7 @@ class StepRecorder:
         self._stack.append((index, module))
 
     def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if not self._stack or self._stack[-1][1] is not module:
+        if _in_backward() or not self._stack or self._stack[-1][1] is not module:
             return
         index, _ = self._stack.pop()
         if self.cuda:

@@ -212,3 +212,37 @@ def test_h100_matmuls_mfu_against_the_datasheet_bf16_peak() -> None:
     text = report.text()
     summary = text[text.index("-- Summary --") :]
     assert summary.splitlines()[2].startswith("MFU")  # a GPU run leads with it
+
+
+def test_a_measured_ceiling_the_step_beats_gives_way_to_the_datasheet() -> None:
+    # Seen on an H100: 4096^2 bf16 matmuls ran at 1.05x what measure_ceilings() had measured
+    # (8192^2, throttled). MFU is then against the datasheet's peak, and says why.
+    trace = load_trace(DATA / "gpu" / "compute_bound.json.gz")
+    sheet = analyze(trace).mfu
+    assert sheet is not None and sheet.mfu is not None and not sheet.measured_peak
+    name = sheet.peak_source.split(": ", 1)[1].split(" (")[0]
+    low = DeviceSpec(
+        name=name,
+        kind="cuda",
+        fp32_flops_per_s=1e12,
+        bandwidth_bytes_per_s=1e12,
+        tf32_flops_per_s=1e12,
+        fp16_flops_per_s=1e12,
+        bf16_flops_per_s=sheet.mfu * 989.5e12 / 2,  # half of what the step reached
+        fp64_flops_per_s=1e12,
+        memory_bytes=80 * 2**30,
+        source="measured here",
+        measured=True,
+    )
+    m = analyze(trace, low).mfu
+    assert m is not None and not m.measured_peak and m.peak_source.startswith("datasheet")
+    assert m.mfu == pytest.approx(sheet.mfu, rel=1e-9)
+    assert any("too low for it" in n for n in m.notes)
+    # An unknown GPU has no datasheet to fall back to: no MFU, never one above 1.
+    unknown = DeviceSpec(**{**_fields(low), "name": "Mystery Accelerator 9000"})
+    m = analyze(trace, unknown).mfu
+    assert m is not None and m.mfu is None and any("cannot be" in n for n in m.notes)
+
+
+def _fields(spec: DeviceSpec) -> dict[str, object]:
+    return {f: getattr(spec, f) for f in spec.__dataclass_fields__}
