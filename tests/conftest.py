@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# The tests never read or write the user's ceilings cache (~/.cache/gpuprof_nb): a machine
+# that measured its ceilings once (a GPU machine running tools/gpu_modules_check.py) would
+# otherwise put measured peaks into reports the tests expect from the datasheet. Tests of the
+# cache point this variable at their own folders.
+os.environ["GPUPROF_NB_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpuprof_test_cache_")
 
 import pytest  # noqa: E402
 

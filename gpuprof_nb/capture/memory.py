@@ -70,13 +70,21 @@ def record_memory(
 
 
 def _start_history(max_entries: int, stacks: str) -> None:
+    # Stacks of allocations only (context="alloc"): nothing here reads a free's stack, and
+    # taking Python stacks at frees broke backward through activation checkpointing on an
+    # H100 (torch 2.11: run_backward "returned NULL without setting an exception" when a
+    # checkpointed TransformerEncoderLayer recomputed; context="alloc" ran it cleanly).
     record = torch.cuda.memory._record_memory_history
     try:
         record(
-            enabled="all", context="all", stacks=stacks, max_entries=max_entries, clear_history=True
+            enabled="all",
+            context="alloc",
+            stacks=stacks,
+            max_entries=max_entries,
+            clear_history=True,
         )
     except TypeError:  # torch before 2.2 has no clear_history
-        record(enabled="all", context="all", stacks=stacks, max_entries=max_entries)
+        record(enabled="all", context="alloc", stacks=stacks, max_entries=max_entries)
 
 
 def history_recording() -> bool:

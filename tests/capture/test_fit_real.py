@@ -20,7 +20,8 @@ from gpuprof_nb.analysis.fit import (  # noqa: E402
 from gpuprof_nb.analysis.plan import plan_checkpointing  # noqa: E402
 from gpuprof_nb.analysis.report import analyze_memory  # noqa: E402
 from gpuprof_nb.capture.batches import checkpoint_applied  # noqa: E402
-from gpuprof_nb.capture.memory import record_memory  # noqa: E402
+from gpuprof_nb.capture.memory import record_cpu_memory  # noqa: E402
+from gpuprof_nb.capture.step import StepRecorder  # noqa: E402
 from gpuprof_nb.io.snapshot import snapshot_from_dict  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("cpu_path")
@@ -44,7 +45,10 @@ class Workload:
         self.opt.step()
 
     def record(self, b: int):
-        capture = record_memory(lambda: self.step(b), namespace=self.ns)
+        # The CPU fallback by name: module-scoped fixtures record before the function-scoped
+        # `cpu_path` patch applies, and on a GPU machine record_memory would take CUDA's
+        # history, which these CPU tensors never enter (seen on an H100).
+        capture = record_cpu_memory(lambda: self.step(b), recorder=StepRecorder("cpu", self.ns))
         return snapshot_from_dict(capture.snapshot)
 
     def param_bytes(self) -> int:

@@ -173,7 +173,9 @@ def test_cuda_path_turns_history_off_on_success(fake_cuda) -> None:
     assert capture.source == "cuda" and capture.oom is None
     first, last = fake_cuda.calls[0], fake_cuda.calls[-1]
     assert first["enabled"] == "all" and first["max_entries"] == 1234
-    assert first["stacks"] == "all" and first["context"] == "all"
+    # Stacks of allocations only: Python stacks at frees broke backward through activation
+    # checkpointing on an H100 (capture/memory.py: _start_history).
+    assert first["stacks"] == "all" and first["context"] == "alloc"
     assert last == {"enabled": None} and not fake_cuda.recording
 
 
