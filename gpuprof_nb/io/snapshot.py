@@ -359,6 +359,13 @@ def _column(
     or an out-of-range number is refused, naming the entry: coercing it would be silently
     wrong."""
     kinds = set(map(type, values))
+    if floats and float in kinds:
+        for i, v in enumerate(values):
+            if type(v) is float and not math.isfinite(v):
+                raise SnapshotFormatError(
+                    f"{here}[{i}]: '{field}' is {v!r}, not a finite number; the snapshot is "
+                    "damaged (dump it again with torch.cuda.memory._dump_snapshot)"
+                )
     if type(None) in kinds:
         values = [default if v is None else v for v in values]
         kinds.discard(type(None))
@@ -373,19 +380,21 @@ def _column(
                     "snapshot is damaged (dump it again with torch.cuda.memory._dump_snapshot)"
                 )
     try:
-        column = np.array(values, dtype=np.float64 if floats else np.int64)
+        # Through int64 even for times: an integer past 64 bits is damage, not a time.
+        column = np.array(values, dtype=np.int64) if int in kinds and not floats else None
+        if floats:
+            if int in kinds:
+                np.array([v for v in values if type(v) is int], dtype=np.int64)
+            column = np.array(values, dtype=np.float64)
     except OverflowError:
         for i, v in enumerate(values):
-            if not -(2**63) <= v < 2**63:
+            if type(v) is int and not -(2**63) <= v < 2**63:
                 raise SnapshotFormatError(
                     f"{here}[{i}]: '{field}' is {describe(v)}, out of the 64-bit range"
                 ) from None
         raise SnapshotFormatError(f"{here}: column '{field}' is out of range") from None
-    if floats and len(column) and not np.isfinite(column[~np.isnan(column)]).all():
-        i = int(np.flatnonzero(np.isinf(column))[0])
-        raise SnapshotFormatError(
-            f"{here}[{i}]: '{field}' is {values[i]!r}, not a finite time; the snapshot is damaged"
-        )
+    if column is None:
+        column = np.array(values, dtype=np.int64)
     return column
 
 
@@ -415,6 +424,7 @@ def _device_trace(
     _check_sizes(size, action, here)
     _check_negative(addr, "addr", here)
     stream = _column([e.get("stream") for e in entries], "stream", here)
+    _check_negative(stream, "stream", here)
     stack = np.array([table.stack_of(e.get("frames")) for e in entries], dtype=np.int32)
     time_us: np.ndarray | None = None
     if any("time_us" in e for e in entries):
