@@ -13,8 +13,8 @@ code nested deeper than any real trace or snapshot is:
 - `GzipGuard`: decompression that stops once the output grows more than MAX_GZIP_RATIO
   times the compressed bytes read (a gzip bomb), with a clear error;
 - `check_nesting`, `loads_json`: nesting depth bounded before any walker recurses;
-- `describe`: a short, safe description of any value for an error message (a repr of a
-  value nested a million deep, or an int of 10,000 digits, raises).
+- `describe` (from model/arguments.py): a short, safe description of any value for an
+  error message (a repr of a value nested a million deep, or an int of 10,000 digits, raises).
 """
 
 from __future__ import annotations
@@ -22,11 +22,25 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any, BinaryIO, NoReturn
 
 from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.model.arguments import describe
+
+__all__ = [
+    "FileIdentity",
+    "GzipGuard",
+    "check_nesting",
+    "check_regular",
+    "check_writable",
+    "describe",
+    "loads_json",
+    "nesting_depth",
+    "open_for_writing",
+    "open_regular",
+]
 
 # Real traces and snapshots expand 5-30x under gzip (measured on every gzip trace in
 # tests/data and ../shared/traces: at most 29.7x). Past this ratio (plus GZIP_SLACK_BYTES,
@@ -283,28 +297,6 @@ class GzipGuard:
 
     def close(self) -> None:
         self._gz.close()
-
-
-def describe(value: Any, width: int = 60) -> str:
-    """Return a short description of any value for an error message: the repr of a small
-    scalar, else its type and size. Never raises (deeply nested values and huge ints make
-    repr fail) and never returns more than about `width` characters."""
-    kind = type(value).__name__
-    try:
-        if value is None or isinstance(value, (bool, float)):
-            return repr(value)
-        if isinstance(value, int):
-            if value.bit_length() > 200:
-                return f"an integer of {value.bit_length():,} bits"
-            return repr(value)
-        if isinstance(value, (str, bytes)):
-            text = repr(value[:width])
-            return text if len(value) <= width else f"{text[:-1]}… ({len(value):,} characters)"
-        if isinstance(value, (list, tuple, dict, set, frozenset, Mapping)):
-            return f"a {kind} of {len(value):,} items"
-    except Exception:  # noqa: BLE001 - a description must never fail
-        pass
-    return f"a {kind}"
 
 
 def nesting_depth(value: Any, limit: int = MAX_NESTING) -> int:
