@@ -23,10 +23,16 @@ from typing import Any
 
 import numpy as np
 
-from gpuprof_nb.errors import SnapshotFormatError
+from gpuprof_nb.errors import GpuprofError, SnapshotFormatError
 from gpuprof_nb.io.cells import cells_of
 from gpuprof_nb.io.gcpause import gc_paused
-from gpuprof_nb.io.guards import GzipGuard, describe, nesting_depth, open_regular
+from gpuprof_nb.io.guards import (
+    GzipGuard,
+    describe,
+    nesting_depth,
+    open_for_writing,
+    open_regular,
+)
 from gpuprof_nb.io.safe_pickle import unpickle
 from gpuprof_nb.model.memory import (
     ACTION_CODE,
@@ -675,6 +681,13 @@ def save_snapshot(
     """Write the snapshot as a pickle PyTorch's memory_viz opens; return the path."""
     data = snapshot_to_dict(snapshot) if isinstance(snapshot, MemorySnapshot) else snapshot
     out = Path(path)
-    with open(out, "wb") as f:
-        pickle.dump(data, f, protocol=4)
+    what = "the snapshot"
+    with open_for_writing(out, what=what, error=GpuprofError) as f:
+        try:
+            pickle.dump(data, f, protocol=4)
+        except (pickle.PicklingError, TypeError, ValueError, RecursionError) as e:
+            raise GpuprofError(
+                f"cannot write {what} to {out}: it holds a value a pickle cannot store "
+                f"({type(e).__name__}: {str(e)[:200]})"
+            ) from None
     return out

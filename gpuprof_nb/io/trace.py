@@ -53,7 +53,13 @@ except ImportError:  # optional at run time: the standard library reader does th
 from gpuprof_nb.errors import GpuprofError, TraceFormatError
 from gpuprof_nb.io.cells import cells_of
 from gpuprof_nb.io.gcpause import gc_paused
-from gpuprof_nb.io.guards import GzipGuard, describe, open_regular
+from gpuprof_nb.io.guards import (
+    GzipGuard,
+    check_writable,
+    describe,
+    open_for_writing,
+    open_regular,
+)
 from gpuprof_nb.io.samples import samples_of
 from gpuprof_nb.io.utilisation import utilisation_of
 from gpuprof_nb.model.build import fast_maker as _maker
@@ -129,6 +135,20 @@ _ROUTE: dict[str, tuple[int, Any]] = {
     **{cat: (_KERNELS, kind) for cat, kind in _KERNEL_KINDS.items()},
     "cuda_sync": (_SYNCS, None),
 }
+# Top-level keys only torch.profiler (Kineto) and gpuprof_nb write: a trace with one of them
+# is PyTorch's even when it holds no event we model (a cell that ran no torch op).
+_TORCH_KEYS = frozenset(
+    {
+        "schemaVersion",
+        "deviceProperties",
+        "computeProperties",
+        "distributedInfo",
+        "traceName",
+        "baseTimeNanoseconds",
+        "record_shapes",
+        "gpuprof_nb",
+    }
+)
 # Pseudo-processes holding the profiler's own summary spans, not the workload.
 _SUMMARY_PIDS = frozenset({"Traces", "Spans"})
 _MISSING = object()
@@ -461,7 +481,7 @@ def _tuplify(value: list[Any], depth: int = 1) -> tuple[Any, ...]:
     string, a dict, a size past any tensor's)."""
     if depth > _MAX_SHAPE_DEPTH:
         raise _OddShape
-    out = []
+    out: list[Any] = []
     for v in value:
         if type(v) is list:
             out.append(_tuplify(v, depth + 1))
@@ -911,7 +931,9 @@ class _Builder:
             )
         if not (-MAX_TIME_US <= self.lo and self.hi <= MAX_TIME_US):
             raise self._fail(self._far_event(), f"has a time beyond ±{MAX_TIME_US:g} us")
-        if not (self.ops or self.kernels or self.runtime or self.syncs or self.memory):
+        if not (self.ops or self.kernels or self.runtime or self.syncs or self.memory) and not (
+            _TORCH_KEYS & top.keys()
+        ):
             raise TraceFormatError(
                 f"{self.source}: this is not a PyTorch trace: none of its {self.event_count:,} "
                 "events is one torch.profiler records (categories cpu_op, user_annotation, "
@@ -1373,16 +1395,62 @@ class _StreamParser:
 
 def save_trace_dict(trace: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write a Chrome trace dict as JSON (gzip when the name ends in .gz), creating the
-    parent folder; return the path written."""
+    parent folder; return the path written. A path that is not a regular file (a FIFO, a
+    directory, a device) is refused before anything is opened."""
     target = Path(path)
     try:
+        check_writable(target, what="the trace", error=GpuprofError)
         target.parent.mkdir(parents=True, exist_ok=True)
-        if target.name.endswith(".gz"):
-            with gzip.open(target, "wt", encoding="utf-8") as fh:
-                json.dump(trace, fh)
-        else:
-            with open(target, "w", encoding="utf-8") as fh:
-                json.dump(trace, fh)
+        with open_for_writing(target, what="the trace", error=GpuprofError) as raw:
+            if target.name.endswith(".gz"):
+                with gzip.GzipFile(fileobj=raw, mode="wb") as packed:
+                    _dump(trace, packed)
+            else:
+                _dump(trace, raw)
     except OSError as exc:
         raise GpuprofError(f"cannot write the trace to {target}: {exc}") from exc
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise GpuprofError(
+            f"cannot write the trace to {target}: it holds a value JSON cannot store "
+            f"({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
     return target
+
+
+def _dump(trace: dict[str, Any], out: Any) -> None:
+    writer = codecs.getwriter("utf-8")(out, errors="surrogatepass")
+    json.dump(trace, writer)
+    writer.flush()
+
+
+def copy_trace_file(source: str, target: Path) -> None:
+    """Copy a trace file as JSON (gzip when `target` ends in .gz), decompressing or
+    compressing on the way, in chunks: memory stays small whatever the trace's size."""
+    raw, _ = open_regular(source, what=_WHAT, error=TraceFormatError)
+    with raw:
+        gz = raw.read(2) == _GZIP_MAGIC
+        raw.seek(0)
+        stream: Any = GzipGuard(raw, _gzip_file, source, TraceFormatError) if gz else raw
+
+        def read() -> bytes:
+            try:
+                chunk: bytes = stream.read(1 << 20)
+            except (EOFError, *_GZIP_ERRORS) as exc:
+                raise TraceFormatError(f"{source}: gzip data is corrupt ({exc})") from exc
+            return chunk
+
+        check_writable(target, what="the trace", error=GpuprofError)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open_for_writing(target, what="the trace", error=GpuprofError) as out:
+                sink: Any = (
+                    gzip.GzipFile(fileobj=out, mode="wb") if target.name.endswith(".gz") else out
+                )
+                try:
+                    while chunk := read():
+                        sink.write(chunk)
+                finally:
+                    if sink is not out:
+                        sink.close()
+        except OSError as exc:
+            raise GpuprofError(f"cannot write the trace to {target}: {exc}") from exc
