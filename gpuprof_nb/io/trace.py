@@ -1418,7 +1418,7 @@ def save_trace_dict(trace: dict[str, Any], path: str | os.PathLike[str]) -> Path
 
 
 def _dump(trace: dict[str, Any], out: Any) -> None:
-    writer = codecs.getwriter("utf-8")(out, errors="surrogatepass")
+    writer = codecs.getwriter("utf-8")(out, "surrogatepass")
     json.dump(trace, writer)
     writer.flush()
 
@@ -1435,7 +1435,7 @@ def copy_trace_file(source: str, target: Path) -> None:
         def read() -> bytes:
             try:
                 chunk: bytes = stream.read(1 << 20)
-            except (EOFError, *_GZIP_ERRORS) as exc:
+            except (EOFError, *_GZIP_ERRORS) as exc:  # type: ignore[misc]
                 raise TraceFormatError(f"{source}: gzip data is corrupt ({exc})") from exc
             return chunk
 
