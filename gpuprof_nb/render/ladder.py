@@ -67,6 +67,11 @@ def rung_row(rung: RungResult) -> tuple[str, ...]:
     )
 
 
+# Bars in the rung chart (a real ladder has about 15): a file of hundreds of rungs would make
+# a figure hundreds of inches tall, minutes to draw.
+MAX_CHART_RUNGS = 40
+
+
 def _fig_png(fig: Figure) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
@@ -85,7 +90,7 @@ def _new_axes(ax: Any, size: tuple[float, float]) -> tuple[Figure, Any]:
 def plot_rungs(report: LadderReport, ax: Any = None) -> Figure:
     """Return a horizontal bar chart of samples/s for every measured rung, coloured by status,
     with the fp32 baseline marked."""
-    measured = [r for r in report.rungs if r.samples_per_s]
+    measured = [r for r in report.rungs if r.samples_per_s][:MAX_CHART_RUNGS]
     fig, axes = _new_axes(ax, (7.0, 0.45 * len(measured) + 1.2))
     names = [f"{r.name} ({r.status})" for r in measured][::-1]
     rates = [r.samples_per_s or 0.0 for r in measured][::-1]
@@ -191,7 +196,8 @@ def _rungs_section(report: LadderReport) -> Section:
 
 
 def _chart_section(report: LadderReport) -> Section:
-    measured = [r for r in report.rungs if r.samples_per_s]
+    every = [r for r in report.rungs if r.samples_per_s]
+    measured = every[:MAX_CHART_RUNGS]
     top = max((r.samples_per_s or 0.0) for r in measured) if measured else 0.0
     width = max((len(r.name) for r in measured), default=4)
     lines = []
@@ -202,6 +208,10 @@ def _chart_section(report: LadderReport) -> Section:
     text = "\n".join(lines) or "no rung was measured"
     fig = plot_rungs(report)
     html = png_img(_fig_png(fig), "samples/s per rung")
+    if len(every) > len(measured):
+        more = f"the first {len(measured)} measured rungs are charted, of {len(every):,}"
+        text += "\n" + more
+        html += note(more)
     return Section("Chart", text, html)
 
 
