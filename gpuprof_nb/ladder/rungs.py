@@ -79,7 +79,7 @@ def _check_ladder_arguments(
     if batch_size is not None:
         check_number(batch_size, "batch_size", low=1, high=MAX_BATCH_SIZE, integer=True)
     if batch_sizes is not None:
-        if isinstance(batch_sizes, (str, bytes)) or not hasattr(batch_sizes, "__iter__"):
+        if not isinstance(batch_sizes, (list, tuple, range)):
             raise GpuprofError(f"batch_sizes must be a list of sizes, got {describe(batch_sizes)}")
         sizes = list(batch_sizes)
         if len(sizes) > MAX_BATCH_POINTS:
@@ -288,11 +288,12 @@ def run_ladder(
     check_type(label, str, "label", "a string")
     check_type(compile_backend, str, "compile_backend", "a backend name such as 'inductor'")
     if rungs is not None and (
-        isinstance(rungs, (str, bytes)) or not all(isinstance(r, str) for r in rungs)
+        not isinstance(rungs, (list, tuple, set, frozenset))
+        or not all(isinstance(r, str) for r in rungs)
     ):
         raise GpuprofError(f"rungs must be a list of rung names, got {describe(rungs)}")
     if checkpoint_modules is not None and (
-        isinstance(checkpoint_modules, (str, bytes))
+        not isinstance(checkpoint_modules, (list, tuple))
         or not all(isinstance(m, str) for m in checkpoint_modules)
     ):
         raise GpuprofError(
