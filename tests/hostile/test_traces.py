@@ -127,6 +127,16 @@ def test_values_no_trace_holds_are_refused_or_left_out_with_a_warning(hostile, t
             "metadata": {"trace-config": ""},
         }
     )
+    # 100,000 ops of the same start and end nest one in the next: a tree 100,000 deep.
+    same = _trace(*[_op(ts=1, dur=1)] * 100_000)
+    cases.append(
+        Case(
+            "same-times",
+            _analyse(_write(tmp_path, "same.json", same)),
+            "accept",
+            check="result.ops.rows[0].calls == 100_000",
+        )
+    )
     cases.append(
         Case(
             "chrome",
