@@ -263,3 +263,47 @@ def test_random_damage_to_a_real_trace(hostile, tmp_path: Path) -> None:
         path = _write(tmp_path, f"m{k}.json", mutated)
         cases.append(Case(f"seed{seed}-m{k}", _analyse(path), "either"))
     hostile(cases, prelude=PRELUDE)
+
+
+def test_save_streams_the_file_loaded_and_refuses_one_changed_since(hostile, tmp_path) -> None:
+    source = tmp_path / "src.json.gz"
+    source.write_bytes(SMALL.read_bytes())
+    out = tmp_path / "out.json"
+    changed = f"""
+report = analyze(load_trace({str(source)!r}))
+with open({str(source)!r}, "ab") as f:
+    f.write(b"\\0")
+result = report.save({str(out)!r})
+"""
+    same = f"""
+import gzip
+report = analyze(load_trace({str(SMALL)!r}))
+report.save({str(out)!r})
+assert open({str(out)!r}, "rb").read() == gzip.decompress(open({str(SMALL)!r}, "rb").read())
+fifo = {str(tmp_path / "fifo.json")!r}
+import os
+os.mkfifo(fifo)
+try:
+    report.save(fifo)
+except gpuprof_nb.GpuprofError as exc:
+    assert "FIFO" in str(exc), exc
+else:
+    raise AssertionError("saved into a FIFO")
+result = None
+"""
+    cases = [
+        Case("changed-source", changed, "refuse", words="changed since"),
+        Case("same-source", same, "accept"),
+    ]
+    hostile(cases, prelude=PRELUDE + "import gpuprof_nb\n", seconds=60)
+
+
+def test_the_text_of_a_name_with_a_lone_surrogate_encodes() -> None:
+    from gpuprof_nb import analyze
+    from gpuprof_nb.io.trace import trace_from_dict
+
+    bad = json.loads(_op(name="aten::\ud800x"))
+    trace = trace_from_dict({"schemaVersion": 1, "traceEvents": [bad]})
+    text = analyze(trace).text()
+    assert "aten::\ufffdx" in text
+    text.encode("utf-8")
