@@ -165,6 +165,8 @@ MAX_TIME_US = 1e17
 _MAX_SHAPE_DEPTH = 4
 # A tensor dimension, stride, grid or block size beyond this is not a real one.
 _MAX_DIM = 2**50
+# Inputs of one op (a list of thousands of tensors is real; millions are not).
+_MAX_SHAPE_ITEMS = 100_000
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,7 +180,7 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     Raises TraceFormatError (naming the file, what is wrong and what to do) for anything that
     is not a readable torch.profiler trace.
     """
-    if not isinstance(path, (str, os.PathLike)):
+    if not isinstance(path, (str, bytes, os.PathLike)):
         raise TraceFormatError(
             f"load_trace expects the path of a trace file, got {type(path).__name__}; "
             f"{_HOW_TO_EXPORT}."
@@ -479,16 +481,23 @@ def _tuplify(value: list[Any], depth: int = 1) -> tuple[Any, ...]:
     """Nested lists of sizes -> nested tuples (hashable, immutable). Raises _OddShape past
     _MAX_SHAPE_DEPTH levels, or for anything but ints in 0.._MAX_DIM (negative, a float, a
     string, a dict, a size past any tensor's)."""
-    if depth > _MAX_SHAPE_DEPTH:
+    if depth > _MAX_SHAPE_DEPTH or len(value) > _MAX_SHAPE_ITEMS:
         raise _OddShape
     out: list[Any] = []
+    bits = dims = 0
     for v in value:
         if type(v) is list:
             out.append(_tuplify(v, depth + 1))
         elif type(v) is int and 0 <= v <= _MAX_DIM:
             out.append(v)
+            bits += v.bit_length()
+            dims += 1
         else:
             raise _OddShape
+    # A tensor has at most 64 dimensions, and the product of its sizes (its elements, what
+    # the FLOP formulas multiply) must stay a float.
+    if dims > 64 or bits > 900:
+        raise _OddShape
     return tuple(out)
 
 
@@ -550,6 +559,17 @@ class _Builder:
             hit = cache.get(key, _MISSING)
             if hit is _MISSING:
                 hit = cache[key] = convert(msgspec.json.decode(key))
+            return hit
+        if type(value) is list and msgspec is not None:
+            # An event dict's list (trace_from_dict): keyed by its JSON text too, which tells
+            # 1 from 1.0 and true, so each distinct value is checked and converted once.
+            try:
+                key = msgspec.json.encode(value)
+            except Exception:  # noqa: BLE001 - what JSON cannot hold is converted as is
+                return convert(value)
+            hit = cache.get(key, _MISSING)
+            if hit is _MISSING:
+                hit = cache[key] = convert(value)
             return hit
         return convert(value)
 
