@@ -23,7 +23,7 @@ def clip(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     """Return `text` cut to about `limit` characters, saying how many were left out."""
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}… [{len(text) - limit:,} more characters]"
+    return f"{text[:limit]}… [{len(text) - limit:,} more characters, kept whole in the result]"
 
 
 def hidden_rows(hidden: int) -> str:
