@@ -1,6 +1,6 @@
 """What the nn.Module ranges (capture/modules.py) add to a profiled training step on the CPU.
 
-`python benchmarks/run.py --only modules --reuse` measures it into RESULTS.md (section 12);
+`python benchmarks/run.py --only modules --reuse` measures it into RESULTS.md (section 13);
 `python benchmarks/module_hooks.py [--rounds N] [--layers L]` prints the section alone.
 Variants, interleaved round by round in a shuffled (seeded)
 order, one untimed call of each first and `gc.collect()` before each call:

@@ -2,7 +2,7 @@
 
     python benchmarks/run.py [--quick]
                              [--only overhead,accuracy,traces,json,snapshots,notebook,findings,
-                                     compare,runs,stragglers,training,samplers,fit]
+                                     compare,runs,stragglers,training,samplers,fit,modules,hostile]
                              [--repeats N] [--big-trace-mb N] [--big-snapshot-mb N]
                              [--traces-dir DIR] [--hta-python PATH] [--out PATH]
                              [--cache-dir DIR] [--cap-gb N]
@@ -50,6 +50,7 @@ COMPARISONS = {
     "samplers": "benchmarks.samplers",
     "fit": "benchmarks.fit_prediction",
     "modules": "benchmarks.module_hooks",
+    "hostile": "benchmarks.hostile_inputs",
 }
 # Each comparison's section title in RESULTS.md (what --reuse finds there).
 TITLES = {
@@ -67,6 +68,7 @@ TITLES = {
     "samplers": "11. Samplers beside the profiled run",
     "fit": "12. Will it fit on a million-entry snapshot",
     "modules": "13. Module ranges beside the profiled run",
+    "hostile": "14. Hostile inputs",
 }
 
 

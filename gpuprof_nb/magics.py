@@ -14,7 +14,12 @@ from IPython.core.magic import Magics, cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from gpuprof_nb.capture.cell import CellCompiler
-from gpuprof_nb.capture.options import OPTIONS, OptionLines, baseline_report
+from gpuprof_nb.capture.options import (
+    OPTIONS,
+    OptionLines,
+    baseline_report,
+    output_path_problem,
+)
 
 
 def _with_options(magic: Any) -> Any:
@@ -60,6 +65,11 @@ class GpuprofileMagics(Magics):
             # when there is nothing to expand (it grows by a name per cell run).
             line = self._ip.var_expand(line, 3)
         args = self._options.parse(line)
+        if args.trace:
+            # Checked before the cell runs (not cached with the line: the path may change).
+            problem = output_path_problem(args.trace, "--trace")
+            if problem:
+                raise UsageError(f"%%gpuprofile {problem}")
         baseline = (
             baseline_report(args.baseline, self._ip.user_ns) if args.baseline is not None else None
         )

@@ -11,6 +11,14 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from gpuprof_nb.capture.cell import CellCompiler
 
+# Upper bounds (far past any real use), so a typo cannot run for ever or fill memory.
+MAX_REPEAT = 10_000
+MAX_ENTRIES = 100_000_000
+
+
+def _count(value: int) -> str:
+    return f"{value:,}" if value.bit_length() < 64 else f"a number of {len(str(value)):,} digits"
+
 
 @magics_class
 class MemsnapMagics(Magics):
@@ -182,14 +190,15 @@ class MemsnapMagics(Magics):
                     namespace=namespace,
                     options=options,
                 )
-            if args.save:
-                self._save(capture, report, args.save, args.quiet)
+            # Stored and shown first: if saving fails below, the report is not lost.
             if args.output:
                 namespace[args.output] = report
             if not args.quiet:
                 from IPython.display import display
 
                 display(report)
+            if args.save:
+                self._save(capture, report, args.save, args.quiet, args.output)
         finally:
             # The user's out-of-memory error is what propagates, whatever happened above.
             if capture.oom is not None:
@@ -201,12 +210,27 @@ class MemsnapMagics(Magics):
             args = parse_argstring(self.memsnap, line)
         except UsageError as e:
             raise UsageError(f"%%memsnap: {e}") from None
-        if args.repeat < 1:
-            raise UsageError(f"%%memsnap --repeat must be at least 1, got {args.repeat}")
-        if args.max_entries is not None and args.max_entries < 1:
-            raise UsageError(f"%%memsnap --max-entries must be at least 1, got {args.max_entries}")
-        if args.output is not None and not args.output.isidentifier():
-            raise UsageError(f"%%memsnap -o: {args.output!r} is not a valid variable name")
+        from gpuprof_nb.capture.options import name_problem, output_path_problem
+
+        if not 1 <= args.repeat <= MAX_REPEAT:
+            raise UsageError(
+                f"%%memsnap --repeat must be at least 1 and at most {MAX_REPEAT:,}, got "
+                f"{_count(args.repeat)}"
+            )
+        if args.max_entries is not None and not 1 <= args.max_entries <= MAX_ENTRIES:
+            raise UsageError(
+                f"%%memsnap --max-entries must be at least 1 and at most {MAX_ENTRIES:,}, got "
+                f"{_count(args.max_entries)}"
+            )
+        if args.output is not None:
+            problem = name_problem(args.output, "-o")
+            if problem:
+                raise UsageError(f"%%memsnap {problem}")
+        if args.save:
+            # Before the cell runs, like --trace: a path that cannot be written is said now.
+            problem = output_path_problem(args.save, "--save")
+            if problem:
+                raise UsageError(f"%%memsnap {problem}")
         if args.fit is not None and args.repeat > 1:
             raise UsageError("%%memsnap --fit records the cell once per batch size; drop --repeat")
         if args.apply and args.budget is None:
@@ -258,9 +282,15 @@ class MemsnapMagics(Magics):
         )
 
     @staticmethod
-    def _save(capture: Any, report: Any, path: str, quiet: bool) -> None:
+    def _save(capture: Any, report: Any, path: str, quiet: bool, output: str | None = None) -> None:
+        from gpuprof_nb.errors import GpuprofError
         from gpuprof_nb.io.snapshot import save_snapshot
 
+        kept = (
+            f"the report is stored in `{output}`: save it with `{output}.save(path)`"
+            if output
+            else "the report is shown above (run with -o NAME to keep it, then NAME.save(path))"
+        )
         try:
             # On CUDA the allocator's own dict is written as is (plus gpuprof_nb's own key,
             # which PyTorch's memory_viz ignores), as torch.cuda.memory._dump_snapshot
@@ -268,8 +298,8 @@ class MemsnapMagics(Magics):
             out = save_snapshot(
                 capture.snapshot if capture.source == "cuda" else report.snapshot, path
             )
-        except OSError as e:
-            raise UsageError(f"%%memsnap --save: cannot write {path!r} ({e})") from None
+        except (OSError, GpuprofError) as e:
+            raise UsageError(f"%%memsnap --save: cannot write {path!r} ({e}); {kept}") from None
         if capture.source != "cuda" and not quiet:
             print(
                 f"%%memsnap: saved the CPU fallback snapshot to {out} (rebuilt from "

@@ -10,7 +10,7 @@ import functools
 import glob
 import multiprocessing
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import (
     BrokenExecutor,
     Executor,
@@ -22,9 +22,16 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpuprof_nb.analysis.report import analyze
-from gpuprof_nb.analysis.run import combine, rank_from_name, summarize_path, summarize_rank
+from gpuprof_nb.analysis.run import (
+    combine,
+    rank_from_name,
+    summarize_path,
+    summarize_rank,
+)
 from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.io.guards import FileIdentity, check_regular
 from gpuprof_nb.io.trace import load_trace
+from gpuprof_nb.model.arguments import check_number, check_type, describe
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.render.progress import Progress
 from gpuprof_nb.render.widgets import live_kernel
@@ -55,8 +62,16 @@ def analyze_run(
     a Progress object, such as the command line's terminal bar, counts them instead).
     A rank that cannot be read is named in the report's `failures`; the others still count.
     """
+    if executor is not None and not isinstance(executor, Executor):
+        raise GpuprofError(
+            f"analyze_run: executor must be a concurrent.futures.Executor (a process pool, a "
+            f"Dask client's client.get_executor()) or None, got {describe(executor)}"
+        )
+    check_type(progress, bool, "analyze_run's progress", "True or False")
     items = _sources(traces)
     paths = [(i, item) for i, item in enumerate(items) if not isinstance(item, Trace)]
+    # What each file was when the run was read, checked before run.rank(k) reads it again.
+    identities = {i: _identity(str(item)) for i, item in paths}
     summaries: dict[int, RankSummary] = {}
     bar = (
         progress
@@ -75,8 +90,15 @@ def analyze_run(
     finally:
         bar.close()
     report = combine([summaries[i] for i in range(len(items))])
-    by_rank = {s.rank: items[i] for i, s in summaries.items() if not s.error}
+    by_rank = {s.rank: (items[i], identities.get(i)) for i, s in summaries.items() if not s.error}
     return _with_loader(report, by_rank)
+
+
+def _identity(path: str) -> FileIdentity | None:
+    try:
+        return FileIdentity.of(path, os.stat(path))
+    except OSError:
+        return None  # the worker says what is wrong with it
 
 
 def _sources(traces: str | os.PathLike[str] | Sequence[Source]) -> list[str | Trace]:
@@ -84,8 +106,10 @@ def _sources(traces: str | os.PathLike[str] | Sequence[Source]) -> list[str | Tr
     if isinstance(traces, Trace):
         return [traces]
     if isinstance(traces, (str, os.PathLike)):
-        text = os.fspath(traces)
+        text = os.fsdecode(os.fspath(traces))
         path = Path(text)
+        if os.path.lexists(text) and not path.is_dir():
+            check_regular(text, what="a trace file, a directory of them or a glob", error=_error)
         if path.is_dir():
             found: list[str | Trace] = [
                 *sorted({str(p) for pattern in TRACE_PATTERNS for p in path.glob(pattern)})
@@ -105,12 +129,17 @@ def _sources(traces: str | os.PathLike[str] | Sequence[Source]) -> list[str | Tr
                 raise GpuprofError(f"{text}: the glob matches no file")
             return matches
         raise GpuprofError(f"{text}: no such file or directory")
+    if not isinstance(traces, Iterable) or isinstance(traces, (bytes, bytearray, Mapping)):
+        raise GpuprofError(
+            f"analyze_run: traces must be a directory, a glob, or a list of trace paths or "
+            f"Trace objects, got {describe(traces)}"
+        )
     items: list[str | Trace] = []
     for i, item in enumerate(traces):
         if isinstance(item, Trace):
             items.append(item)
         elif isinstance(item, (str, os.PathLike)):
-            items.append(os.fspath(item))
+            items.append(os.fsdecode(os.fspath(item)))
         else:
             raise GpuprofError(
                 f"traces[{i}] is a {type(item).__name__}: pass trace file paths "
@@ -156,9 +185,18 @@ def _summarize_files(
             for i, path in paths:
                 yield i, summarize_path(str(path))
             return
-        futures: dict[Future[RankSummary], tuple[int, str]] = {
-            pool.submit(summarize_path, str(path)): (i, str(path)) for i, path in paths
-        }
+        futures: dict[Future[RankSummary], tuple[int, str]] = {}
+        for i, path in paths:
+            try:
+                futures[pool.submit(summarize_path, str(path))] = (i, str(path))
+            except Exception as exc:  # noqa: BLE001 - a shut-down or broken executor
+                for future in futures:
+                    future.cancel()
+                raise GpuprofError(
+                    f"analyze_run: the executor refused the work ({type(exc).__name__}: "
+                    f"{str(exc)[:200]}); is it shut down? Pass a running executor, or None "
+                    "for a local process pool"
+                ) from None
         for future in as_completed(futures):
             i, path = futures[future]
             try:
@@ -188,13 +226,26 @@ def _outcome(summary: RankSummary) -> str:
     return f"{name}: could not be read" if summary.error else f"rank {summary.rank} ({name})"
 
 
-def _with_loader(report: RunReport, by_rank: dict[int, str | Trace]) -> RunReport:
+def _with_loader(
+    report: RunReport, by_rank: dict[int, tuple[str | Trace, FileIdentity | None]]
+) -> RunReport:
     return replace(report, _load_rank=functools.partial(_rank_report, by_rank))
 
 
-def _rank_report(by_rank: dict[int, str | Trace], n: int) -> ProfileReport:
+def _rank_report(
+    by_rank: dict[int, tuple[str | Trace, FileIdentity | None]], n: int
+) -> ProfileReport:
+    check_number(n, "run.rank's rank", low=0, integer=True)
     if n not in by_rank:
         have = ", ".join(map(str, sorted(by_rank))) or "none"
         raise GpuprofError(f"rank {n} is not in this run (ranks read: {have})")
-    item = by_rank[n]
-    return analyze(item if isinstance(item, Trace) else load_trace(item))
+    item, identity = by_rank[n]
+    if isinstance(item, Trace):
+        return analyze(item)
+    if identity is not None:
+        identity.check(what=f"rank {n}", error=_error)
+    return analyze(load_trace(item))
+
+
+def _error(message: str) -> GpuprofError:
+    return GpuprofError(message)

@@ -31,6 +31,7 @@ from gpuprof_nb.analysis.report import analyze, count_steps_per_run
 from gpuprof_nb.analysis.timeline import dataloader_ops
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.trace import load_trace
+from gpuprof_nb.model.arguments import check_number, check_type
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.results.compare import (
@@ -295,6 +296,10 @@ def compare(
     in the display (default: "before"/"after", or the file names); `noise_floor` is the
     fraction of change below which no verdict calls a change (results/compare.py says why
     it is 20% by default; lower it on a quiet, dedicated machine)."""
+    check_number(noise_floor, "compare's noise_floor", low=0, high=0.99, hint="e.g. 0.2")
+    for name, label in (("before_label", before_label), ("after_label", after_label)):
+        if label is not None:
+            check_type(label, str, f"compare's {name}", "a string or None")
     b, a = _side(before, "before", before_label), _side(after, "after", after_label)
     notes: list[str] = []
     _device_notes(b, a, notes)

@@ -42,6 +42,7 @@ from gpuprof_nb.analysis.timeline import (
     top_level_ops,
     unrecorded_launches,
 )
+from gpuprof_nb.model.arguments import check_type
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding, FindingKind
@@ -133,6 +134,7 @@ def diagnose(
     """Return the findings for a trace, most recoverable time first, with what could not be
     judged and a one-line verdict. With `hotspots`, the findings about idle time name the
     user lines that held it."""
+    check_type(trace, Trace, "diagnose's trace", "a Trace (from gpuprof_nb.load_trace(path))")
     tl = timeline if timeline is not None else device_timeline(trace)
     device, _ = chosen_device(trace)
     kernels = device_kernels(trace, device) if device is not None else ()

@@ -232,3 +232,24 @@ def nearest_open_at(
         cand[live] = nxt
         live = live[nxt >= 0]
     return cand
+
+
+def tree_depths(parent: np.ndarray) -> np.ndarray:
+    """Return each node's depth (its number of ancestors) in a forest given by `parent`
+    (-1 for a root). By pointer jumping: each round doubles how far every node looks up, so
+    a chain of n nodes (n ops of the same start and end, nested in file order) takes log2(n)
+    rounds rather than n."""
+    parent = np.asarray(parent, dtype=np.intp)
+    jump = parent.copy()
+    # depth[i]: the distance from i to jump[i] (its depth once jump[i] is -1). Each round
+    # reads the targets' values as they stood, then moves every live node's target up.
+    depth = (parent >= 0).astype(np.intp)
+    live = np.flatnonzero(jump >= 0)
+    while len(live):
+        up = jump[live]
+        gained = depth[up]
+        moved = jump[up]
+        depth[live] += gained
+        jump[live] = moved
+        live = live[moved >= 0]
+    return depth

@@ -29,6 +29,7 @@ How the history is replayed (the rules the tests check):
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -82,7 +83,13 @@ def _is_python(frame: Frame) -> bool:
 
 def _is_internal(frame: Frame) -> bool:
     """True for frames of torch itself and of gpuprof_nb's own recording code."""
-    fn = frame.filename.replace("\\", "/")
+    return _internal_file(frame.filename)
+
+
+# Cached per file name: every frame of a file shares its name (see analysis/sources.py).
+@functools.lru_cache(maxsize=4096)
+def _internal_file(filename: str) -> bool:
+    fn = filename.replace("\\", "/")
     return (
         fn.startswith(("torch/", "gpuprof_nb/"))
         or "/torch/" in fn

@@ -39,7 +39,12 @@ from gpuprof_nb.analysis.derived import (
     runtime_starts,
     runtime_threads,
 )
-from gpuprof_nb.analysis.intervals import device_busy_us, nearest_open_at, nearest_open_before
+from gpuprof_nb.analysis.intervals import (
+    device_busy_us,
+    nearest_open_at,
+    nearest_open_before,
+    tree_depths,
+)
 from gpuprof_nb.analysis.timeline import activity_window, unrecorded_launches
 from gpuprof_nb.model.trace import Kernel, Op, Trace
 from gpuprof_nb.results.tables import (
@@ -184,19 +189,16 @@ def _attribute(trace: Trace) -> tuple[list[Op], np.ndarray, np.ndarray, np.ndarr
     # (np.add.at), as a walk of the reversed pre-order would add them.
     parent = np.full(n, -1, dtype=np.intp)
     parent[order] = parent_sorted
-    depth = np.zeros(n, dtype=np.intp)
-    up = parent.copy()
-    while True:
-        live = np.flatnonzero(up >= 0)
-        if not len(live):
-            break
-        depth[live] += 1
-        up[live] = parent[up[live]]
+    depth = tree_depths(parent)
     total = self_device.copy()
     reverse_preorder = order[::-1]
     depth_rev = depth[reverse_preorder]
-    for level in range(int(depth.max(initial=0)), 0, -1):
-        nodes = reverse_preorder[depth_rev == level]
+    # The nodes of each level in reverse pre-order, grouped once (a stable sort), so a tree
+    # thousands of levels deep costs one pass, not one per level.
+    by_level = reverse_preorder[np.argsort(depth_rev, kind="stable")]
+    cuts = np.cumsum([0, *np.bincount(depth_rev, minlength=1).tolist()]).tolist()
+    for level in range(len(cuts) - 2, 0, -1):
+        nodes = by_level[cuts[level] : cuts[level + 1]]
         np.add.at(total, parent[nodes], total[nodes])
     return ops, self_cpu, self_device, total, unattributed
 

@@ -6,6 +6,7 @@ recorded for that GPU (io/ceilings.py), and the roofline says which."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -17,7 +18,7 @@ from gpuprof_nb.analysis.hotspots import compute_hotspots
 from gpuprof_nb.analysis.memory import analyze_snapshot, parse_window
 from gpuprof_nb.analysis.mfu import model_flops_utilisation
 from gpuprof_nb.analysis.modules import module_breakdown
-from gpuprof_nb.analysis.ops import kernel_table, summarize_trace, top_ops
+from gpuprof_nb.analysis.ops import SORT_KEYS, kernel_table, summarize_trace, top_ops
 from gpuprof_nb.analysis.plan import plan_checkpointing
 from gpuprof_nb.analysis.roofline import compute_roofline
 from gpuprof_nb.analysis.timeline import device_timeline
@@ -26,6 +27,7 @@ from gpuprof_nb.io.ceilings import trace_ceilings
 from gpuprof_nb.io.gcpause import gc_paused
 from gpuprof_nb.io.snapshot import snapshot_from_dict
 from gpuprof_nb.io.timing import timing_of
+from gpuprof_nb.model.arguments import check_number, check_type, describe
 from gpuprof_nb.model.device import DeviceSpec
 from gpuprof_nb.model.memory import MemorySnapshot
 from gpuprof_nb.model.timing import TimingStats
@@ -78,6 +80,7 @@ def analyze(
     (io/ceilings.py; the roofline's note says which). `timing` is given by the live magic;
     offline it is the timed samples a saved %%gpuprofile report kept with its trace
     (io/timing.py), else None."""
+    _check_analyze_arguments(trace, device, timing, top, sort)
     # The analyses make many short-lived objects and no cycles worth collecting: automatic
     # collections would walk the whole trace's objects again and again (io/gcpause.py).
     with gc_paused():
@@ -136,6 +139,50 @@ def analyze(
     )
 
 
+def _check_analyze_arguments(trace: Any, device: Any, timing: Any, top: Any, sort: Any) -> None:
+    """Raise GpuprofError naming the first argument of `analyze` that is not what it takes."""
+    if isinstance(trace, (str, os.PathLike)):
+        raise GpuprofError(
+            f"analyze expects a Trace, got the path {describe(os.fspath(trace))}; load it "
+            "first: gpuprof_nb.analyze(gpuprof_nb.load_trace(path))"
+        )
+    check_type(trace, Trace, "analyze's trace", "a Trace (from gpuprof_nb.load_trace(path))")
+    # A GPU name the datasheet lacks is said in the roofline's note (analysis/roofline.py).
+    if device is not None and not isinstance(device, str):
+        check_type(device, DeviceSpec, "analyze's device", "a DeviceSpec, a GPU name or None")
+    if timing is not None:
+        check_type(timing, TimingStats, "analyze's timing", "TimingStats or None")
+    if top is not None:
+        check_number(top, "analyze's top", low=1, integer=True, hint="or None for every op")
+    if sort is not None and sort not in SORT_KEYS:
+        raise GpuprofError(
+            f"analyze: sort {describe(sort)} is not one of: {', '.join(sorted(SORT_KEYS))}"
+        )
+
+
+def _check_window(window: Any) -> tuple[float | None, float | None] | None:
+    """Return the memory window as (start, end), or raise GpuprofError: each bound a finite
+    number or None, the end not before the start."""
+    if window is None:
+        return None
+    if isinstance(window, str):
+        try:
+            return parse_window(window)
+        except ValueError as e:
+            raise GpuprofError(str(e)) from None
+    if not isinstance(window, (tuple, list)) or len(window) != 2:
+        raise GpuprofError(
+            f"analyze_memory: window must be 'START:END' or (start, end), got {describe(window)}"
+        )
+    start, end = window
+    for name, bound in (("start", start), ("end", end)):
+        if bound is not None:
+            check_number(bound, f"analyze_memory's window {name}", hint="or None for open")
+    if start is not None and end is not None and end < start:
+        raise GpuprofError(f"analyze_memory: window ({start}, {end}) ends before it starts")
+    return start, end
+
+
 def analyze_memory(
     snapshot: MemorySnapshot | Mapping[str, Any],
     *,
@@ -155,11 +202,19 @@ def analyze_memory(
             f"analyze_memory expects a MemorySnapshot, got {type(snapshot).__name__}; "
             "load one with gpuprof_nb.load_snapshot(path)"
         )
-    if isinstance(window, str):
-        try:
-            window = parse_window(window)
-        except ValueError as e:
-            raise GpuprofError(str(e)) from None
+    window = _check_window(window)
+    if step_starts is not None:
+        if not isinstance(step_starts, (list, tuple, range)) or not all(
+            type(i) is int and i >= 0 for i in step_starts
+        ):
+            raise GpuprofError(
+                "analyze_memory: step_starts must be a list of history entry indices "
+                f"(integers, 0 or more), got {describe(step_starts)}"
+            )
+    if device is not None:
+        check_number(device, "analyze_memory's device", low=0, integer=True, hint="or None")
+    if oom_message is not None:
+        check_type(oom_message, str, "analyze_memory's oom_message", "a string or None")
     if device is not None and device not in snapshot.devices:
         raise GpuprofError(
             f"the snapshot has no device {device}; it has {list(snapshot.devices) or 'none'}"

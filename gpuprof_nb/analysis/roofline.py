@@ -34,7 +34,7 @@ from gpuprof_nb.analysis.derived import (
     runtime_threads,
 )
 from gpuprof_nb.analysis.flops import COPY_WRAPPERS, OpCost, has_formula, op_cost
-from gpuprof_nb.analysis.intervals import nearest_open_before
+from gpuprof_nb.analysis.intervals import nearest_open_before, tree_depths
 from gpuprof_nb.analysis.timeline import unrecorded_launches
 from gpuprof_nb.model.device import DeviceSpec, lookup_device_spec
 from gpuprof_nb.model.trace import Kernel, Op, Trace
@@ -125,14 +125,7 @@ class _Tree:
     def levels(self) -> list[np.ndarray]:
         """Return the ops by depth (roots first), each level in the tree's order."""
         if self._levels is None:
-            depth = np.zeros(len(self.ops), dtype=np.intp)
-            up = self.parent_arr.copy()
-            while True:
-                live = np.flatnonzero(up >= 0)
-                if not len(live):
-                    break
-                depth[live] += 1
-                up[live] = self.parent_arr[up[live]]
+            depth = tree_depths(self.parent_arr)
             order = self.order_arr
             by_depth = order[np.argsort(depth[order], kind="stable")]
             counts = np.bincount(depth, minlength=1).tolist()

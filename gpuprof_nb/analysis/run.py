@@ -33,7 +33,12 @@ from gpuprof_nb.results.diagnosis import Diagnosis, Finding, FindingKind
 from gpuprof_nb.results.run import CollectiveRow, RankRow, RankSummary, RunReport
 
 # Rank numbers in file names: rank-3, rank_3, rank3, worker3, worker-3.
-_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d{1,7})(?!\d)", re.IGNORECASE)
+# More ranks than any run has had (the largest jobs run tens of thousands): a rank or world
+# size past this in a trace is damage, and would make `range(world)` loops run for ever.
+MAX_RANKS = 2**20
+# Collective calls of one kind matched across the ranks (plenty to tell who waits).
+MAX_MATCHED_CALLS = 100_000
 # Host ranges that carry a collective's real duration (c10d:: ops only enqueue the work).
 _HOST_CALL_PREFIXES = ("gloo:", "nccl:", "mpi:", "ucc:")
 # Bytes per element of the dtypes NCCL kernel args name.
@@ -125,6 +130,18 @@ def summarize_rank(trace: Trace, source: str, rank: int | None = None) -> RankSu
         raise GpuprofError(
             f"{source}: no rank in the trace (distributedInfo) or its name "
             "(rank-3, worker3); rename the file or pass Trace objects in order"
+        )
+    world = dist.world_size if dist is not None else None
+    if not 0 <= rank < MAX_RANKS or (world is not None and not 0 <= rank < world):
+        raise GpuprofError(
+            f"{source}: rank {rank} is not a rank of a run"
+            + (f" of world size {world}" if world is not None else "")
+            + "; the trace's distributedInfo (or its file name) is damaged"
+        )
+    if world is not None and not 1 <= world <= MAX_RANKS:
+        raise GpuprofError(
+            f"{source}: world size {world} is not a real run's; the trace's distributedInfo "
+            "is damaged"
         )
     report = analyze(trace)
     timeline = report.timeline
@@ -340,6 +357,12 @@ def _waits(ranks: Sequence[RankSummary], notes: list[str]) -> _Waits:
                 f"ranks recorded different numbers of {kind} calls "
                 f"({min(counts)} to {max(counts)}): the first {n} are matched"
             )
+        if n > MAX_MATCHED_CALLS:
+            # Memory and time stay bounded whatever a rank recorded.
+            notes.append(
+                f"{n:,} {kind} calls per rank: the first {MAX_MATCHED_CALLS:,} are matched"
+            )
+            n = MAX_MATCHED_CALLS
         for i in range(n):
             call = {r: v[i] for r, v in by_rank.items()}
             last = min(call, key=lambda r: (call[r], r))

@@ -13,6 +13,7 @@ is named with the line it is defined at, a cell's own top-level code with "line 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 
@@ -35,13 +36,28 @@ def cell_number(filename: str, cells: Mapping[str, int]) -> int | None:
     return int(m.group(1)) if m else None
 
 
+@functools.lru_cache(maxsize=4096)
 def is_cell_file(filename: str) -> bool:
     """Whether `filename` is a notebook cell's (IPython or ipykernel), numbered or not."""
     return bool(_IPYTHON_INPUT.match(filename) or _IPYKERNEL_CELL.search(filename))
 
 
+# Cached: one file name is shared by every frame of that file, and a label is asked for
+# per frame (a name of megabytes in a crafted file would otherwise be scanned that often).
+@functools.lru_cache(maxsize=4096)
 def _short(filename: str) -> str:
-    return filename.replace("\\", "/").rsplit("/", 1)[-1]
+    return _part(filename.replace("\\", "/").rsplit("/", 1)[-1])
+
+
+# A label names a place for people: a file or function name longer than this (only a
+# damaged or crafted file holds one) is cut in the label, never in the frame it names.
+LABEL_PART_CHARS = 300
+
+
+def _part(name: str) -> str:
+    if len(name) <= LABEL_PART_CHARS:
+        return name
+    return f"{name[:LABEL_PART_CHARS]}… [{len(name) - LABEL_PART_CHARS:,} more characters]"
 
 
 def source_label(
@@ -52,6 +68,7 @@ def source_label(
     (`cell 117277944.py, line 4`), else `train.py:123 step`. `first_line`: the frame comes
     from profiler events, whose line is where its function starts (see the module): it is
     named `..., step (defined at line 120)`."""
+    function = _part(function)
     number = cell_number(filename, cells)
     if number is not None:
         where = f"In [{number}]"

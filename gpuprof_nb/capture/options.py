@@ -12,6 +12,7 @@ options before anything runs.
 
 from __future__ import annotations
 
+import keyword
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
@@ -165,18 +166,27 @@ def _problems(args: Any) -> list[str]:
     """Return what is wrong with parsed options (values out of range, options that exclude
     each other, an unknown --sort key); empty when nothing is."""
     problems = []
-    if args.warmup is not None and args.warmup < 0:
-        problems.append(f"--warmup must be 0 or more, got {args.warmup}")
-    if args.repeat < 1:
-        problems.append(f"--repeat must be 1 or more, got {args.repeat}")
-    if args.number is not None and args.number < 1:
-        problems.append(f"--number must be 1 or more, got {args.number}")
+    for flag, value, low, high in (
+        ("--warmup", args.warmup, 0, MAX_WARMUP),
+        ("--repeat", args.repeat, 1, MAX_REPEAT),
+        ("--number", args.number, 1, MAX_NUMBER),
+        ("--top", args.top, 1, MAX_TOP),
+    ):
+        if value is None:
+            continue
+        if value < low:
+            problems.append(f"{flag} must be {low} or more, got {value}")
+        elif value > high:
+            problems.append(
+                f"{flag} must be at most {high:,}, got {_count(value)}: more would run for hours "
+                "(or for ever)"
+            )
     if args.number is not None and args.once:
         problems.append("--number times repeated runs; --once runs the cell once: drop one of them")
-    if args.top < 1:
-        problems.append(f"--top must be 1 or more, got {args.top}")
-    if args.output is not None and not args.output.isidentifier():
-        problems.append(f"-o needs a Python variable name, got {args.output!r}")
+    if args.output is not None:
+        problem = name_problem(args.output, "-o")
+        if problem:
+            problems.append(problem)
     if args.timing_only and args.trace:
         problems.append("--trace needs a profiled run; drop --timing-only")
     if args.timing_only and (args.stack or args.memory):
@@ -186,6 +196,45 @@ def _problems(args: Any) -> list[str]:
         if problem:
             problems.append(problem)
     return problems
+
+
+# Upper bounds of the counts (each far past any real use: --repeat 10000 of a 1 s cell is
+# hours), so a typo cannot run for ever.
+MAX_WARMUP = 10_000
+MAX_REPEAT = 10_000
+MAX_NUMBER = 10_000_000
+MAX_TOP = 100_000
+
+
+def _count(value: int) -> str:
+    return f"{value:,}" if value.bit_length() < 64 else f"a number of {len(str(value)):,} digits"
+
+
+def name_problem(name: str, flag: str) -> str | None:
+    """Return why `name` cannot name a variable for `flag` (-o, --baseline), or None: it
+    must be an identifier and not a keyword (`None`, `class`, `True`, `lambda` ...), which no
+    code could read back."""
+    if not name.isidentifier():
+        return f"{flag} needs a variable name (a Python identifier), got {name!r}"
+    if keyword.iskeyword(name):
+        return (
+            f"{flag} {name!r} is a Python keyword, which no code can use as a variable; "
+            "pick another name"
+        )
+    return None
+
+
+def output_path_problem(path: str, flag: str) -> str | None:
+    """Return why a file cannot be written at `path` (a FIFO, a directory, a device, a
+    parent that is no folder), or None; checked before the cell runs."""
+    from gpuprof_nb.errors import GpuprofError
+    from gpuprof_nb.io.guards import check_writable
+
+    try:
+        check_writable(path, what=f"{flag}", error=GpuprofError)
+    except GpuprofError as exc:
+        return f"{flag}: {exc}"
+    return None
 
 
 def _check_sort_key(key: str) -> str | None:
@@ -202,8 +251,9 @@ def baseline_report(name: str, namespace: dict[str, Any]) -> ProfileReport:
     cell runs: a UsageError says what is wrong."""
     from gpuprof_nb.results.report import ProfileReport
 
-    if not name.isidentifier():
-        raise UsageError(f"%%gpuprofile --baseline needs a variable name, got {name!r}")
+    problem = name_problem(name, "--baseline")
+    if problem:
+        raise UsageError(f"%%gpuprofile {problem}")
     if name not in namespace:
         raise UsageError(
             f"%%gpuprofile --baseline {name}: no variable {name!r}; store a report first "

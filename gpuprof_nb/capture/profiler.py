@@ -7,6 +7,7 @@ import bisect
 import contextlib
 import json
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -347,6 +348,60 @@ def _parse_export(raw: bytes) -> dict[str, Any]:
     return parsed
 
 
+# A "name" field as Kineto writes it: alone on its line, its text copied without escaping.
+_NAME_LINE = re.compile(rb'^([ \t]*"name": ")(.*)("[ \t]*,?[ \t]*\r?)$', re.MULTILINE)
+
+
+def repair_names(raw: bytes) -> bytes:
+    """Return Kineto's export with the quotes inside names escaped. Kineto writes a
+    record_function label as is, so `say "hi"` makes the file invalid JSON; it writes one
+    field per line, so each name line is escaped again whole."""
+
+    def escape(m: re.Match[bytes]) -> bytes:
+        inner = m.group(2)
+        if b'"' not in inner and b"\\" not in inner:
+            return m.group(0)
+        fixed = inner.replace(b"\\", b"\\\\").replace(b'"', b'\\"')
+        return m.group(1) + fixed + m.group(3)
+
+    return _NAME_LINE.sub(escape, raw)
+
+
+def restore_labels(data: dict[str, Any], prof: Any, *, repaired: bool = False) -> int:
+    """Put back the record_function labels Kineto altered, from the profiler's own events
+    (matched by External id): it turns a backslash into '/', and a label with a tab, a
+    control character or any non-ASCII character into "unknown". Looked up only when a
+    label shows such a change (or the file needed repair_names); return how many labels
+    were put back. (Newlines Kineto drops from a label cannot be seen, and stay dropped.)"""
+    events = data.get("traceEvents")
+    if not isinstance(events, list):
+        return 0
+    labels = [e for e in events if isinstance(e, dict) and e.get("cat") == "user_annotation"]
+    suspect = [
+        e
+        for e in labels
+        if isinstance(e.get("name"), str) and (e["name"] == "unknown" or "/" in e["name"])
+    ]
+    if not suspect and not repaired:
+        return 0
+    try:
+        names = {
+            e.correlation_id(): e.name()
+            for e in prof.profiler.kineto_results.events()
+            if e.is_user_annotation()
+        }
+    except (AttributeError, RuntimeError):  # another torch's event API: keep Kineto's names
+        return 0
+    restored = 0
+    for e in suspect or labels:
+        args = e.get("args")
+        original = names.get(args.get("External id")) if isinstance(args, dict) else None
+        if isinstance(original, str) and original != e.get("name"):
+            e["name"] = original
+            restored += 1
+    return restored
+
+
 def _export(prof: profile) -> dict[str, Any]:
     """Return the profiler's Chrome trace as a dict, through a temporary file (deleted)."""
     fd, path = tempfile.mkstemp(prefix="gpuprof_", suffix=".json")
@@ -354,7 +409,15 @@ def _export(prof: profile) -> dict[str, Any]:
     try:
         prof.export_chrome_trace(path)
         with open(path, "rb") as fh:
-            return _parse_export(fh.read())
+            raw = fh.read()
+        try:
+            data = _parse_export(raw)
+            repaired = False
+        except ValueError:
+            data = _parse_export(repair_names(raw))
+            repaired = True
+        restore_labels(data, prof, repaired=repaired)
+        return data
     except (OSError, ValueError, RuntimeError) as exc:
         raise CaptureError(
             f"could not export the profiler trace through {path}: {exc}; "

@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.io.guards import loads_json, open_regular
 from gpuprof_nb.model.device import DeviceSpec, lookup_device_spec
 from gpuprof_nb.model.trace import Trace
 
 CACHE_ENV = "GPUPROF_NB_CACHE_DIR"
 _CACHE_FILE = "ceilings.json"
 _CACHE_VERSION = 1
+# A cache holds a few hundred bytes per device measured.
+_MAX_CACHE_BYTES = 16 << 20
 
 
 def cache_path() -> Path:
@@ -37,11 +40,15 @@ def device_key(kind: str, name: str, memory_bytes: int | None) -> str:
 
 def _read_cache() -> dict[str, Any]:
     path = cache_path()
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists():
         return {}
-    except (OSError, ValueError) as exc:
+    try:
+        f, st = open_regular(path, what="the ceilings cache", error=GpuprofError)
+        with f:
+            if st.st_size > _MAX_CACHE_BYTES:
+                raise GpuprofError(f"{path}: {st.st_size:,} bytes, far more than a cache holds")
+            data = loads_json(f.read(), str(path), GpuprofError)
+    except (GpuprofError, OSError) as exc:
         warnings.warn(
             f"{path}: unreadable ceilings cache ({exc}); ignoring it (delete it, "
             "or run gpuprof_nb.measure_ceilings() to rewrite it)",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import io
 import math
+import mmap
 import os
 import pickle
 import zlib
@@ -22,9 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from gpuprof_nb.errors import SnapshotFormatError
+from gpuprof_nb.errors import GpuprofError, SnapshotFormatError
 from gpuprof_nb.io.cells import cells_of
 from gpuprof_nb.io.gcpause import gc_paused
+from gpuprof_nb.io.guards import (
+    GzipGuard,
+    describe,
+    nesting_depth,
+    open_for_writing,
+    open_regular,
+)
+from gpuprof_nb.io.safe_pickle import unpickle
 from gpuprof_nb.io.steprecord import STEP_KEY, step_record_of, step_record_to_dict
 from gpuprof_nb.model.memory import (
     ACTION_CODE,
@@ -54,50 +63,6 @@ FREE_ITEMS = 100_000
 _LONG_STACK = 32
 
 
-class _RestrictedUnpickler(pickle.Unpickler):
-    """An unpickler that builds only plain containers and scalars: any global a pickle
-    names (a class, a function such as os.system) is refused before it is looked up."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise SnapshotFormatError(
-            f"the pickle names class {module}.{name}; refused, never executed. A memory "
-            "snapshot holds only dicts, lists, strings and numbers: this file is not one "
-            "(or was altered); re-dump it with torch.cuda.memory._dump_snapshot."
-        )
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise SnapshotFormatError(
-            "the pickle refers to a persistent object; refused. A memory snapshot holds "
-            "only plain containers and scalars."
-        )
-
-
-def _unpickle(stream: Any, where: str) -> tuple[Any, int]:  # any binary file object
-    """Return the unpickled object and the pickle bytes it was read from (after gzip)."""
-    try:
-        data = _RestrictedUnpickler(stream).load()
-        return data, stream.tell()
-    except SnapshotFormatError as e:
-        raise SnapshotFormatError(f"{where}: {e}") from None
-    except (
-        pickle.UnpicklingError,
-        EOFError,
-        ValueError,
-        TypeError,
-        IndexError,
-        KeyError,
-        AttributeError,
-        MemoryError,
-        OSError,
-        UnicodeDecodeError,
-        zlib.error,
-    ) as e:
-        raise SnapshotFormatError(
-            f"{where}: not a readable pickle ({type(e).__name__}: {e}); is the file "
-            "truncated? Dump it again with torch.cuda.memory._dump_snapshot(path)."
-        ) from None
-
-
 def load_snapshot(source: str | os.PathLike[str] | bytes | Mapping[str, Any]) -> MemorySnapshot:
     """Return the MemorySnapshot in a pickle file (optionally gzipped), pickle bytes, or an
     already-unpickled snapshot dict. Raises SnapshotFormatError on anything else."""
@@ -105,32 +70,56 @@ def load_snapshot(source: str | os.PathLike[str] | bytes | Mapping[str, Any]) ->
         return _load_snapshot(source)
 
 
+_WHAT = "a pickle written by torch.cuda.memory._dump_snapshot or %%memsnap --save"
+
+
 def _load_snapshot(source: str | os.PathLike[str] | bytes | Mapping[str, Any]) -> MemorySnapshot:
     if isinstance(source, Mapping):
         return snapshot_from_dict(source)
     if isinstance(source, (bytes, bytearray, memoryview)):
         raw = bytes(source)
-        # gzip is read through the same guarded unpickling as a file, so damaged
-        # compressed bytes give a SnapshotFormatError too.
-        stream: io.BufferedIOBase = (
-            gzip.GzipFile(fileobj=io.BytesIO(raw)) if raw[:2] == b"\x1f\x8b" else io.BytesIO(raw)
-        )
-        data, n_bytes = _unpickle(stream, "snapshot bytes")
-        return _snapshot_from_dict(data, "snapshot bytes", n_bytes)
-    path = Path(source)
-    where = str(path)
-    try:
-        with open(path, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-    except OSError as e:
+        where = "snapshot bytes"
+        if raw[:2] == b"\x1f\x8b":
+            raw = _gunzip(io.BytesIO(raw), where)
+        if not raw:
+            raise SnapshotFormatError(f"{where}: empty; pass the bytes of {_WHAT}")
+        data = unpickle(raw, where)
+        return _snapshot_from_dict(data, where, len(raw))
+    if not isinstance(source, (str, os.PathLike)):
         raise SnapshotFormatError(
-            f"{where}: cannot open ({e.strerror or e}); pass the path of a pickle written "
-            "by torch.cuda.memory._dump_snapshot or %%memsnap --save."
-        ) from None
-    opener = gzip.open if gz else open
-    with opener(path, "rb") as f:
-        data, n_bytes = _unpickle(f, where)
+            f"load_snapshot expects a file path, pickle bytes or a snapshot dict, got "
+            f"{type(source).__name__}; pass the path of {_WHAT}."
+        )
+    where = os.fsdecode(os.fspath(source))
+    f, st = open_regular(where, what=_WHAT, error=SnapshotFormatError)
+    with f:
+        if st.st_size == 0:
+            raise SnapshotFormatError(f"{where}: the file is empty; pass the path of {_WHAT}.")
+        gz = f.read(2) == b"\x1f\x8b"
+        f.seek(0)
+        if gz:
+            raw = _gunzip(f, where)
+            data = unpickle(raw, where)
+            n_bytes = len(raw)
+        else:
+            # Scanned through a read-only map of the file (no copy in memory), then
+            # unpickled from the file itself.
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                data = unpickle(mapped, where, stream=f)
+            n_bytes = st.st_size
     return _snapshot_from_dict(data, where, n_bytes)
+
+
+def _gunzip(raw: Any, where: str) -> bytes:
+    """Return the decompressed bytes of a gzip stream, bounded (io/guards.GzipGuard)."""
+    guard = GzipGuard(raw, gzip.GzipFile, where, SnapshotFormatError)
+    try:
+        return guard.read()
+    except (OSError, EOFError, zlib.error) as e:
+        raise SnapshotFormatError(
+            f"{where}: the gzip data is damaged or cut short ({type(e).__name__}: "
+            f"{str(e)[:120]}); copy or dump the snapshot again."
+        ) from None
 
 
 class _StackTable:
@@ -202,12 +191,23 @@ class _StackTable:
                 f"{self.where}: a frame is a {type(f).__name__}, expected a dict with "
                 "filename, line and name"
             )
-        line = f.get("line", 0)
-        key = (
-            str(f.get("filename", "??")),
-            int(line) if isinstance(line, int) else 0,
-            str(f.get("name", "??")),
-        )
+        filename = f.get("filename", "??")
+        name = f.get("name", "??")
+        line = f.get("line")
+        for field, value in (("filename", filename), ("name", name)):
+            if type(value) is not str:
+                raise SnapshotFormatError(
+                    f"{self.where}: a frame's '{field}' is {describe(value)}, expected a "
+                    "string; the snapshot is damaged (dump it again with "
+                    "torch.cuda.memory._dump_snapshot)"
+                )
+        if line is None:
+            line = 0
+        elif type(line) is not int or not 0 <= line < 2**31:
+            raise SnapshotFormatError(
+                f"{self.where}: a frame's 'line' is {describe(line)}, expected a line number"
+            )
+        key = (filename, line, name)
         index = self._frame_index.get(key)
         if index is None:
             index = len(self.frames)
@@ -221,10 +221,28 @@ def _int(value: Any, what: str, where: str, default: int = 0) -> int:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
         raise SnapshotFormatError(
-            f"{where}: {what} is {value!r} ({type(value).__name__}), expected an integer"
+            f"{where}: {what} is {describe(value)} ({type(value).__name__}), expected an integer"
         )
     if not -(2**63) <= value < 2**63:
-        raise SnapshotFormatError(f"{where}: {what} is {value}, out of the 64-bit range")
+        raise SnapshotFormatError(f"{where}: {what} is {describe(value)}, out of the 64-bit range")
+    return value
+
+
+def _index(value: Any, what: str, where: str, default: int = 0) -> int:
+    """An integer that cannot be negative (a device, an address, a stream)."""
+    number = _int(value, what, where, default)
+    if number < 0:
+        raise SnapshotFormatError(
+            f"{where}: {what} is {number}, expected 0 or more; the snapshot is damaged"
+        )
+    return number
+
+
+def _text(value: Any, what: str, where: str, default: str) -> str:
+    if value is None:
+        return default
+    if type(value) is not str:
+        raise SnapshotFormatError(f"{where}: {what} is {describe(value)}, expected a string")
     return value
 
 
@@ -255,6 +273,17 @@ def _check_sizes(size: np.ndarray, action: np.ndarray, here: str) -> None:
         )
 
 
+def _check_negative(column: np.ndarray, field: str, here: str) -> None:
+    """Raise SnapshotFormatError naming the first entry whose `field` is negative."""
+    bad = column < 0
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise SnapshotFormatError(
+            f"{here}[{i}]: '{field}' is {int(column[i])}, expected 0 or more; the snapshot is "
+            "damaged (dump it again with torch.cuda.memory._dump_snapshot)"
+        )
+
+
 def _checked_size(value: Any, what: str, where: str, default: int = 0) -> int:
     """Return a block or segment size in bytes, or raise SnapshotFormatError naming it."""
     size = _int(value, what, where, default)
@@ -268,10 +297,12 @@ def _segment(seg: Any, i: int, where: str, table: _StackTable) -> Segment:
     here = f"{where}: segments[{i}]"
     if not isinstance(seg, Mapping):
         raise SnapshotFormatError(f"{here} is a {type(seg).__name__}, expected a dict")
-    raw_blocks = seg.get("blocks") or []
-    if not isinstance(raw_blocks, Sequence):
-        raise SnapshotFormatError(f"{here}: 'blocks' is not a list")
-    seg_addr = _int(seg.get("address"), "'address'", here)
+    raw_blocks = seg.get("blocks")
+    if raw_blocks is None:
+        raw_blocks = []
+    if not isinstance(raw_blocks, (list, tuple)):
+        raise SnapshotFormatError(f"{here}: 'blocks' is {describe(raw_blocks)}, not a list")
+    seg_addr = _index(seg.get("address"), "'address'", here)
     blocks = []
     offset = seg_addr
     for j, b in enumerate(raw_blocks):
@@ -286,19 +317,19 @@ def _segment(seg: Any, i: int, where: str, table: _StackTable) -> Segment:
             # Snapshots before PyTorch 2.1 kept the allocation's frames and requested size
             # in the block's first history record.
             history = b.get("history") or [{}]
-            first = history[0] if isinstance(history, Sequence) and history else {}
+            first = history[0] if isinstance(history, (list, tuple)) and history else {}
             first = first if isinstance(first, Mapping) else {}
             frames = first.get("frames")
             requested = first.get("real_size", b.get("requested_size", size))
         # Block addresses are optional in old and profiler-made snapshots: blocks tile
         # the segment in order, so the running offset recovers them.
-        addr = _int(b.get("address"), "'address'", bhere, default=offset)
+        addr = _index(b.get("address"), "'address'", bhere, default=offset)
         blocks.append(
             Block(
                 address=addr,
                 size=size,
                 requested_size=_checked_size(requested, "'requested_size'", bhere, size),
-                state=str(b.get("state", "inactive")),
+                state=_text(b.get("state"), "'state'", bhere, "inactive"),
                 stack=table.stack_of(frames),
             )
         )
@@ -306,7 +337,7 @@ def _segment(seg: Any, i: int, where: str, table: _StackTable) -> Segment:
     total = _checked_size(seg.get("total_size"), "'total_size'", here, sum(b.size for b in blocks))
     active = [b for b in blocks if b.is_active]
     return Segment(
-        device=_int(seg.get("device"), "'device'", here),
+        device=_index(seg.get("device"), "'device'", here),
         address=seg_addr,
         total_size=total,
         allocated_size=_checked_size(
@@ -318,24 +349,60 @@ def _segment(seg: Any, i: int, where: str, table: _StackTable) -> Segment:
         active_size=_checked_size(
             seg.get("active_size"), "'active_size'", here, sum(b.size for b in active)
         ),
-        stream=_int(seg.get("stream"), "'stream'", here),
-        segment_type=str(seg.get("segment_type", "large" if total > 2**20 else "small")),
+        stream=_index(seg.get("stream"), "'stream'", here),
+        segment_type=_text(
+            seg.get("segment_type"), "'segment_type'", here, "large" if total > 2**20 else "small"
+        ),
         blocks=tuple(blocks),
     )
 
 
-def _column(values: list[Any], dtype: Any, field: str, here: str) -> np.ndarray:
-    try:
-        return np.array(values, dtype=dtype)
-    except (TypeError, ValueError, OverflowError):
+def _column(
+    values: list[Any], field: str, here: str, *, floats: bool = False, default: Any = 0
+) -> np.ndarray:
+    """Return one history field as an array: int64, or float64 with `floats` (times). Only
+    what the format holds is taken: ints (and finite floats with `floats`); None (or an
+    absent key) is `default`. A bool, a string, a float where an int belongs, a container
+    or an out-of-range number is refused, naming the entry: coercing it would be silently
+    wrong."""
+    kinds = set(map(type, values))
+    if floats and float in kinds:
         for i, v in enumerate(values):
-            try:
-                np.array([v], dtype=dtype)
-            except (TypeError, ValueError, OverflowError):
+            if type(v) is float and not math.isfinite(v):
                 raise SnapshotFormatError(
-                    f"{here}[{i}]: '{field}' is {v!r}, expected a number"
+                    f"{here}[{i}]: '{field}' is {v!r}, not a finite number; the snapshot is "
+                    "damaged (dump it again with torch.cuda.memory._dump_snapshot)"
+                )
+    if type(None) in kinds:
+        values = [default if v is None else v for v in values]
+        kinds.discard(type(None))
+        kinds.add(type(default))
+    allowed = {int, float} if floats else {int}
+    if not kinds <= allowed:
+        for i, v in enumerate(values):
+            if type(v) not in allowed:
+                expected = "a number" if floats else "an integer"
+                raise SnapshotFormatError(
+                    f"{here}[{i}]: '{field}' is {describe(v)}, expected {expected}; the "
+                    "snapshot is damaged (dump it again with torch.cuda.memory._dump_snapshot)"
+                )
+    try:
+        # Through int64 even for times: an integer past 64 bits is damage, not a time.
+        column = np.array(values, dtype=np.int64) if int in kinds and not floats else None
+        if floats:
+            if int in kinds:
+                np.array([v for v in values if type(v) is int], dtype=np.int64)
+            column = np.array(values, dtype=np.float64)
+    except OverflowError:
+        for i, v in enumerate(values):
+            if type(v) is int and not -(2**63) <= v < 2**63:
+                raise SnapshotFormatError(
+                    f"{here}[{i}]: '{field}' is {describe(v)}, out of the 64-bit range"
                 ) from None
-        raise SnapshotFormatError(f"{here}: column '{field}' is not numeric") from None
+        raise SnapshotFormatError(f"{here}: column '{field}' is out of range") from None
+    if column is None:
+        column = np.array(values, dtype=np.int64)
+    return column
 
 
 def _device_trace(
@@ -348,25 +415,28 @@ def _device_trace(
         if not isinstance(e, dict):
             raise SnapshotFormatError(f"{here}[{i}] is a {type(e).__name__}, expected a dict")
     code = ACTION_CODE
-    try:
-        action = np.array([code.get(e.get("action"), OTHER) for e in entries], dtype=np.int8)
-    except TypeError:  # an unhashable 'action' somewhere: it counts as an unknown one
-        action = np.array(
-            [
-                code.get(a, OTHER) if isinstance(a := e.get("action"), str) else OTHER
-                for e in entries
-            ],
-            dtype=np.int8,
-        )
-    addr = _column([e.get("addr") or 0 for e in entries], np.int64, "addr", here)
-    size = _column([e.get("size") or 0 for e in entries], np.int64, "size", here)
+    names = [e.get("action") for e in entries]
+    # Checked before any lookup: hashing a value nested a million deep overflows the C stack.
+    if not set(map(type, names)) <= {str}:
+        for i, a in enumerate(names):
+            if type(a) is not str:
+                raise SnapshotFormatError(
+                    f"{here}[{i}]: 'action' is {describe(a)}, expected a string such as "
+                    "'alloc'; the snapshot is damaged (dump it again with "
+                    "torch.cuda.memory._dump_snapshot)"
+                )
+    action = np.array([code.get(a, OTHER) for a in names], dtype=np.int8)
+    addr = _column([e.get("addr") for e in entries], "addr", here)
+    size = _column([e.get("size") for e in entries], "size", here)
     _check_sizes(size, action, here)
-    stream = _column([e.get("stream") or 0 for e in entries], np.int64, "stream", here)
+    _check_negative(addr, "addr", here)
+    stream = _column([e.get("stream") for e in entries], "stream", here)
+    _check_negative(stream, "stream", here)
     stack = np.array([table.stack_of(e.get("frames")) for e in entries], dtype=np.int32)
     time_us: np.ndarray | None = None
     if any("time_us" in e for e in entries):
         time_us = _column(
-            [e.get("time_us", math.nan) for e in entries], np.float64, "time_us", here
+            [e.get("time_us") for e in entries], "time_us", here, floats=True, default=math.nan
         )
     device_free = np.full(len(entries), -1, dtype=np.int64)
     for i in np.flatnonzero(action == OOM).tolist():
@@ -376,7 +446,9 @@ def _device_trace(
         for i, e in enumerate(entries):
             name = e.get("category")
             if name is not None:
-                category[i] = categories.setdefault(str(name), len(categories))
+                category[i] = categories.setdefault(
+                    _text(name, "'category'", f"{here}[{i}]", ""), len(categories)
+                )
     return DeviceTrace(
         device=device,
         action=action,
@@ -445,12 +517,17 @@ def _snapshot_from_dict(data: Any, where: str, n_bytes: int | None = None) -> Me
     if "segments" not in data and "device_traces" not in data:
         raise SnapshotFormatError(
             f"{where}: neither 'segments' nor 'device_traces' present (keys: "
-            f"{sorted(map(str, data))[:8]}); this is not a CUDA memory snapshot"
+            f"{_some_keys(data)}); this is not a CUDA memory snapshot"
         )
-    raw_segments = data.get("segments") or []
-    raw_traces = data.get("device_traces") or []
-    if not isinstance(raw_segments, Sequence) or not isinstance(raw_traces, Sequence):
-        raise SnapshotFormatError(f"{where}: 'segments' and 'device_traces' must be lists")
+    raw_segments = data.get("segments")
+    raw_traces = data.get("device_traces")
+    raw_segments = [] if raw_segments is None else raw_segments
+    raw_traces = [] if raw_traces is None else raw_traces
+    if not isinstance(raw_segments, (list, tuple)) or not isinstance(raw_traces, (list, tuple)):
+        raise SnapshotFormatError(
+            f"{where}: 'segments' and 'device_traces' must be lists (got "
+            f"{describe(raw_segments)} and {describe(raw_traces)})"
+        )
     extra = data.get(EXTRA_KEY)
     extra = extra if isinstance(extra, Mapping) else {}
     if n_bytes is not None:
@@ -462,20 +539,18 @@ def _snapshot_from_dict(data: Any, where: str, n_bytes: int | None = None) -> Me
         _device_trace(d, entries, where, table, categories) for d, entries in enumerate(raw_traces)
     )
     notes = extra.get("notes", ())
-    notes = notes if isinstance(notes, (list, tuple)) else ()
-    settings = data.get("allocator_settings")
-    try:
-        step_starts = tuple(tuple(int(i) for i in dev) for dev in extra.get("step_starts", ()))
-    except (TypeError, ValueError):
-        step_starts = ()
+    notes = list(notes) if isinstance(notes, (list, tuple)) else []
+    step_starts = _step_starts(extra.get("step_starts"), notes)
+    settings = _settings(data.get("allocator_settings"), notes)
+    source = extra.get("source", "cuda")
     return MemorySnapshot(
         segments=segments,
         traces=traces,
         frames=tuple(table.frames),
         stacks=tuple(table.stacks),
         categories=tuple(sorted(categories, key=categories.__getitem__)),
-        allocator_settings=dict(settings) if isinstance(settings, Mapping) else {},
-        source=str(extra.get("source", "cuda")),
+        allocator_settings=settings,
+        source=source if isinstance(source, str) and len(source) < 100 else "cuda",
         step_starts=step_starts,
         # Repeats dropped: one long note referenced many times would otherwise be shown
         # that many times.
@@ -483,6 +558,47 @@ def _snapshot_from_dict(data: Any, where: str, n_bytes: int | None = None) -> Me
         cells=cells_of(data),
         step=step_record_of(extra, where),
     )
+
+
+def _some_keys(data: Mapping[Any, Any]) -> list[str]:
+    """The first few keys of a dict, for a message (keys of any type, safely shown)."""
+    return sorted(k if isinstance(k, str) else describe(k) for k in list(data)[:50])[:8]
+
+
+def _step_starts(value: Any, notes: list[str]) -> tuple[tuple[int, ...], ...]:
+    """gpuprof_nb's own step starts (entry indices per device); malformed ones are dropped
+    with a note, since the history reads without them."""
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple)) and all(
+        isinstance(dev, (list, tuple)) and all(type(i) is int and 0 <= i < 2**63 for i in dev)
+        for dev in value
+    ):
+        return tuple(tuple(dev) for dev in value)
+    notes.append(
+        "the snapshot's step starts (gpuprof_nb's own key) are malformed and were left out: "
+        "runs of a --repeat recording are not told apart"
+    )
+    return ()
+
+
+def _settings(value: Any, notes: list[str]) -> dict[str, Any]:
+    """The allocator settings, as recorded: a dict of named values (numbers, strings, or
+    small dicts of them such as roundup_power2_divisions); a value nested deeper than any
+    setting is left out with a note."""
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        out = {k: v for k, v in value.items() if type(k) is str and nesting_depth(v, 3) <= 3}
+        if len(out) == len(value):
+            return out
+        notes.append(
+            f"{len(value) - len(out)} allocator setting(s) were not named values (nested "
+            "too deep, or a key that is not a string) and were left out"
+        )
+        return out
+    notes.append(f"'allocator_settings' is {describe(value)}, not a dict; left out")
+    return {}
 
 
 def _frames_out(
@@ -569,6 +685,13 @@ def save_snapshot(
     """Write the snapshot as a pickle PyTorch's memory_viz opens; return the path."""
     data = snapshot_to_dict(snapshot) if isinstance(snapshot, MemorySnapshot) else snapshot
     out = Path(path)
-    with open(out, "wb") as f:
-        pickle.dump(data, f, protocol=4)
+    what = "the snapshot"
+    with open_for_writing(out, what=what, error=GpuprofError) as f:
+        try:
+            pickle.dump(data, f, protocol=4)
+        except (pickle.PicklingError, TypeError, ValueError, RecursionError) as e:
+            raise GpuprofError(
+                f"cannot write {what} to {out}: it holds a value a pickle cannot store "
+                f"({type(e).__name__}: {str(e)[:200]})"
+            ) from None
     return out

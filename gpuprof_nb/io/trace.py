@@ -53,6 +53,13 @@ except ImportError:  # optional at run time: the standard library reader does th
 from gpuprof_nb.errors import GpuprofError, TraceFormatError
 from gpuprof_nb.io.cells import cells_of
 from gpuprof_nb.io.gcpause import gc_paused
+from gpuprof_nb.io.guards import (
+    GzipGuard,
+    check_writable,
+    describe,
+    open_for_writing,
+    open_regular,
+)
 from gpuprof_nb.io.modules import compile_log_of, module_capture_of
 from gpuprof_nb.io.samples import samples_of
 from gpuprof_nb.io.utilisation import utilisation_of
@@ -103,7 +110,7 @@ _FLOW = re.compile(
 _NEXT_EVENT = re.compile(r"[ \t\n\r]*,[ \t\n\r]*\{")
 _STEP_NAME = re.compile(r"ProfilerStep#(\d+)$")
 # What a wrongly typed field (a list as pid, a dict as ts, ...) raises on the per-event path.
-_FIELD_ERRORS = (TypeError, ValueError, KeyError, AttributeError, OverflowError)
+_FIELD_ERRORS = (TypeError, ValueError, KeyError, AttributeError, OverflowError, RecursionError)
 
 # Category -> what it becomes. Anything else is skipped (but still widens the window).
 _OP_KINDS = {
@@ -129,6 +136,20 @@ _ROUTE: dict[str, tuple[int, Any]] = {
     **{cat: (_KERNELS, kind) for cat, kind in _KERNEL_KINDS.items()},
     "cuda_sync": (_SYNCS, None),
 }
+# Top-level keys only torch.profiler (Kineto) and gpuprof_nb write: a trace with one of them
+# is PyTorch's even when it holds no event we model (a cell that ran no torch op).
+_TORCH_KEYS = frozenset(
+    {
+        "schemaVersion",
+        "deviceProperties",
+        "computeProperties",
+        "distributedInfo",
+        "traceName",
+        "baseTimeNanoseconds",
+        "record_shapes",
+        "gpuprof_nb",
+    }
+)
 # Pseudo-processes holding the profiler's own summary spans, not the workload.
 _SUMMARY_PIDS = frozenset({"Traces", "Spans"})
 _MISSING = object()
@@ -137,6 +158,16 @@ _HOW_TO_EXPORT = (
     "export it with torch.profiler's prof.export_chrome_trace(path) "
     "(or on_trace_ready=tensorboard_trace_handler)"
 )
+_WHAT = "a trace written by torch.profiler's export_chrome_trace (.json or .json.gz)"
+# Event times are microseconds: since the epoch (about 1.7e15 today) or since the profiler
+# started. Past this (about 3,000 years) a time is damage, and would make windows of inf.
+MAX_TIME_US = 1e17
+# Nesting of shape args ([[dims of one tensor], ...], one more level for tensor lists).
+_MAX_SHAPE_DEPTH = 4
+# A tensor dimension, stride, grid or block size beyond this is not a real one.
+_MAX_DIM = 2**50
+# Inputs of one op (a list of thousands of tensors is real; millions are not).
+_MAX_SHAPE_ITEMS = 100_000
 
 
 # --------------------------------------------------------------------------------------------
@@ -150,19 +181,23 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     Raises TraceFormatError (naming the file, what is wrong and what to do) for anything that
     is not a readable torch.profiler trace.
     """
-    source = os.fspath(path)
-    try:
-        raw = open(source, "rb")  # noqa: SIM115 - closed in finally below
-    except OSError as exc:
-        raise TraceFormatError(f"{source}: cannot open the trace file ({exc.strerror}).") from exc
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TraceFormatError(
+            f"load_trace expects the path of a trace file, got {type(path).__name__}; "
+            f"{_HOW_TO_EXPORT}."
+        )
+    source = os.fsdecode(os.fspath(path))
+    raw, st = open_regular(source, what=_WHAT, error=TraceFormatError)
     try:
         magic = raw.read(2)
         raw.seek(0)
-        stream: Any = _gzip_file(fileobj=raw, mode="rb") if magic == _GZIP_MAGIC else raw
+        stream: Any = (
+            GzipGuard(raw, _gzip_file, source, TraceFormatError) if magic == _GZIP_MAGIC else raw
+        )
         builder = _Builder(source)
         with gc_paused():
             top = _StreamParser(stream, source, gzipped=magic == _GZIP_MAGIC).parse(builder)
-            return builder.finish(top)
+            return builder.finish(top, source_stat=(st.st_size, st.st_mtime_ns))
     finally:
         raw.close()
 
@@ -392,6 +427,14 @@ def _host_id(value: Any) -> int | str:
     return str(value)
 
 
+def _text_of(value: Any) -> str:
+    """A non-string item of a list of strings (input types, call stack) as text: a scalar's
+    repr, else a short description (never the repr of a nested or huge value)."""
+    if value is None or type(value) in (int, float, bool):
+        return describe(value)
+    return f"<{describe(value)}>"
+
+
 def _opt_int(value: Any) -> int | None:
     if type(value) is int:
         return value
@@ -431,12 +474,32 @@ def _stream_of(stream: Any, tid: Any) -> int:
     return parsed if parsed is not None else -1
 
 
-def _tuplify(value: list[Any]) -> tuple[Any, ...]:
-    """Nested lists -> nested tuples (hashable, immutable); dicts, never expected in shape
-    args, become their text."""
-    return tuple(
-        [_tuplify(v) if type(v) is list else (str(v) if type(v) is dict else v) for v in value]
-    )
+class _OddShape(Exception):
+    """A shape arg no tensor has: nested too deep, or holding what is not a size."""
+
+
+def _tuplify(value: list[Any], depth: int = 1) -> tuple[Any, ...]:
+    """Nested lists of sizes -> nested tuples (hashable, immutable). Raises _OddShape past
+    _MAX_SHAPE_DEPTH levels, or for anything but ints in 0.._MAX_DIM (negative, a float, a
+    string, a dict, a size past any tensor's)."""
+    if depth > _MAX_SHAPE_DEPTH or len(value) > _MAX_SHAPE_ITEMS:
+        raise _OddShape
+    out: list[Any] = []
+    bits = dims = 0
+    for v in value:
+        if type(v) is list:
+            out.append(_tuplify(v, depth + 1))
+        elif type(v) is int and 0 <= v <= _MAX_DIM:
+            out.append(v)
+            bits += v.bit_length()
+            dims += 1
+        else:
+            raise _OddShape
+    # A tensor has at most 64 dimensions, and the product of its sizes (its elements, what
+    # the FLOP formulas multiply) must stay a float.
+    if dims > 64 or bits > 900:
+        raise _OddShape
+    return tuple(out)
 
 
 class _Builder:
@@ -453,6 +516,7 @@ class _Builder:
         self.lo = math.inf
         self.hi = -math.inf
         self.negative_durations = 0
+        self.odd_shapes = 0
         self.event_count = 0
         self._shared: dict[Any, Any] = {}
         self._str_tuples: dict[Any, tuple[str, ...]] = {}
@@ -473,17 +537,17 @@ class _Builder:
         return self._shared.setdefault(value, value)
 
     def _shared_tuple(self, value: Any) -> Any:
-        """Nested lists -> nested tuples, one shared instance per distinct value."""
+        """Nested lists of sizes -> nested tuples, one shared instance per distinct value;
+        None (counted in odd_shapes, said in the load warnings) for a value no tensor has
+        (see _tuplify): its op then has no shape, rather than an absurd FLOP count."""
         if type(value) is not list:
             return None
-        # Shapes are mostly lists of lists of numbers: convert two levels at C speed. Anything
-        # deeper or odder (a list or dict left inside) is unhashable, and takes _tuplify.
-        key = tuple([tuple(v) if type(v) is list else v for v in value])
         try:
-            return self._shared.setdefault(key, key)
-        except TypeError:
             key = _tuplify(value)
-            return self._shared.setdefault(key, key)
+        except _OddShape:
+            self.odd_shapes += 1
+            return None
+        return self._shared.setdefault(key, key)
 
     @staticmethod
     def _nested(cache: dict[bytes, Any], convert: Any, value: Any) -> Any:
@@ -496,6 +560,17 @@ class _Builder:
             hit = cache.get(key, _MISSING)
             if hit is _MISSING:
                 hit = cache[key] = convert(msgspec.json.decode(key))
+            return hit
+        if type(value) is list and msgspec is not None:
+            # An event dict's list (trace_from_dict): keyed by its JSON text too, which tells
+            # 1 from 1.0 and true, so each distinct value is checked and converted once.
+            try:
+                key = msgspec.json.encode(value)
+            except Exception:  # noqa: BLE001 - what JSON cannot hold is converted as is
+                return convert(value)
+            hit = cache.get(key, _MISSING)
+            if hit is _MISSING:
+                hit = cache[key] = convert(value)
             return hit
         return convert(value)
 
@@ -516,7 +591,7 @@ class _Builder:
         result: tuple[str, ...]
         if isinstance(value, list):
             result = self._share(
-                tuple([sys.intern(v) if isinstance(v, str) else str(v) for v in value])
+                tuple([sys.intern(v) if isinstance(v, str) else _text_of(v) for v in value])
             )
         elif isinstance(value, str):
             # Some exporters join the stack with ';'.
@@ -864,7 +939,7 @@ class _Builder:
 
     # -- whole trace ------------------------------------------------------------------------
 
-    def finish(self, top: Mapping[str, Any]) -> Trace:
+    def finish(self, top: Mapping[str, Any], source_stat: tuple[int, int] | None = None) -> Trace:
         if self.lo > self.hi:
             what = (
                 "has no events at all"
@@ -874,6 +949,17 @@ class _Builder:
             raise TraceFormatError(
                 f"{self.source}: empty trace: it {what}; profile at least one step "
                 f"(check the profiler schedule's active steps) and export again."
+            )
+        if not (-MAX_TIME_US <= self.lo and self.hi <= MAX_TIME_US):
+            raise self._fail(self._far_event(), f"has a time beyond ±{MAX_TIME_US:g} us")
+        if not (self.ops or self.kernels or self.runtime or self.syncs or self.memory) and not (
+            _TORCH_KEYS & top.keys()
+        ):
+            raise TraceFormatError(
+                f"{self.source}: this is not a PyTorch trace: none of its {self.event_count:,} "
+                "events is one torch.profiler records (categories cpu_op, user_annotation, "
+                "python_function, kernel, gpu_memcpy, cuda_runtime, ...). A Chrome, Perfetto or "
+                f"other tool's trace cannot be analysed here; {_HOW_TO_EXPORT}."
             )
         # Each list was appended in file order and sorting is stable, so sorting by start
         # alone leaves ties in file order: the same as sorting by (start, index), cheaper.
@@ -887,6 +973,12 @@ class _Builder:
         if self.negative_durations:
             warnings.append(
                 f"{self.negative_durations} events had negative durations; clamped to 0 us."
+            )
+        if self.odd_shapes:
+            warnings.append(
+                "some input shapes, strides, grids or blocks are not sizes any tensor or "
+                "kernel has (negative, not integers, beyond 2**50, or nested too deep); they "
+                "were left out, so those ops' FLOPs and bytes are not estimated."
             )
         schema = top.get("schemaVersion")
         # gpuprof_nb's own samples ride along with the trace: a malformed entry costs its
@@ -916,7 +1008,20 @@ class _Builder:
             utilisation=utilisation,
             modules=modules,
             compile_log=compiled,
+            source_stat=source_stat,
         )
+
+    def _far_event(self) -> int:
+        """The index of the first event whose time is beyond MAX_TIME_US (-1 when only an
+        event the model does not keep has one)."""
+        far = [
+            e.index
+            for group in (self.ops, self.kernels, self.runtime, self.syncs)
+            for e in group
+            if not -MAX_TIME_US <= e.start_us <= MAX_TIME_US
+            or not e.start_us + e.dur_us <= MAX_TIME_US
+        ]
+        return min(far, default=-1)
 
 
 def _own_entry(read: Callable[[], T], what: str, warnings: list[str]) -> T | None:
@@ -926,6 +1031,9 @@ def _own_entry(read: Callable[[], T], what: str, warnings: list[str]) -> T | Non
         return read()
     except TraceFormatError as exc:
         warnings.append(f"{exc}; the {what} were left out")
+        return None
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
+        warnings.append(f"gpuprof_nb's {what} are malformed ({type(exc).__name__}); left out")
         return None
 
 
@@ -1083,20 +1191,27 @@ class _StreamParser:
                 value, end = self.scan(self.buf, self.pos)
             except StopIteration as stop:
                 # A value cut by the chunk end ('tr' of 'true', or an object cut right after
-                # a ':') fails this way too: only the end of the file makes it an error.
-                if not self.eof:
+                # a ':') fails this way too: only the end of the file makes it an error, or
+                # junk with the buffer going on well past it (see below).
+                if not self.eof and stop.value + 16 >= len(self.buf):
                     self._more(want)
                     want *= 2
                     continue
                 raise self._syntax("expected a JSON value", stop.value) from None
             except json.JSONDecodeError as exc:
-                if not self.eof:
+                # An error well before the buffer's end is not a cut: more text cannot mend
+                # it (NUL padding, binary junk), so it is said at once, not after reading
+                # the whole file. A string still open may just be long.
+                cut = exc.pos + 16 >= len(self.buf) or exc.msg.startswith("Unterminated")
+                if not self.eof and cut:
                     self._more(want)
                     want *= 2  # doubling keeps a huge value linear, not quadratic
                     continue
                 raise self._syntax(exc.msg, exc.pos) from None
             except RecursionError:
                 raise self._syntax("nesting too deep") from None
+            except ValueError as exc:  # an integer of more than 4300 digits
+                raise self._syntax(f"a number too long to read ({str(exc)[:60]})") from None
             # A number at the very end of the buffer may continue in the next chunk.
             if end >= len(self.buf) and not self.eof:
                 self._more(want)
@@ -1228,9 +1343,10 @@ class _StreamParser:
                     if m is None:
                         break
                     pos = m.end()
-            except (StopIteration, decode_error, RecursionError):
+            except (StopIteration, decode_error, RecursionError, ValueError):
                 # The value at `pos` is cut by the chunk end, or is bad JSON, or nests too
-                # deep for the C scanner: the slow path below says which, and where.
+                # deep for the C scanner, or holds a number too long to convert: the slow
+                # path below says which, and where.
                 cut = True
             if cut:
                 self.pos = pos
@@ -1306,16 +1422,62 @@ class _StreamParser:
 
 def save_trace_dict(trace: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write a Chrome trace dict as JSON (gzip when the name ends in .gz), creating the
-    parent folder; return the path written."""
+    parent folder; return the path written. A path that is not a regular file (a FIFO, a
+    directory, a device) is refused before anything is opened."""
     target = Path(path)
     try:
+        check_writable(target, what="the trace", error=GpuprofError)
         target.parent.mkdir(parents=True, exist_ok=True)
-        if target.name.endswith(".gz"):
-            with gzip.open(target, "wt", encoding="utf-8") as fh:
-                json.dump(trace, fh)
-        else:
-            with open(target, "w", encoding="utf-8") as fh:
-                json.dump(trace, fh)
+        with open_for_writing(target, what="the trace", error=GpuprofError) as raw:
+            if target.name.endswith(".gz"):
+                with gzip.GzipFile(fileobj=raw, mode="wb") as packed:
+                    _dump(trace, packed)
+            else:
+                _dump(trace, raw)
     except OSError as exc:
         raise GpuprofError(f"cannot write the trace to {target}: {exc}") from exc
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise GpuprofError(
+            f"cannot write the trace to {target}: it holds a value JSON cannot store "
+            f"({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
     return target
+
+
+def _dump(trace: dict[str, Any], out: Any) -> None:
+    writer = codecs.getwriter("utf-8")(out, "surrogatepass")
+    json.dump(trace, writer)
+    writer.flush()
+
+
+def copy_trace_file(source: str, target: Path) -> None:
+    """Copy a trace file as JSON (gzip when `target` ends in .gz), decompressing or
+    compressing on the way, in chunks: memory stays small whatever the trace's size."""
+    raw, _ = open_regular(source, what=_WHAT, error=TraceFormatError)
+    with raw:
+        gz = raw.read(2) == _GZIP_MAGIC
+        raw.seek(0)
+        stream: Any = GzipGuard(raw, _gzip_file, source, TraceFormatError) if gz else raw
+
+        def read() -> bytes:
+            try:
+                chunk: bytes = stream.read(1 << 20)
+            except (EOFError, *_GZIP_ERRORS) as exc:  # type: ignore[misc]
+                raise TraceFormatError(f"{source}: gzip data is corrupt ({exc})") from exc
+            return chunk
+
+        check_writable(target, what="the trace", error=GpuprofError)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open_for_writing(target, what="the trace", error=GpuprofError) as out:
+                sink: Any = (
+                    gzip.GzipFile(fileobj=out, mode="wb") if target.name.endswith(".gz") else out
+                )
+                try:
+                    while chunk := read():
+                        sink.write(chunk)
+                finally:
+                    if sink is not out:
+                        sink.close()
+        except OSError as exc:
+            raise GpuprofError(f"cannot write the trace to {target}: {exc}") from exc

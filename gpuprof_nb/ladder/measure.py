@@ -567,7 +567,7 @@ def amp_precision(device: torch.device) -> str:
 def resolve_data(data: Any, batch_size: int | None) -> tuple[Any, Any, int, LoaderSettings]:
     """Return (dataset, collate_fn, batch_size, loader settings) from a Dataset or DataLoader."""
     if isinstance(data, DataLoader):
-        size = batch_size or data.batch_size
+        size = batch_size if batch_size is not None else data.batch_size
         if size is None:
             raise GpuprofError(
                 "the DataLoader has batch_size=None (a batch_sampler?); pass batch_size= to "

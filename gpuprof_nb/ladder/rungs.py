@@ -46,6 +46,7 @@ from gpuprof_nb.ladder.report import (
     read_three_runs,
     relative_drift,
 )
+from gpuprof_nb.model.arguments import check_number, check_type, describe
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.render.progress import Progress
 from gpuprof_nb.render.units import fmt_bytes
@@ -58,10 +59,61 @@ _CPU_COMPILE_SKIP = (
 )
 
 
+# Far more steps, warm-up steps and batch-size points than a ladder needs (each rung runs
+# `steps` steps): a larger count is a typo that would run for hours.
+MAX_STEPS = 10_000
+MAX_BATCH_SIZE = 1 << 24
+MAX_BATCH_POINTS = 64
+
+
+def _check_ladder_arguments(
+    *functions: Any,
+    steps: Any,
+    warmup: Any,
+    batch_size: Any,
+    batch_sizes: Any,
+    seed: Any,
+    progress: Any,
+) -> None:
+    """Raise GpuprofError naming the first argument of run_ladder / sweep_batch_sizes that
+    is not what it takes (before anything runs)."""
+    for name, fn in zip(("model_fn", "loss_fn", "optimizer_fn"), functions, strict=True):
+        if not callable(fn):
+            raise GpuprofError(f"{name} must be a function, got {describe(fn)}")
+    check_number(steps, "steps", low=1, high=MAX_STEPS, integer=True)
+    check_number(warmup, "warmup", low=0, high=MAX_STEPS, integer=True)
+    if batch_size is not None:
+        check_number(batch_size, "batch_size", low=1, high=MAX_BATCH_SIZE, integer=True)
+    if batch_sizes is not None:
+        if not isinstance(batch_sizes, (list, tuple, range)):
+            raise GpuprofError(f"batch_sizes must be a list of sizes, got {describe(batch_sizes)}")
+        sizes = list(batch_sizes)
+        if len(sizes) > MAX_BATCH_POINTS:
+            raise GpuprofError(
+                f"batch_sizes holds {len(sizes)} sizes; at most {MAX_BATCH_POINTS} are measured"
+            )
+        for size in sizes:
+            check_number(size, "each of batch_sizes", low=1, high=MAX_BATCH_SIZE, integer=True)
+    check_number(seed, "seed", low=0, integer=True)
+    check_type(progress, bool, "progress", "True or False")
+
+
 def _resolve_device(device: str | torch.device | None) -> torch.device:
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    resolved = torch.device(device)
+    if not isinstance(device, (str, torch.device)):
+        raise GpuprofError(f"device must be a name such as 'cuda' or 'cpu', got {describe(device)}")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise GpuprofError(
+            f"device {describe(device)} is not a torch device ({str(exc)[:120]}); pass 'cuda', "
+            "'cuda:1', 'cpu', or leave it out"
+        ) from None
+    if resolved.type not in ("cuda", "cpu"):
+        raise GpuprofError(
+            f"device {describe(device)}: the ladder runs on 'cuda' or 'cpu' devices only"
+        )
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise GpuprofError(
             f"device {device!r} asked for, but torch sees no CUDA device; "
@@ -234,12 +286,35 @@ def run_ladder(
     picks to bring the peak under `memory_budget` (bytes or '8GiB'; default a quarter
     under the recorded peak) with the least recompute (docs/fit.md).
     """
-    if steps < 1 or warmup < 0:
+    _check_ladder_arguments(
+        model_fn,
+        loss_fn,
+        optimizer_fn,
+        steps=steps,
+        warmup=warmup,
+        batch_size=batch_size,
+        batch_sizes=batch_sizes,
+        seed=seed,
+        progress=progress,
+    )
+    if target_effective_batch is not None:
+        check_number(target_effective_batch, "target_effective_batch", low=1, integer=True)
+    check_number(loss_tolerance, "loss_tolerance", low=0, above=True, high=10, hint="e.g. 0.05")
+    check_number(min_gain, "min_gain", low=0, high=0.99, hint="a fraction, e.g. 0.03")
+    check_type(label, str, "label", "a string")
+    check_type(compile_backend, str, "compile_backend", "a backend name such as 'inductor'")
+    if rungs is not None and (
+        not isinstance(rungs, (list, tuple, set, frozenset))
+        or not all(isinstance(r, str) for r in rungs)
+    ):
+        raise GpuprofError(f"rungs must be a list of rung names, got {describe(rungs)}")
+    if checkpoint_modules is not None and (
+        not isinstance(checkpoint_modules, (list, tuple))
+        or not all(isinstance(m, str) for m in checkpoint_modules)
+    ):
         raise GpuprofError(
-            f"steps must be >= 1 and warmup >= 0 (got steps={steps}, warmup={warmup})"
+            f"checkpoint_modules must be a list of module names, got {describe(checkpoint_modules)}"
         )
-    if not 0 < loss_tolerance:
-        raise GpuprofError(f"loss_tolerance must be > 0 (a fraction); got {loss_tolerance}")
     wanted = set(RUNG_NAMES if rungs is None else rungs) | {"fp32"}
     unknown = sorted(wanted - set(RUNG_NAMES))
     if unknown:
@@ -709,8 +784,21 @@ def sweep_batch_sizes(
 ) -> BatchSweep:
     """Return samples/s and peak memory (bytes) at each batch size, stopping at the first that
     runs out of memory; the sweep's `plateau_batch_size` is where throughput stops rising."""
-    if not batch_sizes or min(batch_sizes) < 1:
+    _check_ladder_arguments(
+        model_fn,
+        loss_fn,
+        optimizer_fn,
+        steps=steps,
+        warmup=warmup,
+        batch_size=None,
+        batch_sizes=batch_sizes,
+        seed=seed,
+        progress=progress,
+    )
+    if not batch_sizes:
         raise GpuprofError("batch_sizes must hold at least one size >= 1")
+    if config is not None:
+        check_type(config, RungConfig, "config", "a RungConfig or None")
     dev = _resolve_device(device)
     dataset, collate_fn, _, base_loader = resolve_data(data, max(batch_sizes))
     workload = Workload(

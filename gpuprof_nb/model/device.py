@@ -8,6 +8,7 @@ Pure: no torch, no files.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -81,9 +82,14 @@ class DeviceSpec:
                     return None
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise TypeError(key)
-                return float(value)
+                number = float(value)
+                if not math.isfinite(number) or number <= 0:
+                    raise ValueError(f"{key} is {number}, not a rate above 0")
+                return number
 
             memory = data.get("memory_bytes")
+            if memory is not None and (type(memory) is not int or memory < 0):
+                raise TypeError("memory_bytes")
             return cls(
                 name=name,
                 kind=kind,

@@ -200,6 +200,9 @@ class Trace:
     # What its module recorder and torch.compile's log kept, when gpuprof_nb recorded it.
     modules: ModuleCapture | None = None
     compile_log: CompileLog | None = None
+    # (size in bytes, modification time in ns) of the file the trace was loaded from, so
+    # code that reads the file again (report.save, a run's rank) can tell it is the same.
+    source_stat: tuple[int, int] | None = field(default=None, compare=False)
     # What the analyses derive from the trace and several of them need (the top-level ops,
     # the op tree, interval unions...), filled on first use by analysis/derived.py so that
     # one report computes each once. Not part of the trace's value: never compared, shown

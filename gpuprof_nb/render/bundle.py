@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import html as _html
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gpuprof_nb.render.html import STYLE, esc
+from gpuprof_nb.render.limits import MAX_REPORT_CHARS, visible_surrogates
 from gpuprof_nb.render.sections import Section, report_text
 
 
@@ -56,9 +58,14 @@ def _group_name(title: str, sections: Sequence[Section]) -> str:
     """Return a radio-group name unique to this report's content (deterministic, so the same
     report renders to the same bytes; two identical reports on one page share a group, and
     the CSS then falls back to showing the first tab of the one left unchecked)."""
-    digest = hashlib.sha1(title.encode("utf-8"))
+    digest = hashlib.sha1(title.encode("utf-8", "surrogatepass"))
     for s in sections:
-        digest.update(b"\x00" + s.title.encode("utf-8") + b"\x00" + s.html.encode("utf-8"))
+        digest.update(
+            b"\x00"
+            + s.title.encode("utf-8", "surrogatepass")
+            + b"\x00"
+            + s.html.encode("utf-8", "surrogatepass")
+        )
     return "gp-" + digest.hexdigest()[:12]
 
 
@@ -107,11 +114,41 @@ def report_bundle(
     """Return a mimebundle {"text/html": tabbed HTML, "text/plain": the text report}, the
     same in a live kernel, nbconvert, nbviewer or a saved file. Respects IPython's
     include/exclude."""
+    sections = _bounded(sections)
     bundle: dict[str, Any] = {
-        "text/plain": report_text(title, sections),
-        "text/html": tabbed_html(title, sections),
+        "text/plain": visible_surrogates(report_text(title, sections)),
+        "text/html": visible_surrogates(tabbed_html(title, sections)),
     }
     return _filtered(bundle, include, exclude)
+
+
+def _bounded(sections: Sequence[Section]) -> Sequence[Section]:
+    """Return the sections, the largest ones shortened until the report's HTML and text
+    each fit in MAX_REPORT_CHARS (render/limits.py): each cut section says so and where
+    its numbers are. Real reports are far smaller, and pass through unchanged."""
+    html = sum(len(s.html) for s in sections)
+    text = sum(len(s.text) for s in sections)
+    if html <= MAX_REPORT_CHARS and text <= MAX_REPORT_CHARS:
+        return sections
+    share = MAX_REPORT_CHARS // (2 * max(len(sections), 1))
+    out = []
+    for s in sections:
+        if len(s.html) <= share and len(s.text) <= share:
+            out.append(s)
+            continue
+        why = (
+            f"This section is too large to show whole ({len(s.html):,} characters of HTML, "
+            f"{len(s.text):,} of text); its start is below. The result object holds every value."
+        )
+        body = s.text[:share]
+        out.append(
+            Section(
+                s.title,
+                f"{why}\n{body}",
+                f'<p class="note">{esc(why)}</p><pre>{_html.escape(body)}</pre>',
+            )
+        )
+    return out
 
 
 def _filtered(

@@ -24,6 +24,7 @@ from gpuprof_nb.render import (  # noqa: F401
     timeline,
 )
 from gpuprof_nb.render.bundle import report_bundle, report_of, text_of, widget_of
+from gpuprof_nb.render.limits import visible_surrogates
 
 
 def bundle(
@@ -36,8 +37,9 @@ def bundle(
 
 
 def text(obj: object) -> str:
-    """Return a result's plain text, the same as its bundle's text/plain."""
-    return text_of(obj)
+    """Return a result's plain text, the same as its bundle's text/plain (lone surrogates
+    replaced, so it prints on any terminal)."""
+    return visible_surrogates(text_of(obj))
 
 
 def widget(obj: object) -> Any:

@@ -8,6 +8,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from gpuprof_nb.render.limits import MAX_TABLE_ROWS, clip, hidden_rows
+
 # Inline style used by every report. var(--jp-...) and var(--vscode-...) are the frontends'
 # own theme variables; the literal after each comma is the fallback for nbviewer/GitHub/nbconvert
 # (light page). `.gpuprof.gpuprof` outranks JupyterLab's
@@ -109,8 +111,9 @@ STYLE = (
 
 
 def esc(value: object) -> str:
-    """Return str(value) escaped for HTML text and attributes."""
-    return _html.escape(str(value), quote=True)
+    """Return str(value) escaped for HTML text and attributes, cut for display past
+    MAX_SHOWN_CHARS (render/limits.py)."""
+    return _html.escape(clip(str(value)), quote=True)
 
 
 _BACKTICKED = re.compile(r"`([^`\n]+)`")
@@ -299,7 +302,13 @@ def html_table(
                 )
         return f"<td{cls(i)}>{esc(value)}</td>"
 
-    body = "".join("<tr>" + "".join(cell(i, c) for i, c in enumerate(r)) + "</tr>" for r in rows)
+    shown = rows[:MAX_TABLE_ROWS]
+    body = "".join("<tr>" + "".join(cell(i, c) for i, c in enumerate(r)) + "</tr>" for r in shown)
+    if len(rows) > len(shown):
+        body += (
+            f'<tr><td colspan="{len(headers)}" class="note">'
+            f"{esc(hidden_rows(len(rows) - len(shown)))}</td></tr>"
+        )
     klass = f' class="{esc(table_class)}"' if table_class else ""
     return scroll_box(f"<table{klass}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
 

@@ -71,12 +71,16 @@ def rung_row(rung: RungResult) -> tuple[str, ...]:
 
 
 _STATUS_LABELS = {"baseline": "baseline (fp32)"}
+# Bars in the rung chart (a real ladder has about 15): a file of hundreds of rungs would make
+# a chart as tall as hundreds of rows.
+MAX_CHART_RUNGS = 40
 
 
 def rungs_chart(report: LadderReport) -> plot.Chart:
     """Return a horizontal bar chart description of samples/s for every measured rung,
-    coloured by status, each bar labelled with its rate, the fp32 baseline marked."""
-    measured = [r for r in report.rungs if r.samples_per_s]
+    coloured by status, each bar labelled with its rate, the fp32 baseline marked (at most
+    MAX_CHART_RUNGS bars)."""
+    measured = [r for r in report.rungs if r.samples_per_s][:MAX_CHART_RUNGS]
     rates = [r.samples_per_s or 0.0 for r in measured]
     top = max(rates, default=1.0) or 1.0
     marks: list[plot.Mark] = [
@@ -255,7 +259,8 @@ def _rungs_section(report: LadderReport) -> Section:
 
 
 def _chart_section(report: LadderReport) -> Section:
-    measured = [r for r in report.rungs if r.samples_per_s]
+    every = [r for r in report.rungs if r.samples_per_s]
+    measured = every[:MAX_CHART_RUNGS]
     top = max((r.samples_per_s or 0.0) for r in measured) if measured else 0.0
     width = max((len(r.name) for r in measured), default=4)
     lines = []
@@ -265,6 +270,10 @@ def _chart_section(report: LadderReport) -> Section:
         lines.append(f"{rung.name.ljust(width)}  {bar} {fmt_samples(rate)} samples/s")
     text = "\n".join(lines) or "no rung was measured"
     html = svg.plot_html(plot.chart_svg(rungs_chart(report))) if measured else note(text)
+    if len(every) > len(measured):
+        more = f"the first {len(measured)} measured rungs are charted, of {len(every):,}"
+        text += "\n" + more
+        html += note(more)
     return Section("Chart", text, html)
 
 

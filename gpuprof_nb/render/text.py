@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpuprof_nb.render.limits import MAX_TABLE_ROWS, clip, hidden_rows
+
 
 def text_table(
     headers: Sequence[str],
@@ -13,9 +15,13 @@ def text_table(
     max_width: int | None = None,
 ) -> str:
     """Return the rows as an aligned text table. `right[i]` right-aligns column i (numbers).
-    Cells are never truncated unless `max_width` is given, and then only the widest column."""
+    Cells are never truncated unless `max_width` is given, and then only the widest column
+    (or past MAX_SHOWN_CHARS; and past MAX_TABLE_ROWS rows, a line says how many are not
+    shown: render/limits.py)."""
     cols = len(headers)
-    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+    cells = [[clip(str(c)) for c in headers]] + [
+        [clip(str(c)) for c in r] for r in rows[:MAX_TABLE_ROWS]
+    ]
     widths = [max(len(r[i]) for r in cells) for i in range(cols)]
     if max_width is not None:
         total = sum(widths) + 2 * (cols - 1)
@@ -33,6 +39,8 @@ def text_table(
         out.append("  ".join(parts).rstrip())
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
+    if len(rows) > MAX_TABLE_ROWS:
+        out.append(hidden_rows(len(rows) - MAX_TABLE_ROWS))
     return "\n".join(out)
 
 

@@ -4,6 +4,8 @@ report (io/ladder.py) can be loaded, compared and displayed anywhere."""
 
 from __future__ import annotations
 
+import functools
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -12,6 +14,7 @@ from typing import Any
 
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.ladder import FORMAT, check_format, write_ladder_json
+from gpuprof_nb.model.arguments import describe
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.results.compare import Verdict
 from gpuprof_nb.results.display import Displayable
@@ -366,74 +369,194 @@ def recommend(report: LadderReport) -> str:
     return "\n".join(lines)
 
 
-def _rung_from(data: Mapping[str, Any]) -> RungResult:
+# Far more than any ladder holds (about 15 rungs, a few trials each, tens of steps): a file
+# past these is damaged or crafted, and is refused rather than rendered for minutes.
+MAX_RUNGS = 1_000
+MAX_TRIALS = 100
+MAX_STEP_TIMES = 100_000
+MAX_POINTS = 1_000
+
+
+class _Bad(Exception):
+    """A field of a ladder file that is missing or not what the format holds."""
+
+
+def _field(data: Any, key: str, path: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise _Bad(f"{path} is {describe(data)}, expected an object")
+    if key not in data:
+        raise _Bad(f"{path}.{key} is missing")
+    return data[key]
+
+
+def _text(value: Any, path: str) -> str:
+    if type(value) is not str:
+        raise _Bad(f"{path} is {describe(value)}, expected a string")
+    return value
+
+
+def _whole(value: Any, path: str, low: int = 0) -> int:
+    if type(value) is not int or not low <= value < 2**62:
+        raise _Bad(f"{path} is {describe(value)}, expected an integer of {low} or more")
+    return value
+
+
+def _real(value: Any, path: str, *, nan: bool = False, low: float | None = 0.0) -> float:
+    """A number: finite (NaN too with `nan`: a loss that diverged), `low` or more."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Bad(f"{path} is {describe(value)}, expected a number")
+    number = float(value)
+    if math.isnan(number) and nan:
+        return number
+    if not math.isfinite(number) or (low is not None and number < low):
+        bound = "a finite number" if low is None else f"a finite number of {low:g} or more"
+        raise _Bad(f"{path} is {describe(value)}, expected {bound}")
+    return number
+
+
+def _list(value: Any, path: str, most: int) -> list[Any]:
+    if not isinstance(value, list):
+        raise _Bad(f"{path} is {describe(value)}, expected a list")
+    if len(value) > most:
+        raise _Bad(f"{path} holds {len(value):,} items, more than any ladder ({most:,})")
+    return value
+
+
+def _times(value: Any, path: str) -> tuple[float, ...]:
+    """Step times in microseconds: each a finite number above 0."""
+    times = _list(value, path, MAX_STEP_TIMES)
+    out = tuple(_real(t, f"{path}[{i}]") for i, t in enumerate(times))
+    for i, t in enumerate(out):
+        if t <= 0:
+            raise _Bad(f"{path}[{i}] is {t:g}: a step takes more than 0 us")
+    return out
+
+
+def _flag(value: Any, path: str) -> bool | None:
+    if value is not None and type(value) is not bool:
+        raise _Bad(f"{path} is {describe(value)}, expected true, false or null")
+    return value
+
+
+def _optional(value: Any, read: Any, path: str, **kw: Any) -> Any:
+    return None if value is None else read(value, path, **kw)
+
+
+def _rung_from(data: Any, path: str, *, trial: bool = False) -> RungResult:
+    if not isinstance(data, Mapping):
+        raise _Bad(f"{path} is {describe(data)}, expected an object")
+    get = data.get
+    trials = _list(get("trials", []), f"{path}.trials", MAX_TRIALS)
+    if trials and trial:
+        raise _Bad(f"{path}.trials: a trial holds no trials of its own")
     return RungResult(
-        name=str(data["name"]),
-        settings=str(data["settings"]),
-        status=str(data["status"]),
-        reason=str(data.get("reason", "")),
-        step_times_us=tuple(float(t) for t in data.get("step_times_us", ())),
-        samples_per_step=int(data.get("samples_per_step", 0)),
-        peak_memory_bytes=_opt_int(data.get("peak_memory_bytes")),
-        compile_time_us=_opt_float(data.get("compile_time_us")),
-        final_loss=_opt_float(data.get("final_loss")),
-        loss_drift=_opt_float(data.get("loss_drift")),
-        trials=tuple(_rung_from(t) for t in data.get("trials", ())),
-        mfu=_opt_float(data.get("mfu")),
-        graph_breaks=tuple(str(b) for b in data.get("graph_breaks", ())),
+        name=_text(_field(data, "name", path), f"{path}.name"),
+        settings=_text(_field(data, "settings", path), f"{path}.settings"),
+        status=_text(_field(data, "status", path), f"{path}.status"),
+        reason=_text(get("reason", ""), f"{path}.reason"),
+        step_times_us=_times(get("step_times_us", []), f"{path}.step_times_us"),
+        samples_per_step=_whole(get("samples_per_step", 0), f"{path}.samples_per_step"),
+        peak_memory_bytes=_optional(get("peak_memory_bytes"), _whole, f"{path}.peak_memory_bytes"),
+        compile_time_us=_optional(get("compile_time_us"), _real, f"{path}.compile_time_us"),
+        final_loss=_optional(get("final_loss"), _real, f"{path}.final_loss", nan=True, low=None),
+        loss_drift=_optional(get("loss_drift"), _real, f"{path}.loss_drift", nan=True, low=None),
+        trials=tuple(
+            _rung_from(t, f"{path}.trials[{i}]", trial=True) for i, t in enumerate(trials)
+        ),
+        mfu=_optional(get("mfu"), _real, f"{path}.mfu"),
+        graph_breaks=tuple(
+            _text(g, f"{path}.graph_breaks[{j}]")
+            for j, g in enumerate(
+                _list(get("graph_breaks", []), f"{path}.graph_breaks", MAX_TRIALS)
+            )
+        ),
     )
 
 
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else int(value)
+def _three_run(data: Any, path: str) -> ThreeRunReading:
+    if not isinstance(data, Mapping):
+        raise _Bad(f"{path} is {describe(data)}, expected an object")
+    get = data.get
+    opt = functools.partial(_optional, read=_real)
+    return ThreeRunReading(
+        fp32_samples_per_s=_real(_field(data, "fp32_samples_per_s", path), f"{path}.fp32"),
+        amp_samples_per_s=opt(get("amp_samples_per_s"), path=f"{path}.amp_samples_per_s"),
+        compile_samples_per_s=opt(
+            get("compile_samples_per_s"), path=f"{path}.compile_samples_per_s"
+        ),
+        precision_gain=opt(get("precision_gain"), path=f"{path}.precision_gain", low=None),
+        compile_gain=opt(get("compile_gain"), path=f"{path}.compile_gain", low=None),
+        precision_is_bottleneck=_flag(
+            get("precision_is_bottleneck"), f"{path}.precision_is_bottleneck"
+        ),
+        verdict=_text(_field(data, "verdict", path), f"{path}.verdict"),
+        next_step=_text(_field(data, "next_step", path), f"{path}.next_step"),
+        amp_label=_text(get("amp_label", "bf16"), f"{path}.amp_label"),
+    )
 
 
-def _opt_float(value: Any) -> float | None:
-    return None if value is None else float(value)
+def _sweep(data: Any, path: str) -> BatchSweep:
+    if not isinstance(data, Mapping):
+        raise _Bad(f"{path} is {describe(data)}, expected an object")
+    points = _list(_field(data, "points", path), f"{path}.points", MAX_POINTS)
+    out = []
+    for i, p in enumerate(points):
+        here = f"{path}.points[{i}]"
+        if not isinstance(p, Mapping):
+            raise _Bad(f"{here} is {describe(p)}, expected an object")
+        out.append(
+            BatchPoint(
+                batch_size=_whole(_field(p, "batch_size", here), f"{here}.batch_size", low=1),
+                status=_text(_field(p, "status", here), f"{here}.status"),
+                step_times_us=_times(p.get("step_times_us", []), f"{here}.step_times_us"),
+                peak_memory_bytes=_optional(
+                    p.get("peak_memory_bytes"), _whole, f"{here}.peak_memory_bytes"
+                ),
+                error=_text(p.get("error", ""), f"{here}.error"),
+            )
+        )
+    return BatchSweep(
+        settings=_text(_field(data, "settings", path), f"{path}.settings"),
+        points=tuple(out),
+        memory_method=_text(data.get("memory_method", ""), f"{path}.memory_method"),
+        plateau_tolerance=_real(data.get("plateau_tolerance", 0.10), f"{path}.plateau_tolerance"),
+    )
 
 
 def report_from_dict(data: Mapping[str, Any], *, where: str = "ladder report") -> LadderReport:
-    """Return the LadderReport stored in `data` (as written by `LadderReport.to_dict`)."""
+    """Return the LadderReport stored in `data` (as written by `LadderReport.to_dict`).
+    Every field is checked against what the format holds (types, finite times above 0,
+    bounded counts); anything else is a GpuprofError naming the field."""
     check_format(data, where)
     try:
         three = data.get("three_run")
         sweep = data.get("batch_sweep")
+        notes = _list(data.get("notes", []), "notes", MAX_RUNGS)
+        rungs = _list(_field(data, "rungs", "report"), "rungs", MAX_RUNGS)
+        if not rungs:
+            raise _Bad("rungs is empty: a ladder has at least its fp32 baseline")
         return LadderReport(
-            rungs=tuple(_rung_from(r) for r in data["rungs"]),
-            three_run=ThreeRunReading(**three) if three else None,
-            device_name=str(data["device_name"]),
-            memory_method=str(data["memory_method"]),
-            steps=int(data["steps"]),
-            warmup=int(data["warmup"]),
-            batch_size=int(data["batch_size"]),
-            seed=int(data["seed"]),
-            loss_tolerance=float(data["loss_tolerance"]),
-            torch_version=str(data.get("torch_version", "")),
-            created_utc=str(data.get("created_utc", "")),
-            label=str(data.get("label", "")),
-            notes=tuple(str(n) for n in data.get("notes", ())),
-            model_flops_per_sample=_opt_float(data.get("model_flops_per_sample")),
-            peak_source=str(data.get("peak_source", "")),
-            batch_sweep=BatchSweep(
-                settings=str(sweep["settings"]),
-                points=tuple(
-                    BatchPoint(
-                        batch_size=int(p["batch_size"]),
-                        status=str(p["status"]),
-                        step_times_us=tuple(float(t) for t in p.get("step_times_us", ())),
-                        peak_memory_bytes=_opt_int(p.get("peak_memory_bytes")),
-                        error=str(p.get("error", "")),
-                    )
-                    for p in sweep["points"]
-                ),
-                memory_method=str(sweep.get("memory_method", "")),
-                plateau_tolerance=float(sweep.get("plateau_tolerance", 0.10)),
-            )
-            if sweep
-            else None,
+            rungs=tuple(_rung_from(r, f"rungs[{i}]") for i, r in enumerate(rungs)),
+            three_run=_three_run(three, "three_run") if three else None,
+            device_name=_text(_field(data, "device_name", "report"), "device_name"),
+            memory_method=_text(_field(data, "memory_method", "report"), "memory_method"),
+            steps=_whole(_field(data, "steps", "report"), "steps", low=1),
+            warmup=_whole(_field(data, "warmup", "report"), "warmup"),
+            batch_size=_whole(_field(data, "batch_size", "report"), "batch_size", low=1),
+            seed=_whole(_field(data, "seed", "report"), "seed"),
+            loss_tolerance=_real(_field(data, "loss_tolerance", "report"), "loss_tolerance"),
+            torch_version=_text(data.get("torch_version", ""), "torch_version"),
+            created_utc=_text(data.get("created_utc", ""), "created_utc"),
+            label=_text(data.get("label", ""), "label"),
+            notes=tuple(_text(n, f"notes[{i}]") for i, n in enumerate(notes)),
+            batch_sweep=_sweep(sweep, "batch_sweep") if sweep else None,
+            model_flops_per_sample=_optional(
+                data.get("model_flops_per_sample"), _real, "model_flops_per_sample"
+            ),
+            peak_source=_text(data.get("peak_source", ""), "peak_source"),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except _Bad as exc:
         raise GpuprofError(
-            f"{where}: a field is missing or has the wrong type ({type(exc).__name__}: {exc}); "
-            "the file may be damaged or from another version - re-run the ladder and save again"
+            f"{where}: a field is missing or has the wrong type: {exc}; the file is damaged "
+            "or from another version - re-run the ladder and save it again"
         ) from None

@@ -3,16 +3,16 @@ return) and MemoryReport (what `%%memsnap` and `analyze_memory(snapshot)` return
 
 from __future__ import annotations
 
-import gzip
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuprof_nb.errors import GpuprofError, TraceFormatError
+from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.io.guards import FileIdentity
 from gpuprof_nb.io.snapshot import save_snapshot
 from gpuprof_nb.io.timing import with_timing
-from gpuprof_nb.io.trace import save_trace_dict
+from gpuprof_nb.io.trace import copy_trace_file, save_trace_dict
 from gpuprof_nb.model.memory import MemorySnapshot
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
@@ -107,26 +107,20 @@ class ProfileReport(Displayable, Exportable):
             raise GpuprofError(
                 f"cannot save {target}: this report has no trace (run without --timing-only)"
             )
-        source = Path(self.trace.source)
-        if not source.is_file():
+        source = self.trace.source
+        if self.trace.source_stat is None or not os.path.isfile(source):
             raise GpuprofError(
-                f"cannot save {target}: the trace came from {self.trace.source!r}, which is not "
+                f"cannot save {target}: the trace came from {source!r}, which is not "
                 "a file to copy; save the trace dict itself with gpuprof_nb.io.trace."
                 "save_trace_dict"
             )
-        raw = source.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            try:
-                raw = gzip.decompress(raw)
-            except (OSError, EOFError) as exc:
-                raise TraceFormatError(f"{source}: gzip data is corrupt ({exc})") from exc
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.name.endswith(".gz"):
-            with gzip.open(target, "wb") as fh:
-                fh.write(raw)
-        else:
-            target.write_bytes(raw)
+        FileIdentity(source, *self.trace.source_stat).check(what="this report", error=_error)
+        copy_trace_file(source, target)
         return target
+
+
+def _error(message: str) -> GpuprofError:
+    return GpuprofError(message)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -290,3 +290,22 @@ def test_nearest_open_at_matches_the_sparse_table(seed: int, strict: bool) -> No
     got = nearest_open_at(ends, a, lo, hi, before, strict=strict).tolist()
     assert got == nearest_previous_at_least(ends, a, lo, hi, strict=strict).tolist()
     assert got == _scan(ends, a, lo, hi.tolist(), strict)
+
+
+def test_tree_depths_match_walking_up_each_node() -> None:
+    import numpy as np
+
+    from gpuprof_nb.analysis.intervals import tree_depths
+
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 2, 10, 300):
+        parent = np.array([int(rng.integers(-1, i)) if i else -1 for i in range(n)], dtype=np.intp)
+        want = []
+        for i in range(n):
+            d, j = 0, parent[i]
+            while j >= 0:
+                d, j = d + 1, parent[j]
+            want.append(d)
+        assert tree_depths(parent).tolist() == want
+    chain = np.arange(-1, 99_999, dtype=np.intp)  # 100,000 ops nested one in the next
+    assert tree_depths(chain)[-1] == 99_999

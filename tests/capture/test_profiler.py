@@ -291,3 +291,46 @@ def test_the_exported_trace_reads_as_the_standard_library_reads_it(text: bytes) 
         assert math.isnan(got["traceEvents"][0]["dur"])
         got["traceEvents"][0]["dur"] = want["traceEvents"][0]["dur"] = 0
     assert got == want
+
+
+# Labels Kineto writes wrongly: a quote unescaped (invalid JSON), a backslash as '/', a tab,
+# a control character or any non-ASCII character as "unknown".
+ODD_LABELS = ['say "hi"', "back\\slash", "tab\there", "ctl\x01", "uni é ✓", 'both \\ "q"']
+
+
+def test_record_function_labels_with_quotes_and_backslashes_survive_the_export() -> None:
+    """A real profiler run: Kineto's file is repaired (quotes escaped) and the labels it
+    altered are put back from the profiler's own events, so the trace loads with every
+    label as the cell wrote it."""
+    from gpuprof_nb.io.trace import trace_from_dict
+
+    def labelled() -> None:
+        for label in ODD_LABELS:
+            with torch.profiler.record_function(label):
+                A @ A
+
+    trace = profile_cell(labelled, cuda=False)
+    names = [e["name"] for e in events(trace, "user_annotation")]
+    assert names == ODD_LABELS
+    loaded = trace_from_dict(trace, "live")
+    assert [o.name for o in loaded.ops if o.kind == "annotation"] == ODD_LABELS
+
+
+def test_kineto_writes_these_labels_wrongly_without_the_repair() -> None:
+    """What the repair is for (if Kineto learns to escape, this test says so)."""
+    import json
+
+    from gpuprof_nb.capture.profiler import repair_names
+
+    with torch.profiler.profile() as prof:
+        with torch.profiler.record_function(ODD_LABELS[0]):
+            A @ A
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".json") as fh:
+        prof.export_chrome_trace(fh.name)
+        raw = open(fh.name, "rb").read()
+    with pytest.raises(ValueError):
+        json.loads(raw)
+    fixed = json.loads(repair_names(raw))
+    assert ODD_LABELS[0] in [e.get("name") for e in fixed["traceEvents"]]

@@ -213,8 +213,13 @@ def test_trace_from_dict_rejects_bad_input(bad: object) -> None:
 )
 def test_odd_but_timed_events_load_without_crashing(event: dict) -> None:
     # Wrongly typed optional fields are tolerated (dropped), never a KeyError/TypeError.
+    # (Beside one plain op: a trace of nothing torch.profiler records is refused, below.)
     t = trace_from_dict(
-        {"traceEvents": [event], "deviceProperties": [{"id": "x"}, 3], "distributedInfo": "rank 0"}
+        {
+            "traceEvents": [event, _kernel(cat="cpu_op", name="aten::mm")],
+            "deviceProperties": [{"id": "x"}, 3],
+            "distributedInfo": "rank 0",
+        }
     )
     assert t.window_us[0] <= t.window_us[1]
     assert t.distributed is None

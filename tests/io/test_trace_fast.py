@@ -343,7 +343,9 @@ def test_every_form_of_args_reads_the_same_on_every_path(
     assert ops[0].external_id == 3
     assert ops[2].input_dims == ((2,),) and ops[2].external_id == 7
     assert ops[4].input_dims is None and ops[4].sequence_number == 4
-    assert ops[4].input_strides == (((1,),), "{'a': 1}")
+    # Strides holding a dict are no tensor's: left out, and said in the load warnings.
+    assert ops[4].input_strides is None
+    assert any("not sizes any tensor" in w for w in fast.load_warnings)
     assert ops[6].input_strides == ((8, 1),) and ops[6].concrete_inputs == ("", "1")
     assert ops[8].stack == ("a.py(1): f", "b.py(2): g") and ops[8].input_types == ("float",)
     assert ops[10].input_dims is ops[0].input_dims  # one shared tuple per distinct shape
@@ -484,7 +486,7 @@ def test_garbage_collector_state_is_restored(enabled: bool, tmp_path: Path) -> N
         with pytest.raises(TraceFormatError):
             load_trace(bad)
         assert gc.isenabled() is enabled
-        trace_from_dict({"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}]})
+        trace_from_dict({"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "cat": "cpu_op"}]})
         assert gc.isenabled() is enabled
     finally:
         gc.enable() if was else gc.disable()

@@ -135,7 +135,7 @@ def test_load_rejects_other_files(tmp_path):
     bad.write_text(json.dumps(data))
     with pytest.raises(GpuprofError, match="missing or has the wrong type"):
         load(bad)
-    with pytest.raises(GpuprofError, match="cannot read"):
+    with pytest.raises(GpuprofError, match="cannot open"):
         load(tmp_path / "absent.json")
 
 

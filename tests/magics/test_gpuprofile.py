@@ -17,6 +17,7 @@ from IPython.core.error import UsageError  # noqa: E402
 from IPython.utils.capture import capture_output  # noqa: E402
 
 from gpuprof_nb.capture.profiler import profiler_running  # noqa: E402
+from gpuprof_nb.errors import GpuprofError  # noqa: E402
 from gpuprof_nb.render.units import fmt_us  # noqa: E402
 
 
@@ -178,10 +179,28 @@ def test_trace_option_writes_a_loadable_gzip(ip, tmp_path) -> None:
     assert len(load_trace(plain).ops) == len(r.trace.ops)
 
 
-def test_unwritable_trace_path_becomes_a_note_and_keeps_the_report(ip, tmp_path) -> None:
+def test_a_trace_path_that_cannot_be_written_is_refused_before_the_cell_runs(ip, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
-    magic(ip, f"-o r --quiet --repeat 1 --trace {blocker / 't.json'}", "P = A @ A")
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    ip.user_ns["runs"] = 0
+    for path, words in ((blocker / "t.json", "(?i)not a directory"), (fifo, "FIFO")):
+        with pytest.raises(UsageError, match=words):
+            ip.run_cell_magic("gpuprofile", f"--quiet --trace {path}", "runs += 1")
+    assert ip.user_ns["runs"] == 0
+
+
+def test_a_trace_that_fails_to_write_becomes_a_note_and_keeps_the_report(
+    ip, tmp_path, monkeypatch
+) -> None:
+    import gpuprof_nb.io.trace
+
+    def full_disk(trace: object, path: object) -> None:
+        raise GpuprofError(f"cannot write the trace to {path}: No space left on device")
+
+    monkeypatch.setattr(gpuprof_nb.io.trace, "save_trace_dict", full_disk)
+    magic(ip, f"-o r --quiet --repeat 1 --trace {tmp_path / 't.json'}", "P = A @ A")
     r = ip.user_ns["r"]
     assert any(n.startswith("trace NOT written") for n in r.notes)
     assert r.trace is not None

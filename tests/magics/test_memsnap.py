@@ -131,7 +131,11 @@ def test_syntax_error_before_running(ip) -> None:
         ("--stacks cpp", "invalid choice"),
         ("--window 5", "START:END"),
         ("--window 9:3", "before START"),
-        ("-o 1bad", "not a valid variable name"),
+        ("-o 1bad", "needs a variable name"),
+        ("-o None", "keyword"),
+        ("-o lambda", "keyword"),
+        ("--repeat 100000000000000000000000000000", "at most"),
+        ("--max-entries 1000000000000", "at most"),
         ("--bogus", "unrecognized"),
     ],
 )
