@@ -10,8 +10,10 @@ Every format quirk lives here, so analysis sees one shape:
   `cuda_driver`, `kernel`, `gpu_memcpy`, `gpu_memset`, `cuda_sync`, `[memory]` instants.
 - AMD/ROCm: hip* calls under `cuda_runtime`, the GPU's pid as device, kernel args with `kind`.
 - Host thread ids given as digit strings (`"24572"`) become ints, so one thread has one key.
-- Categories we do not model (flows, `gpu_user_annotation`, `fwdbwd`, `cuda_profiler_range`,
-  MTIA runtime events, ...) are skipped, but their timed events still count for `window_us`.
+- `gpu_user_annotation` events (record_function ranges on the device's timeline: pid is
+  the device, tid the stream) become `Trace.gpu_annotations`.
+- Categories we do not model (flows, `fwdbwd`, `cuda_profiler_range`, MTIA runtime events,
+  ...) are skipped, but their timed events still count for `window_us`.
 
 Files are decoded incrementally from a buffer read in chunks, and each event becomes a slotted
 model object at once, so peak memory is the model plus a chunk's worth of events rather than
@@ -60,6 +62,7 @@ from gpuprof_nb.model.trace import (
     Collective,
     DeviceInfo,
     DistributedInfo,
+    GpuAnnotation,
     Kernel,
     MemoryEvent,
     Op,
@@ -121,12 +124,13 @@ _KERNEL_KINDS = {
 }
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime"})
 # Category -> (which list, kind): one lookup per event decides where it goes.
-_OPS, _RUNTIME, _KERNELS, _SYNCS = range(4)
+_OPS, _RUNTIME, _KERNELS, _SYNCS, _GPU_ANNOTATIONS = range(5)
 _ROUTE: dict[str, tuple[int, Any]] = {
     **{cat: (_OPS, kind) for cat, kind in _OP_KINDS.items()},
     **{cat: (_RUNTIME, None) for cat in _RUNTIME_CATS},
     **{cat: (_KERNELS, kind) for cat, kind in _KERNEL_KINDS.items()},
     "cuda_sync": (_SYNCS, None),
+    "gpu_user_annotation": (_GPU_ANNOTATIONS, None),
 }
 # Pseudo-processes holding the profiler's own summary spans, not the workload.
 _SUMMARY_PIDS = frozenset({"Traces", "Spans"})
@@ -241,6 +245,8 @@ _ARG_KEYS = {
     "coll_out_nelems": "Out msg nelems",
     "coll_group_size": "Group size",
     "coll_dtype": "dtype",
+    "wait_on_stream": "wait_on_stream",
+    "wait_on_event_record": "wait_on_cuda_event_record_corr_id",
 }
 # The nested ones (lists of shapes, types, stack frames): repeated across thousands of ops,
 # so the fast reader keeps their JSON text (msgspec.Raw) and converts each distinct text once.
@@ -377,6 +383,7 @@ _new_op = _maker(Op)
 _new_kernel = _maker(Kernel)
 _new_runtime = _maker(RuntimeCall)
 _new_sync = _maker(SyncEvent)
+_new_gpu_annotation = _maker(GpuAnnotation)
 _new_memory = _maker(MemoryEvent)
 
 
@@ -448,6 +455,7 @@ class _Builder:
         self.kernels: list[Kernel] = []
         self.runtime: list[RuntimeCall] = []
         self.syncs: list[SyncEvent] = []
+        self.gpu_annotations: list[GpuAnnotation] = []
         self.memory: list[MemoryEvent] = []
         self.lo = math.inf
         self.hi = -math.inf
@@ -839,11 +847,13 @@ class _Builder:
                             _collective(args) if args.coll_name is not None else None,
                         )
                     )
-                else:  # a host-side sync event
+                elif code == _SYNCS:  # a host-side sync event
                     device = _opt_int(args.device)
                     if device is None:
                         device = _opt_int(pid)
                     stream = _opt_int(args.stream)
+                    on_stream = _opt_int(args.wait_on_stream)
+                    record = _opt_int(args.wait_on_event_record)
                     self.syncs.append(
                         _new_sync(
                             name,
@@ -852,6 +862,22 @@ class _Builder:
                             device if device is not None else -1,
                             stream if stream is not None else -1,
                             _opt_int(args.correlation),
+                            index,
+                            on_stream if on_stream is not None and on_stream >= 0 else None,
+                            record if record is not None and record >= 0 else None,
+                        )
+                    )
+                else:  # a record_function range on the device's timeline
+                    device = _opt_int(pid)
+                    external = args.external_id
+                    self.gpu_annotations.append(
+                        _new_gpu_annotation(
+                            name,
+                            start,
+                            dur_f,
+                            device if device is not None else -1,
+                            _stream_of(None, tid),
+                            external if type(external) is int else _opt_int(external),
                             index,
                         )
                     )
@@ -909,6 +935,7 @@ class _Builder:
             cells=cells_of(top),
             samples=samples,
             utilisation=utilisation,
+            gpu_annotations=tuple(sorted(self.gpu_annotations, key=by_start)),
         )
 
 
