@@ -25,6 +25,7 @@ Python between them, ``dataloader`` time in DataLoader ``__next__``.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -49,6 +50,7 @@ from gpuprof_nb.analysis.derived import (
     runtime_starts,
 )
 from gpuprof_nb.analysis.intervals import Interval, merge_arrays, union_length
+from gpuprof_nb.analysis.streams import launch_delays, stream_idle, stream_queues
 from gpuprof_nb.model.build import fast_maker
 from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, SyncEvent, Trace
 from gpuprof_nb.results.timeline import (
@@ -588,7 +590,7 @@ def device_timeline(trace: Trace) -> Timeline:
                 breakdown(first, last, s_lo, s_hi),
             )
         )
-    return Timeline(
+    timeline = Timeline(
         window_us=overall.span_us,
         busy_us=overall.busy_us,
         start_us=lo,
@@ -599,6 +601,18 @@ def device_timeline(trace: Trace) -> Timeline:
         steps=tuple(steps),
         gaps=tuple(gaps),
         notes=notes,
+    )
+    if not on_device:
+        return timeline
+    # Per stream (analysis/streams.py); the queue strips cover the step the Timeline draws.
+    rep = timeline.representative_step
+    span = (rep.start_us, rep.end_us) if rep is not None else (lo, hi)
+    return dataclasses.replace(
+        timeline,
+        streams=stream_idle(trace, device),
+        queues=stream_queues(trace, device, span),
+        queue_span_us=span,
+        launch_delays=launch_delays(trace, device),
     )
 
 

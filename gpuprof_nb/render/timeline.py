@@ -20,6 +20,7 @@ from gpuprof_nb.render.bundle import report_of
 from gpuprof_nb.render.hotspots import waiting_lines
 from gpuprof_nb.render.html import esc, esc_inline, html_table, note
 from gpuprof_nb.render.sections import Section
+from gpuprof_nb.render.streams import stream_parts
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_num, fmt_pct, fmt_us
 from gpuprof_nb.render.utilisation import utilisation_strip, utilisation_text
@@ -142,6 +143,9 @@ def timeline_section(
             f"utilisation during {shown} (the strip under the drawing):\n"
             + "\n".join(utilisation_text(util, lo, max(hi, lo + 1e-3)))
         )
+    stream_text, stream_html = stream_parts(timeline, shown)
+    text_parts += stream_text
+    html_parts += stream_html
     if timeline.steps:
         shown_steps = timeline.steps[:_MAX_STEP_ROWS]
         rows_s = _step_rows(shown_steps)
