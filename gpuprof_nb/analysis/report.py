@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from gpuprof_nb.analysis.annotations import annotation_table
 from gpuprof_nb.analysis.diagnose import diagnose
 from gpuprof_nb.analysis.hotspots import compute_hotspots
 from gpuprof_nb.analysis.memory import analyze_snapshot, parse_window
@@ -64,8 +65,8 @@ def analyze(
 ) -> ProfileReport:
     """Return the ProfileReport of a trace: top ops (`top` rows ordered by `sort`, the
     default being self device time when there are kernels, else self CPU time), kernels,
-    summary, device timeline, roofline and diagnosis. The roofline is drawn against
-    `device` (a DeviceSpec, or a GPU name from the datasheet table); without it, against
+    summary, device timeline, roofline, annotations and diagnosis. The roofline is drawn
+    against `device` (a DeviceSpec, or a GPU name from the datasheet table); without it, against
     the ceilings `measure_ceilings()` cached for the trace's GPU, else its datasheet row
     (io/ceilings.py; the roofline's note says which). `timing` is given by the live magic;
     offline it stays None."""
@@ -87,6 +88,7 @@ def analyze(
             if timeline is None
             else _attempt("hotspots", lambda: compute_hotspots(trace, timeline), all_notes)
         )
+        annotations = _attempt("annotations", lambda: annotation_table(trace), all_notes)
         diagnosis = _attempt(
             "diagnosis",
             lambda: diagnose(
@@ -108,6 +110,7 @@ def analyze(
         top=top,
         sort=ops.sort_key,
         hotspots=hotspots,
+        annotations=annotations,
     )
 
 

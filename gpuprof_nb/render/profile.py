@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpuprof_nb.model.timing import NOISY_RATIO, TimingStats
+from gpuprof_nb.render.annotations import annotations_section
 from gpuprof_nb.render.bundle import report_of, text_of, widget_of
 from gpuprof_nb.render.diagnosis import diagnosis_section
 from gpuprof_nb.render.hotspots import hotspots_section
@@ -319,8 +320,8 @@ def kernels_section(table: KernelTable) -> Section:
 
 def _section_builders(report: ProfileReport) -> list[tuple[str, Callable[[], Section]]]:
     """Return (title, build) for every section the report shows, in display order: Diagnosis,
-    Summary, Top ops, Kernels, Timeline, Hotspots, Roofline (those with nothing to show left
-    out)."""
+    Summary, Top ops, Kernels, Timeline, Hotspots, Annotations, Roofline (those with nothing
+    to show left out)."""
     wanted: list[tuple[str, Callable[[], Section]]] = []
     diagnosis, ops, kernels = report.diagnosis, report.ops, report.kernels
     timeline, trace, roofline = report.timeline, report.trace, report.roofline
@@ -336,6 +337,9 @@ def _section_builders(report: ProfileReport) -> list[tuple[str, Callable[[], Sec
         wanted.append(("Timeline", lambda: timeline_section(timeline, trace, hotspots)))
     if hotspots is not None:
         wanted.append(("Hotspots", lambda: hotspots_section(hotspots)))
+    annotations = report.annotations
+    if annotations is not None and annotations.rows:
+        wanted.append(("Annotations", lambda: annotations_section(annotations)))
     if roofline is not None:
         wanted.append(("Roofline", lambda: roofline_section(roofline)))
     return wanted

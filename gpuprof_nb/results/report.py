@@ -16,6 +16,7 @@ from gpuprof_nb.model.memory import MemorySnapshot
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.model.utilisation import Utilisation
+from gpuprof_nb.results.annotations import AnnotationTable
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding
 from gpuprof_nb.results.display import Displayable
 from gpuprof_nb.results.hotspots import Hotspots
@@ -55,6 +56,8 @@ class ProfileReport(Displayable):
     top: int | None = None
     sort: str | None = None
     hotspots: Hotspots | None = None
+    # Every record_function range as a tree (analysis/annotations.py).
+    annotations: AnnotationTable | None = None
 
     @property
     def utilisation(self) -> Utilisation | None:

@@ -20,6 +20,7 @@ import gzip
 import json
 import math
 import re
+from collections import Counter
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gpuprof_nb.analysis.annotations import annotation_table, kernel_gpu_annotations
 from gpuprof_nb.analysis.streams import launch_calls, launch_delays, stream_idle, stream_queues
 from gpuprof_nb.analysis.timeline import chosen_device
 from gpuprof_nb.io.trace import load_trace
@@ -179,3 +181,29 @@ def test_launch_delays_are_htas(key: str) -> None:
     assert got.p95_us == pytest.approx(expected["p95"], rel=0.01, abs=1e-9)
     assert got.max_us == pytest.approx(expected["max"], rel=0.01, abs=1e-9)
     assert got.mean_us == pytest.approx(expected["mean"], rel=0.01, abs=1e-9)
+
+
+@pytest.mark.parametrize("key", [k for k in READABLE if "gpu_annotation_kernels" in REF[k]])
+def test_kernels_under_each_gpu_annotation_are_htas(key: str) -> None:
+    # HTA gives each kernel the innermost gpu_user_annotation overlapping it on its stream
+    # (get_gpu_kernels_with_user_annotations); '' counts the kernels under none.
+    trace, float_ts, _ = _loaded(key)
+    view = hta_view(trace, float_ts)
+    owner = kernel_gpu_annotations(view)
+    names = [view.gpu_annotations[i].name if i >= 0 else "" for i in owner.tolist()]
+    assert dict(Counter(names)) == REF[key]["gpu_annotation_kernels"]
+
+
+def test_htas_27_kernels_under_sgd_step_on_its_ns_resolution_trace() -> None:
+    # HTA's own test (tests/test_trace_analysis.py) expects 27: three steps of nine, as HTA
+    # keeps events launched before the last ProfilerStep only; over the whole trace, 45.
+    trace, float_ts, _ = _loaded("v100_ns_resolution")
+    owner = kernel_gpu_annotations(hta_view(trace, float_ts))
+    view = hta_view(trace, float_ts)
+    assert (
+        sum(view.gpu_annotations[i].name == "Optimizer.step#SGD.step" for i in owner if i >= 0)
+        == 27
+    )
+    assert len(view.kernels) == 4876  # HTA's kernel count there
+    sgd = annotation_table(trace).row("Optimizer.step#SGD.step")
+    assert sgd is not None and sgd.gpu_kernels == 45
