@@ -174,6 +174,19 @@ def _sync_cats(analyzer: Any) -> list[int]:
     return [index[c] for c in ("cuda_sync",) if c in index]
 
 
+def _window(analyzer: Any, rank: int, annotation: str, instance: int | None) -> list[Any]:
+    """The span critical_path_analysis looks at, computed as it computes it."""
+    df = analyzer.t.get_trace(rank)
+    if annotation == "":
+        return [_num(df.ts.min()), _num((df.ts + df.dur).max())]
+    ids = [v for k, v in analyzer.t.symbol_table.get_sym_id_map().items() if annotation in k]
+    found = df[df.name.isin(ids)]
+    first = last = instance or 0
+    start = found.ts[first : last + 1].min()
+    end = (found.ts + found.dur)[first : last + 1].max()
+    return [_num(start), _num(end)]
+
+
 def _critical_path(
     analyzer: Any, rank: int, annotation: str, instance: int | None
 ) -> dict[str, Any]:
@@ -194,6 +207,7 @@ def _critical_path(
         row = df.loc[ev]
         events.append(
             {
+                "index": int(ev),
                 "name": names[int(row["name"])],
                 "cat": names[int(row["cat"])],
                 "ts": _num(row["ts"]),
@@ -205,6 +219,8 @@ def _critical_path(
     for e in graph.critical_path_edges_set:
         edges[e.type.value] = edges.get(e.type.value, 0) + 1
     return {
+        "window_us": _window(analyzer, rank, annotation, instance),
+        "ts_offset_us": _num(analyzer.t.min_ts) if hasattr(analyzer.t, "min_ts") else None,
         "seconds": seconds,
         "nodes": len(graph.critical_path_nodes),
         "length_us": _num(sum(e.weight for e in graph.critical_path_edges_set)),

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from gpuprof_nb.analysis.annotations import annotation_table
+from gpuprof_nb.analysis.critical_path import critical_path
 from gpuprof_nb.analysis.diagnose import diagnose
 from gpuprof_nb.analysis.hotspots import compute_hotspots
 from gpuprof_nb.analysis.memory import analyze_snapshot, parse_window
@@ -65,11 +66,11 @@ def analyze(
 ) -> ProfileReport:
     """Return the ProfileReport of a trace: top ops (`top` rows ordered by `sort`, the
     default being self device time when there are kernels, else self CPU time), kernels,
-    summary, device timeline, roofline, annotations and diagnosis. The roofline is drawn
-    against `device` (a DeviceSpec, or a GPU name from the datasheet table); without it, against
-    the ceilings `measure_ceilings()` cached for the trace's GPU, else its datasheet row
-    (io/ceilings.py; the roofline's note says which). `timing` is given by the live magic;
-    offline it stays None."""
+    summary, device timeline, roofline, annotations, critical path and diagnosis. The
+    roofline is drawn against `device` (a DeviceSpec, or a GPU name from the datasheet
+    table); without it, against the ceilings `measure_ceilings()` cached for the trace's GPU,
+    else its datasheet row (io/ceilings.py; the roofline's note says which). `timing` is
+    given by the live magic; offline it stays None."""
     # The analyses make many short-lived objects and no cycles worth collecting: automatic
     # collections would walk the whole trace's objects again and again (io/gcpause.py).
     with gc_paused():
@@ -89,10 +90,20 @@ def analyze(
             else _attempt("hotspots", lambda: compute_hotspots(trace, timeline), all_notes)
         )
         annotations = _attempt("annotations", lambda: annotation_table(trace), all_notes)
+        path = (
+            None
+            if timeline is None
+            else _attempt("critical path", lambda: critical_path(trace, timeline), all_notes)
+        )
         diagnosis = _attempt(
             "diagnosis",
             lambda: diagnose(
-                trace, timeline=timeline, roofline=roofline, timing=timing, hotspots=hotspots
+                trace,
+                timeline=timeline,
+                roofline=roofline,
+                timing=timing,
+                hotspots=hotspots,
+                critical_path=path,
             ),
             all_notes,
         )
@@ -111,6 +122,7 @@ def analyze(
         sort=ops.sort_key,
         hotspots=hotspots,
         annotations=annotations,
+        critical_path=path,
     )
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "QUEUE_STRIP_BINS",
     "launch_calls",
     "launch_delays",
+    "stream_columns",
     "stream_idle",
     "stream_queues",
 ]
@@ -78,7 +79,7 @@ def _runtime_durs(trace: Trace) -> np.ndarray:
     )
 
 
-class _Device:
+class StreamColumns:
     """The activities of one device as columns, ordered by (stream, start, position)."""
 
     def __init__(self, trace: Trace, device: int | None) -> None:
@@ -103,14 +104,16 @@ class _Device:
         self.bounds = np.append(first, len(self.pos))
 
 
-def _device(trace: Trace, device: int | None) -> _Device:
-    return memo(trace, ("stream_columns", device), lambda: _Device(trace, device))
+def stream_columns(trace: Trace, device: int | None) -> StreamColumns:
+    """Return the device's activities as columns ordered by (stream, start, position), with
+    their launch calls and each stream's run (computed once per device)."""
+    return memo(trace, ("stream_columns", device), lambda: StreamColumns(trace, device))
 
 
 def stream_idle(trace: Trace, device: int | None) -> tuple[StreamIdle, ...]:
     """Return each stream's idle time between its activities by cause (see the module's
     docstring), streams in ascending order; empty without a device."""
-    d = _device(trace, device)
+    d = stream_columns(trace, device)
     if device is None or not len(d.pos):
         return ()
     out = []
@@ -136,7 +139,7 @@ def stream_idle(trace: Trace, device: int | None) -> tuple[StreamIdle, ...]:
     return tuple(out)
 
 
-def _queue_series(d: _Device, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+def _queue_series(d: StreamColumns, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
     """Return one stream's queue length as a step function: the times where it changes
     and the length from each of them on."""
     has = d.call[a:b] >= 0
@@ -174,7 +177,7 @@ def stream_queues(
     time-weighted mean and median, empty share and HolisticTraceAnalysis's event mean, with
     a strip of `bins` maxima over `span` when given; streams with a launched activity only,
     in ascending order."""
-    d = _device(trace, device)
+    d = stream_columns(trace, device)
     if device is None or not len(d.pos):
         return ()
     out = []
@@ -219,7 +222,7 @@ def launch_delays(
     """Return the delays from launch calls' returns to their activities' starts on the device
     (see the module's docstring), with the `longest` waits (ties: earlier first); None when no
     activity of the device has a launch call."""
-    d = _device(trace, device)
+    d = stream_columns(trace, device)
     has = d.call >= 0
     if device is None or not has.any():
         return None

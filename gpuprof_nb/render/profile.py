@@ -334,7 +334,8 @@ def _section_builders(report: ProfileReport) -> list[tuple[str, Callable[[], Sec
     if kernels is not None:
         wanted.append(("Kernels", lambda: kernels_section(kernels)))
     if timeline is not None and trace is not None:
-        wanted.append(("Timeline", lambda: timeline_section(timeline, trace, hotspots)))
+        path = report.critical_path
+        wanted.append(("Timeline", lambda: timeline_section(timeline, trace, hotspots, path)))
     if hotspots is not None:
         wanted.append(("Hotspots", lambda: hotspots_section(hotspots)))
     annotations = report.annotations

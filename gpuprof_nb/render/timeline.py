@@ -17,6 +17,8 @@ from gpuprof_nb.analysis.timeline import top_level_ops, top_level_ops_within
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.render import svg
 from gpuprof_nb.render.bundle import report_of
+from gpuprof_nb.render.critical_path import critical_path_parts, path_legend
+from gpuprof_nb.render.critical_path import lane_items as path_lane_items
 from gpuprof_nb.render.hotspots import waiting_lines
 from gpuprof_nb.render.html import esc, esc_inline, html_table, note
 from gpuprof_nb.render.sections import Section
@@ -24,6 +26,7 @@ from gpuprof_nb.render.streams import stream_parts
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_num, fmt_pct, fmt_us
 from gpuprof_nb.render.utilisation import utilisation_strip, utilisation_text
+from gpuprof_nb.results.critical_path import CriticalPath
 from gpuprof_nb.results.hotspots import Hotspots
 from gpuprof_nb.results.timeline import IdleBreakdown, StepTimeline, Timeline
 
@@ -90,11 +93,15 @@ _MAX_STEP_ROWS = 30
 
 
 def timeline_section(
-    timeline: Timeline, trace: Trace | None, hotspots: Hotspots | None = None
+    timeline: Timeline,
+    trace: Trace | None,
+    hotspots: Hotspots | None = None,
+    critical_path: CriticalPath | None = None,
 ) -> Section:
     """Return the Timeline section: the breakdown over the window and per step, the user
     lines the idle time was charged to (with `hotspots`), and a drawing (SVG) of the
-    representative step (lanes from the trace when given)."""
+    representative step (lanes from the trace when given; the critical path as its top
+    lane, and its parts after the drawing, when given)."""
     bd = timeline.breakdown
     what = "device" if timeline.on_device else "host"
     head = f"{what} busy {fmt_pct(timeline.busy_fraction)} of a {fmt_us(timeline.window_us)} window"
@@ -133,7 +140,8 @@ def timeline_section(
     rep = timeline.representative_step
     shown = f"step {rep.number} (median duration)" if rep else "the whole window"
     html_parts.append(
-        f"<p>Timeline of {esc(shown)}:</p>" + svg.plot_html(timeline_svg(timeline, trace, step=rep))
+        f"<p>Timeline of {esc(shown)}:</p>"
+        + svg.plot_html(timeline_svg(timeline, trace, step=rep, critical_path=critical_path))
     )
     text_parts.append(f"(the HTML view draws {shown})")
     util = trace.utilisation if trace is not None else None
@@ -143,6 +151,10 @@ def timeline_section(
             f"utilisation during {shown} (the strip under the drawing):\n"
             + "\n".join(utilisation_text(util, lo, max(hi, lo + 1e-3)))
         )
+    if critical_path is not None and critical_path.segments:
+        path_text, path_html = critical_path_parts(critical_path)
+        text_parts += path_text
+        html_parts += path_html
     stream_text, stream_html = stream_parts(timeline, shown)
     text_parts += stream_text
     html_parts += stream_html
@@ -166,6 +178,7 @@ def timeline_section(
     return Section("Timeline", "\n\n".join(text_parts), "".join(html_parts))
 
 
+PATH_LANE = "critical path"
 _MAX_CPU_LANES = 4
 _MAX_GPU_LANES = 8
 
@@ -318,7 +331,10 @@ def _pixels(
 
 
 def timeline_svg(
-    timeline: Timeline, trace: Trace | None, step: StepTimeline | int | None = None
+    timeline: Timeline,
+    trace: Trace | None,
+    step: StepTimeline | int | None = None,
+    critical_path: CriticalPath | None = None,
 ) -> str:
     """Return one step (or the whole window) as an inline SVG string: CPU threads and GPU
     streams as lanes of bars (kernels coloured by class), idle gaps shaded by cause with the
@@ -326,7 +342,8 @@ def timeline_svg(
     drawn, and a legend. Every bar and gap has a hover title (name, duration, start); bars
     closer than a pixel are merged (the title then counts them), and more as needed to keep
     under MAX_TIMELINE_MARKS rectangles. The root's data-x-us attribute gives the drawn span
-    (trace microseconds) and data-plot-box the plot area, so tests can check positions."""
+    (trace microseconds) and data-plot-box the plot area, so tests can check positions.
+    A `critical_path` of the drawn span is drawn as the top lane."""
     if isinstance(step, int):
         step = next((s for s in timeline.steps if s.number == step), None)
     lo, hi = (
@@ -335,6 +352,12 @@ def timeline_svg(
     hi = max(hi, lo + 1e-3)
     span = hi - lo
     lanes = _lane_items(timeline, trace, lo, hi)
+    if (
+        critical_path is not None
+        and critical_path.segments
+        and (critical_path.start_us, critical_path.end_us) == (lo, hi)
+    ):
+        lanes.insert(0, (PATH_LANE, "path segments", path_lane_items(critical_path)))
     labels = CATEGORY_LABELS if timeline.on_device else HOST_CATEGORY_LABELS
     left = int(min(220, max(90, 16 + max(svg.text_width(n, 11) for n, _, _ in lanes))))
     right = _TL_WIDTH - 14
@@ -438,6 +461,7 @@ def timeline_svg(
         strip_h += 8
     # Lanes: a label on the left, bars coloured by what ran.
     used_colours: set[str] = set()
+    path_colours: set[str] = set()
     for i, ((name, what, items), runs) in enumerate(zip(lanes, lane_runs, strict=True)):
         y = lanes_top + _LANE_H * i
         busy = sum(e - s for s, e, _, _ in items)
@@ -455,7 +479,7 @@ def timeline_svg(
         default = max(sorted(set(colours)), key=colours.count) if colours else CPU_COLOUR
         body.append(f'<g class="gp-lane" data-lane="{esc(name)}" fill="{default}">')
         for r, colour in zip(runs, colours, strict=True):
-            used_colours.add(colour)
+            (path_colours if name == PATH_LANE else used_colours).add(colour)
             fill = f' fill="{colour}"' if colour != default else ""
             body.append(
                 f'<rect x="{n(r.a)}" y="{y + (_LANE_H - _BAR_H) // 2}" '
@@ -475,6 +499,7 @@ def timeline_svg(
         for k in KERNEL_COLORS
         if KERNEL_COLORS[k] in used_colours
     ]
+    entries += path_legend(path_colours)
     legend, legend_h = svg.legend_row(entries, left, bottom + 40 + strip_h, right - left, size=10)
     body.append(legend)
     height = int(bottom + 40 + strip_h + legend_h + 4)

@@ -17,6 +17,7 @@ from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.model.utilisation import Utilisation
 from gpuprof_nb.results.annotations import AnnotationTable
+from gpuprof_nb.results.critical_path import CriticalPath
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding
 from gpuprof_nb.results.display import Displayable
 from gpuprof_nb.results.hotspots import Hotspots
@@ -58,6 +59,8 @@ class ProfileReport(Displayable):
     hotspots: Hotspots | None = None
     # Every record_function range as a tree (analysis/annotations.py).
     annotations: AnnotationTable | None = None
+    # The median step's critical path (analysis/critical_path.py).
+    critical_path: CriticalPath | None = None
 
     @property
     def utilisation(self) -> Utilisation | None:

@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 from gpuprof_nb.analysis.annotations import annotation_table, kernel_gpu_annotations
+from gpuprof_nb.analysis.critical_path import critical_path
 from gpuprof_nb.analysis.streams import launch_calls, launch_delays, stream_idle, stream_queues
 from gpuprof_nb.analysis.timeline import chosen_device
 from gpuprof_nb.io.trace import load_trace
@@ -207,3 +208,66 @@ def test_htas_27_kernels_under_sgd_step_on_its_ns_resolution_trace() -> None:
     assert len(view.kernels) == 4876  # HTA's kernel count there
     sgd = annotation_table(trace).row("Optimizer.step#SGD.step")
     assert sgd is not None and sgd.gpu_kernels == 45
+
+
+CRITICAL_RUNS = [(k, run) for k in READABLE for run in sorted(REF[k].get("critical_path", {}))]
+# How many of HTA's critical events are on our path, per run; below 1 where the definitions
+# differ (docs/hta-parity.md): HTA's path may cross a long gap between two kernels where the
+# host launched the second late (simple_add), ends at a kernel where ours ends at the sync
+# that waited for it (launch_overhead), and covers a step's kernels wherever they run where
+# ours covers the step's time (v100).
+RECALL = {
+    ("simple_add", "#0"): 0.95,
+    ("simple_add", "[param|pytorch.model.alex_net|0|0|0|measure|forward]#1"): 0.95,
+    ("h100_launch_overhead", "#0"): 0.999,
+    ("v100_ns_resolution", "ProfilerStep#1"): 0.0,
+}
+DEVICE_BOUND = {"gpu_compute_bound", "gpu_communication_bound", "gpu_kernel_kernel_overhead"}
+
+
+@pytest.mark.parametrize("key,run", CRITICAL_RUNS, ids=[f"{k}-{r[:24]}" for k, r in CRITICAL_RUNS])
+def test_critical_path_holds_htas_critical_events(key: str, run: str) -> None:
+    trace, _, _ = _loaded(key)
+    expected = REF[key]["critical_path"][run]
+    offset = expected["ts_offset_us"] or 0.0
+    lo, hi = (t + offset for t in expected["window_us"])
+    path = critical_path(trace, window=(lo, hi))
+    assert path is not None
+    ours = {s.index for s in path if s.index >= 0}
+    theirs = {e["index"] for e in expected["events"]}
+    # HTA numbers events by their position in the file too: the same events, by name.
+    names = {o.index: o.name for o in trace.ops}
+    names.update({r.index: r.name for r in trace.runtime})
+    names.update({k.index: k.name for k in trace.kernels})
+    assert all(names[e["index"]] == e["name"] for e in expected["events"])
+    recall = len(ours & theirs) / len(theirs)
+    assert recall >= RECALL.get((key, run), 1.0)
+    # Both say whether the host or the device holds the path.
+    bound = expected["bound_by_us"]
+    hta_device = sum(us for b, us in bound.items() if b in DEVICE_BOUND) / sum(bound.values())
+    device = {"GPU kernels", "communication kernels", "memcpy/memset", "gaps between kernels"}
+    ours_device = sum(us for c, us in path.by_category_us if c in device) / path.dur_us
+    assert (hta_device > 0.5) == (ours_device > 0.5), (hta_device, ours_device)
+
+
+def test_v100_steps_kernels_on_our_path_were_launched_before_the_step() -> None:
+    # HTA's window for a step holds the kernels launched in it, wherever they run: 25 ms and
+    # more after the step ended here, the GPU being that far behind. Our path tiles the
+    # step's own time, which the GPU spends on kernels the previous step launched: a plain
+    # reading of the trace shows it (9 in 10 of its kernel time was launched before).
+    trace, _, _ = _loaded("v100_ns_resolution")
+    expected = REF["v100_ns_resolution"]["critical_path"]["ProfilerStep#1"]
+    offset = expected["ts_offset_us"]
+    lo, hi = (t + offset for t in expected["window_us"])
+    path = critical_path(trace, window=(lo, hi))
+    calls = launch_calls(trace)
+    position = {k.index: i for i, k in enumerate(trace.kernels)}
+    kernel_us = [s.dur_us for s in path if s.kind == "kernel"]
+    early_us = [
+        s.dur_us
+        for s in path
+        if s.kind == "kernel" and trace.runtime[int(calls[position[s.index]])].start_us < lo
+    ]
+    assert sum(early_us) / sum(kernel_us) > 0.9
+    last_end = max(e["ts"] + e["dur"] for e in expected["events"]) + offset
+    assert last_end - hi > 25_000  # HTA's path runs on past the step's end
