@@ -36,6 +36,7 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -45,15 +46,21 @@ from gpuprof_nb.analysis.derived import (
     last_call_of,
     lookup,
     memo,
+    op_columns,
+    op_kinds,
     op_names,
+    runtime_names,
     runtime_starts,
+    runtime_threads,
 )
+from gpuprof_nb.analysis.intervals import merge_arrays
 from gpuprof_nb.analysis.rules import duration_words
-from gpuprof_nb.analysis.streams import StreamColumns, stream_columns
+from gpuprof_nb.analysis.streams import StreamColumns, runtime_durs, stream_columns
 from gpuprof_nb.analysis.timeline import (
     SYNC_RUNTIME_NAMES,
     dataloader_ops,
     device_timeline,
+    top_level_positions,
 )
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.results.critical_path import CriticalPath, PathSegment, PathSync, SegmentKind
@@ -75,6 +82,7 @@ SYNC_RELEASE_SLACK_US = 5.0
 # was waiting for the device: a launch into a full queue, a copy or a free that synchronises.
 BLOCKED_CALL_US = 50.0
 _AUTOGRAD = "autograd::engine::evaluate_function"
+_START = attrgetter("start_us")
 _HOST_SYNC_EVENTS = frozenset({"Stream Sync", "Context Sync", "Event Sync"})
 
 # Categories of the path (CriticalPath.by_category_us), by segment kind.
@@ -92,125 +100,237 @@ DEVICE_CATEGORIES = frozenset({LAUNCH, KERNELS, COMM, COPIES, GAPS, WAITS})
 
 @dataclass
 class _Lane:
-    """A host lane's leaf stretches ("pieces"), by start: each the innermost event running
-    then (an index into `events`), and the outermost torch op around it. Lists: the walk
-    reads them one at a time."""
+    """A host lane by start: its units (top-level torch ops, and runtime calls outside any
+    op) flattened into stretches ("pieces"), each naming the unit running then; its runtime
+    calls that may have waited for the device (by end); its record_function ranges (to name
+    Python stretches); its runtime calls' spans merged, with their running total (for the
+    runtime time inside a host segment). Lists: the walk reads them one at a time."""
 
     starts: list[float]
     ends: list[float]
     label: list[int]
-    context: list[str]
-    events: list[tuple[str, str, int, int]]  # (kind, name, runtime index or -1, file index)
+    units: list[tuple[str, str, int]]  # (kind "op" or "runtime", name, file index)
+    waits_end: list[float]
+    waits: list[int]  # runtime indices
+    ranges: list[tuple[float, float, str]]
+    rt_starts: np.ndarray
+    rt_ends: np.ndarray
+    rt_before: np.ndarray  # runtime time before each merged span starts
     where: str
     main: bool
 
+    def runtime_in(self, a: float, b: float) -> float:
+        """Microseconds of [a, b] inside this lane's runtime calls."""
+        return self._covered(b) - self._covered(a)
+
+    def _covered(self, x: float) -> float:
+        k = int(np.searchsorted(self.rt_starts, x, side="right")) - 1
+        if k < 0:
+            return 0.0
+        return float(
+            self.rt_before[k] + min(x - self.rt_starts[k], self.rt_ends[k] - self.rt_starts[k])
+        )
+
+    def python_name(self, t: float) -> str:
+        """The innermost record_function range of the lane running just before t."""
+        name = ""
+        for a, b, n in self.ranges:
+            if a < t <= b:
+                name = n  # ranges by (start, longest first): the last one matching is inner
+            elif a >= t:
+                break
+        return name
+
 
 def _flatten(
-    items: list[tuple[float, float, int, tuple[str, str, int, int]]], where: str, main: bool
-) -> _Lane:
-    """Return the lane of these events (start, end, tie-break, (kind, name, runtime, index))."""
+    items: list[tuple[float, float, int, tuple[str, str, int]]],
+) -> tuple[list[float], list[float], list[int], list[tuple[str, str, int]]]:
+    """Return the pieces of these units (start, end, tie-break, (kind, name, index)): the
+    stretches where each is the innermost one running."""
     items.sort(key=lambda it: (it[0], -it[1], it[2]))
     starts: list[float] = []
     ends: list[float] = []
     label: list[int] = []
-    context: list[str] = []
-    events = [it[3] for it in items]
     stack: list[int] = []
     cursor = -math.inf
-
-    def outer_op() -> str:
-        return next((events[j][1] for j in stack if events[j][0] == "op"), "")
-
-    def emit(s: float, e: float, j: int) -> None:
-        if e > s:
-            starts.append(s)
-            ends.append(e)
-            label.append(j)
-            context.append(outer_op())
-
     for i, (s_i, _, _, _) in enumerate(items):
         while stack and items[stack[-1]][1] <= s_i:
             end = items[stack[-1]][1]
             if end > cursor:
-                emit(cursor, end, stack[-1])
+                starts.append(cursor)
+                ends.append(end)
+                label.append(stack[-1])
                 cursor = end
             stack.pop()
         if stack and s_i > cursor:
-            emit(cursor, s_i, stack[-1])
+            starts.append(cursor)
+            ends.append(s_i)
+            label.append(stack[-1])
         cursor = max(cursor, s_i)
         stack.append(i)
     while stack:
         end = items[stack[-1]][1]
         if end > cursor:
-            emit(cursor, end, stack[-1])
+            starts.append(cursor)
+            ends.append(end)
+            label.append(stack[-1])
             cursor = end
         stack.pop()
-    return _Lane(starts, ends, label, context, events, where, main)
+    return starts, ends, label, [it[3] for it in items]
 
 
 class _Host:
-    """The host side of the window: the step's lane and, on demand, other threads' lanes."""
+    """The host side of the window: the step's lane and, on demand, other threads' lanes.
+    Threads are keyed by their ids as text (ids that print alike are one thread)."""
 
-    def __init__(self, trace: Trace, lo: float, hi: float, step_thread: tuple[Any, Any] | None):
+    def __init__(
+        self,
+        trace: Trace,
+        lo: float,
+        hi: float,
+        step_thread: tuple[str, str] | None,
+        sync_of: dict[int, Any],
+    ) -> None:
         self.trace = trace
         self.lo, self.hi = lo, hi
-        ops = trace.ops
-        o_start, o_end = _op_spans(trace)
-        n = bisect.bisect_left(o_start, hi)
-        self.op_idx = np.flatnonzero(o_end[:n] > lo)
-        r_start, r_end = runtime_starts(trace), _runtime_ends(trace)
-        m = int(np.searchsorted(r_start, hi, side="left"))
-        self.rt_idx = np.flatnonzero(r_end[:m] > lo)
-        self.threads: dict[tuple[Any, Any], list[int]] = {}
-        for i in self.op_idx.tolist():
-            o = ops[i]
-            self.threads.setdefault((o.pid, o.tid), []).append(i)
-        self.rt_threads: dict[tuple[Any, Any], list[int]] = {}
-        for i in self.rt_idx.tolist():
-            r = trace.runtime[i]
-            self.rt_threads.setdefault((r.pid, r.tid), []).append(i)
-        if step_thread is None:
+        cols = op_columns(trace)
+        rows = np.searchsorted(cols.positions, np.asarray(top_level_positions(trace), np.intp))
+        rows = rows[(cols.start[rows] < hi) & (cols.end[rows] > lo)]
+        self.top_rows: dict[tuple[str, str], np.ndarray] = {}
+        keys = cols.thread_keys
+        thread_of = cols.thread[rows]
+        for code in np.unique(thread_of).tolist():
+            self.top_rows[keys[code]] = rows[thread_of == code]
+        # Runtime calls of the window, by thread.
+        starts, ends = runtime_starts(trace), _runtime_ends(trace)
+        m = int(np.searchsorted(starts, hi, side="left"))
+        calls = np.flatnonzero(ends[:m] > lo)
+        codes, pairs = runtime_threads(trace)
+        self.rt_rows: dict[tuple[str, str], np.ndarray] = {}
+        call_codes = codes[calls]
+        for code in np.unique(call_codes).tolist():
+            key = (str(pairs[code][0]), str(pairs[code][1]))
+            mine = calls[call_codes == code]
+            old = self.rt_rows.get(key)
+            self.rt_rows[key] = mine if old is None else np.sort(np.concatenate((old, mine)))
+        # Calls that may have waited for the device: long ones, syncs, copies, and the
+        # calls a cuda_sync event names.
+        names = runtime_names(trace)
+        self.wait_names = {n for n in names if n in SYNC_RUNTIME_NAMES or "emcpy" in n}
+        self.sync_of = sync_of
+        self.durs = runtime_durs(trace)
+        if step_thread is None or (
+            step_thread not in self.top_rows and step_thread not in self.rt_rows
+        ):
             step_thread = self._busiest()
         self.main_thread = step_thread
-        names = op_names(trace)
-        engine = {n for n in names if n.startswith(_AUTOGRAD)}
-        merged = [step_thread]
+        engine = {n for n in op_names(trace) if n.startswith(_AUTOGRAD)}
+        merged = [step_thread] if step_thread is not None else []
         if engine and step_thread is not None:
-            for thread, members in self.threads.items():
+            ops = cols.ops
+            for thread, top in self.top_rows.items():
                 if (
                     thread != step_thread
                     and thread[0] == step_thread[0]
-                    and any(ops[i].name in engine for i in members)
+                    and any(ops[r].name in engine for r in top.tolist())
                 ):
                     merged.append(thread)
         self.main_threads = set(merged)
         self.main = self._lane(merged, main=True)
-        self.lanes: dict[tuple[Any, Any], _Lane] = {}
+        self.lanes: dict[tuple[str, str], _Lane] = {}
 
-    def _busiest(self) -> tuple[Any, Any] | None:
-        ops = self.trace.ops
-        busy: dict[tuple[Any, Any], float] = {}
-        for thread, members in self.threads.items():
-            busy[thread] = sum(ops[i].dur_us for i in members if ops[i].kind == "op")
+    def _busiest(self) -> tuple[str, str] | None:
+        cols = op_columns(self.trace)
+        busy = {
+            thread: float((cols.end[rows] - cols.start[rows]).sum())
+            for thread, rows in self.top_rows.items()
+        }
         if not busy:
-            return next(iter(self.rt_threads), None)
-        return min(busy, key=lambda t: (-busy[t], repr(t)))
+            return next(iter(self.rt_rows), None)
+        return min(busy, key=lambda t: (-busy[t], t))
 
-    def _lane(self, threads: Sequence[tuple[Any, Any] | None], *, main: bool) -> _Lane:
-        ops, runtime = self.trace.ops, self.trace.runtime
-        items: list[tuple[float, float, int, tuple[str, str, int, int]]] = []
+    def _lane(self, threads: Sequence[tuple[str, str]], *, main: bool) -> _Lane:
+        trace = self.trace
+        cols = op_columns(trace)
+        ops, runtime = cols.ops, trace.runtime
+        items: list[tuple[float, float, int, tuple[str, str, int]]] = []
+        rt_spans: list[tuple[np.ndarray, np.ndarray]] = []
+        waits: list[tuple[float, int]] = []
+        wait_names, sync_of, durs = self.wait_names, self.sync_of, self.durs
         for thread in threads:
-            for i in self.threads.get(thread, []):  # type: ignore[arg-type]
-                o = ops[i]
-                items.append((o.start_us, o.end_us, o.index, (o.kind, o.name, -1, o.index)))
-            for i in self.rt_threads.get(thread, []):  # type: ignore[arg-type]
-                r = runtime[i]
-                items.append((r.start_us, r.end_us, r.index, ("runtime", r.name, i, r.index)))
-        shown = threads[0]
-        where = f"thread {shown[1]}" if shown is not None else "host"
-        return _flatten(items, where, main)
+            top = self.top_rows.get(thread, np.zeros(0, np.intp))
+            for r in top.tolist():
+                o = ops[r]
+                items.append((o.start_us, o.end_us, o.index, ("op", o.name, o.index)))
+            calls = self.rt_rows.get(thread, np.zeros(0, np.intp))
+            if not len(calls):
+                continue
+            c_start = runtime_starts(trace)[calls]
+            c_end = c_start + durs[calls]
+            # Calls outside every top-level op of the thread are units of their own.
+            t_start, t_end = cols.start[top], cols.end[top]
+            inside = np.zeros(len(calls), dtype=bool)
+            if len(top):
+                j = np.searchsorted(t_start, c_start, side="right") - 1
+                ok = j >= 0
+                inside[ok] = t_end[np.maximum(j, 0)][ok] >= c_end[ok]
+            for i in calls[~inside].tolist():
+                rc = runtime[i]
+                items.append((rc.start_us, rc.end_us, rc.index, ("runtime", rc.name, rc.index)))
+            rt_spans.append((c_start, c_end))
+            waiting = durs[calls] >= BLOCKED_CALL_US
+            listed = calls.tolist()
+            if wait_names:
+                waiting |= np.fromiter(
+                    (runtime[i].name in wait_names for i in listed), dtype=bool, count=len(listed)
+                )
+            if sync_of:
+                waiting |= np.fromiter(
+                    (runtime[i].correlation in sync_of for i in listed),
+                    dtype=bool,
+                    count=len(listed),
+                )
+            waits.extend(zip(c_end[waiting].tolist(), calls[waiting].tolist(), strict=True))
+        starts, ends, label, units = _flatten(items)
+        waits.sort()
+        rs, re_ = merge_arrays(
+            np.concatenate([a for a, _ in rt_spans]) if rt_spans else np.zeros(0),
+            np.concatenate([b for _, b in rt_spans]) if rt_spans else np.zeros(0),
+        )
+        before = np.concatenate(([0.0], np.cumsum(re_ - rs)[:-1])) if len(rs) else np.zeros(0)
+        ranges = []
+        for thread in threads:
+            for o in self._ranges(thread):
+                ranges.append((o.start_us, o.end_us, o.name))
+        ranges.sort(key=lambda r: (r[0], -r[1]))
+        shown = threads[0] if threads else None
+        return _Lane(
+            starts,
+            ends,
+            label,
+            units,
+            [w for w, _ in waits],
+            [i for _, i in waits],
+            ranges,
+            rs,
+            re_,
+            before,
+            f"thread {shown[1]}" if shown is not None else "host",
+            main,
+        )
 
-    def lane_of(self, thread: tuple[Any, Any]) -> _Lane:
+    def _ranges(self, thread: tuple[str, str]) -> list[Any]:
+        """The record_function ranges of a thread running in the window."""
+        pos, start, end = _other_op_spans(self.trace)
+        keep = pos[(start < self.hi) & (end > self.lo)]
+        ops = self.trace.ops
+        return [
+            ops[i]
+            for i in keep.tolist()
+            if ops[i].kind == "annotation" and (str(ops[i].pid), str(ops[i].tid)) == thread
+        ]
+
+    def lane_of(self, thread: tuple[str, str]) -> _Lane:
         if thread in self.main_threads:
             return self.main
         lane = self.lanes.get(thread)
@@ -219,27 +339,23 @@ class _Host:
         return lane
 
 
-def _op_spans(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Every op's start and end (all kinds), in trace.ops' order (computed once)."""
+def _other_op_spans(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The positions, starts and ends of the ops that are not torch ops (record_function
+    ranges, Python functions), once: the torch ops' are the shared op columns."""
 
-    def compute() -> tuple[np.ndarray, np.ndarray]:
-        n = len(trace.ops)
-        start = np.fromiter((o.start_us for o in trace.ops), dtype=float, count=n)
-        dur = np.fromiter((o.dur_us for o in trace.ops), dtype=float, count=n)
-        return start, start + dur
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        kinds = op_kinds(trace)
+        pos = np.array([i for i, k in enumerate(kinds) if k != "op"], dtype=np.intp)
+        ops = trace.ops
+        start = np.fromiter((ops[i].start_us for i in pos.tolist()), dtype=float, count=len(pos))
+        dur = np.fromiter((ops[i].dur_us for i in pos.tolist()), dtype=float, count=len(pos))
+        return pos, start, start + dur
 
-    return memo(trace, "all_op_spans", compute)
+    return memo(trace, "other_op_spans", compute)
 
 
 def _runtime_ends(trace: Trace) -> np.ndarray:
-    return memo(
-        trace,
-        "runtime_ends",
-        lambda: (
-            runtime_starts(trace)
-            + np.fromiter((r.dur_us for r in trace.runtime), dtype=float, count=len(trace.runtime))
-        ),
-    )
+    return memo(trace, "runtime_ends", lambda: runtime_starts(trace) + runtime_durs(trace))
 
 
 class _Device:
@@ -250,7 +366,6 @@ class _Device:
         d: StreamColumns = stream_columns(trace, device)
         self.d = d
         n = len(d.pos)
-        self.index_of = {int(p): i for i, p in enumerate(d.pos.tolist())}
         # Per activity (in d's order): its stream run's first index.
         self.run_start = np.zeros(n, dtype=np.intp)
         self.run_of_stream: dict[int, tuple[int, int]] = {}
@@ -267,11 +382,40 @@ class _Device:
             self.launch_acc[a:b] = np.fmax.accumulate(
                 np.where(np.isnan(d.launch[a:b]), -np.inf, d.launch[a:b])
             )
+        # Python lists of the columns: the walk and the slack read them one at a time.
+        self.start_l: list[float] = d.start.tolist()
+        self.end_l: list[float] = d.end.tolist()
+        self.call_l: list[int] = d.call.tolist()
+        self.launch_l: list[float] = d.launch.tolist()
+        self.pos_l: list[int] = d.pos.tolist()
+        self.run_start_l: list[int] = self.run_start.tolist()
         self.by_end = np.argsort(d.end, kind="stable")
         self.ends_sorted = d.end[self.by_end]
+        self.ends_sorted_l: list[float] = self.ends_sorted.tolist()
+        self.by_end_l: list[int] = self.by_end.tolist()
+        self.end_acc_l: list[float] = self.end_acc.tolist()
         self.keys, self.calls = last_call_of(trace)
         self.sync_of = {s.correlation: s for s in trace.syncs if s.correlation is not None}
+        self._by_call: tuple[np.ndarray, np.ndarray] | None = None
         self.waits = self._cross_stream_waits()
+
+    def launched_by(self, r: int) -> np.ndarray:
+        """The activities (indices in the columns) runtime call `r` launched."""
+        if self._by_call is None:
+            order = np.argsort(self.d.call, kind="stable")
+            self._by_call = (order, self.d.call[order])
+        order, calls = self._by_call
+        return order[np.searchsorted(calls, r, "left") : np.searchsorted(calls, r, "right")]
+
+    def maybe_waits(self, r: int) -> bool:
+        """Whether runtime call `r` is one `release` may find waiting (a cheap test first)."""
+        call = self.trace.runtime[r]
+        return (
+            call.dur_us >= BLOCKED_CALL_US
+            or call.name in SYNC_RUNTIME_NAMES
+            or "emcpy" in call.name
+            or (call.correlation is not None and call.correlation in self.sync_of)
+        )
 
     def _call(self, correlation: int | None) -> int:
         if correlation is None:
@@ -314,18 +458,17 @@ class _Device:
 
     def _latest_ending(self, stream: int | None, lo: float, hi: float) -> int:
         """The activity ending last in (lo, hi], on one stream or any, or -1."""
-        d = self.d
         if stream is None:
-            j = int(np.searchsorted(self.ends_sorted, hi, side="right")) - 1
-            if j >= 0 and self.ends_sorted[j] > lo:
-                return int(self.by_end[j])
+            j = bisect.bisect_right(self.ends_sorted_l, hi) - 1
+            if j >= 0 and self.ends_sorted_l[j] > lo:
+                return self.by_end_l[j]
             return -1
         run = self.run_of_stream.get(stream)
         if run is None:
             return -1
         a, b = run
-        j = a + int(np.searchsorted(self.end_acc[a:b], hi, side="right")) - 1
-        return j if j >= a and d.end[j] > lo else -1
+        j = bisect.bisect_right(self.end_acc_l, hi, a, b) - 1
+        return j if j >= a and self.end_l[j] > lo else -1
 
     def release(self, r: int) -> int:
         """The activity whose end let runtime call `r` return, or -1 when it did not wait."""
@@ -346,7 +489,7 @@ class _Device:
         if "Memcpy" in call.name or "memcpy" in call.name:
             # A blocking copy waits for its own copy (and what its stream ran before it); an
             # asynchronous one returns before its copy ends.
-            own = np.flatnonzero(self.d.call == r)
+            own = self.launched_by(r)
             own = own[(self.d.end[own] > lo) & (self.d.end[own] <= call.end_us)]
             return int(own[np.argmax(self.d.end[own])]) if len(own) else -1
         if call.name in SYNC_RUNTIME_NAMES:
@@ -404,60 +547,73 @@ def critical_path(
         return None
     step_thread = None
     if step is not None:
+        # The step's own range: among the ops starting where the step starts.
+        first = bisect.bisect_left(trace.ops, lo - 1e-6, key=_START)
         marker = next(
             (
                 o
-                for o in trace.ops
-                if o.kind == "annotation" and o.name == step.name and o.start_us >= lo - 1e-6
+                for o in trace.ops[first : first + 64]
+                if o.kind == "annotation" and o.name == step.name
             ),
             None,
         )
         if marker is not None:
-            step_thread = (marker.pid, marker.tid)
-    host = _Host(trace, lo, hi, step_thread)
+            step_thread = (str(marker.pid), str(marker.tid))
+    device = _Device(trace, tl.device) if tl.on_device else None
+    host = _Host(trace, lo, hi, step_thread, device.sync_of if device is not None else {})
     if host.main_thread is None and not trace.kernels:
         return None
-    device = _Device(trace, tl.device) if tl.on_device else None
     kind_of: dict[str, str] = {}
-    latest_first, on_path, met = _walk(trace, host, device, lo, hi, kind_of)
+    latest_first, runtime_us, on_path, met = _walk(trace, host, device, lo, hi, kind_of)
     syncs = _path_syncs(trace, latest_first, met)
-    return _result(trace, step, lo, hi, _merged(latest_first), on_path, syncs, device, kind_of)
+    totals = _categories(trace, latest_first, runtime_us, kind_of)
+    return _result(trace, step, lo, hi, _merged(latest_first), totals, on_path, syncs, device)
 
 
 def _walk(
     trace: Trace, host: _Host, dev: _Device | None, lo: float, hi: float, kind_of: dict[str, str]
-) -> tuple[list[PathSegment], set[int], list[tuple[int, int, str]]]:
-    """Walk back from the step's end; return the segments (latest first), the activities on
-    the path (indices in the device's columns) and the syncs met (runtime index, where its
-    segments start in the list, its context). `kind_of` gets each kernel name's class on
-    the path."""
+) -> tuple[list[PathSegment], list[float], set[int], list[tuple[int, int, str]]]:
+    """Walk back from the step's end; return the segments (latest first), the runtime-call
+    time inside each, the activities on the path (indices in the device's columns) and the
+    syncs met (runtime index, where its segments start in the list, its context). `kind_of`
+    gets each kernel name's class on the path."""
     segments: list[PathSegment] = []
+    runtime_us: list[float] = []
+    released: dict[int, int] = {}
     on_path: set[int] = set()
     syncs: list[tuple[int, int, str]] = []
     lane = host.main
     kernel = -1  # on the device when >= 0
     t = hi
     if dev is not None and len(dev.d.pos):
-        # Without a host lane, or when the device's last activity outlives the host's work,
-        # the window ends on the device.
+        # A window that ends with a device activity (the whole trace's, when the GPU
+        # finishes last) ends on the device.
         last = dev._latest_ending(None, lo, hi)
-        if last >= 0 and (not lane.ends or dev.d.end[last] > max(lane.ends)):
+        if (
+            last >= 0
+            and dev.d.end[last] >= hi - 1e-6
+            and (not lane.ends or dev.d.end[last] > max(lane.ends))
+        ):
             kernel = last
-    budget = 4 * (len(lane.starts) + (len(dev.d.pos) if dev is not None else 0)) + 100
+    budget = 4 * (len(lane.starts) + len(lane.waits)) + 100
+    if dev is not None:
+        budget += 4 * len(dev.d.pos)
     runtime = trace.runtime
+
+    def add(seg: PathSegment, rt: float = 0.0) -> None:
+        segments.append(seg)
+        runtime_us.append(rt)
+
     while t > lo and budget > 0:
         budget -= 1
         if kernel >= 0:
             assert dev is not None
-            d = dev.d
-            k = trace.kernels[int(d.pos[kernel])]
+            k = trace.kernels[dev.pos_l[kernel]]
             on_path.add(kernel)
             kind_of.setdefault(k.name, kernel_class(k))
-            start = max(float(d.start[kernel]), lo)
+            start = max(dev.start_l[kernel], lo)
             if t > start:
-                segments.append(
-                    PathSegment(start, t, "kernel", k.name, f"stream {k.stream}", "", k.index)
-                )
+                add(PathSegment(start, t, "kernel", k.name, f"stream {k.stream}", "", k.index))
             t = min(t, start)
             if t <= lo:
                 break
@@ -465,15 +621,15 @@ def _walk(
             # its launch.
             best, ready = -1, -math.inf
             kind: SegmentKind | None = None
-            prev = kernel - 1 if kernel > dev.run_start[kernel] else -1
+            prev = kernel - 1 if kernel > dev.run_start_l[kernel] else -1
             if prev >= 0:
-                best, ready, kind = prev, float(d.end[prev]), "gpu_gap"
+                best, ready, kind = prev, dev.end_l[prev], "gpu_gap"
             for src in dev.waits.get(kernel, ()):
-                if float(d.end[src]) > ready:
-                    best, ready, kind = src, float(d.end[src]), "stream_wait"
-            call = int(d.call[kernel])
-            if call >= 0 and float(d.launch[kernel]) > ready:
-                best, ready, kind = call, float(d.launch[kernel]), "launch"
+                if dev.end_l[src] > ready:
+                    best, ready, kind = src, dev.end_l[src], "stream_wait"
+            call = dev.call_l[kernel]
+            if call >= 0 and dev.launch_l[kernel] > ready:
+                best, ready, kind = call, dev.launch_l[kernel], "launch"
             if kind is None:
                 kernel = -1  # nothing recorded before it: back to the step's host lane
                 lane = host.main
@@ -483,11 +639,11 @@ def _walk(
             if t > gap_from:
                 name = runtime[call].name if kind == "launch" else ""
                 at = runtime[call].index if kind == "launch" else -1
-                segments.append(PathSegment(gap_from, t, kind, name, f"stream {k.stream}", "", at))
+                add(PathSegment(gap_from, t, kind, name, f"stream {k.stream}", "", at))
             t = gap_from
             if kind == "launch":
                 launcher = runtime[call]
-                lane = host.lane_of((launcher.pid, launcher.tid))
+                lane = host.lane_of((str(launcher.pid), str(launcher.tid)))
                 kernel = -1
             else:
                 kernel = best
@@ -499,43 +655,48 @@ def _walk(
             if not lane.main:
                 lane = host.main  # an idle helper thread waits on the step's thread
                 continue
-            segments.append(PathSegment(gap_from, t, "python", "", lane.where))
+            add(PathSegment(gap_from, t, "python", lane.python_name(t), lane.where))
             t = gap_from
             continue
-        kind_, name, rt, at = lane.events[lane.label[p]]
+        kind_, name, at = lane.units[lane.label[p]]
         start = max(lane.starts[p], lo)
-        if rt >= 0 and dev is not None:
-            released = dev.release(rt)
-            if (
-                released >= 0
-                and float(dev.d.end[released]) > start
-                and float(dev.d.start[released]) < t
-            ):
-                back = min(float(dev.d.end[released]), t)
-                syncs.append((rt, len(segments), lane.context[p]))
-                if t > back:
-                    segments.append(
-                        PathSegment(back, t, "sync", name, lane.where, lane.context[p], at)
-                    )
-                t = back
-                kernel = released
+        # The latest call of the piece that waited for the device, if any.
+        jumped = False
+        w = bisect.bisect_right(lane.waits_end, t) - 1
+        while dev is not None and w >= 0 and lane.waits_end[w] > start:
+            rt = lane.waits[w]
+            w -= 1
+            rel = released.get(rt)
+            if rel is None:
+                rel = released[rt] = dev.release(rt)
+            waited = runtime[rt]
+            if rel < 0 or dev.end_l[rel] <= max(waited.start_us, start):
                 continue
-        seg_kind: SegmentKind = (
-            "cpu" if kind_ == "op" else "runtime" if kind_ == "runtime" else "python"
-        )
-        segments.append(
-            PathSegment(
-                start,
-                t,
-                seg_kind,
-                name,
-                lane.where,
-                lane.context[p],
-                at if kind_ != "annotation" else -1,
-            )
+            if dev.start_l[rel] >= min(t, waited.end_us):
+                continue
+            back = min(dev.end_l[rel], waited.end_us, t)
+            if t > waited.end_us:
+                add(
+                    PathSegment(waited.end_us, t, _host_kind(kind_), name, lane.where, "", at),
+                    lane.runtime_in(waited.end_us, t),
+                )
+            upto = min(t, waited.end_us)
+            syncs.append((rt, len(segments), name if kind_ == "op" else ""))
+            if upto > back:
+                context = name if kind_ == "op" else ""
+                add(PathSegment(back, upto, "sync", waited.name, lane.where, context, waited.index))
+            t = back
+            kernel = rel
+            jumped = True
+            break
+        if jumped:
+            continue
+        add(
+            PathSegment(start, t, _host_kind(kind_), name, lane.where, "", at),
+            lane.runtime_in(start, t),
         )
         t = start
-    return segments, on_path, syncs
+    return segments, runtime_us, on_path, syncs
 
 
 def _merged(segments: list[PathSegment]) -> list[PathSegment]:
@@ -574,25 +735,56 @@ def _slack(dev: _Device, lo: float, hi: float, releases: dict[int, float]) -> np
     after lo and start before hi; nan for the others."""
     d = dev.d
     n = len(d.pos)
-    slack = np.full(n, np.nan)
-    live = np.flatnonzero((d.end > lo) & (d.start < hi))
+    starts, ends, run_start = dev.start_l, dev.end_l, dev.run_start_l
+    slack: dict[int, float] = {}
+    live = np.flatnonzero((d.end > lo) & (d.start < hi)).tolist()
     waited_by: dict[int, list[int]] = {}
     for target, sources in dev.waits.items():
         for s in sources:
             waited_by.setdefault(s, []).append(target)
-    for j in sorted(live.tolist(), key=lambda j: -float(d.start[j])):
-        end = float(d.end[j])
+    for j in sorted(live, key=lambda j: -starts[j]):
+        end = ends[j]
         best = max(hi - end, 0.0)
         nxt = j + 1
-        if nxt < n and dev.run_start[nxt] == dev.run_start[j] and d.start[nxt] < hi:
-            best = min(best, slack[nxt] + max(float(d.start[nxt]) - end, 0.0))
+        if nxt < n and run_start[nxt] == run_start[j] and starts[nxt] < hi:
+            best = min(best, slack[nxt] + max(starts[nxt] - end, 0.0))
         for target in waited_by.get(j, ()):
-            if not math.isnan(slack[target]):
-                best = min(best, slack[target] + max(float(d.start[target]) - end, 0.0))
+            if target in slack:
+                best = min(best, slack[target] + max(starts[target] - end, 0.0))
         if j in releases:
             best = min(best, max(releases[j] - end, 0.0))
         slack[j] = max(best, 0.0)
-    return slack
+    out = np.full(n, np.nan)
+    if slack:
+        out[list(slack)] = list(slack.values())
+    return out
+
+
+def _host_kind(unit_kind: str) -> SegmentKind:
+    return "cpu" if unit_kind == "op" else "runtime"
+
+
+def _categories(
+    trace: Trace,
+    segments: Sequence[PathSegment],
+    runtime_us: Sequence[float],
+    kind_of: dict[str, str],
+) -> dict[str, float]:
+    """Add the segments up by category; a torch op's segment is split into its runtime
+    calls' time and the rest; host time inside a DataLoader __next__ is DataLoader time."""
+    loader = [(o.start_us, o.end_us) for o in dataloader_ops(trace)]
+    totals: dict[str, float] = {}
+    for seg, rt in zip(segments, runtime_us, strict=True):
+        cat = _category(seg, kind_of.get(seg.name) if seg.kind == "kernel" else None)
+        if loader and cat in (HOST_OPS, PYTHON, RUNTIME):
+            if any(a <= seg.start_us and seg.end_us <= b for a, b in loader):
+                cat = DATALOADER
+        if cat == HOST_OPS and rt > 0:
+            totals[RUNTIME] = totals.get(RUNTIME, 0.0) + rt
+            totals[cat] = totals.get(cat, 0.0) + seg.dur_us - rt
+            continue
+        totals[cat] = totals.get(cat, 0.0) + seg.dur_us
+    return totals
 
 
 def _result(
@@ -601,20 +793,11 @@ def _result(
     lo: float,
     hi: float,
     segments: list[PathSegment],
+    totals: dict[str, float],
     on_path: set[int],
     syncs: tuple[PathSync, ...],
     dev: _Device | None,
-    kind_of: dict[str, str],
 ) -> CriticalPath:
-    loader = [(o.start_us, o.end_us) for o in dataloader_ops(trace)]
-    totals: dict[str, float] = {}
-    for seg in segments:
-        cat = _category(seg, kind_of.get(seg.name) if seg.kind == "kernel" else None)
-        if cat in (HOST_OPS, PYTHON, RUNTIME) and any(
-            a <= seg.start_us and seg.end_us <= b for a, b in loader
-        ):
-            cat = DATALOADER
-        totals[cat] = totals.get(cat, 0.0) + seg.dur_us
     by_category = tuple(sorted(totals.items(), key=lambda kv: (-kv[1], kv[0])))
     off = 0
     off_us = 0.0
@@ -625,6 +808,8 @@ def _result(
         for r in np.flatnonzero(
             (runtime_starts(trace) < hi) & (_runtime_ends(trace) > lo)
         ).tolist():
+            if not dev.maybe_waits(r):
+                continue
             rel = dev.release(r)
             if rel >= 0:
                 releases[rel] = min(releases.get(rel, math.inf), trace.runtime[r].end_us)
@@ -636,7 +821,7 @@ def _result(
             off = len(off_idx)
             off_us = float((d.end[off_idx] - d.start[off_idx]).sum())
             median_slack = float(np.median(slack[off_idx]))
-    if not trace.syncs and any(seg.kind == "sync" or seg.kind == "runtime" for seg in segments):
+    if not trace.syncs and any(seg.kind == "sync" for seg in segments):
         notes.append(
             "the trace has no cuda_sync events: which stream a synchronisation waited for "
             "is inferred from the device work that ended inside it"

@@ -41,6 +41,7 @@ __all__ = [
     "QUEUE_STRIP_BINS",
     "launch_calls",
     "launch_delays",
+    "runtime_durs",
     "stream_columns",
     "stream_idle",
     "stream_queues",
@@ -69,7 +70,8 @@ def launch_calls(trace: Trace) -> np.ndarray:
     return memo(trace, "launch_calls", compute)
 
 
-def _runtime_durs(trace: Trace) -> np.ndarray:
+def runtime_durs(trace: Trace) -> np.ndarray:
+    """Return trace.runtime's durations, once."""
     return memo(
         trace,
         "runtime_durs",
@@ -227,7 +229,7 @@ def launch_delays(
     if device is None or not has.any():
         return None
     call = d.call[has]
-    returned = d.launch[has] + _runtime_durs(trace)[call]
+    returned = d.launch[has] + runtime_durs(trace)[call]
     delay = np.maximum(d.start[has] - returned, 0.0)
     pos = d.pos[has]
     # Longest first; ties by start, then position in the file.
