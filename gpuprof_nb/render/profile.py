@@ -13,6 +13,7 @@ from gpuprof_nb.render.bundle import report_of, text_of, widget_of
 from gpuprof_nb.render.diagnosis import diagnosis_section
 from gpuprof_nb.render.hotspots import hotspots_section
 from gpuprof_nb.render.html import esc, html_table, note
+from gpuprof_nb.render.launchers import launcher_parts
 from gpuprof_nb.render.roofline import roofline_section
 from gpuprof_nb.render.sections import Section, report_text
 from gpuprof_nb.render.text import text_table
@@ -224,6 +225,9 @@ def ops_section(table: OpTable) -> Section:
     rows = op_rows(table)
     if not rows:
         text = "No torch ops in this trace."
+        launched_text, launched_html = launcher_parts(table)
+        if launched_text:
+            return Section("Top ops", f"{text}\n\n{launched_text}", note(text) + launched_html)
         return Section("Top ops", text, note(text))
     cols = _op_columns(table)
     headers = [OP_HEADERS[i] for i in cols]
@@ -237,7 +241,8 @@ def ops_section(table: OpTable) -> Section:
     elif table.unattributed_device_us > 0:
         caption += (
             f"; {fmt_us(table.unattributed_device_us)} of device time was launched "
-            "outside any torch op (not in these rows)"
+            "outside any torch op (not in these rows"
+            + ("; by runtime call below)" if table.launchers else ")")
         )
     if table.sort_key.startswith("total_"):
         caption += "; nested ops are in their parents' totals too, so shares can pass 100%"
@@ -248,6 +253,10 @@ def ops_section(table: OpTable) -> Section:
         + note(caption)
         + html_table(headers, rows, numeric=numeric, name_cols=(0, shape_col))
     )
+    launched_text, launched_html = launcher_parts(table)
+    if launched_text:
+        text += f"\n\n{launched_text}"
+        html += launched_html
     return Section("Top ops", text, html)
 
 
