@@ -146,13 +146,21 @@ _HOW_TO_EXPORT = (
 # public API
 
 
-def load_trace(path: str | os.PathLike[str]) -> Trace:
+def load_trace(
+    path: str | os.PathLike[str], capture: str | os.PathLike[str] | None = None
+) -> Trace:
     """Return the Trace read from a Chrome/Kineto trace file (`.json` or gzip, detected by its
-    magic bytes, whatever the name says). Times in the result are microseconds.
+    magic bytes, whatever the name says). Times in the result are microseconds. With
+    `capture`, the trace of a CUDA/HIP graph's capture: the graph launches' replayed kernels
+    are attributed to the captured ops (io/graph_capture.py).
 
     Raises TraceFormatError (naming the file, what is wrong and what to do) for anything that
     is not a readable torch.profiler trace.
     """
+    if capture is not None:
+        from gpuprof_nb.io.graph_capture import merge_capture
+
+        return merge_capture(load_trace(path), load_trace(capture))
     source = os.fspath(path)
     try:
         raw = open(source, "rb")  # noqa: SIM115 - closed in finally below
