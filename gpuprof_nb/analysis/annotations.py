@@ -29,7 +29,7 @@ import numpy as np
 
 from gpuprof_nb.analysis.derived import kernel_columns, memo, runtime_threads
 from gpuprof_nb.analysis.intervals import nearest_open_at, nearest_open_before
-from gpuprof_nb.analysis.streams import launch_calls
+from gpuprof_nb.analysis.streams import kernel_streams, launch_calls
 from gpuprof_nb.model.trace import Op, Trace
 from gpuprof_nb.results.annotations import AnnotationRow, AnnotationTable
 
@@ -124,7 +124,7 @@ class _StreamKernels:
 
     def __init__(self, trace: Trace) -> None:
         kc = kernel_columns(trace)
-        streams = np.fromiter((k.stream for k in trace.kernels), np.int64, len(trace.kernels))
+        streams = kernel_streams(trace)
         self.groups: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         order = np.lexsort((np.arange(len(streams)), kc.start, streams, kc.device))
         keys = np.stack((kc.device[order], streams[order]), axis=1) if len(order) else None

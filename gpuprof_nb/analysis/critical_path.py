@@ -321,14 +321,10 @@ class _Host:
 
     def _ranges(self, thread: tuple[str, str]) -> list[Any]:
         """The record_function ranges of a thread running in the window."""
-        pos, start, end = _other_op_spans(self.trace)
-        keep = pos[(start < self.hi) & (end > self.lo)]
+        pos, start, end, annotation = _other_op_spans(self.trace)
+        keep = pos[annotation & (start < self.hi) & (end > self.lo)]
         ops = self.trace.ops
-        return [
-            ops[i]
-            for i in keep.tolist()
-            if ops[i].kind == "annotation" and (str(ops[i].pid), str(ops[i].tid)) == thread
-        ]
+        return [ops[i] for i in keep.tolist() if (str(ops[i].pid), str(ops[i].tid)) == thread]
 
     def lane_of(self, thread: tuple[str, str]) -> _Lane:
         if thread in self.main_threads:
@@ -339,17 +335,18 @@ class _Host:
         return lane
 
 
-def _other_op_spans(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _other_op_spans(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The positions, starts and ends of the ops that are not torch ops (record_function
-    ranges, Python functions), once: the torch ops' are the shared op columns."""
+    ranges, Python functions), and which are ranges, once."""
 
-    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         kinds = op_kinds(trace)
         pos = np.array([i for i, k in enumerate(kinds) if k != "op"], dtype=np.intp)
         ops = trace.ops
         start = np.fromiter((ops[i].start_us for i in pos.tolist()), dtype=float, count=len(pos))
         dur = np.fromiter((ops[i].dur_us for i in pos.tolist()), dtype=float, count=len(pos))
-        return pos, start, start + dur
+        annotation = np.array([kinds[i] == "annotation" for i in pos.tolist()], dtype=bool)
+        return pos, start, start + dur, annotation
 
     return memo(trace, "other_op_spans", compute)
 

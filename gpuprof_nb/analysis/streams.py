@@ -22,6 +22,8 @@ on every trace HTA reads):
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import numpy as np
 
 from gpuprof_nb.analysis.derived import (
@@ -40,6 +42,7 @@ __all__ = [
     "KERNEL_WAIT_MAX_US",
     "QUEUE_STRIP_BINS",
     "launch_calls",
+    "kernel_streams",
     "launch_delays",
     "runtime_durs",
     "stream_columns",
@@ -56,6 +59,7 @@ KERNEL_WAIT_MAX_US = 30.0
 QUEUE_STRIP_BINS = 300
 # Activities listed as the ones that waited longest after their launch.
 LONGEST_WAITS = 5
+_STREAM = attrgetter("stream")
 
 
 def launch_calls(trace: Trace) -> np.ndarray:
@@ -68,6 +72,17 @@ def launch_calls(trace: Trace) -> np.ndarray:
         return frozen(np.where(has, lookup(keys, calls, corr), -1).astype(np.intp))
 
     return memo(trace, "launch_calls", compute)
+
+
+def kernel_streams(trace: Trace) -> np.ndarray:
+    """Return each activity's stream, in trace.kernels' order, once."""
+    return memo(
+        trace,
+        "kernel_streams",
+        lambda: frozen(
+            np.fromiter(map(_STREAM, trace.kernels), dtype=np.int64, count=len(trace.kernels))
+        ),
+    )
 
 
 def runtime_durs(trace: Trace) -> np.ndarray:
@@ -87,9 +102,7 @@ class StreamColumns:
     def __init__(self, trace: Trace, device: int | None) -> None:
         kc = kernel_columns(trace)
         pos = np.flatnonzero(kc.device == device) if device is not None else np.zeros(0, int)
-        streams = np.fromiter(
-            (trace.kernels[i].stream for i in pos.tolist()), dtype=np.int64, count=len(pos)
-        )
+        streams = kernel_streams(trace)[pos]
         order = np.lexsort((pos, kc.start[pos], streams))
         self.pos = pos[order]
         self.stream = streams[order]
