@@ -6,8 +6,10 @@ records, always to the one that was satisfied last (the one the work was waiting
 
 - on the host, the thread that runs the step (the one with its ProfilerStep range; without
   steps, the one with the most op time), merged with the autograd engine's threads of the
-  same process (they run the backward pass while it waits): time there is the innermost
-  torch op, runtime call or record_function range running, or Python outside them;
+  same process (they run the backward pass while it waits): time there is a top-level torch
+  op (what it runs inside, runtime calls included; their time is counted apart in the
+  categories), a runtime call outside every op, or Python between them (named by the
+  record_function range around it, if any);
 - a blocking call (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize, a
   blocking copy, any call a Stream/Context/Event Sync event names, and any call of
   BLOCKED_CALL_US or more that returned right after device work ended: a launch into a full
