@@ -10,6 +10,8 @@
 # 3. records the planted traces, snapshots and figures (tools/record_gpu.py) into RECORD_DIR
 #    (default OUT/record) and packs them into OUT/record.tar.gz;
 # 4. runs the `gpu`-marked tests one at a time (they time the device), OUT/pytest-gpu.log;
+# (only when asked, STEPS="... graph") records a CUDA graph's capture and replay traces and a
+#    directly launched Triton kernel (tools/record_graph_capture.py) into RECORD_DIR/graph;
 # 5. (only when asked, STEPS="... bench") measures comparison 10 of the benchmarks, the magic
 #    on a real training cell, on the GPU: OUT/RESULTS-gpu.md (benchmarks/run.py --device cuda);
 # 6. runs the whole suite and every tutorial through nbval, OUT/pytest-all.log (on
@@ -71,6 +73,14 @@ if want record; then
     > "$OUT/record.log" 2>&1
   note "record: rc=$? ($(tail -1 "$OUT/record.log"))"
   tar czf "$OUT/record.tar.gz" -C "$RECORD_DIR" .
+fi
+
+if want graph; then
+  # (only when asked, STEPS="... graph") the real traces issue 38's offline parts wait for:
+  # a CUDA graph's capture and replay, and a Triton kernel launched directly.
+  timeout "${GRAPH_TIMEOUT:-180}" "$PY" tools/record_graph_capture.py "$RECORD_DIR/graph" \
+    > "$OUT/graph.log" 2>&1
+  note "graph: rc=$? ($(tail -1 "$OUT/graph.log"))"
 fi
 
 if want gpu; then

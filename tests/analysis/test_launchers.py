@@ -137,3 +137,21 @@ def test_the_line_at_a_point_from_the_line_samples(ipython_shell) -> None:
     # to the loop's other lines' samples, never outside the cell.
     assert all(line.startswith("In [71], line ") for line in lines), lines
     assert sum(line.startswith("In [71], line 3") for line in lines) >= 0.6 * len(mms), lines
+
+
+DIRECT = DATA / "gpu" / "direct_launch.json.gz"
+
+
+@pytest.mark.skipif(
+    not DIRECT.exists(),
+    reason="a Triton kernel launched directly is recorded on a CUDA machine by "
+    "tools/record_graph_capture.py (not recorded yet)",
+)
+def test_a_directly_launched_triton_kernel_is_under_its_call_and_line() -> None:
+    table = top_ops(load_trace(DIRECT))
+    rows = [r for r in table.launchers if r.kernels >= 10]
+    assert rows, table.launchers
+    (row,) = rows
+    assert row.name in ("cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernel")
+    assert "record_graph_capture.py" in row.line
+    assert table.runtime_launched_us == pytest.approx(table.unattributed_device_us)
