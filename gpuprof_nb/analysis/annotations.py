@@ -27,7 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from gpuprof_nb.analysis.derived import kernel_columns, memo, runtime_threads
+from gpuprof_nb.analysis.derived import (
+    codes_of,
+    kernel_columns,
+    memo,
+    op_columns,
+    runtime_starts,
+    runtime_threads,
+)
 from gpuprof_nb.analysis.intervals import nearest_open_at, nearest_open_before
 from gpuprof_nb.analysis.streams import kernel_streams, launch_calls
 from gpuprof_nb.model.trace import Op, Trace
@@ -63,28 +70,36 @@ class _Node:
 
 
 def _host_ranges(trace: Trace) -> list[Op]:
-    return [o for o in trace.ops if o.kind == "annotation" and o.dur_us >= 0]
+    # Only the ops that are not torch ops (the op columns hold those) can be ranges.
+    others = np.ones(len(trace.ops), dtype=bool)
+    others[op_columns(trace).positions] = False
+    ops = trace.ops
+    return [
+        o
+        for o in (ops[i] for i in np.flatnonzero(others).tolist())
+        if o.kind == "annotation" and o.dur_us >= 0
+    ]
 
 
 def _nest(ranges: Sequence[Op]) -> tuple[list[int], dict[tuple[Any, Any], np.ndarray]]:
-    """Return each range's parent (index into `ranges`, -1 at the top) and, per thread, the
-    range indices in (start, longer first, file position) order."""
+    """Return each range's parent (index into `ranges`, -1 at the top: the innermost range
+    of its thread still open when it starts) and, per thread, the range indices in (start,
+    longer first, file position) order."""
     by_thread: dict[tuple[Any, Any], list[int]] = {}
     for i, r in enumerate(ranges):
         by_thread.setdefault((r.pid, r.tid), []).append(i)
-    parent = [-1] * len(ranges)
+    starts = np.array([r.start_us for r in ranges], dtype=float)
+    ends = np.array([r.end_us for r in ranges], dtype=float)
+    index = np.array([r.index for r in ranges], dtype=np.int64)
+    parent = np.full(len(ranges), -1, dtype=np.intp)
     ordered: dict[tuple[Any, Any], np.ndarray] = {}
     for thread, members in by_thread.items():
-        members.sort(key=lambda i: (ranges[i].start_us, -ranges[i].dur_us, ranges[i].index))
-        stack: list[int] = []
-        for i in members:
-            r = ranges[i]
-            while stack and ranges[stack[-1]].end_us <= r.start_us:
-                stack.pop()
-            parent[i] = stack[-1] if stack else -1
-            stack.append(i)
-        ordered[thread] = np.array(members, dtype=np.intp)
-    return parent, ordered
+        m = np.array(members, dtype=np.intp)
+        m = m[np.lexsort((index[m], starts[m] - ends[m], starts[m]))]
+        found = nearest_open_before(ends[m], starts[m], np.zeros(len(m), np.intp), strict=True)
+        parent[m] = np.where(found >= 0, m[np.maximum(found, 0)], -1)
+        ordered[thread] = m
+    return parent.tolist(), ordered
 
 
 def _launched_in(
@@ -99,9 +114,7 @@ def _launched_in(
         return out
     codes, pairs = runtime_threads(trace)
     call_thread = codes[calls[has]]
-    call_start = np.fromiter(
-        (trace.runtime[c].start_us for c in calls[has].tolist()), dtype=float, count=len(has)
-    )
+    call_start = runtime_starts(trace)[calls[has]]
     for code, pair in enumerate(pairs):
         members = ordered.get(pair)
         if members is None:
@@ -175,21 +188,26 @@ def annotation_table(trace: Trace, max_rows: int = MAX_ROWS) -> AnnotationTable:
     and the device-side ranges' span and kernels; at most `max_rows` rows (the largest by
     host time, ancestors kept)."""
     ranges = _host_ranges(trace)
-    parent, ordered = _nest(ranges)
+    parent_list, ordered = _nest(ranges)
+    parent = np.asarray(parent_list, dtype=np.intp)
+    n_ranges = len(ranges)
     launched = _launched_in(trace, ranges, ordered)
     k_dur = kernel_columns(trace).dur
-    # Device time launched inside each range, then added up to its ancestors.
-    inside = np.bincount(launched[launched >= 0], k_dur[launched >= 0], minlength=len(ranges))
-    inside_n = np.bincount(launched[launched >= 0], minlength=len(ranges)).astype(float)
-    depth = [_depth(parent, i) for i in range(len(ranges))]
-    for i in sorted(range(len(ranges)), key=lambda i: -depth[i]):
-        if parent[i] >= 0:
-            inside[parent[i]] += inside[i]
-            inside_n[parent[i]] += inside_n[i]
+    # Device time launched inside each range, then added up to its ancestors, deepest first.
+    inside = np.bincount(launched[launched >= 0], k_dur[launched >= 0], minlength=n_ranges)
+    inside_n = np.bincount(launched[launched >= 0], minlength=n_ranges).astype(float)
+    depth = np.zeros(n_ranges, dtype=np.intp)
+    up = parent.copy()
+    while (live := up >= 0).any():
+        depth[live] += 1
+        up[live] = parent[up[live]]
+    for level in range(int(depth.max(initial=0)), 0, -1):
+        at = np.flatnonzero(depth == level)
+        np.add.at(inside, parent[at], inside[at])
+        np.add.at(inside_n, parent[at], inside_n[at])
 
     nodes: list[_Node] = []
     top: dict[str, int] = {}
-    node_of = [0] * len(ranges)
 
     def child(of: int, name: str) -> int:
         table = nodes[of].children if of >= 0 else top
@@ -199,14 +217,25 @@ def annotation_table(trace: Trace, max_rows: int = MAX_ROWS) -> AnnotationTable:
             nodes.append(_Node(name, of, nodes[of].depth + 1 if of >= 0 else 0))
         return got
 
-    for i in sorted(range(len(ranges)), key=lambda i: depth[i]):
-        r = ranges[i]
-        n = node_of[i] = child(node_of[parent[i]] if parent[i] >= 0 else -1, row_name(r.name))
-        node = nodes[n]
-        node.calls += 1
-        node.host_us += r.dur_us
-        node.device_us += float(inside[i])
-        node.kernels += int(inside_n[i])
+    # Each range's row, level by level: a (parent's row, name) pair is looked up once.
+    names, name_code = codes_of((row_name(r.name) for r in ranges), n_ranges)
+    node_of = np.zeros(n_ranges, dtype=np.intp)
+    for level in range(int(depth.max(initial=0)) + 1):
+        at = np.flatnonzero(depth == level)
+        above = node_of[parent[at]] if level else np.full(len(at), -1, dtype=np.intp)
+        pairs, inverse = np.unique(np.stack((above, name_code[at])), axis=1, return_inverse=True)
+        made = [child(int(a), names[int(c)]) for a, c in pairs.T.tolist()]
+        node_of[at] = np.asarray(made, dtype=np.intp)[inverse.reshape(-1)]
+    if n_ranges:
+        host = np.array([r.dur_us for r in ranges], dtype=float)
+        count = len(nodes)
+        calls = np.bincount(node_of, minlength=count).tolist()
+        host_us = np.bincount(node_of, host, minlength=count).tolist()
+        device_us = np.bincount(node_of, inside, minlength=count).tolist()
+        kernels = np.bincount(node_of, inside_n, minlength=count).tolist()
+        for n, node in enumerate(nodes):
+            node.calls, node.host_us = int(calls[n]), float(host_us[n])
+            node.device_us, node.kernels = float(device_us[n]), int(kernels[n])
 
     by_external: dict[int, int] = {}
     for i, r in enumerate(ranges):
@@ -214,9 +243,9 @@ def annotation_table(trace: Trace, max_rows: int = MAX_ROWS) -> AnnotationTable:
             by_external.setdefault(r.external_id, i)
     sk = _stream_kernels(trace)
     for g in trace.gpu_annotations:
-        host = by_external.get(g.external_id) if g.external_id is not None else None
-        if host is not None and row_name(ranges[host].name) == row_name(g.name):
-            n = node_of[host]
+        host_range = by_external.get(g.external_id) if g.external_id is not None else None
+        if host_range is not None and row_name(ranges[host_range].name) == row_name(g.name):
+            n = int(node_of[host_range])
         else:
             n = child(-1, row_name(g.name))
         spanned = sk.overlapping(g.device, g.stream, g.start_us, g.end_us)
@@ -229,19 +258,11 @@ def annotation_table(trace: Trace, max_rows: int = MAX_ROWS) -> AnnotationTable:
     rows, left_out = _ordered_rows(nodes, top, max_rows)
     return AnnotationTable(
         rows=rows,
-        ranges=len(ranges),
+        ranges=n_ranges,
         gpu_ranges=len(trace.gpu_annotations),
         device_us=float(k_dur.sum()),
         rows_left_out=left_out,
     )
-
-
-def _depth(parent: Sequence[int], i: int) -> int:
-    d = 0
-    while parent[i] >= 0:
-        i = parent[i]
-        d += 1
-    return d
 
 
 def _ordered_rows(

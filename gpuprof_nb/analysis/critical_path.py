@@ -115,6 +115,8 @@ class _Lane:
     waits_end: list[float]
     waits: list[int]  # runtime indices
     ranges: list[tuple[float, float, str]]
+    range_starts: list[float]
+    range_parent: list[int]
     rt_starts: np.ndarray
     rt_ends: np.ndarray
     rt_before: np.ndarray  # runtime time before each merged span starts
@@ -135,13 +137,24 @@ class _Lane:
 
     def python_name(self, t: float) -> str:
         """The innermost record_function range of the lane running just before t."""
-        name = ""
-        for a, b, n in self.ranges:
-            if a < t <= b:
-                name = n  # ranges by (start, longest first): the last one matching is inner
-            elif a >= t:
-                break
-        return name
+        # Ranges by (start, longest first): of those started before t and still running,
+        # the last is the innermost.
+        k = bisect.bisect_left(self.range_starts, t) - 1
+        while k >= 0 and self.ranges[k][1] < t:
+            k = self.range_parent[k]  # ended before t: try the range around it
+        return self.ranges[k][2] if k >= 0 else ""
+
+
+def _range_parents(ranges: list[tuple[float, float, str]]) -> list[int]:
+    """Each range's enclosing range (ranges by start, longest first), -1 at the top."""
+    parent: list[int] = []
+    stack: list[int] = []
+    for i, (start, _, _) in enumerate(ranges):
+        while stack and ranges[stack[-1]][1] < start:
+            stack.pop()
+        parent.append(stack[-1] if stack else -1)
+        stack.append(i)
+    return parent
 
 
 def _flatten(
@@ -314,6 +327,8 @@ class _Host:
             [w for w, _ in waits],
             [i for _, i in waits],
             ranges,
+            [r[0] for r in ranges],
+            _range_parents(ranges),
             rs,
             re_,
             before,
@@ -343,7 +358,9 @@ def _other_op_spans(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
 
     def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         kinds = op_kinds(trace)
-        pos = np.array([i for i, k in enumerate(kinds) if k != "op"], dtype=np.intp)
+        others = np.ones(len(kinds), dtype=bool)
+        others[op_columns(trace).positions] = False
+        pos = np.flatnonzero(others)
         ops = trace.ops
         start = np.fromiter((ops[i].start_us for i in pos.tolist()), dtype=float, count=len(pos))
         dur = np.fromiter((ops[i].dur_us for i in pos.tolist()), dtype=float, count=len(pos))

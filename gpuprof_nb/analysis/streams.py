@@ -59,7 +59,7 @@ KERNEL_WAIT_MAX_US = 30.0
 QUEUE_STRIP_BINS = 300
 # Activities listed as the ones that waited longest after their launch.
 LONGEST_WAITS = 5
-_STREAM = attrgetter("stream")
+_STREAM, _DUR = attrgetter("stream"), attrgetter("dur_us")
 
 
 def launch_calls(trace: Trace) -> np.ndarray:
@@ -91,7 +91,7 @@ def runtime_durs(trace: Trace) -> np.ndarray:
         trace,
         "runtime_durs",
         lambda: frozen(
-            np.fromiter((r.dur_us for r in trace.runtime), dtype=float, count=len(trace.runtime))
+            np.fromiter(map(_DUR, trace.runtime), dtype=float, count=len(trace.runtime))
         ),
     )
 
@@ -245,8 +245,11 @@ def launch_delays(
     returned = d.launch[has] + runtime_durs(trace)[call]
     delay = np.maximum(d.start[has] - returned, 0.0)
     pos = d.pos[has]
-    # Longest first; ties by start, then position in the file.
-    top = np.lexsort((pos, d.start[has], -delay))[:longest]
+    # Longest first; ties by start, then position in the file (among the candidates that
+    # can be in the first `longest`: every delay at least the longest-th largest).
+    floor = -np.partition(-delay, min(longest, len(delay)) - 1)[min(longest, len(delay)) - 1]
+    cand = np.flatnonzero(delay >= floor)
+    top = cand[np.lexsort((pos[cand], d.start[has][cand], -delay[cand]))][:longest]
     waits = []
     for j in top.tolist():
         k = trace.kernels[int(pos[j])]
