@@ -45,6 +45,7 @@ if mode == "without":
     timeline_mod.stream_queues = lambda trace, device, span=None, bins=300: ()
     timeline_mod.launch_delays = lambda trace, device, longest=5: None
     ops_mod.launch_rows = lambda trace, unowned: ()
+    diagnose_mod.find_critical_path = lambda trace, timeline=None, window=None: None
     diagnose_mod.rule_critical_path = lambda cp, on_device: None
 out = {{}}
 clock = time.process_time  # CPU time: what other work on a shared machine does not add

@@ -241,14 +241,13 @@ def annotation_table(trace: Trace, max_rows: int = MAX_ROWS) -> AnnotationTable:
     for i, r in enumerate(ranges):
         if r.external_id is not None:
             by_external.setdefault(r.external_id, i)
-    sk = _stream_kernels(trace)
     for g in trace.gpu_annotations:
         host_range = by_external.get(g.external_id) if g.external_id is not None else None
         if host_range is not None and row_name(ranges[host_range].name) == row_name(g.name):
             n = int(node_of[host_range])
         else:
             n = child(-1, row_name(g.name))
-        spanned = sk.overlapping(g.device, g.stream, g.start_us, g.end_us)
+        spanned = _stream_kernels(trace).overlapping(g.device, g.stream, g.start_us, g.end_us)
         node = nodes[n]
         node.gpu_calls += 1
         node.gpu_span_us += g.dur_us

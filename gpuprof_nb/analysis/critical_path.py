@@ -398,18 +398,17 @@ class _Device:
             self.launch_acc[a:b] = np.fmax.accumulate(
                 np.where(np.isnan(d.launch[a:b]), -np.inf, d.launch[a:b])
             )
-        # Python lists of the columns: the walk and the slack read them one at a time.
-        self.start_l: list[float] = d.start.tolist()
-        self.end_l: list[float] = d.end.tolist()
-        self.call_l: list[int] = d.call.tolist()
-        self.launch_l: list[float] = d.launch.tolist()
-        self.pos_l: list[int] = d.pos.tolist()
-        self.run_start_l: list[int] = self.run_start.tolist()
+        # The walk and the slack read one value at a time, of the few activities near the
+        # step: through .item() (a Python number, cheaply), not lists of the whole device.
+        self.start_l = d.start.item
+        self.end_l = d.end.item
+        self.call_l = d.call.item
+        self.launch_l = d.launch.item
+        self.pos_l = d.pos.item
+        self.run_start_l = self.run_start.item
         self.by_end = np.argsort(d.end, kind="stable")
         self.ends_sorted = d.end[self.by_end]
-        self.ends_sorted_l: list[float] = self.ends_sorted.tolist()
-        self.by_end_l: list[int] = self.by_end.tolist()
-        self.end_acc_l: list[float] = self.end_acc.tolist()
+
         self.keys, self.calls = last_call_of(trace)
         self.sync_of = {s.correlation: s for s in trace.syncs if s.correlation is not None}
         self._by_call: tuple[np.ndarray, np.ndarray] | None = None
@@ -475,16 +474,16 @@ class _Device:
     def _latest_ending(self, stream: int | None, lo: float, hi: float) -> int:
         """The activity ending last in (lo, hi], on one stream or any, or -1."""
         if stream is None:
-            j = bisect.bisect_right(self.ends_sorted_l, hi) - 1
-            if j >= 0 and self.ends_sorted_l[j] > lo:
-                return self.by_end_l[j]
+            j = int(np.searchsorted(self.ends_sorted, hi, side="right")) - 1
+            if j >= 0 and self.ends_sorted.item(j) > lo:
+                return int(self.by_end.item(j))
             return -1
         run = self.run_of_stream.get(stream)
         if run is None:
             return -1
         a, b = run
-        j = bisect.bisect_right(self.end_acc_l, hi, a, b) - 1
-        return j if j >= a and self.end_l[j] > lo else -1
+        j = a + int(np.searchsorted(self.end_acc[a:b], hi, side="right")) - 1
+        return j if j >= a and self.end_l(j) > lo else -1
 
     def release(self, r: int) -> int:
         """The activity whose end let runtime call `r` return, or -1 when it did not wait."""
@@ -624,10 +623,10 @@ def _walk(
         budget -= 1
         if kernel >= 0:
             assert dev is not None
-            k = trace.kernels[dev.pos_l[kernel]]
+            k = trace.kernels[dev.pos_l(kernel)]
             on_path.add(kernel)
             kind_of.setdefault(k.name, kernel_class(k))
-            start = max(dev.start_l[kernel], lo)
+            start = max(dev.start_l(kernel), lo)
             if t > start:
                 add(PathSegment(start, t, "kernel", k.name, f"stream {k.stream}", "", k.index))
             t = min(t, start)
@@ -637,15 +636,15 @@ def _walk(
             # its launch.
             best, ready = -1, -math.inf
             kind: SegmentKind | None = None
-            prev = kernel - 1 if kernel > dev.run_start_l[kernel] else -1
+            prev = kernel - 1 if kernel > dev.run_start_l(kernel) else -1
             if prev >= 0:
-                best, ready, kind = prev, dev.end_l[prev], "gpu_gap"
+                best, ready, kind = prev, dev.end_l(prev), "gpu_gap"
             for src in dev.waits.get(kernel, ()):
-                if dev.end_l[src] > ready:
-                    best, ready, kind = src, dev.end_l[src], "stream_wait"
-            call = dev.call_l[kernel]
-            if call >= 0 and dev.launch_l[kernel] > ready:
-                best, ready, kind = call, dev.launch_l[kernel], "launch"
+                if dev.end_l(src) > ready:
+                    best, ready, kind = src, dev.end_l(src), "stream_wait"
+            call = dev.call_l(kernel)
+            if call >= 0 and dev.launch_l(kernel) > ready:
+                best, ready, kind = call, dev.launch_l(kernel), "launch"
             if kind is None:
                 kernel = -1  # nothing recorded before it: back to the step's host lane
                 lane = host.main
@@ -686,11 +685,11 @@ def _walk(
             if rel is None:
                 rel = released[rt] = dev.release(rt)
             waited = runtime[rt]
-            if rel < 0 or dev.end_l[rel] <= max(waited.start_us, start):
+            if rel < 0 or dev.end_l(rel) <= max(waited.start_us, start):
                 continue
-            if dev.start_l[rel] >= min(t, waited.end_us):
+            if dev.start_l(rel) >= min(t, waited.end_us):
                 continue
-            back = min(dev.end_l[rel], waited.end_us, t)
+            back = min(dev.end_l(rel), waited.end_us, t)
             if t > waited.end_us:
                 add(
                     PathSegment(waited.end_us, t, _host_kind(kind_), name, lane.where, "", at),
@@ -751,22 +750,22 @@ def _slack(dev: _Device, lo: float, hi: float, releases: dict[int, float]) -> np
     after lo and start before hi; nan for the others."""
     d = dev.d
     n = len(d.pos)
-    starts, ends, run_start = dev.start_l, dev.end_l, dev.run_start_l
+    starts, ends, run_start = dev.start_l, dev.end_l, dev.run_start_l  # by .item()
     slack: dict[int, float] = {}
     live = np.flatnonzero((d.end > lo) & (d.start < hi)).tolist()
     waited_by: dict[int, list[int]] = {}
     for target, sources in dev.waits.items():
         for s in sources:
             waited_by.setdefault(s, []).append(target)
-    for j in sorted(live, key=lambda j: -starts[j]):
-        end = ends[j]
+    for j in sorted(live, key=lambda j: -starts(j)):
+        end = ends(j)
         best = max(hi - end, 0.0)
         nxt = j + 1
-        if nxt < n and run_start[nxt] == run_start[j] and starts[nxt] < hi:
-            best = min(best, slack[nxt] + max(starts[nxt] - end, 0.0))
+        if nxt < n and run_start(nxt) == run_start(j) and starts(nxt) < hi:
+            best = min(best, slack[nxt] + max(starts(nxt) - end, 0.0))
         for target in waited_by.get(j, ()):
             if target in slack:
-                best = min(best, slack[target] + max(starts[target] - end, 0.0))
+                best = min(best, slack[target] + max(starts(target) - end, 0.0))
         if j in releases:
             best = min(best, max(releases[j] - end, 0.0))
         slack[j] = max(best, 0.0)

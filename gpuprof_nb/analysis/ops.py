@@ -44,6 +44,7 @@ from gpuprof_nb.analysis.derived import (
 )
 from gpuprof_nb.analysis.intervals import device_busy_us, nearest_open_at, nearest_open_before
 from gpuprof_nb.analysis.launchers import launch_rows
+from gpuprof_nb.analysis.streams import kernel_streams
 from gpuprof_nb.analysis.timeline import activity_window, unrecorded_launches
 from gpuprof_nb.model.trace import Kernel, Op, Trace
 from gpuprof_nb.results.tables import (
@@ -90,7 +91,7 @@ SORT_KEYS: dict[str, str] = {
     "count": "calls",
 }
 _MAX_SHAPES = 5
-_NAME_KIND, _STREAM = attrgetter("name", "kind"), attrgetter("stream")
+_NAME_KIND = attrgetter("name", "kind")
 _INPUT_DIMS = attrgetter("input_dims")
 
 
@@ -335,9 +336,7 @@ def kernel_table(trace: Trace) -> KernelTable:
     maxs = np.maximum.reduceat(sorted_dur, cuts).tolist() if n else []
     mins = np.minimum.reduceat(sorted_dur, cuts).tolist() if n else []
     # Each group's distinct streams, ascending: (group, stream) pairs as one number each.
-    stream_values, stream_code = np.unique(
-        np.fromiter(map(_STREAM, kernels), dtype=np.int64, count=n), return_inverse=True
-    )
+    stream_values, stream_code = np.unique(kernel_streams(trace), return_inverse=True)
     pairs = (
         np.unique(codes * len(stream_values) + stream_code.reshape(-1))
         if n

@@ -207,10 +207,11 @@ def stream_queues(
         if total > 0:
             mean = float((lengths * held).sum() / total)
             empty = float(held[lengths == 0].sum() / total)
-            # Time-weighted median: the length at which half the span is reached.
-            order = np.argsort(lengths, kind="stable")
-            cum = np.cumsum(held[order])
-            median = float(lengths[order][np.searchsorted(cum, total / 2, side="left")])
+            # Time-weighted median: the length at which half the span is reached (lengths
+            # are small counts: their time per length, added up).
+            # (A kernel recorded as starting before its launch would make one negative.)
+            per_length = np.cumsum(np.bincount(np.maximum(lengths, 0), weights=held))
+            median = float(np.searchsorted(per_length, total / 2, side="left"))
         else:
             mean = float(length.mean())
             empty = 0.0

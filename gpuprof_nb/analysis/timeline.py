@@ -50,7 +50,7 @@ from gpuprof_nb.analysis.derived import (
     runtime_starts,
 )
 from gpuprof_nb.analysis.intervals import Interval, merge_arrays, union_length
-from gpuprof_nb.analysis.streams import launch_delays, stream_idle, stream_queues
+from gpuprof_nb.analysis.streams import launch_delays, runtime_durs, stream_idle, stream_queues
 from gpuprof_nb.model.build import fast_maker
 from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, SyncEvent, Trace
 from gpuprof_nb.results.timeline import (
@@ -429,8 +429,7 @@ def _last_end(trace: Trace, seq: Sequence[Op | Kernel | RuntimeCall], profiler: 
     if seq is trace.kernels:
         return float(kernel_columns(trace).end.max())
     if seq is trace.runtime:
-        durs = np.fromiter(map(_DUR, seq), dtype=float, count=len(seq))
-        return float((runtime_starts(trace) + durs).max())
+        return float((runtime_starts(trace) + runtime_durs(trace)).max())
     # Ops: the torch ops' ends are a shared column; the other kinds (annotations) and the
     # profiler's ops, if any is a torch op, are few.
     cols = op_columns(trace)
