@@ -155,3 +155,24 @@ def test_a_directly_launched_triton_kernel_is_under_its_call_and_line() -> None:
     assert row.name in ("cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernel")
     assert "record_graph_capture.py" in row.line
     assert table.runtime_launched_us == pytest.approx(table.unattributed_device_us)
+
+
+# TraceLens's published kernel summaries (AMD-AGI/TraceLens @ 171dd74,
+# tests/traces/<dir>/<name>_perf_report_csvs/kernel_summary.csv): the device time and count of
+# the kernels whose parent op category is "runtime" (a launch call with no cpu_op around it),
+# summed over the CSV's rows. Only the MI210 GPU-only trace has any.
+TRACELENS_RUNTIME = {
+    "mi210_gpu_only/gpu_only_trace.json.gz": (5343.422, 562),
+    "h100_vit_inference/Falconsai_nsfw_image_detection__1016002.json.gz": (0.0, 0),
+    "h100_bert_small/gaunernst_bert-small-uncased__1016001.json.gz": (0.0, 0),
+    "mi300_bert_small/gaunernst_bert-small-uncased__1016001.json.gz": (0.0, 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRACELENS_RUNTIME), ids=lambda n: n.split("/")[0])
+def test_runtime_launched_time_matches_tracelens_published_summary(name: str) -> None:
+    us, count = TRACELENS_RUNTIME[name]
+    table = top_ops(load_trace(DATA / name))
+    assert table is not None
+    assert table.runtime_launched_us == pytest.approx(us, rel=0.01, abs=1e-6)
+    assert sum(row.kernels for row in table.launchers) == count

@@ -216,3 +216,33 @@ def test_the_timeline_carries_them_for_its_device_only() -> None:
     tl = device_timeline(trace)
     assert not tl.on_device
     assert (tl.streams, tl.queues, tl.launch_delays) == ((), (), None)
+
+
+# TraceLens's published GPU timelines (AMD-AGI/TraceLens @ 171dd74,
+# tests/traces/<dir>/<name>_perf_report_csvs/gpu_timeline.csv): busy_time and idle_time in ms.
+# Its idle time is the span from the first device activity's start to the last one's end less
+# the busy time; on a trace with one stream that is the stream's idle time.
+TRACELENS_TIMELINE = {
+    "mi210_gpu_only/gpu_only_trace.json.gz": (5.3433701171875, 0.6361328125),
+    "h100_bert_small/gaunernst_bert-small-uncased__1016001.json.gz": (
+        0.309437744140625,
+        3.59838720703125,
+    ),
+    "mi300_bert_small/gaunernst_bert-small-uncased__1016001.json.gz": (
+        0.39074853515625,
+        3.1052275390625,
+    ),
+    "h100_vit_inference/Falconsai_nsfw_image_detection__1016002.json.gz": (
+        1.225308837890625,
+        6.33453515625,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRACELENS_TIMELINE), ids=lambda n: n.split("/")[0])
+def test_single_stream_idle_matches_tracelens_published_timeline(name: str) -> None:
+    busy_ms, idle_ms = TRACELENS_TIMELINE[name]
+    timeline = device_timeline(load_trace(DATA / name))
+    (stream,) = timeline.streams
+    assert stream.busy_us / 1e3 == pytest.approx(busy_ms, rel=0.01)
+    assert stream.idle_us / 1e3 == pytest.approx(idle_ms, rel=0.01)
