@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -910,6 +911,20 @@ def rule_critical_path(cp: CriticalPath | None, on_device: bool) -> Finding | No
             "GPU waits for work to be launched"
         )
     title += f"; on the path: {parts}"
+    if cp.syncs and not (main_sync is not None and main_sync.device_us >= 0.2 * total):
+        # Many short waits: name the commonest blocking call and the GPU work they waited on.
+        groups = Counter((s.name, s.context) for s in cp.syncs)
+        group_us = Counter[tuple[str, str]]()
+        for s in cp.syncs:
+            group_us[(s.name, s.context)] += s.device_us
+        (name, context), count = max(groups.items(), key=lambda kv: (kv[1], group_us[kv[0]], kv[0]))
+        waited = sum(s.device_us for s in cp.syncs)
+        where = f"{name} in {context}" if context else name
+        title += (
+            f"; it runs through {len(cp.syncs)} synchronisation"
+            f"{'s' if len(cp.syncs) != 1 else ''} ({count} {where}), where the host waited "
+            f"on {duration_words(waited)} of GPU work ({_share(waited, total)} of the step)"
+        )
     evidence: dict[str, float] = {
         "step_us": total,
         "path_host_us": host_us,

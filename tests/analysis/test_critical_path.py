@@ -260,6 +260,12 @@ def test_a_sync_bound_trace_runs_through_its_synchronisations() -> None:
     assert len(copies) >= waited
     finding = gpuprof_nb.diagnose(trace).finding("critical_path")
     assert finding is not None and finding.evidence["path_syncs_count"] == len(cp.syncs)
+    # The finding names the wait the path runs through, and the GPU work it waited on.
+    assert (
+        f"runs through {len(cp.syncs)} synchronisations "
+        f"({waited} cudaStreamSynchronize in aten::item)" in finding.title
+    )
+    assert sum(s.device_us for s in cp.syncs) > 0
 
 
 def test_a_launch_bound_trace_keeps_its_path_on_the_host() -> None:
