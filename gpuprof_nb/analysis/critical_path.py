@@ -914,9 +914,9 @@ def rule_critical_path(cp: CriticalPath | None, on_device: bool) -> Finding | No
     if cp.syncs and not (main_sync is not None and main_sync.device_us >= 0.2 * total):
         # Many short waits: name the commonest blocking call and the GPU work they waited on.
         groups = Counter((s.name, s.context) for s in cp.syncs)
-        group_us = Counter[tuple[str, str]]()
+        group_us: dict[tuple[str, str], float] = {}
         for s in cp.syncs:
-            group_us[(s.name, s.context)] += s.device_us
+            group_us[(s.name, s.context)] = group_us.get((s.name, s.context), 0.0) + s.device_us
         (name, context), count = max(groups.items(), key=lambda kv: (kv[1], group_us[kv[0]], kv[0]))
         waited = sum(s.device_us for s in cp.syncs)
         where = f"{name} in {context}" if context else name
