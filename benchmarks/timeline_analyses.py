@@ -1,8 +1,8 @@
 """Comparison 12: what issue 38's analyses (per-stream idle, launch queue and delays, the
 Annotations table, the critical path and its finding, the runtime launchers) cost.
 
-On the largest shared trace, and on the one whose analysis + display was closest to its
-load time in comparison 3, each in its own child process:
+On the largest shared trace, and on the two whose analysis + display came closest to their
+load time (and to HTA's time / 5) in comparison 3, each in its own child process:
 - the critical path of the median step, cold (the trace loaded, its timeline made: what
   analyze() has at hand when it asks for the path), and of the whole window (the worst case);
 - the full report (load, analyze, display) with these analyses, and with them left out
@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 TRACES = (
     "hta/tests/data/df_index_resolver/df_index_resolver.json.gz",
     "tracelens/tests/traces/mi300/ddp_resnet18_no_pool/train_resnet18.json.gz",
+    "hta/tests/data/nccl_parser_config/nccl_data.json.gz",
 )
 CP_TARGET_S = 1.0
 

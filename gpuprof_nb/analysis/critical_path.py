@@ -118,9 +118,9 @@ class _Lane:
     ranges: list[tuple[float, float, str]]
     range_starts: list[float]
     range_parent: list[int]
-    rt_starts: np.ndarray
-    rt_ends: np.ndarray
-    rt_before: np.ndarray  # runtime time before each merged span starts
+    rt_starts: list[float]
+    rt_ends: list[float]
+    rt_before: list[float]  # runtime time before each merged span starts
     where: str
     main: bool
 
@@ -129,12 +129,11 @@ class _Lane:
         return self._covered(b) - self._covered(a)
 
     def _covered(self, x: float) -> float:
-        k = int(np.searchsorted(self.rt_starts, x, side="right")) - 1
+        k = bisect.bisect_right(self.rt_starts, x) - 1
         if k < 0:
             return 0.0
-        return float(
-            self.rt_before[k] + min(x - self.rt_starts[k], self.rt_ends[k] - self.rt_starts[k])
-        )
+        start = self.rt_starts[k]
+        return self.rt_before[k] + min(x - start, self.rt_ends[k] - start)
 
     def python_name(self, t: float) -> str:
         """The innermost record_function range of the lane running just before t."""
@@ -330,9 +329,9 @@ class _Host:
             ranges,
             [r[0] for r in ranges],
             _range_parents(ranges),
-            rs,
-            re_,
-            before,
+            rs.tolist(),
+            re_.tolist(),
+            before.tolist(),
             f"thread {shown[1]}" if shown is not None else "host",
             main,
         )
@@ -412,16 +411,16 @@ class _Device:
 
         self.keys, self.calls = last_call_of(trace)
         self.sync_of = {s.correlation: s for s in trace.syncs if s.correlation is not None}
-        self._by_call: tuple[np.ndarray, np.ndarray] | None = None
+        self._by_call: tuple[list[int], list[int]] | None = None
         self.waits = self._cross_stream_waits()
 
-    def launched_by(self, r: int) -> np.ndarray:
+    def launched_by(self, r: int) -> list[int]:
         """The activities (indices in the columns) runtime call `r` launched."""
         if self._by_call is None:
-            order = np.argsort(self.d.call, kind="stable")
-            self._by_call = (order, self.d.call[order])
+            by_call = np.argsort(self.d.call, kind="stable")
+            self._by_call = (by_call.tolist(), self.d.call[by_call].tolist())
         order, calls = self._by_call
-        return order[np.searchsorted(calls, r, "left") : np.searchsorted(calls, r, "right")]
+        return order[bisect.bisect_left(calls, r) : bisect.bisect_right(calls, r)]
 
     def maybe_waits(self, r: int) -> bool:
         """Whether runtime call `r` is one `release` may find waiting (a cheap test first)."""
@@ -505,9 +504,11 @@ class _Device:
         if "Memcpy" in call.name or "memcpy" in call.name:
             # A blocking copy waits for its own copy (and what its stream ran before it); an
             # asynchronous one returns before its copy ends.
-            own = self.launched_by(r)
-            own = own[(self.d.end[own] > lo) & (self.d.end[own] <= call.end_us)]
-            return int(own[np.argmax(self.d.end[own])]) if len(own) else -1
+            end_l, own = self.end_l, -1
+            for j in self.launched_by(r):
+                if lo < end_l(j) <= call.end_us and (own < 0 or end_l(j) > end_l(own)):
+                    own = j
+            return own
         if call.name in SYNC_RUNTIME_NAMES:
             return self._latest_ending(None, lo, hi)
         if call.dur_us >= BLOCKED_CALL_US:
