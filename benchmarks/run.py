@@ -2,7 +2,8 @@
 
     python benchmarks/run.py [--quick]
                              [--only overhead,accuracy,traces,json,snapshots,notebook,findings,
-                                     compare,runs,stragglers,training,samplers,fit,modules,hostile]
+                                     compare,runs,stragglers,training,samplers,fit,modules,hostile,
+                                     timeline]
                              [--repeats N] [--big-trace-mb N] [--big-snapshot-mb N]
                              [--traces-dir DIR] [--hta-python PATH] [--out PATH]
                              [--cache-dir DIR] [--cap-gb N]
@@ -51,6 +52,7 @@ COMPARISONS = {
     "fit": "benchmarks.fit_prediction",
     "modules": "benchmarks.module_hooks",
     "hostile": "benchmarks.hostile_inputs",
+    "timeline": "benchmarks.timeline_analyses",
 }
 # Each comparison's section title in RESULTS.md (what --reuse finds there).
 TITLES = {
@@ -69,6 +71,7 @@ TITLES = {
     "fit": "12. Will it fit on a million-entry snapshot",
     "modules": "13. Module ranges beside the profiled run",
     "hostile": "14. Hostile inputs",
+    "timeline": "15. Timeline analyses (issue 38)",
 }
 
 

@@ -13,6 +13,8 @@
 # 5. (only when asked, STEPS="... fit") runs tools/gpu_fit_check.py into OUT/fit (issue 37);
 #    (only when asked, STEPS="... modules") runs tools/gpu_modules_check.py into OUT/modules
 #    (issue 35: device time per module, MFU against measured ceilings, CUDA graph replays);
+#    (only when asked, STEPS="... graph") records a CUDA graph's capture and replay traces and a
+#    directly launched Triton kernel (tools/record_graph_capture.py) into RECORD_DIR/graph;
 #    (only when asked, STEPS="... bench") measures comparison 10 of the benchmarks, the magic
 #    on a real training cell, on the GPU: OUT/RESULTS-gpu.md (benchmarks/run.py --device cuda);
 # 6. runs the whole suite and every tutorial through nbval, OUT/pytest-all.log (on
@@ -74,6 +76,14 @@ if want record; then
     > "$OUT/record.log" 2>&1
   note "record: rc=$? ($(tail -1 "$OUT/record.log"))"
   tar czf "$OUT/record.tar.gz" -C "$RECORD_DIR" .
+fi
+
+if want graph; then
+  # (only when asked, STEPS="... graph") the real traces issue 38's offline parts wait for:
+  # a CUDA graph's capture and replay, and a Triton kernel launched directly.
+  timeout "${GRAPH_TIMEOUT:-180}" "$PY" tools/record_graph_capture.py "$RECORD_DIR/graph" \
+    > "$OUT/graph.log" 2>&1
+  note "graph: rc=$? ($(tail -1 "$OUT/graph.log"))"
 fi
 
 if want gpu; then

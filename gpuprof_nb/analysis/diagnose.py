@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.classify import kernel_class, op_class
+from gpuprof_nb.analysis.critical_path import critical_path as find_critical_path
+from gpuprof_nb.analysis.critical_path import rule_critical_path
 from gpuprof_nb.analysis.derived import kernel_columns
 from gpuprof_nb.analysis.fixes import CPU_FIXES, FIXES
 from gpuprof_nb.analysis.model_rules import model_findings
@@ -45,6 +47,7 @@ from gpuprof_nb.analysis.timeline import (
 from gpuprof_nb.model.arguments import check_type
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
+from gpuprof_nb.results.critical_path import CriticalPath
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding, FindingKind
 from gpuprof_nb.results.hotspots import Hotspots
 from gpuprof_nb.results.roofline import Roofline
@@ -82,6 +85,7 @@ FIX_ORDER: tuple[FindingKind, ...] = (
     "memory_growth",  # checkpointing, freeing what is kept
     "cold_start",
     "compute_bound",
+    "critical_path",  # explains the others; never a fix of its own
 )
 
 
@@ -130,10 +134,13 @@ def diagnose(
     roofline: Roofline | None = None,
     timing: TimingStats | None = None,
     hotspots: Hotspots | None = None,
+    critical_path: CriticalPath | None = None,
 ) -> Diagnosis:
     """Return the findings for a trace, most recoverable time first, with what could not be
     judged and a one-line verdict. With `hotspots`, the findings about idle time name the
-    user lines that held it."""
+    user lines that held it. The critical_path finding (what the median step's length hangs
+    on) comes last: it explains the others rather than adding time to recover; the path is
+    computed here when not given."""
     check_type(trace, Trace, "diagnose's trace", "a Trace (from gpuprof_nb.load_trace(path))")
     tl = timeline if timeline is not None else device_timeline(trace)
     device, _ = chosen_device(trace)
@@ -226,14 +233,21 @@ def diagnose(
     add(growth)
     # Modules named, torch.compile's reasons, CUDA graphs (analysis/model_rules.py).
     considered = model_findings(c, considered, roofline)
+    if c.on_device and c.span_us > 0:
+        path = critical_path if critical_path is not None else find_critical_path(trace, tl)
+        add(rule_critical_path(path, c.on_device))
     considered.sort(key=lambda f: (-f.share, FIX_ORDER.index(f.kind), f.title))
     reported = [
-        f for f in considered if f.kind == "compute_bound" or f.share >= th.MIN_REPORT_SHARE
+        f
+        for f in considered
+        if f.kind in ("compute_bound", "critical_path") or f.share >= th.MIN_REPORT_SHARE
     ]
 
     # compute_bound recovers nothing itself: it goes after every high or medium problem, but
     # before low ones, so a healthy cell leads with its verdict rather than with a detail.
     def group(f: Finding) -> int:
+        if f.kind == "critical_path":
+            return 3  # an explanation, after every finding
         if f.kind == "compute_bound":
             return 1
         return 0 if f.severity in ("high", "medium") else 2

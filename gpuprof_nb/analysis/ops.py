@@ -14,6 +14,9 @@ Rules (they decide every number these tables show):
   device time of events owned by the op; total device time = that of its whole subtree.
   Device time that no op owns is reported as `unattributed_device_us`.
 - Rows group ops by name; sorting is descending on the sort key, ties broken by name.
+- Device work no op owns but a runtime call launched (outside every op: Triton and custom
+  kernels, cuLaunchKernel, hipLaunchKernel) is listed by that call (and the Python line that
+  made it, with stacks) in `OpTable.launchers` (analysis/launchers.py).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ from gpuprof_nb.analysis.intervals import (
     nearest_open_before,
     tree_depths,
 )
+from gpuprof_nb.analysis.launchers import launch_rows
+from gpuprof_nb.analysis.streams import kernel_streams
 from gpuprof_nb.analysis.timeline import activity_window, unrecorded_launches
 from gpuprof_nb.model.trace import Kernel, Op, Trace
 from gpuprof_nb.results.tables import (
@@ -91,7 +96,7 @@ SORT_KEYS: dict[str, str] = {
     "count": "calls",
 }
 _MAX_SHAPES = 5
-_NAME_KIND, _STREAM = attrgetter("name", "kind"), attrgetter("stream")
+_NAME_KIND = attrgetter("name", "kind")
 _INPUT_DIMS = attrgetter("input_dims")
 
 
@@ -103,9 +108,12 @@ _INPUT_DIMS = attrgetter("input_dims")
 # ops
 
 
-def _attribute(trace: Trace) -> tuple[list[Op], np.ndarray, np.ndarray, np.ndarray, float]:
+def _attribute(
+    trace: Trace,
+) -> tuple[list[Op], np.ndarray, np.ndarray, np.ndarray, float, np.ndarray]:
     """Return the torch ops, their self CPU, self device and total device microseconds (float
-    arrays in the same order), and the device time owned by no op."""
+    arrays in the same order), the device time owned by no op, and each device activity's
+    owner (an index into the ops, -1 for none)."""
     cols = op_columns(trace)
     ops = list(cols.ops)
     n = len(ops)
@@ -200,7 +208,7 @@ def _attribute(trace: Trace) -> tuple[list[Op], np.ndarray, np.ndarray, np.ndarr
     for level in range(len(cuts) - 2, 0, -1):
         nodes = by_level[cuts[level] : cuts[level + 1]]
         np.add.at(total, parent[nodes], total[nodes])
-    return ops, self_cpu, self_device, total, unattributed
+    return ops, self_cpu, self_device, total, unattributed, owners
 
 
 def _shape_text(dims: Any) -> str:
@@ -229,7 +237,8 @@ def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTa
     if n is not None and (not isinstance(n, int) or n < 0):
         raise ValueError(f"n must be a non-negative int or None, got {n!r}")
 
-    ops, self_cpu, self_device, total_device, unattributed = _attribute(trace)
+    ops, self_cpu, self_device, total_device, unattributed, owners = _attribute(trace)
+    launchers = launch_rows(trace, owners < 0)
     distinct, codes = op_name_codes(trace)
     code_of = {name: c for c, name in enumerate(distinct)}
     k = len(code_of)
@@ -293,6 +302,8 @@ def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTa
         self_device_us=totals["self_device_us"],
         unattributed_device_us=unattributed,
         has_device_time=bool(trace.kernels),
+        launchers=launchers,
+        runtime_launched_us=sum(r.device_us for r in launchers),
     )
 
 
@@ -327,9 +338,7 @@ def kernel_table(trace: Trace) -> KernelTable:
     maxs = np.maximum.reduceat(sorted_dur, cuts).tolist() if n else []
     mins = np.minimum.reduceat(sorted_dur, cuts).tolist() if n else []
     # Each group's distinct streams, ascending: (group, stream) pairs as one number each.
-    stream_values, stream_code = np.unique(
-        np.fromiter(map(_STREAM, kernels), dtype=np.int64, count=n), return_inverse=True
-    )
+    stream_values, stream_code = np.unique(kernel_streams(trace), return_inverse=True)
     pairs = (
         np.unique(codes * len(stream_values) + stream_code.reshape(-1))
         if n

@@ -10,7 +10,9 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from gpuprof_nb.analysis.annotations import annotation_table
 from gpuprof_nb.analysis.compile import compile_report
+from gpuprof_nb.analysis.critical_path import critical_path
 from gpuprof_nb.analysis.cudagraphs import graph_replays
 from gpuprof_nb.analysis.diagnose import diagnose
 from gpuprof_nb.analysis.fit import categories_and_fit, fit_batch_size
@@ -74,12 +76,12 @@ def analyze(
 ) -> ProfileReport:
     """Return the ProfileReport of a trace: top ops (`top` rows ordered by `sort`, the
     default being self device time when there are kernels, else self CPU time), kernels,
-    summary, device timeline, roofline and diagnosis. The roofline is drawn against
-    `device` (a DeviceSpec, or a GPU name from the datasheet table); without it, against
-    the ceilings `measure_ceilings()` cached for the trace's GPU, else its datasheet row
-    (io/ceilings.py; the roofline's note says which). `timing` is given by the live magic;
-    offline it is the timed samples a saved %%gpuprofile report kept with its trace
-    (io/timing.py), else None."""
+    summary, device timeline, roofline, annotations, critical path and diagnosis. The
+    roofline is drawn against `device` (a DeviceSpec, or a GPU name from the datasheet
+    table); without it, against the ceilings `measure_ceilings()` cached for the trace's GPU,
+    else its datasheet row (io/ceilings.py; the roofline's note says which). `timing` is
+    given by the live magic; offline it is the timed samples a saved %%gpuprofile report kept
+    with its trace (io/timing.py), else None."""
     _check_analyze_arguments(trace, device, timing, top, sort)
     # The analyses make many short-lived objects and no cycles worth collecting: automatic
     # collections would walk the whole trace's objects again and again (io/gcpause.py).
@@ -111,10 +113,21 @@ def analyze(
         )
         compiled = _attempt("torch.compile", lambda: compile_report(trace), all_notes)
         replays = _attempt("CUDA graphs", lambda: graph_replays(trace), all_notes)
+        annotations = _attempt("annotations", lambda: annotation_table(trace), all_notes)
+        path = (
+            None
+            if timeline is None
+            else _attempt("critical path", lambda: critical_path(trace, timeline), all_notes)
+        )
         diagnosis = _attempt(
             "diagnosis",
             lambda: diagnose(
-                trace, timeline=timeline, roofline=roofline, timing=timing, hotspots=hotspots
+                trace,
+                timeline=timeline,
+                roofline=roofline,
+                timing=timing,
+                hotspots=hotspots,
+                critical_path=path,
             ),
             all_notes,
         )
@@ -136,6 +149,8 @@ def analyze(
         mfu=mfu,
         compile=compiled,
         graph_replays=replays,
+        annotations=annotations,
+        critical_path=path,
     )
 
 

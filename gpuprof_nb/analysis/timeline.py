@@ -25,6 +25,7 @@ Python between them, ``dataloader`` time in DataLoader ``__next__``.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -49,8 +50,9 @@ from gpuprof_nb.analysis.derived import (
     runtime_starts,
 )
 from gpuprof_nb.analysis.intervals import Interval, merge_arrays, union_length
+from gpuprof_nb.analysis.streams import launch_delays, runtime_durs, stream_idle, stream_queues
 from gpuprof_nb.model.build import fast_maker
-from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, Trace
+from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, SyncEvent, Trace
 from gpuprof_nb.results.timeline import (
     IDLE_CAUSES,
     IdleBreakdown,
@@ -244,10 +246,12 @@ class _Classifier:
         dl = dataloader_ops(trace)
         self.dl_starts, self.dl_ends = _spans([o.start_us for o in dl], [o.dur_us for o in dl])
         sync_names = SYNC_RUNTIME_NAMES & runtime_names(trace)
-        syncs = [r for r in trace.runtime if r.name in sync_names] if sync_names else []
+        syncs: list[RuntimeCall | SyncEvent] = (
+            [r for r in trace.runtime if r.name in sync_names] if sync_names else []
+        )
         syncs += [
             s
-            for s in trace.syncs  # type: ignore[misc]
+            for s in trace.syncs
             if s.name in HOST_SYNC_EVENT_NAMES and (device is None or s.device in (device, -1))
         ]
         self.sync_starts, self.sync_ends = _spans(
@@ -425,8 +429,7 @@ def _last_end(trace: Trace, seq: Sequence[Op | Kernel | RuntimeCall], profiler: 
     if seq is trace.kernels:
         return float(kernel_columns(trace).end.max())
     if seq is trace.runtime:
-        durs = np.fromiter(map(_DUR, seq), dtype=float, count=len(seq))
-        return float((runtime_starts(trace) + durs).max())
+        return float((runtime_starts(trace) + runtime_durs(trace)).max())
     # Ops: the torch ops' ends are a shared column; the other kinds (annotations) and the
     # profiler's ops, if any is a torch op, are few.
     cols = op_columns(trace)
@@ -586,7 +589,7 @@ def device_timeline(trace: Trace) -> Timeline:
                 breakdown(first, last, s_lo, s_hi),
             )
         )
-    return Timeline(
+    timeline = Timeline(
         window_us=overall.span_us,
         busy_us=overall.busy_us,
         start_us=lo,
@@ -597,6 +600,18 @@ def device_timeline(trace: Trace) -> Timeline:
         steps=tuple(steps),
         gaps=tuple(gaps),
         notes=notes,
+    )
+    if not on_device:
+        return timeline
+    # Per stream (analysis/streams.py); the queue strips cover the step the Timeline draws.
+    rep = timeline.representative_step
+    span = (rep.start_us, rep.end_us) if rep is not None else (lo, hi)
+    return dataclasses.replace(
+        timeline,
+        streams=stream_idle(trace, device),
+        queues=stream_queues(trace, device, span),
+        queue_span_us=span,
+        launch_delays=launch_delays(trace, device),
     )
 
 

@@ -10,8 +10,10 @@ Every format quirk lives here, so analysis sees one shape:
   `cuda_driver`, `kernel`, `gpu_memcpy`, `gpu_memset`, `cuda_sync`, `[memory]` instants.
 - AMD/ROCm: hip* calls under `cuda_runtime`, the GPU's pid as device, kernel args with `kind`.
 - Host thread ids given as digit strings (`"24572"`) become ints, so one thread has one key.
-- Categories we do not model (flows, `gpu_user_annotation`, `fwdbwd`, `cuda_profiler_range`,
-  MTIA runtime events, ...) are skipped, but their timed events still count for `window_us`.
+- `gpu_user_annotation` events (record_function ranges on the device's timeline: pid is
+  the device, tid the stream) become `Trace.gpu_annotations`.
+- Categories we do not model (flows, `fwdbwd`, `cuda_profiler_range`, MTIA runtime events,
+  ...) are skipped, but their timed events still count for `window_us`.
 
 Files are decoded incrementally from a buffer read in chunks, and each event becomes a slotted
 model object at once, so peak memory is the model plus a chunk's worth of events rather than
@@ -68,6 +70,7 @@ from gpuprof_nb.model.trace import (
     Collective,
     DeviceInfo,
     DistributedInfo,
+    GpuAnnotation,
     Kernel,
     MemoryEvent,
     Op,
@@ -129,12 +132,13 @@ _KERNEL_KINDS = {
 }
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime"})
 # Category -> (which list, kind): one lookup per event decides where it goes.
-_OPS, _RUNTIME, _KERNELS, _SYNCS = range(4)
+_OPS, _RUNTIME, _KERNELS, _SYNCS, _GPU_ANNOTATIONS = range(5)
 _ROUTE: dict[str, tuple[int, Any]] = {
     **{cat: (_OPS, kind) for cat, kind in _OP_KINDS.items()},
     **{cat: (_RUNTIME, None) for cat in _RUNTIME_CATS},
     **{cat: (_KERNELS, kind) for cat, kind in _KERNEL_KINDS.items()},
     "cuda_sync": (_SYNCS, None),
+    "gpu_user_annotation": (_GPU_ANNOTATIONS, None),
 }
 # Top-level keys only torch.profiler (Kineto) and gpuprof_nb write: a trace with one of them
 # is PyTorch's even when it holds no event we model (a cell that ran no torch op).
@@ -174,9 +178,13 @@ _MAX_SHAPE_ITEMS = 100_000
 # public API
 
 
-def load_trace(path: str | os.PathLike[str]) -> Trace:
+def load_trace(
+    path: str | os.PathLike[str], capture: str | os.PathLike[str] | None = None
+) -> Trace:
     """Return the Trace read from a Chrome/Kineto trace file (`.json` or gzip, detected by its
-    magic bytes, whatever the name says). Times in the result are microseconds.
+    magic bytes, whatever the name says). Times in the result are microseconds. With
+    `capture`, the trace of a CUDA/HIP graph's capture: the graph launches' replayed kernels
+    are attributed to the captured ops (io/graph_capture.py).
 
     Raises TraceFormatError (naming the file, what is wrong and what to do) for anything that
     is not a readable torch.profiler trace.
@@ -186,6 +194,10 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
             f"load_trace expects the path of a trace file, got {type(path).__name__}; "
             f"{_HOW_TO_EXPORT}."
         )
+    if capture is not None:
+        from gpuprof_nb.io.graph_capture import merge_capture
+
+        return merge_capture(load_trace(path), load_trace(capture))
     source = os.fsdecode(os.fspath(path))
     raw, st = open_regular(source, what=_WHAT, error=TraceFormatError)
     try:
@@ -277,6 +289,8 @@ _ARG_KEYS = {
     "coll_out_nelems": "Out msg nelems",
     "coll_group_size": "Group size",
     "coll_dtype": "dtype",
+    "wait_on_stream": "wait_on_stream",
+    "wait_on_event_record": "wait_on_cuda_event_record_corr_id",
 }
 # The nested ones (lists of shapes, types, stack frames): repeated across thousands of ops,
 # so the fast reader keeps their JSON text (msgspec.Raw) and converts each distinct text once.
@@ -413,6 +427,7 @@ _new_op = _maker(Op)
 _new_kernel = _maker(Kernel)
 _new_runtime = _maker(RuntimeCall)
 _new_sync = _maker(SyncEvent)
+_new_gpu_annotation = _maker(GpuAnnotation)
 _new_memory = _maker(MemoryEvent)
 
 
@@ -512,6 +527,7 @@ class _Builder:
         self.kernels: list[Kernel] = []
         self.runtime: list[RuntimeCall] = []
         self.syncs: list[SyncEvent] = []
+        self.gpu_annotations: list[GpuAnnotation] = []
         self.memory: list[MemoryEvent] = []
         self.lo = math.inf
         self.hi = -math.inf
@@ -915,11 +931,13 @@ class _Builder:
                             _collective(args) if args.coll_name is not None else None,
                         )
                     )
-                else:  # a host-side sync event
+                elif code == _SYNCS:  # a host-side sync event
                     device = _opt_int(args.device)
                     if device is None:
                         device = _opt_int(pid)
                     stream = _opt_int(args.stream)
+                    on_stream = _opt_int(args.wait_on_stream)
+                    record = _opt_int(args.wait_on_event_record)
                     self.syncs.append(
                         _new_sync(
                             name,
@@ -928,6 +946,22 @@ class _Builder:
                             device if device is not None else -1,
                             stream if stream is not None else -1,
                             _opt_int(args.correlation),
+                            index,
+                            on_stream if on_stream is not None and on_stream >= 0 else None,
+                            record if record is not None and record >= 0 else None,
+                        )
+                    )
+                else:  # a record_function range on the device's timeline
+                    device = _opt_int(pid)
+                    external = args.external_id
+                    self.gpu_annotations.append(
+                        _new_gpu_annotation(
+                            name,
+                            start,
+                            dur_f,
+                            device if device is not None else -1,
+                            _stream_of(None, tid),
+                            external if type(external) is int else _opt_int(external),
                             index,
                         )
                     )
@@ -1009,6 +1043,7 @@ class _Builder:
             modules=modules,
             compile_log=compiled,
             source_stat=source_stat,
+            gpu_annotations=tuple(sorted(self.gpu_annotations, key=by_start)),
         )
 
     def _far_event(self) -> int:

@@ -3,6 +3,7 @@
 from gpuprof_nb.model.trace import (
     DeviceInfo,
     DistributedInfo,
+    GpuAnnotation,
     Kernel,
     MemoryEvent,
     Op,
@@ -15,6 +16,7 @@ from gpuprof_nb.model.trace import (
 __all__ = [
     "DeviceInfo",
     "DistributedInfo",
+    "GpuAnnotation",
     "Kernel",
     "MemoryEvent",
     "Op",

@@ -107,7 +107,11 @@ class RuntimeCall:
 @dataclass(frozen=True, slots=True)
 class SyncEvent:
     """A `cuda_sync` event: the host or a stream waited (Stream Sync, Event Sync, Context
-    Sync, Stream Wait Event). `stream` is -1 when the sync is not tied to one stream."""
+    Sync, Stream Wait Event). `stream` is -1 when the sync is not tied to one stream.
+    `correlation` is that of the runtime call that waited (cudaStreamSynchronize, ...).
+    An event wait names the stream the awaited event was recorded on (`wait_on_stream`)
+    and the correlation id of the cudaEventRecord call that recorded it
+    (`wait_on_event_record`); None where the trace does not say (-1 in the file)."""
 
     name: str
     start_us: float
@@ -115,6 +119,27 @@ class SyncEvent:
     device: int
     stream: int
     correlation: int | None = None
+    index: int = 0
+    wait_on_stream: int | None = None
+    wait_on_event_record: int | None = None
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.dur_us
+
+
+@dataclass(frozen=True, slots=True)
+class GpuAnnotation:
+    """A `gpu_user_annotation` event: a `record_function` range as the device ran it, from
+    its first kernel's start to its last kernel's end on one stream (`device`, `stream`:
+    the event's pid and tid). `external_id` is the host range's External id."""
+
+    name: str
+    start_us: float
+    dur_us: float
+    device: int
+    stream: int
+    external_id: int | None = None
     index: int = 0
 
     @property
@@ -203,6 +228,8 @@ class Trace:
     # (size in bytes, modification time in ns) of the file the trace was loaded from, so
     # code that reads the file again (report.save, a run's rank) can tell it is the same.
     source_stat: tuple[int, int] | None = field(default=None, compare=False)
+    # The `gpu_user_annotation` events: record_function ranges as the device ran them.
+    gpu_annotations: tuple[GpuAnnotation, ...] = ()
     # What the analyses derive from the trace and several of them need (the top-level ops,
     # the op tree, interval unions...), filled on first use by analysis/derived.py so that
     # one report computes each once. Not part of the trace's value: never compared, shown

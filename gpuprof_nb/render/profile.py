@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from gpuprof_nb.model.timing import NOISY_RATIO, TimingStats
+from gpuprof_nb.render.annotations import annotations_section
 from gpuprof_nb.render.bundle import report_of, tabbed_html, text_of, widget_of
 from gpuprof_nb.render.compile import compile_section
 from gpuprof_nb.render.diagnosis import diagnosis_section
 from gpuprof_nb.render.hotspots import hotspots_section
 from gpuprof_nb.render.html import TEXT_CELL, esc, html_table, note, scroll_box
+from gpuprof_nb.render.launchers import launcher_parts
 from gpuprof_nb.render.mfu import mfu_notes, mfu_pairs
 from gpuprof_nb.render.modules import modules_section
 from gpuprof_nb.render.roofline import roofline_section
@@ -236,6 +238,9 @@ def ops_section(table: OpTable) -> Section:
     rows = op_rows(table)
     if not rows:
         text = "No torch ops in this trace."
+        launched_text, launched_html = launcher_parts(table)
+        if launched_text:
+            return Section("Top ops", f"{text}\n\n{launched_text}", note(text) + launched_html)
         return Section("Top ops", text, note(text))
     cols = _op_columns(table)
     headers = [OP_HEADERS[i] for i in cols]
@@ -249,7 +254,8 @@ def ops_section(table: OpTable) -> Section:
     elif table.unattributed_device_us > 0:
         caption += (
             f"; {fmt_us(table.unattributed_device_us)} of device time was launched "
-            "outside any torch op (not in these rows)"
+            "outside any torch op (not in these rows"
+            + ("; by runtime call below)" if table.launchers else ")")
         )
     if table.sort_key.startswith("total_"):
         caption += "; nested ops are in their parents' totals too, so shares can pass 100%"
@@ -260,6 +266,10 @@ def ops_section(table: OpTable) -> Section:
         + note(caption)
         + html_table(headers, rows, numeric=numeric, name_cols=(0, shape_col))
     )
+    launched_text, launched_html = launcher_parts(table)
+    if launched_text:
+        text += f"\n\n{launched_text}"
+        html += launched_html
     return Section("Top ops", text, html)
 
 
@@ -332,8 +342,8 @@ def kernels_section(table: KernelTable) -> Section:
 
 def _section_builders(report: ProfileReport) -> list[tuple[str, Callable[[], Section]]]:
     """Return (title, build) for every section the report shows, in display order: Diagnosis,
-    Summary, Top ops, Kernels, Timeline, Hotspots, Roofline (those with nothing to show left
-    out)."""
+    Summary, Top ops, Kernels, Timeline, Hotspots, Annotations, Roofline (those with nothing
+    to show left out)."""
     wanted: list[tuple[str, Callable[[], Section]]] = []
     diagnosis, ops, kernels = report.diagnosis, report.ops, report.kernels
     timeline, trace, roofline = report.timeline, report.trace, report.roofline
@@ -350,9 +360,13 @@ def _section_builders(report: ProfileReport) -> list[tuple[str, Callable[[], Sec
     if report.compile is not None or report.graph_replays is not None:
         wanted.append(("Compile", lambda: compile_section(report.compile, report.graph_replays)))
     if timeline is not None and trace is not None:
-        wanted.append(("Timeline", lambda: timeline_section(timeline, trace, hotspots)))
+        path = report.critical_path
+        wanted.append(("Timeline", lambda: timeline_section(timeline, trace, hotspots, path)))
     if hotspots is not None:
         wanted.append(("Hotspots", lambda: hotspots_section(hotspots)))
+    annotations = report.annotations
+    if annotations is not None and annotations.rows:
+        wanted.append(("Annotations", lambda: annotations_section(annotations)))
     if roofline is not None:
         wanted.append(("Roofline", lambda: roofline_section(roofline)))
     return wanted

@@ -18,13 +18,17 @@ from gpuprof_nb.analysis.timeline import top_level_ops_within
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.render import plot, svg
 from gpuprof_nb.render.bundle import report_of
+from gpuprof_nb.render.critical_path import critical_path_parts, path_legend
+from gpuprof_nb.render.critical_path import lane_items as path_lane_items
 from gpuprof_nb.render.hotspots import waiting_lines
 from gpuprof_nb.render.html import esc, esc_inline, html_table, note
 from gpuprof_nb.render.plot_mpl import chart_figure
 from gpuprof_nb.render.sections import Section
+from gpuprof_nb.render.streams import stream_parts
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_num, fmt_pct, fmt_us
 from gpuprof_nb.render.utilisation import utilisation_strip, utilisation_text
+from gpuprof_nb.results.critical_path import CriticalPath
 from gpuprof_nb.results.hotspots import Hotspots
 from gpuprof_nb.results.timeline import IdleBreakdown, StepTimeline, Timeline
 
@@ -122,7 +126,10 @@ def _perfetto(trace: Trace | None) -> tuple[str, str]:
 
 
 def timeline_section(
-    timeline: Timeline, trace: Trace | None, hotspots: Hotspots | None = None
+    timeline: Timeline,
+    trace: Trace | None,
+    hotspots: Hotspots | None = None,
+    critical_path: CriticalPath | None = None,
 ) -> Section:
     """Return the Timeline section: the breakdown over the window, the user lines the idle
     time was charged to (with `hotspots`), every profiled step as a strip with its numbers
@@ -179,7 +186,8 @@ def timeline_section(
         text_parts.append(f"(the HTML view draws a strip: {strip[0].lower()}{strip[1:]})")
     shown = f"step {rep.number} (median duration)" if rep else "the whole window"
     html_parts.append(
-        f"<p>Timeline of {esc(shown)}:</p>" + svg.plot_html(timeline_svg(timeline, trace, step=rep))
+        f"<p>Timeline of {esc(shown)}:</p>"
+        + svg.plot_html(timeline_svg(timeline, trace, step=rep, critical_path=critical_path))
     )
     text_parts.append(f"(the HTML view draws {shown})")
     util = trace.utilisation if trace is not None else None
@@ -189,6 +197,13 @@ def timeline_section(
             f"utilisation during {shown} (the strip under the drawing):\n"
             + "\n".join(utilisation_text(util, lo, max(hi, lo + 1e-3)))
         )
+    if critical_path is not None and critical_path.segments:
+        path_text, path_html = critical_path_parts(critical_path)
+        text_parts += path_text
+        html_parts += path_html
+    stream_text, stream_html = stream_parts(timeline, shown)
+    text_parts += stream_text
+    html_parts += stream_html
     if timeline.steps:
         rows_s = _step_rows(drawn)
         text_parts.append(
@@ -297,6 +312,7 @@ def steps_chart(timeline: Timeline, left: int | None = None) -> plot.Chart:
     )
 
 
+PATH_LANE = "critical path"
 _MAX_CPU_LANES = 4
 _MAX_GPU_LANES = 8
 
@@ -478,7 +494,10 @@ _BAND_TOP = -1.35
 
 
 def timeline_chart(
-    timeline: Timeline, trace: Trace | None, step: StepTimeline | int | None = None
+    timeline: Timeline,
+    trace: Trace | None,
+    step: StepTimeline | int | None = None,
+    critical_path: CriticalPath | None = None,
 ) -> plot.Chart:
     """Return one step (or the whole window) as a chart description: CPU threads and GPU
     streams as lanes of bars (kernels coloured by class), idle gaps shaded by cause with the
@@ -486,10 +505,17 @@ def timeline_chart(
     drawn, the machine's utilisation strip under it (SVG only) and a legend with a swatch
     for every colour drawn. Every bar and gap has a hover tip (name, duration, start); bars
     closer than a pixel are merged (the tip then counts them), and more as needed to keep
-    under MAX_TIMELINE_MARKS rectangles and about MAX_TIMELINE_BYTES."""
+    under MAX_TIMELINE_MARKS rectangles and about MAX_TIMELINE_BYTES. A `critical_path` of
+    the drawn span is drawn as the top lane."""
     step, lo, hi = _step_span(timeline, step)
     span = hi - lo
     lanes = _lane_items(timeline, trace, lo, hi)
+    if (
+        critical_path is not None
+        and critical_path.segments
+        and (critical_path.start_us, critical_path.end_us) == (lo, hi)
+    ):
+        lanes.insert(0, (PATH_LANE, "path segments", path_lane_items(critical_path)))
     labels = CATEGORY_LABELS if timeline.on_device else HOST_CATEGORY_LABELS
     left = _left_margin(lanes)
     x_axis = plot.Axis(lo, hi, "time (ms)", ticks=_ms_ticks(lo, hi))
@@ -561,13 +587,14 @@ def timeline_chart(
     # Lanes: bars coloured by what ran; the lane's most frequent colour on its group.
     ticks = []
     used_colours: set[str] = set()
+    path_colours: set[str] = set()
     for i, ((name, what, items), runs) in enumerate(zip(lanes, lane_runs, strict=True)):
         busy = sum(e - s for s, e, _, _ in items)
         ticks.append(
             plot.Tick(float(i), name, f"{name}: {fmt_num(len(items))} {what}, {fmt_us(busy)} busy")
         )
         colours = [max(r.colour_us, key=lambda c: (r.colour_us[c], c)) for r in runs]
-        used_colours.update(colours)
+        (path_colours if name == PATH_LANE else used_colours).update(colours)
         # The bars' pixel spans as merged (a merged bar may be narrower than its time span).
         marks.append(
             plot.Rects(
@@ -601,6 +628,7 @@ def timeline_chart(
     ]
     if BUSY_COLOUR in used_colours and lanes[-1][1] == "busy stretches":
         legend.append(plot.LegendEntry(labels["busy"], BUSY_COLOUR))
+    legend += path_legend(path_colours)
     # The machine's utilisation over the same span, under the axis and aligned with it.
     embeds = []
     util = trace.utilisation if trace is not None else None
@@ -624,12 +652,15 @@ def timeline_chart(
 
 
 def timeline_svg(
-    timeline: Timeline, trace: Trace | None, step: StepTimeline | int | None = None
+    timeline: Timeline,
+    trace: Trace | None,
+    step: StepTimeline | int | None = None,
+    critical_path: CriticalPath | None = None,
 ) -> str:
     """Return the timeline chart (`timeline_chart`) as an inline SVG string. The root's
     data-x-us attribute gives the drawn span (trace microseconds) and data-plot-box the plot
     area, so tests can check positions."""
-    return plot.chart_svg(timeline_chart(timeline, trace, step))
+    return plot.chart_svg(timeline_chart(timeline, trace, step, critical_path))
 
 
 def plot_timeline(

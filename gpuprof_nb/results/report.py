@@ -17,7 +17,9 @@ from gpuprof_nb.model.memory import MemorySnapshot
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.model.utilisation import Utilisation
+from gpuprof_nb.results.annotations import AnnotationTable
 from gpuprof_nb.results.compile import CompileReport, GraphReplays
+from gpuprof_nb.results.critical_path import CriticalPath
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding
 from gpuprof_nb.results.display import Displayable
 from gpuprof_nb.results.exports import Exportable
@@ -76,6 +78,10 @@ class ProfileReport(Displayable, Exportable):
     # (analysis/cudagraphs.py); None when the cell compiled nothing / launched no graph.
     compile: CompileReport | None = None
     graph_replays: GraphReplays | None = None
+    # Every record_function range as a tree (analysis/annotations.py).
+    annotations: AnnotationTable | None = None
+    # The median step's critical path (analysis/critical_path.py).
+    critical_path: CriticalPath | None = None
 
     @property
     def utilisation(self) -> Utilisation | None:

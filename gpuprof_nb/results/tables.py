@@ -34,6 +34,21 @@ class OpRow:
 
 
 @dataclass(frozen=True, slots=True)
+class LaunchRow:
+    """Device work launched by a runtime call outside every torch op (a Triton or custom
+    kernel launched directly, cuLaunchKernel, hipLaunchKernel...): grouped by the call's
+    name and, when the trace has Python stacks, the user's line that made it. `calls` launch
+    calls, `kernels` activities, their `device_us`, the calls' own host time `host_us`."""
+
+    name: str
+    line: str
+    calls: int
+    kernels: int
+    device_us: float
+    host_us: float
+
+
+@dataclass(frozen=True, slots=True)
 class OpTable(Displayable):
     """Top operators of a trace, sorted by `sort_key`, with totals over ALL ops (not only
     the rows shown). Times are microseconds."""
@@ -46,6 +61,10 @@ class OpTable(Displayable):
     self_device_us: float  # device time attributed to some op
     unattributed_device_us: float  # device time no op launched
     has_device_time: bool
+    # The part of unattributed_device_us launched by runtime calls outside every op, by call
+    # (and Python line): analysis/launchers.py.
+    launchers: tuple[LaunchRow, ...] = ()
+    runtime_launched_us: float = 0.0
 
     @property
     def fraction_of(self) -> str:

@@ -76,6 +76,91 @@ class StepTimeline:
         return self.end_us - self.start_us
 
 
+StreamIdleCause = Literal["host_wait", "kernel_wait", "other"]
+STREAM_IDLE_CAUSES: tuple[StreamIdleCause, ...] = ("host_wait", "kernel_wait", "other")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamIdle:
+    """Idle time between consecutive activities (kernels, memcpys, memsets) of one stream,
+    by HolisticTraceAnalysis's three causes (microseconds): `host_wait`, the next one's
+    launch call started after the previous one ended (the host had not issued it yet);
+    `kernel_wait`, a shorter gap than analysis/streams.KERNEL_WAIT_MAX_US otherwise (the
+    launch path itself); `other`, the rest (work was queued but the stream still waited:
+    on another stream, an event, a copy engine). `busy_us` is the activities' summed time."""
+
+    device: int
+    stream: int
+    activities: int
+    busy_us: float
+    host_wait_us: float
+    kernel_wait_us: float
+    other_us: float
+
+    @property
+    def idle_us(self) -> float:
+        return self.host_wait_us + self.kernel_wait_us + self.other_us
+
+    def us_by_cause(self) -> dict[str, float]:
+        return {
+            "host_wait": self.host_wait_us,
+            "kernel_wait": self.kernel_wait_us,
+            "other": self.other_us,
+        }
+
+    def fraction(self, cause: str) -> float:
+        """Return one cause's share (0..1) of the stream's idle time (0 without idle time)."""
+        idle = self.idle_us
+        return self.us_by_cause()[cause] / idle if idle > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StreamQueue:
+    """The launch queue of one stream: how many of its activities had been launched (their
+    runtime call had started) but not yet started on the device. Over the stream's span, from
+    its first launch to its last activity's start: the largest length, the time-weighted mean
+    and median, and the share of the time it was empty; `event_mean` is the mean over the
+    points where the length changes (what HolisticTraceAnalysis's summary reports).
+    `strip` holds the largest length in each of equal bins of the drawn span
+    (Timeline.queue_span_us)."""
+
+    device: int
+    stream: int
+    launches: int
+    max_length: int
+    mean_length: float
+    median_length: float
+    empty_fraction: float
+    event_mean: float
+    strip: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchWait:
+    """One device activity and how long it waited after its launch call returned."""
+
+    name: str
+    stream: int
+    start_us: float
+    delay_us: float
+    launch_name: str
+    launch_dur_us: float
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchDelays:
+    """From a launch call's return to its activity's start on the device (microseconds,
+    clipped at 0: an activity may start before its call returns), over every activity of the
+    timeline's device that has a launch call; `longest` are those that waited longest."""
+
+    count: int
+    median_us: float
+    p95_us: float
+    max_us: float
+    mean_us: float
+    longest: tuple[LaunchWait, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class Timeline(Displayable):
     """The device's busy and idle time over the profiled window (microseconds): overall,
@@ -91,6 +176,12 @@ class Timeline(Displayable):
     steps: tuple[StepTimeline, ...] = ()
     gaps: tuple[IdleGap, ...] = ()
     notes: tuple[str, ...] = ()
+    # Per stream of the device (analysis/streams.py): idle time by cause, the launch queue,
+    # and the delays from launch calls to activities; the queue strips cover queue_span_us.
+    streams: tuple[StreamIdle, ...] = ()
+    queues: tuple[StreamQueue, ...] = ()
+    queue_span_us: tuple[float, float] | None = None
+    launch_delays: LaunchDelays | None = None
 
     @property
     def busy_fraction(self) -> float:

@@ -44,6 +44,7 @@ KINDS = {
     "memory_growth",
     "fragmentation",
     "oom",
+    "critical_path",
 }
 
 
@@ -109,9 +110,13 @@ def check_well_formed(d: Diagnosis) -> None:
         for k, v in f.evidence.items():
             assert isinstance(k, str) and isinstance(v, float | int), (k, v)
     for f in d.findings:
-        assert f.kind == "compute_bound" or f.share >= th.MIN_REPORT_SHARE
-        if f.kind == "compute_bound":
+        assert f.kind in ("compute_bound", "critical_path") or f.share >= th.MIN_REPORT_SHARE
+        if f.kind in ("compute_bound", "critical_path"):
             assert f.severity == "info"
+    # What the step's length hangs on explains the others: it never comes before them.
+    kinds = [f.kind for f in d.findings]
+    if "critical_path" in kinds:
+        assert kinds.index("critical_path") == len(kinds) - 1
 
 
 class TestRules:

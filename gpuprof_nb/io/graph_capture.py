@@ -1,0 +1,205 @@
+"""A CUDA/HIP graph's replay trace merged with the trace of its capture, so the kernels a
+graph launch replays are attributed to the ops that launched them when it was captured
+(`load_trace(replay, capture=...)`).
+
+What each trace records:
+- the capture trace, between a cudaStreamBeginCapture (hipStreamBeginCapture) call and the
+  cudaStreamEndCapture after it on the same thread: the torch ops the captured code ran,
+  and inside them the launch calls (cudaLaunchKernel, cuLaunchKernel, cudaMemcpyAsync,
+  cudaMemsetAsync...) the graph recorded; no kernel ran then;
+- the replay trace: one cudaGraphLaunch (hipGraphLaunch) call per replay, and the kernels it
+  ran, all with that call's correlation id; no op says which part of the model each is.
+
+A graph launch is matched with the capture whose launch calls are as many as the kernels it
+ran (the first such capture, in capture order); its kernels, by start, are paired with those
+calls in the order they were made. Single-stream graphs replay in that order; a graph
+spread over several streams may interleave its streams differently, and then kernels of
+one capture step can be paired with a neighbour's ops (the note says how many launches were
+multi-stream).
+
+The merged trace is the replay trace plus, inside each matched graph launch call's span on
+its thread, a copy of the capture's ops and launch calls, their times mapped linearly from
+the capture's span onto the launch call's (so they nest as they did, and their host time is
+the graph launch's, shared out), each copied call with a fresh correlation id that its
+paired kernel now carries. Every analysis then finds each replayed kernel's op through its
+launch call, as for a kernel launched eagerly. `Trace.load_warnings` says what was merged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TypeVar
+
+from gpuprof_nb.errors import TraceFormatError
+from gpuprof_nb.model.trace import Op, RuntimeCall, Trace
+
+T = TypeVar("T", Op, RuntimeCall)
+
+__all__ = ["merge_capture"]
+
+_LAUNCH_MARKS = ("launch", "memcpy", "memset")
+
+
+def _is_graph_launch(name: str) -> bool:
+    return "GraphLaunch" in name
+
+
+def _is_launch(name: str) -> bool:
+    low = name.lower()
+    return any(m in low for m in _LAUNCH_MARKS) and not _is_graph_launch(name)
+
+
+@dataclasses.dataclass
+class _Capture:
+    """One captured region: its span and thread, its launch calls in the order they were
+    made, and the torch ops around them."""
+
+    start_us: float
+    end_us: float
+    thread: tuple[object, object]
+    calls: list[RuntimeCall]
+    ops: list[Op]
+
+
+def _captures(capture: Trace) -> list[_Capture]:
+    """The captured regions of a capture trace, in capture order."""
+    begins = [r for r in capture.runtime if "BeginCapture" in r.name]
+    ends = [r for r in capture.runtime if "EndCapture" in r.name]
+    out = []
+    for b in begins:
+        end = next(
+            (e for e in ends if (e.pid, e.tid) == (b.pid, b.tid) and e.start_us >= b.end_us),
+            None,
+        )
+        if end is None:
+            continue
+        lo, hi = b.end_us, end.start_us
+        thread = (b.pid, b.tid)
+        calls = [
+            r
+            for r in capture.runtime
+            if (r.pid, r.tid) == thread
+            and lo <= r.start_us
+            and r.end_us <= hi
+            and _is_launch(r.name)
+        ]
+        ops = [
+            o
+            for o in capture.ops
+            if o.kind == "op" and (o.pid, o.tid) == thread and lo <= o.start_us and o.end_us <= hi
+        ]
+        out.append(_Capture(lo, hi, thread, calls, ops))
+    return out
+
+
+def merge_capture(replay: Trace, capture: Trace) -> Trace:
+    """Return `replay` with its graph launches' kernels attributed to the ops of `capture`
+    (see the module's docstring). Raises TraceFormatError when `capture` holds no captured
+    region with launch calls."""
+    regions = [c for c in _captures(capture) if c.calls]
+    if not regions:
+        raise TraceFormatError(
+            f"{capture.source}: no graph capture in this trace (no cudaStreamBeginCapture / "
+            "cudaStreamEndCapture pair with launch calls between them); profile the "
+            "torch.cuda.graph(...) capture itself and pass that trace as capture=."
+        )
+    by_corr: dict[int, list[int]] = {}
+    for i, k in enumerate(replay.kernels):
+        if k.correlation is not None:
+            by_corr.setdefault(k.correlation, []).append(i)
+    launches = [r for r in replay.runtime if _is_graph_launch(r.name) and r.correlation is not None]
+    kernels = list(replay.kernels)
+    new_ops: list[Op] = []
+    new_calls: list[RuntimeCall] = []
+    next_id = 1 + max(
+        [0]
+        + [k.correlation or 0 for k in replay.kernels]
+        + [r.correlation or 0 for r in replay.runtime]
+        + [o.external_id or 0 for o in replay.ops]
+        + [r.external_id or 0 for r in replay.runtime]
+    )
+    next_index = 1 + max(
+        [0] + [x.index for seq in (replay.ops, replay.runtime, replay.kernels) for x in seq]
+    )
+    matched = unmatched = multi_stream = paired = 0
+    for launch in launches:
+        mine = sorted(
+            by_corr.get(launch.correlation or -1, []), key=lambda i: (kernels[i].start_us, i)
+        )
+        if not mine:
+            continue
+        region = next((c for c in regions if len(c.calls) == len(mine)), None)
+        if region is None:
+            unmatched += 1
+            continue
+        matched += 1
+        if len({kernels[i].stream for i in mine}) > 1:
+            multi_stream += 1
+        span = max(region.end_us - region.start_us, 1e-9)
+        scale = launch.dur_us / span
+
+        origin, base = region.start_us, launch.start_us
+
+        for o in region.ops:
+            new_ops.append(
+                dataclasses.replace(
+                    o,
+                    start_us=base + (o.start_us - origin) * scale,
+                    dur_us=o.dur_us * scale,
+                    pid=launch.pid,
+                    tid=launch.tid,
+                    external_id=next_id,
+                    index=next_index,
+                )
+            )
+            next_id += 1
+            next_index += 1
+        for call, pos in zip(region.calls, mine, strict=True):
+            new_calls.append(
+                dataclasses.replace(
+                    call,
+                    start_us=base + (call.start_us - origin) * scale,
+                    dur_us=call.dur_us * scale,
+                    pid=launch.pid,
+                    tid=launch.tid,
+                    correlation=next_id,
+                    external_id=None,
+                    index=next_index,
+                )
+            )
+            kernels[pos] = dataclasses.replace(kernels[pos], correlation=next_id, external_id=None)
+            next_id += 1
+            next_index += 1
+            paired += 1
+    if not matched:
+        counts = sorted({len(c.calls) for c in regions})
+        raise TraceFormatError(
+            f"{capture.source}: no graph launch of {replay.source} replays a graph captured "
+            f"there (captured graphs launch {counts} kernels; the replays ran "
+            f"{sorted({len(by_corr.get(r.correlation or -1, [])) for r in launches}) or 'none'}); "
+            "pass the capture trace of the same graph."
+        )
+    note = (
+        f"graph replays: {paired} kernels of {matched} graph launches attributed to the ops "
+        f"of {capture.source} (copied into each launch call's span)"
+    )
+    if unmatched:
+        note += f"; {unmatched} launches matched no captured graph and stay unattributed"
+    if multi_stream:
+        note += (
+            f"; {multi_stream} launches ran on several streams: their kernels were paired with "
+            "the captured launches by start time, which may swap neighbours across streams"
+        )
+    return dataclasses.replace(
+        replay,
+        ops=_by_start(list(replay.ops) + new_ops),
+        runtime=_by_start(list(replay.runtime) + new_calls),
+        kernels=tuple(kernels),
+        load_warnings=(*replay.load_warnings, note),
+    )
+
+
+def _by_start(items: Sequence[T]) -> tuple[T, ...]:
+    """By start, ties by position in the file (the copies come after the recorded events)."""
+    return tuple(sorted(items, key=lambda x: (x.start_us, x.index)))
