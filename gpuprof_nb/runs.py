@@ -67,7 +67,7 @@ def analyze_run(
             f"analyze_run: executor must be a concurrent.futures.Executor (a process pool, a "
             f"Dask client's client.get_executor()) or None, got {describe(executor)}"
         )
-    check_type(progress, bool, "analyze_run's progress", "True or False")
+    check_type(progress, (bool, Progress), "analyze_run's progress", "True, False or a Progress")
     items = _sources(traces)
     paths = [(i, item) for i, item in enumerate(items) if not isinstance(item, Trace)]
     # What each file was when the run was read, checked before run.rank(k) reads it again.

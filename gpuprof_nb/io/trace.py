@@ -111,6 +111,8 @@ _FLOW = re.compile(
 )
 # After the '}' that closes an event: the ',' and the '{' of the next one (see _batches).
 _NEXT_EVENT = re.compile(r"[ \t\n\r]*,[ \t\n\r]*\{")
+# msgspec's words for JSON that ended before the text did, with the byte where it ended.
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 _STEP_NAME = re.compile(r"ProfilerStep#(\d+)$")
 # What a wrongly typed field (a list as pid, a dict as ts, ...) raises on the per-event path.
 _FIELD_ERRORS = (TypeError, ValueError, KeyError, AttributeError, OverflowError, RecursionError)
@@ -1407,23 +1409,42 @@ class _StreamParser:
                 self._read()
             buf = self.buf
             start = _WS.match(buf, self.pos).end()  # type: ignore[union-attr]
-            cut = self._last_event_end(buf, start)
+            cut = self._last_event_end(buf, start, len(buf))
             if cut < 0:
                 return index
             try:
                 events = decoder.decode("[" + buf[start:cut] + "]")
-            except (msgspec.DecodeError, RecursionError):
-                return index
+            except (msgspec.DecodeError, RecursionError) as exc:
+                # The array may close inside the stretch, with objects after it (a saved
+                # report's own keys hold '}, {' too): cut again before where it closed.
+                cut = self._before_array_end(buf, start, cut, exc)
+                if cut < 0:
+                    return index
+                try:
+                    events = decoder.decode("[" + buf[start:cut] + "]")
+                except (msgspec.DecodeError, RecursionError):
+                    return index
             builder.add_events(events, index)
             index += len(events)
             self.pos = _SEP.match(buf, cut).end()  # type: ignore[union-attr]
 
+    @classmethod
+    def _before_array_end(cls, buf: str, start: int, cut: int, exc: BaseException) -> int:
+        """After the stretch `buf[start:cut]` failed to decode: when msgspec says a whole
+        array ended early ('trailing characters', at a byte of "[" + stretch + "]"), the
+        events' array closed there; return the last event end before it, else -1."""
+        m = _TRAILING.search(str(exc))
+        if m is None:
+            return -1
+        text = "[" + buf[start:cut] + "]"
+        closed = len(text.encode()[: int(m.group(1))].decode(errors="ignore"))
+        return cls._last_event_end(buf, start, start + closed - 2)
+
     @staticmethod
-    def _last_event_end(buf: str, start: int) -> int:
-        """Return the position just after the last '}' in `buf[start:]` that is followed by
+    def _last_event_end(buf: str, start: int, end: int) -> int:
+        """Return the position just after the last '}' in `buf[start:end]` that is followed by
         ',' and '{' (the likely end of an event), or -1. Gives up after a few hundred '}'
         (one huge event): the per-event loop reads it."""
-        end = len(buf)
         for _ in range(256):
             brace = buf.rfind("}", start, end)
             if brace < 0:

@@ -415,6 +415,9 @@ def _real(value: Any, path: str, *, nan: bool = False, low: float | None = 0.0) 
 
 
 def _list(value: Any, path: str, most: int) -> list[Any]:
+    # A tuple where the dict came from to_dict() itself rather than a JSON file.
+    if isinstance(value, tuple):
+        value = list(value)
     if not isinstance(value, list):
         raise _Bad(f"{path} is {describe(value)}, expected a list")
     if len(value) > most:

@@ -87,8 +87,9 @@ def test_timeline_section_numbers_and_svg(nccl):
         assert fmt_us(us) in s.text and fmt_us(us) in s.html, c
         share = fmt_pct(tl.breakdown.fraction(c))
         assert share in s.text and share in s.html
-    # The strip of every step, then the representative step.
-    strip, drawing = embedded_plots(s.html)
+    # The strip of every step, then the representative step, then the launch queue strip.
+    strip, drawing, queue = embedded_plots(s.html)
+    assert "launch queue length per stream" in queue
     assert ET.fromstring(strip).get("data-steps") == str(len(tl.steps))
     lanes = [
         g.get("data-lane") for g in ET.fromstring(drawing).iter() if g.get("class") == "gp-lane"

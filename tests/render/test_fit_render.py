@@ -76,7 +76,7 @@ def test_bar_heights_are_the_bytes(report) -> None:
 def test_numbers_agree_between_text_and_html(report) -> None:
     bundle = report._repr_mimebundle_()
     text, html = bundle["text/plain"], bundle["text/html"]
-    cells = set(re.findall(r'<td class="num">([^<]*)</td>', html))
+    cells = set(re.findall(r'<td class="num"[^>]*>([^<]*)</td>', html))
     assert cells
     for cell in cells:
         assert cell.replace("&#x27;", "'") in text, cell

@@ -77,7 +77,7 @@ def test_an_empty_breakdown_says_why() -> None:
 def test_mfu_rows_lead_the_gpu_summary_in_text_and_html() -> None:
     report = analyze(load_trace(DATA / "gpu" / "compute_bound.json.gz"))
     section = summary_section(report)
-    rows = re.findall(r"<tr><td>(.*?)</td><td>(.*?)</td></tr>", section.html)
+    rows = re.findall(r"<tr><td[^>]*>(.*?)</td><td[^>]*>(.*?)</td></tr>", section.html)
     assert [html_lib.unescape(label) for label, _ in rows[:2]] == ["device", "MFU"]
     for _, value in rows:
         for n in NUMBER.findall(html_lib.unescape(value)):
