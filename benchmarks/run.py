@@ -2,7 +2,7 @@
 
     python benchmarks/run.py [--quick]
                              [--only overhead,accuracy,traces,json,snapshots,notebook,findings,
-                                     compare,runs,stragglers,training,samplers]
+                                     compare,runs,stragglers,training,samplers,lines]
                              [--repeats N] [--big-trace-mb N] [--big-snapshot-mb N]
                              [--traces-dir DIR] [--hta-python PATH] [--out PATH]
                              [--cache-dir DIR] [--cap-gb N]
@@ -48,6 +48,7 @@ COMPARISONS = {
     "stragglers": "benchmarks.stragglers",
     "training": "benchmarks.training_cell",
     "samplers": "benchmarks.samplers",
+    "lines": "benchmarks.linetrace",
 }
 # Each comparison's section title in RESULTS.md (what --reuse finds there).
 TITLES = {
@@ -63,6 +64,7 @@ TITLES = {
     "stragglers": "9. Stragglers named",
     "training": "10. %%gpuprofile on a real training cell",
     "samplers": "11. Samplers beside the profiled run",
+    "lines": "12. Exact line events against the line sampler",
 }
 
 

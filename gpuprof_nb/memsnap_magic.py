@@ -111,6 +111,7 @@ class MemsnapMagics(Magics):
                 repeat=args.repeat,
                 max_entries=args.max_entries or DEFAULT_MAX_ENTRIES,
                 stacks=args.stacks,
+                cell_code=code,
             )
         finally:
             runner.restore_modes()

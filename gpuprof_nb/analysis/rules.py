@@ -52,6 +52,7 @@ from gpuprof_nb.analysis.timeline import (
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Kernel, MemoryEvent, Op, RuntimeCall, Trace
 from gpuprof_nb.results.diagnosis import Finding, FindingKind, Severity
+from gpuprof_nb.results.invariants import rounded_share
 from gpuprof_nb.results.roofline import Roofline
 from gpuprof_nb.results.timeline import Timeline
 
@@ -88,8 +89,9 @@ def severity_of(share: float) -> Severity:
 def make_finding(
     kind: FindingKind, title: str, share: float, evidence: Mapping[str, float]
 ) -> Finding:
-    share = max(0.0, float(share))
-    return Finding(kind, severity_of(share), title, dict(evidence), FIXES[kind], share)
+    share = rounded_share(max(0.0, float(share)))
+    evidence = {k: rounded_share(v) if k.endswith("_fraction") else v for k, v in evidence.items()}
+    return Finding(kind, severity_of(share), title, evidence, FIXES[kind], share)
 
 
 def _union_in(spans: Sequence[Interval], lo: float, hi: float) -> float:
@@ -255,6 +257,8 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
             out.append(make_finding("launch_overhead", title, share, evidence))
         python_us = max(bd.host_us - bd.host_in_ops_us, 0.0)
         covered = total_length(*clipped_union(*top_level_spans(c.trace), c.lo, c.hi))
+        # Shares of the whole window, the headline's among them, so the evidence reads
+        # against the title: the host outside torch ops includes time the GPU was busy.
         out.append(
             make_finding(
                 "python_overhead",
@@ -263,8 +267,9 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
                 c.frac(python_us),
                 {
                     "device_idle_host_outside_ops_us": python_us,
+                    "device_idle_host_outside_ops_fraction": c.frac(python_us),
                     "device_idle_waiting_on_host_us": bd.host_us,
-                    "wall_not_in_torch_ops_fraction": 1.0 - c.frac(covered),
+                    "host_outside_torch_ops_fraction": max(1.0 - c.frac_of_window(covered), 0.0),
                 },
             )
         )
@@ -300,14 +305,25 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
     )
     in_comm = union_length(intersect_intervals(host_gaps, _host_collective_spans(c)))
     python_us = max(bd.host_us - in_comm, 0.0)
+    # The time between ops splits into Python (long gaps), short dispatch gaps and the
+    # rest (syncs, data loading, collectives): the title and the evidence give the parts of
+    # one whole, on one denominator, so no figure reads against another.
+    python_share = c.frac(python_us)
+    between = min(max(c.frac(bd.span_us - bd.busy_us), python_share), 1.0)
+    dispatch = min(c.frac(bd.launch_us), between)
+    rest = f"{between * 100:.0f}% of the time is between ops"
+    if dispatch >= 0.005:
+        rest += f", {dispatch * 100:.0f}% of it short dispatch gaps"
     out.append(
         make_finding(
             "python_overhead",
-            f"{c.frac(python_us) * 100:.0f}% of the time is Python outside torch ops",
-            c.frac(python_us),
+            f"{python_share * 100:.0f}% of the time is Python outside torch ops ({rest})",
+            python_share,
             {
                 "python_outside_ops_us": python_us,
-                "wall_not_in_torch_ops_fraction": c.frac(bd.span_us - bd.busy_us),
+                "python_outside_ops_fraction": python_share,
+                "between_ops_fraction": between,
+                "dispatch_gaps_between_ops_fraction": dispatch,
             },
         )
     )

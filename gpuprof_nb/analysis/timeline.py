@@ -50,7 +50,7 @@ from gpuprof_nb.analysis.derived import (
 )
 from gpuprof_nb.analysis.intervals import Interval, merge_arrays, union_length
 from gpuprof_nb.model.build import fast_maker
-from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, Trace
+from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, SyncEvent, Trace
 from gpuprof_nb.results.timeline import (
     IDLE_CAUSES,
     IdleBreakdown,
@@ -244,10 +244,12 @@ class _Classifier:
         dl = dataloader_ops(trace)
         self.dl_starts, self.dl_ends = _spans([o.start_us for o in dl], [o.dur_us for o in dl])
         sync_names = SYNC_RUNTIME_NAMES & runtime_names(trace)
-        syncs = [r for r in trace.runtime if r.name in sync_names] if sync_names else []
+        syncs: list[RuntimeCall | SyncEvent] = (
+            [r for r in trace.runtime if r.name in sync_names] if sync_names else []
+        )
         syncs += [
             s
-            for s in trace.syncs  # type: ignore[misc]
+            for s in trace.syncs
             if s.name in HOST_SYNC_EVENT_NAMES and (device is None or s.device in (device, -1))
         ]
         self.sync_starts, self.sync_ends = _spans(

@@ -480,6 +480,7 @@ def _snapshot_from_dict(data: Any, where: str, n_bytes: int | None = None) -> Me
         # that many times.
         notes=tuple(dict.fromkeys(n for n in notes if isinstance(n, str))),
         cells=cells_of(data),
+        exact_lines=extra.get("exact_lines") is True,
     )
 
 
@@ -556,6 +557,8 @@ def snapshot_to_dict(snapshot: MemorySnapshot) -> dict[str, Any]:
         "notes": list(snapshot.notes),
         "cells": dict(snapshot.cells),
     }
+    if snapshot.exact_lines:
+        data[EXTRA_KEY]["exact_lines"] = True
     return data
 
 

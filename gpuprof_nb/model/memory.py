@@ -148,6 +148,9 @@ class MemorySnapshot:
     # Notebook cells' file names -> their execution numbers (`In [n]`), as the recording
     # shell knew them (see analysis/sources.py); empty when not recorded in a notebook.
     cells: Mapping[str, int] = field(default_factory=dict)
+    # The Python frames of profiler-made stacks (source "cpu-profiler") carry the line that
+    # ran, read from exact line events; else the line where each function starts.
+    exact_lines: bool = False
 
     @property
     def devices(self) -> tuple[int, ...]:

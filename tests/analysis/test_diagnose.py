@@ -187,7 +187,8 @@ class TestRules:
         assert f.evidence["python_outside_ops_us"] == pytest.approx(500 + 290)
         assert f.title.endswith(
             ". Held by `train.py, slow_fn (defined at line 10)`: 63% of the time between ops; "
-            "`cell.py (line unknown) <module>`: 37% of the time between ops"
+            "`cell.py (line unknown: profiler events name functions only) <module>`: 37% of the "
+            "time between ops"
         )
         # Without stacks, the finding says how to get them.
         plain = diagnose(trace).finding("python_overhead")
