@@ -64,6 +64,8 @@ TIGHT = "tight pure-Python loop"
 SLEEP = "sleep inside for _ in range(3)"
 
 # name -> (cell body with {n}, n in quick mode, n in a full run, the planted line or 0).
+# The right-line runs use RIGHT_N where given: the cells were short (a few ms), and a
+# short cell is where the sampler, one sample every 5 ms, has the least to go on.
 CELLS: dict[str, tuple[str, int, int, int]] = {
     TRAINING: (
         "for step in range({n}):\n"
@@ -103,6 +105,7 @@ CELLS: dict[str, tuple[str, int, int, int]] = {
 }
 # The cells whose cost is measured (the sleep cell's is the sleep's).
 TIMED = (TRAINING, PER_SAMPLE, TINY_OPS, TIGHT)
+RIGHT_N = {PER_SAMPLE: 400}
 PLANTED = tuple(name for name, (_, _, _, line) in CELLS.items() if line)
 
 NONE = "none"
@@ -199,7 +202,7 @@ def measure(cfg: BenchConfig) -> dict[str, Any]:
     kernel = None if cfg.quick else _right_in_a_kernel(cfg)
     for name in PLANTED if kernel is None else ():
         _, quick_n, full_n, line = CELLS[name]
-        code = _code(name, quick_n if cfg.quick else full_n)
+        code = _code(name, quick_n if cfg.quick else RIGHT_N.get(name, full_n))
         right[name] = {}
         for label in (SAMPLER, TRACER):
             if label not in recorders:
@@ -251,7 +254,8 @@ def _right_in_a_kernel(cfg: BenchConfig) -> dict[str, dict[str, list[str]]] | No
     ):
         cells.append(nbformat.v4.new_code_cell(swap))
         for name in PLANTED:
-            body, _, n, line = CELLS[name]
+            body, _, full_n, line = CELLS[name]
+            n = RIGHT_N.get(name, full_n)
             for _ in range(RIGHT_LINE_RUNS):
                 cells.append(
                     nbformat.v4.new_code_cell(
@@ -334,10 +338,12 @@ def render(cfg: BenchConfig, data: dict[str, Any]) -> Section:
         "",
         f"The right line: each planted cell profiled {data['right_runs']} times with each "
         f"in {data['where']}, the top hotspot line against the planted one (the work line of "
-        "the per-sample loop, line 3; the sleep's line, line 3). In a Jupyter kernel the "
-        "sampler's signal is handled late, where the interpreter next checks (a loop's "
-        "backward jump), after the kernel's other threads have had the GIL; a cell run in "
-        "a plain process does not show it as much:",
+        f"the per-sample loop over {RIGHT_N[PER_SAMPLE]} rows, line 3; the sleep's line, "
+        "line 3). The sampler takes one sample every 5 ms, handled where the interpreter "
+        "next checks for signals (a call, a loop's backward jump): a cell of a few "
+        "milliseconds gives it no sample or a few (with none, the hotspots fall back to "
+        "the profiler's function events, 'line unknown'); line events do not depend on "
+        "either:",
         "",
         "| cell | variant | top line right | top lines seen |",
         "|---|---|---|---|",

@@ -39,3 +39,20 @@ def test_nothing_impossible(key: str, kind: str, path: Path) -> None:
     else:
         report = analyze(load_trace(path))
     assert impossible(report, key) == []
+
+
+RUNS = sorted(p for p in (ROOT / "tests" / "data" / "gloo_run").iterdir() if p.is_dir())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run_dir", RUNS, ids=[p.name for p in RUNS])
+def test_nothing_impossible_in_a_run(run_dir: Path) -> None:
+    """A real multi-rank run (4 gloo ranks, one planted slow): no share outside 0..1, no
+    "N% of a step" above 100."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpuprof_nb.runs import analyze_run
+
+    with ThreadPoolExecutor(2) as pool:
+        report = analyze_run(run_dir, executor=pool, progress=False)
+    assert impossible(report, run_dir.name) == []
