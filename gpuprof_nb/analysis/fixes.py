@@ -93,6 +93,13 @@ FIXES: dict[FindingKind, str] = {
         "lengths per rank: pack or bucket), and keep rank-only work (logging, metrics,\n"
         "checkpoints) out of the step."
     ),
+    "noisy_measurement": (
+        "Measure on a steady machine: close other work (other notebooks and kernels, training\n"
+        "jobs, builds, browser tabs), then time again with more samples and compare medians:\n"
+        "%%gpuprofile --repeat 10\n"
+        "If the spread stays wide, look for what changes between runs inside the cell (data\n"
+        "loading, caching, allocation) before trusting any one number."
+    ),
     "memory_growth": (
         "Something keeps every step's tensors (and their graphs) alive. Store numbers,\n"
         "not tensors: total += loss.item()  (not total += loss), losses.append(loss.detach()),\n"

@@ -31,6 +31,7 @@ FindingKind = Literal[
     "peak_memory",
     "straggler",
     "load_imbalance",
+    "noisy_measurement",
 ]
 Severity = Literal["high", "medium", "low", "info"]
 FINDING_KINDS: tuple[FindingKind, ...] = get_args(FindingKind)

@@ -43,6 +43,7 @@ KINDS = {
     "memory_growth",
     "fragmentation",
     "oom",
+    "noisy_measurement",
 }
 
 
