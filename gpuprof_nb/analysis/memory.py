@@ -682,9 +682,12 @@ def memory_findings(
     leaks: Leaks,
     segments: SegmentSummary,
     ooms: Sequence[OomEvent],
+    *,
+    cpu: bool = False,
 ) -> tuple[Finding, ...]:
     """Return findings (oom, fragmentation, memory_growth, peak_memory), most important
-    first, each with the numbers behind it."""
+    first, each with the numbers behind it. `cpu`: the host's memory (the CPU fallback),
+    whose advice names no CUDA-only setting."""
     out: list[Finding] = []
     for oom in ooms[-1:]:
         unused = (oom.reserved_bytes - oom.active_bytes) if oom.reserved_bytes is not None else None
@@ -785,7 +788,7 @@ def memory_findings(
         holder = at_peak.sites[0]
         cats = {s.category for s in at_peak.sites if s.category}
         optimizer = "optimizer_state" in cats or "optimizer state" in cats
-        advice = peak_memory_advice(optimizer_state_at_peak=optimizer)
+        advice = peak_memory_advice(optimizer_state_at_peak=optimizer, cpu=cpu)
         out.append(
             Finding(
                 kind="peak_memory",
@@ -861,7 +864,7 @@ def analyze_snapshot(
         for o in _ooms(snapshot, rep, device, sites, site_of_stack)
         if tl.first_index <= o.index < tl.first_index + tl.n_events
     )
-    findings = memory_findings(tl, peak, leaks, segs, ooms)
+    findings = memory_findings(tl, peak, leaks, segs, ooms, cpu=snapshot.source == "cpu-profiler")
     return MemoryAnalysis(
         device=device,
         timeline=tl,

@@ -43,6 +43,7 @@ from gpuprof_nb.analysis.intervals import (
     total_length,
     union_length,
 )
+from gpuprof_nb.analysis.ops import summarize_trace
 from gpuprof_nb.analysis.timeline import (
     SYNC_RUNTIME_NAMES,
     dataloader_ops,
@@ -247,8 +248,15 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
             "device_idle_while_host_in_ops_us": host_ops,
         }
         if compute:
+            # The Summary's count of kernels per step (all devices, launched in a step).
+            summary = summarize_trace(c.trace)
+            shown = (
+                summary.kernels_per_step
+                if c.n_steps and summary.kernels_per_step is not None
+                else float(summary.kernel_count)
+            )
             title = (
-                f"Many small kernels: {per_step_kernels:.0f} {c.each}, median {med:.3g} us;"
+                f"Many small kernels: {shown:.0f} {c.each}, median {med:.3g} us;"
                 " launching them sets the pace"
                 if tiny
                 else f"The host sets the pace: the GPU idles {share * 100:.0f}% of the time "
@@ -283,16 +291,26 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
     many = len(c.top_ops) / per_step >= th.MIN_OPS_FOR_OVERHEAD
     tiny = many and med < th.TINY_CPU_OP_US
     share = c.frac(bd.launch_us + tiny_us) if tiny else c.frac(bd.launch_us)
+    # The count in the title is the Summary's (every op, nested ones too); the rule judges
+    # the top-level ones, the calls Python made, and says how many of them there are.
+    summary = summarize_trace(c.trace)
+    shown = (
+        summary.ops_per_step
+        if c.n_steps and summary.ops_per_step is not None
+        else float(summary.op_count)
+    )
     out.append(
         make_finding(
             "launch_overhead",
-            f"Thousands of tiny ops: {len(c.top_ops) / per_step:.0f} {c.each}, median "
-            f"{med:.3g} us each; dispatch, not math, sets the pace"
+            f"Thousands of tiny ops: {shown:.0f} {c.each} ({len(c.top_ops) / per_step:.0f} "
+            f"of them called from Python), median {med:.3g} us each; dispatch, not math, sets "
+            "the pace"
             if tiny
             else f"Short dispatch gaps between ops take {share * 100:.0f}% of the time",
             share,
             {
-                "ops_per_step": len(c.top_ops) / per_step,
+                "ops_per_step": shown,
+                "top_level_ops_per_step": len(c.top_ops) / per_step,
                 "median_op_us": med,
                 "time_in_tiny_ops_us": tiny_us,
                 "dispatch_gaps_between_ops_us": bd.launch_us,
