@@ -40,6 +40,7 @@ import os
 import signal
 import sys
 import time
+from _thread import get_ident as _get_ident
 from collections.abc import Callable, Iterator
 from types import CodeType, FrameType
 from typing import Any
@@ -127,6 +128,7 @@ class LineTracer:
         self.own_code: tuple[CodeType, ...] = (LineTracer._wake.__code__,)
         self._running = False
         self._backoff = False
+        self._thread = 0
         self._tool: int | None = None
         self._old_handler: Any = None
         # The context of the latest event: its frame (settrace) or code (monitoring), and
@@ -160,6 +162,7 @@ class LineTracer:
         if self._running:
             return
         self._running = True
+        self._thread = _get_ident()
         self._open_delay()
         self._start_ns = self._burst_start = time.perf_counter_ns()
         self._backoff = self._backoff_wanted and signal_sampling_possible()
@@ -296,6 +299,9 @@ class LineTracer:
         return _monitoring().DISABLE
 
     def _mon_line(self, code: CodeType, line: int) -> Any:
+        # sys.monitoring's events fire on every thread: only the cell's counts.
+        if _get_ident() != self._thread:
+            return None
         if code is not self._code:
             self._enter(sys._getframe(1))
         sid = self._lines.get(line)
@@ -314,6 +320,8 @@ class LineTracer:
             self._check_rate()
 
     def _mon_leave(self, code: CodeType, offset: int, value: object) -> Any:
+        if _get_ident() != self._thread:
+            return None
         self._leave(sys._getframe(1))
 
     def _enter(self, frame: FrameType) -> None:

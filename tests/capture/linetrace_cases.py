@@ -239,6 +239,28 @@ def case_time_waiting_for_a_core_is_no_lines() -> None:
     assert by_line.get(2, 0.0) == 0.0
 
 
+def case_another_thread_running_user_code_is_left_out() -> None:
+    """A user function run on another thread while the cell sleeps: its lines are not the
+    cell's (sys.monitoring's events fire on every thread)."""
+    ns: dict[str, Any] = {"time": time, "threading": threading}
+    exec(
+        compile(
+            "def busy():\n    end = time.perf_counter() + 0.05\n"
+            "    while time.perf_counter() < end:\n        pass\n",
+            OTHER_CELL,
+            "exec",
+        ),
+        ns,
+    )
+    _, entry = traced(
+        "t = threading.Thread(target=busy)\nt.start()\ntime.sleep(0.06)\nt.join()\n", ns
+    )
+    stacks = time_by_stack(entry)
+    assert not any(s and s[-1][0] == "busy" for s in stacks), stacks
+    lines = time_by_line(entry)
+    assert lines.most_common(1)[0][0] == ("<module>", 3), lines
+
+
 def case_engine_matches_the_interpreter() -> None:
     expected = "monitoring" if sys.version_info >= (3, 12) else "settrace"
     assert default_engine() == expected
