@@ -17,6 +17,7 @@ the change is real (docs/compare.md has the method).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -62,28 +63,36 @@ def timing_verdict(
 ) -> Verdict | None:
     """Return the verdict on two sets of timed samples (Verdict.from_samples), made
     noise-aware (docs/compare.md): a side is noisy when its samples spread more than
-    NOISY_SAMPLE_SPREAD (slowest over fastest) or other processes kept
-    NOISY_OTHER_WORK_SHARE of the cores busy (`other_work`, each side's share, from its
-    utilisation). Then a change is called only when the ratio lies beyond the product of
-    the two sides' noise factors (each its spread, or 1 / (1 - other work) when larger: a
-    machine that far off could have made that much of no change). The verdict also says how
-    many samples per side would settle a question it leaves open."""
+    NOISY_SAMPLE_SPREAD (slowest over fastest), and the pair when other processes held
+    NOISY_OTHER_WORK_CHANGE more of the cores on one side than on the other (`other_work`,
+    each side's share, from its utilisation). Then a change is called only when the ratio
+    lies beyond the product of the noise factors (each side's spread, and 1 / (1 - the
+    change in other work)): a machine that far off could have made that much of no change.
+    The verdict also says how many samples per side would settle a question it leaves
+    open."""
     v = Verdict.from_samples(before, after, noise_floor=noise_floor)
     if v is None:
         return None
     spreads = (spread_of(before), spread_of(after))
     factors = []
     reasons = []
-    for side, spread, other in zip(("before", "after"), spreads, other_work, strict=True):
-        factor = spread or 1.0
+    for side, spread in zip(("before", "after"), spreads, strict=True):
         if spread is not None and spread > th.NOISY_SAMPLE_SPREAD:
             reasons.append(f"{side}'s samples spread {spread:.2f}x")
-        if other is not None and other >= th.NOISY_OTHER_WORK_SHARE:
-            reasons.append(f"other work held {other * 100:.0f}% of the cores during {side}")
-            factor = max(factor, 1.0 / max(1.0 - other, 0.1))
-        factors.append(factor)
+        factors.append(spread or 1.0)
+    # Other work that held the cores on one side more than on the other: the machine
+    # changed between the runs (the same load on both sides slows both alike).
+    known = [o for o in other_work if o is not None]
+    change = max(known) - (min(known) if len(known) == 2 else 0.0) if known else 0.0
+    if change >= th.NOISY_OTHER_WORK_CHANGE:
+        side = "before" if (other_work[0] or 0.0) >= (other_work[1] or 0.0) else "after"
+        reasons.append(
+            f"other work held {change * 100:.0f}% more of the cores during {side} than "
+            "during the other side"
+        )
+        factors.append(1.0 / max(1.0 - change, 0.1))
     kind, why = v.kind, ""
-    covers = factors[0] * factors[1]
+    covers = math.prod(factors)
     if kind != "no clear change" and reasons and max(v.ratio, 1 / v.ratio) <= covers:
         kind = "no clear change"
         why = (

@@ -10,7 +10,7 @@ import bisect
 import dataclasses
 import re
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter
@@ -145,6 +145,22 @@ class Context:
     def frac_of_window(self, us: float) -> float:
         return us / self.span_us if self.span_us > 0 else 0.0
 
+    def per_step(self, starts: Iterable[float]) -> float:
+        """The things that started at `starts` per step: those inside the annotated steps
+        over their number (a per-step figure over the steps its count covers; the window
+        may run past the steps), or all of them per cell without steps."""
+        values = list(starts)
+        steps = self.trace.steps
+        if not steps:
+            return float(len(values))
+        bounds = sorted((st.start_us, st.end_us) for st in steps)
+        begins = [a for a, _ in bounds]
+        inside = 0
+        for t in values:
+            k = bisect.bisect_right(begins, t) - 1
+            inside += k >= 0 and t < bounds[k][1]
+        return inside / len(steps)
+
     @property
     def each(self) -> str:
         """How titles say 'per step': without steps the counts are for the whole cell."""
@@ -203,10 +219,10 @@ def rule_host_sync(c: Context) -> Finding | None:
     )
     bd = c.timeline.breakdown
     idle = bd.sync_us if bd is not None else 0.0
-    per_step = max(c.n_steps, 1)
+    outer_items = [o for o in items if o.name == "aten::item"] or items
     evidence = {
-        "sync_calls_per_step": (len(calls) or len(events)) / per_step,
-        "item_calls_per_step": n_item / per_step,
+        "sync_calls_per_step": c.per_step(r.start_us for r in (calls or events)),
+        "item_calls_per_step": c.per_step(o.start_us for o in outer_items),
         "host_blocked_us": _union_in(blocked, c.lo, c.hi),
         "device_idle_after_sync_us": idle,
         "device_idle_after_sync_fraction": c.frac(idle),
@@ -225,12 +241,18 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
     out: list[Finding] = []
     if bd is None:
         return out
-    per_step = max(c.n_steps, 1)
     if c.on_device:
         kc = c.kcols
         compute = kc.dur[kc.is_kernel].tolist()
         med = median_duration_us(compute)
-        per_step_kernels = len(compute) / per_step
+        # The Summary's count: kernels launched inside the steps, per step (all of them
+        # per cell without steps).
+        summary = summarize_trace(c.trace)
+        per_step_kernels = (
+            summary.kernels_per_step
+            if c.n_steps and summary.kernels_per_step is not None
+            else float(len(compute))
+        )
         tiny = (
             bool(compute)
             and med < th.TINY_KERNEL_US
@@ -248,15 +270,8 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
             "device_idle_while_host_in_ops_us": host_ops,
         }
         if compute:
-            # The Summary's count of kernels per step (all devices, launched in a step).
-            summary = summarize_trace(c.trace)
-            shown = (
-                summary.kernels_per_step
-                if c.n_steps and summary.kernels_per_step is not None
-                else float(summary.kernel_count)
-            )
             title = (
-                f"Many small kernels: {shown:.0f} {c.each}, median {med:.3g} us;"
+                f"Many small kernels: {per_step_kernels:.0f} {c.each}, median {med:.3g} us;"
                 " launching them sets the pace"
                 if tiny
                 else f"The host sets the pace: the GPU idles {share * 100:.0f}% of the time "
@@ -288,7 +303,8 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
     med = median_duration_us(durations)
     tiny_names = _tiny_op_names(c.top_ops)
     tiny_us = sum(o.dur_us for o in c.top_ops if o.name in tiny_names)
-    many = len(c.top_ops) / per_step >= th.MIN_OPS_FOR_OVERHEAD
+    top_per_step = c.per_step(o.start_us for o in c.top_ops)
+    many = top_per_step >= th.MIN_OPS_FOR_OVERHEAD
     tiny = many and med < th.TINY_CPU_OP_US
     share = c.frac(bd.launch_us + tiny_us) if tiny else c.frac(bd.launch_us)
     # The count in the title is the Summary's (every op, nested ones too); the rule judges
@@ -302,7 +318,7 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
     out.append(
         make_finding(
             "launch_overhead",
-            f"Thousands of tiny ops: {shown:.0f} {c.each} ({len(c.top_ops) / per_step:.0f} "
+            f"Thousands of tiny ops: {shown:.0f} {c.each} ({top_per_step:.0f} "
             f"of them called from Python), median {med:.3g} us each; dispatch, not math, sets "
             "the pace"
             if tiny
@@ -310,7 +326,7 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
             share,
             {
                 "ops_per_step": shown,
-                "top_level_ops_per_step": len(c.top_ops) / per_step,
+                "top_level_ops_per_step": top_per_step,
                 "median_op_us": med,
                 "time_in_tiny_ops_us": tiny_us,
                 "dispatch_gaps_between_ops_us": bd.launch_us,
@@ -605,7 +621,7 @@ def rule_dtype_cast(c: Context) -> Finding | None:
         cast_us = _device_time_launched_in(c, casts)
     else:
         cast_us = sum(o.dur_us for o in casts)
-    per_step = len(casts) / max(c.n_steps, 1)
+    per_step = c.per_step(o.start_us for o in casts)
     share = c.frac(cast_us) if per_step >= th.DTYPE_CAST_MIN_PER_STEP else 0.0
     return make_finding(
         "dtype_cast",

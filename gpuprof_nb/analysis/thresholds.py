@@ -158,6 +158,11 @@ NOISY_OTHER_WORK_SHARE = 0.5
 # work.
 NOISY_WAITED_SHARE = 0.1
 
+# compare: other processes held this much more of the machine's cores during one side than
+# during the other: the machine changed between the two runs by as much as a quarter of its
+# cores, which on a small machine moves a cell's time by a third or more (1 / (1 - 0.25)).
+NOISY_OTHER_WORK_CHANGE = 0.25
+
 # A noisy measurement is a high-severity finding from a spread this wide, or with other work
 # holding this much of the machine: numbers that far off can reorder every other finding.
 NOISY_HIGH_SPREAD = 3.0
