@@ -60,14 +60,17 @@ def timing_verdict(
     *,
     noise_floor: float = COMPARE_NOISE_FLOOR,
     other_work: tuple[float | None, float | None] = (None, None),
+    waited: tuple[float | None, float | None] = (None, None),
 ) -> Verdict | None:
     """Return the verdict on two sets of timed samples (Verdict.from_samples), made
     noise-aware (docs/compare.md): a side is noisy when its samples spread more than
-    NOISY_SAMPLE_SPREAD (slowest over fastest), and the pair when other processes held
-    NOISY_OTHER_WORK_CHANGE more of the cores on one side than on the other (`other_work`,
-    each side's share, from its utilisation). Then a change is called only when the ratio
-    lies beyond the product of the noise factors (each side's spread, and 1 / (1 - the
-    change in other work)): a machine that far off could have made that much of no change.
+    NOISY_SAMPLE_SPREAD (slowest over fastest), and the pair when the cell's thread waited
+    for a core NOISY_WAITED_CHANGE more of its timed runs on one side (`waited`, from
+    the timing), or, where that is not measured, other processes held
+    NOISY_OTHER_WORK_CHANGE more of the cores on one side (`other_work`, from the
+    utilisation). Then a change is called only when the ratio lies beyond the product of
+    the noise factors (each side's spread, and 1 / (1 - that change)): a machine that far
+    off could have made that much of no change.
     The verdict also says how many samples per side would settle a question it leaves
     open."""
     v = Verdict.from_samples(before, after, noise_floor=noise_floor)
@@ -80,17 +83,28 @@ def timing_verdict(
         if spread is not None and spread > th.NOISY_SAMPLE_SPREAD:
             reasons.append(f"{side}'s samples spread {spread:.2f}x")
         factors.append(spread or 1.0)
-    # Other work that held the cores on one side more than on the other: the machine
-    # changed between the runs (the same load on both sides slows both alike).
-    known = [o for o in other_work if o is not None]
-    change = max(known) - (min(known) if len(known) == 2 else 0.0) if known else 0.0
-    if change >= th.NOISY_OTHER_WORK_CHANGE:
-        side = "before" if (other_work[0] or 0.0) >= (other_work[1] or 0.0) else "after"
-        reasons.append(
-            f"other work held {change * 100:.0f}% more of the cores during {side} than "
-            "during the other side"
-        )
-        factors.append(1.0 / max(1.0 - change, 0.1))
+    # The machine changed between the runs: the cell's thread waited for a core more on
+    # one side (the direct measure, where the OS gives it), else other work held more of
+    # the cores on one side. The same load on both sides slows both alike.
+    if waited[0] is not None and waited[1] is not None:
+        change = abs(waited[0] - waited[1])
+        if change >= th.NOISY_WAITED_CHANGE:
+            side = "before" if waited[0] > waited[1] else "after"
+            reasons.append(
+                f"the cell's thread waited for a core {change * 100:.0f}% of the time more "
+                f"during {side}"
+            )
+            factors.append(1.0 / max(1.0 - change, 0.1))
+    else:
+        known = [o for o in other_work if o is not None]
+        change = max(known) - (min(known) if len(known) == 2 else 0.0) if known else 0.0
+        if change >= th.NOISY_OTHER_WORK_CHANGE:
+            side = "before" if (other_work[0] or 0.0) >= (other_work[1] or 0.0) else "after"
+            reasons.append(
+                f"other work held {change * 100:.0f}% more of the cores during {side} than "
+                "during the other side"
+            )
+            factors.append(1.0 / max(1.0 - change, 0.1))
     kind, why = v.kind, ""
     covers = math.prod(factors)
     if kind != "no clear change" and reasons and max(v.ratio, 1 / v.ratio) <= covers:
@@ -270,6 +284,11 @@ def _other_work(side: _Side) -> float | None:
     return other_work_share(side.trace.utilisation) if side.trace is not None else None
 
 
+def _waited(side: _Side) -> float | None:
+    """The share of its timed runs the side's thread waited for a core, where measured."""
+    return side.timing.waited_fraction if side.timing is not None else None
+
+
 def _unchanged_share(changes: Sequence[ChangeRow]) -> float | None:
     """The share of the net change in time that lies in rows both sides ran the same
     number of times (same name, same calls, nothing replacing them), in the direction of
@@ -380,6 +399,7 @@ def compare(
         _samples(a, per),
         noise_floor=noise_floor,
         other_work=(_other_work(b), _other_work(a)),
+        waited=(_waited(b), _waited(a)),
     )
     if verdict is not None:
         verdict_note = ""

@@ -96,10 +96,12 @@ def rule_noisy_measurement(
     the cell's thread waited NOISY_WAITED_SHARE of its run for a core; None otherwise."""
     spread = spread_of(timing.times_us) if timing is not None else None
     other = other_work_share(utilisation)
-    waited = None
+    waited = timing.waited_fraction if timing is not None else None
     if hotspots is not None and hotspots.lost_us > 0:
         whole = hotspots.host_us + hotspots.lost_us
-        waited = hotspots.lost_us / whole if whole > 0 else None
+        profiled = hotspots.lost_us / whole if whole > 0 else None
+        if profiled is not None and (waited is None or profiled > waited):
+            waited = profiled
     reasons = []
     evidence: dict[str, float] = {}
     if spread is not None and timing is not None:
@@ -119,7 +121,8 @@ def rule_noisy_measurement(
         evidence["waited_for_a_core_fraction"] = waited
         if waited >= th.NOISY_WAITED_SHARE:
             reasons.append(
-                f"the cell's thread waited for a core {waited * 100:.0f}% of the profiled run"
+                f"the cell's thread waited for a core {waited * 100:.0f}% of the time it ran "
+                "(other processes had the CPU)"
             )
     if not reasons:
         return None

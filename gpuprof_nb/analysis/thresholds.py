@@ -158,9 +158,15 @@ NOISY_OTHER_WORK_SHARE = 0.5
 # work.
 NOISY_WAITED_SHARE = 0.1
 
-# compare: other processes held this much more of the machine's cores during one side than
-# during the other: the machine changed between the two runs by as much as a quarter of its
-# cores, which on a small machine moves a cell's time by a third or more (1 / (1 - 0.25)).
+# compare: the cell's thread waited for a core this much more of its timed runs on one side
+# than on the other (Linux's run delay, measured around the timed samples): that much of the
+# difference is other processes' doing (a 10% wait stretches the run by 1 / 0.9 = 1.11x).
+NOISY_WAITED_CHANGE = 0.1
+
+# compare, where the wait is not measured: other processes held this much more of the
+# machine's cores during one side than during the other: the machine changed between the two
+# runs by as much as a quarter of its cores, which on a small machine moves a cell's time by a
+# third or more (1 / (1 - 0.25)).
 NOISY_OTHER_WORK_CHANGE = 0.25
 
 # A noisy measurement is a high-severity finding from a spread this wide, or with other work

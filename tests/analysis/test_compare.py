@@ -225,6 +225,12 @@ def test_other_work_on_one_side_covers_the_difference() -> None:
     # The same load on both sides slows both alike: the call stands.
     alike = timing_verdict(before, after, other_work=(0.9, 0.85))
     assert alike is not None and alike.kind == "faster"
+    # Where the wait for a core was measured, it decides: here the same on both sides.
+    measured = timing_verdict(before, after, other_work=(0.9, 0.1), waited=(0.02, 0.03))
+    assert measured is not None and measured.kind == "faster"
+    waited = timing_verdict(before, after, waited=(0.45, 0.0))
+    assert waited is not None and waited.kind == "no clear change"
+    assert "waited for a core 45% of the time more during before" in waited.why
 
 
 def test_how_many_runs_would_settle_it_is_said() -> None:

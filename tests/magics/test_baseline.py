@@ -27,6 +27,7 @@ def ip(ipython_shell, fake_clock, cpu_path, monkeypatch):
     from gpuprof_nb.analysis import compare
 
     monkeypatch.setattr(compare, "_other_work", lambda side: None)
+    monkeypatch.setattr(compare, "_waited", lambda side: None)
     ipython_shell.user_ns["runs"] = 0
     return ipython_shell
 
