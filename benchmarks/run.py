@@ -343,9 +343,14 @@ def main(argv: list[str] | None = None) -> int:
         try:
             section = module.run(cfg)
         except Exception as exc:  # noqa: BLE001 - one broken comparison must not hide the rest
+            import traceback
+
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            print(traceback.format_exc(), file=sys.stderr)
             section = Section(
                 name,
-                f"This comparison failed: `{type(exc).__name__}: {exc}`",
+                f"This comparison failed: `{type(exc).__name__}: {exc}` "
+                f"(at `{Path(where.filename).name}:{where.lineno}`)",
                 (Target(name, f"failed: {exc}", "runs", False),),
             )
         section = stamp_section(section, command.strip())

@@ -20,12 +20,15 @@ Library code pays at most one cheap call per function:
 - Python 3.10/3.11 ("settrace"): `sys.settrace` with a global function that gives a local
   tracer to the user's frames only; library frames get that one call event.
 
-A loop so tight that the events would cost more than a few percent (a line every couple of
-microseconds) is traced in bursts: after BURST_EVENTS events in under BURST_EVENTS *
-MIN_MEAN_GAP_NS, the events go off for QUIET_S, and a one-shot SIGALRM turns them on again;
-the quiet stretch is shared among the lines in the proportions the burst before it measured
-(the entry says how much time was shared out so). Without SIGALRM (off the main thread, the
-timer in use) the events stay on.
+Code whose events would cost more than a few percent is traced in bursts: a tight loop (a
+line every couple of microseconds) and, with settrace, code that calls many library
+functions (each call passes through the global function; a training loop's torch modules
+and optimizer). Every burst (BURST_NS) is costed from its events and library calls; past
+MAX_COST_SHARE of it, the events go off for long enough to bring the run's share down to
+QUIET_TARGET_SHARE, and a one-shot SIGALRM turns them on again. The quiet stretch is shared
+among the lines in the proportions the burst before it measured (the entry says how much
+time was shared out so). Without SIGALRM (off the main thread, the timer in use) the events
+stay on.
 
 The entry it records has the line sampler's shape (io/samples.py), with mode "exact": each
 time opens a stretch that lasts until the next one (the last until `end_us`); an empty stack
@@ -53,11 +56,23 @@ from gpuprof_nb.capture.sampling import MAX_DEPTH, MAX_TEXT, signal_sampling_pos
 # (Python 3.11), less with sys.monitoring: past one line every 3 us that is over 7% of the
 # run (benchmarks/RESULTS.md, section 12).
 BURST_EVENTS = 256
-MIN_MEAN_GAP_NS = 3_000
-# How long the events stay off in a tight loop: long against a burst (~60 us there) and the
-# wake-up signal (~40 us on a 2-core VM), short enough that the loop's end is placed within
-# a couple of milliseconds.
-QUIET_S = 0.002
+# A burst lasts this long (checked at the next new line); the events and library calls in it
+# are costed at COST_NS each (line event, library call), as measured on the benchmark
+# machine, a 2-core VM: settrace's line event ~0.2 us; each library call ~0.35 us with
+# settrace on (its frame made for the tracer, the global function, a check at each of its
+# lines: a torch training loop of 105 calls a step ran 6.7% slower with a global function
+# that does nothing); sys.monitoring's line event ~0.1 us, its library calls free after
+# their first.
+BURST_NS = 1_000_000
+COST_NS = {"settrace": (250, 350), "monitoring": (100, 0)}
+# Past this share of a burst the events go quiet, for long enough that the run pays
+# QUIET_TARGET_SHARE in all (wake-up included), within QUIET_MIN_S..QUIET_MAX_S: short
+# enough that a loop's end is placed within milliseconds, long against the wake-up signal
+# (~40 us on a 2-core VM).
+MAX_COST_SHARE = 0.025
+QUIET_TARGET_SHARE = 0.003
+QUIET_MIN_S = 0.002
+QUIET_MAX_S = 0.01
 # The stretches just before a quiet one whose stacks it is shared among: the loop's own
 # lines, not a slower line that led into it.
 MIX_SEGMENTS = 64
@@ -66,6 +81,8 @@ MIX_SEGMENTS = 64
 # lasts a scheduler slice (milliseconds), so it makes its stretch at least this long.
 LONG_NS = 500_000
 SCHEDSTAT = "/proc/thread-self/schedstat"
+# At a wake-up, how far up from the interrupted frame a frame of the user's is looked for.
+WAKE_DEPTH = 4
 # sys.monitoring tool ids tried, in order (PROFILER_ID first).
 TOOL_IDS = (2, 3, 4, 5)
 TOOL_NAME = "gpuprof_nb line tracer"
@@ -75,6 +92,14 @@ OUTSIDE = -1
 QUIET = -2
 
 Stack = tuple[tuple[CodeType, int], ...]
+
+# Whether each file seen holds the user's code, across runs (bounded).
+_USER_FILES: dict[str, bool] = {}
+_MAX_FILES = 50_000
+
+
+def _is_user_file(filename: str) -> bool:
+    return frame_kind(filename) == "user"
 
 
 def _monitoring() -> Any:
@@ -120,7 +145,7 @@ class LineTracer:
         self.engine = engine
         self.mode = "exact"
         self._backoff_wanted = backoff
-        self._is_user_file = is_user or (lambda f: frame_kind(f) == "user")
+        self._is_user_file = is_user or _is_user_file
         self._user: dict[CodeType, bool] = {}
         self._tracked: list[CodeType] = []
         # The signal handler runs on the cell's thread, where torch's with_stack recording
@@ -146,6 +171,7 @@ class LineTracer:
         self._quiet: dict[int, int] = {}
         self._quiet_now = False
         self._count = 0
+        self._calls = 0
         self._burst_start = 0
         self._events = 0
         # The time this thread waited for a core (Linux schedstat), per stretch index.
@@ -254,21 +280,35 @@ class LineTracer:
     def _user_code(self, code: CodeType) -> bool:
         got = self._user.get(code)
         if got is None:
-            got = self._user[code] = (
-                code.co_filename == self.cell_code.co_filename
-                or self._is_user_file(code.co_filename)
-            )
+            filename = code.co_filename
+            if filename == self.cell_code.co_filename:
+                got = True
+            elif self._is_user_file is _is_user_file:
+                # The file's kind, judged once per process: a training loop meets hundreds
+                # of library code objects, each new to every run's tracer.
+                got = _USER_FILES.get(filename)
+                if got is None:
+                    if len(_USER_FILES) >= _MAX_FILES:
+                        _USER_FILES.clear()
+                    got = _USER_FILES[filename] = _is_user_file(filename)
+            else:
+                got = self._is_user_file(filename)
+            self._user[code] = got
         return got
 
     # -- events ----------------------------------------------------------------------------
 
     def _global(self, frame: FrameType, event: str, arg: Any) -> Any:
-        """settrace's global function: a local tracer for the user's frames only."""
+        """settrace's global function: a local tracer for the user's frames only; the
+        library calls it sees are counted (each costs the run, see _check_cost)."""
         code = frame.f_code
         got = self._user.get(code)
         if got is None:
             got = self._user_code(code)
-        return self._local if got else None
+        if got:
+            return self._local
+        self._calls += 1
+        return None
 
     def _local(self, frame: FrameType, event: str, arg: Any) -> Any:
         if event == "line":
@@ -278,6 +318,7 @@ class LineTracer:
             sid = self._lines.get(line)
             if sid is None:
                 sid = self._new_stack(line)
+            self._count += 1
             if sid != self._last:
                 self._last = sid
                 now = time.perf_counter_ns()
@@ -286,9 +327,10 @@ class LineTracer:
                     self._check_lost(now)
                 ts.append(now)
                 self._of.append(sid)
-            self._count += 1
-            if self._count >= BURST_EVENTS:
-                self._check_rate()
+                if now - self._burst_start >= BURST_NS:
+                    self._check_cost(now)
+            elif self._count >= BURST_EVENTS:
+                self._check_cost(time.perf_counter_ns())
         elif event == "return":
             self._leave(frame)
         return self._local
@@ -307,6 +349,7 @@ class LineTracer:
         sid = self._lines.get(line)
         if sid is None:
             sid = self._new_stack(line)
+        self._count += 1
         if sid != self._last:
             self._last = sid
             now = time.perf_counter_ns()
@@ -315,9 +358,10 @@ class LineTracer:
                 self._check_lost(now)
             ts.append(now)
             self._of.append(sid)
-        self._count += 1
-        if self._count >= BURST_EVENTS:
-            self._check_rate()
+            if now - self._burst_start >= BURST_NS:
+                self._check_cost(now)
+        elif self._count >= BURST_EVENTS:
+            self._check_cost(time.perf_counter_ns())
 
     def _mon_leave(self, code: CodeType, offset: int, value: object) -> Any:
         if _get_ident() != self._thread:
@@ -415,17 +459,24 @@ class LineTracer:
 
     # -- tight loops -----------------------------------------------------------------------
 
-    def _check_rate(self) -> None:
-        now = time.perf_counter_ns()
+    def _check_cost(self, now: int) -> None:
+        """At the end of a burst (BURST_NS, or BURST_EVENTS events on one line): what the
+        events and the library calls since its start cost, by the measured cost of each;
+        past MAX_COST_SHARE of the burst, the events go quiet long enough to bring the run's
+        share down to QUIET_TARGET_SHARE (QUIET_MIN_S to QUIET_MAX_S)."""
+        elapsed = now - self._burst_start
+        event_ns, call_ns = COST_NS[self.engine]
+        cost = self._count * event_ns + self._calls * call_ns
         self._events += self._count
-        fast = now - self._burst_start < self._count * MIN_MEAN_GAP_NS
-        self._count = 0
-        if fast and self._backoff and self._running:
-            self._go_quiet(now)
+        self._count = self._calls = 0
+        if elapsed > 0 and cost > MAX_COST_SHARE * elapsed and self._backoff and self._running:
+            share = cost / elapsed
+            quiet_s = elapsed * (share / QUIET_TARGET_SHARE - 1) / 1e9
+            self._go_quiet(now, min(max(quiet_s, QUIET_MIN_S), QUIET_MAX_S))
         else:
             self._burst_start = now
 
-    def _go_quiet(self, now: int) -> None:
+    def _go_quiet(self, now: int, quiet_s: float) -> None:
         if self._ts and now - self._ts[-1] >= LONG_NS:
             self._check_lost(now)
         self._quiet[len(self._ts)] = self._burst_start
@@ -439,17 +490,20 @@ class LineTracer:
                     _monitoring().set_local_events(self._tool, code, 0)
         else:
             sys.settrace(None)
-        signal.setitimer(signal.ITIMER_REAL, QUIET_S)
+        signal.setitimer(signal.ITIMER_REAL, quiet_s)
 
     def _wake(self, signum: int, frame: FrameType | None) -> None:
-        """The one-shot timer after a quiet stretch: events on again, and the time from now
-        goes to the innermost user frame of the interrupted stack."""
+        """The one-shot timer after a quiet stretch: events on again. When the interrupted
+        frame, or one of the WAKE_DEPTH frames around it, is the user's, the time from now
+        is its line's (a sleep that followed a tight loop is the sleep's from here on);
+        otherwise the quiet stretch goes on to the next line event. Walking a deep stack
+        makes every frame on it an object: it cost 50-120 us a wake on a training loop."""
         if not (self._running and self._quiet_now):
             return
         now = time.perf_counter_ns()
         self._quiet_now = False
         self._burst_start = now
-        self._count = 0
+        self._count = self._calls = 0
         try:
             if self.engine == "monitoring":
                 if self._tool is not None:
@@ -458,21 +512,16 @@ class LineTracer:
                         _monitoring().set_local_events(self._tool, code, events)
             else:
                 sys.settrace(self._global)
-                # Frames that began while the events were off have no local tracer.
-                f = frame
-                while f is not None:
-                    if f.f_trace is None and self._user_code(f.f_code):
-                        f.f_trace = self._local
-                    if f.f_code is self.cell_code:
-                        break
-                    f = f.f_back
             inner = frame
-            while inner is not None and not self._user_code(inner.f_code):
+            depth = 0
+            while inner is not None and depth < WAKE_DEPTH and not self._user_code(inner.f_code):
                 inner = inner.f_back
-            if inner is None or _chain(inner, self.cell_code) is None:
-                self._mark(now, OUTSIDE)
-                self._frame = self._code = None
+                depth += 1
+            if inner is None or not self._user_code(inner.f_code):
                 return
+            if self.engine == "settrace" and inner.f_trace is None:
+                # Began while the events were off: it has no local tracer yet.
+                inner.f_trace = self._local
             self._enter(inner)
             line = inner.f_lineno
             sid = self._lines.get(line)

@@ -181,6 +181,42 @@ def case_tight_loop_goes_quiet() -> None:
     assert full["shared_us"] == 0 and full["events"] >= 400_000
 
 
+def case_a_sleep_after_a_tight_loop_keeps_its_time() -> None:
+    """A tight loop goes quiet; the sleep after it is found at the wake-up (the signal
+    interrupts the sleep, whose line the cell's frame shows): at most QUIET_MAX_S of the
+    sleep can be shared out as the loop's."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    from gpuprof_nb.capture import linetrace
+
+    _, entry = traced(
+        "total = 0\nfor i in range(300_000):\n    total += i * i % 7\ntime.sleep(0.06)\n",
+        {"time": time},
+    )
+    lines = time_by_line(entry)
+    assert entry["shared_us"] > 0
+    assert lines[("<module>", 4)] >= 60_000 - linetrace.QUIET_MAX_S * 1e6 - 1_000, lines
+
+
+def case_library_calls_in_a_loop_are_costed() -> None:
+    """A loop whose lines call library code (the standard library's, as torch's would be):
+    with settrace each call passes through the global function, so the loop is traced in
+    bursts; the lines still come out right."""
+    import json
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    body = (
+        "acc = 0\nfor i in range(3000):\n    s = json.dumps({'a': i, 'b': [i, i]})\n"
+        "    acc += len(json.loads(s))\n"
+    )
+    tracer, entry = traced(body, {"json": json})
+    lines = time_by_line(entry)
+    assert share(lines, ("<module>", 3)) + share(lines, ("<module>", 4)) > 0.9, lines
+    if tracer.engine == "settrace":
+        assert entry["shared_us"] > 0
+
+
 def case_the_cell_raises() -> None:
     """The cell's exception propagates; the tracer stops and leaves nothing behind."""
     handler = signal.getsignal(signal.SIGALRM)
