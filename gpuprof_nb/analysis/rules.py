@@ -347,7 +347,7 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
     dispatch = min(c.frac(bd.launch_us), between)
     rest = f"{between * 100:.0f}% of the time is between ops"
     if dispatch >= 0.005:
-        rest += f", {dispatch * 100:.0f}% of it short dispatch gaps"
+        rest += f", {dispatch * 100:.0f}% of the time in short dispatch gaps"
     out.append(
         make_finding(
             "python_overhead",

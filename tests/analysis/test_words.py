@@ -76,6 +76,10 @@ def test_python_overhead_evidence_reads_with_its_headline(path: Path) -> None:
         assert ev["python_outside_ops_fraction"] == pytest.approx(f.share)
         assert ev["python_outside_ops_fraction"] <= ev["between_ops_fraction"] + 1e-9
         assert f"{ev['between_ops_fraction'] * 100:.0f}% of the time is between ops" in f.title
+        # The dispatch gaps are a share of the whole time, like the others, and say so.
+        dispatch = ev["dispatch_gaps_between_ops_fraction"]
+        if dispatch >= 0.005:
+            assert f"{dispatch * 100:.0f}% of the time in short dispatch gaps" in f.title
     else:  # GPU: the device idle while the host ran Python
         assert ev["device_idle_host_outside_ops_fraction"] == pytest.approx(f.share)
     assert "wall_not_in_torch_ops_fraction" not in ev

@@ -174,6 +174,30 @@ def test_per_sample_loop_names_the_work_line_every_time(ipython_shell, attempt) 
     shares_in_range(r.hotspots)
 
 
+def test_the_window_is_the_cells_not_the_profilers_start_up(ipython_shell) -> None:
+    """With --stack the trace holds the Python calls of every thread from the profiler's
+    start (IPython's history thread spans it all). The Timeline's window is the cell's code
+    and its ops: the profiler's start-up is no Python of the user's, and the Python time
+    between ops is held by the cell's lines."""
+    from gpuprof_nb.analysis.timeline import cell_span
+
+    r = profile(ipython_shell, 74, PER_SAMPLE)
+    span = cell_span(r.trace)
+    assert span is not None
+    ops = [o for o in r.trace.ops if o.kind == "op"]
+    lo = min(span[0], min(o.start_us for o in ops))
+    hi = max(span[1], max(o.end_us for o in ops))
+    python = [o for o in r.trace.ops if o.kind == "python"]
+    # What the test is about: Python calls well outside the cell.
+    assert min(o.start_us for o in python) < lo - 100, (lo, min(o.start_us for o in python))
+    tl = r.timeline
+    assert lo - 1 <= tl.start_us and tl.end_us <= hi + 1, (tl.start_us - lo, hi - tl.end_us)
+    # The Python gaps between ops lie in the cell: its lines hold nearly all of them.
+    host_gaps = sum(g.end_us - g.start_us for g in tl.gaps if g.cause == "host")
+    held = sum(line.idle_by_cause_us.get("host", 0.0) for line in r.hotspots.lines)
+    assert held >= 0.8 * host_gaps, (held, host_gaps)
+
+
 @pytest.mark.parametrize("attempt", range(3))
 def test_sleep_in_a_short_loop_names_the_sleep_every_time(ipython_shell, attempt) -> None:
     r = profile(ipython_shell, 80 + attempt, SLEEP_IN_LOOP)
