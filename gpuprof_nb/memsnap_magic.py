@@ -161,6 +161,7 @@ class MemsnapMagics(Magics):
         options = {
             "max_entries": args.max_entries or DEFAULT_MAX_ENTRIES,
             "stacks": args.stacks,
+            "cell_code": code,
         }
         other = None
         try:

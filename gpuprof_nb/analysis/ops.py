@@ -36,6 +36,7 @@ from gpuprof_nb.analysis.derived import (
     kernel_ids,
     last_call_of,
     lookup,
+    memo,
     op_columns,
     op_name_codes,
     runtime_correlations,
@@ -411,14 +412,19 @@ def _count_in_steps(starts: np.ndarray, trace: Trace) -> float:
 
 
 def summarize_trace(trace: Trace) -> TraceSummary:
-    """Return the headline numbers: device names, window and busy time (microseconds), step
-    count and median step time, op/kernel counts and per-step means.
+    """Return the headline numbers (computed once per trace: the diagnosis's titles quote
+    the same counts): device names, window and busy time (microseconds), step count and
+    median step time, op/kernel counts and per-step means.
 
     Device names are those of the devices that ran kernels (all listed devices when the
     trace's ids do not match, as on ROCm). A kernel belongs to the step in which the runtime
     call that launched it started (its own start when no call matches); an op to the step in
     which it started.
     """
+    return memo(trace, "summary", lambda: _summarize(trace))
+
+
+def _summarize(trace: Trace) -> TraceSummary:
     kc = kernel_columns(trace)
     used = set(np.unique(kc.device).tolist())
     names = [d.name for d in trace.devices if d.index in used and d.name]

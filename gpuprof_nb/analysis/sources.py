@@ -8,14 +8,19 @@ compiler keeps that map) and hand it to the analyses as `cells`: {file name: num
 
 Frames rebuilt from torch.profiler events (the CPU memory fallback, `python_function`
 events) carry the line where a function starts, not the line running inside it: a function
-is named with the line it is defined at, a cell's own top-level code with "line unknown".
+is named with the line it is defined at, a cell's own top-level code with "line unknown"
+and the reason (FUNCTIONS_ONLY).
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import sys
+import sysconfig
 from collections.abc import Mapping
+
+from gpuprof_nb.results.hotspots import FrameKind
 
 # IPython's own cell names: <ipython-input-12-0a1b2c3d>, the execution number inside.
 _IPYTHON_INPUT = re.compile(r"^<ipython-input-(\d+)-[0-9a-f]+>$")
@@ -25,6 +30,8 @@ _IPYKERNEL_CELL = re.compile(r"(?:^|[\\/])ipykernel_\d+[\\/](\d+)\.py$")
 _PROFILER_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
 
 MODULE = "<module>"
+# Why a frame rebuilt from profiler events has no line: said in its label.
+FUNCTIONS_ONLY = "profiler events name functions only"
 
 
 def cell_number(filename: str, cells: Mapping[str, int]) -> int | None:
@@ -79,11 +86,14 @@ def source_label(
     if where:
         if first_line:
             if function == MODULE or line <= 0:
-                return f"{where}, line unknown" + ("" if function == MODULE else f" in {function}")
+                inside = "" if function == MODULE else f" in {function}"
+                return f"{where}, line unknown{inside} ({FUNCTIONS_ONLY})"
             return f"{where}, {function} (defined at line {line})"
         inside = "" if function == MODULE else f" in {function}"
         return f"{where}, line {line}{inside}" if line > 0 else f"{where}, line unknown{inside}"
-    if line <= 0 or (first_line and function == MODULE):
+    if first_line and function == MODULE:
+        return f"{_short(filename)} (line unknown: {FUNCTIONS_ONLY}) {function}"
+    if line <= 0:
         return f"{_short(filename)} (line unknown) {function}"
     if first_line:
         return f"{_short(filename)}, {function} (defined at line {line})"
@@ -110,3 +120,76 @@ def profiler_frame_parts(name: str) -> tuple[str, int, str] | None:
     built-in call (`<built-in method ...>`)."""
     m = _PROFILER_FRAME.match(name)
     return (m.group(1), int(m.group(2)), m.group(3)) if m else None
+
+
+_STDLIB = re.compile(r"[\\/]lib[\\/]python\d+(?:\.\d+)?[\\/]|[\\/]Lib[\\/]")
+_LIBRARY = re.compile(r"[\\/](?:site|dist)-packages[\\/]")
+_TORCH = re.compile(r"(?:^|[\\/])(?:torch|torchvision|torchaudio|triton)[\\/]")
+_STDLIB_DIR = sysconfig.get_paths().get("stdlib", "").replace("\\", "/")
+# Packages whose shortened paths (see frame_kind) are library code, not the user's.
+KNOWN_PACKAGES = frozenset(
+    {
+        "accelerate",
+        "apex",
+        "datasets",
+        "deepspeed",
+        "einops",
+        "fairscale",
+        "flash_attn",
+        "gpuprof_nb",
+        "IPython",
+        "ipykernel",
+        "lightning",
+        "megatron",
+        "numpy",
+        "pandas",
+        "PIL",
+        "pytorch_lightning",
+        "safetensors",
+        "scipy",
+        "sklearn",
+        "timm",
+        "tokenizers",
+        "tqdm",
+        "transformers",
+        "xformers",
+        "functorch",
+        "torchtext",
+        "torchdata",
+        "tornado",
+        "zmq",
+        "traitlets",
+        "jupyter_client",
+        "debugpy",
+        "peft",
+        "diffusers",
+        "wandb",
+        "tensorboard",
+    }
+)
+
+
+def frame_kind(file: str) -> FrameKind:
+    """Return whose code a frame of `file` runs (see FrameKind). The profiler shortens the
+    paths it records to the part below the sys.path entry they were found in (`inspect.py`,
+    `json/encoder.py`, `torch/nn/modules/module.py`, `train.py`), so a relative path is
+    judged by its top-level module: the standard library's, torch's, another well-known
+    package's, else the user's."""
+    if is_cell_file(file):
+        return "user"
+    path = file.replace("\\", "/")
+    if not path or path.startswith("<"):
+        return "library"  # built-ins, <frozen ...>, generated code
+    if _TORCH.search(path):
+        return "torch"
+    if _LIBRARY.search(path) or "/gpuprof_nb/" in path:
+        return "library"
+    if _STDLIB.search(path) or (_STDLIB_DIR and path.startswith(_STDLIB_DIR + "/")):
+        return "stdlib"
+    if not path.startswith("/") and path[1:3] != ":/":
+        top = path.split("/", 1)[0].removesuffix(".py")
+        if top in sys.stdlib_module_names:
+            return "stdlib"
+        if top in KNOWN_PACKAGES:
+            return "library"
+    return "user"

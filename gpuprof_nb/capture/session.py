@@ -32,6 +32,7 @@ from IPython.core.error import UsageError
 
 from gpuprof_nb.capture.cell import CellCompiler, CellRunner, block_builder
 from gpuprof_nb.capture.dynamo import CompileRecorder
+from gpuprof_nb.capture.linetrace import LineTracer, default_engine
 from gpuprof_nb.capture.modules import ModuleRecorder
 from gpuprof_nb.capture.profiler import (
     ProfilerStoppedByCell,
@@ -241,8 +242,19 @@ def _samplers(
     if getattr(args, "modules", True):
         samplers.append(("modules", ModuleRecorder(namespace)))
     if args.stack:
-        samplers.append(("samples", LineSampler(code)))
+        samplers.append(("samples", line_recorder(code)))
     return samplers
+
+
+def line_recorder(code: Any) -> Sampler:
+    """Return what records the cell's lines under --stack: exact line events of the user's
+    code (linetrace.py) where the interpreter offers them, else the line sampler (another
+    tool holds sys.settrace, a debugger or coverage, or every sys.monitoring tool id is
+    taken)."""
+    engine = default_engine()
+    if engine is not None:
+        return LineTracer(code, engine=engine)
+    return LineSampler(code)
 
 
 def _nvml_index(cuda: bool) -> int:
