@@ -837,7 +837,9 @@ def _result(
         if len(off_idx):
             off = len(off_idx)
             off_us = float((d.end[off_idx] - d.start[off_idx]).sum())
-            median_slack = float(np.median(slack[off_idx]))
+            # A zero-length kernel on the window's edge has no slack (nan): left out.
+            finite = slack[off_idx][np.isfinite(slack[off_idx])]
+            median_slack = float(np.median(finite)) if len(finite) else None
     if not trace.syncs and any(seg.kind == "sync" for seg in segments):
         notes.append(
             "the trace has no cuda_sync events: which stream a synchronisation waited for "
