@@ -31,6 +31,7 @@ from gpuprof_nb.analysis.derived import (
     kernel_columns,
     kernel_ids,
     last_call_of,
+    lex_order,
     lookup,
     memo,
     runtime_starts,
@@ -103,7 +104,7 @@ class StreamColumns:
         kc = kernel_columns(trace)
         pos = np.flatnonzero(kc.device == device) if device is not None else np.zeros(0, int)
         streams = kernel_streams(trace)[pos]
-        order = np.lexsort((pos, kc.start[pos], streams))
+        order = lex_order((pos, kc.start[pos], streams))
         self.pos = pos[order]
         self.stream = streams[order]
         self.start = kc.start[self.pos]
