@@ -47,17 +47,21 @@ def lane_items(cp: CriticalPath) -> list[tuple[float, float, str, str]]:
     return [(s.start_us, s.end_us, PATH_COLOURS[s.kind], _bar_name(s)) for s in cp.segments]
 
 
+# What each kind of segment is, in a bar's hover name.
+_KIND_WORDS: dict[str, str] = {
+    "cpu": "host op",
+    "runtime": "runtime call",
+    "python": "Python",
+    "sync": "sync return",
+    "launch": "launch latency",
+    "kernel": "on the device",
+    "gpu_gap": "stream idle",
+    "stream_wait": "cross-stream wait",
+}
+
+
 def _bar_name(s: PathSegment) -> str:
-    what = {
-        "cpu": "host op",
-        "runtime": "runtime call",
-        "python": "Python",
-        "sync": "sync return",
-        "launch": "launch latency",
-        "kernel": "on the device",
-        "gpu_gap": "stream idle",
-        "stream_wait": "cross-stream wait",
-    }[s.kind]
+    what = _KIND_WORDS[s.kind]
     name = f"{what}: {s.name}" if s.name else what
     return f"{name} ({s.where})"
 
