@@ -128,6 +128,22 @@ class _Lane:
         """Microseconds of [a, b] inside this lane's runtime calls."""
         return self._covered(b) - self._covered(a)
 
+    def runtime_in_many(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """runtime_in of many stretches at once (the same arithmetic, value for value)."""
+        return self._covered_many(b) - self._covered_many(a)  # type: ignore[no-any-return]
+
+    def _covered_many(self, x: np.ndarray) -> np.ndarray:
+        starts = np.asarray(self.rt_starts, dtype=float)
+        if not len(starts):
+            return np.zeros(len(x))
+        k = np.searchsorted(starts, x, side="right") - 1
+        at = np.maximum(k, 0)
+        start = starts[at]
+        upto, whole = x - start, np.asarray(self.rt_ends, dtype=float)[at] - start
+        # min(upto, whole) as Python takes it: the first unless the second is smaller.
+        inside = np.asarray(self.rt_before, dtype=float)[at] + np.where(whole < upto, whole, upto)
+        return np.where(k >= 0, inside, 0.0)  # type: ignore[no-any-return]
+
     def _covered(self, x: float) -> float:
         k = bisect.bisect_right(self.rt_starts, x) - 1
         if k < 0:
@@ -652,6 +668,10 @@ def _walk(
     bisect_left, bisect_right = bisect.bisect_left, bisect.bisect_right
     new_segment, add_segment, add_runtime = PathSegment, segments.append, runtime_us.append
 
+    # Host stretches whose runtime-call time is found after the walk, lane by lane at once:
+    # (lane, its place in runtime_us, start, end).
+    host_spans: list[tuple[_Lane, int, float, float]] = []
+
     def add(seg: PathSegment, rt: float = 0.0) -> None:
         add_segment(seg)
         add_runtime(rt)
@@ -730,10 +750,8 @@ def _walk(
                 continue
             back = min(dev.end_l(rel), waited.end_us, t)
             if t > waited.end_us:
-                add(
-                    PathSegment(waited.end_us, t, _host_kind(kind_), name, lane.where, "", at),
-                    lane.runtime_in(waited.end_us, t),
-                )
+                host_spans.append((lane, len(runtime_us), waited.end_us, t))
+                add(PathSegment(waited.end_us, t, _host_kind(kind_), name, lane.where, "", at))
             upto = min(t, waited.end_us)
             syncs.append((rt, len(segments), name if kind_ == "op" else ""))
             if upto > back:
@@ -748,8 +766,17 @@ def _walk(
         add_segment(
             new_segment(start, t, "cpu" if kind_ == "op" else "runtime", name, lane.where, "", at)
         )
-        add_runtime(lane.runtime_in(start, t))
+        host_spans.append((lane, len(runtime_us), start, t))
+        add_runtime(0.0)
         t = start
+    by_lane: dict[int, list[tuple[_Lane, int, float, float]]] = {}
+    for span in host_spans:
+        by_lane.setdefault(id(span[0]), []).append(span)
+    for spans in by_lane.values():
+        _, at_, a_, b_ = zip(*spans, strict=True)
+        rt_us = spans[0][0].runtime_in_many(np.array(a_, dtype=float), np.array(b_, dtype=float))
+        for i, v in zip(at_, rt_us.tolist(), strict=True):
+            runtime_us[i] = v
     return segments, runtime_us, on_path, syncs
 
 
