@@ -4,6 +4,7 @@ the timeline drawing gives it. Text and HTML show the same numbers."""
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 from gpuprof_nb.render import plot
@@ -78,7 +79,10 @@ def category_rows(cp: CriticalPath) -> list[tuple[str, str, str]]:
 
 def segment_rows(cp: CriticalPath, longest: int = LONGEST) -> list[tuple[str, ...]]:
     """The longest segments, in the order they come on the path."""
-    top = sorted(range(len(cp.segments)), key=lambda i: (-cp.segments[i].dur_us, i))[:longest]
+    # The `longest` smallest (-duration, index) keys: sorted(...)[:longest] without sorting
+    # every segment of a long path.
+    keys = [(-s.dur_us, i) for i, s in enumerate(cp.segments)]
+    top = [i for _, i in heapq.nsmallest(longest, keys)]
     rows: list[tuple[str, ...]] = []
     for i in sorted(top):
         s = cp.segments[i]
