@@ -574,6 +574,18 @@ class _Device:
         return -1
 
 
+# _category of the segments that are not device activities, by kind.
+_KIND_CATEGORY: dict[str, str] = {
+    "cpu": HOST_OPS,
+    "runtime": RUNTIME,
+    "python": PYTHON,
+    "sync": SYNC,
+    "launch": LAUNCH,
+    "gpu_gap": GAPS,
+    "stream_wait": WAITS,
+}
+
+
 def _category(seg: PathSegment, kernel_kind: str | None) -> str:
     if seg.kind == "cpu":
         return HOST_OPS
@@ -789,14 +801,15 @@ def _merged(segments: list[PathSegment]) -> list[PathSegment]:
             continue
         if out:
             last = out[-1]
-            same = (last.kind, last.name, last.where, last.context, last.index) == (
-                seg.kind,
-                seg.name,
-                seg.where,
-                seg.context,
-                seg.index,
-            )
-            if same and abs(last.end_us - seg.start_us) < 1e-9:
+            # Field by field, the first difference ending the test (most neighbours differ).
+            if (
+                last.kind == seg.kind
+                and last.name == seg.name
+                and last.where == seg.where
+                and last.context == seg.context
+                and last.index == seg.index
+                and abs(last.end_us - seg.start_us) < 1e-9
+            ):
                 out[-1] = PathSegment(
                     last.start_us,
                     seg.end_us,
@@ -867,8 +880,11 @@ def _categories(
     calls' time and the rest; host time inside a DataLoader __next__ is DataLoader time."""
     loader = [(o.start_us, o.end_us) for o in dataloader_ops(trace)]
     totals: dict[str, float] = {}
+    by_kind = _KIND_CATEGORY
     for seg, rt in zip(segments, runtime_us, strict=True):
-        cat = _category(seg, kind_of.get(seg.name) if seg.kind == "kernel" else None)
+        cat = by_kind.get(seg.kind)
+        if cat is None:  # a device activity: by its kernel's class
+            cat = _category(seg, kind_of.get(seg.name) if seg.kind == "kernel" else None)
         if loader and cat in (HOST_OPS, PYTHON, RUNTIME):
             if any(a <= seg.start_us and seg.end_us <= b for a, b in loader):
                 cat = DATALOADER
