@@ -142,7 +142,7 @@ class _Lane:
         upto, whole = x - start, np.asarray(self.rt_ends, dtype=float)[at] - start
         # min(upto, whole) as Python takes it: the first unless the second is smaller.
         inside = np.asarray(self.rt_before, dtype=float)[at] + np.where(whole < upto, whole, upto)
-        return np.where(k >= 0, inside, 0.0)  # type: ignore[no-any-return]
+        return np.where(k >= 0, inside, 0.0)
 
     def _covered(self, x: float) -> float:
         k = bisect.bisect_right(self.rt_starts, x) - 1
