@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from gpuprof_nb.analysis.classify import kernel_class
+from gpuprof_nb.analysis.derived import memo
 from gpuprof_nb.analysis.timeline import top_level_ops_within
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.render import plot, svg
@@ -352,30 +353,19 @@ def _lane_items(
 ) -> list[tuple[str, str, list[tuple[float, float, str, str]]]]:
     """Return (lane label, what its bars are, [(start, end, colour, name)] by start) per
     lane, chosen as plot_timeline chooses them: the busiest CPU threads' top-level ops, then
-    the device's streams."""
+    the device's streams. The lists of bars are shared: callers read them."""
     lanes: list[tuple[str, str, list[tuple[float, float, str, str]]]] = []
     if trace is not None:
-        # Only ops overlapping the drawn span are drawn, and an op enclosing one of them
-        # overlaps it too: the top-level test on those finds the same ops as on the whole
-        # trace, for a fraction of the cost when one step of a long trace is drawn.
-        by_thread: dict[str, list[tuple[float, float, str, str]]] = {}
-        for o in top_level_ops_within(trace, lo, hi):
-            by_thread.setdefault(str(o.tid), []).append(
-                (o.start_us, o.start_us + o.dur_us, CPU_COLOUR, o.name)
+        # The Timeline section asks for the lanes of the drawn step twice (its margin, then
+        # the drawing): they are made once per trace and span.
+        device = timeline.device
+        lanes = list(
+            memo(
+                trace,
+                ("timeline_lanes", lo, hi, device),
+                lambda: _trace_lanes(trace, device, lo, hi),
             )
-        busy = {t: sum(e - s for s, e, _, _ in items) for t, items in by_thread.items()}
-        for t in sorted(by_thread, key=lambda t: (-busy[t], t))[:_MAX_CPU_LANES]:
-            lanes.append((f"CPU thread {t}", "ops", by_thread[t]))
-        if timeline.device is not None:
-            by_stream: dict[int, list[tuple[float, float, str, str]]] = {}
-            device = timeline.device
-            for k in trace.kernels[: bisect.bisect_left(trace.kernels, hi, key=_start)]:
-                if k.device == device and k.start_us + k.dur_us > lo:
-                    by_stream.setdefault(k.stream, []).append(
-                        (k.start_us, k.start_us + k.dur_us, KERNEL_COLORS[kernel_class(k)], k.name)
-                    )
-            for st in sorted(by_stream)[:_MAX_GPU_LANES]:
-                lanes.append((f"GPU {device} stream {st}", "kernels", by_stream[st]))
+        )
     if not lanes:
         # Without the trace, busy time is the complement of the gaps.
         spans: list[tuple[float, float, str, str]] = []
@@ -388,10 +378,39 @@ def _lane_items(
             cursor = max(cursor, g.end_us)
         if cursor < hi:
             spans.append((cursor, hi, BUSY_COLOUR, "busy"))
+        spans.sort(key=lambda it: (it[0], it[1]))
         lanes.append(("device" if timeline.on_device else "host", "busy stretches", spans))
+    return lanes
+
+
+def _trace_lanes(
+    trace: Trace, device: int | None, lo: float, hi: float
+) -> tuple[tuple[str, str, list[tuple[float, float, str, str]]], ...]:
+    """The lanes of _lane_items drawn from the trace (none when it has nothing in [lo, hi])."""
+    lanes: list[tuple[str, str, list[tuple[float, float, str, str]]]] = []
+    # Only ops overlapping the drawn span are drawn, and an op enclosing one of them
+    # overlaps it too: the top-level test on those finds the same ops as on the whole
+    # trace, for a fraction of the cost when one step of a long trace is drawn.
+    by_thread: dict[str, list[tuple[float, float, str, str]]] = {}
+    for o in top_level_ops_within(trace, lo, hi):
+        by_thread.setdefault(str(o.tid), []).append(
+            (o.start_us, o.start_us + o.dur_us, CPU_COLOUR, o.name)
+        )
+    busy = {t: sum(e - s for s, e, _, _ in items) for t, items in by_thread.items()}
+    for t in sorted(by_thread, key=lambda t: (-busy[t], t))[:_MAX_CPU_LANES]:
+        lanes.append((f"CPU thread {t}", "ops", by_thread[t]))
+    if device is not None:
+        by_stream: dict[int, list[tuple[float, float, str, str]]] = {}
+        for k in trace.kernels[: bisect.bisect_left(trace.kernels, hi, key=_start)]:
+            if k.device == device and k.start_us + k.dur_us > lo:
+                by_stream.setdefault(k.stream, []).append(
+                    (k.start_us, k.start_us + k.dur_us, KERNEL_COLORS[kernel_class(k)], k.name)
+                )
+        for st in sorted(by_stream)[:_MAX_GPU_LANES]:
+            lanes.append((f"GPU {device} stream {st}", "kernels", by_stream[st]))
     for _, _, items in lanes:
         items.sort(key=lambda it: (it[0], it[1]))
-    return lanes
+    return tuple(lanes)
 
 
 def _merge(
