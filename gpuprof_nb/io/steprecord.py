@@ -10,7 +10,14 @@ from typing import Any
 
 from gpuprof_nb.errors import SnapshotFormatError
 from gpuprof_nb.model.arguments import describe
-from gpuprof_nb.model.step import TAG_CATEGORIES, ModuleCall, RootModule, StepRecord, Tag
+from gpuprof_nb.model.step import (
+    MAX_BATCH_SIZE,
+    TAG_CATEGORIES,
+    ModuleCall,
+    RootModule,
+    StepRecord,
+    Tag,
+)
 
 STEP_KEY = "step"
 
@@ -18,8 +25,6 @@ STEP_KEY = "step"
 # Positions are allocation counts (-1: the event did not happen); addresses and sizes are
 # bytes. Nothing real reaches 2**63 (torch's own counters are 64-bit).
 _MAX_INT = 2**63
-# A batch size far past any real one (a run of 2**31 samples per step).
-MAX_BATCH_SIZE = 2**31
 
 
 def _int(value: Any, what: str, where: str, low: int = 0, high: int = _MAX_INT) -> int:
