@@ -193,9 +193,10 @@ def step_record_items(extra: Mapping[str, Any]) -> int:
     total = 0
     for key in ("roots", "backward", "optimizer_steps", "tags"):
         items = raw.get(key)
-        total += length(items) + sum(length(x) for x in items) if length(items) else 0
+        if isinstance(items, (list, tuple)):
+            total += len(items) + sum(length(x) for x in items)
     calls = raw.get("calls")
-    if length(calls):
+    if isinstance(calls, (list, tuple)):
         for c in calls:
             total += 1 + length(c)
             if length(c) == 8:
