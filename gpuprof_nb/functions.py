@@ -11,6 +11,7 @@ from typing import Any
 
 from gpuprof_nb.analysis.report import analyze, count_steps_per_run
 from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.model.arguments import describe
 from gpuprof_nb.results.report import ProfileReport
 
 # The most timed samples a call may ask for (each is a run, or a block of runs).
@@ -20,7 +21,7 @@ MAX_REPEAT = 10_000
 def _count(name: str, value: object, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_REPEAT:
         raise GpuprofError(
-            f"{name} must be a whole number from {low} to {MAX_REPEAT}, got {value!r}"
+            f"{name} must be a whole number from {low} to {MAX_REPEAT}, got {describe(value)}"
         )
     return value
 
@@ -46,6 +47,8 @@ def profile_function(
         warmup = _count("warmup", warmup, 0)
     if number is not None:
         number = _count("number", number, 1)
+    if not isinstance(profile, bool):
+        raise GpuprofError(f"profile must be True or False, got {describe(profile)}")
     import torch
 
     from gpuprof_nb.capture.profiler import profile_cell

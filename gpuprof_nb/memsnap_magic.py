@@ -232,6 +232,11 @@ class MemsnapMagics(Magics):
             problem = output_path_problem(args.save, "--save")
             if problem:
                 raise UsageError(f"%%memsnap {problem}")
+        if args.fit is not None:
+            # `--fit ''` was taken as no --fit at all, and `--fit class` as a variable.
+            problem = name_problem(args.fit, "--fit")
+            if problem:
+                raise UsageError(f"%%memsnap {problem}")
         if args.fit is not None and args.repeat > 1:
             raise UsageError("%%memsnap --fit records the cell once per batch size; drop --repeat")
         if args.apply and args.budget is None:

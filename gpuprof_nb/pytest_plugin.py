@@ -103,14 +103,20 @@ class PerfCheck:
         `threshold`: the fraction of change called real (default: the library's 20% noise
         floor; lower it only on a quiet, dedicated machine). Returns the Comparison."""
         from gpuprof_nb.analysis.compare import compare
-        from gpuprof_nb.analysis.gate import regression_gate
+        from gpuprof_nb.analysis.gate import check_threshold, regression_gate
         from gpuprof_nb.baselines import baseline_names, check_name, load_baseline, save_baseline
         from gpuprof_nb.errors import GpuprofError
         from gpuprof_nb.functions import profile_function
+        from gpuprof_nb.model.arguments import describe
         from gpuprof_nb.results.compare import COMPARE_NOISE_FLOOR
 
         try:
             check_name(name)
+            # Checked before the function runs, also when saving (where no gate reads them).
+            if threshold is not None:
+                check_threshold(threshold)
+            if not isinstance(fail_on, str) or fail_on not in ("slower", "any"):
+                raise GpuprofError(f"fail_on must be 'slower' or 'any', got {describe(fail_on)}")
             report = profile_function(
                 fn, *args, warmup=warmup, repeat=repeat, number=number, profile=profile, **kwargs
             )
@@ -118,7 +124,10 @@ class PerfCheck:
             pytest.fail(f"gpuprof check {name!r}: {exc}", pytrace=False)
         self.report, self.comparison = report, None
         if self.save:
-            path = save_baseline(name, report, directory=self.directory)
+            try:
+                path = save_baseline(name, report, directory=self.directory)
+            except GpuprofError as exc:
+                pytest.fail(f"gpuprof check {name!r}: {exc}", pytrace=False)
             print(f"gpuprof: saved baseline {name} in {path}")
             return None
         if name not in baseline_names(self.directory):
