@@ -89,21 +89,16 @@ LAYERS: dict[str, int] = {
     "render": 5,
     "capture": 5,
     "ladder": 6,
-    "runs": 6,
-    "files": 6,
-    "functions": 6,
-    "baselines": 7,
+    "session": 6,
     "cli": 8,
     "pytest_plugin": 8,
     "magics": 7,
-    "memsnap_magic": 7,
-    "memsnap_fit": 7,
     "report": 9,
     "memory_report": 9,
     "__main__": 9,
     "": 9,
 }
-GLUE = {"magics", "memsnap_magic", "memsnap_fit"}
+GLUE = {"magics"}
 
 
 def _module_name(path: Path) -> str:

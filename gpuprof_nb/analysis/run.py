@@ -1,7 +1,7 @@
 """A distributed run, rank by rank: `summarize_rank` boils one rank's trace down to a compact
 RankSummary (what a worker sends back), and `combine` reads the summaries together: who waits
-for whom, the collectives, the run's diagnosis. Pure functions; gpuprof_nb/runs.py runs them
-over many trace files on an executor. docs/distributed.md says how stragglers are found.
+for whom, the collectives, the run's diagnosis. Pure functions; gpuprof_nb/session/runs.py
+runs them over many trace files on an executor. docs/distributed.md says how stragglers are found.
 """
 
 from __future__ import annotations

@@ -17,12 +17,21 @@ import functools
 import re
 from collections.abc import Mapping
 
+from gpuprof_nb.model.frames import profiler_frame_file, profiler_frame_parts
+
+__all__ = [
+    "cell_number",
+    "is_cell_file",
+    "profiler_frame_file",
+    "profiler_frame_label",
+    "profiler_frame_parts",
+    "source_label",
+]
+
 # IPython's own cell names: <ipython-input-12-0a1b2c3d>, the execution number inside.
 _IPYTHON_INPUT = re.compile(r"^<ipython-input-(\d+)-[0-9a-f]+>$")
 # ipykernel's: <tmp>/ipykernel_<pid>/<hash>.py (no number inside).
 _IPYKERNEL_CELL = re.compile(r"(?:^|[\\/])ipykernel_\d+[\\/](\d+)\.py$")
-# torch.profiler's python_function event names: "path/file.py(123): function".
-_PROFILER_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
 
 MODULE = "<module>"
 
@@ -93,20 +102,7 @@ def source_label(
 def profiler_frame_label(name: str, cells: Mapping[str, int]) -> str:
     """Return the user's name for a torch.profiler python_function event name
     (`path(line): function`); other names (built-in calls) come back unchanged."""
-    m = _PROFILER_FRAME.match(name)
-    if not m:
-        return name
-    return source_label(m.group(1), int(m.group(2)), m.group(3), cells, first_line=True)
-
-
-def profiler_frame_file(name: str) -> str | None:
-    """Return the file of a python_function event name, or None for a built-in call."""
     parts = profiler_frame_parts(name)
-    return parts[0] if parts else None
-
-
-def profiler_frame_parts(name: str) -> tuple[str, int, str] | None:
-    """Return (file, line, function) of a python_function event name, or None for a
-    built-in call (`<built-in method ...>`)."""
-    m = _PROFILER_FRAME.match(name)
-    return (m.group(1), int(m.group(2)), m.group(3)) if m else None
+    if parts is None:
+        return name
+    return source_label(*parts, cells, first_line=True)

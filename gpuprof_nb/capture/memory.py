@@ -9,20 +9,20 @@ stacks) rebuilt into the same dict, with the categories PyTorch's memory profile
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from gpuprof_nb.capture import device as capture_device
 from gpuprof_nb.capture.step import MARK, StepRecorder
 from gpuprof_nb.errors import CaptureError
+from gpuprof_nb.model.frames import profiler_frame_parts
 from gpuprof_nb.model.memory import OP_FILENAME
 
 DEFAULT_MAX_ENTRIES = 200_000
 _STEP_MARK = "gpuprof_nb.memsnap.step#"
-_PYCALL = re.compile(r"^(.*)\((\d+)\): (.*)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +37,6 @@ class MemoryCapture:
     step_starts: tuple[int, ...] = ()
     oom: BaseException | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
-
-
-def cuda_available() -> bool:
-    return bool(torch.cuda.is_available())
 
 
 def record_memory(
@@ -59,7 +55,7 @@ def record_memory(
     (capture/step.py; `namespace` is where the model's variable name is looked up)."""
     if repeat < 1:
         raise ValueError(f"repeat must be at least 1, got {repeat}")
-    if cuda_available():
+    if capture_device.cuda_available():
         recorder = StepRecorder("cuda", namespace) if step else None
         return record_cuda_memory(
             run, repeat=repeat, max_entries=max_entries, stacks=stacks, recorder=recorder
@@ -317,9 +313,9 @@ def _frames_of(
         if name.startswith("op:"):
             frames.append({"filename": OP_FILENAME, "line": 0, "name": name[3:]})
             continue
-        m = _PYCALL.match(name)
-        if m:
-            frames.append({"filename": m.group(1), "line": int(m.group(2)), "name": m.group(3)})
+        parts = profiler_frame_parts(name)
+        if parts is not None:
+            frames.append({"filename": parts[0], "line": parts[1], "name": parts[2]})
         else:
             frames.append({"filename": "??", "line": 0, "name": name})
     cache[k] = frames

@@ -1,91 +1,108 @@
-"""How `%%gpuprofile` runs a cell, start to finish. The magic (magics.py) parses the option
-line (options.py), calls `run_cell` and shows the report it returns.
+"""How `%%gpuprofile` runs a cell, start to finish, from frozen `ProfileOptions` to the
+ProfileReport. The magic (magics/gpuprofile.py) parses its line into ProfileOptions, calls
+`run_cell` and publishes the report it returns.
 
 `run_cell`, in order:
-1. refuses to start while a torch profiler is already recording;
-2. compiles the cell as IPython would, cached for re-runs (cell.py: CellCompiler);
-3. times it without the profiler (timing.py: time_cell): warm-up runs, then --repeat
-   samples; a short cell's samples are blocks of back-to-back runs, the cell compiled inside
-   a loop (cell.py: block_builder), sized by one calibration block;
-4. runs it once more under torch.profiler (profiler.py), unless --timing-only; with --once
-   its single run is timed and profiled together; beside that run, samplers record the
-   machine's utilisation (utilisation.py) and, with --stack, the Python line the cell is
-   running (sampling.py);
-5. reads the trace, names the notebook cells in it (--stack), writes --trace and analyses it
-   into a ProfileReport.
+1. refuses to start while a torch profiler is already recording (ProfilerBusy);
+2. compiles the cell as IPython would, cached for re-runs (capture/cell.py: CellCompiler);
+3. times it without the profiler (capture/timing.py: time_cell): warm-up runs, then
+   `repeat` samples; a short cell's samples are blocks of back-to-back runs, the cell
+   compiled inside a loop (capture/cell.py: block_builder), sized by one calibration block;
+4. runs it once more under torch.profiler (capture/profiler.py), unless `timing_only`; with
+   `once` its single run is timed and profiled together; beside that run, samplers record
+   the machine's utilisation, the nn.Module ranges and, with `stack`, the Python line the
+   cell is running (capture/samplers.py);
+5. completes the recorded trace dict once (the notebook cells its frames ran in, what
+   torch.compile did), reads it (io), writes it to `trace_path`, and analyses it with this
+   machine's ceilings (`report_of_artifact`, the road profile_function takes too).
 Grad mode and autocast are put back before every run or block and once more at the end
-(cell.py: CellRunner.restore_modes). The cell's own exceptions propagate unchanged; once it
-has run, a fault of ours (a trace that cannot be read, written or analysed) becomes a note in
-the report, which keeps the timings and the raw trace.
+(CellRunner.restore_modes). The cell's own exceptions propagate unchanged; once it has run,
+a fault of ours (a trace that cannot be read, written or analysed) becomes a note in the
+report, which keeps the timings and the raw trace.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-import torch
-from IPython.core.error import UsageError
-
+from gpuprof_nb.analysis.report import analyze, count_steps_per_run
+from gpuprof_nb.capture import device as capture_device
 from gpuprof_nb.capture.cell import CellCompiler, CellRunner, block_builder
 from gpuprof_nb.capture.dynamo import CompileRecorder
-from gpuprof_nb.capture.modules import ModuleRecorder
-from gpuprof_nb.capture.profiler import (
-    ProfilerStoppedByCell,
-    Sampler,
-    profile_cell,
-    profiler_running,
-)
-from gpuprof_nb.capture.sampling import LineSampler
+from gpuprof_nb.capture.profiler import ProfilerStoppedByCell, profile_cell, profiler_running
+from gpuprof_nb.capture.samplers import cell_samplers
 from gpuprof_nb.capture.timing import time_cell
-from gpuprof_nb.capture.utilisation import UtilisationSampler
+from gpuprof_nb.errors import CaptureError, GpuprofError
+from gpuprof_nb.io.cells import KEY
+from gpuprof_nb.io.timing import with_timing
+from gpuprof_nb.io.trace import save_trace_dict, trace_from_dict
+from gpuprof_nb.model.frames import profiler_frame_file
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.results.report import ProfileReport
+from gpuprof_nb.session.options import ProfileOptions
+
+__all__ = ["ProfileOptions", "ProfilerBusy", "report_of_artifact", "run_cell"]
 
 # Where the report's trace says it came from.
 TRACE_SOURCE = "%%gpuprofile cell"
 
 
+class ProfilerBusy(CaptureError):
+    """A torch profiler was already recording when the cell was to run."""
+
+
 def run_cell(
     cells: CellCompiler,
     cell: str,
-    args: Any,
+    options: ProfileOptions,
     *,
     clock: Callable[[], int],
     show_partial: Callable[[ProfileReport], object],
 ) -> ProfileReport:
-    """Run `cell` in the shell of `cells` as the parsed options `args` say and return its
-    report. `clock` is the nanosecond clock the timed runs read. If the profiled run
-    raises, the finished timings go to `show_partial` (as a timing-only report) before the
-    cell's exception propagates."""
+    """Run `cell` in the shell of `cells` as `options` say and return its report. `clock`
+    is the nanosecond clock the timed runs read. If the profiled run raises, the finished
+    timings go to `show_partial` (as a timing-only report) before the cell's exception
+    propagates. GpuprofError for options with problems; ProfilerBusy before anything runs
+    when another torch profiler is recording."""
     __tracebackhide__ = True  # noqa: F841 - IPython hides this frame in user tracebacks
+    problems = options.problems()
+    if problems:
+        raise GpuprofError("; ".join(problems))
     if profiler_running():
         # Checked before any run: timed runs under someone else's profiler would be
         # inflated, and ours could not start afterwards.
-        raise UsageError(
-            "%%gpuprofile: a torch profiler is already recording (started in an earlier "
-            "cell?); stop it first (prof.stop() or leave its `with` block)"
+        raise ProfilerBusy(
+            "a torch profiler is already recording (started in an earlier cell?); stop it "
+            "first (prof.stop() or leave its `with` block)"
         )
     code, source = cells.compile(cell)
     namespace = cells.shell.user_ns
-    cuda = _cuda_available()
+    cuda = capture_device.cuda_available()
     runner = CellRunner(code, namespace)
     # The timed runs call exec directly: no Python frame of ours between the clock reads
     # and the cell's code (a method call per run showed in ~10 us cells).
     run = functools.partial(exec, code, namespace)
-    notes = _notes(args, cuda)
-    device_name = _device_name(cuda)
-    sync = _cuda_sync if cuda else None
+    notes = _notes(options, cuda)
+    device_name = capture_device.device_name(cuda)
+    sync = capture_device.synchronize if cuda else None
     stats: TimingStats
     artifact = None
+    samplers = functools.partial(
+        cell_samplers,
+        code,
+        stack=options.stack,
+        modules=options.modules,
+        cuda=cuda,
+        namespace=namespace,
+    )
     # What torch.compile does in every run of the cell (it compiles in the warm-up).
     compiles = CompileRecorder()
     compiles.start()
     try:
-        if args.once and not args.timing_only:
+        if options.once and not options.timing_only:
             # One run only: it is both timed and profiled, so its time includes the
             # profiler's overhead (said in the notes).
             box: list[TimingStats] = []
@@ -108,10 +125,10 @@ def run_cell(
                 artifact = profile_cell(
                     timed_once,
                     runs=1,
-                    stack=args.stack,
-                    memory=args.memory,
+                    stack=options.stack,
+                    memory=options.memory,
                     cuda=cuda,
-                    samplers=_samplers(code, args, cuda, namespace),
+                    samplers=samplers(),
                 )
             except ProfilerStoppedByCell as exc:
                 notes.append(f"no trace: {exc}")
@@ -119,29 +136,29 @@ def run_cell(
         else:
             stats = time_cell(
                 run,
-                warmup=args.warmup,
-                repeat=args.repeat,
-                once=args.once,
+                warmup=options.warmup,
+                repeat=options.repeat,
+                once=options.once,
                 sync=sync,
                 use_cuda_events=cuda,
                 device_name=device_name,
                 before_each=runner.restore_modes,
-                number=args.number,
+                number=options.number,
                 clock=clock,
                 run_block=block_builder(cells, source, code),
             )
             if stats.number > 1:
-                notes.append(_block_note(stats.number, args.number is None))
-            if not args.timing_only:
+                notes.append(_block_note(stats.number, options.number is None))
+            if not options.timing_only:
                 runner.restore_modes()
                 try:
                     artifact = profile_cell(
                         runner,
                         runs=1,
-                        stack=args.stack,
-                        memory=args.memory,
+                        stack=options.stack,
+                        memory=options.memory,
                         cuda=cuda,
-                        samplers=_samplers(code, args, cuda, namespace),
+                        samplers=samplers(),
                     )
                 except ProfilerStoppedByCell as exc:
                     # The timings stand; only the trace is lost, so say so and go on.
@@ -154,7 +171,66 @@ def run_cell(
     finally:
         runner.restore_modes()
         compiles.stop()
-    return _report(cells, stats, compiles.attach(artifact, cells.cell_numbers), args, notes)
+    if artifact is None:
+        return ProfileReport(timing=stats, trace=None, notes=tuple(notes))
+    compiles.attach(artifact, cells.cell_numbers)
+    if options.stack:
+        _name_cells(artifact, cells.cell_numbers)
+    return report_of_artifact(
+        artifact,
+        stats,
+        source=TRACE_SOURCE,
+        notes=notes,
+        top=options.top,
+        sort=options.sort,
+        trace_path=options.trace_path,
+    )
+
+
+def report_of_artifact(
+    artifact: dict[str, Any],
+    stats: TimingStats,
+    *,
+    source: str,
+    notes: list[str],
+    top: int | None = 20,
+    sort: str | None = None,
+    trace_path: str | None = None,
+) -> ProfileReport:
+    """Return the report of a live run's trace dict and its timings: the trace read, its
+    steps counted into the timings, written to `trace_path`, and analysed with this
+    machine's ceilings. The run is done and may not be repeatable, so a fault of ours
+    (a trace that cannot be read, written or analysed) becomes a note, and the report keeps
+    the timings and the raw trace."""
+    notes.extend(_sampling_notes(artifact))
+    try:
+        trace = trace_from_dict(artifact, source)
+    except GpuprofError as exc:
+        # .save(path) still writes the raw trace.
+        notes.append(f"the recorded trace could not be read: {exc}")
+        return ProfileReport(timing=stats, trace=None, artifact=artifact, notes=tuple(notes))
+    steps = count_steps_per_run(trace)
+    if steps:
+        stats = dataclasses.replace(stats, steps_per_run=steps)
+    if trace_path:
+        # A trace that cannot be written becomes a note in the report (which -o still
+        # stores) rather than an error that loses it.
+        try:
+            path = save_trace_dict(with_timing(artifact, stats), trace_path)
+            notes.append(f"trace written to {path} (open it in ui.perfetto.dev)")
+        except GpuprofError as exc:
+            notes.append(f"trace NOT written: {exc}; call .save(path) on the report")
+    # The options were checked before the cell ran, so a failure here is ours, not the
+    # user's: keep the timings and the raw trace, and say what broke.
+    try:
+        # Captured here: this machine's measured CPU ceilings apply too (io/ceilings.py).
+        device = capture_device.trace_device_spec(trace, this_machine=True)
+        return analyze(
+            trace, device, timing=stats, top=top, sort=sort, artifact=artifact, notes=notes
+        )
+    except Exception as exc:  # noqa: BLE001 - reported in the notes, never hidden
+        notes.append(f"analysis failed: {type(exc).__name__}: {exc}")
+        return ProfileReport(timing=stats, trace=trace, artifact=artifact, notes=tuple(notes))
 
 
 def _show_partial(
@@ -172,99 +248,9 @@ def _show_partial(
         pass
 
 
-def _report(
-    cells: CellCompiler,
-    stats: TimingStats,
-    artifact: dict[str, Any] | None,
-    args: Any,
-    notes: list[str],
-) -> ProfileReport:
-    """Return the report of the run: the timings alone without a trace; else the trace
-    read, its cells named (--stack), written (--trace) and analysed."""
-    if artifact is None:
-        return ProfileReport(timing=stats, trace=None, notes=tuple(notes))
-    from gpuprof_nb.analysis.report import analyze, count_steps_per_run
-    from gpuprof_nb.capture.device import trace_device_spec
-    from gpuprof_nb.errors import GpuprofError
-    from gpuprof_nb.io.timing import with_timing
-    from gpuprof_nb.io.trace import save_trace_dict, trace_from_dict
-
-    if args.stack:
-        _name_cells(cells, artifact)
-    notes.extend(_sampling_notes(artifact))
-    try:
-        trace = trace_from_dict(artifact, TRACE_SOURCE)
-    except GpuprofError as exc:
-        # The cell has run and may not be repeatable: keep its timings and the raw trace
-        # (.save(path) writes it) instead of losing both to a reader error.
-        notes.append(f"the recorded trace could not be read: {exc}")
-        return ProfileReport(timing=stats, trace=None, artifact=artifact, notes=tuple(notes))
-    steps = count_steps_per_run(trace)
-    if steps:
-        stats = dataclasses.replace(stats, steps_per_run=steps)
-    if args.trace:
-        # The run is done and costly to repeat: a trace that cannot be written becomes a
-        # note in the report (which -o still stores) rather than an error that loses it.
-        try:
-            path = save_trace_dict(with_timing(artifact, stats), args.trace)
-            notes.append(f"trace written to {path} (open it in ui.perfetto.dev)")
-        except GpuprofError as exc:
-            notes.append(f"trace NOT written: {exc}; call .save(path) on the report")
-    # --sort was checked before the cell ran, so a failure here is ours, not the user's:
-    # keep the timings and the raw trace, and say what broke.
-    try:
-        # Captured here: this machine's measured CPU ceilings apply too (io/ceilings.py).
-        device = trace_device_spec(trace, this_machine=True)
-        return analyze(
-            trace,
-            device,
-            timing=stats,
-            top=args.top,
-            sort=args.sort,
-            artifact=artifact,
-            notes=notes,
-        )
-    except Exception as exc:  # noqa: BLE001 - reported in the notes, never hidden
-        notes.append(f"analysis failed: {type(exc).__name__}: {exc}")
-        return ProfileReport(timing=stats, trace=trace, artifact=artifact, notes=tuple(notes))
-
-
-def _samplers(
-    code: Any, args: Any, cuda: bool, namespace: dict[str, Any] | None = None
-) -> list[tuple[str, Sampler]]:
-    """Return what samples beside the profiled run: the utilisation of the machine, the
-    nn.Module ranges (unless --no-modules; roots named from `namespace`), and with --stack
-    the Python line the cell runs (keyed as the trace stores them)."""
-    samplers: list[tuple[str, Sampler]] = [
-        ("utilisation", UtilisationSampler(cuda=cuda, device_index=_nvml_index(cuda)))
-    ]
-    if getattr(args, "modules", True):
-        samplers.append(("modules", ModuleRecorder(namespace)))
-    if args.stack:
-        samplers.append(("samples", LineSampler(code)))
-    return samplers
-
-
-def _nvml_index(cuda: bool) -> int:
-    """Return NVML's index of the current CUDA device. NVML numbers GPUs as the driver does
-    and ignores CUDA_VISIBLE_DEVICES, so a list of indices there maps CUDA's numbering onto
-    NVML's (GPU UUIDs there are not mapped: the current index is used)."""
-    if not cuda:
-        return 0
-    current = int(torch.cuda.current_device())
-    visible = [
-        p.strip() for p in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if p.strip()
-    ]
-    if current < len(visible) and visible[current].isdigit():
-        return int(visible[current])
-    return current
-
-
 def _sampling_notes(artifact: dict[str, Any]) -> list[str]:
     """Return what went wrong beside the profiled run: samples that could not be placed on
     the trace's clock, a sampler that stopped early, a cell too short for the line sampler."""
-    from gpuprof_nb.io.cells import KEY
-
     own = artifact.get(KEY)
     if not isinstance(own, dict):
         return []
@@ -283,13 +269,12 @@ def _sampling_notes(artifact: dict[str, Any]) -> list[str]:
     return notes
 
 
-def _name_cells(cells: CellCompiler, artifact: dict[str, Any]) -> None:
+def _name_cells(
+    artifact: dict[str, Any], cell_numbers: Callable[[Iterable[str]], dict[str, int]]
+) -> None:
     """Store, with the trace, the execution number of each notebook cell its Python frames
     ran in (under gpuprof_nb's own key, which other tools ignore), so the report, and the
     trace saved and loaded again, names them `In [n]`."""
-    from gpuprof_nb.analysis.sources import profiler_frame_file
-    from gpuprof_nb.io.cells import KEY
-
     events = artifact.get("traceEvents")
     files = [
         profiler_frame_file(str(e.get("name", "")))
@@ -300,25 +285,25 @@ def _name_cells(cells: CellCompiler, artifact: dict[str, Any]) -> None:
     samples = own.get("samples") if isinstance(own, dict) else None
     if isinstance(samples, dict):
         files.extend(f[0] for f in samples.get("frames", ()))
-    numbers = cells.cell_numbers(f for f in files if f)
+    numbers = cell_numbers(f for f in files if f)
     if numbers:
         artifact.setdefault(KEY, {}).setdefault("cells", {}).update(numbers)
 
 
-def _notes(args: Any, cuda: bool) -> list[str]:
+def _notes(options: ProfileOptions, cuda: bool) -> list[str]:
     """Return the notes every report of these options starts with."""
     notes = []
     if not cuda:
         notes.append("CPU mode: no CUDA device; times are host wall-clock (perf_counter_ns)")
-    if args.once:
-        if args.timing_only:
+    if options.once:
+        if options.timing_only:
             notes.append("--once: the cell ran once; numbers include cold-start effects")
         else:
             notes.append(
                 "--once: the cell ran once, under the profiler; numbers include cold-start "
                 "effects and profiler overhead"
             )
-    if args.timing_only:
+    if options.timing_only:
         notes.append("--timing-only: no profiler trace was recorded")
     return notes
 
@@ -334,18 +319,3 @@ def _block_note(number: int, auto: bool) -> str:
         f"each timed sample is {number:,} back-to-back runs ({how}); times are per "
         f"run: the sample's time / {number:,}"
     )
-
-
-@functools.cache
-def _cuda_available() -> bool:
-    """Whether torch sees a CUDA device (asked once per process: the answer cannot change
-    once torch has looked, and the call costs ~10 us per cell from cold caches)."""
-    return bool(torch.cuda.is_available())
-
-
-def _cuda_sync() -> None:
-    torch.cuda.synchronize()
-
-
-def _device_name(cuda: bool) -> str:
-    return str(torch.cuda.get_device_name()) if cuda else "cpu"
