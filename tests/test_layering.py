@@ -82,6 +82,7 @@ def test_blocking_really_blocks() -> None:
 LAYERS: dict[str, int] = {
     "errors": 0,
     "version": 0,
+    "gcpause": 0,
     "model": 1,
     "io": 2,
     "results": 3,

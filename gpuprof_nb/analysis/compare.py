@@ -1,7 +1,8 @@
 """Before and after: `compare(before, after)` puts two profiles side by side and says whether
 the change is real (docs/compare.md has the method).
 
-- Each side is a ProfileReport (from %%gpuprofile or `analyze`), a Trace, or a trace file.
+- Each side is a ProfileReport (from %%gpuprofile or `analyze`) or a Trace; the public
+  `gpuprof_nb.compare` (session/analyze.py) reads trace files first.
 - Times are per training step when both sides have steps, else per run of the cell (two
   %%gpuprofile reports), else per profiled window.
 - The verdict comes from the timed samples of %%gpuprofile reports: a 95% bootstrap interval
@@ -17,11 +18,9 @@ the change is real (docs/compare.md has the method).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from gpuprof_nb.analysis.classify import is_host_collective, kernel_name_class
@@ -30,7 +29,6 @@ from gpuprof_nb.analysis.ops import kernel_table, top_ops
 from gpuprof_nb.analysis.report import analyze, count_steps_per_run
 from gpuprof_nb.analysis.timeline import dataloader_ops
 from gpuprof_nb.errors import GpuprofError
-from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.model.arguments import check_number, check_type
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
@@ -45,7 +43,9 @@ from gpuprof_nb.results.compare import (
 from gpuprof_nb.results.diagnosis import Finding
 from gpuprof_nb.results.report import ProfileReport
 
-Side = ProfileReport | Trace | str | os.PathLike[str]
+# Trace files are read by the public front end (session/analyze.py), which names a side by
+# its file name.
+Side = ProfileReport | Trace
 
 # What compiled code looks like in a trace: Triton kernels, compiled regions and graphs.
 _COMPILED_OP_MARKS = ("Torch-Compiled Region", "CompiledFunction", "Compiled Function")
@@ -73,8 +73,6 @@ def _side(value: object, which: str, label: str | None) -> _Side:
         report, name = value, which
     elif isinstance(value, Trace):
         report, name = analyze(value), which
-    elif isinstance(value, (str, os.PathLike)):
-        report, name = analyze(load_trace(value)), Path(value).name
     else:
         raise GpuprofError(
             f"compare: {which} is a {type(value).__name__}; pass a ProfileReport (from "

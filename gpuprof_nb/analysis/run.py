@@ -27,7 +27,8 @@ from gpuprof_nb.analysis.report import analyze
 from gpuprof_nb.analysis.rules import severity_of
 from gpuprof_nb.analysis.timeline import chosen_device, device_kernels, top_level_ops
 from gpuprof_nb.errors import GpuprofError
-from gpuprof_nb.io.trace import load_trace
+from gpuprof_nb.model.device import DeviceSpec
+from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Kernel, Trace
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding, FindingKind
 from gpuprof_nb.results.run import CollectiveRow, RankRow, RankSummary, RunReport
@@ -120,9 +121,17 @@ def _collective_bytes(kernel: Kernel) -> int | None:
     return c.in_nelems * size if size is not None else None
 
 
-def summarize_rank(trace: Trace, source: str, rank: int | None = None) -> RankSummary:
+def summarize_rank(
+    trace: Trace,
+    source: str,
+    rank: int | None = None,
+    *,
+    ceilings: DeviceSpec | None = None,
+    timing: TimingStats | None = None,
+) -> RankSummary:
     """Return one rank's RankSummary from its trace (see RankSummary for the numbers). The
-    rank is `rank`, else the trace's distributedInfo, else the file name's."""
+    rank is `rank`, else the trace's distributedInfo, else the file name's. `ceilings` and
+    `timing` are what its analysis takes (analysis/report.py: analyze)."""
     dist = trace.distributed
     if rank is None:
         rank = dist.rank if dist is not None and dist.rank is not None else rank_from_name(source)
@@ -143,7 +152,7 @@ def summarize_rank(trace: Trace, source: str, rank: int | None = None) -> RankSu
             f"{source}: world size {world} is not a real run's; the trace's distributedInfo "
             "is damaged"
         )
-    report = analyze(trace)
+    report = analyze(trace, ceilings, timing=timing)
     timeline = report.timeline
     lo, hi = (timeline.start_us, timeline.end_us) if timeline is not None else trace.window_us
     calls: list[tuple[float, str, float]] = []
@@ -224,20 +233,6 @@ def _by_kind(calls: list[tuple[float, str, float]]) -> tuple[tuple[str, tuple[fl
 
 def _spans(pairs: object, lo: float, hi: float) -> list[Interval]:
     return merge_intervals(clip_intervals(pairs, lo, hi))  # type: ignore[arg-type]
-
-
-def summarize_path(path: str, rank: int | None = None) -> RankSummary:
-    """Load one rank's trace file and summarise it (what each worker runs); a file that
-    cannot be read gives a summary holding only the error, so the other ranks still count."""
-    try:
-        return summarize_rank(load_trace(path), str(path), rank)
-    except (GpuprofError, OSError) as exc:
-        guess = rank if rank is not None else rank_from_name(str(path))
-        return RankSummary(
-            rank=guess if guess is not None else -1,
-            source=str(path),
-            error=f"{type(exc).__name__}: {exc}",
-        )
 
 
 def combine(summaries: Sequence[RankSummary]) -> RunReport:

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from gpuprof_nb.errors import GpuprofError, SnapshotFormatError
+from gpuprof_nb.gcpause import gc_paused
 from gpuprof_nb.io.cells import cells_of
-from gpuprof_nb.io.gcpause import gc_paused
 from gpuprof_nb.io.guards import (
     GzipGuard,
     describe,

@@ -241,5 +241,13 @@ class Trace:
         return bool(self.kernels)
 
     @property
+    def recorded_gpu(self) -> DeviceInfo | None:
+        """The GPU whose ceilings the trace is drawn against: its first deviceProperties
+        entry when it has device activity; None for a CPU trace or one without them."""
+        if not self.kernels or not self.devices:
+            return None
+        return self.devices[0]
+
+    @property
     def duration_us(self) -> float:
         return self.window_us[1] - self.window_us[0]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gpuprof_nb.io.gcpause import gc_paused
+from gpuprof_nb.gcpause import gc_paused
 from gpuprof_nb.render import annotations as _annotations  # noqa: F401
 
 # Imported for their registrations with report_of / text_of / widget_of.

@@ -22,12 +22,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpuprof_nb.analysis.report import analyze, count_steps_per_run
+from gpuprof_nb.analysis.report import count_steps_per_run
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.timing import timing_dict, timing_of
 from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.render.records import headline
 from gpuprof_nb.results.report import ProfileReport
+from gpuprof_nb.session.analyze import analyze
 from gpuprof_nb.session.files import load_trace_report
 
 ENV = "GPUPROF_BASELINES"
