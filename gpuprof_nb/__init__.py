@@ -106,8 +106,10 @@ class _Renderer:
 
     def widget(self, obj: object) -> Any:
         from gpuprof_nb.render.display import widget
+        from gpuprof_nb.session.analyze import ops_resort
 
-        return widget(obj)
+        resort = ops_resort(obj)
+        return widget(obj, resort=resort) if resort is not None else widget(obj)
 
 
 _display.use_renderer(_Renderer())

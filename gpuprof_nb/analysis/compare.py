@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpuprof_nb.analysis.classify import is_host_collective, kernel_name_class
+from gpuprof_nb.analysis.derived import TraceIndex
 from gpuprof_nb.analysis.intervals import clip_intervals, merge_intervals, union_length
 from gpuprof_nb.analysis.ops import kernel_table, top_ops
 from gpuprof_nb.analysis.report import analyze, count_steps_per_run
@@ -139,6 +140,7 @@ def _rows(side: _Side, divisor: float) -> dict[tuple[str, str], ChangeRow]:
     rows: dict[tuple[str, str], ChangeRow] = {}
     if trace is None:
         return rows
+    ix = TraceIndex(trace)
 
     def add(category: str, name: str, us: float, calls: float) -> None:
         old = rows.get((category, name))
@@ -146,14 +148,16 @@ def _rows(side: _Side, divisor: float) -> dict[tuple[str, str], ChangeRow]:
             us, calls = us + old.before_us * divisor, calls + old.calls_before * divisor
         rows[(category, name)] = ChangeRow(name, category, us / divisor, 0.0, calls / divisor, 0.0)
 
-    loader = dataloader_ops(trace)
+    loader = dataloader_ops(ix)
     loader_names = {o.name for o in loader}
-    for op in top_ops(trace, n=None, sort="self_cpu_us").rows:
+    for op in top_ops(ix, n=None, sort="self_cpu_us").rows:
         if op.name in loader_names:
             continue  # the DataLoader row below holds it, whatever its iterator's class
         comm = is_host_collective(op.name)
         add("communication" if comm else "op", op.name, op.self_cpu_us, op.calls)
-    for k in kernel_table(trace).rows:
+    # The report's own kernel table is this trace's (analyze made it), when it has one.
+    kernels = side.report.kernels if side.report.kernels is not None else kernel_table(ix)
+    for k in kernels.rows:
         if k.kind == "kernel":
             category = "communication" if kernel_name_class(k.name) == "comm" else "kernel"
         else:

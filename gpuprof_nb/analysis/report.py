@@ -16,9 +16,11 @@ from gpuprof_nb.analysis.annotations import annotation_table
 from gpuprof_nb.analysis.compile import compile_report
 from gpuprof_nb.analysis.critical_path import critical_path
 from gpuprof_nb.analysis.cudagraphs import graph_replays
+from gpuprof_nb.analysis.derived import TraceIndex, index_of
 from gpuprof_nb.analysis.diagnose import diagnose
 from gpuprof_nb.analysis.fit import categories_and_fit, fit_batch_size
 from gpuprof_nb.analysis.hotspots import compute_hotspots
+from gpuprof_nb.analysis.lanes import timeline_lanes
 from gpuprof_nb.analysis.memory import analyze_snapshot, parse_window
 from gpuprof_nb.analysis.mfu import model_flops_utilisation
 from gpuprof_nb.analysis.modules import module_breakdown
@@ -64,7 +66,7 @@ def _attempt(what: str, compute: Callable[[], T], notes: list[str]) -> T | None:
 
 
 def analyze(
-    trace: Trace,
+    trace: Trace | TraceIndex,
     device: DeviceSpec | str | None = None,
     *,
     timing: TimingStats | None = None,
@@ -80,45 +82,54 @@ def analyze(
     table); without it, against the datasheet row of the trace's GPU (the roofline's note
     says which). `timing`: the run's timed samples, when there are any. `notes` come first
     in the report's notes."""
+    ix = index_of(trace)
+    trace = ix.trace
     check_analyze_arguments(trace, device, timing, top, sort)
     # The analyses make many short-lived objects and no cycles worth collecting: automatic
     # collections would walk the whole trace's objects again and again (gcpause.py).
     with gc_paused():
-        ops = top_ops(trace, n=top, sort=sort)
-        kernels = kernel_table(trace)
-        summary = summarize_trace(trace)
+        ops = top_ops(ix, n=top, sort=sort)
+        kernels = kernel_table(ix)
+        summary = summarize_trace(ix)
         all_notes = list(notes)
         ceilings = device if device is not None else datasheet_ceilings(trace)
         # The remaining analyses add judgement on top of the tables; one failing on an
         # unusual trace should cost its own tab, not the whole report, and the note says
         # what broke.
-        timeline = _attempt("timeline", lambda: device_timeline(trace), all_notes)
-        roofline = _attempt("roofline", lambda: compute_roofline(trace, ceilings), all_notes)
+        timeline = _attempt("timeline", lambda: device_timeline(ix), all_notes)
+        roofline = _attempt("roofline", lambda: compute_roofline(ix, ceilings), all_notes)
         hotspots = (
             None
             if timeline is None
-            else _attempt("hotspots", lambda: compute_hotspots(trace, timeline), all_notes)
+            else _attempt("hotspots", lambda: compute_hotspots(ix, timeline), all_notes)
         )
-        modules = _attempt("modules", lambda: module_breakdown(trace, timeline), all_notes)
+        modules = _attempt("modules", lambda: module_breakdown(ix, timeline), all_notes)
         mfu = (
             None
             if roofline is None
-            else _attempt(
-                "MFU", lambda: model_flops_utilisation(trace, roofline, timing), all_notes
-            )
+            else _attempt("MFU", lambda: model_flops_utilisation(ix, roofline, timing), all_notes)
         )
-        compiled = _attempt("torch.compile", lambda: compile_report(trace), all_notes)
-        replays = _attempt("CUDA graphs", lambda: graph_replays(trace), all_notes)
-        annotations = _attempt("annotations", lambda: annotation_table(trace), all_notes)
+        compiled = _attempt("torch.compile", lambda: compile_report(ix), all_notes)
+        replays = _attempt("CUDA graphs", lambda: graph_replays(ix), all_notes)
+        annotations = _attempt("annotations", lambda: annotation_table(ix), all_notes)
         path = (
             None
             if timeline is None
-            else _attempt("critical path", lambda: critical_path(trace, timeline), all_notes)
+            else _attempt("critical path", lambda: critical_path(ix, timeline), all_notes)
+        )
+        lanes = (
+            None
+            if timeline is None
+            else _attempt(
+                "timeline lanes",
+                lambda: timeline_lanes(ix, timeline, timeline.representative_step),
+                all_notes,
+            )
         )
         diagnosis = _attempt(
             "diagnosis",
             lambda: diagnose(
-                trace,
+                ix,
                 timeline=timeline,
                 roofline=roofline,
                 timing=timing,
@@ -147,6 +158,7 @@ def analyze(
         graph_replays=replays,
         annotations=annotations,
         critical_path=path,
+        timeline_lanes=lanes,
     )
 
 

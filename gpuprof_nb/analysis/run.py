@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.classify import is_host_collective, kernel_name_class
+from gpuprof_nb.analysis.derived import TraceIndex, index_of
 from gpuprof_nb.analysis.fixes import FIXES
 from gpuprof_nb.analysis.intervals import (
     Interval,
@@ -122,7 +123,7 @@ def _collective_bytes(kernel: Kernel) -> int | None:
 
 
 def summarize_rank(
-    trace: Trace,
+    trace: Trace | TraceIndex,
     source: str,
     rank: int | None = None,
     *,
@@ -132,6 +133,8 @@ def summarize_rank(
     """Return one rank's RankSummary from its trace (see RankSummary for the numbers). The
     rank is `rank`, else the trace's distributedInfo, else the file name's. `ceilings` and
     `timing` are what its analysis takes (analysis/report.py: analyze)."""
+    ix = index_of(trace)
+    trace = ix.trace
     dist = trace.distributed
     if rank is None:
         rank = dist.rank if dist is not None and dist.rank is not None else rank_from_name(source)
@@ -152,15 +155,15 @@ def summarize_rank(
             f"{source}: world size {world} is not a real run's; the trace's distributedInfo "
             "is damaged"
         )
-    report = analyze(trace, ceilings, timing=timing)
+    report = analyze(ix, ceilings, timing=timing)
     timeline = report.timeline
     lo, hi = (timeline.start_us, timeline.end_us) if timeline is not None else trace.window_us
     calls: list[tuple[float, str, float]] = []
     sizes: dict[str, int] = defaultdict(int)
     groups: dict[str, int] = {}
-    device, _ = chosen_device(trace)
+    device, _ = chosen_device(ix)
     if device is not None:
-        kernels = [k for k in device_kernels(trace, device) if k.kind == "kernel"]
+        kernels = [k for k in device_kernels(ix, device) if k.kind == "kernel"]
         comm = [k for k in kernels if kernel_name_class(k.name) == "comm"]
         compute = [k for k in kernels if kernel_name_class(k.name) != "comm"]
         comm_spans = _spans(((k.start_us, k.end_us) for k in comm), lo, hi)
@@ -179,11 +182,7 @@ def summarize_rank(
         host = [o for o in trace.ops if is_host_collective(o.name)]
         comm_spans = _spans(((o.start_us, o.end_us) for o in host), lo, hi)
         compute_spans = _spans(
-            (
-                (o.start_us, o.end_us)
-                for o in top_level_ops(trace)
-                if not is_host_collective(o.name)
-            ),
+            ((o.start_us, o.end_us) for o in top_level_ops(ix) if not is_host_collective(o.name)),
             lo,
             hi,
         )

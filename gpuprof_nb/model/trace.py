@@ -230,11 +230,6 @@ class Trace:
     source_stat: tuple[int, int] | None = field(default=None, compare=False)
     # The `gpu_user_annotation` events: record_function ranges as the device ran them.
     gpu_annotations: tuple[GpuAnnotation, ...] = ()
-    # What the analyses derive from the trace and several of them need (the top-level ops,
-    # the op tree, interval unions...), filled on first use by analysis/derived.py so that
-    # one report computes each once. Not part of the trace's value: never compared, shown
-    # or passed on by dataclasses.replace (a replaced trace starts empty).
-    derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def has_device_activity(self) -> bool:

@@ -43,6 +43,7 @@ def text(obj: object) -> str:
     return visible_surrogates(text_of(obj))
 
 
-def widget(obj: object) -> Any:
-    """Return a live ipywidgets view of a result."""
-    return widget_of(obj)
+def widget(obj: object, **options: Any) -> Any:
+    """Return a live ipywidgets view of a result; `options` go to its type's view (a
+    ProfileReport's `resort`, render/profile.py)."""
+    return widget_of(obj, **options) if options else widget_of(obj)

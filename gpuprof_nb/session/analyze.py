@@ -9,13 +9,15 @@ for the front doors (the command line, the pytest helper)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gpuprof_nb.analysis import compare as _compare
 from gpuprof_nb.analysis import report as _report
+from gpuprof_nb.analysis.derived import TraceIndex
 from gpuprof_nb.analysis.gate import check_threshold, regression_gate
+from gpuprof_nb.analysis.ops import top_ops
 from gpuprof_nb.io.ceilings import trace_ceilings
 from gpuprof_nb.io.snapshot import snapshot_from_dict
 from gpuprof_nb.io.timing import timing_of
@@ -26,6 +28,7 @@ from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.results.compare import COMPARE_NOISE_FLOOR, Comparison
 from gpuprof_nb.results.report import MemoryReport, ProfileReport
+from gpuprof_nb.results.tables import OpTable
 
 __all__ = [
     "analyze",
@@ -33,6 +36,7 @@ __all__ = [
     "analyze_memory",
     "check_threshold",
     "compare",
+    "ops_resort",
     "regression_gate",
 ]
 
@@ -159,3 +163,18 @@ def _side(value: Side, label: str | None) -> tuple[ProfileReport | Trace, str | 
     if isinstance(value, (str, os.PathLike)):
         return analyze(load_trace(value)), label or Path(value).name
     return value, label
+
+
+def ops_resort(report: object) -> Callable[[str], OpTable] | None:
+    """Return what a report's top-ops table is in another order (by a sort key, as many rows
+    as the report shows), for its live view's "sort by" dropdown; None for anything else
+    than a ProfileReport with a trace and a table. The trace's columns are derived once for
+    all the orders asked."""
+    if not isinstance(report, ProfileReport) or report.trace is None or report.ops is None:
+        return None
+    index, top = TraceIndex(report.trace), report.top
+
+    def resort(key: str) -> OpTable:
+        return top_ops(index, n=top, sort=key)
+
+    return resort
