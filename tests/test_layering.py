@@ -79,7 +79,7 @@ def test_blocking_really_blocks() -> None:
 # of layers below it, never above nor sideways: analysis and render are siblings (render
 # draws the results and never calls analysis, analysis never renders), and so are capture
 # and those two (capture imports no analysis); the session runs them and the magics (IPython
-# glue) sit on top; the package root and the deprecated shims above everything.
+# glue) sit on top; the package root above everything.
 LAYERS: dict[str, int] = {
     "errors": 0,
     "version": 0,
@@ -95,8 +95,6 @@ LAYERS: dict[str, int] = {
     "cli": 8,
     "pytest_plugin": 8,
     "magics": 7,
-    "report": 9,
-    "memory_report": 9,
     "__main__": 9,
     "": 9,
 }
