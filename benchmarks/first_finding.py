@@ -61,7 +61,11 @@ def first_findings(shell: Any, runs: int, kinds: list[str]) -> dict[str, list[st
             run_cell(shell, f"%%gpuprofile --quiet -o _ff {options}\n_planted.{func}()\n")
             shell.user_ns["_planted"].NAMESPACE.clear()
             d = shell.user_ns["_ff"].diagnosis
-            seen[kind].append(d.findings[0].kind if d.findings else "-")
+            # Under load the Diagnosis leads with noisy_measurement (issue 32): the run says
+            # its numbers are unsteady, then gives the planted finding. Marked with a "~".
+            rest = [f.kind for f in d.findings if f.kind != "noisy_measurement"]
+            noisy = bool(d.findings) and d.findings[0].kind == "noisy_measurement"
+            seen[kind].append(("~" if noisy else "") + (rest[0] if rest else "-"))
     return seen
 
 
@@ -97,9 +101,11 @@ def run(cfg: BenchConfig) -> Section:
     ]
     worst = runs
     cold = 0
+    noisy_first = 0
     for kind in kinds:
         got = seen[kind]
-        same = sum(1 for k in got if k == kind)
+        same = sum(1 for k in got if k.lstrip("~") == kind)
+        noisy_first += sum(1 for k in got if k.startswith("~"))
         worst = min(worst, same)
         cold += sum(1 for k in got if k == "cold_start")
         lines.append(f"| {kind} | {', '.join(got)} | {same} of {len(got)} |")
@@ -107,10 +113,14 @@ def run(cfg: BenchConfig) -> Section:
         "",
         f"- cold_start as the first finding: {cold} of {runs * len(kinds)} runs "
         "(a one-off is reported apart, in the Summary and under 'One-off costs').",
+        f"- noisy_measurement first (marked ~, the planted kind then the first of the rest): "
+        f"{noisy_first} of {runs * len(kinds)} runs. Under this load the Diagnosis says its "
+        "numbers are unsteady before anything else (issue 32).",
     ]
     targets = (
         Target(
-            "planted kind is the first finding under CPU load (worst kind)",
+            "planted kind is the first finding under CPU load, after noisy_measurement "
+            "(worst kind)",
             f"{worst} of {runs}",
             f"{runs} of {runs}",
             worst == runs,

@@ -3,7 +3,7 @@
     python benchmarks/run.py [--quick]
                              [--only overhead,accuracy,traces,json,snapshots,notebook,findings,
                                      compare,runs,stragglers,training,samplers,fit,modules,hostile,
-                                     timeline]
+                                     timeline,lines]
                              [--repeats N] [--big-trace-mb N] [--big-snapshot-mb N]
                              [--traces-dir DIR] [--hta-python PATH] [--out PATH]
                              [--cache-dir DIR] [--cap-gb N]
@@ -53,6 +53,7 @@ COMPARISONS = {
     "modules": "benchmarks.module_hooks",
     "hostile": "benchmarks.hostile_inputs",
     "timeline": "benchmarks.timeline_analyses",
+    "lines": "benchmarks.linetrace",
 }
 # Each comparison's section title in RESULTS.md (what --reuse finds there).
 TITLES = {
@@ -72,6 +73,7 @@ TITLES = {
     "modules": "13. Module ranges beside the profiled run",
     "hostile": "14. Hostile inputs",
     "timeline": "15. Timeline analyses (issue 38)",
+    "lines": "16. Exact line events against the line sampler",
 }
 
 
@@ -350,9 +352,14 @@ def main(argv: list[str] | None = None) -> int:
         try:
             section = module.run(cfg)
         except Exception as exc:  # noqa: BLE001 - one broken comparison must not hide the rest
+            import traceback
+
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            print(traceback.format_exc(), file=sys.stderr)
             section = Section(
                 name,
-                f"This comparison failed: `{type(exc).__name__}: {exc}`",
+                f"This comparison failed: `{type(exc).__name__}: {exc}` "
+                f"(at `{Path(where.filename).name}:{where.lineno}`)",
                 (Target(name, f"failed: {exc}", "runs", False),),
             )
         section = stamp_section(section, command.strip())

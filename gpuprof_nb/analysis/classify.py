@@ -102,6 +102,9 @@ _NOT_GEMM_KERNEL_MARKS = (
 
 
 _COMM_KERNEL_MARKS = ("nccl", "rccl", "gloo")
+# Device-side waits and event records (MTIA's device events, streams waiting on events):
+# time on the device that is neither math nor memory traffic.
+_WAIT_KERNEL_PREFIXES = ("event_wait", "event_record", "stream wait event")
 
 
 @functools.lru_cache(maxsize=8192)
@@ -127,9 +130,9 @@ def op_class(name: str) -> str:
 
 
 def kernel_class(kernel: Kernel) -> str:
-    """Return 'comm', 'gemm', 'copy' or 'elementwise' for a device activity. Kernels that are
-    neither collectives nor matmuls/convolutions are, in practice, elementwise, reduction,
-    norm or copy kernels: low arithmetic intensity."""
+    """Return 'comm', 'gemm', 'copy', 'wait' or 'elementwise' for a device activity. Kernels
+    that are neither collectives, matmuls/convolutions nor device-side waits are, in
+    practice, elementwise, reduction, norm or copy kernels: low arithmetic intensity."""
     if kernel.kind != "kernel":
         return "copy"
     return kernel_name_class(kernel.name)
@@ -137,11 +140,13 @@ def kernel_class(kernel: Kernel) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def kernel_name_class(name: str) -> str:
-    """Return 'comm', 'gemm' or 'elementwise' for a kernel name (see kernel_class)."""
+    """Return 'comm', 'gemm', 'wait' or 'elementwise' for a kernel name (see kernel_class)."""
     # Traces repeat a few hundred kernel names thousands of times: classify each name once.
     n = name.lower()
     if any(m in n for m in _COMM_KERNEL_MARKS):
         return "comm"
+    if n.startswith(_WAIT_KERNEL_PREFIXES):
+        return "wait"
     if _is_gemm_kernel_name(n):
         return "gemm"
     return "elementwise"

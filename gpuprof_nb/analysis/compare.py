@@ -18,14 +18,18 @@ the change is real (docs/compare.md has the method).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.classify import is_host_collective, kernel_name_class
 from gpuprof_nb.analysis.derived import TraceIndex
 from gpuprof_nb.analysis.intervals import clip_intervals, merge_intervals, union_length
+from gpuprof_nb.analysis.noise import other_work_share, runs_to_settle, spread_of
 from gpuprof_nb.analysis.ops import kernel_table, top_ops
 from gpuprof_nb.analysis.report import analyze, count_steps_per_run
 from gpuprof_nb.analysis.timeline import dataloader_ops
@@ -54,10 +58,78 @@ _DATALOADER = "DataLoader (next batch)"
 
 
 def timing_verdict(
-    before: Sequence[float], after: Sequence[float], *, noise_floor: float = COMPARE_NOISE_FLOOR
+    before: Sequence[float],
+    after: Sequence[float],
+    *,
+    noise_floor: float = COMPARE_NOISE_FLOOR,
+    other_work: tuple[float | None, float | None] = (None, None),
+    waited: tuple[float | None, float | None] = (None, None),
 ) -> Verdict | None:
-    """Return the verdict on two sets of timed samples (Verdict.from_samples)."""
-    return Verdict.from_samples(before, after, noise_floor=noise_floor)
+    """Return the verdict on two sets of timed samples (Verdict.from_samples), made
+    noise-aware (docs/compare.md): a side is noisy when its samples spread more than
+    NOISY_SAMPLE_SPREAD (slowest over fastest), and the pair when the cell's thread waited
+    for a core NOISY_WAITED_CHANGE more of its timed runs on one side (`waited`, from
+    the timing), or, where that is not measured, other processes held
+    NOISY_OTHER_WORK_CHANGE more of the cores on one side (`other_work`, from the
+    utilisation). Then a change is called only when the ratio lies beyond the product of
+    the noise factors (each side's spread, and 1 / (1 - that change)): a machine that far
+    off could have made that much of no change.
+    The verdict also says how many samples per side would settle a question it leaves
+    open."""
+    v = Verdict.from_samples(before, after, noise_floor=noise_floor)
+    if v is None:
+        return None
+    spreads = (spread_of(before), spread_of(after))
+    factors = []
+    reasons = []
+    for side, spread in zip(("before", "after"), spreads, strict=True):
+        if spread is not None and spread > th.NOISY_SAMPLE_SPREAD:
+            reasons.append(f"{side}'s samples spread {spread:.2f}x")
+        factors.append(spread or 1.0)
+    # The machine changed between the runs: the cell's thread waited for a core more on
+    # one side (the direct measure, where the OS gives it), else other work held more of
+    # the cores on one side. The same load on both sides slows both alike.
+    if waited[0] is not None and waited[1] is not None:
+        change = abs(waited[0] - waited[1])
+        if change >= th.NOISY_WAITED_CHANGE:
+            side = "before" if waited[0] > waited[1] else "after"
+            reasons.append(
+                f"the cell's thread waited for a core {change * 100:.0f}% of the time more "
+                f"during {side}"
+            )
+            factors.append(1.0 / max(1.0 - change, 0.1))
+    else:
+        known = [o for o in other_work if o is not None]
+        change = max(known) - (min(known) if len(known) == 2 else 0.0) if known else 0.0
+        if change >= th.NOISY_OTHER_WORK_CHANGE:
+            side = "before" if (other_work[0] or 0.0) >= (other_work[1] or 0.0) else "after"
+            reasons.append(
+                f"other work held {change * 100:.0f}% more of the cores during {side} than "
+                "during the other side"
+            )
+            factors.append(1.0 / max(1.0 - change, 0.1))
+    kind, why = v.kind, ""
+    covers = math.prod(factors)
+    if kind != "no clear change" and reasons and max(v.ratio, 1 / v.ratio) <= covers:
+        kind = "no clear change"
+        why = (
+            f"the noise covers the difference: {' and '.join(reasons)}, so a "
+            f"{max(v.ratio, 1 / v.ratio):.2f}x difference is within what the machine alone "
+            f"could do (up to {covers:.2f}x)"
+        )
+    elif kind == "no clear change":
+        why = "the interval reaches into the noise floor"
+    settle = (
+        runs_to_settle(before, after, v.ratio, noise_floor) if kind == "no clear change" else None
+    )
+    return dataclasses.replace(
+        v,
+        kind=kind,
+        spread_before=spreads[0],
+        spread_after=spreads[1],
+        runs_to_settle=settle,
+        why=why,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +287,35 @@ def _changes(before: _Side, after: _Side, per: Per) -> tuple[ChangeRow, ...]:
     return tuple(out)
 
 
+def _other_work(side: _Side) -> float | None:
+    """The share of the cores other processes kept busy while the side ran, where its
+    utilisation sampler saw it."""
+    return other_work_share(side.trace.utilisation) if side.trace is not None else None
+
+
+def _waited(side: _Side) -> float | None:
+    """The share of its timed runs the side's thread waited for a core, where measured."""
+    return side.timing.waited_fraction if side.timing is not None else None
+
+
+def _unchanged_share(changes: Sequence[ChangeRow]) -> float | None:
+    """The share of the net change in time that lies in rows both sides ran the same
+    number of times (same name, same calls, nothing replacing them), in the direction of
+    the whole change; None when the rows barely move."""
+    total = sum(r.delta_us for r in changes)
+    if abs(total) <= 1e-9:
+        return None
+    same = sum(
+        r.delta_us
+        for r in changes
+        if r.before_us > 0
+        and r.after_us > 0
+        and not r.replaced_by
+        and abs(r.calls_after - r.calls_before) <= 1e-6 * max(r.calls_before, 1.0)
+    )
+    return min(max(same / total, 0.0), 1.0)
+
+
 def _idle(before: _Side, after: _Side, per: Per, notes: list[str]) -> tuple[IdleDelta, ...]:
     tb, ta = before.report.timeline, after.report.timeline
     if tb is None or ta is None or tb.breakdown is None or ta.breakdown is None:
@@ -308,7 +409,11 @@ def compare(
     per = _per(b, a, notes)
     steps = b.timing is None and a.timing is None
     verdict = timing_verdict(
-        _samples(b, per, steps), _samples(a, per, steps), noise_floor=noise_floor
+        _samples(b, per, steps),
+        _samples(a, per, steps),
+        noise_floor=noise_floor,
+        other_work=(_other_work(b), _other_work(a)),
+        waited=(_waited(b), _waited(a)),
     )
     if verdict is not None:
         verdict_note = ""
@@ -320,6 +425,24 @@ def compare(
         )
     else:
         verdict_note = "no verdict: a side has fewer than two timed samples (raise --repeat)"
+    changes = _changes(b, a, per)
+    shared = _unchanged_share(changes)
+    if shared is not None and shared >= th.SHARED_UNCHANGED_SHARE:
+        notes.append(
+            f"{shared * 100:.0f}% of the difference lies in ops and kernels both sides ran "
+            "the same number of times under the same names: unless the change speeds up or "
+            "slows down everything alike (threads, clocks, the device), the difference looks "
+            "like noise (the machine's speed moved between the runs)"
+        )
+    if verdict is not None and verdict.kind == "no clear change":
+        settle = (
+            f"about {verdict.runs_to_settle} timed samples per side (--repeat "
+            f"{verdict.runs_to_settle}) on a steady machine would settle it"
+            if verdict.runs_to_settle is not None
+            else "the difference is within the noise floor: no number of runs makes it a "
+            "change worth calling"
+        )
+        verdict_note = f"{verdict.why}; {settle}" if verdict.why else settle
     resolved, new, still = _findings(b, a)
     return Comparison(
         before_label=b.label,
@@ -328,7 +451,7 @@ def compare(
         step_median_us=(_step_median(b, per), _step_median(a, per)),
         verdict=verdict,
         verdict_note=verdict_note,
-        changes=_changes(b, a, per),
+        changes=changes,
         idle=_idle(b, a, per, notes),
         memory_peak_bytes=(_peak(b), _peak(a)),
         idle_of=_idle_of(b, a),

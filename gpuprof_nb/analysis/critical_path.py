@@ -851,7 +851,9 @@ def _result(
         if len(off_idx):
             off = len(off_idx)
             off_us = float((d.end[off_idx] - d.start[off_idx]).sum())
-            median_slack = float(np.median(slack[off_idx]))
+            # A zero-length kernel on the window's edge has no slack (nan): left out.
+            finite = slack[off_idx][np.isfinite(slack[off_idx])]
+            median_slack = float(np.median(finite)) if len(finite) else None
     if not trace.syncs and any(seg.kind == "sync" for seg in segments):
         notes.append(
             "the trace has no cuda_sync events: which stream a synchronisation waited for "
@@ -894,7 +896,11 @@ def _path_syncs(
 
 
 def _share(us: float, total: float) -> str:
-    return f"{us / total * 100:.0f}%" if total > 0 else "0%"
+    """A share in whole percent; a part too small to round to 1% reads "<1%", not "0%"."""
+    if total <= 0 or us <= 0:
+        return "0%"
+    pct = us / total * 100
+    return "<1%" if pct < 0.5 else f"{pct:.0f}%"
 
 
 def rule_critical_path(cp: CriticalPath | None, on_device: bool) -> Finding | None:
@@ -907,11 +913,12 @@ def rule_critical_path(cp: CriticalPath | None, on_device: bool) -> Finding | No
     device_us = sum(us for c, us in cp.by_category_us if c in DEVICE_CATEGORIES)
     host_us = total - device_us
     what = f"step {cp.step_number}" if cp.step_number is not None else "the window"
+    of_it = "the step" if cp.step_number is not None else "the window"
     parts = ", ".join(f"{c} {_share(us, total)}" for c, us in cp.by_category_us[:4] if us > 0)
     main_sync = max(cp.syncs, key=lambda s: (s.device_us, -s.start_us), default=None)
     if main_sync is not None and main_sync.device_us >= 0.2 * total:
         where = f"{main_sync.name} in {main_sync.context}" if main_sync.context else main_sync.name
-        work = f"the GPU works through {_share(main_sync.device_us, total)} of the step"
+        work = f"the GPU works through {_share(main_sync.device_us, total)} of {of_it}"
         how = (
             f"launches block on a full queue ({where})"
             if "aunch" in main_sync.name
@@ -938,7 +945,7 @@ def rule_critical_path(cp: CriticalPath | None, on_device: bool) -> Finding | No
         title += (
             f"; it runs through {len(cp.syncs)} synchronisation"
             f"{'s' if len(cp.syncs) != 1 else ''} ({count} {where}), where the host waited "
-            f"on {duration_words(waited)} of GPU work ({_share(waited, total)} of the step)"
+            f"on {duration_words(waited)} of GPU work ({_share(waited, total)} of {of_it})"
         )
     evidence: dict[str, float] = {
         "step_us": total,
@@ -951,9 +958,10 @@ def rule_critical_path(cp: CriticalPath | None, on_device: bool) -> Finding | No
     if cp.median_slack_us is not None and cp.slack_fraction is not None:
         evidence["off_path_median_slack_us"] = cp.median_slack_us
         evidence["off_path_slack_fraction"] = cp.slack_fraction
+        slack = _share(cp.slack_fraction * total, total)
         title += (
             f". Kernels off the path ({cp.off_path_kernels}) had a median slack of "
-            f"{duration_words(cp.median_slack_us)} ({cp.slack_fraction * 100:.0f}% of the step)"
+            f"{duration_words(cp.median_slack_us)} ({slack} of {of_it})"
         )
         if cp.slack_fraction >= 0.1:
             title += ": speeding them up would not shorten it"

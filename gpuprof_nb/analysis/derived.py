@@ -167,7 +167,7 @@ def op_name_codes(index: TraceIndex) -> tuple[tuple[str, ...], np.ndarray]:
 # Device activity kinds as codes (KernelColumns.kind).
 KERNEL_KINDS = ("kernel", "memcpy", "memset")
 # Kernel classes as codes (analysis/classify.kernel_class).
-KERNEL_CLASSES = ("copy", "comm", "gemm", "elementwise")
+KERNEL_CLASSES = ("copy", "comm", "gemm", "elementwise", "wait")
 
 
 class KernelColumns:
@@ -200,7 +200,7 @@ class KernelColumns:
         self.cls = frozen(cls)
 
     def of_class(self, name: str) -> np.ndarray:
-        """Mask of the kernels of one class ('comm', 'gemm', 'elementwise', 'copy')."""
+        """Mask of the kernels of one class ('comm', 'gemm', 'elementwise', 'wait', 'copy')."""
         return self.cls == KERNEL_CLASSES.index(name)  # type: ignore[no-any-return]
 
 

@@ -20,6 +20,7 @@ from gpuprof_nb.analysis.critical_path import rule_critical_path
 from gpuprof_nb.analysis.derived import TraceIndex, index_of, kernel_columns
 from gpuprof_nb.analysis.fixes import CPU_FIXES, FIXES
 from gpuprof_nb.analysis.model_rules import model_findings
+from gpuprof_nb.analysis.noise import rule_noisy_measurement
 from gpuprof_nb.analysis.rules import (
     Context,
     cold_ops_idle_us,
@@ -85,6 +86,7 @@ FIX_ORDER: tuple[FindingKind, ...] = (
     "memory_growth",  # checkpointing, freeing what is kept
     "cold_start",
     "compute_bound",
+    "noisy_measurement",
     "critical_path",  # explains the others; never a fix of its own
 )
 
@@ -244,6 +246,8 @@ def diagnose(
         for f in considered
         if f.kind in ("compute_bound", "critical_path") or f.share >= th.MIN_REPORT_SHARE
     ]
+    # Numbers measured on an unsteady machine come first: every other finding rests on them.
+    noisy = rule_noisy_measurement(timing, trace.utilisation, hotspots)
 
     # compute_bound recovers nothing itself: it goes after every high or medium problem, but
     # before low ones, so a healthy cell leads with its verdict rather than with a detail.
@@ -265,10 +269,15 @@ def diagnose(
             f"({duration_words(c.one_off_us)}); every other share is of the "
             f"remaining {duration_words(c.span_us - c.one_off_us)}"
         )
+    verdict = _verdict(reported, c, len(blind))
+    if noisy is not None:
+        reported.insert(0, noisy)
+        considered.insert(0, noisy)
+        verdict = f"{noisy.title.split('. The times')[0]}. {verdict}"
     return Diagnosis(
         findings=tuple(reported),
         not_judged=tuple(not_judged),
-        verdict=_verdict(reported, c, len(blind)),
+        verdict=verdict,
         considered=tuple(considered),
         notes=tuple(notes),
         one_off=tuple(one_off),

@@ -93,6 +93,13 @@ FIXES: dict[FindingKind, str] = {
         "lengths per rank: pack or bucket), and keep rank-only work (logging, metrics,\n"
         "checkpoints) out of the step."
     ),
+    "noisy_measurement": (
+        "Measure on a steady machine: close other work (other notebooks and kernels, training\n"
+        "jobs, builds, browser tabs), then time again with more samples and compare medians:\n"
+        "%%gpuprofile --repeat 10\n"
+        "If the spread stays wide, look for what changes between runs inside the cell (data\n"
+        "loading, caching, allocation) before trusting any one number."
+    ),
     "memory_growth": (
         "Something keeps every step's tensors (and their graphs) alive. Store numbers,\n"
         "not tensors: total += loss.item()  (not total += loss), losses.append(loss.detach()),\n"
@@ -122,6 +129,17 @@ CPU_FIXES: dict[FindingKind, str] = {
         "model = torch.compile(model)\n"
         "and use fused kernels (F.scaled_dot_product_attention); on a CPU with bf16\n"
         'support (AVX-512 BF16/AMX) try: with torch.autocast("cpu", dtype=torch.bfloat16): ...'
+    ),
+    "memory_growth": (
+        "Something keeps every step's tensors (and their graphs) alive. Store numbers,\n"
+        "not tensors: total += loss.item()  (not total += loss), losses.append(loss.detach()),\n"
+        "remove hooks you no longer need, and run evaluation under torch.no_grad()."
+    ),
+    "cold_start": (
+        "A one-off: the first run pays for lazy initialisation (thread pools, library\n"
+        "handles), first allocations and compilation; later runs do not. It matters when\n"
+        "this code runs only a few times per process: keep models and compiled functions\n"
+        "alive and reuse them, and warm up once at start-up with a representative input."
     ),
     "compute_bound": (
         "Time already goes to large matmuls/convolutions. Next steps: bf16 where the CPU\n"
@@ -174,20 +192,27 @@ MEMORY_FIXES: dict[str, str] = {
 }
 
 
-def peak_memory_advice(*, optimizer_state_at_peak: bool) -> str:
+def peak_memory_advice(*, optimizer_state_at_peak: bool, cpu: bool = False) -> str:
     """Return the peak_memory fix: the ways to lower a peak, the optimizer's first when its
-    state was among what was live at the peak."""
+    state was among what was live at the peak. `cpu`: the memory was the host's (the CPU
+    fallback), where CUDA's autocast and allocator settings do not apply."""
     advice = [
         "activation checkpointing: torch.utils.checkpoint.checkpoint(block, x, "
         "use_reentrant=False) recomputes activations in backward instead of keeping them",
-        "bf16 autocast: with torch.autocast('cuda', dtype=torch.bfloat16): halves "
+        "bf16 autocast where the CPU has fast bf16 (AMX/AVX-512 BF16): with "
+        "torch.autocast('cpu', dtype=torch.bfloat16): halves activation memory"
+        if cpu
+        else "bf16 autocast: with torch.autocast('cuda', dtype=torch.bfloat16): halves "
         "activation memory",
         "8-bit or sharded optimizer state (bitsandbytes AdamW8bit, FSDP); "
         "AdamW(fused=True) avoids temporary copies"
         if optimizer_state_at_peak
         else "8-bit optimizers (bitsandbytes) or AdamW(fused=True) when "
         "optimizer state or its temporaries are large",
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when reserved memory "
-        "runs far above the peak",
     ]
+    if not cpu:
+        advice.append(
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when reserved memory "
+            "runs far above the peak"
+        )
     return "To lower the peak: " + "; ".join(advice) + "."

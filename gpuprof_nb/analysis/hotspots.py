@@ -18,9 +18,6 @@ gaps, the device's idle time on GPU, the gaps between host ops on CPU.
 
 from __future__ import annotations
 
-import re
-import sys
-import sysconfig
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -28,11 +25,19 @@ from operator import attrgetter
 import numpy as np
 
 from gpuprof_nb.analysis.derived import TraceIndex, index_of, op_kinds
-from gpuprof_nb.analysis.intervals import nearest_open_before
-from gpuprof_nb.analysis.sources import is_cell_file, profiler_frame_parts, source_label
+from gpuprof_nb.analysis.intervals import nearest_open_at, nearest_open_before
+from gpuprof_nb.analysis.sources import (
+    KNOWN_PACKAGES,
+    frame_kind,
+    profiler_frame_parts,
+    source_label,
+)
+from gpuprof_nb.model.frames import FrameKind
 from gpuprof_nb.model.samples import Frame, StackSamples
 from gpuprof_nb.model.trace import Op, Trace
-from gpuprof_nb.results.hotspots import FlameNode, FrameKind, HotLine, Hotspots
+from gpuprof_nb.results.hotspots import FlameNode, HotLine, Hotspots
+
+__all__ = ["KNOWN_PACKAGES", "compute_hotspots", "frame_kind"]
 from gpuprof_nb.results.timeline import IDLE_CAUSES, Timeline
 
 # Lines kept in `Hotspots.lines`; icicle blocks kept, and the smallest share of the host time
@@ -40,78 +45,6 @@ from gpuprof_nb.results.timeline import IDLE_CAUSES, Timeline
 MAX_LINES = 50
 MAX_NODES = 400
 MIN_NODE_SHARE = 0.002
-
-_STDLIB = re.compile(r"[\\/]lib[\\/]python\d+(?:\.\d+)?[\\/]|[\\/]Lib[\\/]")
-_LIBRARY = re.compile(r"[\\/](?:site|dist)-packages[\\/]")
-_TORCH = re.compile(r"(?:^|[\\/])(?:torch|torchvision|torchaudio|triton)[\\/]")
-_STDLIB_DIR = sysconfig.get_paths().get("stdlib", "").replace("\\", "/")
-# Packages whose shortened paths (see frame_kind) are library code, not the user's.
-KNOWN_PACKAGES = frozenset(
-    {
-        "accelerate",
-        "apex",
-        "datasets",
-        "deepspeed",
-        "einops",
-        "fairscale",
-        "flash_attn",
-        "gpuprof_nb",
-        "IPython",
-        "ipykernel",
-        "lightning",
-        "megatron",
-        "numpy",
-        "pandas",
-        "PIL",
-        "pytorch_lightning",
-        "safetensors",
-        "scipy",
-        "sklearn",
-        "timm",
-        "tokenizers",
-        "tqdm",
-        "transformers",
-        "xformers",
-        "functorch",
-        "torchtext",
-        "torchdata",
-        "tornado",
-        "zmq",
-        "traitlets",
-        "jupyter_client",
-        "debugpy",
-        "peft",
-        "diffusers",
-        "wandb",
-        "tensorboard",
-    }
-)
-
-
-def frame_kind(file: str) -> FrameKind:
-    """Return whose code a frame of `file` runs (see FrameKind). The profiler shortens the
-    paths it records to the part below the sys.path entry they were found in (`inspect.py`,
-    `json/encoder.py`, `torch/nn/modules/module.py`, `train.py`), so a relative path is
-    judged by its top-level module: the standard library's, torch's, another well-known
-    package's, else the user's."""
-    if is_cell_file(file):
-        return "user"
-    path = file.replace("\\", "/")
-    if not path or path.startswith("<"):
-        return "library"  # built-ins, <frozen ...>, generated code
-    if _TORCH.search(path):
-        return "torch"
-    if _LIBRARY.search(path) or "/gpuprof_nb/" in path:
-        return "library"
-    if _STDLIB.search(path) or (_STDLIB_DIR and path.startswith(_STDLIB_DIR + "/")):
-        return "stdlib"
-    if not path.startswith("/") and path[1:3] != ":/":
-        top = path.split("/", 1)[0].removesuffix(".py")
-        if top in sys.stdlib_module_names:
-            return "stdlib"
-        if top in KNOWN_PACKAGES:
-            return "library"
-    return "user"
 
 
 @dataclass
@@ -164,10 +97,33 @@ def compute_hotspots(trace: Trace | TraceIndex, timeline: Timeline) -> Hotspots 
     gaps = _Gaps(timeline)
     samples = trace.samples
     notes: list[str] = []
+    lost_us = 0.0
     if samples is not None and len(samples):
-        tree, span = _from_samples(samples, gaps)
+        tree, span, lost_us = _from_samples(samples, gaps)
         granularity, count = "line", len(samples)
         source = f"line sampler, one sample every {samples.period_us / 1000:.3g} ms"
+        if samples.mode == "exact":
+            hook = {"monitoring": "sys.monitoring", "settrace": "sys.settrace"}
+            source = (
+                "exact line events of your code"
+                + (f" ({hook[samples.engine]})" if samples.engine in hook else "")
+                + ", on the trace's clock"
+            )
+            if lost_us >= 1000:
+                whole = max(samples.end_us - samples.start_us, 1e-9)
+                notes.append(
+                    f"{lost_us / 1e3:.3g} ms ({min(lost_us / whole, 1):.0%} of the run) the "
+                    "cell's thread waited for a core while other processes ran: charged to "
+                    "no line (close other work for steadier numbers)"
+                )
+            if samples.shared_us > 0:
+                whole = max(samples.end_us - samples.start_us, 1e-9)
+                notes.append(
+                    f"{samples.shared_us / 1e3:.3g} ms ({min(samples.shared_us / whole, 1):.0%} "
+                    "of the run) went to loops of a line every few microseconds, traced in "
+                    "bursts: that time is shared among their lines as the burst before it "
+                    "measured"
+                )
         if samples.mode == "thread":
             notes.append(
                 "sampled from a thread (no SIGALRM timer here): it waits for the GIL, "
@@ -187,9 +143,13 @@ def compute_hotspots(trace: Trace | TraceIndex, timeline: Timeline) -> Hotspots 
             "lines; `%%gpuprofile --stack` samples the lines"
         )
     idle_total = float(gaps.within(np.array([span[0]]), np.array([span[1]]))[0])
+    if lost_us:
+        # The idle time no line can hold: the cell's share of the lost stretches' idle.
+        idle_total = max(idle_total - _idle_lost(samples, gaps), 0.0)
     kinds = [_kind(f) for f in tree.frames]
     lines, charged = _lines(tree, kinds, trace, idle_total, granularity)
     return Hotspots(
+        lost_us=lost_us,
         granularity=granularity,  # type: ignore[arg-type]
         source=source,
         host_us=float(tree.self_us.sum()),
@@ -203,6 +163,19 @@ def compute_hotspots(trace: Trace | TraceIndex, timeline: Timeline) -> Hotspots 
     )
 
 
+def _idle_lost(samples: StackSamples | None, gaps: _Gaps) -> float:
+    """The idle time taken out of the stretches for the time their thread waited for a
+    core (in proportion, as _from_samples takes it out)."""
+    if samples is None or len(samples.lost_us) != len(samples):
+        return 0.0
+    t = np.asarray(samples.ts_us, dtype=float)
+    hi = np.append(t[1:], max(samples.end_us, t[-1]))
+    lost = np.asarray(samples.lost_us, dtype=float)
+    width = hi - t
+    part = np.divide(np.minimum(lost, width), width, out=np.zeros_like(width), where=width > 0)
+    return float((gaps.within(t, hi) * part).sum())
+
+
 def _kind(frame: Frame) -> FrameKind:
     """Return whose code a frame runs; frames without a file are calls into built-ins, or
     torch's own nn.Module events."""
@@ -211,9 +184,10 @@ def _kind(frame: Frame) -> FrameKind:
     return "torch" if frame.function.startswith("nn.Module:") else "library"
 
 
-def _from_samples(samples: StackSamples, gaps: _Gaps) -> tuple[_Tree, tuple[float, float]]:
+def _from_samples(samples: StackSamples, gaps: _Gaps) -> tuple[_Tree, tuple[float, float], float]:
     """Return the call tree of the sampled stacks, each sample weighted by the time it
-    stands for, and the span sampled."""
+    stands for, the span sampled, and the time left out of the cell's stretches as the
+    thread's wait for a core."""
     frames = list(samples.frames)
     parent: list[int] = []
     frame: list[int] = []
@@ -232,25 +206,41 @@ def _from_samples(samples: StackSamples, gaps: _Gaps) -> tuple[_Tree, tuple[floa
         stack_node.append(node)
     t = np.asarray(samples.ts_us, dtype=float)
     bounds = np.empty(len(t) + 1)
-    bounds[0] = min(samples.start_us, t[0])
-    bounds[-1] = max(samples.end_us, t[-1])
-    # A signal sample stands for the time since the one before (the last one also for the
-    # little left after it); a thread sample for the time halfway to its neighbours.
-    bounds[1:-1] = t[:-1] if samples.mode == "signal" else (t[:-1] + t[1:]) / 2
+    if samples.mode == "exact":
+        # A line event opens a stretch that lasts until the next one (the last until the
+        # end); the time before the first is outside the cell.
+        bounds[:-1] = t
+        bounds[-1] = max(samples.end_us, t[-1])
+    else:
+        bounds[0] = min(samples.start_us, t[0])
+        bounds[-1] = max(samples.end_us, t[-1])
+        # A signal sample stands for the time since the one before (the last one also for
+        # the little left after it); a thread sample for the time halfway to its neighbours.
+        bounds[1:-1] = t[:-1] if samples.mode == "signal" else (t[:-1] + t[1:]) / 2
     lo, hi = bounds[:-1], bounds[1:]
     nodes = np.asarray(stack_node, dtype=np.intp)[np.asarray(samples.stack_of, dtype=np.intp)]
     keep = nodes >= 0
-    lo, hi, nodes = lo[keep], hi[keep], nodes[keep]
+    # The part of a stretch the thread waited for a core (other processes ran) is no
+    # line's: each stretch keeps the rest, host and idle time alike.
+    lost = (
+        np.asarray(samples.lost_us, dtype=float)
+        if len(samples.lost_us) == len(t)
+        else np.zeros(len(t))
+    )
+    lo, hi, nodes, lost = lo[keep], hi[keep], nodes[keep], lost[keep]
+    width = hi - lo
+    lost = np.minimum(lost, width)
+    kept = np.divide(width - lost, width, out=np.ones_like(width), where=width > 0)
     n = len(parent)
     tree = _Tree(
         frames,
         parent,
         frame,
-        np.bincount(nodes, hi - lo, minlength=n),
-        np.bincount(nodes, gaps.within(lo, hi), minlength=n),
-        {c: np.bincount(nodes, gaps.within(lo, hi, c), minlength=n) for c in IDLE_CAUSES},
+        np.bincount(nodes, width - lost, minlength=n),
+        np.bincount(nodes, gaps.within(lo, hi) * kept, minlength=n),
+        {c: np.bincount(nodes, gaps.within(lo, hi, c) * kept, minlength=n) for c in IDLE_CAUSES},
     )
-    return tree, (float(bounds[0]), float(bounds[-1]))
+    return tree, (float(bounds[0]), float(bounds[-1])), float(lost.sum())
 
 
 def _python_events(trace: Trace | TraceIndex) -> list[Op]:
@@ -307,22 +297,36 @@ def _from_python_events(
             frame.append(f)
         node_ev[i] = got
     nodes = np.asarray(node_ev, dtype=np.intp)
-    has_parent = parent_ev >= 0
-    up = parent_ev[has_parent]
     m = len(parent)
+    # Each instant belongs to the innermost event open then (the latest started): events
+    # that overlap without nesting (seen on real traces) would otherwise have their shared
+    # time counted twice, and a line's idle time could pass all the idle time there is.
+    points = np.unique(np.concatenate((starts, ends)))
+    lo_pts, hi_pts = points[:-1], points[1:]
+    before = nearest_open_before(ends, starts, np.zeros(n, dtype=np.intp), strict=True)
+    owner = nearest_open_at(
+        ends,
+        lo_pts,
+        np.zeros(len(lo_pts), dtype=np.intp),
+        np.searchsorted(starts, lo_pts, side="right"),
+        before,
+        strict=True,
+    )
+    held = owner >= 0
+    owner_node = nodes[owner[held]]
+    a, b = lo_pts[held], hi_pts[held]
 
-    def own(per_event: np.ndarray) -> np.ndarray:
-        """Each event's amount less its children's, summed per node."""
-        mine = per_event - np.bincount(up, per_event[has_parent], minlength=n)
-        return np.bincount(nodes, np.maximum(mine, 0.0), minlength=m)
+    def own(per_piece: np.ndarray) -> np.ndarray:
+        """An amount per piece of time, summed per node of the piece's innermost event."""
+        return np.bincount(owner_node, per_piece, minlength=m)
 
     tree = _Tree(
         frames,
         parent,
         frame,
-        own(durs),
-        own(gaps.within(starts, ends)),
-        {c: own(gaps.within(starts, ends, c)) for c in IDLE_CAUSES},
+        own(b - a),
+        own(gaps.within(a, b)),
+        {c: own(gaps.within(a, b, c)) for c in IDLE_CAUSES},
     )
     return tree, (float(starts.min()), float(ends.max())), n
 

@@ -83,11 +83,19 @@ def lines_at(
     if samples is not None and len(samples):
         ts = list(samples.ts_us)
         for n, (_, t) in enumerate(points):
-            # A signal sample stands for the time since the one before it; a thread sample
-            # for the time around it.
-            i = bisect.bisect_left(ts, t)
-            if samples.mode != "signal" and i > 0 and (i == len(ts) or t - ts[i - 1] < ts[i] - t):
-                i -= 1
+            # An exact line event starts a stretch that lasts until the next one; a signal
+            # sample stands for the time since the one before it; a thread sample for the
+            # time around it.
+            if samples.mode == "exact":
+                i = bisect.bisect_right(ts, t) - 1
+            else:
+                i = bisect.bisect_left(ts, t)
+                if (
+                    samples.mode != "signal"
+                    and i > 0
+                    and (i == len(ts) or t - ts[i - 1] < ts[i] - t)
+                ):
+                    i -= 1
             if 0 <= i < len(ts):
                 stack = samples.stacks[samples.stack_of[i]]
                 frames = [samples.frames[f] for f in stack]

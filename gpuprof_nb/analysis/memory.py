@@ -127,9 +127,12 @@ def stack_sites(snapshot: MemorySnapshot) -> tuple[tuple[Site, ...], np.ndarray]
     for i, stack in enumerate(snapshot.stacks):
         frames = [snapshot.frames[j] for j in stack]
         # Profiler-made stacks (the CPU fallback) carry each Python function's first line,
-        # not the calling line, so the allocating op tells sites apart instead.
+        # not the calling line, unless exact line events gave it; the allocating op tells
+        # sites on one line apart.
         profiler_made = bool(frames) and frames[0].filename == OP_FILENAME
-        site = _site_of(user_frame(frames), snapshot.cells, profiler_made)
+        site = _site_of(
+            user_frame(frames), snapshot.cells, profiler_made and not snapshot.exact_lines
+        )
         if profiler_made and site.label != NO_STACK_LABEL:
             site = Site(f"{site.label} [{frames[0].name}]", site.filename, site.line, site.function)
         k = index.setdefault(site, len(sites))
@@ -414,6 +417,12 @@ def _timeline(
     labels = tuple(sites[k].label for k in ranked) + (OTHER_LABEL, BEFORE_LABEL)
     stacked = np.vstack([*rows, other, before]).astype(np.int64)
     reserved = rep.reserved[lo:hi] if rep.reserved is not None else None
+    # The level after the last entry holds until the recording ends: one more sample at
+    # the end gives it a width, so the area reaches every level it holds, a peak made by
+    # the last allocation included (it had none when the curve stopped at that entry).
+    end_x = _end_x(rep.x[lo:hi], rep.time_unit)
+    sample_x = np.append(rep.x[points].astype(float), end_x)
+    stacked = np.hstack([stacked, stacked[:, -1:]])
     return MemoryTimeline(
         device=device,
         time_unit=rep.time_unit,
@@ -427,12 +436,27 @@ def _timeline(
         start_bytes=start_bytes,
         end_bytes=int(rep.active[hi - 1]),
         reserved_peak_bytes=int(reserved.max()) if reserved is not None and len(reserved) else None,
-        sample_x=rep.x[points],
+        sample_x=sample_x,
         site_labels=labels,
         site_bytes=stacked,
         window=window,
         notes=tuple(notes),
+        end_x=end_x,
     )
+
+
+def _end_x(x: np.ndarray, unit: str) -> float:
+    """Where the level after the last entry ends: one entry on (history entries), else one
+    typical gap between entries (the median of the positive ones; the recording's own end
+    is not in a snapshot), at least a thousandth of the span shown."""
+    last = float(x[-1]) if len(x) else 0.0
+    if unit != "ms":
+        return last + 1.0
+    gaps = np.diff(np.asarray(x, dtype=float))
+    gaps = gaps[gaps > 0]
+    span = float(x[-1] - x[0]) if len(x) else 0.0
+    step = float(np.median(gaps)) if len(gaps) else 0.0
+    return last + max(step, span / 1000, 1e-3)
 
 
 def _category_name(snapshot: MemorySnapshot, code: int) -> str:
@@ -665,9 +689,12 @@ def memory_findings(
     leaks: Leaks,
     segments: SegmentSummary,
     ooms: Sequence[OomEvent],
+    *,
+    cpu: bool = False,
 ) -> tuple[Finding, ...]:
     """Return findings (oom, fragmentation, memory_growth, peak_memory), most important
-    first, each with the numbers behind it."""
+    first, each with the numbers behind it. `cpu`: the host's memory (the CPU fallback),
+    whose advice names no CUDA-only setting."""
     out: list[Finding] = []
     for oom in ooms[-1:]:
         unused = (oom.reserved_bytes - oom.active_bytes) if oom.reserved_bytes is not None else None
@@ -768,7 +795,7 @@ def memory_findings(
         holder = at_peak.sites[0]
         cats = {s.category for s in at_peak.sites if s.category}
         optimizer = "optimizer_state" in cats or "optimizer state" in cats
-        advice = peak_memory_advice(optimizer_state_at_peak=optimizer)
+        advice = peak_memory_advice(optimizer_state_at_peak=optimizer, cpu=cpu)
         out.append(
             Finding(
                 kind="peak_memory",
@@ -844,7 +871,7 @@ def analyze_snapshot(
         for o in _ooms(snapshot, rep, device, sites, site_of_stack)
         if tl.first_index <= o.index < tl.first_index + tl.n_events
     )
-    findings = memory_findings(tl, peak, leaks, segs, ooms)
+    findings = memory_findings(tl, peak, leaks, segs, ooms, cpu=snapshot.source == "cpu-profiler")
     return MemoryAnalysis(
         device=device,
         timeline=tl,

@@ -38,6 +38,7 @@ from gpuprof_nb.analysis.derived import (
     kernel_ids,
     last_call_of,
     lookup,
+    memo,
     op_columns,
     op_name_codes,
     runtime_correlations,
@@ -419,8 +420,9 @@ def _count_in_steps(starts: np.ndarray, trace: Trace) -> float:
 
 
 def summarize_trace(trace: Trace | TraceIndex) -> TraceSummary:
-    """Return the headline numbers: device names, window and busy time (microseconds), step
-    count and median step time, op/kernel counts and per-step means.
+    """Return the headline numbers (computed once per index: the diagnosis's titles quote
+    the same counts): device names, window and busy time (microseconds), step count and
+    median step time, op/kernel counts and per-step means.
 
     Device names are those of the devices that ran kernels (all listed devices when the
     trace's ids do not match, as on ROCm). A kernel belongs to the step in which the runtime
@@ -428,6 +430,10 @@ def summarize_trace(trace: Trace | TraceIndex) -> TraceSummary:
     which it started.
     """
     ix = index_of(trace)
+    return memo(ix, "summary", lambda: _summarize(ix))
+
+
+def _summarize(ix: TraceIndex) -> TraceSummary:
     trace = ix.trace
     kc = kernel_columns(ix)
     used = set(np.unique(kc.device).tolist())

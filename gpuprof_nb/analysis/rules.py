@@ -10,7 +10,7 @@ import bisect
 import dataclasses
 import re
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter
@@ -45,6 +45,7 @@ from gpuprof_nb.analysis.intervals import (
     total_length,
     union_length,
 )
+from gpuprof_nb.analysis.ops import summarize_trace
 from gpuprof_nb.analysis.timeline import (
     SYNC_RUNTIME_NAMES,
     dataloader_ops,
@@ -54,6 +55,7 @@ from gpuprof_nb.analysis.timeline import (
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Kernel, MemoryEvent, Op, RuntimeCall, Trace
 from gpuprof_nb.results.diagnosis import Finding, FindingKind, Severity
+from gpuprof_nb.results.invariants import rounded_share
 from gpuprof_nb.results.roofline import Roofline
 from gpuprof_nb.results.timeline import Timeline
 
@@ -90,8 +92,9 @@ def severity_of(share: float) -> Severity:
 def make_finding(
     kind: FindingKind, title: str, share: float, evidence: Mapping[str, float]
 ) -> Finding:
-    share = max(0.0, float(share))
-    return Finding(kind, severity_of(share), title, dict(evidence), FIXES[kind], share)
+    share = rounded_share(max(0.0, float(share)))
+    evidence = {k: rounded_share(v) if k.endswith("_fraction") else v for k, v in evidence.items()}
+    return Finding(kind, severity_of(share), title, evidence, FIXES[kind], share)
 
 
 def _union_in(spans: Sequence[Interval], lo: float, hi: float) -> float:
@@ -148,6 +151,22 @@ class Context:
 
     def frac_of_window(self, us: float) -> float:
         return us / self.span_us if self.span_us > 0 else 0.0
+
+    def per_step(self, starts: Iterable[float]) -> float:
+        """The things that started at `starts` per step: those inside the annotated steps
+        over their number (a per-step figure over the steps its count covers; the window
+        may run past the steps), or all of them per cell without steps."""
+        values = list(starts)
+        steps = self.trace.steps
+        if not steps:
+            return float(len(values))
+        bounds = sorted((st.start_us, st.end_us) for st in steps)
+        begins = [a for a, _ in bounds]
+        inside = 0
+        for t in values:
+            k = bisect.bisect_right(begins, t) - 1
+            inside += k >= 0 and t < bounds[k][1]
+        return inside / len(steps)
 
     @property
     def each(self) -> str:
@@ -207,10 +226,10 @@ def rule_host_sync(c: Context) -> Finding | None:
     )
     bd = c.timeline.breakdown
     idle = bd.sync_us if bd is not None else 0.0
-    per_step = max(c.n_steps, 1)
+    outer_items = [o for o in items if o.name == "aten::item"] or items
     evidence = {
-        "sync_calls_per_step": (len(calls) or len(events)) / per_step,
-        "item_calls_per_step": n_item / per_step,
+        "sync_calls_per_step": c.per_step(r.start_us for r in (calls or events)),
+        "item_calls_per_step": c.per_step(o.start_us for o in outer_items),
         "host_blocked_us": _union_in(blocked, c.lo, c.hi),
         "device_idle_after_sync_us": idle,
         "device_idle_after_sync_fraction": c.frac(idle),
@@ -229,12 +248,18 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
     out: list[Finding] = []
     if bd is None:
         return out
-    per_step = max(c.n_steps, 1)
     if c.on_device:
         kc = c.kcols
         compute = kc.dur[kc.is_kernel].tolist()
         med = median_duration_us(compute)
-        per_step_kernels = len(compute) / per_step
+        # The Summary's count: kernels launched inside the steps, per step (all of them
+        # per cell without steps).
+        summary = summarize_trace(c.index)
+        per_step_kernels = (
+            summary.kernels_per_step
+            if c.n_steps and summary.kernels_per_step is not None
+            else float(len(compute))
+        )
         tiny = (
             bool(compute)
             and med < th.TINY_KERNEL_US
@@ -262,6 +287,8 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
             out.append(make_finding("launch_overhead", title, share, evidence))
         python_us = max(bd.host_us - bd.host_in_ops_us, 0.0)
         covered = total_length(*clipped_union(*top_level_spans(c.index), c.lo, c.hi))
+        # Shares of the whole window, the headline's among them, so the evidence reads
+        # against the title: the host outside torch ops includes time the GPU was busy.
         out.append(
             make_finding(
                 "python_overhead",
@@ -270,8 +297,9 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
                 c.frac(python_us),
                 {
                     "device_idle_host_outside_ops_us": python_us,
+                    "device_idle_host_outside_ops_fraction": c.frac(python_us),
                     "device_idle_waiting_on_host_us": bd.host_us,
-                    "wall_not_in_torch_ops_fraction": 1.0 - c.frac(covered),
+                    "host_outside_torch_ops_fraction": max(1.0 - c.frac_of_window(covered), 0.0),
                 },
             )
         )
@@ -282,19 +310,30 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
     med = median_duration_us(durations)
     tiny_names = _tiny_op_names(c.top_ops)
     tiny_us = sum(o.dur_us for o in c.top_ops if o.name in tiny_names)
-    many = len(c.top_ops) / per_step >= th.MIN_OPS_FOR_OVERHEAD
+    top_per_step = c.per_step(o.start_us for o in c.top_ops)
+    many = top_per_step >= th.MIN_OPS_FOR_OVERHEAD
     tiny = many and med < th.TINY_CPU_OP_US
     share = c.frac(bd.launch_us + tiny_us) if tiny else c.frac(bd.launch_us)
+    # The count in the title is the Summary's (every op, nested ones too); the rule judges
+    # the top-level ones, the calls Python made, and says how many of them there are.
+    summary = summarize_trace(c.index)
+    shown = (
+        summary.ops_per_step
+        if c.n_steps and summary.ops_per_step is not None
+        else float(summary.op_count)
+    )
     out.append(
         make_finding(
             "launch_overhead",
-            f"Thousands of tiny ops: {len(c.top_ops) / per_step:.0f} {c.each}, median "
-            f"{med:.3g} us each; dispatch, not math, sets the pace"
+            f"Thousands of tiny ops: {shown:.0f} {c.each} ({top_per_step:.0f} "
+            f"of them called from Python), median {med:.3g} us each; dispatch, not math, sets "
+            "the pace"
             if tiny
             else f"Short dispatch gaps between ops take {share * 100:.0f}% of the time",
             share,
             {
-                "ops_per_step": len(c.top_ops) / per_step,
+                "ops_per_step": shown,
+                "top_level_ops_per_step": top_per_step,
                 "median_op_us": med,
                 "time_in_tiny_ops_us": tiny_us,
                 "dispatch_gaps_between_ops_us": bd.launch_us,
@@ -307,14 +346,25 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
     )
     in_comm = union_length(intersect_intervals(host_gaps, _host_collective_spans(c)))
     python_us = max(bd.host_us - in_comm, 0.0)
+    # The time between ops splits into Python (long gaps), short dispatch gaps and the
+    # rest (syncs, data loading, collectives): the title and the evidence give the parts of
+    # one whole, on one denominator, so no figure reads against another.
+    python_share = c.frac(python_us)
+    between = min(max(c.frac(bd.span_us - bd.busy_us), python_share), 1.0)
+    dispatch = min(c.frac(bd.launch_us), between)
+    rest = f"{between * 100:.0f}% of the time is between ops"
+    if dispatch >= 0.005:
+        rest += f", {dispatch * 100:.0f}% of the time in short dispatch gaps"
     out.append(
         make_finding(
             "python_overhead",
-            f"{c.frac(python_us) * 100:.0f}% of the time is Python outside torch ops",
-            c.frac(python_us),
+            f"{python_share * 100:.0f}% of the time is Python outside torch ops ({rest})",
+            python_share,
             {
                 "python_outside_ops_us": python_us,
-                "wall_not_in_torch_ops_fraction": c.frac(bd.span_us - bd.busy_us),
+                "python_outside_ops_fraction": python_share,
+                "between_ops_fraction": between,
+                "dispatch_gaps_between_ops_fraction": dispatch,
             },
         )
     )
@@ -580,7 +630,7 @@ def rule_dtype_cast(c: Context) -> Finding | None:
         cast_us = _device_time_launched_in(c, casts)
     else:
         cast_us = sum(o.dur_us for o in casts)
-    per_step = len(casts) / max(c.n_steps, 1)
+    per_step = c.per_step(o.start_us for o in casts)
     share = c.frac(cast_us) if per_step >= th.DTYPE_CAST_MIN_PER_STEP else 0.0
     return make_finding(
         "dtype_cast",

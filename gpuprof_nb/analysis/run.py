@@ -6,6 +6,7 @@ runs them over many trace files on an executor. docs/distributed.md says how str
 
 from __future__ import annotations
 
+import bisect
 import re
 import statistics
 from collections import defaultdict
@@ -32,6 +33,7 @@ from gpuprof_nb.model.device import DeviceSpec
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Kernel, Trace
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding, FindingKind
+from gpuprof_nb.results.invariants import rounded_share
 from gpuprof_nb.results.run import CollectiveRow, RankRow, RankSummary, RunReport
 
 # Rank numbers in file names: rank-3, rank_3, rank3, worker3, worker-3.
@@ -160,6 +162,7 @@ def summarize_rank(
     lo, hi = (timeline.start_us, timeline.end_us) if timeline is not None else trace.window_us
     calls: list[tuple[float, str, float]] = []
     sizes: dict[str, int] = defaultdict(int)
+    steps = trace.steps
     groups: dict[str, int] = {}
     device, _ = chosen_device(ix)
     if device is not None:
@@ -193,11 +196,21 @@ def summarize_rank(
         ]
         label = "cpu"
     comm_us = union_length(comm_spans)
-    overlap = union_length(intersect_intervals(comm_spans, compute_spans))
-    steps = trace.steps
+    overlap_spans = intersect_intervals(comm_spans, compute_spans)
+    overlap = union_length(overlap_spans)
     step_compute = tuple(
         union_length(clip_intervals(compute_spans, s.start_us, s.end_us)) for s in steps
     )
+    step_comm = tuple(union_length(clip_intervals(comm_spans, s.start_us, s.end_us)) for s in steps)
+    step_exposed = tuple(
+        c - union_length(clip_intervals(overlap_spans, s.start_us, s.end_us))
+        for c, s in zip(step_comm, steps, strict=True)
+    )
+    starts = sorted((s.start_us, s.end_us) for s in steps)
+    in_step: dict[str, list[bool]] = defaultdict(list)
+    for start, kind, _ in sorted(calls):
+        at = bisect.bisect_right(starts, (start, float("inf"))) - 1
+        in_step[kind].append(at >= 0 and starts[at][0] <= start < starts[at][1])
     breakdown = timeline.breakdown if timeline is not None else None
     findings = report.diagnosis.findings if report.diagnosis is not None else ()
     return RankSummary(
@@ -219,6 +232,10 @@ def summarize_rank(
         collective_bytes=tuple(sorted(sizes.items())),
         collective_groups=tuple(sorted(groups.items())),
         top_findings=tuple(f.kind for f in findings[:3]),
+        steps_us=sum(s.dur_us for s in steps),
+        step_comm_us=step_comm,
+        step_exposed_comm_us=step_exposed,
+        collective_in_step=tuple((kind, tuple(v)) for kind, v in sorted(in_step.items())),
     )
 
 
@@ -288,7 +305,7 @@ def combine(summaries: Sequence[RankSummary]) -> RunReport:
     rows = tuple(_row(s, waits.wait[s.rank] if waits.calls else None) for s in ok)
     stragglers = _stragglers(ok, waits)
     collectives = _collectives(ok, world)
-    diagnosis = _diagnosis(ok, rows, stragglers, waits.blame, notes)
+    diagnosis = _diagnosis(ok, rows, stragglers, waits, notes)
     return RunReport(
         ranks=rows,
         stragglers=stragglers,
@@ -299,6 +316,26 @@ def combine(summaries: Sequence[RankSummary]) -> RunReport:
         notes=tuple(notes),
         step_compute_us=tuple((s.rank, s.step_compute_us) for s in ok),
     )
+
+
+def _steps_covered(s: RankSummary) -> float:
+    """How many steps a figure over the whole window covers: the annotated steps, or the
+    window in median steps where the window holds more than they do."""
+    if not s.steps:
+        return 0.0
+    if s.step_median_us and s.window_us > s.steps_us:
+        return max(float(s.steps), s.window_us / s.step_median_us)
+    return float(s.steps)
+
+
+def _compute_per_step(s: RankSummary) -> float | None:
+    """Compute per step: what the steps hold over their number (the whole window's compute
+    over the steps it covers, for a summary without per-step figures)."""
+    if not s.steps:
+        return None
+    if len(s.step_compute_us) == s.steps:
+        return sum(s.step_compute_us) / s.steps
+    return s.compute_us / _steps_covered(s)
 
 
 def _row(s: RankSummary, wait: float | None) -> RankRow:
@@ -312,7 +349,7 @@ def _row(s: RankSummary, wait: float | None) -> RankRow:
         comm_us=s.comm_us,
         exposed_comm_us=s.exposed_comm_us,
         wait_us=wait,
-        compute_per_step_us=s.compute_us / s.steps if s.steps else None,
+        compute_per_step_us=_compute_per_step(s),
         idle_us=s.idle_us,
         source=s.source,
     )
@@ -327,6 +364,12 @@ class _Waits:
     lead: dict[int, list[float]]  # per rank, per call: the others' median time minus its own
     matched: list[dict[int, float]] = field(default_factory=list)  # per call: rank -> time
     calls: int = 0  # calls matched on every rank
+    # Of blame, the waiting inside the waiting rank's steps: {late rank: {peer: us}}; and
+    # whether every rank said which of its calls lie in its steps.
+    blame_in_steps: dict[int, dict[int, float]] = field(default_factory=dict)
+    flagged: bool = False
+    # Per rank, its waiting (as `wait`) inside its own steps.
+    wait_in_steps: dict[int, float] = field(default_factory=dict)
 
 
 def _waits(ranks: Sequence[RankSummary], notes: list[str]) -> _Waits:
@@ -335,12 +378,22 @@ def _waits(ranks: Sequence[RankSummary], notes: list[str]) -> _Waits:
     it: each rank's wait is its time beyond that one's. Only durations are used, never
     timestamps, so the ranks' clocks need not agree."""
     per_kind: dict[str, dict[int, list[float]]] = defaultdict(dict)
+    flags: dict[str, dict[int, tuple[bool, ...]]] = defaultdict(dict)
     for s in ranks:
         for kind, durs in s.collective_calls:
             per_kind[kind][s.rank] = list(durs)
+        for kind, marks in s.collective_in_step:
+            flags[kind][s.rank] = marks
     out = _Waits(
         {s.rank: 0.0 for s in ranks}, {s.rank: 0.0 for s in ranks}, {s.rank: [] for s in ranks}
     )
+    out.flagged = all(
+        len(flags.get(kind, {}).get(r, ())) == len(v)
+        for kind, by_rank in per_kind.items()
+        for r, v in by_rank.items()
+    )
+    out.blame_in_steps = {s.rank: defaultdict(float) for s in ranks}
+    out.wait_in_steps = {s.rank: 0.0 for s in ranks}
     for kind, by_rank in sorted(per_kind.items()):
         if len(by_rank) < max(2, len(ranks)):
             continue
@@ -364,6 +417,12 @@ def _waits(ranks: Sequence[RankSummary], notes: list[str]) -> _Waits:
                 out.wait[r] += d - call[last]
                 out.blame[last] += d - call[last]
                 out.lead[r].append(_lead(call, r))
+                # The wait counts toward per-step figures where it lies in the waiting
+                # rank's own steps (all of it without the marks: then divided by the steps
+                # the whole window covers).
+                if not out.flagged or flags[kind][r][i]:
+                    out.blame_in_steps[last][r] += d - call[last]
+                    out.wait_in_steps[r] += d - call[last]
             out.matched.append(call)
             out.calls += 1
     return out
@@ -450,19 +509,42 @@ def _collectives(ranks: Sequence[RankSummary], world: int | None) -> tuple[Colle
 
 
 def _finding(kind: FindingKind, title: str, share: float, evidence: dict[str, float]) -> Finding:
-    share = max(0.0, share)
+    share = rounded_share(max(0.0, share))
     return Finding(kind, severity_of(share), title, evidence, FIXES[kind], share)
+
+
+def _per_step_share(s: RankSummary, us_in_steps: float, flagged: bool) -> float:
+    """`us_in_steps` of rank `s` as a share of its step time: over the time of its steps
+    when the figure counts only what they hold, else over the steps the window covers."""
+    if flagged and s.steps_us > 0:
+        return min(us_in_steps / s.steps_us, 1.0)
+    covered = _steps_covered(s)
+    step = s.step_median_us or 0.0
+    return min(us_in_steps / (covered * step), 1.0) if covered and step > 0 else 0.0
 
 
 def _straggler_finding(
     ranks: Sequence[RankSummary],
     r: int,
-    blame: dict[int, float],
+    waits: _Waits,
     per_step: dict[int, float],
-    step_us: float,
-    steps: float,
 ) -> Finding:
-    peers_wait = blame[r] / max(len(ranks) - 1, 1) / steps
+    """What rank r's peers wait for it, per step: their waiting inside their own steps over
+    those steps (or over the steps the window covers), and as a share of their step time
+    (each peer's own, averaged): at most a whole step."""
+    peers = [s for s in ranks if s.rank != r]
+    by_peer = waits.blame_in_steps.get(r, {})
+    per_peer_step = [
+        by_peer.get(s.rank, 0.0) / (s.steps if waits.flagged else _steps_covered(s))
+        for s in peers
+        if s.steps
+    ]
+    peers_wait = statistics.mean(per_peer_step) if per_peer_step else 0.0
+    share = (
+        statistics.mean(_per_step_share(s, by_peer.get(s.rank, 0.0), waits.flagged) for s in peers)
+        if peers
+        else 0.0
+    )
     mine = per_step.get(r)
     median_compute = statistics.median(per_step.values()) if per_step else None
     ratio = mine / median_compute if mine is not None and median_compute else None
@@ -478,11 +560,12 @@ def _straggler_finding(
     return _finding(
         "straggler",
         f"Rank {r} holds the others back: they wait for it {peers_wait / 1e3:.3g} ms per "
-        f"step at collectives ({peers_wait / step_us * 100:.0f}% of a step){why}",
-        peers_wait / step_us,
+        f"step at collectives ({share * 100:.0f}% of a step){why}",
+        share,
         {
             "straggler_rank_count": float(r),
             "peers_wait_per_step_us": peers_wait,
+            "peers_wait_step_fraction": share,
             **({"compute_per_step_us": mine} if mine is not None else {}),
             **(
                 {"median_compute_per_step_us": median_compute} if median_compute is not None else {}
@@ -498,14 +581,16 @@ def _imbalance_finding(per_step: dict[int, float], step_us: float) -> Finding | 
         return None
     busiest = max(per_step, key=lambda k: (per_step[k], -k))
     idlest = min(per_step, key=lambda k: (per_step[k], k))
+    # Of a step: the busiest rank's compute beyond the median's, over the longer of a step
+    # and that rank's compute per step (a rank cannot compute more than its step holds).
     return _finding(
         "load_imbalance",
         f"Compute per step differs by {spread * 100:.0f}% of the median across ranks "
         f"(rank {busiest}: {per_step[busiest] / 1e3:.3g} ms, rank {idlest}: "
         f"{per_step[idlest] / 1e3:.3g} ms)",
-        (per_step[busiest] - median_compute) / step_us,
+        (per_step[busiest] - median_compute) / max(step_us, per_step[busiest]),
         {
-            "compute_spread_fraction": spread,
+            "compute_spread_ratio": spread,
             "max_compute_per_step_us": per_step[busiest],
             "min_compute_per_step_us": per_step[idlest],
             "median_compute_per_step_us": median_compute,
@@ -513,23 +598,44 @@ def _imbalance_finding(per_step: dict[int, float], step_us: float) -> Finding | 
     )
 
 
-def _communication_finding(rows: Sequence[RankRow], step_us: float) -> Finding | None:
-    """Collectives across ranks: their time and overlap; the share is the exposed time less
-    the waiting for peers (that belongs to the straggler or imbalance, not the transfers)."""
-    comm = [r for r in rows if r.comm_us > 0 and r.steps]
+def _communication_finding(
+    ranks: Sequence[RankSummary], waits: _Waits, step_us: float
+) -> Finding | None:
+    """Collectives across ranks: their time and overlap per step, what each step holds
+    (the whole window's over the steps it covers, for summaries without per-step figures);
+    the share is the exposed time less the waiting for peers (that belongs to the straggler
+    or imbalance, not the transfers), of each rank's own step time."""
+    comm = [s for s in ranks if s.comm_us > 0 and s.steps]
     if not comm:
         return None
-    total = statistics.mean(r.comm_us / r.steps for r in comm)
-    exposed = statistics.mean(r.exposed_comm_us / r.steps for r in comm)
-    wait = statistics.mean(min(r.wait_us or 0.0, r.exposed_comm_us) / r.steps for r in comm)
+
+    def held(s: RankSummary) -> tuple[float, float, float, float]:
+        """(comm, exposed, waiting, steps) in the steps, or over the window's steps."""
+        wait_all = waits.wait.get(s.rank, 0.0) if waits.calls else 0.0
+        if len(s.step_comm_us) == s.steps and len(s.step_exposed_comm_us) == s.steps:
+            comm_us, exposed = sum(s.step_comm_us), sum(s.step_exposed_comm_us)
+            wait = waits.wait_in_steps.get(s.rank, 0.0) if waits.calls else 0.0
+            return comm_us, exposed, min(wait, exposed), float(s.steps)
+        return s.comm_us, s.exposed_comm_us, min(wait_all, s.exposed_comm_us), _steps_covered(s)
+
+    parts = {s.rank: held(s) for s in comm}
+    total = statistics.mean(c / n for c, _, _, n in parts.values())
+    exposed = statistics.mean(e / n for _, e, _, n in parts.values())
+    wait = statistics.mean(w / n for _, _, w, n in parts.values())
     overlap = 1 - exposed / total if total > 0 else 0.0
     waiting = f", and {wait / total * 100:.0f}% is waiting for other ranks" if wait else ""
+    flagged = all(len(s.step_comm_us) == s.steps for s in comm)
+    of_step = statistics.mean(_per_step_share(s, parts[s.rank][0], flagged) for s in comm)
+    share = statistics.mean(
+        _per_step_share(s, parts[s.rank][1] - parts[s.rank][2], flagged) for s in comm
+    )
     return _finding(
         "communication",
-        f"Collectives take {total / step_us * 100:.0f}% of a step on average across ranks; "
+        f"Collectives take {of_step * 100:.0f}% of a step on average across ranks; "
         f"{overlap * 100:.0f}% of it overlaps compute{waiting}",
-        (exposed - wait) / step_us,
+        share,
         {
+            "communication_step_fraction": of_step,
             "communication_per_step_us": total,
             "exposed_communication_per_step_us": exposed,
             "waiting_for_peers_per_step_us": wait,
@@ -543,20 +649,17 @@ def _diagnosis(
     ranks: Sequence[RankSummary],
     rows: Sequence[RankRow],
     stragglers: Sequence[int],
-    blame: dict[int, float],
+    waits: _Waits,
     notes: list[str],
 ) -> Diagnosis:
     """The run's findings: the first straggler, a load imbalance that is not just that
     straggler, and the collectives' exposed time; each rank's own first finding counted."""
     findings: list[Finding | None] = []
     step_us = statistics.median([s.step_median_us for s in ranks if s.step_median_us] or [0.0])
-    steps = statistics.median([s.steps for s in ranks]) or 1
     per_step = {r.rank: r.compute_per_step_us for r in rows if r.compute_per_step_us is not None}
     if step_us > 0:
         if stragglers:
-            findings.append(
-                _straggler_finding(ranks, stragglers[0], blame, per_step, step_us, steps)
-            )
+            findings.append(_straggler_finding(ranks, stragglers[0], waits, per_step))
         busiest = max(per_step, key=lambda k: (per_step[k], -k)) if per_step else None
         if (
             len(per_step) >= 2
@@ -564,7 +667,7 @@ def _diagnosis(
             and busiest not in stragglers[:1]
         ):
             findings.append(_imbalance_finding(per_step, step_us))
-        findings.append(_communication_finding(rows, step_us))
+        findings.append(_communication_finding(ranks, waits, step_us))
     tops: dict[str, int] = defaultdict(int)
     for s in ranks:
         if s.top_findings:

@@ -8,19 +8,30 @@ compiler keeps that map) and hand it to the analyses as `cells`: {file name: num
 
 Frames rebuilt from torch.profiler events (the CPU memory fallback, `python_function`
 events) carry the line where a function starts, not the line running inside it: a function
-is named with the line it is defined at, a cell's own top-level code with "line unknown".
+is named with the line it is defined at, a cell's own top-level code with "line unknown"
+and the reason (FUNCTIONS_ONLY).
 """
 
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping
 
-from gpuprof_nb.model.frames import profiler_frame_file, profiler_frame_parts
+from gpuprof_nb.model.frames import (
+    IPYTHON_INPUT,
+    KNOWN_PACKAGES,
+    FrameKind,
+    frame_kind,
+    is_cell_file,
+    profiler_frame_file,
+    profiler_frame_parts,
+)
 
 __all__ = [
+    "KNOWN_PACKAGES",
+    "FrameKind",
     "cell_number",
+    "frame_kind",
     "is_cell_file",
     "profiler_frame_file",
     "profiler_frame_label",
@@ -28,12 +39,9 @@ __all__ = [
     "source_label",
 ]
 
-# IPython's own cell names: <ipython-input-12-0a1b2c3d>, the execution number inside.
-_IPYTHON_INPUT = re.compile(r"^<ipython-input-(\d+)-[0-9a-f]+>$")
-# ipykernel's: <tmp>/ipykernel_<pid>/<hash>.py (no number inside).
-_IPYKERNEL_CELL = re.compile(r"(?:^|[\\/])ipykernel_\d+[\\/](\d+)\.py$")
-
 MODULE = "<module>"
+# Why a frame rebuilt from profiler events has no line: said in its label.
+FUNCTIONS_ONLY = "profiler events name functions only"
 
 
 def cell_number(filename: str, cells: Mapping[str, int]) -> int | None:
@@ -41,14 +49,8 @@ def cell_number(filename: str, cells: Mapping[str, int]) -> int | None:
     number = cells.get(filename)
     if number is not None:
         return number
-    m = _IPYTHON_INPUT.match(filename)
+    m = IPYTHON_INPUT.match(filename)
     return int(m.group(1)) if m else None
-
-
-@functools.lru_cache(maxsize=4096)
-def is_cell_file(filename: str) -> bool:
-    """Whether `filename` is a notebook cell's (IPython or ipykernel), numbered or not."""
-    return bool(_IPYTHON_INPUT.match(filename) or _IPYKERNEL_CELL.search(filename))
 
 
 # Cached: one file name is shared by every frame of that file, and a label is asked for
@@ -88,11 +90,14 @@ def source_label(
     if where:
         if first_line:
             if function == MODULE or line <= 0:
-                return f"{where}, line unknown" + ("" if function == MODULE else f" in {function}")
+                inside = "" if function == MODULE else f" in {function}"
+                return f"{where}, line unknown{inside} ({FUNCTIONS_ONLY})"
             return f"{where}, {function} (defined at line {line})"
         inside = "" if function == MODULE else f" in {function}"
         return f"{where}, line {line}{inside}" if line > 0 else f"{where}, line unknown{inside}"
-    if line <= 0 or (first_line and function == MODULE):
+    if first_line and function == MODULE:
+        return f"{_short(filename)} (line unknown: {FUNCTIONS_ONLY}) {function}"
+    if line <= 0:
         return f"{_short(filename)} (line unknown) {function}"
     if first_line:
         return f"{_short(filename)}, {function} (defined at line {line})"

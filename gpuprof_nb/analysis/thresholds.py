@@ -138,3 +138,49 @@ STRAGGLER_MIN_MATCHED_CALLS = 3
 # Compute per step differing by this fraction of the median between the busiest and the
 # idlest rank is a load imbalance worth reporting.
 LOAD_IMBALANCE_MIN_SPREAD = 0.10
+
+# --- noisy measurements (analysis/noise.py) ---------------------------------------------------
+
+# Timed samples whose slowest took more than this many times the fastest were not measured
+# on a steady machine: on a quiet one the samples of a cell agree within a few percent, and
+# a spread this wide means the clock, the caches or other work changed under the cell
+# (model/timing.NOISY_RATIO, the same figure the timing line warns at).
+NOISY_SAMPLE_SPREAD = 1.5
+
+# Other processes kept this share of the machine's CPU cores busy, on average, while the
+# cell ran (per-core busy time less this process's own): from half the machine on, the
+# cell's threads share cores with other work, and on a small machine every op can be
+# delayed (a 2-core VM with one other busy process reads 0.5).
+NOISY_OTHER_WORK_SHARE = 0.5
+
+# The cell's thread waited this share of its run for a core while other processes ran (the
+# line events read the scheduler's run delay, Linux): its times then count someone else's
+# work.
+NOISY_WAITED_SHARE = 0.1
+
+# compare: the cell's thread waited for a core this much more of its timed runs on one side
+# than on the other (Linux's run delay, measured around the timed samples): that much of the
+# difference is other processes' doing (a 10% wait stretches the run by 1 / 0.9 = 1.11x).
+NOISY_WAITED_CHANGE = 0.1
+
+# compare, where the wait is not measured: other processes held this much more of the
+# machine's cores during one side than during the other: the machine changed between the two
+# runs by as much as a quarter of its cores, which on a small machine moves a cell's time by a
+# third or more (1 / (1 - 0.25)).
+NOISY_OTHER_WORK_CHANGE = 0.25
+
+# A noisy measurement is a high-severity finding from a spread this wide, or with other work
+# holding this much of the machine: numbers that far off can reorder every other finding.
+NOISY_HIGH_SPREAD = 3.0
+NOISY_HIGH_OTHER_WORK_SHARE = 0.75
+
+# --- compare ----------------------------------------------------------------------------------
+
+# A difference is said to look like noise when at least this share of it lies in ops and
+# kernels both sides ran the same number of times under the same names: the user's change
+# left them as they were, so their times moving says the machine's speed moved.
+SHARED_UNCHANGED_SHARE = 0.5
+
+# The most timed samples a side is told to take to settle a comparison: past it, the noise
+# is drift between runs (other work, clocks), which more samples of one run do not remove.
+MAX_RUNS_TO_SETTLE = 200

@@ -437,21 +437,49 @@ def _activity_window(trace: Trace | TraceIndex) -> tuple[float, float]:
     ops = trace.ops
     # Few distinct names: test each once, not once per op.
     profiler = {name for name in op_names(ix) if name.startswith("PyTorch Profiler")}
-    if profiler:
-        ops = tuple(o for o in ops if o.name not in profiler)
+    # A cell recorded with its lines (--stack) says when the user's code ran; the Python call
+    # events then add only the profiler's own start-up and other threads (IPython's history
+    # thread spans the whole recording), not work of the user's.
+    cell = cell_span(trace)
+    if profiler or cell is not None:
+        ops = tuple(
+            o for o in ops if o.name not in profiler and (cell is None or o.kind != "python")
+        )
     seqs = [seq for seq in (ops, trace.kernels, trace.runtime) if seq]
     lo, hi = trace.window_us
-    if not seqs:
+    if not seqs and cell is None:
         return lo, max(hi, lo)
     # Each sequence is sorted by start: its first element starts first.
-    first = min(seq[0].start_us for seq in seqs)
-    last = max(_last_end(ix, seq, profiler) for seq in seqs)
-    a, b = max(first, lo), min(last, hi)
+    firsts = [seq[0].start_us for seq in seqs]
+    lasts = [_last_end(ix, seq, profiler, cell is not None) for seq in seqs]
+    if cell is not None:
+        firsts.append(cell[0])
+        lasts.append(cell[1])
+    a, b = max(min(firsts), lo), min(max(lasts), hi)
     return (a, b) if b > a else (lo, max(hi, lo))
 
 
+def cell_span(trace: Trace) -> tuple[float, float] | None:
+    """Return (start, end) in microseconds of the cell's own code in a recording with its
+    lines (the first and last moment a line of the cell ran), or None without them."""
+    s = trace.samples
+    if s is None or not len(s):
+        return None
+    inside = [i for i, k in enumerate(s.stack_of) if s.stacks[k]]
+    if not inside:
+        return None
+    first, last = inside[0], inside[-1]
+    end = s.ts_us[last]
+    if s.mode == "exact":  # an entry's stretch lasts until the next entry
+        end = s.ts_us[last + 1] if last + 1 < len(s) else s.end_us
+    return s.ts_us[first], max(end, s.ts_us[first])
+
+
 def _last_end(
-    trace: Trace | TraceIndex, seq: Sequence[Op | Kernel | RuntimeCall], profiler: set[str]
+    trace: Trace | TraceIndex,
+    seq: Sequence[Op | Kernel | RuntimeCall],
+    profiler: set[str],
+    no_python: bool = False,
 ) -> float:
     """The latest start_us + dur_us in one of the trace's sequences (the ops without the
     profiler's own), from the shared columns where they hold it (the same sums)."""
@@ -474,7 +502,9 @@ def _last_end(
     not_op = np.ones(len(every), dtype=bool)
     not_op[cols.positions] = False
     others = [
-        every[i].end_us for i in np.flatnonzero(not_op).tolist() if every[i].name not in profiler
+        every[i].end_us
+        for i in np.flatnonzero(not_op).tolist()
+        if every[i].name not in profiler and not (no_python and every[i].kind == "python")
     ]
     return float(max(ends + others))
 

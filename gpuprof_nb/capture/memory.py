@@ -9,20 +9,31 @@ stacks) rebuilt into the same dict, with the categories PyTorch's memory profile
 
 from __future__ import annotations
 
+import bisect
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import CodeType
 from typing import Any
 
 import torch
 
 from gpuprof_nb.capture import device as capture_device
+from gpuprof_nb.capture.linetrace import LineTracer, default_engine
 from gpuprof_nb.capture.step import MARK, StepRecorder
 from gpuprof_nb.errors import CaptureError
-from gpuprof_nb.model.frames import profiler_frame_parts
+from gpuprof_nb.model.frames import frame_kind, profiler_frame_parts
 from gpuprof_nb.model.memory import OP_FILENAME
 
 DEFAULT_MAX_ENTRIES = 200_000
 _STEP_MARK = "gpuprof_nb.memsnap.step#"
+# The annotation that ties the line events' clock to the profiler's.
+_CLOCK_MARK = "gpuprof_nb.memsnap.clock"
+_NO_LINES_NOTE = (
+    "Allocation sites name functions, not lines: another tool holds the interpreter's "
+    "line events (a debugger or coverage), and torch.profiler records only where each "
+    "function starts."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +58,14 @@ def record_memory(
     stacks: str = "python",
     namespace: dict[str, Any] | None = None,
     step: bool = True,
+    cell_code: CodeType | None = None,
 ) -> MemoryCapture:
     """Return the memory history of `repeat` calls of `run`: CUDA allocator history when
-    CUDA is available, else the CPU profiler fallback. Exceptions from `run` propagate
-    unchanged, except a CUDA out-of-memory error, which is returned in `.oom`. With `step`,
-    the step's modules, optimizer steps and tagged storages are recorded beside it
-    (capture/step.py; `namespace` is where the model's variable name is looked up)."""
+    CUDA is available, else the CPU profiler fallback (which reads the line of `cell_code`'s
+    code that allocated, where given). Exceptions from `run` propagate unchanged, except a
+    CUDA out-of-memory error, which is returned in `.oom`. With `step`, the step's modules,
+    optimizer steps and tagged storages are recorded beside it (capture/step.py;
+    `namespace` is where the model's variable name is looked up)."""
     if repeat < 1:
         raise ValueError(f"repeat must be at least 1, got {repeat}")
     if capture_device.cuda_available():
@@ -61,7 +74,10 @@ def record_memory(
             run, repeat=repeat, max_entries=max_entries, stacks=stacks, recorder=recorder
         )
     return record_cpu_memory(
-        run, repeat=repeat, recorder=StepRecorder("cpu", namespace) if step else None
+        run,
+        repeat=repeat,
+        recorder=StepRecorder("cpu", namespace) if step else None,
+        cell_code=cell_code,
     )
 
 
@@ -350,15 +366,109 @@ def _categories(prof: Any) -> tuple[dict[Any, str], list[Any] | None, str | None
         return {}, None, f"PyTorch's memory profiler could not categorise tensors ({e})."
 
 
+class _ExactLines:
+    """The line of the user's code that ran at each moment of the recording (exact line
+    events, capture/linetrace.py), read back at the profiler's allocation times.
+
+    torch.profiler's Python events name the line where each function starts, so an
+    allocation made by a cell's own top-level code had no line at all. The tracer runs
+    beside the profiler; a marker recorded between two perf_counter_ns stamps puts its
+    times on the profiler's clock."""
+
+    def __init__(self, cell_code: CodeType) -> None:
+        self.tracer = LineTracer(cell_code)
+        self._mid_ns = 0.0
+        self._times: list[float] = []
+        self._stacks: list[list[dict[str, Any]]] = []
+        self._of: list[int] = []
+
+    def start(self) -> None:
+        from torch.profiler import record_function
+
+        # The first annotation of a profiling session is slow to enter (about a
+        # millisecond): a first one unstamped, so the stamped one is tight.
+        for _ in range(2):
+            before = time.perf_counter_ns()
+            with record_function(_CLOCK_MARK):
+                pass
+            after = time.perf_counter_ns()
+        self._mid_ns = (before + after) / 2
+        self.tracer.start()
+
+    def stop(self) -> None:
+        self.tracer.stop()
+
+    def read(self, nodes: list[Any]) -> bool:
+        """Put the line events on the profiler's clock through the marker among `nodes`;
+        False when the marker is missing (the lines are then left unknown)."""
+        marks = [n for n in nodes if _name(n) == _CLOCK_MARK]
+        mark = max(marks, key=lambda n: n.start_time_ns) if marks else None
+        if mark is None:
+            return False
+        end = getattr(mark, "end_time_ns", mark.start_time_ns)
+        shift = (mark.start_time_ns + end) / 2 - self._mid_ns
+        entry = self.tracer.record(lambda ns: (ns + shift) / 1000)
+        frames = entry["frames"]
+        self._stacks = [
+            [
+                {"filename": frames[f][0], "line": frames[f][1], "name": frames[f][2]}
+                for f in reversed(stack)
+            ]
+            for stack in entry["stacks"]
+        ]
+        self._times = entry["ts_us"]
+        self._of = entry["stack_of"]
+        return True
+
+    def at(self, time_ns: int) -> list[dict[str, Any]] | None:
+        """The user's stack (innermost first, exact lines) running at `time_ns` on the
+        profiler's clock; None outside the cell."""
+        i = bisect.bisect_right(self._times, time_ns / 1000) - 1
+        if i < 0:
+            return None
+        return self._stacks[self._of[i]] or None
+
+
+def _with_lines(
+    frames: list[dict[str, Any]],
+    exact: list[dict[str, Any]] | None,
+    cache: dict[tuple[int, int], list[dict[str, Any]]],
+) -> list[dict[str, Any]]:
+    """The allocation's stack with the user's frames at the lines that ran: the op and the
+    library frames inside the innermost user frame kept, the rest replaced by the exact
+    stack; without one (time outside the cell), every Python line set to unknown (0)."""
+    key = (id(frames), id(exact))
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    if exact is None:
+        out = [f if f["filename"] == OP_FILENAME else {**f, "line": 0} for f in frames]
+    else:
+        inner = []
+        for f in frames:
+            if f["filename"] != OP_FILENAME and frame_kind(f["filename"]) == "user":
+                break
+            inner.append(f)
+        out = inner + exact
+    cache[key] = out
+    return out
+
+
 def record_cpu_memory(
-    run: Callable[[], object], *, repeat: int = 1, recorder: StepRecorder | None = None
+    run: Callable[[], object],
+    *,
+    repeat: int = 1,
+    recorder: StepRecorder | None = None,
+    cell_code: CodeType | None = None,
 ) -> MemoryCapture:
     """Return a snapshot dict rebuilt from torch.profiler's CPU memory events over
-    `repeat` calls of `run` (the fallback without CUDA). The profiler is stopped before
-    this returns or raises; exceptions from `run` propagate unchanged. With a `recorder`,
-    the step record goes with it, and the storages it tagged that were live before the
-    cell and still are at its end (parameters, optimizer state) are counted as live
-    throughout: the profiler itself sees no memory allocated before it started."""
+    `repeat` calls of `run` (the fallback without CUDA). With `cell_code` (the code `run`
+    runs) each allocation names the line of the user's code that made it (exact line
+    events beside the profiler), where this interpreter offers them. The profiler is
+    stopped before this returns or raises; exceptions from `run` propagate unchanged. With
+    a `recorder`, the step record goes with it, and the storages it tagged that were live
+    before the cell and still are at its end (parameters, optimizer state) are counted as
+    live throughout: the profiler itself sees no memory allocated before it started."""
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -372,7 +482,10 @@ def record_cpu_memory(
     prof = profile(
         activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
     )
+    lines = _ExactLines(cell_code) if cell_code is not None and default_engine() else None
     with prof:
+        if lines is not None:
+            lines.start()
         try:
             if recorder is not None:
                 recorder.install()
@@ -382,6 +495,8 @@ def record_cpu_memory(
         finally:
             if recorder is not None:
                 recorder.remove()
+            if lines is not None:
+                lines.stop()
     cats, nodes, cat_note = _categories(prof)
     if nodes is None:
         results = prof.profiler.kineto_results if prof.profiler is not None else None
@@ -391,6 +506,8 @@ def record_cpu_memory(
         nodes.sort(key=lambda n: n.start_time_ns)
     from torch.profiler._memory_profiler import TensorKey
 
+    exact = lines is not None and lines.read(nodes)
+    exact_cache: dict[tuple[int, int], list[dict[str, Any]]] = {}
     cache: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     entries: list[dict[str, Any]] = []
     live: dict[int, dict[str, Any]] = {}
@@ -405,6 +522,8 @@ def record_cpu_memory(
             t_us = node.start_time_ns // 1000
             if ef.alloc_size > 0:
                 frames = _frames_of(node, cache)
+                if exact and lines is not None:
+                    frames = _with_lines(frames, lines.at(node.start_time_ns), exact_cache)
                 e = {
                     "action": "alloc",
                     "addr": ef.ptr,
@@ -426,6 +545,8 @@ def record_cpu_memory(
                 size = -ef.alloc_size
                 opened = live.pop(ef.ptr, None)
                 frames = opened["frames"] if opened else _frames_of(node, cache)
+                if exact and lines is not None and not opened:
+                    frames = _with_lines(frames, lines.at(node.start_time_ns), exact_cache)
                 for action in ("free_requested", "free_completed"):
                     entries.append(
                         {
@@ -485,26 +606,24 @@ def record_cpu_memory(
         }
         for e in sorted([*live.values(), *before], key=lambda e: e["addr"])
     ]
-    import bisect
-
     times = [e["time_us"] for e in entries]
     step_starts = (
         tuple(bisect.bisect_left(times, t) for t in sorted(step_times)) if repeat > 1 else ()
     )
     if cat_note:
         notes.append(cat_note)
-    snapshot: dict[str, Any] = {
-        "segments": segments,
-        "device_traces": [entries],
-        "gpuprof_nb": {
-            "source": "cpu-profiler",
-            "step_starts": [list(step_starts)],
-            "notes": notes,
-        },
+    if cell_code is not None and not exact:
+        notes.append(_NO_LINES_NOTE)
+    own: dict[str, Any] = {
+        "source": "cpu-profiler",
+        "step_starts": [list(step_starts)],
+        "notes": notes,
     }
+    if exact:
+        own["exact_lines"] = True
     if record is not None:
-        own: dict[str, Any] = snapshot["gpuprof_nb"]
         own["step"] = record
+    snapshot = {"segments": segments, "device_traces": [entries], "gpuprof_nb": own}
     return MemoryCapture(
         snapshot=snapshot,
         device=0,

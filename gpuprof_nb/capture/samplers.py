@@ -1,6 +1,6 @@
 """What records beside `%%gpuprofile`'s profiled run (profiler.py's `samplers`): the
 machine's utilisation always, the nn.Module ranges unless turned off, and the Python line
-the cell runs with --stack."""
+the cell runs with --stack (exact line events where the interpreter offers them)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from gpuprof_nb.capture.linetrace import LineTracer, default_engine
 from gpuprof_nb.capture.modules import ModuleRecorder
 from gpuprof_nb.capture.profiler import Sampler
 from gpuprof_nb.capture.sampling import LineSampler
@@ -34,8 +35,19 @@ def cell_samplers(
     if modules:
         samplers.append(("modules", ModuleRecorder(namespace)))
     if stack:
-        samplers.append(("samples", LineSampler(code)))
+        samplers.append(("samples", line_recorder(code)))
     return samplers
+
+
+def line_recorder(code: CodeType) -> Sampler:
+    """Return what records the cell's lines under --stack: exact line events of the user's
+    code (linetrace.py) where the interpreter offers them, else the line sampler (another
+    tool holds sys.settrace, a debugger or coverage, or every sys.monitoring tool id is
+    taken)."""
+    engine = default_engine()
+    if engine is not None:
+        return LineTracer(code, engine=engine)
+    return LineSampler(code)
 
 
 def nvml_index(cuda: bool) -> int:

@@ -133,6 +133,7 @@ def time_cell(
 
     wall: list[float] = []
     device: list[float] = []
+    delay0, real0 = read_run_delay_ns(), time.perf_counter_ns()
     while len(wall) < n_timed:
         if before_each is not None and before_each():
             # The previous run changed state (grad/autocast mode): runs must not follow one
@@ -162,6 +163,10 @@ def time_cell(
         wall.append(wall_us)
         if use_cuda_events:
             device.append(device_us)
+    delay1, real1 = read_run_delay_ns(), time.perf_counter_ns()
+    waited = None
+    if delay0 is not None and delay1 is not None and real1 > real0:
+        waited = min(max((delay1 - delay0) / (real1 - real0), 0.0), 1.0)
     return TimingStats(
         wall_us=tuple(wall),
         device_us=tuple(device) if use_cuda_events else None,
@@ -170,7 +175,23 @@ def time_cell(
         device_name=device_name,
         number=number or 1,
         calibration_runs=untimed,
+        waited_fraction=waited,
     )
+
+
+# This thread's scheduler statistics (Linux): the second field is the time it has waited
+# for a core while ready to run, in nanoseconds.
+SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def read_run_delay_ns() -> int | None:
+    """The time this thread has waited for a core while ready to run (ns), or None where
+    the OS does not say (not Linux, schedstat off)."""
+    try:
+        with open(SCHEDSTAT, "rb") as fh:
+            return int(fh.read(128).split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _block(

@@ -50,6 +50,9 @@ FLUSH_EVERY = 128
 # of CPU on a 2-core VM, so 100 samples/s fit.
 MAX_CPU_SHARE = 0.01
 THREAD_NAME = "gpuprof_nb-utilisation"
+# A last interval (ended by stop()) shorter than this share of a period is merged into the
+# one before it.
+SHORTEST_LAST = 0.5
 NVML_MISSING = "NVML not available: pip install nvidia-ml-py"
 
 # The NVML series: (names, what each is called); read by one call each (_nvml_readers).
@@ -125,6 +128,14 @@ def _proc_stat_cores() -> CoreSource | None:
         return out
 
     return read, parse, functools.partial(os.close, fd)
+
+
+def machine_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the OS says, else all)."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):
+        return max(os.cpu_count() or 1, 1)
 
 
 class UtilisationSampler:
@@ -452,6 +463,19 @@ class UtilisationSampler:
         gpu = {k: v for k, v in gpu.items() if len(v) == n}
         if cores is not None and any(len(c) != n for c in cores):
             cores = None
+        # The interval stop() ends is as short as the cell's tail: microseconds, in which
+        # the two clocks' reads (not taken at one instant) can put several cores' worth of
+        # CPU time; it is merged into the one before (the counters are cumulative, so the
+        # merge is exact) unless it is at least SHORTEST_LAST of a period.
+        if n >= 3 and stamps[-1] - stamps[-2] < SHORTEST_LAST * self._period_s * 1e9:
+            keep = [i for i in range(n) if i != n - 2]
+            stamps = [stamps[i] for i in keep]
+            process = [process[i] for i in keep]
+            cores = [[c[i] for i in keep] for c in cores] if cores is not None else None
+            gpu = {k: [v[i] for i in keep] for k, v in gpu.items()}
+            n -= 1
+        # No share of a core above the cores this process may run on.
+        most = float(len(cores) if cores else machine_cores())
         walls = [max(stamps[i] - stamps[i - 1], 1) for i in range(1, n)]
         series: dict[str, dict[str, Any]] = {}
         for k, busy in enumerate(cores or ()):
@@ -468,7 +492,8 @@ class UtilisationSampler:
                 "unit": "cores",
                 "label": "this process",
                 "values": [
-                    round((process[i] - process[i - 1]) / walls[i - 1], 4) for i in range(1, n)
+                    round(min(max((process[i] - process[i - 1]) / walls[i - 1], 0.0), most), 4)
+                    for i in range(1, n)
                 ],
             }
         for name, values in gpu.items():
@@ -501,6 +526,7 @@ class UtilisationSampler:
         ]
         return {
             "source": "+".join(parts) or "process_time",
+            "cores": int(most),
             "period_ms": round(period_s * 1e3, 6),
             "ts_us": [float(to_trace_us(s)) for s in stamps[1:]],
             "series": series,

@@ -52,8 +52,14 @@ def samples_of(top: Mapping[str, Any], source: str = "trace") -> StackSamples | 
         numbers[name] = float(value)  # type: ignore[arg-type]
     late = entry.get("late", 0)
     mode = entry.get("mode", "thread")
-    if mode not in ("signal", "thread"):
-        _bad(source, ".mode", f"must be 'signal' or 'thread', got {mode!r}")
+    if mode not in ("signal", "thread", "exact"):
+        _bad(source, ".mode", f"must be 'signal', 'thread' or 'exact', got {mode!r}")
+    engine = entry.get("engine", "")
+    events = entry.get("events", 0)
+    shared = entry.get("shared_us", 0.0)
+    if not _number(shared) or not 0 <= shared <= max(numbers["end_us"] - numbers["start_us"], 0):
+        _bad(source, ".shared_us", f"must be a time within the sampled span, got {shared!r}")
+    lost = _lost(source, entry.get("lost_us", []), times, numbers["end_us"])
     return StackSamples(
         frames=frames,
         stacks=tuple(stacks),
@@ -64,7 +70,34 @@ def samples_of(top: Mapping[str, Any], source: str = "trace") -> StackSamples | 
         end_us=numbers["end_us"],
         late=late if type(late) is int else 0,
         mode=mode,
+        engine=engine if isinstance(engine, str) else "",
+        events=events if type(events) is int and events >= 0 else 0,
+        shared_us=float(shared),
+        lost_us=lost,
     )
+
+
+def _lost(source: str, raw: Any, times: tuple[float, ...], end: float) -> tuple[float, ...]:
+    """[[stretch index, us], ...] -> one value per stretch (empty when none), each within
+    its stretch."""
+    if not isinstance(raw, list):
+        _bad(source, ".lost_us", f"must be a list of [index, us] pairs, got {type(raw).__name__}")
+    if not raw:
+        return ()
+    out = [0.0] * len(times)
+    bounds = (*times, max(end, times[-1] if times else end))
+    for k, pair in enumerate(raw):
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and type(pair[0]) is int
+            and 0 <= pair[0] < len(times)
+            and _number(pair[1])
+            and 0 <= pair[1] <= bounds[pair[0] + 1] - bounds[pair[0]] + 1e-3
+        ):
+            _bad(source, f".lost_us[{k}]", "must be [stretch index, us within that stretch]")
+        out[pair[0]] += float(pair[1])
+    return tuple(out)
 
 
 def _number(value: Any) -> bool:

@@ -572,6 +572,7 @@ def _snapshot_from_dict(
         notes=tuple(dict.fromkeys(n for n in notes if isinstance(n, str))),
         cells=cells,
         step=step_record_of(extra, where),
+        exact_lines=extra.get("exact_lines") is True,
     )
 
 
@@ -691,6 +692,8 @@ def snapshot_to_dict(snapshot: MemorySnapshot) -> dict[str, Any]:
     }
     if snapshot.step is not None:
         data[EXTRA_KEY][STEP_KEY] = step_record_to_dict(snapshot.step)
+    if snapshot.exact_lines:
+        data[EXTRA_KEY]["exact_lines"] = True
     return data
 
 

@@ -131,7 +131,13 @@ _KERNEL_KINDS = {
     "Memcpy": "memcpy",
     "gpu_memset": "memset",
     "Memset": "memset",
+    # MTIA's device events (compute jobs and dma_request copies, told apart by name below).
+    "mtia_ccp_events": "kernel",
 }
+_MTIA = "mtia_ccp_events"
+# A device event of a category not named above counts as device activity when it carries a
+# stream (as HolisticTraceAnalysis reads them); annotations drawn on a device's timeline do
+# not run anything.
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime"})
 # Category -> (which list, kind): one lookup per event decides where it goes.
 _OPS, _RUNTIME, _KERNELS, _SYNCS, _GPU_ANNOTATIONS = range(5)
@@ -766,7 +772,15 @@ class _Builder:
                     hi = end
                 where = route.get(cat)
                 if where is None:
-                    continue  # a category not modelled: it only widens the window
+                    args = e.args
+                    if (
+                        args is None
+                        or type(args) not in args_types
+                        or args.stream is None
+                        or (type(cat) is str and "annotation" in cat)
+                    ):
+                        continue  # a category not modelled: it only widens the window
+                    where = _KERNELS, "kernel"
                 name = e.name
                 name = intern(name) if type(name) is str else str(name)
                 start = ts if type(ts) is float else float(ts)
@@ -890,6 +904,8 @@ class _Builder:
                         )
                     )
                 elif code == _KERNELS:
+                    if cat == _MTIA and name.startswith("dma"):
+                        kind = "memcpy"  # MTIA's dma_request: a copy
                     device = args.device
                     if type(device) is not int:
                         device = _opt_int(device)

@@ -89,6 +89,10 @@ def utilisation_of(top: Mapping[str, Any]) -> Utilisation | None:
                 f"({ts_us[i - 1]!r}); times must not decrease",
             )
     raw_series = _mapping(_field(entry, "series", PATH), f"{PATH}.series")
+    raw_cores = entry.get("cores", 0)
+    cores = raw_cores if type(raw_cores) is int and raw_cores > 0 else 0
+    n_cpus = sum(1 for name in raw_series if isinstance(name, str) and _is_core(name))
+    most = cores or n_cpus
     series = []
     for name, raw in raw_series.items():
         where = f"{PATH}.series[{name!r}]"
@@ -100,20 +104,36 @@ def utilisation_of(top: Mapping[str, Any]) -> Utilisation | None:
         values = _numbers(_field(item, "values", where), f"{where}.values")
         if len(values) != len(ts_us):
             raise _fail(f"{where}.values", f"{len(values)} values for {len(ts_us)} times")
+        # Traces recorded before the sampler clamped its last, shortest interval can hold a
+        # value above the machine: read as the most it can be.
+        if unit == "%":
+            values = tuple(min(max(v, 0.0), 100.0) for v in values)
+        elif unit == "cores" and most:
+            values = tuple(min(max(v, 0.0), float(most)) for v in values)
         series.append(UtilisationSeries(name=name, unit=unit, label=label, values=values))
     raw_notes = entry.get("notes", [])
     if not isinstance(raw_notes, (list, tuple)):
         raise _fail(f"{PATH}.notes", f"expected a list of strings, got {_kind(raw_notes)}")
     notes = tuple(_text(n, f"{PATH}.notes[{i}]") for i, n in enumerate(raw_notes))
     return Utilisation(
-        source=source, period_ms=period_ms, ts_us=ts_us, series=tuple(series), notes=notes
+        source=source,
+        period_ms=period_ms,
+        ts_us=ts_us,
+        series=tuple(series),
+        notes=notes,
+        cores=cores,
     )
+
+
+def _is_core(name: str) -> bool:
+    return name.startswith("cpu") and name[3:].isdigit()
 
 
 def utilisation_dict(u: Utilisation) -> dict[str, Any]:
     """Return `u` as the JSON-able dict utilisation_of reads (lists, not tuples)."""
     return {
         "source": u.source,
+        **({"cores": u.cores} if u.cores else {}),
         "period_ms": u.period_ms,
         "ts_us": list(u.ts_us),
         "series": {

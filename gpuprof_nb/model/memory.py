@@ -153,6 +153,9 @@ class MemorySnapshot:
     # The step's modules, optimizer steps and tagged storages, when gpuprof_nb recorded
     # them beside the history (model/step.py); None otherwise.
     step: StepRecord | None = None
+    # The Python frames of profiler-made stacks (source "cpu-profiler") carry the line that
+    # ran, read from exact line events; else the line where each function starts.
+    exact_lines: bool = False
 
     @property
     def devices(self) -> tuple[int, ...]:

@@ -25,9 +25,15 @@ class StackSamples:
     `stacks[k]` lists indices into `frames`, outermost first (the cell's own frame first);
     sample i was taken at `ts_us[i]` (trace clock, microseconds) and its stack is
     `stacks[stack_of[i]]`. Sampling ran from `start_us` to `end_us`. `mode` says how they
-    were taken (capture/sampling.py): "signal" samples each stand for the time since the one
-    before, "thread" samples for the time halfway to their neighbours. `late` counts thread
-    samples taken well after they were due (the sampler waited for the GIL)."""
+    were taken: "signal" samples (capture/sampling.py) each stand for the time since the one
+    before, "thread" samples for the time halfway to their neighbours; "exact" entries are
+    line events (capture/linetrace.py), each the start of a stretch of its stack that lasts
+    until the next entry (the last until `end_us`; an empty stack is time outside the cell).
+    `late` counts thread samples taken well after they were due (the sampler waited for the
+    GIL). For "exact": `engine` names the interpreter hook ("monitoring" or "settrace"),
+    `events` counts the line events seen, `shared_us` is the time in tight loops, where
+    the events were off, shared among lines in the proportions measured just before, and
+    `lost_us` the time in each stretch the thread waited for a core (other work)."""
 
     frames: tuple[Frame, ...]
     stacks: tuple[tuple[int, ...], ...]
@@ -38,6 +44,12 @@ class StackSamples:
     end_us: float
     late: int = 0
     mode: str = "thread"
+    engine: str = ""
+    events: int = 0
+    shared_us: float = 0.0
+    # "exact" only, empty or one per entry: the part of each stretch in which the cell's
+    # thread waited for a core while other processes ran (not the line's time).
+    lost_us: tuple[float, ...] = ()
 
     def __len__(self) -> int:
         return len(self.ts_us)

@@ -41,6 +41,10 @@ class TimingStats:
     profiled: bool = False
     number: int = 1
     calibration_runs: int = 0
+    # The share of the timed samples' wall time the cell's thread spent waiting for a core
+    # while ready to run (other processes had the CPU; Linux's run delay), None where the
+    # OS does not say.
+    waited_fraction: float | None = None
 
     @property
     def times_us(self) -> tuple[float, ...]:

@@ -31,13 +31,27 @@ class UtilisationSeries:
 class Utilisation:
     """Samples taken beside a cell: `source` says where they came from ('psutil', 'proc',
     'psutil+nvml', ...), `period_ms` is the sampling period, `ts_us` the trace-clock end of
-    each interval, `notes` what could not be recorded and why."""
+    each interval, `notes` what could not be recorded and why. Nothing above the machine is
+    built: a "%" series within 100, a "cores" series within `cores`."""
 
     source: str
     period_ms: float
     ts_us: tuple[float, ...]
     series: tuple[UtilisationSeries, ...]
     notes: tuple[str, ...] = ()
+    # The CPU cores the process could run on (0: not recorded; the per-core series' count
+    # then stands for it). No "cores" series exceeds it, nor a "%" series 100.
+    cores: int = 0
+
+    def __post_init__(self) -> None:
+        most = self.cores or len(self.cpu_cores())
+        for s in self.series:
+            top = max(s.values, default=0.0)
+            if (s.unit == "%" and top > 100 + 1e-6) or (
+                s.unit == "cores" and most and top > most + 1e-6
+            ):
+                limit = "100%" if s.unit == "%" else f"{most} cores"
+                raise ValueError(f"utilisation series {s.name!r} reaches {top!r}, above {limit}")
 
     @property
     def samples_per_s(self) -> float:

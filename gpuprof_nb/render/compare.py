@@ -45,6 +45,7 @@ def verdict_words(comparison: Comparison) -> str:
             f"No clear change: after takes {fmt_num(v.ratio)}x the time of before {unit} "
             f"({interval}), inside the noise (changes under "
             f"{fmt_pct(v.noise_floor)} are not called)"
+            + (f"; {comparison.verdict_note}" if comparison.verdict_note else "")
         )
     return (
         f"{'Faster' if v.kind == 'faster' else 'Slower'}: after takes {fmt_num(v.ratio)}x "

@@ -52,11 +52,19 @@ def _fence(text: str) -> str:
 
 
 def _findings(findings: tuple[Finding, ...]) -> list[str]:
+    """Each finding as a list item: its title, then its whole fix (prose wrapped among code
+    lines, so kept as written) in a fenced block inside the item."""
     lines = []
     for f in findings:
-        fix = f.fix.strip().splitlines()[0] if f.fix.strip() else ""
-        line = f"- **{cell(f.title)}** ({f.kind}, {f.severity}, {fmt_pct(f.share)} of the time)"
-        lines.append(line + (f": {cell(fix)}" if fix else ""))
+        lines.append(
+            f"- **{cell(f.title)}** ({f.kind}, {f.severity}, {fmt_pct(f.share)} of the time)"
+        )
+        fix = f.fix.strip()
+        if fix:
+            fence = _fence(fix)
+            lines += ["", f"  {fence}text"]
+            lines += [f"  {line}".rstrip() for line in fix.splitlines()]
+            lines += [f"  {fence}", ""]
     return lines
 
 

@@ -5,11 +5,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from gpuprof_nb.render import svg
 from gpuprof_nb.render.bundle import report_of
-from gpuprof_nb.render.html import esc, esc_inline, note
+from gpuprof_nb.render.html import NUM_CELL, TEXT_CELL, esc, esc_inline, note, scroll_box
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct, fmt_us
@@ -158,7 +159,7 @@ def modules_section(mb: ModuleBreakdown) -> Section:
         text_parts.append(lead + "\n" + "\n".join(f"  {h}" for h in hot_lines))
         html_parts.append(
             f"<p>{esc(lead)}</p><ul>"
-            + "".join(f"<li>{esc_inline(h)}</li>" for h in hot_lines)
+            + "".join(f"<li>{_breakable(esc_inline(h))}</li>" for h in hot_lines)
             + "</ul>"
         )
     tree = _Tree(mb)
@@ -198,15 +199,32 @@ def modules_section(mb: ModuleBreakdown) -> Section:
     return Section(_TAB, "\n\n".join(text_parts), "".join(html_parts))
 
 
+def _cell_style(right: bool) -> str:
+    """A cell's class and inline alignment (as html_table gives them: a sanitizer strips the
+    report's style, and JupyterLab's own CSS right-aligns every cell)."""
+    return ' class="num"' + NUM_CELL if right else TEXT_CELL
+
+
+_CODE = re.compile(r"<code>(.*?)</code>")
+
+
+def _breakable(html: str) -> str:
+    """Return `html` with a line-break opportunity (<wbr>, which every sanitizer keeps) after
+    each dot of a <code> module path: a deep model's path runs past the output's width and
+    has no space to wrap at."""
+    return _CODE.sub(lambda m: "<code>" + m.group(1).replace(".", ".<wbr>") + "</code>", html)
+
+
 def _tr(cells: Sequence[str], right: Sequence[bool], depth: int) -> str:
     out = []
     for i, c in enumerate(cells):
         if i == 0:
             out.append(
-                f'<td class="name" style="padding-left:{depth * 0.9:.1f}em">{esc(c.strip())}</td>'
+                f'<td class="name" style="text-align:left;padding-left:{depth * 0.9:.1f}em">'
+                f"{esc(c.strip())}</td>"
             )
         else:
-            out.append(f"<td{' class=num' if right[i] else ''}>{esc(c)}</td>")
+            out.append(f"<td{_cell_style(right[i])}>{esc(c)}</td>")
     return "<tr>" + "".join(out) + "</tr>"
 
 
@@ -216,7 +234,9 @@ def _html_table(
     headers: Sequence[str],
     right: Sequence[bool],
 ) -> str:
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    head = "".join(
+        f"<th{_cell_style(r)}>{esc(h)}</th>" for h, r in zip(headers, right, strict=True)
+    )
     body: list[str] = []
     # Open groups: (depth of the group, the parts of its inner table).
     stack: list[tuple[int, ModuleGroup, list[str]]] = []
@@ -225,7 +245,7 @@ def _html_table(
         while stack and stack[-1][0] >= depth:
             gdepth, g, inner = stack.pop()
             html = (
-                f'<tr class="gp-group"><td colspan="{len(headers)}"><details><summary>'
+                f'<tr class="gp-group"><td colspan="{len(headers)}"{TEXT_CELL}><details><summary>'
                 f"{esc(group_words(g))}</summary><table><thead><tr>{head}</tr></thead><tbody>"
                 + "".join(inner)
                 + "</tbody></table></details></td></tr>"
@@ -239,7 +259,10 @@ def _html_table(
         else:
             (stack[-1][2] if stack else body).append(_tr(_cells(mb, item, 0), right, depth))
     close_to(0)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    # In a box that scrolls inside the output where the table is wider (html.scroll_box).
+    return scroll_box(
+        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
 
 
 def _layout(mb: ModuleBreakdown) -> list[tuple[ModuleRow, float, float]]:

@@ -54,12 +54,14 @@ KERNEL_COLORS: dict[str, str] = {
     "elementwise": "#98df8a",
     "comm": "#8c564b",
     "copy": "#17becf",
+    "wait": "#c7c7c7",
 }
 KERNEL_LABELS: dict[str, str] = {
     "gemm": "matmul/conv kernel",
     "elementwise": "other kernel",
     "comm": "collective (NCCL)",
     "copy": "memcpy/memset",
+    "wait": "device-side wait",
 }
 CAUSE_COLORS: dict[str, str] = {
     "dataloader": "#e377c2",

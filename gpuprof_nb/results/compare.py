@@ -43,7 +43,8 @@ class Verdict:
 
     `ratio` is after's median time over before's (below 1: faster); `ci_low`..`ci_high` is
     its 95% bootstrap confidence interval; a change is called only when the whole interval
-    lies beyond `noise_floor` (a fraction) on one side of 1 (docs/compare.md)."""
+    lies beyond `noise_floor` (a fraction) on one side of 1, and beyond what either side's
+    own noise could make of no change (docs/compare.md)."""
 
     kind: VerdictKind
     ratio: float
@@ -52,6 +53,13 @@ class Verdict:
     noise_floor: float
     before_samples: int
     after_samples: int
+    # Slowest over fastest sample of each side; the timed samples per side that would
+    # settle the question if the ratio stays what it is (None: no number would, the change
+    # is within the floor); and, for "no clear change", why in words.
+    spread_before: float | None = None
+    spread_after: float | None = None
+    runs_to_settle: int | None = None
+    why: str = ""
 
     @property
     def speedup(self) -> float:

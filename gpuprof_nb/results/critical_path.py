@@ -3,6 +3,7 @@ set when the step ended (built by analysis/critical_path.py). Microseconds."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, overload
@@ -100,7 +101,9 @@ class CriticalPath(Displayable):
     @property
     def slack_fraction(self) -> float | None:
         """The off-path kernels' median slack as a share of the step (None without them)."""
-        if self.median_slack_us is None or self.dur_us <= 0:
+        if self.median_slack_us is None or not math.isfinite(self.median_slack_us):
+            return None
+        if self.dur_us <= 0:
             return None
         return min(self.median_slack_us / self.dur_us, 1.0)
 

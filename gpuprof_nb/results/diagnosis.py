@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from gpuprof_nb.results.display import Displayable
+from gpuprof_nb.results.invariants import ImpossibleValue, check_share, step_percents
 
 # Every kind of finding (ARCHITECTURE.md's table): what holds a cell back, what a memory
 # snapshot shows, and what a multi-rank run adds.
@@ -32,6 +33,7 @@ FindingKind = Literal[
     "straggler",
     "load_imbalance",
     "critical_path",
+    "noisy_measurement",
 ]
 Severity = Literal["high", "medium", "low", "info"]
 FINDING_KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
@@ -52,6 +54,16 @@ class Finding:
     evidence: Mapping[str, float] = field(default_factory=dict)
     fix: str = ""
     share: float = 0.0
+
+    def __post_init__(self) -> None:
+        owner = f"Finding({self.kind})"
+        check_share(owner, "share", self.share)
+        for name, value in self.evidence.items():
+            if name.endswith("_fraction"):
+                check_share(owner, f"evidence[{name!r}]", value)
+        for pct in step_percents(self.title):
+            if pct > 100:
+                raise ImpossibleValue(f"{owner}.title says {pct:g}% of a step: {self.title!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,14 +7,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gpuprof_nb.model.frames import FrameKind
 from gpuprof_nb.results.display import Displayable
+from gpuprof_nb.results.invariants import check_share, check_within
 
 # Lines from the line sampler (`%%gpuprofile --stack`), or functions from the profiler's
 # python_function events (offline traces recorded with with_stack=True).
 Granularity = Literal["line", "function"]
-# Whose code a frame runs: the user's (notebook cells, their own files), torch's, another
-# installed package's, or the standard library's.
-FrameKind = Literal["user", "torch", "library", "stdlib"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +34,11 @@ class HotLine:
     line: int = 0
     function: str = ""
     idle_by_cause_us: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_share("HotLine", "share", self.share)
+        check_share("HotLine", "idle_share", self.idle_share)
+        check_within("HotLine", "idle_us", self.idle_us, self.host_us, "host_us")
 
     @property
     def named(self) -> str:
@@ -76,6 +80,14 @@ class Hotspots(Displayable):
     nodes: tuple[FlameNode, ...] = ()
     on_device: bool = False
     notes: tuple[str, ...] = ()
+    # Time the cell's thread waited for a core while other processes ran (exact line
+    # events on Linux): charged to no line, and left out of host_us and idle_us.
+    lost_us: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_within("Hotspots", "idle_charged_us", self.idle_charged_us, self.idle_us, "idle_us")
+        held = sum(line.host_us for line in self.lines)
+        check_within("Hotspots", "the lines' host_us", held, self.host_us, "host_us")
 
     def top_idle_lines(
         self, causes: Iterable[str] | None = None, n: int = 2, min_share: float = 0.01

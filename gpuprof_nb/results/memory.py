@@ -41,7 +41,10 @@ class MemoryTimeline:
     else "event" (entry index). Arrays cover the window only (`first_index` is the trace
     index of their first element); `reserved_bytes` is None without segment information.
     `sample_x` / `site_bytes` are the curve stacked by the top sites at up to a few
-    thousand points that keep every local maximum; rows follow `site_labels`.
+    thousand points that keep every local maximum; rows follow `site_labels`. Each column's
+    level holds until the next sample; the last sample, at `end_x`, repeats the level after
+    the last entry, so that level has a width too (the area reaches the peak wherever it
+    falls).
     """
 
     device: int
@@ -61,6 +64,7 @@ class MemoryTimeline:
     site_bytes: np.ndarray
     window: tuple[float | None, float | None] | None
     notes: tuple[str, ...] = ()
+    end_x: float = 0.0
 
     @property
     def n_events(self) -> int:

@@ -19,10 +19,13 @@ class RankSummary:
     Totals are microseconds over the profiled window. `busy_us` is device busy time (host
     time inside torch ops for a trace without device activity); `compute_us` is the busy time
     outside collectives; `comm_us` the time in collectives (NCCL/RCCL kernels on GPU, gloo/c10d
-    ranges on CPU) and `exposed_comm_us` the part no compute overlaps. `step_compute_us`:
-    compute in each step. `collective_calls`: for each kind of collective, the microseconds
-    of each call in time order (the run matches them across ranks to find who waited).
-    `error`: why the rank could not be read (every other field then empty)."""
+    ranges on CPU) and `exposed_comm_us` the part no compute overlaps. `step_compute_us`,
+    `step_comm_us`, `step_exposed_comm_us`: those inside each step; `steps_us`: the steps'
+    time in all. `collective_calls`: for each kind of collective, the microseconds of each
+    call in time order (the run matches them across ranks to find who waited), and
+    `collective_in_step` whether each began inside a step: per-step figures count only what
+    the steps hold. `error`: why the rank could not be read (every other field then
+    empty)."""
 
     rank: int
     source: str
@@ -43,6 +46,10 @@ class RankSummary:
     collective_groups: tuple[tuple[str, int], ...] = ()  # (name, ranks in its group) recorded
     top_findings: tuple[FindingKind, ...] = ()
     error: str = ""
+    steps_us: float = 0.0
+    step_comm_us: tuple[float, ...] = ()
+    step_exposed_comm_us: tuple[float, ...] = ()
+    collective_in_step: tuple[tuple[str, tuple[bool, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuprof_nb.results.display import Displayable
+from gpuprof_nb.results.invariants import check_share, check_within
 
 # The denominator of `fraction` for each canonical key: self times partition the time, so
 # the fraction of a total-time key is relative to the same sum (it can exceed 1 for nested ops).
@@ -128,3 +129,7 @@ class TraceSummary:
     ops_per_step: float | None  # mean over steps; None without steps
     kernels_per_step: float | None
     unrecorded_launches: int = 0  # as KernelTable.unrecorded_launches
+
+    def __post_init__(self) -> None:
+        check_within("TraceSummary", "busy_us", self.busy_us, self.window_us, "window_us")
+        check_share("TraceSummary", "busy_fraction", self.busy_fraction)

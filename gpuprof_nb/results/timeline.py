@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpuprof_nb.results.display import Displayable
+from gpuprof_nb.results.invariants import check_sum, check_within
 
 IdleCause = Literal["dataloader", "sync", "launch", "host", "other"]
 
@@ -40,6 +41,12 @@ class IdleBreakdown:
     other_us: float
     # Part of host_us in which a host thread was inside a torch op (dispatch, not Python).
     host_in_ops_us: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_sum("IdleBreakdown", self.us_by_category(), self.span_us, "span_us")
+        check_within(
+            "IdleBreakdown", "host_in_ops_us", self.host_in_ops_us, self.host_us, "host_us"
+        )
 
     @property
     def idle_us(self) -> float:
@@ -209,6 +216,9 @@ class Timeline(Displayable):
     queues: tuple[StreamQueue, ...] = ()
     queue_span_us: tuple[float, float] | None = None
     launch_delays: LaunchDelays | None = None
+
+    def __post_init__(self) -> None:
+        check_within("Timeline", "busy_us", self.busy_us, self.window_us, "window_us")
 
     @property
     def busy_fraction(self) -> float:

@@ -24,6 +24,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 from gpuprof_nb.analysis.report import analyze_memory, with_fit
@@ -80,12 +81,17 @@ def run_cell(cells: CellCompiler, cell: str, options: MemsnapOptions) -> Memsnap
         runner.restore_modes()
         runner()
 
-    record = _Recording(options.max_entries or DEFAULT_MAX_ENTRIES, options.stacks, namespace)
+    record = _Recording(options.max_entries or DEFAULT_MAX_ENTRIES, options.stacks, namespace, code)
     runs = None
     try:
         if options.fit:
             runs = record_batch_sizes(
-                run, namespace, options.fit, max_entries=record.max_entries, stacks=record.stacks
+                run,
+                namespace,
+                options.fit,
+                max_entries=record.max_entries,
+                stacks=record.stacks,
+                cell_code=code,
             )
             capture = runs.main
         else:
@@ -131,11 +137,13 @@ def run_of_capture(
 
 @dataclass(frozen=True, slots=True)
 class _Recording:
-    """Records a cell with the run's --max-entries and --stacks (capture/memory.py)."""
+    """Records a cell with the run's --max-entries and --stacks (capture/memory.py); the
+    CPU fallback reads the lines of the cell's `code` that allocated."""
 
     max_entries: int
     stacks: str
     namespace: dict[str, Any]
+    code: CodeType | None = None
 
     def __call__(self, run: Callable[[], object], *, repeat: int = 1) -> MemoryCapture:
         return record_memory(
@@ -144,6 +152,7 @@ class _Recording:
             namespace=self.namespace,
             max_entries=self.max_entries,
             stacks=self.stacks,
+            cell_code=self.code,
         )
 
 

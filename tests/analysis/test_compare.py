@@ -190,3 +190,83 @@ def test_a_cpu_trace_against_a_gpu_trace_compares_and_says_what_cannot_be() -> N
     assert any("before ran on cpu, after on NVIDIA H100" in n for n in c.notes)
     assert any("idle breakdown is of the device on one side" in n for n in c.notes)
     assert "Note:" in c.text()
+
+
+# --- noise reaches the verdict (issue 32) ---------------------------------------------------
+
+# The issue's case: both sides flagged noisy (1.77x and 1.96x), a 2.5x ratio of medians whose
+# whole bootstrap interval lies beyond the floor; the real effect was 5-10%.
+NOISY_BEFORE = [10.0, 12.0, 17.7]
+NOISY_AFTER = [4.0, 4.8, 7.84]
+
+
+def test_noise_that_covers_the_difference_gets_no_call() -> None:
+    from gpuprof_nb.results.compare import Verdict
+
+    plain = Verdict.from_samples(NOISY_BEFORE, NOISY_AFTER)
+    assert plain is not None and plain.kind == "faster"  # what compare used to say
+    v = timing_verdict(NOISY_BEFORE, NOISY_AFTER)
+    assert v is not None and v.kind == "no clear change"
+    assert v.spread_before == pytest.approx(1.77) and v.spread_after == pytest.approx(1.96)
+    assert "before's samples spread 1.77x" in v.why and "after's samples spread 1.96x" in v.why
+    assert v.runs_to_settle is not None and v.runs_to_settle >= 3
+    # The same medians measured steadily are called.
+    steady = timing_verdict([11.9, 12.0, 12.1], [4.75, 4.8, 4.85])
+    assert steady is not None and steady.kind == "faster" and steady.why == ""
+
+
+def test_other_work_on_one_side_covers_the_difference() -> None:
+    before, after = [12.0, 12.1, 11.9, 12.05], [7.0, 7.1, 6.95, 7.05]
+    v = timing_verdict(before, after)
+    assert v is not None and v.kind == "faster"
+    busy = timing_verdict(before, after, other_work=(0.9, 0.1))
+    assert busy is not None and busy.kind == "no clear change"
+    assert "other work held 80% more of the cores during before" in busy.why
+    # The same load on both sides slows both alike: the call stands.
+    alike = timing_verdict(before, after, other_work=(0.9, 0.85))
+    assert alike is not None and alike.kind == "faster"
+    # Where the wait for a core was measured, it decides: here the same on both sides.
+    measured = timing_verdict(before, after, other_work=(0.9, 0.1), waited=(0.02, 0.03))
+    assert measured is not None and measured.kind == "faster"
+    waited = timing_verdict(before, after, waited=(0.45, 0.0))
+    assert waited is not None and waited.kind == "no clear change"
+    assert "waited for a core 45% of the time more during before" in waited.why
+
+
+def test_how_many_runs_would_settle_it_is_said() -> None:
+    trace = load_trace(DATA / "planted_cpu" / "compute_bound.json.gz")
+    before = analyze(trace, timing=TimingStats(wall_us=tuple(NOISY_BEFORE)))
+    after = analyze(trace, timing=TimingStats(wall_us=tuple(NOISY_AFTER)))
+    c = compare(before, after)
+    assert c.verdict is not None and c.verdict.kind == "no clear change"
+    assert f"--repeat {c.verdict.runs_to_settle}" in c.verdict_note
+    assert "noise covers the difference" in c.verdict_note
+    assert "--repeat" in c.text()
+    within = compare(before, analyze(trace, timing=TimingStats(wall_us=(10.5, 12.5, 17.0))))
+    assert within.verdict.kind == "no clear change"
+    assert "no number of runs" in within.verdict_note
+
+
+def test_a_difference_in_ops_both_sides_ran_alike_looks_like_noise() -> None:
+    """The same trace with every op and kernel 30% longer (the machine slowed down, the
+    user changed nothing): the comparison says the difference looks like noise."""
+    import dataclasses
+
+    trace = load_trace(DATA / "planted_cpu" / "compute_bound.json.gz")
+    lo = trace.window_us[0]
+
+    def slow(x: float) -> float:
+        return lo + (x - lo) * 1.3
+
+    slower = dataclasses.replace(
+        trace,
+        ops=tuple(
+            dataclasses.replace(o, start_us=slow(o.start_us), dur_us=o.dur_us * 1.3)
+            for o in trace.ops
+        ),
+        window_us=(lo, slow(trace.window_us[1])),
+    )
+    c = compare(analyze(trace), analyze(slower))
+    assert c.changes and all(r.calls_before == r.calls_after for r in c.changes)
+    assert any("looks like noise" in n for n in c.notes), c.notes
+    assert "looks like noise" in c.text()

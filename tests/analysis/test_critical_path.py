@@ -308,3 +308,13 @@ def test_without_a_device_there_is_a_host_path_and_no_finding() -> None:
     assert report.critical_path is not None
     assert {s.kind for s in report.critical_path} <= {"cpu", "runtime", "python"}
     assert report.diagnosis.finding("critical_path") is None
+
+
+def test_share_words_never_round_a_part_to_zero() -> None:
+    from gpuprof_nb.analysis.critical_path import _share
+
+    assert _share(0.0, 100.0) == "0%"
+    assert _share(0.3, 100.0) == "<1%"
+    assert _share(0.6, 100.0) == "1%"
+    assert _share(100.0, 100.0) == "100%"
+    assert _share(5.0, 0.0) == "0%"

@@ -103,7 +103,8 @@ def test_cpu_only_runs_are_still_judged_from_the_host():
         assert not d.verdict.startswith("GPU not judged")
 
 
-@pytest.mark.parametrize("name", ["rank_non_gpu", "cpu_only_trace", "mtia_inference"])
+# (mtia_inference was here: its mtia_ccp_events are device activity now, tests/io/test_mtia.py)
+@pytest.mark.parametrize("name", ["rank_non_gpu", "cpu_only_trace"])
 def test_real_traces_without_launches_keep_host_verdicts(name):
     trace = load_trace(next((DATA / name).glob("*.json*")))
     assert not trace.kernels and unrecorded_launches(trace) == ()

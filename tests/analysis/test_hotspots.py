@@ -147,6 +147,68 @@ def test_sampled_lines_match_brute_force(seed: int, mode: str) -> None:
         assert sum(x.idle_by_cause_us.values()) == pytest.approx(x.idle_us)
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_exact_lines_match_brute_force(seed: int) -> None:
+    """Line events (mode "exact"): each opens a stretch of its stack that lasts until the
+    next one, the last until the end; an empty stack is time outside the cell, charged to
+    no line; nothing before the first event is charged."""
+    rng = random.Random(seed)
+    base, gaps = random_samples(rng, "exact")
+    stacks = (*base.stacks, ())
+    of = tuple(rng.randrange(len(stacks)) for _ in base.ts_us)
+    ends = (*base.ts_us[1:], base.end_us)
+    # Some stretches lost part of their time to other processes (the thread waited for a
+    # core): that part is no line's, host and idle alike.
+    lost = tuple(
+        (b - a) * rng.choice((0.0, 0.0, 0.25, 0.5)) for a, b in zip(base.ts_us, ends, strict=True)
+    )
+    samples = StackSamples(
+        base.frames,
+        stacks,
+        base.ts_us,
+        of,
+        0.0,
+        base.start_us,
+        base.end_us,
+        mode="exact",
+        engine="settrace",
+        lost_us=lost,
+    )
+    h = compute_hotspots(make_trace(samples=samples, cells={CELL: 7}), timeline_of(gaps))
+    ts = np.array(samples.ts_us)
+    user = [frame_kind(f.file) == "user" for f in samples.frames]
+    host: dict[int, float] = {}
+    idle: dict[int, float] = {}
+    tick = 0.5
+    for x in np.arange(ts[0] + tick / 2, samples.end_us, tick):
+        i = int(np.searchsorted(ts, x, side="right")) - 1
+        stack = stacks[of[i]]
+        if not stack:
+            continue
+        inner = [f for f in stack if user[f]][-1]
+        kept = 1 - lost[i] / (ends[i] - ts[i])
+        host[inner] = host.get(inner, 0.0) + tick * kept
+        if any(a <= x < b for a, b, _ in gaps):
+            idle[inner] = idle.get(inner, 0.0) + tick * kept
+    if not host:
+        assert h is None or not h.lines
+        return
+    assert h is not None and h.granularity == "line"
+    assert "exact line events" in h.source and "sys.settrace" in h.source
+    got = {(line.file, line.line, line.function): line for line in h.lines}
+    assert len(got) == len(host)
+    for f, us in host.items():
+        fr = samples.frames[f]
+        line = got[(fr.file, fr.line, fr.function)]
+        assert line.host_us == pytest.approx(us, abs=1e-6)
+        assert line.idle_us == pytest.approx(idle.get(f, 0.0), abs=1e-6)
+        assert 0.0 <= line.share <= 1.0 and 0.0 <= line.idle_share <= 1.0
+    assert sum(x.host_us for x in h.lines) <= h.host_us + 1e-6
+    assert sum(x.idle_us for x in h.lines) <= h.idle_us + 1e-6
+    inside = sum(w for w, s in zip(lost, of, strict=True) if stacks[s])
+    assert h.lost_us == pytest.approx(inside, abs=1e-6)
+
+
 def test_icicle_blocks_add_up() -> None:
     samples, gaps = random_samples(random.Random(3))
     h = compute_hotspots(make_trace(samples=samples), timeline_of(gaps))

@@ -205,8 +205,11 @@ def test_at_peak_adds_up_and_names_user_sites(snaps: Path) -> None:
 
 def test_timeline_stack_sums_to_active(snaps: Path) -> None:
     tl = analyze_snapshot(load_snapshot(snaps / "leak_steps.pickle")).timeline
-    idx = np.searchsorted(tl.x, tl.sample_x)
-    assert tl.site_bytes.sum(axis=0).tolist() == tl.active_bytes[idx].tolist()
+    idx = np.searchsorted(tl.x, tl.sample_x[:-1])
+    assert tl.site_bytes[:, :-1].sum(axis=0).tolist() == tl.active_bytes[idx].tolist()
+    # The last level holds until end_x, after the last entry: it has a width.
+    assert tl.sample_x[-1] == tl.end_x > tl.x[-1]
+    assert tl.site_bytes[:, -1].tolist() == tl.site_bytes[:, -2].tolist()
     assert tl.peak_x in tl.sample_x.tolist()
     assert tl.site_labels[-1] == BEFORE_LABEL
     assert (tl.site_bytes >= 0).all()

@@ -18,6 +18,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from gpuprof_nb.analysis.memory import analyze_snapshot, memory_timeline
@@ -389,3 +390,34 @@ def test_a_snapshot_loaded_from_a_file_keeps_the_invariants(tmp_path: Path) -> N
     tl = memory_timeline(load_snapshot(path))
     start, after = walked_back(data, 0)
     assert (tl.start_bytes, tl.end_bytes) == (start, after[-1])
+
+
+def test_the_area_reaches_a_peak_the_last_allocation_makes() -> None:
+    """The last entry of a history makes the peak: its level must have a width, so the area
+    drawn reaches the peak and the site that made it shows (the curve used to stop at the
+    last entry, drawing 8.5 MiB under a "peak 17 MiB" line)."""
+    from gpuprof_nb.results.invariants import impossible
+
+    frames = [{"filename": "/home/me/train.py", "line": 7, "name": "step"}]
+    entries = [
+        {"action": "alloc", "addr": 0, "size": 8 * MIB, "frames": frames, "time_us": 1000},
+        {"action": "alloc", "addr": 8 * MIB, "size": MIB, "frames": frames, "time_us": 2000},
+        {"action": "free_completed", "addr": 8 * MIB, "size": MIB, "time_us": 2500},
+        {
+            "action": "alloc",
+            "addr": 16 * MIB,
+            "size": 9 * MIB,
+            "frames": [{"filename": "/home/me/train.py", "line": 9, "name": "step"}],
+            "time_us": 4000,
+        },
+    ]
+    tl = analyze_snapshot(snapshot_from_dict({"segments": [], "device_traces": [entries]})).timeline
+    assert tl.peak_bytes == 17 * MIB and tl.peak_index == 3
+    assert tl.end_x > float(tl.x[-1])
+    totals = tl.site_bytes.sum(axis=0)
+    widths = np.diff(tl.sample_x)
+    assert max(t for t, w in zip(totals[:-1], widths, strict=True) if w > 0) == 17 * MIB
+    # The band of the line that made the peak has a width at the peak.
+    k = tl.site_labels.index("train.py:9 step")
+    assert tl.site_bytes[k, -2] == 9 * MIB and widths[-1] > 0
+    assert impossible(tl) == []

@@ -120,23 +120,28 @@ def conv_chain():
     ]
 
 
-def test_anchor_is_outermost_formula_op_and_gets_all_subtree_kernels():
+def test_anchor_is_outermost_formula_op_and_gets_its_convolution_kernels():
+    """The convolution's point holds the kernels its convolution ops launched; the bias add
+    under it (aten::add_) is a memory-bound point of its own (issue 32)."""
     kernels = [
         kern("im2col<float>", 200, 5, ext=4),
         kern("cudnn::gemm<bf16>", 205, 40, ext=4),
         kern("elementwise_add", 250, 3, ext=5),
     ]
     r = compute_roofline(trace_of(conv_chain(), kernels), ROOFS)
-    assert [p.name for p in r.points] == ["aten::conv2d"]
+    assert [p.name for p in r.points] == ["aten::conv2d", "aten::add_"]
     p = r.points[0]
     assert p.calls == 1
-    assert p.time_us == pytest.approx(48.0)
+    assert p.time_us == pytest.approx(45.0)
     n_out = 4 * 768 * 14 * 14
     assert p.flops == 2 * n_out * 3 * 16 * 16
+    bias = r.points[1]
+    assert bias.time_us == pytest.approx(3.0) and bias.category == "elementwise"
     assert r.total_time_us == pytest.approx(48.0)
     assert r.coverage == pytest.approx(1.0)
-    # Two kernels per call: the FLOPs cannot be split, so no per-kernel point.
-    assert r.kernel_points == ()
+    # Two kernels per convolution call: the FLOPs cannot be split, so no per-kernel point
+    # for it; the bias add's one kernel has one.
+    assert [k.op_name for k in r.kernel_points] == ["aten::add_"]
 
 
 def test_classification_against_synthetic_roofs():

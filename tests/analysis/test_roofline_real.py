@@ -64,7 +64,10 @@ def test_gemm_points_match_plain_json(vit):
         assert 0 < p.fraction_of_roof < 1
 
 
-def test_convolution_point_includes_its_bias_kernel(vit):
+def test_convolution_point_is_its_convolution_kernels_and_the_bias_add_its_own(vit):
+    """A matmul-family point runs at its GEMM kernels' rate (issue 32): the bias add the
+    convolution launched (an aten::add_ under aten::_convolution) is its own memory-bound
+    point, not part of the convolution's time; the op table keeps the whole op's time."""
     roof, raw = vit
     (conv,) = [p for p in roof.points if p.category == "conv"]
     assert conv.name == "aten::conv2d" and conv.calls == 1
@@ -72,7 +75,7 @@ def test_convolution_point_includes_its_bias_kernel(vit):
     x, w = c2d["args"]["Input Dims"][0], c2d["args"]["Input Dims"][1]
     out_hw = (x[2] // 16) * (x[3] // 16)  # stride 16, no padding
     assert conv.flops == 2 * x[0] * w[0] * out_hw * w[1] * w[2] * w[3]
-    # Kernels of every op nested in conv2d on its thread (cudnn conv + the bias add_).
+    # By hand: the ops nested in conv2d on its thread, and the kernels of each (External id).
     inner = [
         e
         for e in raw["traceEvents"]
@@ -82,9 +85,76 @@ def test_convolution_point_includes_its_bias_kernel(vit):
         and e["ts"] + e["dur"] <= c2d["ts"] + c2d["dur"]
     ]
     by_ext = _kernel_us_by_ext(raw)
-    expected = sum(by_ext.get(e["args"]["External id"], 0.0) for e in inner)
-    assert expected > 0
-    assert conv.time_us == pytest.approx(expected)
+    bias = [e for e in inner if e["name"] == "aten::add_"]
+    assert len(bias) == 1
+    bias_us = by_ext[bias[0]["args"]["External id"]]
+    conv_us = sum(by_ext.get(e["args"]["External id"], 0.0) for e in inner if e not in bias)
+    assert bias_us > 0 and conv_us > 0
+    assert conv.time_us == pytest.approx(conv_us)
+    (add,) = [p for p in roof.points if p.name == "aten::add_" and p.shapes.startswith("4x768")]
+    assert add.time_us == pytest.approx(bias_us) and add.calls == 1
+    assert add.category == "elementwise" and add.bound == "memory"
+    # The op table still holds the whole convolution, bias included.
+    from gpuprof_nb.analysis.ops import top_ops
+
+    (row,) = [r for r in top_ops(load_trace_of(raw), n=None).rows if r.name == "aten::conv2d"]
+    assert row.total_device_us == pytest.approx(conv_us + bias_us)
+
+
+def load_trace_of(raw):
+    from gpuprof_nb.io.trace import trace_from_dict
+
+    return trace_from_dict(raw, "vit")
+
+
+def test_a_matmul_point_leaves_its_contiguous_copies_out() -> None:
+    """aten::matmul made its input contiguous (aten::contiguous -> aten::clone ->
+    aten::copy_, one copy kernel) and ran aten::mm (one GEMM kernel): the point is the
+    GEMM's time, the copy a data movement of its own."""
+    from gpuprof_nb.io.trace import trace_from_dict
+
+    def op(name, ts, dur, ext, dims):
+        return {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": name,
+            "pid": 1,
+            "tid": 1,
+            "ts": ts,
+            "dur": dur,
+            "args": {"External id": ext, "Input Dims": dims, "Input type": ["float"] * len(dims)},
+        }
+
+    def kernel(name, ts, dur, ext):
+        return {
+            "ph": "X",
+            "cat": "kernel",
+            "name": name,
+            "pid": 0,
+            "tid": 7,
+            "ts": ts,
+            "dur": dur,
+            "args": {"External id": ext, "device": 0, "stream": 7},
+        }
+
+    a, b = [512, 1024], [1024, 256]
+    events = [
+        op("aten::matmul", 0, 100, 1, [a, b]),
+        op("aten::contiguous", 5, 40, 2, [b]),
+        op("aten::clone", 6, 38, 3, [b]),
+        op("aten::copy_", 8, 30, 4, [b, b]),
+        op("aten::mm", 50, 40, 5, [a, b]),
+        kernel("void at::native::elementwise_kernel<copy>", 20, 30.0, 4),
+        kernel("ampere_sgemm_128x64_nn", 60, 10.0, 5),
+    ]
+    trace = trace_from_dict({"traceEvents": events}, "hand")
+    roof = compute_roofline(trace, "NVIDIA H100")
+    (mm,) = [p for p in roof.points if p.category == "gemm"]
+    assert mm.name == "aten::matmul" and mm.time_us == pytest.approx(10.0)
+    assert mm.achieved_flops_per_s == pytest.approx(2 * 512 * 1024 * 256 / 10e-6)
+    moves = {d.name: d for d in roof.data_movement}
+    assert sum(d.time_us for d in moves.values()) == pytest.approx(30.0)
+    assert roof.coverage == pytest.approx(1.0)
 
 
 def test_attention_and_memory_bound_ops_present(vit):

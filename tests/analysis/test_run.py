@@ -319,7 +319,7 @@ def test_load_imbalance_without_a_straggler():
     ]
     report = combine(runs)
     (imbalance,) = [f for f in report.diagnosis.findings if f.kind == "load_imbalance"]
-    assert imbalance.evidence["compute_spread_fraction"] == pytest.approx((20 - 10) / 12)
+    assert imbalance.evidence["compute_spread_ratio"] == pytest.approx((20 - 10) / 12)
     assert imbalance.share == pytest.approx((20 - 12) / 100)
 
 
@@ -390,3 +390,75 @@ def test_names_and_kinds():
     assert collective_kind("c10d::allreduce_") == "allreduce"
     assert collective_kind("c10d::_allgather_base_") == "allgather"
     assert rank_ranges([4, 0, 2, 3, 7]) == "0, 2-4, 7"
+
+
+# --- per-step figures over the steps their numerator covers (issue 32) -----------------------
+
+
+def _few_steps(rank: int, calls: list[float], in_step: list[bool] | None) -> RankSummary:
+    """A rank that annotated 2 steps of 100 us but ran collectives over a 2 ms window."""
+    base = _summary(rank, calls, steps=2, step=100.0, compute=10.0)
+    extra = {}
+    if in_step is not None:
+        extra = {
+            "collective_in_step": (("allreduce", tuple(in_step)),),
+            "steps_us": 200.0,
+            "step_comm_us": (sum(c for c, i in zip(calls, in_step, strict=True) if i) / 2,) * 2,
+            "step_exposed_comm_us": (sum(c for c, i in zip(calls, in_step, strict=True) if i) / 2,)
+            * 2,
+        }
+    return replace(base, window_us=2000.0, comm_us=sum(calls), exposed_comm_us=sum(calls), **extra)
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["calls-marked", "window-only"])
+def test_no_figure_passes_a_whole_step_when_the_steps_hold_few_calls(marked: bool) -> None:
+    """Collectives all over a 2 ms window, but only 2 steps of 100 us annotated: the peers'
+    wait was summed over every call and divided by the 2 steps ("128% of a step"). Now it
+    counts the calls inside the steps (or divides by the steps the window covers)."""
+    from gpuprof_nb.results.invariants import impossible, step_percents
+
+    calls_slow = [5.0] * 20
+    calls_peer = [60.0] * 20
+    in_step = [k in (3, 12) for k in range(20)] if marked else None
+    runs = [
+        _few_steps(0, calls_peer, in_step),
+        _few_steps(1, calls_peer, in_step),
+        _few_steps(2, calls_slow, in_step),
+    ]
+    report = combine(runs)
+    assert report.stragglers == (2,)
+    straggler = report.diagnosis.finding("straggler")
+    assert straggler is not None
+    for f in report.diagnosis.considered:
+        assert 0.0 <= f.share <= 1.0, f
+        assert all(p <= 100 for p in step_percents(f.title)), f.title
+    assert impossible(report) == []
+    wait = straggler.evidence["peers_wait_per_step_us"]
+    if marked:
+        # 2 calls in the steps, 55 us beyond rank 2's each, over 2 steps.
+        assert wait == pytest.approx(55.0)
+        assert straggler.evidence["peers_wait_step_fraction"] == pytest.approx(110 / 200)
+    else:
+        # All 20 calls over the 2000 / 100 = 20 steps the window covers.
+        assert wait == pytest.approx(55.0)
+        assert straggler.evidence["peers_wait_step_fraction"] == pytest.approx(1100 / 2000)
+    comm = report.diagnosis.finding("communication")
+    assert comm is None or comm.evidence["communication_step_fraction"] <= 1.0
+
+
+def test_summaries_mark_the_calls_inside_steps() -> None:
+    """A real gloo run: each call is marked in or out of a step, and the per-step comm adds
+    up to no more than the steps hold."""
+    paths = sorted(GLOO.rglob("*.json.gz"))
+    assert paths
+    for path in paths:
+        s = summarize_path(str(path))
+        assert not s.error, s.error
+        marks = dict(s.collective_in_step)
+        for kind, durs in s.collective_calls:
+            assert len(marks[kind]) == len(durs)
+        assert len(s.step_comm_us) == s.steps == len(s.step_exposed_comm_us)
+        assert sum(s.step_comm_us) <= s.steps_us + 1e-6
+        assert all(
+            e <= c + 1e-6 for e, c in zip(s.step_exposed_comm_us, s.step_comm_us, strict=True)
+        )

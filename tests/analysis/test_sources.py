@@ -24,7 +24,16 @@ CELLS = {CELL: 12}
         ((CELL, 4, "<module>", CELLS), {}, "In [12], line 4"),
         ((CELL, 3, "make", CELLS), {}, "In [12], line 3 in make"),
         ((CELL, 0, "<module>", CELLS), {}, "In [12], line unknown"),
-        ((CELL, 0, "<module>", CELLS), {"first_line": True}, "In [12], line unknown"),
+        (
+            (CELL, 0, "<module>", CELLS),
+            {"first_line": True},
+            "In [12], line unknown (profiler events name functions only)",
+        ),
+        (
+            ("/home/user/train.py", 1, "<module>", CELLS),
+            {"first_line": True},
+            "train.py (line unknown: profiler events name functions only) <module>",
+        ),
         ((CELL, 2, "make", CELLS), {"first_line": True}, "In [12], make (defined at line 2)"),
         ((CELL, 4, "<module>", {}), {}, "cell 117277944.py, line 4"),
         (("<ipython-input-7-0a1b2c3d>", 5, "<module>", {}), {}, "In [7], line 5"),
@@ -48,7 +57,9 @@ def test_cell_files_and_numbers() -> None:
 def test_profiler_event_names() -> None:
     name = f"{CELL}(0): <module>"
     assert profiler_frame_file(name) == CELL
-    assert profiler_frame_label(name, CELLS) == "In [12], line unknown"
+    assert profiler_frame_label(name, CELLS) == (
+        "In [12], line unknown (profiler events name functions only)"
+    )
     assert profiler_frame_label(f"{CELL}(2): make", CELLS) == "In [12], make (defined at line 2)"
     assert (
         profiler_frame_label("torch/nn/modules/module.py(1736): _call_impl", {})

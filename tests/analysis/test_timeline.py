@@ -209,8 +209,18 @@ _ACTIVITY_CATS = {
     "Memcpy",
     "Memset",
     "Runtime",
+    "mtia_ccp_events",
 }
-_DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
+# MTIA's device events are device activity (tests/io/test_mtia.py).
+_DEVICE_CATS = {
+    "kernel",
+    "gpu_memcpy",
+    "gpu_memset",
+    "Kernel",
+    "Memcpy",
+    "Memset",
+    "mtia_ccp_events",
+}
 
 
 def sweep_busy(spans, lo=float("-inf"), hi=float("inf")) -> float:

@@ -204,7 +204,7 @@ def test_run_quick_writes_results(tmp_path: Path) -> None:
             str(REPO / "benchmarks" / "run.py"),
             "--quick",
             "--only",
-            "overhead,accuracy,traces,json,snapshots,training,samplers,modules",
+            "overhead,accuracy,traces,json,snapshots,training,samplers,modules,lines",
             "--traces-dir",
             str(traces),
             "--hta-python",
@@ -235,6 +235,7 @@ def test_run_quick_writes_results(tmp_path: Path) -> None:
         "10. %%gpuprofile on a real training cell",
         "11. Samplers beside the profiled run",
         "13. Module ranges beside the profiled run",
+        "16. Exact line events against the line sampler",
     ):
         assert f"## {title}" in text
     assert "This comparison failed" not in text

@@ -483,7 +483,9 @@ SHAPES = "report_shapes.ipynb"
 def _shapes_notebook() -> object:
     """A notebook, saved with outputs and never run here, holding a report of every other
     kind: memory, comparison, distributed run, ladder, hotspots by line, a Timeline with a
-    strip of steps, and a displayed live view (with its widget state, as nbclient saves it)."""
+    strip of steps, will it fit (by category, predictions, a checkpointing plan), a
+    transformer's Modules tab, a compiled run's Compile tab, and a displayed live view (with
+    its widget state, as nbclient saves it)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import ipywidgets as widgets
@@ -520,6 +522,8 @@ def _shapes_notebook() -> object:
                                         BatchPoint(16, "ok", (150.0,) * 2),
                                         BatchPoint(32, "oom", error="does not fit"))),
     )  # fmt: skip
+    fit_main = gpuprof_nb.load_snapshot(data / "fit" / "tiny_b8.pickle")
+    fit_peak = gpuprof_nb.analyze_memory(fit_main).peak_bytes
     shown = {
         "memory": gpuprof_nb.analyze_memory(
             gpuprof_nb.load_snapshot(data / "snapshots" / "leak_steps.pickle")
@@ -534,6 +538,23 @@ def _shapes_notebook() -> object:
         ),  # fmt: skip
         "steps": gpuprof_nb.analyze(
             gpuprof_nb.load_trace(data / "ddp_nccl_sampled" / "sampled_rank-0.json.gz")
+        ),  # fmt: skip
+        # Will it fit: by category (a bar beside the timeline), predictions, the plan's code.
+        "fit": gpuprof_nb.analyze_batches(
+            fit_main,
+            8,
+            gpuprof_nb.load_snapshot(data / "fit" / "tiny_b4.pickle"),
+            4,
+            variable="batch_size",
+            budget_bytes=int(fit_peak * 0.9),
+            budget_source="--budget",
+        ),
+        # Modules (a transformer's tree), Compile, the critical path lane, the queue strip.
+        "modules": gpuprof_nb.analyze(
+            gpuprof_nb.load_trace(data / "gpu" / "modules_transformer.json.gz")
+        ),  # fmt: skip
+        "compiled": gpuprof_nb.analyze(
+            gpuprof_nb.load_trace(data / "mi300_compile_triton" / "trace.json.gz")
         ),  # fmt: skip
     }
     nb = nbformat.v4.new_notebook()
@@ -699,9 +720,12 @@ _JS_LAYOUT = """
           if (overlap(boxes(texts[a]), boxes(texts[b])))
             problems.push(`${name}: "${texts[a].textContent}" overlaps "${texts[b].textContent}"`);
       const dots = [...svg.querySelectorAll('circle.gp-point')].map(boxes);
-      for (const t of svg.querySelectorAll('text.gp-label'))
-        if (!/^\\d+$/.test(t.textContent) && dots.some(d => overlap(boxes(t), d)))
-          problems.push(`${name}: label "${t.textContent}" covers a dot`);
+      // A numbered label (its name in the key and in its hover title) may sit on a dot.
+      for (const t of svg.querySelectorAll('text.gp-label')) {
+        const own = [...t.childNodes].filter(c => c.nodeType === 3).map(c => c.nodeValue).join('');
+        if (!/^\\d+$/.test(own.trim()) && dots.some(d => overlap(boxes(t), d)))
+          problems.push(`${name}: label "${own}" covers a dot`);
+      }
       for (const legend of svg.querySelectorAll('.gp-legend')) {
         for (const entry of legend.querySelectorAll(':scope > g')) {
           const swatch = entry.firstElementChild;
@@ -783,7 +807,7 @@ def test_untrusted_notebooks_show_every_chart_and_no_svg_text(
             for width in OUTPUT_WIDTHS:
                 assert _set_output_width(page, width) == width
                 reports = _all_reports(page)
-                assert reports.count() >= (2 if name == EXECUTED else 7), name  # type: ignore[attr-defined]
+                assert reports.count() >= (2 if name == EXECUTED else 10), name  # type: ignore[attr-defined]
                 for r in range(reports.count()):  # type: ignore[attr-defined]
                     got = reports.nth(r).evaluate(_JS_UNTRUSTED)  # type: ignore[attr-defined]
                     where = f"{name} report {r} at {width} px"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import time
 
 import pytest
 
@@ -429,3 +430,17 @@ def test_automatic_warmup_of_a_zero_time_cell_is_capped() -> None:
     stats = time_cell(work.run, warmup=None, repeat=3, clock=work.clock)
     assert len(stats.warmup_wall_us) == MAX_AUTO_WARMUP
     assert work.calls == MAX_AUTO_WARMUP + 3
+
+
+def test_the_wait_for_a_core_is_measured_around_the_timed_runs(monkeypatch) -> None:
+    """The scheduler's run delay (a stand-in counter here) read before and after the timed
+    samples: its growth over their wall time is the share the thread waited for a core."""
+    from gpuprof_nb.capture import timing as timing_mod
+
+    reads = iter([1_000_000, 1_000_000 + 2_000_000])
+    monkeypatch.setattr(timing_mod, "read_run_delay_ns", lambda: next(reads))
+    stats = timing_mod.time_cell(lambda: time.sleep(0.01), warmup=0, repeat=1, number=1)
+    # 2 ms of waiting in a run of at least 10 ms.
+    assert 0 < stats.waited_fraction <= 0.2
+    monkeypatch.setattr(timing_mod, "read_run_delay_ns", lambda: None)
+    assert timing_mod.time_cell(lambda: None, warmup=0, repeat=1).waited_fraction is None

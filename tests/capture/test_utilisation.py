@@ -293,3 +293,57 @@ def test_nvml_series_while_matmuls_run() -> None:
     assert summary["gpu_util_mean"] > 50, summary
     assert summary["gpu_mem_used_max"] > 0
     assert summary["gpu_power_max"] > 0
+
+
+def test_a_short_last_interval_never_shows_more_cores_than_the_machine() -> None:
+    """stop() ends an interval as short as the cell's tail; there the two clocks' reads (not
+    one instant) could put several cores' worth of CPU time (a 2-core VM showed 3.13 cores).
+    It is merged into the interval before it, and no value passes the machine's cores."""
+    sampler = UtilisationSampler(period_s=0.02)
+    with sampler:
+        time.sleep(0.07)
+    stamps, process = sampler._stamps, sampler._process_ns
+    assert len(stamps) >= 3
+    # What stop() can leave: a last interval of 50 us holding 300 us of CPU time.
+    stamps[-1] = stamps[-2] + 50_000
+    process[-1] = process[-2] + 300_000
+    entry = sampler.record(_us)
+    u = _model(sampler)
+    most = entry["cores"]
+    assert most == (len(u.cpu_cores()) or capture.machine_cores())
+    values = u.series_named("process").values
+    assert max(values) <= most
+    assert len(u.ts_us) == len(stamps) - 2  # the short interval merged into the one before
+    assert u.ts_us[-1] == pytest.approx(_us(stamps[-1]))
+
+
+def test_a_recorded_value_above_the_machine_reads_as_the_most_it_can_be() -> None:
+    """Traces saved before the sampler clamped its last interval load with the value capped
+    at the cores the per-core series show (the model refuses a series above them)."""
+    entry = {
+        "source": "proc",
+        "period_ms": 20.0,
+        "ts_us": [20_000.0, 40_000.0, 40_050.0],
+        "series": {
+            "cpu0": {"unit": "%", "label": "CPU 0", "values": [50.0, 60.0, 100.4]},
+            "cpu1": {"unit": "%", "label": "CPU 1", "values": [10.0, 20.0, 30.0]},
+            "process": {"unit": "cores", "label": "this process", "values": [0.6, 0.8, 3.13]},
+        },
+        "notes": [],
+    }
+    u = utilisation_of({"gpuprof_nb": {"utilisation": entry}})
+    assert u is not None
+    assert u.series_named("process").values == (0.6, 0.8, 2.0)
+    assert max(u.series_named("cpu0").values) == 100.0
+    with pytest.raises(ValueError, match="above 2 cores"):
+        Utilisation(
+            "x",
+            20.0,
+            (1.0,),
+            (
+                u.series_named("cpu0"),
+                u.series_named("cpu1"),
+                type(u.series[0])("process", "cores", "p", (3.0,)),
+            ),
+            cores=2,
+        )

@@ -20,6 +20,19 @@ SHARED = Path("/work/shared/traces")
 NOT_TRACES = {"memory_timeline.raw.gz"}
 
 DEVICE_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
+# What the loader reads as host events (ops, annotations, runtime calls, syncs), a stream in
+# their args or not.
+HOST_CATS = {
+    "cpu_op",
+    "Operator",
+    "user_annotation",
+    "python_function",
+    "cuda_runtime",
+    "cuda_driver",
+    "Runtime",
+    "cuda_sync",
+    "Trace",
+}
 KIND_OF_CAT = {
     "kernel": "kernel",
     "Kernel": "kernel",
@@ -68,12 +81,30 @@ def _reference(d: dict) -> dict:
     per_name: Counter[tuple[str, str]] = Counter()
     kernels = 0
     for e in d["traceEvents"]:
-        if e.get("ph") != "X" or e.get("cat") not in DEVICE_CATS:
+        if e.get("ph") != "X":
+            continue
+        cat, args = e.get("cat"), e.get("args")
+        # MTIA's device events, and a device event of any other category with a stream
+        # (annotations on a device's timeline excepted): device activity too.
+        other = (
+            cat not in DEVICE_CATS
+            and cat not in HOST_CATS
+            and isinstance(args, dict)
+            and "stream" in args
+            and "annotation" not in str(cat)
+        )
+        if cat not in DEVICE_CATS and cat != "mtia_ccp_events" and not other:
             continue
         start, dur = float(e["ts"]), max(float(e["dur"]), 0.0)
         spans.append((start, start + dur))
-        per_name[(e["name"], KIND_OF_CAT[e["cat"]])] += dur
-        kernels += e["cat"] in ("kernel", "Kernel")
+        if cat in KIND_OF_CAT:
+            kind = KIND_OF_CAT[cat]
+        else:
+            kind = (
+                "memcpy" if cat == "mtia_ccp_events" and e["name"].startswith("dma") else "kernel"
+            )
+        per_name[(e["name"], kind)] += dur
+        kernels += kind == "kernel"
     # Sweep over sorted start/end points (a different algorithm from merge_intervals).
     points = sorted(
         [(s, 1) for s, _ in spans] + [(t, -1) for _, t in spans], key=lambda p: (p[0], -p[1])

@@ -18,9 +18,16 @@ LINE = "--warmup 1 --repeat 5 --number 1"
 
 
 @pytest.fixture
-def ip(ipython_shell, fake_clock, cpu_path):
+def ip(ipython_shell, fake_clock, cpu_path, monkeypatch):
     # cpu_path: the fake clock drives the wall clock only; on CUDA the reported times would
-    # be the CUDA events' real ones.
+    # be the CUDA events' real ones. The utilisation sampler reads the real machine: other
+    # work on a loaded test machine would rightly make compare withhold its call
+    # (tests/analysis/test_compare.py checks that), which the fake clock's exact verdicts
+    # here are not about.
+    from gpuprof_nb.analysis import compare
+
+    monkeypatch.setattr(compare, "_other_work", lambda side: None)
+    monkeypatch.setattr(compare, "_waited", lambda side: None)
     ipython_shell.user_ns["runs"] = 0
     return ipython_shell
 

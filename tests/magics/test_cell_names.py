@@ -51,8 +51,14 @@ def test_memory_sites_name_cells_and_lines(kernel_ip, tmp_path) -> None:
         )
     m = ip.user_ns["m"]
     labels = [s.site.label for s in m.at_peak.sites]
-    assert "In [41], make (defined at line 2) [aten::zeros]" in labels
-    assert "In [42], line unknown [aten::zeros_like]" in labels
+    # The line that allocated, inside the function an earlier cell defined too (exact line
+    # events beside the profiler, whose own Python events name only where functions start).
+    assert sorted(labels) == [
+        "In [41], line 3 in make [aten::zeros]",
+        "In [42], line 1 [aten::randn]",
+        "In [42], line 3 [aten::zeros_like]",
+    ]
+    assert m.snapshot.exact_lines
     text = m._repr_mimebundle_()["text/plain"]
     assert not HASHED.search(text) and ".py:0" not in text
     # Saved and loaded again, the snapshot still names the cells.
@@ -97,7 +103,7 @@ def test_a_magic_cell_is_named_by_its_own_number(kernel_ip) -> None:
     result = ip.run_cell("%%memsnap -o m --quiet\nz = torch.zeros(1000)\n", store_history=True)
     assert result.success
     labels = [s.site.label for s in ip.user_ns["m"].at_peak.sites]
-    assert labels == [f"In [{result.execution_count}], line unknown [aten::zeros]"]
+    assert labels == [f"In [{result.execution_count}], line 1 [aten::zeros]"]
     result = ip.run_cell(
         "%%gpuprofile --quiet --timing-only --warmup 0 --repeat 1 --number 1"
         "\nraise KeyError('where')\n",

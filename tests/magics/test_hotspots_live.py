@@ -141,3 +141,106 @@ def test_a_raising_cell_leaves_no_sampler_behind(ipython_shell) -> None:
     names = [t.name for t in threading.enumerate()]
     assert not [n for n in names if n.startswith("gpuprof_nb")], names
     assert sys.getswitchinterval() == switch
+
+
+# The issue's planted cells (issue 32): a per-sample loop whose work is one line below the
+# `for`, and a sleep inside `for _ in range(3):`. The line sampler named the `for` line (its
+# signals are handled at the loop's backward jump) or, for a cell this short, no line at
+# all; exact line events name the work line every time.
+PER_SAMPLE = (
+    "xs = torch.randn(1500, 64)\nout = []\nfor row in xs:\n"
+    "    out.append(float(row.sum()) * 2.0 + sum(range(300)))\n"
+)
+SLEEP_IN_LOOP = (
+    "x = torch.randn(64, 64)\ny = x.sum()\nfor _ in range(3):\n    time.sleep(0.02)\n"
+    "    y = y + x.sum()\n"
+)
+
+
+def shares_in_range(h) -> None:
+    for line in h.lines:
+        assert 0.0 <= line.share <= 1.0 and 0.0 <= line.idle_share <= 1.0, line
+    assert 0.0 <= h.idle_charged_us <= h.idle_us + 1e-6
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_per_sample_loop_names_the_work_line_every_time(ipython_shell, attempt) -> None:
+    r = profile(ipython_shell, 70 + attempt, PER_SAMPLE)
+    check_top_line(
+        r, f"In [{70 + attempt}], line 4", "out.append(float(row.sum()) * 2.0 + sum(range(300)))"
+    )
+    assert r.hotspots.lines[0].label == f"In [{70 + attempt}], line 4"
+    assert "exact line events" in r.hotspots.source
+    shares_in_range(r.hotspots)
+
+
+def test_the_window_is_the_cells_not_the_profilers_start_up(ipython_shell) -> None:
+    """With --stack the trace holds the Python calls of every thread from the profiler's
+    start (IPython's history thread spans it all). The Timeline's window is the cell's code
+    and its ops: the profiler's start-up is no Python of the user's, and the Python time
+    between ops is held by the cell's lines."""
+    from gpuprof_nb.analysis.timeline import cell_span
+
+    r = profile(ipython_shell, 74, PER_SAMPLE)
+    span = cell_span(r.trace)
+    assert span is not None
+    ops = [o for o in r.trace.ops if o.kind == "op"]
+    lo = min(span[0], min(o.start_us for o in ops))
+    hi = max(span[1], max(o.end_us for o in ops))
+    python = [o for o in r.trace.ops if o.kind == "python"]
+    # What the test is about: Python calls well outside the cell.
+    assert min(o.start_us for o in python) < lo - 100, (lo, min(o.start_us for o in python))
+    tl = r.timeline
+    assert lo - 1 <= tl.start_us and tl.end_us <= hi + 1, (tl.start_us - lo, hi - tl.end_us)
+    # The Python gaps between ops lie in the cell: its lines hold nearly all of them.
+    host_gaps = sum(g.end_us - g.start_us for g in tl.gaps if g.cause == "host")
+    held = sum(line.idle_by_cause_us.get("host", 0.0) for line in r.hotspots.lines)
+    assert held >= 0.8 * host_gaps, (held, host_gaps)
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_sleep_in_a_short_loop_names_the_sleep_every_time(ipython_shell, attempt) -> None:
+    r = profile(ipython_shell, 80 + attempt, SLEEP_IN_LOOP)
+    check_top_line(r, f"In [{80 + attempt}], line 4", "time.sleep(0.02)")
+    top = r.hotspots.lines[0]
+    assert top.host_us > 3 * 20_000 * 0.95 and top.idle_us > 0.9 * top.host_us
+    shares_in_range(r.hotspots)
+
+
+def test_a_cell_driven_from_a_script_gets_its_lines(tmp_path) -> None:
+    """A .py file that runs the cells through IPython's run_cell: the cell's lines, not
+    `check_lines.py (line unknown) <module>` (the script is user code above the cell)."""
+    import subprocess
+
+    script = tmp_path / "check_lines.py"
+    script.write_text(
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "ip = InteractiveShell.instance()\n"
+        "ip.run_line_magic('load_ext', 'gpuprof_nb')\n"
+        "ip.run_cell('import time, torch\\ntorch.set_num_threads(1)')\n"
+        f"for cell in ({PER_SAMPLE!r}, {SLEEP_IN_LOOP!r}):\n"
+        "    for _ in range(2):\n"
+        "        res = ip.run_cell('%%gpuprofile --stack -o r --quiet\\n' + cell)\n"
+        "        assert res.success, res.error_in_exec\n"
+        "        h = ip.user_ns['r'].hotspots\n"
+        "        top = h.lines[0]\n"
+        "        print(h.granularity, '|', top.label, '|', top.text, '|',\n"
+        "              all(0 <= x.share <= 1 and 0 <= x.idle_share <= 1 for x in h.lines))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line.split(" | ") for line in out.stdout.splitlines() if " | " in line]
+    assert len(rows) == 4, out.stdout
+    for granularity, label, text, in_range in rows[:2]:
+        assert (granularity, in_range) == ("line", "True")
+        assert label.endswith(", line 4") and label.startswith("In [")
+        assert text == "out.append(float(row.sum()) * 2.0 + sum(range(300)))"
+    for granularity, label, text, in_range in rows[2:]:
+        assert (granularity, label.split(", ")[-1], text, in_range) == (
+            "line",
+            "line 4",
+            "time.sleep(0.02)",
+            "True",
+        )

@@ -110,6 +110,13 @@ def test_markdown_for_a_pull_request(reports, tmp_path: Path) -> None:
     assert "**Slower: after takes 2.54x" in c and "| what changed most |" in c
     for report in reports.values():
         assert report.to_markdown().count("```") % 2 == 0
+    # Each finding's whole fix, every line of it, comes before the folded full report.
+    findings = reports["profile"].diagnosis.findings
+    assert findings
+    summary = md.split("<details>")[0]
+    for f in findings:
+        for line in f.fix.strip().splitlines():
+            assert f"  {line}".rstrip() in summary, line
 
 
 def test_tensorboard_scalars_read_back_with_its_event_accumulator(profile, tmp_path) -> None:

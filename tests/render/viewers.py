@@ -5,6 +5,7 @@ packages/apputils/src/sanitizer.ts configures it, v4.6): tags outside its list a
 and their text kept (a dropped <style>/<script> loses its body too), attributes outside its
 lists are dropped, an attribute that is not boolean loses an empty value (a bare `hidden`),
 inline style properties are kept only where the value passes its check (here: no `var()`).
+`unboxed_tables` and `unscaled_images` find what would then be wider than the output.
 `github_view(html)` applies the stricter rules reported for GitHub: no style, class or hidden,
 no input/label/nav/svg, details kept.
 
@@ -179,6 +180,39 @@ def github_view(html: str) -> View:
 def leaked_svg_text(view: View) -> list[str]:
     """Text that came from inside an <svg> (labels, hover titles) and is shown as text."""
     return [t.text for t in view.shown_text() if "svg" in t.origin]
+
+
+def _scrolls(node: Node) -> bool:
+    return node.tag == "div" and "overflow-x:auto" in node.attrs.get("style", "").replace(" ", "")
+
+
+def unboxed_tables(view: View) -> list[str]:
+    """The tables (outside any other table) not inside a box that scrolls sideways by its
+    own inline style: where the report's style is stripped, such a table wider than the
+    output makes the whole output overflow (each as its header's text)."""
+    out: list[str] = []
+
+    def walk(node: Node, boxed: bool) -> None:
+        for c in node.children:
+            if not isinstance(c, Node):
+                continue
+            if c.tag == "table":
+                if not boxed:
+                    out.append(" ".join(View(c).text().split()[:6]))
+                continue  # a table inside a table sits in its cell's width
+            walk(c, boxed or _scrolls(c))
+
+    walk(view.root, False)
+    return out
+
+
+def unscaled_images(view: View) -> list[str]:
+    """The images whose inline style does not keep them to the output's width."""
+    return [
+        n.attrs.get("alt", "")
+        for n in view.shown_elements("img")
+        if "max-width:100%" not in n.attrs.get("style", "").replace(" ", "")
+    ]
 
 
 def shown_images(view: View) -> list[Node]:
