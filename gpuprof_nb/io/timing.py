@@ -4,7 +4,7 @@ carries what the before/after verdict needs: under gpuprof_nb's own top-level ke
 
     {"wall_us": [per-run time of each sample, ...], "device_us": [...] or null,
      "warmup_wall_us": [...], "once": false, "device_name": "cpu", "steps_per_run": 10,
-     "profiled": false, "number": 1, "calibration_runs": 0}
+     "profiled": false, "number": 1, "calibration_runs": 0, "waited_fraction": 0.02 or null}
 
 Read strictly: a malformed entry raises TraceFormatError naming the field that is wrong.
 """
@@ -76,6 +76,13 @@ def timing_of(top: Mapping[str, Any]) -> TimingStats | None:
         if type(value) is not bool:
             raise _fail(f"{PATH}.{flag}", f"expected true or false, got {value!r:.40}")
         flags[flag] = value
+    waited = entry.get("waited_fraction")
+    if waited is not None and (
+        type(waited) not in (int, float) or not math.isfinite(waited) or not 0 <= waited <= 1
+    ):
+        raise _fail(
+            f"{PATH}.waited_fraction", f"expected a share in 0..1 or null, got {waited!r:.40}"
+        )
     return TimingStats(
         wall_us=wall,
         device_us=device_us,
@@ -86,6 +93,7 @@ def timing_of(top: Mapping[str, Any]) -> TimingStats | None:
         profiled=flags["profiled"],
         number=_count(entry, "number", 1, 1) or 1,
         calibration_runs=_count(entry, "calibration_runs", 0, 0) or 0,
+        waited_fraction=None if waited is None else float(waited),
     )
 
 
@@ -101,6 +109,7 @@ def timing_dict(stats: TimingStats) -> dict[str, Any]:
         "profiled": stats.profiled,
         "number": stats.number,
         "calibration_runs": stats.calibration_runs,
+        "waited_fraction": stats.waited_fraction,
     }
 
 

@@ -15,7 +15,18 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from gpuprof_nb.capture.linetrace import LineTracer, default_engine
+if __name__ == "__main__" and "gpuprof_nb" not in sys.modules:
+    # Run as a script under another Python, which has no numpy: the package's own modules
+    # that the tracer needs are standard library only, its __init__ is not (it registers the
+    # results' displays), so the package is entered without it.
+    import types
+    from pathlib import Path
+
+    _package = types.ModuleType("gpuprof_nb")
+    _package.__path__ = [str(Path(__file__).resolve().parents[2] / "gpuprof_nb")]
+    sys.modules["gpuprof_nb"] = _package
+
+from gpuprof_nb.capture.linetrace import LineTracer, default_engine  # noqa: E402
 from gpuprof_nb.io.samples import samples_of
 
 # A notebook cell's file name, so the labels and the user/library split are a cell's.

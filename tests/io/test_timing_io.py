@@ -23,6 +23,7 @@ STATS = TimingStats(
     steps_per_run=4,
     number=16,
     calibration_runs=32,
+    waited_fraction=0.0,
 )
 EVENTS = {
     "traceEvents": [
@@ -54,6 +55,9 @@ def test_round_trip_through_a_saved_report(tmp_path: Path) -> None:
         ({"wall_us": [1.0], "number": 0}, "number"),
         ({"wall_us": [1.0], "once": "yes"}, "once"),
         ({"wall_us": [1.0], "device_name": 3}, "device_name"),
+        ({"wall_us": [1.0], "waited_fraction": 1.5}, "waited_fraction"),
+        ({"wall_us": [1.0], "waited_fraction": True}, "waited_fraction"),
+        ({"wall_us": [1.0], "waited_fraction": "0.1"}, "waited_fraction"),
     ],
 )
 def test_malformed_entries_name_the_field(entry, field) -> None:

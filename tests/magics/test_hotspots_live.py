@@ -192,10 +192,12 @@ def test_the_window_is_the_cells_not_the_profilers_start_up(ipython_shell) -> No
     assert min(o.start_us for o in python) < lo - 100, (lo, min(o.start_us for o in python))
     tl = r.timeline
     assert lo - 1 <= tl.start_us and tl.end_us <= hi + 1, (tl.start_us - lo, hi - tl.end_us)
-    # The Python gaps between ops lie in the cell: its lines hold nearly all of them.
+    # The Python gaps between ops lie in the cell: its lines hold nearly all of them, but
+    # for the time the cell's thread waited for a core (other processes ran: no line's).
     host_gaps = sum(g.end_us - g.start_us for g in tl.gaps if g.cause == "host")
     held = sum(line.idle_by_cause_us.get("host", 0.0) for line in r.hotspots.lines)
-    assert held >= 0.8 * host_gaps, (held, host_gaps)
+    lost = sum(r.trace.samples.lost_us)
+    assert held + lost >= 0.8 * host_gaps, (held, lost, host_gaps)
 
 
 @pytest.mark.parametrize("attempt", range(3))

@@ -173,8 +173,11 @@ def test_memory_svg_stacks_sites_where_the_bytes_say() -> None:
         # The levels drawn, in data units, without the last one (back down to the axis).
         levels = [to_data(px, py) for px, py in _steps(paths[label].get("d"))][:-1]
 
-        def drawn(t: float, levels=levels) -> float:
-            return [v for x, v in levels if x <= t + 1e-9 * x_hi][-1]
+        # Path coordinates are written to 0.1 px: a level may start up to 0.05 px late.
+        slack = 0.06 / (right - left) * (x_hi - x_lo)
+
+        def drawn(t: float, levels=levels, slack=slack) -> float:
+            return [v for x, v in levels if x <= t + slack][-1]
 
         for t in sorted({r[0] for r in rows}):
             # Entries at one instant share a pixel: the drawing shows one of their values.
