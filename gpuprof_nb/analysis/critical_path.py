@@ -130,6 +130,22 @@ class _Lane:
         """Microseconds of [a, b] inside this lane's runtime calls."""
         return self._covered(b) - self._covered(a)
 
+    def runtime_in_many(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """runtime_in of many stretches at once (the same arithmetic, value for value)."""
+        return self._covered_many(b) - self._covered_many(a)  # type: ignore[no-any-return]
+
+    def _covered_many(self, x: np.ndarray) -> np.ndarray:
+        starts = np.asarray(self.rt_starts, dtype=float)
+        if not len(starts):
+            return np.zeros(len(x))
+        k = np.searchsorted(starts, x, side="right") - 1
+        at = np.maximum(k, 0)
+        start = starts[at]
+        upto, whole = x - start, np.asarray(self.rt_ends, dtype=float)[at] - start
+        # min(upto, whole) as Python takes it: the first unless the second is smaller.
+        inside = np.asarray(self.rt_before, dtype=float)[at] + np.where(whole < upto, whole, upto)
+        return np.where(k >= 0, inside, 0.0)
+
     def _covered(self, x: float) -> float:
         k = bisect.bisect_right(self.rt_starts, x) - 1
         if k < 0:
@@ -421,6 +437,9 @@ class _Device:
         self.keys, self.calls = last_call_of(ix)
         self.sync_of = {s.correlation: s for s in trace.syncs if s.correlation is not None}
         self._by_call: tuple[list[int], list[int]] | None = None
+        # release() of each call asked about: the walk and the slack ask about the same ones.
+        self._released: dict[int, int] = {}
+        self._wait_name: dict[str, bool] | None = None
         self.waits = self._cross_stream_waits()
 
     def launched_by(self, r: int) -> list[int]:
@@ -440,6 +459,30 @@ class _Device:
             or "emcpy" in call.name
             or (call.correlation is not None and call.correlation in self.sync_of)
         )
+
+    def maybe_waiting(self, calls: np.ndarray) -> np.ndarray:
+        """The runtime calls among `calls` (indices) that maybe_waits() lets through, in
+        their order: the long ones by their durations at once, the names and correlation
+        ids of the others read one at a time."""
+        trace = self.trace
+        if self._wait_name is None:
+            self._wait_name = {
+                n: n in SYNC_RUNTIME_NAMES or "emcpy" in n for n in runtime_names(self.index)
+            }
+        wait_name, sync_of, runtime = self._wait_name, self.sync_of, trace.runtime
+        keep = runtime_durs(self.index)[calls] >= BLOCKED_CALL_US
+        rest = np.flatnonzero(~keep)
+        if len(rest):
+            listed = calls[rest].tolist()
+            if sync_of:
+                named = (
+                    wait_name[c.name] or (c.correlation is not None and c.correlation in sync_of)
+                    for c in map(runtime.__getitem__, listed)
+                )
+            else:
+                named = (wait_name[c.name] for c in map(runtime.__getitem__, listed))
+            keep[rest] = np.fromiter(named, dtype=bool, count=len(listed))
+        return calls[keep]  # type: ignore[no-any-return]
 
     def _call(self, correlation: int | None) -> int:
         if correlation is None:
@@ -496,6 +539,12 @@ class _Device:
 
     def release(self, r: int) -> int:
         """The activity whose end let runtime call `r` return, or -1 when it did not wait."""
+        found = self._released.get(r)
+        if found is None:
+            found = self._released[r] = self._release(r)
+        return found
+
+    def _release(self, r: int) -> int:
         call = self.trace.runtime[r]
         lo, hi = call.start_us, call.end_us + SYNC_RELEASE_SLACK_US
         sync = self.sync_of.get(call.correlation) if call.correlation is not None else None
@@ -532,6 +581,18 @@ class _Device:
             ):
                 return j
         return -1
+
+
+# _category of the segments that are not device activities, by kind.
+_KIND_CATEGORY: dict[str, str] = {
+    "cpu": HOST_OPS,
+    "runtime": RUNTIME,
+    "python": PYTHON,
+    "sync": SYNC,
+    "launch": LAUNCH,
+    "gpu_gap": GAPS,
+    "stream_wait": WAITS,
+}
 
 
 def _category(seg: PathSegment, kernel_kind: str | None) -> str:
@@ -629,10 +690,16 @@ def _walk(
     if dev is not None:
         budget += 4 * len(dev.d.pos)
     runtime = trace.runtime
+    bisect_left, bisect_right = bisect.bisect_left, bisect.bisect_right
+    new_segment, add_segment, add_runtime = PathSegment, segments.append, runtime_us.append
+
+    # Host stretches whose runtime-call time is found after the walk, lane by lane at once:
+    # (lane, its place in runtime_us, start, end).
+    host_spans: list[tuple[_Lane, int, float, float]] = []
 
     def add(seg: PathSegment, rt: float = 0.0) -> None:
-        segments.append(seg)
-        runtime_us.append(rt)
+        add_segment(seg)
+        add_runtime(rt)
 
     while t > lo and budget > 0:
         budget -= 1
@@ -679,20 +746,22 @@ def _walk(
                 kernel = best
             continue
         # On the host: the piece running just before t.
-        p = bisect.bisect_left(lane.starts, t) - 1
+        lane_starts = lane.starts
+        p = bisect_left(lane_starts, t) - 1
         if p < 0 or lane.ends[p] < t:
             gap_from = max(lane.ends[p] if p >= 0 else lo, lo)
             if not lane.main:
                 lane = host.main  # an idle helper thread waits on the step's thread
                 continue
-            add(PathSegment(gap_from, t, "python", lane.python_name(t), lane.where))
+            add_segment(new_segment(gap_from, t, "python", lane.python_name(t), lane.where))
+            add_runtime(0.0)
             t = gap_from
             continue
         kind_, name, at = lane.units[lane.label[p]]
-        start = max(lane.starts[p], lo)
+        start = max(lane_starts[p], lo)
         # The latest call of the piece that waited for the device, if any.
         jumped = False
-        w = bisect.bisect_right(lane.waits_end, t) - 1
+        w = bisect_right(lane.waits_end, t) - 1
         while dev is not None and w >= 0 and lane.waits_end[w] > start:
             rt = lane.waits[w]
             w -= 1
@@ -706,10 +775,8 @@ def _walk(
                 continue
             back = min(dev.end_l(rel), waited.end_us, t)
             if t > waited.end_us:
-                add(
-                    PathSegment(waited.end_us, t, _host_kind(kind_), name, lane.where, "", at),
-                    lane.runtime_in(waited.end_us, t),
-                )
+                host_spans.append((lane, len(runtime_us), waited.end_us, t))
+                add(PathSegment(waited.end_us, t, _host_kind(kind_), name, lane.where, "", at))
             upto = min(t, waited.end_us)
             syncs.append((rt, len(segments), name if kind_ == "op" else ""))
             if upto > back:
@@ -721,11 +788,20 @@ def _walk(
             break
         if jumped:
             continue
-        add(
-            PathSegment(start, t, _host_kind(kind_), name, lane.where, "", at),
-            lane.runtime_in(start, t),
+        add_segment(
+            new_segment(start, t, "cpu" if kind_ == "op" else "runtime", name, lane.where, "", at)
         )
+        host_spans.append((lane, len(runtime_us), start, t))
+        add_runtime(0.0)
         t = start
+    by_lane: dict[int, list[tuple[_Lane, int, float, float]]] = {}
+    for span in host_spans:
+        by_lane.setdefault(id(span[0]), []).append(span)
+    for spans in by_lane.values():
+        _, at_, a_, b_ = zip(*spans, strict=True)
+        rt_us = spans[0][0].runtime_in_many(np.array(a_, dtype=float), np.array(b_, dtype=float))
+        for i, v in zip(at_, rt_us.tolist(), strict=True):
+            runtime_us[i] = v
     return segments, runtime_us, on_path, syncs
 
 
@@ -738,14 +814,15 @@ def _merged(segments: list[PathSegment]) -> list[PathSegment]:
             continue
         if out:
             last = out[-1]
-            same = (last.kind, last.name, last.where, last.context, last.index) == (
-                seg.kind,
-                seg.name,
-                seg.where,
-                seg.context,
-                seg.index,
-            )
-            if same and abs(last.end_us - seg.start_us) < 1e-9:
+            # Field by field, the first difference ending the test (most neighbours differ).
+            if (
+                last.kind == seg.kind
+                and last.name == seg.name
+                and last.where == seg.where
+                and last.context == seg.context
+                and last.index == seg.index
+                and abs(last.end_us - seg.start_us) < 1e-9
+            ):
                 out[-1] = PathSegment(
                     last.start_us,
                     seg.end_us,
@@ -765,22 +842,34 @@ def _slack(dev: _Device, lo: float, hi: float, releases: dict[int, float]) -> np
     after lo and start before hi; nan for the others."""
     d = dev.d
     n = len(d.pos)
-    starts, ends, run_start = dev.start_l, dev.end_l, dev.run_start_l  # by .item()
+    starts, run_start = dev.start_l, dev.run_start_l  # by .item()
     slack: dict[int, float] = {}
-    live = np.flatnonzero((d.end > lo) & (d.start < hi)).tolist()
+    live_at = np.flatnonzero((d.end > lo) & (d.start < hi))
+    live = live_at.tolist()
+    # The live activities' values, read once (the same Python floats .item() gives).
+    start_of = dict(zip(live, d.start[live_at].tolist(), strict=True))
+    end_of = dict(zip(live, d.end[live_at].tolist(), strict=True))
+    run_of = dict(zip(live, dev.run_start[live_at].tolist(), strict=True))
+    later_first = {j: -s for j, s in start_of.items()}
     waited_by: dict[int, list[int]] = {}
     for target, sources in dev.waits.items():
         for s in sources:
             waited_by.setdefault(s, []).append(target)
-    for j in sorted(live, key=lambda j: -starts(j)):
-        end = ends(j)
+    for j in sorted(live, key=later_first.__getitem__):
+        end = end_of[j]
         best = max(hi - end, 0.0)
         nxt = j + 1
-        if nxt < n and run_start(nxt) == run_start(j) and starts(nxt) < hi:
-            best = min(best, slack[nxt] + max(starts(nxt) - end, 0.0))
+        if nxt < n:
+            nxt_run = run_of.get(nxt)
+            if (nxt_run if nxt_run is not None else run_start(nxt)) == run_of[j]:
+                nxt_start = start_of.get(nxt)
+                if nxt_start is None:
+                    nxt_start = starts(nxt)
+                if nxt_start < hi:
+                    best = min(best, slack[nxt] + max(nxt_start - end, 0.0))
         for target in waited_by.get(j, ()):
             if target in slack:
-                best = min(best, slack[target] + max(starts(target) - end, 0.0))
+                best = min(best, slack[target] + max(start_of[target] - end, 0.0))
         if j in releases:
             best = min(best, max(releases[j] - end, 0.0))
         slack[j] = max(best, 0.0)
@@ -805,8 +894,11 @@ def _categories(
     ix = index_of(trace)
     loader = [(o.start_us, o.end_us) for o in dataloader_ops(ix)]
     totals: dict[str, float] = {}
+    by_kind = _KIND_CATEGORY
     for seg, rt in zip(segments, runtime_us, strict=True):
-        cat = _category(seg, kind_of.get(seg.name) if seg.kind == "kernel" else None)
+        cat = by_kind.get(seg.kind)
+        if cat is None:  # a device activity: by its kernel's class
+            cat = _category(seg, kind_of.get(seg.name) if seg.kind == "kernel" else None)
         if loader and cat in (HOST_OPS, PYTHON, RUNTIME):
             if any(a <= seg.start_us and seg.end_us <= b for a, b in loader):
                 cat = DATALOADER
@@ -838,9 +930,8 @@ def _result(
     notes: list[str] = []
     if dev is not None and len(dev.d.pos):
         releases: dict[int, float] = {}
-        for r in np.flatnonzero((runtime_starts(ix) < hi) & (_runtime_ends(ix) > lo)).tolist():
-            if not dev.maybe_waits(r):
-                continue
+        window = np.flatnonzero((runtime_starts(ix) < hi) & (_runtime_ends(ix) > lo))
+        for r in dev.maybe_waiting(window).tolist():
             rel = dev.release(r)
             if rel >= 0:
                 releases[rel] = min(releases.get(rel, math.inf), trace.runtime[r].end_us)

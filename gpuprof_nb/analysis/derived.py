@@ -17,6 +17,7 @@ from operator import attrgetter, eq
 from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from gpuprof_nb.analysis.classify import kernel_name_class
 from gpuprof_nb.model.trace import Kernel, Trace
@@ -256,6 +257,45 @@ def lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarr
         return np.full(len(wanted), -1, dtype=np.intp)
     at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
     return np.where(keys[at] == wanted, values[at], -1)
+
+
+def lex_order(keys: Sequence[np.ndarray], lead: int = 2) -> npt.NDArray[np.intp]:
+    """Return np.lexsort(keys): the order by the last key, ties by the one before it and so
+    on, then by position. The same order, found faster on a trace's columns: np.lexsort
+    sorts the whole array once per key, and a key in no order (durations, ends) costs tens
+    of times what a nearly sorted one (threads, starts) does. Here the `lead` last keys are
+    sorted by stable argsorts, then only the rows tied on all of them by the other keys.
+    Ties are as the sorts see them: equal values, NaN with NaN."""
+    if len(keys) <= lead:
+        return np.lexsort(keys)
+    minor, major = keys[:-lead], keys[-lead:]
+    order = np.argsort(major[0], kind="stable")
+    for key in major[1:]:
+        order = order[np.argsort(key[order], kind="stable")]
+    n = len(order)
+    if n < 2:
+        return order
+    # tied[i]: row i + 1 (in that order) ties with row i on every leading key.
+    tied = np.ones(n - 1, dtype=bool)
+    for key in major:
+        v = key[order]
+        same = v[1:] == v[:-1]
+        if v.dtype.kind in "fc":
+            nan = np.isnan(v)
+            same |= nan[1:] & nan[:-1]
+        tied &= same
+    if not tied.any():
+        return order
+    # Each run of tied rows (in place, in the order of their positions: the sorts are
+    # stable) sorted by the other keys, its number leading so the runs keep their places.
+    run = np.cumsum(np.concatenate(([True], ~tied)))
+    in_run = np.zeros(n, dtype=bool)
+    in_run[1:] = tied
+    in_run[:-1] |= tied
+    rows = np.flatnonzero(in_run)
+    sub = order[rows]
+    order[rows] = sub[np.lexsort((*(key[sub] for key in minor), run[rows]))]
+    return order
 
 
 def kernel_ids(index: TraceIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -24,7 +24,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from gpuprof_nb.analysis.derived import TraceIndex, index_of, op_kinds
+from gpuprof_nb.analysis.derived import TraceIndex, index_of, lex_order, op_kinds
 from gpuprof_nb.analysis.intervals import nearest_open_at, nearest_open_before
 from gpuprof_nb.analysis.sources import (
     KNOWN_PACKAGES,
@@ -272,7 +272,7 @@ def _from_python_events(
     durs = np.array([o.dur_us for o in funcs], dtype=float)
     # Outer events first among equal starts; nesting by time: an event's parent is the
     # nearest earlier one that ends no earlier (Python events nest on one thread).
-    order = np.lexsort((-durs, starts))
+    order = lex_order((-durs, starts), lead=1)
     starts, durs = starts[order], durs[order]
     ends = starts + durs
     n = len(funcs)

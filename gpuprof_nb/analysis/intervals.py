@@ -7,7 +7,7 @@ from itertools import chain
 
 import numpy as np
 
-from gpuprof_nb.analysis.derived import TraceIndex, index_of, kernel_columns
+from gpuprof_nb.analysis.derived import TraceIndex, index_of, kernel_columns, lex_order
 from gpuprof_nb.model.trace import Trace
 
 Interval = tuple[float, float]
@@ -71,7 +71,7 @@ def merge_arrays(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.n
     s, e = starts[keep], ends[keep]
     if not len(s):
         return s, e
-    order = np.lexsort((e, s))
+    order = lex_order((e, s), lead=1)
     s, e = s[order], e[order]
     # An interval opens a new group when it starts after every earlier one has ended.
     reach = np.maximum.accumulate(e)

@@ -40,6 +40,7 @@ from gpuprof_nb.analysis.derived import (
     kernel_columns,
     kernel_ids,
     last_call_of,
+    lex_order,
     lookup,
     memo,
     op_columns,
@@ -558,7 +559,7 @@ def _idle_by_node(
     owner = np.concatenate(
         [s.owner for s in by_thread.values()] or [np.zeros(0, dtype=np.intp)]
     ).astype(np.intp)
-    order = np.lexsort((ends, starts))
+    order = lex_order((ends, starts), lead=1)
     starts, ends, owner = starts[order], ends[order], owner[order]
     # Disjoint across threads: a piece starts no earlier than the ends before it.
     if len(ends):

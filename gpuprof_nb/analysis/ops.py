@@ -37,6 +37,7 @@ from gpuprof_nb.analysis.derived import (
     kernel_columns,
     kernel_ids,
     last_call_of,
+    lex_order,
     lookup,
     memo,
     op_columns,
@@ -141,7 +142,7 @@ def _attribute(
         if n
         else np.zeros(0, dtype=np.intp)
     )
-    order = np.lexsort((np.arange(n), -ends, starts, thread))
+    order = lex_order((np.arange(n), -ends, starts, thread))
     bounds = np.searchsorted(thread[order], np.arange(len(rank) + 1))
     s_start, s_end = starts[order], ends[order]
     first = np.repeat(bounds[:-1], np.diff(bounds))

@@ -28,6 +28,7 @@ from gpuprof_nb.analysis.derived import (
     kernel_columns,
     kernel_ids,
     last_call_of,
+    lex_order,
     lookup,
     memo,
     op_columns,
@@ -69,7 +70,7 @@ class _Tree:
         thread, keys = cols.thread, cols.thread_keys
         starts, durs, ends = cols.start, cols.dur, cols.end
         # Per thread: (start, longer first, file order, position) order.
-        order = np.lexsort((np.arange(n), cols.index, -durs, starts, thread))
+        order = lex_order((np.arange(n), cols.index, -durs, starts, thread))
         self.order_arr = order
         self._bounds = np.searchsorted(thread[order], np.arange(len(keys) + 1)).tolist()
         self.start_arr, self.dur_arr, self.end_arr = starts, durs, ends
@@ -678,7 +679,7 @@ def _kernel_owners(trace: Trace | TraceIndex, tree: _Tree) -> np.ndarray:
     # Several ops may share an id in old traces: keep the innermost (shortest; then the one
     # starting last; then the first in the file).
     pos = np.flatnonzero(op_has)
-    order = np.lexsort((pos, -tree.start_arr[pos], tree.dur_arr[pos], op_ids[pos]))
+    order = lex_order((pos, -tree.start_arr[pos], tree.dur_arr[pos], op_ids[pos]), lead=1)
     ext_keys, ext_ops = op_ids[pos][order], pos[order]
     first = np.ones(len(ext_keys), dtype=bool)
     first[1:] = ext_keys[1:] != ext_keys[:-1]

@@ -33,6 +33,7 @@ from gpuprof_nb.analysis.derived import (
     kernel_columns,
     kernel_ids,
     last_call_of,
+    lex_order,
     lookup,
     memo,
     runtime_starts,
@@ -111,7 +112,7 @@ class StreamColumns:
         kc = kernel_columns(ix)
         pos = np.flatnonzero(kc.device == device) if device is not None else np.zeros(0, int)
         streams = kernel_streams(ix)[pos]
-        order = np.lexsort((pos, kc.start[pos], streams))
+        order = lex_order((pos, kc.start[pos], streams))
         self.pos = pos[order]
         self.stream = streams[order]
         self.start = kc.start[self.pos]
@@ -171,7 +172,7 @@ def _queue_series(d: StreamColumns, a: int, b: int) -> tuple[np.ndarray, np.ndar
     launch, start = d.launch[a:b][has], d.start[a:b][has]
     times = np.concatenate((launch, start))
     delta = np.concatenate((np.ones(len(launch), np.int64), -np.ones(len(start), np.int64)))
-    order = np.lexsort((-delta, times))  # a launch before a start at the same instant
+    order = lex_order((-delta, times), lead=1)  # a launch before a start at the same instant
     return times[order], np.cumsum(delta[order])
 
 
@@ -187,8 +188,16 @@ def _strip(
     first = np.searchsorted(times, edges[:-1], side="right")
     last = np.searchsorted(times, edges[1:], side="left")
     out = held.copy()
-    for j in np.flatnonzero(last > first).tolist():
-        out[j] = max(int(out[j]), int(length[first[j] : last[j]].max()))
+    reached = np.flatnonzero(last > first)
+    if len(reached):
+        # The largest length in each bin's [first, last): the bins' ranges are disjoint and
+        # in order, so one reduceat over their bounds finds them all (every other result).
+        bounds = np.empty(2 * len(reached), dtype=np.intp)
+        bounds[0::2], bounds[1::2] = first[reached], last[reached]
+        if bounds[-1] >= len(length):
+            bounds = bounds[:-1]  # the last range runs to the end
+        inside = np.maximum.reduceat(length, bounds)[0::2]
+        out[reached] = np.maximum(out[reached], inside)
     return tuple(int(v) for v in out.tolist())
 
 

@@ -43,6 +43,7 @@ from gpuprof_nb.analysis.derived import (
     index_of,
     kernel_columns,
     kernel_ids,
+    lex_order,
     lookup,
     memo,
     op_columns,
@@ -133,7 +134,7 @@ def _top_level_positions(
         return []
     thread = cols.thread[keep]
     starts, durs, ends = cols.start[keep], cols.dur[keep], cols.end[keep]
-    order = np.lexsort((keep, -durs, starts, thread))
+    order = lex_order((keep, -durs, starts, thread))
     s_thread, s_start, s_end = thread[order], starts[order], ends[order]
     bounds = np.searchsorted(s_thread, np.arange(int(s_thread[-1]) + 2)).tolist()
     # Per op, the first later op of its thread starting at or after its end (the thread's

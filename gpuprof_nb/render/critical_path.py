@@ -4,6 +4,7 @@ the timeline drawing gives it. Text and HTML show the same numbers."""
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 from gpuprof_nb.render import plot
@@ -47,17 +48,21 @@ def lane_items(cp: CriticalPath) -> list[tuple[float, float, str, str]]:
     return [(s.start_us, s.end_us, PATH_COLOURS[s.kind], _bar_name(s)) for s in cp.segments]
 
 
+# What each kind of segment is, in a bar's hover name.
+_KIND_WORDS: dict[str, str] = {
+    "cpu": "host op",
+    "runtime": "runtime call",
+    "python": "Python",
+    "sync": "sync return",
+    "launch": "launch latency",
+    "kernel": "on the device",
+    "gpu_gap": "stream idle",
+    "stream_wait": "cross-stream wait",
+}
+
+
 def _bar_name(s: PathSegment) -> str:
-    what = {
-        "cpu": "host op",
-        "runtime": "runtime call",
-        "python": "Python",
-        "sync": "sync return",
-        "launch": "launch latency",
-        "kernel": "on the device",
-        "gpu_gap": "stream idle",
-        "stream_wait": "cross-stream wait",
-    }[s.kind]
+    what = _KIND_WORDS[s.kind]
     name = f"{what}: {s.name}" if s.name else what
     return f"{name} ({s.where})"
 
@@ -74,7 +79,10 @@ def category_rows(cp: CriticalPath) -> list[tuple[str, str, str]]:
 
 def segment_rows(cp: CriticalPath, longest: int = LONGEST) -> list[tuple[str, ...]]:
     """The longest segments, in the order they come on the path."""
-    top = sorted(range(len(cp.segments)), key=lambda i: (-cp.segments[i].dur_us, i))[:longest]
+    # The `longest` smallest (-duration, index) keys: sorted(...)[:longest] without sorting
+    # every segment of a long path.
+    keys = [(-s.dur_us, i) for i, s in enumerate(cp.segments)]
+    top = [i for _, i in heapq.nsmallest(longest, keys)]
     rows: list[tuple[str, ...]] = []
     for i in sorted(top):
         s = cp.segments[i]

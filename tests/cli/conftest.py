@@ -53,15 +53,16 @@ def record_steps(path: Path, matmuls: Sequence[int]) -> Path:
 
 @pytest.fixture(scope="session")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Traces with known truth: `base` and `again` (the same step twice), `slow` (4x the
-    extra work a step), `noisy` (steps of 5 or 200 extra matmuls in turn: a tenth of
-    `base`'s step or four times it, so its median sits between, and a resample can land on
-    either side)."""
+    """Traces with known truth: `base` and `again` (the same step twice), `slow` (20x the
+    extra work a step: a loaded 2-core machine can stretch one side's steps 2-3x, so a
+    smaller planted slowdown can drown in the noise the verdict rightly reports), `noisy`
+    (steps of 5 or 200 extra matmuls in turn: a tenth of `base`'s step or four times it, so
+    its median sits between, and a resample can land on either side)."""
     where = tmp_path_factory.mktemp("pair")
     return {
         "base": record_steps(where / "base.json", [50] * STEPS),
         "again": record_steps(where / "again.json", [50] * STEPS),
-        "slow": record_steps(where / "slow.json", [200] * STEPS),
+        "slow": record_steps(where / "slow.json", [1000] * STEPS),
         "noisy": record_steps(where / "noisy.json", [5, 200] * (STEPS // 2)),
     }
 
