@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.model.arguments import describe
 from gpuprof_nb.results.gate import EXIT_INPUT_ERROR, EXIT_NOISY, EXIT_PASS, EXIT_REGRESSION
 
 PROG = "gpuprof"
@@ -87,14 +88,27 @@ def _fraction(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive(text: str) -> int:
+def _whole(text: str, low: int, high: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 1 <= value <= 1024:
-        raise argparse.ArgumentTypeError(f"{value} workers: give 1 to 1024")
+        raise argparse.ArgumentTypeError(f"{describe(text)} is not a whole number") from None
+    if not low <= value <= high:
+        shown = f"{value:,}" if value.bit_length() < 64 else f"a number of {len(text):,} digits"
+        raise argparse.ArgumentTypeError(f"{shown}: give {low} to {high:,}")
     return value
+
+
+def _workers(text: str) -> int:
+    return _whole(text, 1, 1024)
+
+
+# Rows in the top-ops table: the magic's --top bound (capture/options.py MAX_TOP).
+MAX_TOP = 100_000
+
+
+def _top(text: str) -> int:
+    return _whole(text, 1, MAX_TOP)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -156,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     fan = report.add_mutually_exclusive_group()
     fan.add_argument(
         "--workers",
-        type=_positive,
+        type=_workers,
         metavar="N",
         help="read a run's ranks in N local worker processes (default: one per core)",
     )
@@ -167,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
         "gpuprof_nb[distributed] extra)",
     )
     report.add_argument(
-        "--top", type=_positive, default=20, metavar="N", help="rows in the top-ops table"
+        "--top", type=_top, default=20, metavar="N", help="rows in the top-ops table"
     )
     _common(report)
 
@@ -267,12 +281,9 @@ def _emit(result: Any, args: argparse.Namespace, title: str, out: TextIO) -> Non
     fmt = _format(args)
     text = _render(result, fmt, title)
     if args.output:
-        target = Path(args.output)
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise GpuprofError(f"cannot write {target}: {exc.strerror or exc}") from None
+        from gpuprof_nb.results.exports import write_export
+
+        target = write_export(text, args.output, f"the {fmt} output")
         if not args.quiet:
             print(f"gpuprof: wrote {target}", file=sys.stderr)
     else:
@@ -459,6 +470,13 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         return EXIT_INPUT_ERROR
     run = {"report": _report, "compare": _compare, "baseline": _baseline}[args.command]
     try:
+        if getattr(args, "output", None):
+            # Before the files are read (minutes on a large trace): a path that cannot be
+            # written (a FIFO, a directory, a folder that is a file) is said now.
+            from gpuprof_nb.io.guards import check_writable
+
+            _format(args)
+            check_writable(args.output, what="-o's output", error=GpuprofError)
         return run(args, stream)
     except GpuprofError as exc:
         message = str(exc).replace("\n", " ")

@@ -103,8 +103,9 @@ class PerfCheck:
         `threshold`: the fraction of change called real (default: the library's 20% noise
         floor; lower it only on a quiet, dedicated machine). Returns the Comparison."""
         from gpuprof_nb.errors import GpuprofError
+        from gpuprof_nb.model.arguments import describe
         from gpuprof_nb.results.compare import COMPARE_NOISE_FLOOR
-        from gpuprof_nb.session.analyze import compare, regression_gate
+        from gpuprof_nb.session.analyze import check_threshold, compare, regression_gate
         from gpuprof_nb.session.baselines import (
             baseline_names,
             check_name,
@@ -115,6 +116,11 @@ class PerfCheck:
 
         try:
             check_name(name)
+            # Checked before the function runs, also when saving (where no gate reads them).
+            if threshold is not None:
+                check_threshold(threshold)
+            if not isinstance(fail_on, str) or fail_on not in ("slower", "any"):
+                raise GpuprofError(f"fail_on must be 'slower' or 'any', got {describe(fail_on)}")
             report = profile_function(
                 fn, *args, warmup=warmup, repeat=repeat, number=number, profile=profile, **kwargs
             )
@@ -122,7 +128,10 @@ class PerfCheck:
             pytest.fail(f"gpuprof check {name!r}: {exc}", pytrace=False)
         self.report, self.comparison = report, None
         if self.save:
-            path = save_baseline(name, report, directory=self.directory)
+            try:
+                path = save_baseline(name, report, directory=self.directory)
+            except GpuprofError as exc:
+                pytest.fail(f"gpuprof check {name!r}: {exc}", pytrace=False)
             print(f"gpuprof: saved baseline {name} in {path}")
             return None
         if name not in baseline_names(self.directory):

@@ -29,7 +29,12 @@ from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.classify import is_host_collective, kernel_name_class
 from gpuprof_nb.analysis.derived import TraceIndex
 from gpuprof_nb.analysis.intervals import clip_intervals, merge_intervals, union_length
-from gpuprof_nb.analysis.noise import other_work_share, runs_to_settle, spread_of
+from gpuprof_nb.analysis.noise import (
+    other_work_share,
+    runs_to_settle,
+    spread_of,
+    typical_spread,
+)
 from gpuprof_nb.analysis.ops import kernel_table, top_ops
 from gpuprof_nb.analysis.report import analyze, count_steps_per_run
 from gpuprof_nb.analysis.timeline import dataloader_ops
@@ -67,7 +72,8 @@ def timing_verdict(
 ) -> Verdict | None:
     """Return the verdict on two sets of timed samples (Verdict.from_samples), made
     noise-aware (docs/compare.md): a side is noisy when its samples spread more than
-    NOISY_SAMPLE_SPREAD (slowest over fastest), and the pair when the cell's thread waited
+    NOISY_SAMPLE_SPREAD (slowest over fastest; from five samples on, what the middle
+    half's spread makes of ten: noise.typical_spread), and the pair when the cell's thread waited
     for a core NOISY_WAITED_CHANGE more of its timed runs on one side (`waited`, from
     the timing), or, where that is not measured, other processes held
     NOISY_OTHER_WORK_CHANGE more of the cores on one side (`other_work`, from the
@@ -82,9 +88,16 @@ def timing_verdict(
     spreads = (spread_of(before), spread_of(after))
     factors = []
     reasons = []
-    for side, spread in zip(("before", "after"), spreads, strict=True):
+    for side, samples in (("before", before), ("after", after)):
+        # Robust from five samples on: one or two slow outliers do not move a median of
+        # ten, so they do not make a tight 13x interval "noise".
+        spread = typical_spread(samples)
         if spread is not None and spread > th.NOISY_SAMPLE_SPREAD:
-            reasons.append(f"{side}'s samples spread {spread:.2f}x")
+            many = len(samples) >= 5
+            reasons.append(
+                f"{side}'s samples spread {spread:.2f}x"
+                + (" (their middle half, scaled to ten samples)" if many else "")
+            )
         factors.append(spread or 1.0)
     # The machine changed between the runs: the cell's thread waited for a core more on
     # one side (the direct measure, where the OS gives it), else other work held more of

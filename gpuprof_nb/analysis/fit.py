@@ -50,6 +50,7 @@ from gpuprof_nb.results.fit import (
     CategoryBytes,
     MemoryByCategory,
     ModuleBytes,
+    check_batch_size,
 )
 from gpuprof_nb.results.memory import Site
 
@@ -664,9 +665,8 @@ def fit_batch_size(
     """Return the BatchFit measured from two recordings of the same cell at two batch
     sizes (`other` recorded just before `snapshot` lets the blocks it left behind be
     matched too). Raises GpuprofError when the batch sizes are equal or not positive."""
-    for name, b in (("batch_size", batch_size), ("other_batch_size", other_batch_size)):
-        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
-            raise GpuprofError(f"{name} must be a whole number >= 1, got {b!r}")
+    batch_size = check_batch_size(batch_size, "batch_size")
+    other_batch_size = check_batch_size(other_batch_size, "other_batch_size")
     if batch_size == other_batch_size:
         raise GpuprofError(
             f"the two recordings have the same batch size ({batch_size}): nothing tells "

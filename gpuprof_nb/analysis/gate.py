@@ -19,6 +19,7 @@ import math
 from typing import get_args
 
 from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.model.arguments import check_type, describe
 from gpuprof_nb.results.compare import COMPARE_NOISE_FLOOR, Comparison
 from gpuprof_nb.results.gate import Basis, FailOn, Gate
 
@@ -35,7 +36,8 @@ def check_threshold(threshold: float) -> float:
         or not 0 <= threshold <= 10
     ):
         raise GpuprofError(
-            f"threshold must be a fraction of change from 0 to 10 (0.05 for 5%), got {threshold!r}"
+            "threshold must be a fraction of change from 0 to 10 (0.05 for 5%), got "
+            f"{describe(threshold)}"
         )
     return float(threshold)
 
@@ -51,8 +53,9 @@ def regression_gate(
     the fraction of change called real; with a verdict it is the verdict's own noise floor
     (compare(..., noise_floor=...)), so leave it None there; without one it defaults to the
     library's noise floor (COMPARE_NOISE_FLOOR)."""
-    if fail_on not in get_args(FailOn):
-        raise GpuprofError(f"fail_on must be 'slower' or 'any', got {fail_on!r}")
+    check_type(comparison, Comparison, "regression_gate's comparison", "a Comparison (compare())")
+    if not isinstance(fail_on, str) or fail_on not in get_args(FailOn):
+        raise GpuprofError(f"fail_on must be 'slower' or 'any', got {describe(fail_on)}")
     c = comparison
     v = c.verdict
     floor = check_threshold(

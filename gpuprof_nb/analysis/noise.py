@@ -1,7 +1,7 @@
 """How far the numbers of a run can be trusted: the spread of its timed samples, the other
 work the utilisation sampler saw on the machine, and the time the cell's thread waited for
 a core. `rule_noisy_measurement` turns them into the `noisy_measurement` finding (first in
-the Diagnosis when present); `spread_of` and `runs_to_settle` serve compare's verdict."""
+the Diagnosis when present); `typical_spread` and `runs_to_settle` serve compare's verdict."""
 
 from __future__ import annotations
 
@@ -27,6 +27,22 @@ def spread_of(samples: Sequence[float]) -> float | None:
     if len(values) < 2:
         return None
     return max(values) / min(values)
+
+
+# The expected range of ten samples of normal noise, in standard deviations.
+_RANGE_OF_TEN = 3.08
+
+
+def typical_spread(samples: Sequence[float]) -> float | None:
+    """How far the machine moved a side's samples, slowest over fastest, robust to a
+    sample or two that a preemption or a one-off cost made slow: under five samples their
+    own slowest over fastest; from five on, what ten samples of steady noise as wide as the
+    middle half's would span (exp(3.08 x log_sigma)). None with fewer than two."""
+    values = [v for v in samples if v > 0 and math.isfinite(v)]
+    if len(values) < 5:
+        return spread_of(values)
+    sigma = log_sigma(values)
+    return math.exp(_RANGE_OF_TEN * sigma) if sigma is not None else None
 
 
 def log_sigma(samples: Sequence[float]) -> float | None:

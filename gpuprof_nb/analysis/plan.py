@@ -26,9 +26,10 @@ from gpuprof_nb.analysis.fit import (
 )
 from gpuprof_nb.analysis.memory import _Replay, choose_device
 from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.model.arguments import describe
 from gpuprof_nb.model.memory import MemorySnapshot
 from gpuprof_nb.model.step import StepRecord
-from gpuprof_nb.results.fit import BatchFit, CheckpointPlan, PlanModule
+from gpuprof_nb.results.fit import BatchFit, CheckpointPlan, PlanModule, check_budget
 
 # Headroom a plan leaves under the budget (see plan_checkpointing).
 PLAN_MARGIN = 0.04
@@ -288,9 +289,10 @@ def plan_checkpointing(
     with `fit`; default the recorded one) fits `budget_bytes` with the least recompute
     time. Raises GpuprofError when the snapshot has no step record with a backward."""
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, (int, np.integer)):
-        raise GpuprofError(f"budget_bytes must be a whole number of bytes, got {budget_bytes!r}")
-    if budget_bytes <= 0:
-        raise GpuprofError(f"budget_bytes must be more than 0, got {budget_bytes}")
+        raise GpuprofError(
+            f"budget_bytes must be a whole number of bytes, got {describe(budget_bytes)}"
+        )
+    budget_bytes = check_budget(budget_bytes)
     if device is None:
         device = choose_device(snapshot)
     roles = _roles(snapshot, device)

@@ -35,6 +35,7 @@ from gpuprof_nb.model.device import DeviceSpec, lookup_device_spec
 from gpuprof_nb.model.memory import MemorySnapshot
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
+from gpuprof_nb.results.fit import check_batch_size, check_budget
 from gpuprof_nb.results.report import MemoryReport, ProfileReport
 
 T = TypeVar("T")
@@ -295,6 +296,12 @@ def analyze_batches(
     """Return the MemoryReport of `snapshot` (recorded at `batch_size`) whose fit is
     measured against `other` (the same cell recorded at `other_batch_size`, just before);
     with a budget, a checkpointing plan under it comes too."""
+    batch_size = check_batch_size(batch_size, "analyze_batches' batch_size")
+    other_batch_size = check_batch_size(other_batch_size, "analyze_batches' other_batch_size")
+    check_type(variable, str, "analyze_batches' variable", "the batch-size variable's name")
+    check_type(budget_source, str, "analyze_batches' budget_source", "a string")
+    if budget_bytes is not None:
+        budget_bytes = check_budget(budget_bytes)
     report = analyze_memory(_as_snapshot(snapshot, "analyze_batches"), device=device)
     return with_fit(
         report,

@@ -20,6 +20,8 @@ from typing import Any
 import torch
 
 from gpuprof_nb.capture.memory import MemoryCapture, record_memory
+from gpuprof_nb.model.arguments import describe
+from gpuprof_nb.model.step import MAX_BATCH_SIZE
 
 
 def check_batch_variable(source: str, name: str, namespace: dict[str, Any]) -> int:
@@ -33,8 +35,11 @@ def check_batch_variable(source: str, name: str, namespace: dict[str, Any]) -> i
             "build the batch from it in this one"
         )
     value = namespace[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} is {value!r}; it must be a whole number >= 1")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH_SIZE:
+        raise ValueError(
+            f"{name} is {describe(value)}; it must be a whole number >= 1 (at most "
+            f"{MAX_BATCH_SIZE:,})"
+        )
     try:
         tree = ast.parse(source)
     except SyntaxError:

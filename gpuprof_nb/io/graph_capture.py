@@ -27,7 +27,9 @@ launch call, as for a kernel launched eagerly. `Trace.load_warnings` says what w
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -39,6 +41,12 @@ T = TypeVar("T", Op, RuntimeCall)
 __all__ = ["merge_capture"]
 
 _LAUNCH_MARKS = ("launch", "memcpy", "memset")
+# The most events copied into the replay, per event the replay holds (plus a floor for small
+# traces): a real graph's capture holds a few ops per launch call, each replayed kernel gets
+# one call and its ops, so a real merge stays well under it. A crafted pair (30,000 ops
+# captured around one launch, replayed 30,000 times from two 5 MB files) would copy 9e8.
+MAX_COPIES_PER_EVENT = 8
+MIN_COPIES = 100_000
 
 
 def _is_graph_launch(name: str) -> bool:
@@ -63,32 +71,52 @@ class _Capture:
 
 
 def _captures(capture: Trace) -> list[_Capture]:
-    """The captured regions of a capture trace, in capture order."""
+    """The captured regions of a capture trace, in capture order. Each region's calls and
+    ops are found by bisection in its thread's events (sorted by start), and the events
+    scanned over all regions are bounded by the trace's size: overlapping regions (no real
+    capture nests) are refused rather than scanned again and again."""
     begins = [r for r in capture.runtime if "BeginCapture" in r.name]
-    ends = [r for r in capture.runtime if "EndCapture" in r.name]
+    if not begins:
+        return []
+    ends: dict[tuple[object, object], list[RuntimeCall]] = defaultdict(list)
+    calls_of: dict[tuple[object, object], list[RuntimeCall]] = defaultdict(list)
+    for r in capture.runtime:  # sorted by start already (io/trace.py)
+        if "EndCapture" in r.name:
+            ends[(r.pid, r.tid)].append(r)
+        calls_of[(r.pid, r.tid)].append(r)
+    ops_of: dict[tuple[object, object], list[Op]] = defaultdict(list)
+    for o in capture.ops:
+        if o.kind == "op":
+            ops_of[(o.pid, o.tid)].append(o)
+    end_starts = {t: [e.start_us for e in es] for t, es in ends.items()}
+    call_starts = {t: [c.start_us for c in cs] for t, cs in calls_of.items()}
+    op_starts = {t: [o.start_us for o in os_] for t, os_ in ops_of.items()}
+    budget = 2 * (len(capture.runtime) + len(capture.ops)) + MIN_COPIES
     out = []
     for b in begins:
-        end = next(
-            (e for e in ends if (e.pid, e.tid) == (b.pid, b.tid) and e.start_us >= b.end_us),
-            None,
-        )
-        if end is None:
-            continue
-        lo, hi = b.end_us, end.start_us
         thread = (b.pid, b.tid)
+        at = bisect.bisect_left(end_starts.get(thread, []), b.end_us)
+        if at == len(end_starts.get(thread, [])):
+            continue
+        lo, hi = b.end_us, ends[thread][at].start_us
+        first_call = bisect.bisect_left(call_starts[thread], lo)
+        last_call = bisect.bisect_right(call_starts[thread], hi)
+        first_op = bisect.bisect_left(op_starts.get(thread, []), lo)
+        last_op = bisect.bisect_right(op_starts.get(thread, []), hi)
+        budget -= (last_call - first_call) + (last_op - first_op)
+        if budget < 0:
+            raise TraceFormatError(
+                f"{capture.source}: its graph capture regions overlap again and again "
+                f"({len(begins):,} BeginCapture calls; no real capture nests), so reading "
+                "them would scan the trace once per region. Refused; pass the trace of the "
+                "torch.cuda.graph(...) capture itself."
+            )
         calls = [
             r
-            for r in capture.runtime
-            if (r.pid, r.tid) == thread
-            and lo <= r.start_us
-            and r.end_us <= hi
-            and _is_launch(r.name)
+            for r in calls_of[thread][first_call:last_call]
+            if r.end_us <= hi and _is_launch(r.name)
         ]
-        ops = [
-            o
-            for o in capture.ops
-            if o.kind == "op" and (o.pid, o.tid) == thread and lo <= o.start_us and o.end_us <= hi
-        ]
+        ops = [o for o in ops_of.get(thread, [])[first_op:last_op] if o.end_us <= hi]
         out.append(_Capture(lo, hi, thread, calls, ops))
     return out
 
@@ -123,16 +151,36 @@ def merge_capture(replay: Trace, capture: Trace) -> Trace:
         [0] + [x.index for seq in (replay.ops, replay.runtime, replay.kernels) for x in seq]
     )
     matched = unmatched = multi_stream = paired = 0
+    # The first region with as many launch calls as a launch ran kernels, by that count.
+    by_count: dict[int, _Capture] = {}
+    for c in regions:
+        by_count.setdefault(len(c.calls), c)
+    pairs: list[tuple[RuntimeCall, list[int], _Capture]] = []
     for launch in launches:
         mine = sorted(
             by_corr.get(launch.correlation or -1, []), key=lambda i: (kernels[i].start_us, i)
         )
         if not mine:
             continue
-        region = next((c for c in regions if len(c.calls) == len(mine)), None)
+        region = by_count.get(len(mine))
         if region is None:
             unmatched += 1
             continue
+        pairs.append((launch, mine, region))
+    copies = sum(len(region.ops) + len(region.calls) for _, _, region in pairs)
+    limit = (
+        MAX_COPIES_PER_EVENT * (len(replay.ops) + len(replay.runtime) + len(replay.kernels))
+        + MIN_COPIES
+    )
+    if copies > limit:
+        raise TraceFormatError(
+            f"{capture.source}: merging it into {replay.source} would copy {copies:,} ops and "
+            f"launch calls into {len(pairs):,} graph launches, more than {limit:,} (a "
+            f"real capture holds a few ops per replayed kernel; this one holds "
+            f"{max(len(r.ops) for _, _, r in pairs):,} ops in a region). Refused; pass the "
+            "capture trace of the same graph."
+        )
+    for launch, mine, region in pairs:
         matched += 1
         if len({kernels[i].stream for i in mine}) > 1:
             multi_stream += 1

@@ -34,7 +34,12 @@ from gpuprof_nb.io.guards import (
     open_regular,
 )
 from gpuprof_nb.io.safe_pickle import unpickle
-from gpuprof_nb.io.steprecord import STEP_KEY, step_record_of, step_record_to_dict
+from gpuprof_nb.io.steprecord import (
+    STEP_KEY,
+    step_record_items,
+    step_record_of,
+    step_record_to_dict,
+)
 from gpuprof_nb.model.memory import (
     ACTION_CODE,
     ACTIONS,
@@ -479,13 +484,14 @@ def snapshot_from_dict(
 def _check_expansion(
     raw_segments: Sequence[Any],
     raw_traces: Sequence[Any],
-    step_starts: Any,
+    extra: Mapping[str, Any],
     n_bytes: int,
     where: str,
 ) -> None:
     """Raise SnapshotFormatError when `n_bytes` of pickle unpickled into more entries,
-    blocks, segments, devices and step marks than a real snapshot of that size can hold
-    (see MIN_BYTES_PER_ITEM). Counts only list lengths, before anything is built."""
+    blocks, segments, devices, step marks and step record values than a real snapshot of
+    that size can hold (see MIN_BYTES_PER_ITEM). Counts only list lengths, before anything
+    is built."""
 
     def lengths(items: Any) -> int:
         if not isinstance(items, Sequence) or isinstance(items, (str, bytes)):
@@ -499,7 +505,8 @@ def _check_expansion(
         "blocks": lengths([s.get("blocks") for s in raw_segments if isinstance(s, Mapping)]),
         "segments": len(raw_segments),
         "device traces": len(raw_traces),
-        "step marks": lengths(step_starts),
+        "step marks": lengths(extra.get("step_starts")),
+        "step record values": step_record_items(extra),
     }
     limit = FREE_ITEMS + n_bytes // MIN_BYTES_PER_ITEM
     if sum(counts.values()) > limit:
@@ -543,7 +550,7 @@ def _snapshot_from_dict(
     extra = data.get(EXTRA_KEY)
     extra = extra if isinstance(extra, Mapping) else {}
     if n_bytes is not None:
-        _check_expansion(raw_segments, raw_traces, extra.get("step_starts"), n_bytes, where)
+        _check_expansion(raw_segments, raw_traces, extra, n_bytes, where)
     table = _StackTable(where)
     segments = tuple(_segment(s, i, where, table) for i, s in enumerate(raw_segments))
     categories: dict[str, int] = {}

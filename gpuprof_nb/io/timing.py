@@ -17,6 +17,7 @@ from typing import Any
 
 from gpuprof_nb.errors import TraceFormatError
 from gpuprof_nb.io.cells import KEY
+from gpuprof_nb.model.arguments import describe
 from gpuprof_nb.model.timing import TimingStats
 
 PATH = f"{KEY}.timing"
@@ -35,18 +36,26 @@ def _times(value: object, where: str) -> tuple[float, ...]:
     out = []
     for i, v in enumerate(value):
         if type(v) not in (int, float) or not math.isfinite(v) or v < 0:
-            raise _fail(f"{where}[{i}]", f"expected a finite time of 0 us or more, got {v!r:.40}")
+            raise _fail(
+                f"{where}[{i}]", f"expected a finite time of 0 us or more, got {describe(v)}"
+            )
         out.append(float(v))
     return tuple(out)
+
+
+# Runs per sample, steps per run, calibration runs: far past any real count (%%gpuprofile
+# takes --number up to 10**7), so a crafted file cannot turn every sample into ~0 us.
+MAX_COUNT = 2**31
 
 
 def _count(entry: Mapping[str, Any], name: str, default: int | None, low: int) -> int | None:
     value = entry.get(name, default)
     if value is None and default is None:
         return None
-    if type(value) is not int or value < low:
+    if type(value) is not int or not low <= value <= MAX_COUNT:
         raise _fail(
-            f"{PATH}.{name}", f"expected a whole number of {low} or more, got {value!r:.40}"
+            f"{PATH}.{name}",
+            f"expected a whole number from {low} to {MAX_COUNT:,}, got {describe(value)}",
         )
     return value
 
@@ -74,7 +83,7 @@ def timing_of(top: Mapping[str, Any]) -> TimingStats | None:
     for flag in ("once", "profiled"):
         value = entry.get(flag, False)
         if type(value) is not bool:
-            raise _fail(f"{PATH}.{flag}", f"expected true or false, got {value!r:.40}")
+            raise _fail(f"{PATH}.{flag}", f"expected true or false, got {describe(value)}")
         flags[flag] = value
     waited = entry.get("waited_fraction")
     if waited is not None and (

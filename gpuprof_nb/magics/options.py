@@ -309,6 +309,9 @@ def memsnap_options(parser: Any, line: str) -> tuple[MemsnapOptions, Publish]:
     if publish.save:
         # Before the cell runs, like --trace: a path that cannot be written is said now.
         problems.append(writable_problem(publish.save, "--save") or "")
+    if options.fit is not None:
+        # `--fit ''` was taken as no --fit at all, and `--fit class` as a variable.
+        problems.append(name_problem(options.fit, "--fit") or "")
     problems = [p for p in problems if p]
     if problems:
         raise UsageError(f"%%memsnap {problems[0]}")

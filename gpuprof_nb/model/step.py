@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The largest batch size anything here takes or predicts (a step of 2**31 samples is far
+# past any real one; largest_batch stops there too).
+MAX_BATCH_SIZE = 2**31
+
 # What a tag may say about a storage.
 TAG_CATEGORIES: tuple[str, ...] = ("parameter", "buffer", "gradient", "optimizer_state")
 

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.io.guards import check_writable, open_for_writing
+from gpuprof_nb.model.arguments import describe
 
 
 class Exporter(Protocol):
@@ -42,14 +44,41 @@ def _current() -> Exporter:
     return _exporter
 
 
-def _write(text: str, path: str | os.PathLike[str]) -> Path:
-    target = Path(path)
+def write_export(text: str, path: str | os.PathLike[str], what: str = "the export") -> Path:
+    """Write `text` (UTF-8) at `path`, creating its folder; return the path. A path that is
+    not a regular file (a FIFO, a directory, a device) is refused before opening: writing to
+    a FIFO waits for a reader forever. Every failure is a GpuprofError naming the path."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise GpuprofError(f"the path to write {what} to must be a string, got {describe(path)}")
+    target = Path(check_writable(path, what=what, error=GpuprofError))
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise GpuprofError(f"cannot write {target}: {exc.strerror or exc}") from None
+    with open_for_writing(target, what=what, error=GpuprofError) as out:
+        try:
+            out.write(text.encode("utf-8", "replace"))
+        except OSError as exc:
+            raise GpuprofError(f"cannot write {target}: {exc.strerror or exc}") from None
     return target
+
+
+# json.dumps indents each level by this much at most (an indent of 10**9 spaces would make
+# a report of a few kB take gigabytes).
+MAX_INDENT = 16
+
+
+def _check_indent(indent: Any) -> int | str | None:
+    if indent is None:
+        return None
+    if isinstance(indent, str) and len(indent) <= MAX_INDENT and not indent.strip():
+        return indent
+    if isinstance(indent, int) and not isinstance(indent, bool) and 0 <= indent <= MAX_INDENT:
+        return indent
+    raise GpuprofError(
+        f"to_json's indent must be None, 0 to {MAX_INDENT} spaces or a short whitespace "
+        f"string, got {describe(indent)}"
+    )
 
 
 class Exportable:
@@ -72,9 +101,9 @@ class Exportable:
     def to_json(self, path: str | os.PathLike[str] | None = None, *, indent: int = 2) -> str:
         """Return the record as JSON text (keys in a stable order); with `path`, also write
         it there."""
-        text = json.dumps(self.to_dict(), indent=indent, allow_nan=False) + "\n"
+        text = json.dumps(self.to_dict(), indent=_check_indent(indent), allow_nan=False) + "\n"
         if path is not None:
-            _write(text, path)
+            write_export(text, path, "the JSON export")
         return text
 
     def to_markdown(self, path: str | os.PathLike[str] | None = None) -> str:
@@ -82,7 +111,7 @@ class Exportable:
         (the headline, the findings, the full text folded); with `path`, also write it."""
         text = _current().markdown(self)
         if path is not None:
-            _write(text, path)
+            write_export(text, path, "the Markdown export")
         return text
 
     def log_to(

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.model.arguments import describe
+from gpuprof_nb.model.step import MAX_BATCH_SIZE
 from gpuprof_nb.results.memory import SiteBytes
 
 # The categories a peak is split into, in the order they are stacked.
@@ -32,6 +34,8 @@ CATEGORIES: tuple[str, ...] = (
     "other",
 )
 OVERHEAD = "allocator overhead"
+# The largest budget taken (1 EiB): more than any machine holds, and still exact in a float.
+MAX_BUDGET_BYTES = 2**60
 # Allowance, as a share of the peak, for allocation sizes that are not a line in the batch
 # size (what two recordings cannot show), reached at twice the recorded batch and beyond.
 CURVE_ALLOWANCE = 0.01
@@ -156,19 +160,17 @@ class BatchFit:
     notes: tuple[str, ...] = ()
 
     def _scale(self, batch_size: int, recorded_batch_size: int | None) -> tuple[float, int]:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-            raise GpuprofError(f"batch_size must be a whole number, got {batch_size!r}")
-        if batch_size < 1:
-            raise GpuprofError(f"batch_size must be at least 1, got {batch_size}")
+        batch_size = check_batch_size(batch_size, "batch_size")
+        if recorded_batch_size is not None:
+            recorded_batch_size = check_batch_size(recorded_batch_size, "recorded_batch_size")
         ref = self.batch_size if self.batch_size is not None else recorded_batch_size
         if ref is None:
             raise GpuprofError(
                 "this report does not know the batch size it was recorded at: pass "
                 "recorded_batch_size=..., or record with %%memsnap --fit VAR"
             )
-        if isinstance(ref, bool) or not isinstance(ref, (int, np.integer)) or ref < 1:
-            raise GpuprofError(f"recorded_batch_size must be a whole number >= 1, got {ref!r}")
-        return int(batch_size) / int(ref), int(ref)
+        ref = check_batch_size(ref, "recorded_batch_size")
+        return batch_size / ref, ref
 
     def _levels(self, x: float) -> np.ndarray:
         return self.fixed_bytes + self.scaling_bytes * x
@@ -239,6 +241,9 @@ class BatchFit:
         fits `budget_bytes` (with `conservative`, the top of its interval does); None when
         not even batch size 1 does; `limit` when the peak does not grow with the batch."""
         _, ref = self._scale(1, recorded_batch_size)
+        budget_bytes = check_budget(budget_bytes)
+        check_type_bool(conservative, "conservative")
+        limit = check_batch_size(limit, "limit")
         room = budget_bytes - self.overhead_bytes
 
         def fits(b: int) -> bool:
@@ -350,22 +355,32 @@ _UNITS = {
 
 
 def parse_bytes(text: str | int) -> int:
-    """Return a byte count from `8GiB`, `512 MiB`, `8e9`, `8GB` (10**9) or an int. Raises
-    ValueError saying what it expected."""
-    if isinstance(text, bool):
-        raise ValueError(f"{text!r} is not a number of bytes")
-    if isinstance(text, (int, np.integer)):
+    """Return a byte count from `8GiB`, `512 MiB`, `8e9`, `8GB` (10**9) or an int, more
+    than 0 and at most MAX_BUDGET_BYTES (1 EiB). Raises ValueError saying what it expected."""
+    if isinstance(text, (int, np.integer)) and not isinstance(text, bool):
         value = int(text)
-    else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    elif isinstance(text, float) and math.isfinite(text):
+        value = int(text) if text <= MAX_BUDGET_BYTES else MAX_BUDGET_BYTES + 1
+    elif isinstance(text, str) and len(text) <= 100:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", text)
         unit = m.group(2).lower() if m else ""
         if m is None or unit not in _UNITS:
             raise ValueError(
-                f"{text!r} is not a size; write e.g. 8GiB, 512MiB, 8GB (10**9) or bytes"
+                f"{describe(text)} is not a size; write e.g. 8GiB, 512MiB, 8GB (10**9) or bytes"
             )
-        value = int(float(m.group(1)) * _UNITS[unit])
+        number = float(m.group(1)) * _UNITS[unit]
+        # Past the cap (an exponent of 400 is inf), said below without converting it.
+        value = int(number) if number <= MAX_BUDGET_BYTES else MAX_BUDGET_BYTES + 1
+    else:
+        raise ValueError(
+            f"{describe(text)} is not a size; pass bytes (an int) or a string such as '8GiB'"
+        )
     if value <= 0:
-        raise ValueError(f"{text!r}: a budget must be more than 0 bytes")
+        raise ValueError(f"{describe(text)}: a budget must be more than 0 bytes")
+    if value > MAX_BUDGET_BYTES:
+        raise ValueError(
+            f"{describe(text)}: a budget must be at most 1 EiB ({MAX_BUDGET_BYTES:,} bytes)"
+        )
     return value
 
 
@@ -375,3 +390,29 @@ def budget_bytes(value: int | str) -> int:
         return parse_bytes(value)
     except ValueError as e:
         raise GpuprofError(f"budget: {e}") from None
+
+
+# What largest_batch checks its budget with (its parameter is named budget_bytes too).
+check_budget = budget_bytes
+
+
+def check_batch_size(value: Any, name: str) -> int:
+    """Return `value` as an int batch size from 1 to MAX_BATCH_SIZE (2**31; a numpy integer
+    is one); GpuprofError naming `name` otherwise (a bool, a float, NaN, 0, 10**30)."""
+    if isinstance(value, np.integer):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise GpuprofError(f"{name} must be a whole number of samples, got {describe(value)}")
+    if not 1 <= value <= MAX_BATCH_SIZE:
+        raise GpuprofError(
+            f"{name} must be a whole number of at least 1 and at most {MAX_BATCH_SIZE:,}, "
+            f"got {describe(value)}"
+        )
+    return value
+
+
+def check_type_bool(value: Any, name: str) -> bool:
+    """Return `value` when it is True or False; GpuprofError naming `name` otherwise."""
+    if not isinstance(value, bool):
+        raise GpuprofError(f"{name} must be True or False, got {describe(value)}")
+    return value

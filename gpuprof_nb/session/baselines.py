@@ -24,8 +24,10 @@ from typing import Any
 
 from gpuprof_nb.analysis.report import count_steps_per_run
 from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.io.guards import loads_json, open_for_writing, open_regular
 from gpuprof_nb.io.timing import timing_dict, timing_of
 from gpuprof_nb.io.trace import load_trace
+from gpuprof_nb.model.arguments import describe
 from gpuprof_nb.render.records import headline
 from gpuprof_nb.results.report import ProfileReport
 from gpuprof_nb.session.analyze import analyze
@@ -42,6 +44,10 @@ def baseline_directory(directory: str | os.PathLike[str] | None = None) -> Path:
     """Return where baselines live: `directory`, else $GPUPROF_BASELINES, else
     .gpuprof/baselines."""
     if directory is not None:
+        if not isinstance(directory, (str, os.PathLike)) or "\x00" in os.fspath(directory):
+            raise GpuprofError(
+                f"the baselines' directory must be a folder's path, got {describe(directory)}"
+            )
         return Path(directory)
     env = os.environ.get(ENV, "").strip()
     return Path(env) if env else DEFAULT_DIRECTORY
@@ -52,7 +58,7 @@ def check_name(name: object) -> str:
     starting with a dot, at most 100 characters); GpuprofError otherwise."""
     if not isinstance(name, str) or not _NAME.fullmatch(name) or name.endswith(".trace"):
         raise GpuprofError(
-            f"baseline name {name!r} is not usable: use letters, digits, '.', '_' and '-' "
+            f"baseline name {describe(name)} is not usable: use letters, digits, '.', '_' and '-' "
             "(not first), at most 100 characters, e.g. train-step"
         )
     return name
@@ -119,21 +125,35 @@ def save_baseline(
             os.replace(where / f".{trace_name}.partial", where / trace_name)
         target = where / f"{name}.json"
         partial = where / f".{name}.json.partial"
-        partial.write_text(json.dumps(record, indent=2, allow_nan=False) + "\n", "utf-8")
+        text = json.dumps(record, indent=2, allow_nan=False) + "\n"
+        with open_for_writing(partial, what=f"baseline {name}", error=GpuprofError) as out:
+            out.write(text.encode("utf-8", "surrogatepass"))
         os.replace(partial, target)
     except OSError as exc:
         raise GpuprofError(f"cannot write baseline {name} in {where}: {exc}") from None
     return target
 
 
+# Far more than a baseline's record holds (its timed samples: a few kB).
+MAX_RECORD_BYTES = 64 << 20
+
+
 def _read(path: Path, name: str) -> Mapping[str, Any]:
+    again = f"save it again with `gpuprof baseline save {name} TRACE`"
+    f, st = open_regular(path, what=f"baseline {name}'s record ({again})", error=GpuprofError)
+    with f:
+        if st.st_size > MAX_RECORD_BYTES:
+            raise GpuprofError(
+                f"{path}: {st.st_size:,} bytes, far more than a baseline's record holds; {again}"
+            )
+        try:
+            raw = f.read()
+        except OSError as exc:
+            raise GpuprofError(f"{path}: cannot read baseline {name} ({exc}); {again}") from None
     try:
-        record = json.loads(path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise GpuprofError(
-            f"{path}: cannot read baseline {name} ({exc}); save it again with "
-            f"`gpuprof baseline save {name} TRACE`"
-        ) from None
+        record = loads_json(raw, f"{path}: cannot read baseline {name}", GpuprofError)
+    except GpuprofError as exc:
+        raise GpuprofError(f"{exc} {again[0].upper()}{again[1:]}.") from None
     if not isinstance(record, Mapping) or record.get("schema") != SCHEMA:
         raise GpuprofError(f"{path}: not a gpuprof_nb baseline (no schema {SCHEMA!r})")
     if record.get("schema_version") != SCHEMA_VERSION:
@@ -149,7 +169,11 @@ def baseline_names(directory: str | os.PathLike[str] | None = None) -> list[str]
     where = baseline_directory(directory)
     if not where.is_dir():
         return []
-    return sorted(p.name[: -len(".json")] for p in where.glob("*.json") if _NAME.fullmatch(p.stem))
+    return sorted(
+        p.name[: -len(".json")]
+        for p in where.glob("*.json")
+        if _NAME.fullmatch(p.stem) and p.is_file()
+    )
 
 
 def baseline_info(name: str, directory: str | os.PathLike[str] | None = None) -> Mapping[str, Any]:

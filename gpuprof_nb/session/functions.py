@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.model.arguments import describe
 from gpuprof_nb.results.report import ProfileReport
 
 # The most timed samples a call may ask for (each is a run, or a block of runs).
@@ -19,7 +20,7 @@ MAX_REPEAT = 10_000
 def _count(name: str, value: object, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_REPEAT:
         raise GpuprofError(
-            f"{name} must be a whole number from {low} to {MAX_REPEAT}, got {value!r}"
+            f"{name} must be a whole number from {low} to {MAX_REPEAT}, got {describe(value)}"
         )
     return value
 
@@ -45,6 +46,8 @@ def profile_function(
         warmup = _count("warmup", warmup, 0)
     if number is not None:
         number = _count("number", number, 1)
+    if not isinstance(profile, bool):
+        raise GpuprofError(f"profile must be True or False, got {describe(profile)}")
     # torch is imported here, not with the package: a script that never profiles never
     # pays for it.
     from gpuprof_nb.capture import device

@@ -270,3 +270,18 @@ def test_a_difference_in_ops_both_sides_ran_alike_looks_like_noise() -> None:
     assert c.changes and all(r.calls_before == r.calls_after for r in c.changes)
     assert any("looks like noise" in n for n in c.notes), c.notes
     assert "looks like noise" in c.text()
+
+
+def test_one_or_two_outliers_do_not_make_a_tight_change_noise() -> None:
+    # Measured: a 41 us step timed in ten blocks, two of them slow (219 us), against the
+    # planted 13x slowdown; the interval of the medians is tight.
+    before = [41.6, 41.6, 41.7, 41.7, 41.8, 41.8, 41.9, 42.8, 218.8, 219.2]
+    after = [542.2, 542.9, 544.1, 544.6, 545.3, 545.6, 552.0, 559.7, 573.1, 602.0]
+    v = timing_verdict(before, after)
+    assert v is not None and v.kind == "slower", v.why
+    assert v.spread_before == pytest.approx(219.2 / 41.6)  # the full spread is still shown
+    # Ten samples spread wide throughout stay noise for a change they cover.
+    wide = [10.0 * 3.0 ** (i / 9) for i in range(10)]
+    v = timing_verdict(wide, [w * 2.5 for w in wide[::-1]])
+    assert v is not None and v.kind == "no clear change", v
+    assert "middle half" in v.why

@@ -118,3 +118,151 @@ def test_the_ladder_checks_its_arguments_before_running(hostile) -> None:
         )
     )
     hostile(cases, prelude=LADDER, seconds=300)
+
+
+FIT = DATA / "fit"
+NEWER = f"""
+import math
+import os
+import numpy as np
+from gpuprof_nb import (
+    analyze, analyze_batches, analyze_memory, compare, load_baseline, load_snapshot,
+    load_trace, profile_function, save_baseline,
+)
+from gpuprof_nb.analysis.gate import regression_gate
+TRACE = load_trace({str(TRACE)!r})
+REPORT = analyze(TRACE)
+SNAP = load_snapshot({str(SNAPSHOT)!r})
+B8 = load_snapshot({str(FIT / "tiny_b8.pickle")!r})
+B4 = load_snapshot({str(FIT / "tiny_b4.pickle")!r})
+FIT = analyze_memory(B8)
+NOFIT = analyze_memory(SNAP)
+COMPARISON = compare(REPORT, REPORT)
+os.mkfifo("fifo.json")
+os.mkdir("folder")
+DEEP = []
+_x = DEEP
+for _ in range(100_000):
+    _x.append([])
+    _x = _x[0]
+"""
+
+
+def test_arguments_added_since_are_checked(hostile) -> None:
+    """Will it fit, analyze_batches, exports, the regression gate, named baselines and
+    profile_function: each wrong argument is the library's own error (fails on main: raw
+    OverflowError, TypeError, RecursionError, hangs on FIFOs, and silent accepts)."""
+    refused = {
+        # will it fit: batch sizes and budgets
+        "predict-nan": "FIT.predict(math.nan)",
+        "predict-float": "FIT.predict(1.5)",
+        "predict-zero": "FIT.predict(0)",
+        "predict-bool": "FIT.predict(True)",
+        "predict-10**30": "FIT.predict(10**30)",
+        "predict-10**400": "FIT.predict(10**400)",
+        "predict-recorded-bool": "FIT.predict(8, recorded_batch_size=True)",
+        "predict-recorded-zero": "NOFIT.predict(8, recorded_batch_size=0)",
+        "largest-text": "FIT.largest_batch('lots')",
+        "largest-1e400": "FIT.largest_batch('1e400GiB')",
+        "largest-10**30": "FIT.largest_batch(10**30)",
+        "largest-negative": "FIT.largest_batch(-5)",
+        "largest-nan": "FIT.largest_batch(math.nan)",
+        "largest-inf": "FIT.largest_batch(math.inf)",
+        "largest-list": "FIT.largest_batch([1])",
+        "largest-deep": "FIT.largest_batch(DEEP)",
+        "largest-bytes": "FIT.largest_batch(b'8GiB')",
+        "largest-conservative": "FIT.largest_batch('8GiB', conservative='no')",
+        "plan-1e400": "FIT.checkpoint_plan('1e400GiB')",
+        "plan-10**400": "FIT.checkpoint_plan(10**400)",
+        "plan-deep": "FIT.checkpoint_plan(DEEP)",
+        "plan-batch-float": "FIT.checkpoint_plan('8GiB', batch_size=1.5)",
+        "plan-batch-10**30": "FIT.checkpoint_plan('8GiB', batch_size=10**30)",
+        "plan-batch-bool": "FIT.checkpoint_plan('8GiB', batch_size=True)",
+        "batches-none": "analyze_batches(B8, None, B4, 4)",
+        "batches-float": "analyze_batches(B8, 8.5, B4, 4)",
+        "batches-10**30": "analyze_batches(B8, 10**30, B4, 4)",
+        "batches-other-size-0": "analyze_batches(B8, 8, B4, 0)",
+        "batches-same": "analyze_batches(B8, 8, B4, 8)",
+        "batches-other-path": "analyze_batches(B8, 8, 'x.pickle', 4)",
+        "batches-budget-text": "analyze_batches(B8, 8, B4, 4, budget_bytes='x')",
+        "batches-budget-nan": "analyze_batches(B8, 8, B4, 4, budget_bytes=math.nan)",
+        "batches-budget-negative": "analyze_batches(B8, 8, B4, 4, budget_bytes=-1)",
+        "batches-variable": "analyze_batches(B8, 8, B4, 4, variable=5)",
+        # exports
+        "json-fifo": "REPORT.to_json('fifo.json')",
+        "markdown-fifo": "REPORT.to_markdown('fifo.json')",
+        "json-folder": "REPORT.to_json('folder')",
+        "json-number": "REPORT.to_json(5)",
+        "json-nul": "REPORT.to_json('a\\x00b')",
+        "json-indent-huge": "REPORT.to_json(indent=10**9)",
+        "json-indent-text": "REPORT.to_json(indent='x')",
+        "memory-json-fifo": "FIT.to_json('fifo.json')",
+        "comparison-markdown-fifo": "COMPARISON.to_markdown('fifo.json')",
+        "log-prefix": "REPORT.log_to(object(), prefix=5)",
+        "log-step": "REPORT.log_to(object(), step=-1)",
+        "tensorboard-step": "REPORT.to_tensorboard(object(), step=math.nan)",
+        # the regression gate
+        "gate-none": "regression_gate(None)",
+        "gate-fail-on": "regression_gate(COMPARISON, fail_on='never')",
+        "gate-fail-on-deep": "regression_gate(COMPARISON, fail_on=DEEP)",
+        "gate-threshold": "regression_gate(COMPARISON, threshold=math.nan)",
+        # named baselines
+        "baseline-name": "save_baseline(5, REPORT)",
+        "baseline-name-climbs": "save_baseline('../x', REPORT, directory='b')",
+        "baseline-directory-number": "save_baseline('a', REPORT, directory=5)",
+        "baseline-directory-fifo": "save_baseline('a', REPORT, directory='fifo.json')",
+        "baseline-source-fifo": "save_baseline('a', 'fifo.json', directory='b')",
+        "baseline-source-memory": "save_baseline('a', FIT, directory='b')",
+        "load-baseline-directory": "load_baseline('a', directory=5)",
+        "load-baseline-nul": "load_baseline('a', directory='a\\x00')",
+        # profile_function
+        "profile-flag": "profile_function(lambda: None, repeat=1, profile='no')",
+        "profile-repeat": "profile_function(lambda: None, repeat=1.5)",
+        "profile-repeat-huge": "profile_function(lambda: None, repeat=10**9)",
+        "profile-not-callable": "profile_function(DEEP)",
+        # load_trace's capture
+        "capture-number": "load_trace({TRACE!r}, capture=5)",
+        "capture-fifo": "load_trace({TRACE!r}, capture='fifo.json')",
+    }
+    cases = [
+        Case(name, f"result = {call}".replace("{TRACE!r}", repr(str(TRACE))), "refuse")
+        for name, call in refused.items()
+    ]
+    cases += [
+        Case(
+            "predict-ok",
+            "result = FIT.predict(np.int64(16))",
+            "accept",
+            check="result.batch_size == 16",
+        ),
+        Case(
+            "largest-float-ok",
+            "result = FIT.largest_batch(1.5e9)",
+            "accept",
+            check="result is None or result >= 1",
+        ),
+        Case(
+            "largest-size-ok",
+            "result = FIT.largest_batch('8GiB')",
+            "accept",
+            check="result is None or result >= 1",
+        ),
+        Case(
+            "batches-ok",
+            "result = analyze_batches(B8, 8, B4, 4, budget_bytes='1MiB')",
+            "accept",
+            check="result.fit is not None",
+        ),
+        Case(
+            "json-ok",
+            "result = REPORT.to_json('out/r.json', indent=1)",
+            "accept",
+            check="os.path.isfile('out/r.json')",
+        ),
+        Case(
+            "baseline-ok",
+            "result = load_baseline('a', save_baseline('a', REPORT, directory='b').parent)",
+            "accept",
+        ),
+    ]
+    hostile(cases, prelude=NEWER)

@@ -56,6 +56,29 @@ def test_options_are_checked_before_the_cell_runs(hostile, tmp_path: Path) -> No
         _refused("save-dir", f"mem('--save {tmp_path}')", "directory"),
         _refused("baseline-keyword", "gp('--baseline None')", "keyword"),
     ]
+    # Will it fit's options (issue 37): sizes past any machine, variables that cannot be.
+    ip_ns = "ip.user_ns"
+    cases += [
+        _refused("budget-1e400", "mem('--budget 1e400GiB')", "at most"),
+        _refused("budget-digits", "mem('--budget ' + '9' * 400)"),
+        _refused("budget-zero", "mem('--budget 0')"),
+        _refused("budget-text", "mem('--budget lots')"),
+        _refused("budget-nan", "mem('--budget nan')"),
+        _refused("apply-without-budget", "mem('--apply')"),
+        _refused("fit-empty", "mem(\"--fit ''\", 'ran += 1; x = b')"),
+        _refused("fit-keyword", "mem('--fit class', 'ran += 1')", "keyword"),
+        _refused("fit-undefined", "mem('--fit nope', 'ran += 1; x = nope')"),
+        _refused(
+            "fit-huge-value",
+            f"{ip_ns}.__setitem__('b', 10**30) or mem('--fit b', 'ran += 1; x = b')",
+            "at most",
+        ),
+        _refused(
+            "fit-float-value",
+            f"{ip_ns}.__setitem__('b', 8.0) or mem('--fit b', 'ran += 1; x = b')",
+        ),
+        _refused("fit-with-repeat", "mem('--fit b --repeat 2', 'ran += 1; x = b')"),
+    ]
     for name in ("None", "class", "True", "lambda", "1x", "a-b"):
         cases.append(_refused(f"gp-o-{name}", f"gp('-o {name}')"))
         cases.append(_refused(f"mem-o-{name}", f"mem('-o {name}')"))
