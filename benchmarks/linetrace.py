@@ -227,7 +227,7 @@ KERNEL_SETUP = """
 import json, time, torch
 torch.set_num_threads({threads})
 %load_ext gpuprof_nb
-import gpuprof_nb.capture.session as _session
+import gpuprof_nb.capture.samplers as _session
 from gpuprof_nb.capture.sampling import LineSampler
 _exact = _session.line_recorder
 x = torch.randn(64, 64)

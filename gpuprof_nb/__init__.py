@@ -21,21 +21,21 @@ from gpuprof_nb.version import __version__ as __version__
 
 _LAZY: dict[str, tuple[str, str]] = {
     "load_trace": ("gpuprof_nb.io.trace", "load_trace"),
-    "analyze": ("gpuprof_nb.analysis.report", "analyze"),
-    "compare": ("gpuprof_nb.analysis.compare", "compare"),
+    "analyze": ("gpuprof_nb.session.analyze", "analyze"),
+    "compare": ("gpuprof_nb.session.analyze", "compare"),
     "Comparison": ("gpuprof_nb.results.compare", "Comparison"),
     "ProfileReport": ("gpuprof_nb.results.report", "ProfileReport"),
     "diagnose": ("gpuprof_nb.analysis.diagnose", "diagnose"),
     "load_snapshot": ("gpuprof_nb.io.snapshot", "load_snapshot"),
-    "analyze_memory": ("gpuprof_nb.analysis.report", "analyze_memory"),
-    "analyze_batches": ("gpuprof_nb.analysis.report", "analyze_batches"),
+    "analyze_memory": ("gpuprof_nb.session.analyze", "analyze_memory"),
+    "analyze_batches": ("gpuprof_nb.session.analyze", "analyze_batches"),
     "MemoryReport": ("gpuprof_nb.results.report", "MemoryReport"),
     "measure_ceilings": ("gpuprof_nb.capture.device", "measure_ceilings"),
-    "analyze_run": ("gpuprof_nb.runs", "analyze_run"),
+    "analyze_run": ("gpuprof_nb.session.runs", "analyze_run"),
     "RunReport": ("gpuprof_nb.results.run", "RunReport"),
-    "profile_function": ("gpuprof_nb.functions", "profile_function"),
-    "save_baseline": ("gpuprof_nb.baselines", "save_baseline"),
-    "load_baseline": ("gpuprof_nb.baselines", "load_baseline"),
+    "profile_function": ("gpuprof_nb.session.functions", "profile_function"),
+    "save_baseline": ("gpuprof_nb.session.baselines", "save_baseline"),
+    "load_baseline": ("gpuprof_nb.session.baselines", "load_baseline"),
 }
 
 __all__ = [
@@ -64,18 +64,17 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from gpuprof_nb.analysis.compare import compare
     from gpuprof_nb.analysis.diagnose import diagnose
-    from gpuprof_nb.analysis.report import analyze, analyze_batches, analyze_memory
-    from gpuprof_nb.baselines import load_baseline, save_baseline
     from gpuprof_nb.capture.device import measure_ceilings
-    from gpuprof_nb.functions import profile_function
     from gpuprof_nb.io.snapshot import load_snapshot
     from gpuprof_nb.io.trace import load_trace
     from gpuprof_nb.results.compare import Comparison
     from gpuprof_nb.results.report import MemoryReport, ProfileReport
     from gpuprof_nb.results.run import RunReport
-    from gpuprof_nb.runs import analyze_run
+    from gpuprof_nb.session.analyze import analyze, analyze_batches, analyze_memory, compare
+    from gpuprof_nb.session.baselines import load_baseline, save_baseline
+    from gpuprof_nb.session.functions import profile_function
+    from gpuprof_nb.session.runs import analyze_run
 
 
 def __getattr__(name: str) -> Any:
@@ -107,8 +106,10 @@ class _Renderer:
 
     def widget(self, obj: object) -> Any:
         from gpuprof_nb.render.display import widget
+        from gpuprof_nb.session.analyze import ops_resort
 
-        return widget(obj)
+        resort = ops_resort(obj)
+        return widget(obj, resort=resort) if resort is not None else widget(obj)
 
 
 _display.use_renderer(_Renderer())

@@ -8,7 +8,8 @@ before/after verdict outside the notebook, for scripts and CI jobs.
 
 Exit codes: 0 no regression, 1 regression, 2 bad input (one line on stderr, no traceback),
 3 the noise covers the difference (retry, or take more samples). Glue only: parsing, reading
-files through files.py and baselines.py, and printing what the render layer writes.
+files through the session (session/files.py, session/runs.py, session/baselines.py), and
+printing what the render layer writes.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def _fraction(text: str) -> float:
         value = float(raw[:-1].strip()) / 100.0 if raw.endswith("%") else float(raw)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a threshold like 5% or 0.05") from None
-    from gpuprof_nb.analysis.gate import check_threshold
+    from gpuprof_nb.session.analyze import check_threshold
 
     try:
         return check_threshold(value)
@@ -327,26 +328,23 @@ def _executor(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def _report(args: argparse.Namespace, out: TextIO) -> int:
-    from gpuprof_nb.files import file_kind
     from gpuprof_nb.render.terminal import Activity, TerminalProgress
+    from gpuprof_nb.session.files import file_kind
 
     sources: list[str] = list(args.sources)
     kinds = [file_kind(s) for s in sources]
     if len(sources) == 1 and kinds[0] != "directory":
         source = sources[0]
-        from gpuprof_nb.analysis.report import analyze, analyze_memory
+        from gpuprof_nb.session.analyze import analyze, analyze_memory
+        from gpuprof_nb.session.files import load_snapshot, load_trace
 
         if kinds[0] == "snapshot":
-            from gpuprof_nb.io.snapshot import load_snapshot
-
             with Activity(f"loading {source} ({_size(source)})", enabled=not args.quiet):
                 snapshot = load_snapshot(source)
             with Activity("analysing", enabled=not args.quiet):
                 result: Any = analyze_memory(snapshot)
             _emit(result, args, f"gpuprof_nb memory report: {Path(source).name}", out)
             return EXIT_PASS
-        from gpuprof_nb.io.trace import load_trace
-
         with Activity(f"loading {source} ({_size(source)})", enabled=not args.quiet):
             trace = load_trace(source)
         with Activity("analysing", enabled=not args.quiet):
@@ -361,7 +359,7 @@ def _report(args: argparse.Namespace, out: TextIO) -> int:
         )
     if len(sources) > 1 and "directory" in kinds:
         raise GpuprofError("give one directory of rank traces, or several trace files, not both")
-    from gpuprof_nb.runs import _sources, analyze_run
+    from gpuprof_nb.session.runs import _sources, analyze_run
 
     items = _sources(sources[0] if len(sources) == 1 else sources)
     executor, close = _executor(args)
@@ -378,15 +376,14 @@ def _report(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _compare(args: argparse.Namespace, out: TextIO) -> int:
-    from gpuprof_nb.analysis.compare import compare
-    from gpuprof_nb.analysis.gate import regression_gate
-    from gpuprof_nb.files import load_trace_report
     from gpuprof_nb.render.terminal import Activity
     from gpuprof_nb.results.compare import COMPARE_NOISE_FLOOR
+    from gpuprof_nb.session.analyze import compare, regression_gate
+    from gpuprof_nb.session.files import load_trace_report
 
     sides: list[str] = list(args.sides)
     if args.baseline is not None:
-        from gpuprof_nb.baselines import load_baseline
+        from gpuprof_nb.session.baselines import load_baseline
 
         if len(sides) != 1:
             raise GpuprofError(
@@ -426,7 +423,7 @@ def _compare(args: argparse.Namespace, out: TextIO) -> int:
 def _baseline(args: argparse.Namespace, out: TextIO) -> int:
     import json
 
-    from gpuprof_nb import baselines
+    from gpuprof_nb.session import baselines
 
     if args.action == "save":
         from gpuprof_nb.render.terminal import Activity

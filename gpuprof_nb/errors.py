@@ -17,3 +17,13 @@ class SnapshotFormatError(GpuprofError):
 
 class CaptureError(GpuprofError):
     """Recording a cell (timing, profiler, memory history) failed for a reason of ours."""
+
+
+class OptionError(GpuprofError):
+    """An option of a run that cannot be used: `option` names it (`--fit`), the message
+    says why. The magics turn it into IPython's UsageError."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"{option}: {message}" if option else message)
+        self.option = option
+        self.reason = message

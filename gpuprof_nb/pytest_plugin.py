@@ -98,17 +98,21 @@ class PerfCheck:
         profile: bool = True,
         **kwargs: Any,
     ) -> Any:
-        """Profile `fn(*args, **kwargs)` (gpuprof_nb.functions.profile_function) and compare
+        """Profile `fn(*args, **kwargs)` (gpuprof_nb.session.functions.profile_function) and compare
         it with the baseline `name`; fail the test on a regression with the verdict's text.
         `threshold`: the fraction of change called real (default: the library's 20% noise
         floor; lower it only on a quiet, dedicated machine). Returns the Comparison."""
-        from gpuprof_nb.analysis.compare import compare
-        from gpuprof_nb.analysis.gate import check_threshold, regression_gate
-        from gpuprof_nb.baselines import baseline_names, check_name, load_baseline, save_baseline
         from gpuprof_nb.errors import GpuprofError
-        from gpuprof_nb.functions import profile_function
         from gpuprof_nb.model.arguments import describe
         from gpuprof_nb.results.compare import COMPARE_NOISE_FLOOR
+        from gpuprof_nb.session.analyze import check_threshold, compare, regression_gate
+        from gpuprof_nb.session.baselines import (
+            baseline_names,
+            check_name,
+            load_baseline,
+            save_baseline,
+        )
+        from gpuprof_nb.session.functions import profile_function
 
         try:
             check_name(name)

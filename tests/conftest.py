@@ -40,14 +40,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def cpu_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """The magics take their CPU path even where torch sees a GPU: for tests about that
     path (wall-clock timing a fake clock can drive, the CPU memory fallback that records
-    CPU tensors). Patches the hooks the capture code asks, not torch.cuda.is_available:
-    session's answer is cached per process, and torch itself keeps seeing the GPU. A hook
+    CPU tensors). Patches the hook the capture code asks, not torch.cuda.is_available:
+    its answer is cached per process, and torch itself keeps seeing the GPU. A hook
     renamed in the product fails here (monkeypatch raises) instead of silently not
     applying. The ladder needs none of this: its tests pass device="cpu"."""
-    from gpuprof_nb.capture import memory, session
+    from gpuprof_nb.capture import device
 
-    monkeypatch.setattr(session, "_cuda_available", lambda: False)
-    monkeypatch.setattr(memory, "cuda_available", lambda: False)
+    monkeypatch.setattr(device, "cuda_available", lambda: False)
 
 
 @pytest.fixture(scope="session")

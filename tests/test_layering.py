@@ -76,34 +76,29 @@ def test_blocking_really_blocks() -> None:
 # The direction of every import, those inside functions too.
 
 # Layers from the bottom up. A module may import modules of its own layer (no cycles) and
-# of layers below it, never above: render and capture are siblings, so neither imports the
-# other; the magics (IPython glue) sit on top; the package root and the deprecated shims
-# above everything.
+# of layers below it, never above nor sideways: analysis and render are siblings (render
+# draws the results and never calls analysis, analysis never renders), and so are capture
+# and those two (capture imports no analysis); the session runs them and the magics (IPython
+# glue) sit on top; the package root above everything.
 LAYERS: dict[str, int] = {
     "errors": 0,
     "version": 0,
+    "gcpause": 0,
     "model": 1,
     "io": 2,
     "results": 3,
     "analysis": 4,
-    "render": 5,
-    "capture": 5,
+    "render": 4,
+    "capture": 4,
     "ladder": 6,
-    "runs": 6,
-    "files": 6,
-    "functions": 6,
-    "baselines": 7,
+    "session": 6,
     "cli": 8,
     "pytest_plugin": 8,
     "magics": 7,
-    "memsnap_magic": 7,
-    "memsnap_fit": 7,
-    "report": 9,
-    "memory_report": 9,
     "__main__": 9,
     "": 9,
 }
-GLUE = {"magics", "memsnap_magic", "memsnap_fit"}
+GLUE = {"magics"}
 
 
 def _module_name(path: Path) -> str:
@@ -201,3 +196,32 @@ def test_the_checks_catch_what_they_look_for() -> None:
     assert cycles(graph) == [
         ["gpuprof_nb.analysis.a", "gpuprof_nb.analysis.b", "gpuprof_nb.analysis.a"]
     ]
+
+
+# Pairs the layer numbers alone would allow but the architecture rules out: analysis works
+# on models, never files (io reads them, the session hands the models over).
+FORBIDDEN: frozenset[tuple[str, str]] = frozenset({("analysis", "io")})
+
+
+def forbidden_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, imported) pairs whose layers FORBIDDEN rules out."""
+    return sorted(
+        (module, target)
+        for module, targets in graph.items()
+        for target in targets
+        if (_layer(module), _layer(target)) in FORBIDDEN
+    )
+
+
+def test_capture_analysis_render_and_io_keep_apart() -> None:
+    # Capture imports no analysis, analysis no io, render no analysis (issue 34).
+    graph = import_graph()
+    assert forbidden_imports(graph) == []
+    for importer, imported in (("capture", "analysis"), ("render", "analysis")):
+        assert LAYERS[importer] <= LAYERS[imported], (importer, imported)
+    fake = {
+        "gpuprof_nb.analysis.a": {"gpuprof_nb.io.trace"},
+        "gpuprof_nb.render.b": {"gpuprof_nb.analysis.a"},
+    }
+    assert forbidden_imports(fake) == [("gpuprof_nb.analysis.a", "gpuprof_nb.io.trace")]
+    assert upward_imports(fake) == [("gpuprof_nb.render.b", "gpuprof_nb.analysis.a")]

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 import gpuprof_nb
-from gpuprof_nb import runs
-from gpuprof_nb.analysis.run import combine, summarize_path
+from gpuprof_nb.analysis.run import combine
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.results.report import ProfileReport
+from gpuprof_nb.session import runs
+from gpuprof_nb.session.runs import summarize_path
 
 GLOO = Path(__file__).parent / "data" / "gloo_run"
 SLOW = GLOO / "slow_rank1"

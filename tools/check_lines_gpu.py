@@ -83,7 +83,7 @@ def planted_gpu_cell(rounds: int, device: str = "cuda") -> bool:
     import torch
 
     from gpuprof_nb.analysis.report import analyze
-    from gpuprof_nb.capture.session import line_recorder
+    from gpuprof_nb.capture.samplers import line_recorder
     from gpuprof_nb.io.trace import trace_from_dict
 
     cuda = device == "cuda"

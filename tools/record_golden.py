@@ -2,14 +2,14 @@
 tests/data/golden/reports.golden.xz; tests/test_golden_reports.py checks that the package
 still renders exactly that, and shows a line diff where it does not.
 
-What is recorded, per input: the ProfileReport (`analyze(load_trace(path))`) or MemoryReport
-(`analyze_memory(load_snapshot(path))`) bundle, and the bundles of the results it holds
-(ops, kernels, timeline, roofline, diagnosis), each as its full text and its HTML in a form
-a diff can show (`readable_html`: one tag per line; the report's shared <style> and each
-base64 data URI as a SHA-256, since the style is code and each image is drawn from the inline
-SVG beside it). xz keeps the file small: the parts repeat the report's sections. Inputs: the
-traces in ../shared/traces (when present) and in tests/data, the snapshots in
-tests/data/snapshots.
+What is recorded, per input: the ProfileReport (`gpuprof_nb.analyze(load_trace(path))`) or
+MemoryReport (`gpuprof_nb.analyze_memory(load_snapshot(path))`) bundle, and the bundles of
+the results it holds (ops, kernels, timeline, roofline, diagnosis), each as its full text
+and its HTML in a form a diff can show (`readable_html`: one tag per line; the report's
+shared <style> and each base64 data URI as a SHA-256, since the style is code and each image
+is drawn from the inline SVG beside it). xz keeps the file small: the parts repeat the
+report's sections. Inputs: the traces in ../shared/traces (when present) and in tests/data,
+the snapshots in tests/data/snapshots.
 
 Record again (and review the diff) only when a change of output is intended:
 
@@ -74,9 +74,8 @@ def _entry(bundle: dict[str, Any]) -> dict[str, str]:
 
 def render_all(kind: str, path: Path) -> dict[str, dict[str, str]]:
     """Return {part: {text, html}} for one input."""
-    from gpuprof_nb.analysis.report import analyze, analyze_memory
-    from gpuprof_nb.io.snapshot import load_snapshot
-    from gpuprof_nb.io.trace import load_trace
+    # The public road, as users take it (gpuprof_nb.analyze and friends: session/analyze.py).
+    from gpuprof_nb import analyze, analyze_memory, load_snapshot, load_trace
 
     if kind == "snapshot":
         report: Any = analyze_memory(load_snapshot(path))

@@ -28,7 +28,9 @@ from typing import Any
 import numpy as np
 
 from gpuprof_nb.analysis.derived import (
+    TraceIndex,
     codes_of,
+    index_of,
     kernel_columns,
     memo,
     op_columns,
@@ -69,10 +71,12 @@ class _Node:
     total_host: float = 0.0
 
 
-def _host_ranges(trace: Trace) -> list[Op]:
+def _host_ranges(trace: Trace | TraceIndex) -> list[Op]:
     # Only the ops that are not torch ops (the op columns hold those) can be ranges.
+    ix = index_of(trace)
+    trace = ix.trace
     others = np.ones(len(trace.ops), dtype=bool)
-    others[op_columns(trace).positions] = False
+    others[op_columns(ix).positions] = False
     ops = trace.ops
     return [
         o
@@ -103,18 +107,20 @@ def _nest(ranges: Sequence[Op]) -> tuple[list[int], dict[tuple[Any, Any], np.nda
 
 
 def _launched_in(
-    trace: Trace, ranges: Sequence[Op], ordered: dict[tuple[Any, Any], np.ndarray]
+    trace: Trace | TraceIndex, ranges: Sequence[Op], ordered: dict[tuple[Any, Any], np.ndarray]
 ) -> np.ndarray:
     """Return, per activity in trace.kernels, the innermost host range (index into `ranges`)
     of its launch call's thread open at the call's start, -1 when none is."""
+    ix = index_of(trace)
+    trace = ix.trace
     out = np.full(len(trace.kernels), -1, dtype=np.intp)
-    calls = launch_calls(trace)
+    calls = launch_calls(ix)
     has = np.flatnonzero(calls >= 0)
     if not len(has) or not ranges:
         return out
-    codes, pairs = runtime_threads(trace)
+    codes, pairs = runtime_threads(ix)
     call_thread = codes[calls[has]]
-    call_start = runtime_starts(trace)[calls[has]]
+    call_start = runtime_starts(ix)[calls[has]]
     for code, pair in enumerate(pairs):
         members = ordered.get(pair)
         if members is None:
@@ -135,9 +141,10 @@ def _launched_in(
 class _StreamKernels:
     """The activities of each (device, stream), by start, with cumulative durations."""
 
-    def __init__(self, trace: Trace) -> None:
-        kc = kernel_columns(trace)
-        streams = kernel_streams(trace)
+    def __init__(self, trace: Trace | TraceIndex) -> None:
+        ix = index_of(trace)
+        kc = kernel_columns(ix)
+        streams = kernel_streams(ix)
         self.groups: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         order = np.lexsort((np.arange(len(streams)), kc.start, streams, kc.device))
         keys = np.stack((kc.device[order], streams[order]), axis=1) if len(order) else None
@@ -160,39 +167,44 @@ class _StreamKernels:
         return pos[first:last]
 
 
-def _stream_kernels(trace: Trace) -> _StreamKernels:
-    return memo(trace, "stream_kernels", lambda: _StreamKernels(trace))
+def _stream_kernels(trace: Trace | TraceIndex) -> _StreamKernels:
+    ix = index_of(trace)
+    return memo(ix, "stream_kernels", lambda: _StreamKernels(ix))
 
 
-def kernel_gpu_annotations(trace: Trace) -> np.ndarray:
+def kernel_gpu_annotations(trace: Trace | TraceIndex) -> np.ndarray:
     """Return, per activity in trace.kernels, the index in trace.gpu_annotations of the
     innermost device range on its stream overlapping it (the shortest; ties: later in the
     file), -1 when none does."""
+    ix = index_of(trace)
+    trace = ix.trace
 
     def compute() -> np.ndarray:
         out = np.full(len(trace.kernels), -1, dtype=np.intp)
         gann = trace.gpu_annotations
-        sk = _stream_kernels(trace)
+        sk = _stream_kernels(ix)
         # Longest first: shorter (inner) ranges overwrite what their parents assigned.
         for g in sorted(range(len(gann)), key=lambda i: (-gann[i].dur_us, gann[i].index)):
             a = gann[g]
             out[sk.overlapping(a.device, a.stream, a.start_us, a.end_us)] = g
         return out
 
-    return memo(trace, "kernel_gpu_annotations", compute)
+    return memo(ix, "kernel_gpu_annotations", compute)
 
 
-def annotation_table(trace: Trace, max_rows: int = MAX_ROWS) -> AnnotationTable:
+def annotation_table(trace: Trace | TraceIndex, max_rows: int = MAX_ROWS) -> AnnotationTable:
     """Return the Annotations table of a trace (see the module's docstring): one row per
     range name and place in the tree, with host time, device time launched inside, calls,
     and the device-side ranges' span and kernels; at most `max_rows` rows (the largest by
     host time, ancestors kept)."""
-    ranges = _host_ranges(trace)
+    ix = index_of(trace)
+    trace = ix.trace
+    ranges = _host_ranges(ix)
     parent_list, ordered = _nest(ranges)
     parent = np.asarray(parent_list, dtype=np.intp)
     n_ranges = len(ranges)
-    launched = _launched_in(trace, ranges, ordered)
-    k_dur = kernel_columns(trace).dur
+    launched = _launched_in(ix, ranges, ordered)
+    k_dur = kernel_columns(ix).dur
     # Device time launched inside each range, then added up to its ancestors, deepest first.
     inside = np.bincount(launched[launched >= 0], k_dur[launched >= 0], minlength=n_ranges)
     inside_n = np.bincount(launched[launched >= 0], minlength=n_ranges).astype(float)
@@ -247,7 +259,7 @@ def annotation_table(trace: Trace, max_rows: int = MAX_ROWS) -> AnnotationTable:
             n = int(node_of[host_range])
         else:
             n = child(-1, row_name(g.name))
-        spanned = _stream_kernels(trace).overlapping(g.device, g.stream, g.start_us, g.end_us)
+        spanned = _stream_kernels(ix).overlapping(g.device, g.stream, g.start_us, g.end_us)
         node = nodes[n]
         node.gpu_calls += 1
         node.gpu_span_us += g.dur_us

@@ -1,7 +1,8 @@
 """Before and after: `compare(before, after)` puts two profiles side by side and says whether
 the change is real (docs/compare.md has the method).
 
-- Each side is a ProfileReport (from %%gpuprofile or `analyze`), a Trace, or a trace file.
+- Each side is a ProfileReport (from %%gpuprofile or `analyze`) or a Trace; the public
+  `gpuprof_nb.compare` (session/analyze.py) reads trace files first.
 - Times are per training step when both sides have steps, else per run of the cell (two
   %%gpuprofile reports), else per profiled window.
 - The verdict comes from the timed samples of %%gpuprofile reports: a 95% bootstrap interval
@@ -19,15 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.classify import is_host_collective, kernel_name_class
+from gpuprof_nb.analysis.derived import TraceIndex
 from gpuprof_nb.analysis.intervals import clip_intervals, merge_intervals, union_length
 from gpuprof_nb.analysis.noise import (
     other_work_share,
@@ -39,7 +39,6 @@ from gpuprof_nb.analysis.ops import kernel_table, top_ops
 from gpuprof_nb.analysis.report import analyze, count_steps_per_run
 from gpuprof_nb.analysis.timeline import dataloader_ops
 from gpuprof_nb.errors import GpuprofError
-from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.model.arguments import check_number, check_type
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
@@ -54,7 +53,9 @@ from gpuprof_nb.results.compare import (
 from gpuprof_nb.results.diagnosis import Finding
 from gpuprof_nb.results.report import ProfileReport
 
-Side = ProfileReport | Trace | str | os.PathLike[str]
+# Trace files are read by the public front end (session/analyze.py), which names a side by
+# its file name.
+Side = ProfileReport | Trace
 
 # What compiled code looks like in a trace: Triton kernels, compiled regions and graphs.
 _COMPILED_OP_MARKS = ("Torch-Compiled Region", "CompiledFunction", "Compiled Function")
@@ -158,8 +159,6 @@ def _side(value: object, which: str, label: str | None) -> _Side:
         report, name = value, which
     elif isinstance(value, Trace):
         report, name = analyze(value), which
-    elif isinstance(value, (str, os.PathLike)):
-        report, name = analyze(load_trace(value)), Path(value).name
     else:
         raise GpuprofError(
             f"compare: {which} is a {type(value).__name__}; pass a ProfileReport (from "
@@ -226,6 +225,7 @@ def _rows(side: _Side, divisor: float) -> dict[tuple[str, str], ChangeRow]:
     rows: dict[tuple[str, str], ChangeRow] = {}
     if trace is None:
         return rows
+    ix = TraceIndex(trace)
 
     def add(category: str, name: str, us: float, calls: float) -> None:
         old = rows.get((category, name))
@@ -233,14 +233,16 @@ def _rows(side: _Side, divisor: float) -> dict[tuple[str, str], ChangeRow]:
             us, calls = us + old.before_us * divisor, calls + old.calls_before * divisor
         rows[(category, name)] = ChangeRow(name, category, us / divisor, 0.0, calls / divisor, 0.0)
 
-    loader = dataloader_ops(trace)
+    loader = dataloader_ops(ix)
     loader_names = {o.name for o in loader}
-    for op in top_ops(trace, n=None, sort="self_cpu_us").rows:
+    for op in top_ops(ix, n=None, sort="self_cpu_us").rows:
         if op.name in loader_names:
             continue  # the DataLoader row below holds it, whatever its iterator's class
         comm = is_host_collective(op.name)
         add("communication" if comm else "op", op.name, op.self_cpu_us, op.calls)
-    for k in kernel_table(trace).rows:
+    # The report's own kernel table is this trace's (analyze made it), when it has one.
+    kernels = side.report.kernels if side.report.kernels is not None else kernel_table(ix)
+    for k in kernels.rows:
         if k.kind == "kernel":
             category = "communication" if kernel_name_class(k.name) == "comm" else "kernel"
         else:

@@ -25,7 +25,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping
 
-from gpuprof_nb.analysis.derived import memo, op_names
+from gpuprof_nb.analysis.derived import TraceIndex, index_of, memo, op_names
 from gpuprof_nb.analysis.sources import source_label
 from gpuprof_nb.model.compile import CompileEvent, CompileLog
 from gpuprof_nb.model.trace import Trace
@@ -41,15 +41,18 @@ RESUME_PREFIX = "torch_dynamo_resume_in_"
 _OUR_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks")
 
 
-def compile_report(trace: Trace) -> CompileReport | None:
+def compile_report(trace: Trace | TraceIndex) -> CompileReport | None:
     """Return what torch.compile did in the trace's cell, None when nothing compiled ran
     (no Dynamo log, no compiled region). Computed once per trace."""
-    return memo(trace, "compile_report", lambda: _report(trace))
+    ix = index_of(trace)
+    return memo(ix, "compile_report", lambda: _report(ix))
 
 
-def _report(trace: Trace) -> CompileReport | None:
+def _report(trace: Trace | TraceIndex) -> CompileReport | None:
+    ix = index_of(trace)
+    trace = ix.trace
     log = trace.compile_log
-    has_regions = any("Torch-Compiled Region" in n for n in op_names(trace))
+    has_regions = any("Torch-Compiled Region" in n for n in op_names(ix))
     if log is None and not has_regions:
         return None
     log = log if log is not None else CompileLog(logged=False)
@@ -77,8 +80,8 @@ def _report(trace: Trace) -> CompileReport | None:
     made = [f for f in frames if not f.earlier]
     graphs = sum(1 for f in made if f.graph_ops)
     compile_s = float(sum(f.compile_time_s or 0.0 for f in made))
-    regions, between = _between_regions(trace, log)
-    ran = {m.group(0) for n in op_names(trace) if (m := _REGION.search(n))}
+    regions, between = _between_regions(ix, log)
+    ran = {m.group(0) for n in op_names(ix) if (m := _REGION.search(n))}
     if not log.logged and log.frames:
         notes.append(
             "Dynamo's structured log was not readable here: frames from its compilation "
@@ -270,15 +273,17 @@ def _reason_lines(text: str) -> list[str]:
 SCALAR_READS = frozenset({"aten::_local_scalar_dense", "aten::item", "aten::tolist"})
 
 
-def _between_regions(trace: Trace, log: CompileLog) -> tuple[int, float]:
+def _between_regions(trace: Trace | TraceIndex, log: CompileLog) -> tuple[int, float]:
     """(compiled region calls, host microseconds a graph break left uncompiled).
 
     A break resumes in a new region nested inside the one that broke (the first graph's
     code calls the resume function). In each region that holds another, the uncompiled
     time is its host time outside every op inside it (the Python at the break, Dynamo's
     glue) plus the scalar reads (`aten::_local_scalar_dense`: the `.item()` itself)."""
+    ix = index_of(trace)
+    trace = ix.trace
     del log  # the regions themselves say where breaks resumed
-    names = {n for n in op_names(trace) if "Torch-Compiled Region" in n}
+    names = {n for n in op_names(ix) if "Torch-Compiled Region" in n}
     if not names:
         return 0, 0.0
     per_thread: dict[tuple[str, str], list[tuple[float, float, str]]] = defaultdict(list)

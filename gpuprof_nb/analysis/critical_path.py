@@ -46,6 +46,8 @@ import numpy as np
 
 from gpuprof_nb.analysis.classify import kernel_class
 from gpuprof_nb.analysis.derived import (
+    TraceIndex,
+    index_of,
     last_call_of,
     lookup,
     memo,
@@ -216,16 +218,17 @@ class _Host:
 
     def __init__(
         self,
-        trace: Trace,
+        ix: TraceIndex,
         lo: float,
         hi: float,
         step_thread: tuple[str, str] | None,
         sync_of: dict[int, Any],
     ) -> None:
-        self.trace = trace
+        trace = ix.trace
+        self.index, self.trace = ix, trace
         self.lo, self.hi = lo, hi
-        cols = op_columns(trace)
-        rows = np.searchsorted(cols.positions, np.asarray(top_level_positions(trace), np.intp))
+        cols = op_columns(ix)
+        rows = np.searchsorted(cols.positions, np.asarray(top_level_positions(ix), np.intp))
         rows = rows[(cols.start[rows] < hi) & (cols.end[rows] > lo)]
         self.top_rows: dict[tuple[str, str], np.ndarray] = {}
         keys = cols.thread_keys
@@ -233,10 +236,10 @@ class _Host:
         for code in np.unique(thread_of).tolist():
             self.top_rows[keys[code]] = rows[thread_of == code]
         # Runtime calls of the window, by thread.
-        starts, ends = runtime_starts(trace), _runtime_ends(trace)
+        starts, ends = runtime_starts(ix), _runtime_ends(ix)
         m = int(np.searchsorted(starts, hi, side="left"))
         calls = np.flatnonzero(ends[:m] > lo)
-        codes, pairs = runtime_threads(trace)
+        codes, pairs = runtime_threads(ix)
         self.rt_rows: dict[tuple[str, str], np.ndarray] = {}
         call_codes = codes[calls]
         for code in np.unique(call_codes).tolist():
@@ -246,16 +249,16 @@ class _Host:
             self.rt_rows[key] = mine if old is None else np.sort(np.concatenate((old, mine)))
         # Calls that may have waited for the device: long ones, syncs, copies, and the
         # calls a cuda_sync event names.
-        names = runtime_names(trace)
+        names = runtime_names(ix)
         self.wait_names = {n for n in names if n in SYNC_RUNTIME_NAMES or "emcpy" in n}
         self.sync_of = sync_of
-        self.durs = runtime_durs(trace)
+        self.durs = runtime_durs(ix)
         if step_thread is None or (
             step_thread not in self.top_rows and step_thread not in self.rt_rows
         ):
             step_thread = self._busiest()
         self.main_thread = step_thread
-        engine = {n for n in op_names(trace) if n.startswith(_AUTOGRAD)}
+        engine = {n for n in op_names(ix) if n.startswith(_AUTOGRAD)}
         merged = [step_thread] if step_thread is not None else []
         if engine and step_thread is not None:
             ops = cols.ops
@@ -271,7 +274,7 @@ class _Host:
         self.lanes: dict[tuple[str, str], _Lane] = {}
 
     def _busiest(self) -> tuple[str, str] | None:
-        cols = op_columns(self.trace)
+        cols = op_columns(self.index)
         busy = {
             thread: float((cols.end[rows] - cols.start[rows]).sum())
             for thread, rows in self.top_rows.items()
@@ -281,8 +284,8 @@ class _Host:
         return min(busy, key=lambda t: (-busy[t], t))
 
     def _lane(self, threads: Sequence[tuple[str, str]], *, main: bool) -> _Lane:
-        trace = self.trace
-        cols = op_columns(trace)
+        ix, trace = self.index, self.trace
+        cols = op_columns(ix)
         ops, runtime = cols.ops, trace.runtime
         items: list[tuple[float, float, int, tuple[str, str, int]]] = []
         rt_spans: list[tuple[np.ndarray, np.ndarray]] = []
@@ -296,7 +299,7 @@ class _Host:
             calls = self.rt_rows.get(thread, np.zeros(0, np.intp))
             if not len(calls):
                 continue
-            c_start = runtime_starts(trace)[calls]
+            c_start = runtime_starts(ix)[calls]
             c_end = c_start + durs[calls]
             # Calls outside every top-level op of the thread are units of their own.
             t_start, t_end = cols.start[top], cols.end[top]
@@ -354,7 +357,7 @@ class _Host:
 
     def _ranges(self, thread: tuple[str, str]) -> list[Any]:
         """The record_function ranges of a thread running in the window."""
-        pos, start, end, annotation = _other_op_spans(self.trace)
+        pos, start, end, annotation = _other_op_spans(self.index)
         keep = pos[annotation & (start < self.hi) & (end > self.lo)]
         ops = self.trace.ops
         return [ops[i] for i in keep.tolist() if (str(ops[i].pid), str(ops[i].tid)) == thread]
@@ -368,14 +371,18 @@ class _Host:
         return lane
 
 
-def _other_op_spans(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _other_op_spans(
+    trace: Trace | TraceIndex,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The positions, starts and ends of the ops that are not torch ops (record_function
     ranges, Python functions), and which are ranges, once."""
+    ix = index_of(trace)
+    trace = ix.trace
 
     def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        kinds = op_kinds(trace)
+        kinds = op_kinds(ix)
         others = np.ones(len(kinds), dtype=bool)
-        others[op_columns(trace).positions] = False
+        others[op_columns(ix).positions] = False
         pos = np.flatnonzero(others)
         ops = trace.ops
         start = np.fromiter((ops[i].start_us for i in pos.tolist()), dtype=float, count=len(pos))
@@ -383,19 +390,21 @@ def _other_op_spans(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
         annotation = np.array([kinds[i] == "annotation" for i in pos.tolist()], dtype=bool)
         return pos, start, start + dur, annotation
 
-    return memo(trace, "other_op_spans", compute)
+    return memo(ix, "other_op_spans", compute)
 
 
-def _runtime_ends(trace: Trace) -> np.ndarray:
-    return memo(trace, "runtime_ends", lambda: runtime_starts(trace) + runtime_durs(trace))
+def _runtime_ends(trace: Trace | TraceIndex) -> np.ndarray:
+    ix = index_of(trace)
+    return memo(ix, "runtime_ends", lambda: runtime_starts(ix) + runtime_durs(ix))
 
 
 class _Device:
     """The device side: stream order, launches, cross-stream waits, sync releases."""
 
-    def __init__(self, trace: Trace, device: int | None) -> None:
-        self.trace = trace
-        d: StreamColumns = stream_columns(trace, device)
+    def __init__(self, ix: TraceIndex, device: int | None) -> None:
+        trace = ix.trace
+        self.index, self.trace = ix, trace
+        d: StreamColumns = stream_columns(ix, device)
         self.d = d
         n = len(d.pos)
         # Per activity (in d's order): its stream run's first index.
@@ -425,7 +434,7 @@ class _Device:
         self.by_end = np.argsort(d.end, kind="stable")
         self.ends_sorted = d.end[self.by_end]
 
-        self.keys, self.calls = last_call_of(trace)
+        self.keys, self.calls = last_call_of(ix)
         self.sync_of = {s.correlation: s for s in trace.syncs if s.correlation is not None}
         self._by_call: tuple[list[int], list[int]] | None = None
         # release() of each call asked about: the walk and the slack ask about the same ones.
@@ -458,10 +467,10 @@ class _Device:
         trace = self.trace
         if self._wait_name is None:
             self._wait_name = {
-                n: n in SYNC_RUNTIME_NAMES or "emcpy" in n for n in runtime_names(trace)
+                n: n in SYNC_RUNTIME_NAMES or "emcpy" in n for n in runtime_names(self.index)
             }
         wait_name, sync_of, runtime = self._wait_name, self.sync_of, trace.runtime
-        keep = runtime_durs(trace)[calls] >= BLOCKED_CALL_US
+        keep = runtime_durs(self.index)[calls] >= BLOCKED_CALL_US
         rest = np.flatnonzero(~keep)
         if len(rest):
             listed = calls[rest].tolist()
@@ -495,7 +504,7 @@ class _Device:
         wait applies to the first activity of its stream launched after the wait call, and
         waits for the last activity of the event's stream launched before the record call."""
         out: dict[int, list[int]] = {}
-        starts = runtime_starts(self.trace)
+        starts = runtime_starts(self.index)
         for s in self.trace.syncs:
             if s.name != "Stream Wait Event" or s.wait_on_stream is None:
                 continue
@@ -546,7 +555,7 @@ class _Device:
                 record = self._call(sync.wait_on_event_record)
                 if record >= 0:
                     j = self.last_launched_before(
-                        sync.wait_on_stream, float(runtime_starts(self.trace)[record])
+                        sync.wait_on_stream, float(runtime_starts(self.index)[record])
                     )
                     return j if j >= 0 and lo < self.d.end[j] <= hi else -1
             return self._latest_ending(None, lo, hi)
@@ -609,13 +618,17 @@ def _category(seg: PathSegment, kernel_kind: str | None) -> str:
 
 
 def critical_path(
-    trace: Trace, timeline: Timeline | None = None, window: tuple[float, float] | None = None
+    trace: Trace | TraceIndex,
+    timeline: Timeline | None = None,
+    window: tuple[float, float] | None = None,
 ) -> CriticalPath | None:
     """Return the critical path of the timeline's representative step (the median one), or
     of the whole window without steps, or of `window` (start, end in the trace's
     microseconds) when given (see the module's docstring); None for an empty window or a
     trace without host or device events."""
-    tl = timeline if timeline is not None else device_timeline(trace)
+    ix = index_of(trace)
+    trace = ix.trace
+    tl = timeline if timeline is not None else device_timeline(ix)
     step = tl.representative_step if window is None else None
     if window is not None:
         lo, hi = window
@@ -637,15 +650,15 @@ def critical_path(
         )
         if marker is not None:
             step_thread = (str(marker.pid), str(marker.tid))
-    device = _Device(trace, tl.device) if tl.on_device else None
-    host = _Host(trace, lo, hi, step_thread, device.sync_of if device is not None else {})
+    device = _Device(ix, tl.device) if tl.on_device else None
+    host = _Host(ix, lo, hi, step_thread, device.sync_of if device is not None else {})
     if host.main_thread is None and not trace.kernels:
         return None
     kind_of: dict[str, str] = {}
     latest_first, runtime_us, on_path, met = _walk(trace, host, device, lo, hi, kind_of)
     syncs = _path_syncs(trace, latest_first, met)
-    totals = _categories(trace, latest_first, runtime_us, kind_of)
-    return _result(trace, step, lo, hi, _merged(latest_first), totals, on_path, syncs, device)
+    totals = _categories(ix, latest_first, runtime_us, kind_of)
+    return _result(ix, step, lo, hi, _merged(latest_first), totals, on_path, syncs, device)
 
 
 def _walk(
@@ -871,14 +884,15 @@ def _host_kind(unit_kind: str) -> SegmentKind:
 
 
 def _categories(
-    trace: Trace,
+    trace: Trace | TraceIndex,
     segments: Sequence[PathSegment],
     runtime_us: Sequence[float],
     kind_of: dict[str, str],
 ) -> dict[str, float]:
     """Add the segments up by category; a torch op's segment is split into its runtime
     calls' time and the rest; host time inside a DataLoader __next__ is DataLoader time."""
-    loader = [(o.start_us, o.end_us) for o in dataloader_ops(trace)]
+    ix = index_of(trace)
+    loader = [(o.start_us, o.end_us) for o in dataloader_ops(ix)]
     totals: dict[str, float] = {}
     by_kind = _KIND_CATEGORY
     for seg, rt in zip(segments, runtime_us, strict=True):
@@ -897,7 +911,7 @@ def _categories(
 
 
 def _result(
-    trace: Trace,
+    trace: Trace | TraceIndex,
     step: Any,
     lo: float,
     hi: float,
@@ -907,6 +921,8 @@ def _result(
     syncs: tuple[PathSync, ...],
     dev: _Device | None,
 ) -> CriticalPath:
+    ix = index_of(trace)
+    trace = ix.trace
     by_category = tuple(sorted(totals.items(), key=lambda kv: (-kv[1], kv[0])))
     off = 0
     off_us = 0.0
@@ -914,7 +930,7 @@ def _result(
     notes: list[str] = []
     if dev is not None and len(dev.d.pos):
         releases: dict[int, float] = {}
-        window = np.flatnonzero((runtime_starts(trace) < hi) & (_runtime_ends(trace) > lo))
+        window = np.flatnonzero((runtime_starts(ix) < hi) & (_runtime_ends(ix) > lo))
         for r in dev.maybe_waiting(window).tolist():
             rel = dev.release(r)
             if rel >= 0:

@@ -17,6 +17,8 @@ from collections import defaultdict
 import numpy as np
 
 from gpuprof_nb.analysis.derived import (
+    TraceIndex,
+    index_of,
     kernel_columns,
     kernel_ids,
     memo,
@@ -35,9 +37,10 @@ def is_graph_launch(name: str) -> bool:
     return "graphlaunch" in name.lower()
 
 
-def graph_replays(trace: Trace) -> GraphReplays | None:
+def graph_replays(trace: Trace | TraceIndex) -> GraphReplays | None:
     """Return the CUDA graph replays of the trace, None when it launched no graph."""
-    return memo(trace, "graph_replays", lambda: _replays(trace))
+    ix = index_of(trace)
+    return memo(ix, "graph_replays", lambda: _replays(ix))
 
 
 class _Spans:
@@ -64,10 +67,11 @@ class _Spans:
         return self.spans[k] if k >= 0 else None
 
 
-def _innermost_ops(trace: Trace, calls: list[RuntimeCall]) -> list[Op | None]:
+def _innermost_ops(trace: Trace | TraceIndex, calls: list[RuntimeCall]) -> list[Op | None]:
     """The innermost torch op on each call's thread open at its start (vectorised over
     the op columns, as ops.py nests ops: per thread by start, longer first)."""
-    cols = op_columns(trace)
+    ix = index_of(trace)
+    cols = op_columns(ix)
     n = len(cols.ops)
     if not n:
         return [None] * len(calls)
@@ -94,27 +98,29 @@ def _innermost_ops(trace: Trace, calls: list[RuntimeCall]) -> list[Op | None]:
     ]
 
 
-def _replays(trace: Trace) -> GraphReplays | None:
-    if not any(is_graph_launch(n) for n in runtime_names(trace)) or not trace.kernels:
+def _replays(trace: Trace | TraceIndex) -> GraphReplays | None:
+    ix = index_of(trace)
+    trace = ix.trace
+    if not any(is_graph_launch(n) for n in runtime_names(ix)) or not trace.kernels:
         return None
     launches = [r for r in trace.runtime if is_graph_launch(r.name) and r.correlation is not None]
     if not launches:
         return None
-    k_corr, k_has, _, _ = kernel_ids(trace)
-    durs = kernel_columns(trace).dur
+    k_corr, k_has, _, _ = kernel_ids(ix)
+    durs = kernel_columns(ix).dur
     by_corr: dict[int, list[int]] = defaultdict(list)
     wanted = {int(r.correlation) for r in launches}  # type: ignore[arg-type]
     for i in np.flatnonzero(k_has & np.isin(k_corr, list(wanted))).tolist():
         by_corr[int(k_corr[i])].append(i)
     threads = {(str(r.pid), str(r.tid)) for r in launches}
-    inner_op = _innermost_ops(trace, launches)
+    inner_op = _innermost_ops(ix, launches)
     by_thread: dict[tuple[str, str], list[Op]] = defaultdict(list)
     for o in trace.ops:
         if o.kind == "annotation" and (str(o.pid), str(o.tid)) in threads:
             by_thread[(str(o.pid), str(o.tid))].append(o)
     notes = {key: _Spans(found) for key, found in by_thread.items()}
     empty = _Spans([])
-    modules = module_path_at(trace, [((str(r.pid), str(r.tid)), r.start_us) for r in launches])
+    modules = module_path_at(ix, [((str(r.pid), str(r.tid)), r.start_us) for r in launches])
     rows: dict[tuple[str, str | None], list[float]] = {}
     outside = 0.0
     total_k = 0

@@ -1,8 +1,12 @@
 """What several analyses derive from one trace, computed once per trace.
 
-`memo(trace, key, compute)` keeps the value in `Trace.derived`, so a report's tabs and rules
-share the op and kernel columns, the ids and the top-level ops instead of each rebuilding them.
-Values kept there are shared: they are tuples or read-only arrays, never mutated by callers.
+A `TraceIndex` holds them: `analyze` makes one per report and passes it to every analysis
+(the diagnosis rules get it in their Context), so a report's tabs and rules share the op and
+kernel columns, the ids and the top-level ops instead of each rebuilding them. An analysis
+called on a Trace alone makes its own (`index_of`). `memo(index, key, compute)` computes a
+value the first time it is asked for. Values kept are shared: they are tuples or read-only
+arrays, never mutated by callers. The trace itself stays as it was read: nothing is stored
+on it.
 """
 
 from __future__ import annotations
@@ -23,9 +27,30 @@ _START, _DUR, _INDEX = attrgetter("start_us"), attrgetter("dur_us"), attrgetter(
 _KIND, _DEVICE, _NAME = attrgetter("kind"), attrgetter("device"), attrgetter("name")
 
 
-def memo(trace: Trace, key: Hashable, compute: Callable[[], T]) -> T:
-    """Return trace's value for `key`, computing it with compute() the first time."""
-    store: dict[Any, Any] = trace.derived
+class TraceIndex:
+    """What the analyses derive from one trace and share, each value computed once (see the
+    module docstring). `trace` is the trace it indexes."""
+
+    __slots__ = ("trace", "_values")
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self._values: dict[Hashable, Any] = {}
+
+    def peek(self, key: Hashable) -> Any:
+        """Return the value kept for `key` when an analysis computed it, else None (what the
+        roofline found for MFU and the module rules, when the roofline was computed)."""
+        return self._values.get(key)
+
+
+def index_of(trace: Trace | TraceIndex) -> TraceIndex:
+    """Return `trace` when it is an index already, else a new index of it."""
+    return trace if isinstance(trace, TraceIndex) else TraceIndex(trace)
+
+
+def memo(index: TraceIndex, key: Hashable, compute: Callable[[], T]) -> T:
+    """Return the index's value for `key`, computing it with compute() the first time."""
+    store = index._values
     try:
         return store[key]  # type: ignore[no-any-return]
     except KeyError:
@@ -33,20 +58,20 @@ def memo(trace: Trace, key: Hashable, compute: Callable[[], T]) -> T:
         return value
 
 
-def op_names(trace: Trace) -> frozenset[str]:
-    """Return the distinct names in trace.ops (a few thousand at most), once: tests on names
+def op_names(index: TraceIndex) -> frozenset[str]:
+    """Return the distinct names in index.trace.ops (a few thousand at most), once: tests on names
     then run per name, not per op."""
-    return memo(trace, "op_names", lambda: frozenset(map(_NAME, trace.ops)))
+    return memo(index, "op_names", lambda: frozenset(map(_NAME, index.trace.ops)))
 
 
-def runtime_names(trace: Trace) -> frozenset[str]:
-    """Return the distinct names in trace.runtime, once (a few dozen)."""
-    return memo(trace, "runtime_names", lambda: frozenset(map(_NAME, trace.runtime)))
+def runtime_names(index: TraceIndex) -> frozenset[str]:
+    """Return the distinct names in index.trace.runtime, once (a few dozen)."""
+    return memo(index, "runtime_names", lambda: frozenset(map(_NAME, index.trace.runtime)))
 
 
-def op_kinds(trace: Trace) -> list[str]:
-    """Return each op's kind, in trace.ops' order (computed once)."""
-    return memo(trace, "op_kinds", lambda: list(map(_KIND, trace.ops)))
+def op_kinds(index: TraceIndex) -> list[str]:
+    """Return each op's kind, in index.trace.ops' order (computed once)."""
+    return memo(index, "op_kinds", lambda: list(map(_KIND, index.trace.ops)))
 
 
 def frozen(a: np.ndarray) -> np.ndarray:
@@ -73,9 +98,9 @@ class OpColumns:
         "has_external_id",
     )
 
-    def __init__(self, trace: Trace) -> None:
-        every = trace.ops
-        is_op = list(map(eq, op_kinds(trace), repeat("op")))
+    def __init__(self, index: TraceIndex) -> None:
+        every = index.trace.ops
+        is_op = list(map(eq, op_kinds(index), repeat("op")))
         positions = list(compress(range(len(every)), is_op))
         ops = tuple(compress(every, is_op))
         n = len(ops)
@@ -120,24 +145,24 @@ def codes_of(values: Iterable[Hashable], count: int) -> tuple[list[Any], np.ndar
     return list(code_of), codes
 
 
-def op_columns(trace: Trace) -> OpColumns:
+def op_columns(index: TraceIndex) -> OpColumns:
     """Return the trace's torch ops as columns (computed once per trace)."""
-    return memo(trace, "op_columns", lambda: OpColumns(trace))
+    return memo(index, "op_columns", lambda: OpColumns(index))
 
 
-def op_name_codes(trace: Trace) -> tuple[tuple[str, ...], np.ndarray]:
+def op_name_codes(index: TraceIndex) -> tuple[tuple[str, ...], np.ndarray]:
     """Return the distinct names of op_columns' ops, in order of first appearance, and each
     op's name as an index into them (computed once per trace)."""
 
     def compute() -> tuple[tuple[str, ...], np.ndarray]:
-        ops = op_columns(trace).ops
+        ops = op_columns(index).ops
         code_of: dict[str, int] = {}
         codes = np.fromiter(
             (code_of.setdefault(o.name, len(code_of)) for o in ops), dtype=np.intp, count=len(ops)
         )
         return tuple(code_of), frozen(codes)
 
-    return memo(trace, "op_name_codes", compute)
+    return memo(index, "op_name_codes", compute)
 
 
 # Device activity kinds as codes (KernelColumns.kind).
@@ -181,14 +206,14 @@ class KernelColumns:
 
 
 def kernel_columns(
-    trace: Trace, kernels: Sequence[Kernel] | None = None, key: Hashable = None
+    index: TraceIndex, kernels: Sequence[Kernel] | None = None, key: Hashable = None
 ) -> KernelColumns:
-    """Return columns of trace.kernels, or of `kernels`, a selection of them named by `key`
+    """Return columns of index.trace.kernels, or of `kernels`, a selection of them named by `key`
     (the kernels of one device), computed once each."""
-    every = memo(trace, "kernel_columns", lambda: KernelColumns(trace.kernels))
-    if kernels is None or len(kernels) == len(trace.kernels):
+    every = memo(index, "kernel_columns", lambda: KernelColumns(index.trace.kernels))
+    if kernels is None or len(kernels) == len(index.trace.kernels):
         return every  # the selection holds them all
-    return memo(trace, ("kernel_columns", key), lambda: KernelColumns(kernels))
+    return memo(index, ("kernel_columns", key), lambda: KernelColumns(kernels))
 
 
 _NO_ID = int(np.iinfo(np.int64).min)  # stands for None (an id of this value is hashed: see ids)
@@ -273,78 +298,80 @@ def lex_order(keys: Sequence[np.ndarray], lead: int = 2) -> npt.NDArray[np.intp]
     return order
 
 
-def kernel_ids(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Return trace.kernels' (correlation ids, present, External ids, present), once."""
+def kernel_ids(index: TraceIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Return index.trace.kernels' (correlation ids, present, External ids, present), once."""
 
     def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        corr, has_corr = ids_of(trace.kernels, "correlation")
-        ext, has_ext = ids_of(trace.kernels, "external_id")
+        corr, has_corr = ids_of(index.trace.kernels, "correlation")
+        ext, has_ext = ids_of(index.trace.kernels, "external_id")
         return frozen(corr), frozen(has_corr), frozen(ext), frozen(has_ext)
 
-    return memo(trace, "kernel_ids", compute)
+    return memo(index, "kernel_ids", compute)
 
 
-def runtime_correlations(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Return trace.runtime's (correlation ids, present), once."""
+def runtime_correlations(index: TraceIndex) -> tuple[np.ndarray, np.ndarray]:
+    """Return index.trace.runtime's (correlation ids, present), once."""
 
     def compute() -> tuple[np.ndarray, np.ndarray]:
-        corr, has = ids_of(trace.runtime, "correlation")
+        corr, has = ids_of(index.trace.runtime, "correlation")
         return frozen(corr), frozen(has)
 
-    return memo(trace, "runtime_correlations", compute)
+    return memo(index, "runtime_correlations", compute)
 
 
-def runtime_external_ids(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Return trace.runtime's (External ids, present), once."""
+def runtime_external_ids(index: TraceIndex) -> tuple[np.ndarray, np.ndarray]:
+    """Return index.trace.runtime's (External ids, present), once."""
 
     def compute() -> tuple[np.ndarray, np.ndarray]:
-        ext, has = ids_of(trace.runtime, "external_id")
+        ext, has = ids_of(index.trace.runtime, "external_id")
         return frozen(ext), frozen(has)
 
-    return memo(trace, "runtime_external_ids", compute)
+    return memo(index, "runtime_external_ids", compute)
 
 
-def runtime_threads(trace: Trace) -> tuple[np.ndarray, tuple[tuple[Any, Any], ...]]:
+def runtime_threads(index: TraceIndex) -> tuple[np.ndarray, tuple[tuple[Any, Any], ...]]:
     """Return each runtime call's (pid, tid) as a code, and the distinct pairs the codes
     index, in order of first appearance (computed once)."""
 
     def compute() -> tuple[np.ndarray, tuple[tuple[Any, Any], ...]]:
         pair_code: dict[tuple[Any, Any], int] = {}
         codes = np.fromiter(
-            (pair_code.setdefault((r.pid, r.tid), len(pair_code)) for r in trace.runtime),
+            (pair_code.setdefault((r.pid, r.tid), len(pair_code)) for r in index.trace.runtime),
             dtype=np.intp,
-            count=len(trace.runtime),
+            count=len(index.trace.runtime),
         )
         return frozen(codes), tuple(pair_code)
 
-    return memo(trace, "runtime_threads", compute)
+    return memo(index, "runtime_threads", compute)
 
 
-def runtime_starts(trace: Trace) -> np.ndarray:
-    """Return trace.runtime's start times, once."""
+def runtime_starts(index: TraceIndex) -> np.ndarray:
+    """Return index.trace.runtime's start times, once."""
     return memo(
-        trace,
+        index,
         "runtime_starts",
         lambda: frozen(
-            np.fromiter(map(_START, trace.runtime), dtype=float, count=len(trace.runtime))
+            np.fromiter(
+                map(_START, index.trace.runtime), dtype=float, count=len(index.trace.runtime)
+            )
         ),
     )
 
 
-def first_call_of(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Return (correlation ids, sorted and unique; the position in trace.runtime of the first
+def first_call_of(index: TraceIndex) -> tuple[np.ndarray, np.ndarray]:
+    """Return (correlation ids, sorted and unique; the position in index.trace.runtime of the first
     call recorded with each), once."""
-    return memo(trace, "first_call_of", lambda: _call_of(trace, last=False))
+    return memo(index, "first_call_of", lambda: _call_of(index, last=False))
 
 
-def last_call_of(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Return (correlation ids, sorted and unique; the position in trace.runtime of the last
+def last_call_of(index: TraceIndex) -> tuple[np.ndarray, np.ndarray]:
+    """Return (correlation ids, sorted and unique; the position in index.trace.runtime of the last
     call recorded with each), once."""
-    return memo(trace, "last_call_of", lambda: _call_of(trace, last=True))
+    return memo(index, "last_call_of", lambda: _call_of(index, last=True))
 
 
-def _call_of(trace: Trace, *, last: bool) -> tuple[np.ndarray, np.ndarray]:
-    corr, has = runtime_correlations(trace)
+def _call_of(index: TraceIndex, *, last: bool) -> tuple[np.ndarray, np.ndarray]:
+    corr, has = runtime_correlations(index)
     pos = np.flatnonzero(has)
     if last:
         pos = pos[::-1]  # np.unique keeps each id's first position: the last call, reversed

@@ -17,7 +17,7 @@ from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.classify import kernel_class, op_class
 from gpuprof_nb.analysis.critical_path import critical_path as find_critical_path
 from gpuprof_nb.analysis.critical_path import rule_critical_path
-from gpuprof_nb.analysis.derived import kernel_columns
+from gpuprof_nb.analysis.derived import TraceIndex, index_of, kernel_columns
 from gpuprof_nb.analysis.fixes import CPU_FIXES, FIXES
 from gpuprof_nb.analysis.model_rules import model_findings
 from gpuprof_nb.analysis.noise import rule_noisy_measurement
@@ -130,7 +130,7 @@ def name_lines(f: Finding, hotspots: Hotspots | None) -> Finding:
 
 
 def diagnose(
-    trace: Trace,
+    trace: Trace | TraceIndex,
     *,
     timeline: Timeline | None = None,
     roofline: Roofline | None = None,
@@ -143,21 +143,23 @@ def diagnose(
     user lines that held it. The critical_path finding (what the median step's length hangs
     on) comes last: it explains the others rather than adding time to recover; the path is
     computed here when not given."""
+    ix = index_of(trace)
+    trace = ix.trace
     check_type(trace, Trace, "diagnose's trace", "a Trace (from gpuprof_nb.load_trace(path))")
-    tl = timeline if timeline is not None else device_timeline(trace)
-    device, _ = chosen_device(trace)
-    kernels = device_kernels(trace, device) if device is not None else ()
+    tl = timeline if timeline is not None else device_timeline(ix)
+    device, _ = chosen_device(ix)
+    kernels = device_kernels(ix, device) if device is not None else ()
     c = Context(
-        trace=trace,
+        index=ix,
         timeline=tl,
         lo=tl.start_us,
         hi=tl.end_us,
         span_us=tl.window_us,
         n_steps=len(trace.steps),
-        top_ops=top_level_ops(trace),
+        top_ops=top_level_ops(ix),
         kernels=kernels,
         on_device=device is not None,
-        kernel_columns=kernel_columns(trace, kernels, ("device", device)),
+        kernel_columns=kernel_columns(ix, kernels, ("device", device)),
     )
     # A cell profiled after its warm-up repeats whatever its profiled run did, so setup-like
     # ops there are its steady state. Elsewhere they are the first run's one-off: under

@@ -24,7 +24,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from gpuprof_nb.analysis.derived import lex_order, op_kinds
+from gpuprof_nb.analysis.derived import TraceIndex, index_of, lex_order, op_kinds
 from gpuprof_nb.analysis.intervals import nearest_open_at, nearest_open_before
 from gpuprof_nb.analysis.sources import (
     KNOWN_PACKAGES,
@@ -32,9 +32,10 @@ from gpuprof_nb.analysis.sources import (
     profiler_frame_parts,
     source_label,
 )
+from gpuprof_nb.model.frames import FrameKind
 from gpuprof_nb.model.samples import Frame, StackSamples
 from gpuprof_nb.model.trace import Op, Trace
-from gpuprof_nb.results.hotspots import FlameNode, FrameKind, HotLine, Hotspots
+from gpuprof_nb.results.hotspots import FlameNode, HotLine, Hotspots
 
 __all__ = ["KNOWN_PACKAGES", "compute_hotspots", "frame_kind"]
 from gpuprof_nb.results.timeline import IDLE_CAUSES, Timeline
@@ -88,9 +89,11 @@ class _Gaps:
         return out
 
 
-def compute_hotspots(trace: Trace, timeline: Timeline) -> Hotspots | None:
+def compute_hotspots(trace: Trace | TraceIndex, timeline: Timeline) -> Hotspots | None:
     """Return the trace's hotspots: at line granularity from the line sampler's stacks, else
     at function granularity from its python_function events; None when it has neither."""
+    ix = index_of(trace)
+    trace = ix.trace
     gaps = _Gaps(timeline)
     samples = trace.samples
     notes: list[str] = []
@@ -129,7 +132,7 @@ def compute_hotspots(trace: Trace, timeline: Timeline) -> Hotspots | None:
                 + (f"; {samples.late} of {len(samples)} samples came late" if samples.late else "")
             )
     else:
-        built = _from_python_events(trace, gaps)
+        built = _from_python_events(ix, gaps)
         if built is None:
             return None
         tree, span, count = built
@@ -240,10 +243,12 @@ def _from_samples(samples: StackSamples, gaps: _Gaps) -> tuple[_Tree, tuple[floa
     return tree, (float(bounds[0]), float(bounds[-1])), float(lost.sum())
 
 
-def _python_events(trace: Trace) -> list[Op]:
+def _python_events(trace: Trace | TraceIndex) -> list[Op]:
     """Return the python_function events of the thread with the most of them."""
+    ix = index_of(trace)
+    trace = ix.trace
     per_thread: dict[str, int] = {}
-    if "python" not in op_kinds(trace):
+    if "python" not in op_kinds(ix):
         return []
     funcs = [o for o in trace.ops if o.kind == "python" and o.dur_us >= 0]
     for o in funcs:
@@ -254,10 +259,13 @@ def _python_events(trace: Trace) -> list[Op]:
     return [o for o in funcs if str(o.tid) == main]
 
 
-def _from_python_events(trace: Trace, gaps: _Gaps) -> tuple[_Tree, tuple[float, float], int] | None:
+def _from_python_events(
+    trace: Trace | TraceIndex, gaps: _Gaps
+) -> tuple[_Tree, tuple[float, float], int] | None:
     """Return the call tree of the python_function events (each event's own time on its
     call path), the span they cover and their count; None without such events."""
-    funcs = _python_events(trace)
+    ix = index_of(trace)
+    funcs = _python_events(ix)
     if not funcs:
         return None
     starts = np.array([o.start_us for o in funcs], dtype=float)

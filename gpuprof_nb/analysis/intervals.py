@@ -7,7 +7,7 @@ from itertools import chain
 
 import numpy as np
 
-from gpuprof_nb.analysis.derived import kernel_columns, lex_order
+from gpuprof_nb.analysis.derived import TraceIndex, index_of, kernel_columns, lex_order
 from gpuprof_nb.model.trace import Trace
 
 Interval = tuple[float, float]
@@ -120,9 +120,13 @@ def gaps_between(merged: Sequence[Interval], start: float, end: float) -> list[I
     return [(s, e) for s, e in holes if e > s]
 
 
-def device_busy_us(trace: Trace, start: float | None = None, end: float | None = None) -> float:
+def device_busy_us(
+    trace: Trace | TraceIndex, start: float | None = None, end: float | None = None
+) -> float:
     """Return microseconds in which any kernel, memcpy or memset ran on any stream or device,
     within [start, end] (default: the whole trace window)."""
+    ix = index_of(trace)
+    trace = ix.trace
     lo = trace.window_us[0] if start is None else start
     hi = trace.window_us[1] if end is None else end
     if len(trace.kernels) < 64:
@@ -130,7 +134,7 @@ def device_busy_us(trace: Trace, start: float | None = None, end: float | None =
         return union_length(clip_intervals(spans, lo, hi))
     # The same pieces as union_length(clip_intervals(...)), merged as arrays; their lengths
     # are then summed by the same sum() in the same order.
-    kc = kernel_columns(trace)
+    kc = kernel_columns(ix)
     return total_length(*clipped_union(kc.start, kc.end, lo, hi))
 
 

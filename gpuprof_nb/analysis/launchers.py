@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpuprof_nb.analysis.derived import kernel_columns, memo
+from gpuprof_nb.analysis.derived import TraceIndex, index_of, kernel_columns, memo
 from gpuprof_nb.analysis.hotspots import frame_kind
 from gpuprof_nb.analysis.sources import profiler_frame_parts, source_label
 from gpuprof_nb.analysis.streams import launch_calls
@@ -28,17 +28,19 @@ from gpuprof_nb.results.tables import LaunchRow
 __all__ = ["call_lines", "launch_rows", "lines_at"]
 
 
-def launch_rows(trace: Trace, unowned: np.ndarray) -> tuple[LaunchRow, ...]:
+def launch_rows(trace: Trace | TraceIndex, unowned: np.ndarray) -> tuple[LaunchRow, ...]:
     """Return the device work of the activities marked `unowned` (by position in
     trace.kernels) that a recorded runtime call launched, grouped by (call name, user line),
     most device time first (ties: name, then line)."""
-    calls = launch_calls(trace)
+    ix = index_of(trace)
+    trace = ix.trace
+    calls = launch_calls(ix)
     pick = np.flatnonzero(unowned & (calls >= 0))
     if not len(pick):
         return ()
-    dur = kernel_columns(trace).dur
+    dur = kernel_columns(ix).dur
     used = sorted(set(calls[pick].tolist()))
-    lines = call_lines(trace, used)
+    lines = call_lines(ix, used)
     groups: dict[tuple[str, str], list[float]] = {}
     seen: set[int] = set()
     for k, c in zip(pick.tolist(), calls[pick].tolist(), strict=True):
@@ -58,18 +60,24 @@ def launch_rows(trace: Trace, unowned: np.ndarray) -> tuple[LaunchRow, ...]:
     return tuple(rows)
 
 
-def call_lines(trace: Trace, calls: Sequence[int]) -> dict[int, str]:
+def call_lines(trace: Trace | TraceIndex, calls: Sequence[int]) -> dict[int, str]:
     """Return the user's line running when each runtime call (by position in trace.runtime)
     started, for the calls where the trace's Python stacks tell; {} without stacks."""
+    ix = index_of(trace)
+    trace = ix.trace
     runtime = trace.runtime
     points = [((str(runtime[c].pid), str(runtime[c].tid)), runtime[c].start_us) for c in calls]
-    return {c: line for c, line in zip(calls, lines_at(trace, points), strict=True) if line}
+    return {c: line for c, line in zip(calls, lines_at(ix, points), strict=True) if line}
 
 
-def lines_at(trace: Trace, points: Sequence[tuple[tuple[str, str], float]]) -> list[str]:
+def lines_at(
+    trace: Trace | TraceIndex, points: Sequence[tuple[tuple[str, str], float]]
+) -> list[str]:
     """Return the user's line running on each (thread, time) point ('' where the trace's
     Python stacks do not tell): from gpuprof_nb's line samples (of the cell's thread, so the
     thread is not checked), else from the python_function events of that thread."""
+    ix = index_of(trace)
+    trace = ix.trace
     samples = trace.samples
     out = [""] * len(points)
     if samples is not None and len(samples):
@@ -93,7 +101,7 @@ def lines_at(trace: Trace, points: Sequence[tuple[tuple[str, str], float]]) -> l
                 frames = [samples.frames[f] for f in stack]
                 out[n] = _innermost_user(frames, trace, first_line=False)
         return out
-    threads = _python_threads(trace)
+    threads = _python_threads(ix)
     for n, (thread, t) in enumerate(points):
         events = threads.get(thread)
         if not events:
@@ -122,10 +130,12 @@ def _innermost_user(frames: Sequence[Frame], trace: Trace, *, first_line: bool) 
 
 
 def _python_threads(
-    trace: Trace,
+    trace: Trace | TraceIndex,
 ) -> dict[tuple[str, str], tuple[list[float], list[Op], list[int]]]:
     """Each thread's python_function events by (start, longer first), with each one's
     enclosing event (-1 at the top), computed once."""
+    ix = index_of(trace)
+    trace = ix.trace
 
     def compute() -> dict[tuple[str, str], tuple[list[float], list[Op], list[int]]]:
         by: dict[tuple[str, str], list[Op]] = {}
@@ -145,4 +155,4 @@ def _python_threads(
             out[thread] = ([o.start_us for o in funcs], funcs, parent)
         return out
 
-    return memo(trace, "python_threads", compute)
+    return memo(ix, "python_threads", compute)

@@ -25,7 +25,9 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
+from gpuprof_nb.analysis.derived import TraceIndex, index_of
 from gpuprof_nb.analysis.modules import RECOMPUTE, modules_at
+from gpuprof_nb.analysis.roofline import roofline_anchors
 from gpuprof_nb.model.device import DeviceSpec, lookup_device_spec
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
@@ -39,19 +41,21 @@ _TOKEN_DTYPES = frozenset({"int64", "int32", "long", "int"})
 
 
 def model_flops_utilisation(
-    trace: Trace, roofline: Roofline, timing: TimingStats | None = None
+    trace: Trace | TraceIndex, roofline: Roofline, timing: TimingStats | None = None
 ) -> Mfu | None:
     """Return the MFU of the trace's step (see the module's rules), None when the trace
     holds no FLOPs at all (no op with a formula and recorded shapes)."""
+    ix = index_of(trace)
+    trace = ix.trace
     hardware = float(sum(p.flops for p in roofline.points))
     if hardware <= 0:
         return None
     on_device = roofline.time_basis == "device"
     notes: list[str] = []
-    recompute = _recompute_flops(trace)
+    recompute = _recompute_flops(ix)
     model = max(hardware - recompute, 0.0)
 
-    steps, step_us, source = _step(trace, timing)
+    steps, step_us, source = _step(ix, timing)
     per_step = 1.0 / steps
 
     # Time each FLOP would take at its roof's peak; the roof of most FLOPs names the dtype.
@@ -179,8 +183,10 @@ def _no_peak_words(trace: Trace, on_device: bool) -> str:
     )
 
 
-def _step(trace: Trace, timing: TimingStats | None) -> tuple[float, float, str]:
+def _step(trace: Trace | TraceIndex, timing: TimingStats | None) -> tuple[float, float, str]:
     """(steps the profiled FLOPs cover, microseconds per step, where that time came from)."""
+    ix = index_of(trace)
+    trace = ix.trace
     if timing is not None and timing.times_us and timing.median_us > 0:
         steps = timing.steps_per_run or 1
         return (
@@ -198,18 +204,19 @@ def _step(trace: Trace, timing: TimingStats | None) -> tuple[float, float, str]:
         return float(n), median, f"median of {n} profiled step{'s' if n > 1 else ''}"
     from gpuprof_nb.analysis.timeline import activity_window
 
-    lo, hi = activity_window(trace)
+    lo, hi = activity_window(ix)
     return 1.0, max(hi - lo, 0.0), "the profiled window (no steps in the trace)"
 
 
-def _recompute_flops(trace: Trace) -> float:
+def _recompute_flops(trace: Trace | TraceIndex) -> float:
     """FLOPs of the costed ops that ran inside a recompute (the roofline's anchors)."""
-    anchors = trace.derived.get("roofline_anchors")
+    ix = index_of(trace)
+    anchors = roofline_anchors(ix)
     if not anchors:
         return 0.0
     flops = {a: c.flops for a, c, t in anchors if c is not None and c.flops > 0 and t > 0}
     positions = sorted(flops)
-    where = modules_at(trace, positions)
+    where = modules_at(ix, positions)
     return float(
         sum(flops[a] for a, (_, phase) in zip(positions, where, strict=True) if phase == RECOMPUTE)
     )

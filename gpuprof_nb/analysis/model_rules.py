@@ -28,6 +28,7 @@ from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.compile import compile_report
 from gpuprof_nb.analysis.derived import op_columns, op_name_codes
 from gpuprof_nb.analysis.modules import module_breakdown, modules_at
+from gpuprof_nb.analysis.roofline import roofline_anchors
 from gpuprof_nb.analysis.rules import Context, severity_of
 from gpuprof_nb.results.compile import CompileReport
 from gpuprof_nb.results.diagnosis import Finding
@@ -50,8 +51,8 @@ def model_findings(
 ) -> list[Finding]:
     """Return `considered` with modules named, recompiles explained and CUDA-graph advice
     added, plus a graph_break finding (and a recompilation one where the rules saw none)."""
-    mb = module_breakdown(c.trace, c.timeline)
-    comp = compile_report(c.trace)
+    mb = module_breakdown(c.index, c.timeline)
+    comp = compile_report(c.index)
     out = []
     for f in considered:
         f = _name_module(f, c, mb, roofline)
@@ -84,13 +85,13 @@ def _bound_time_by_module(
 ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Per module path (inclusive of its children): time in memory-bound ops, in
     compute-bound ops, and in all costed ops."""
-    anchors = c.trace.derived.get("roofline_anchors") or ()
+    anchors = roofline_anchors(c.index)
     if not anchors or not mb.rows:
         return {}, {}, {}
     spec = roofline.device if roofline is not None else None
     positions = [a for a, cost, t in anchors if cost is not None and t > 0]
     costs = {a: (cost, t) for a, cost, t in anchors if cost is not None and t > 0}
-    where = modules_at(c.trace, positions)
+    where = modules_at(c.index, positions)
     mem: dict[str, float] = defaultdict(float)
     comp: dict[str, float] = defaultdict(float)
     every: dict[str, float] = defaultdict(float)
@@ -269,8 +270,8 @@ def static_shapes(c: Context) -> bool | None:
     steps = c.trace.steps
     if len(steps) < 2:
         return None
-    cols = op_columns(c.trace)
-    _, names = op_name_codes(c.trace)
+    cols = op_columns(c.index)
+    _, names = op_name_codes(c.index)
     dims = np.fromiter(map(id, map(_INPUT_DIMS, cols.ops)), dtype=np.int64, count=len(cols.ops))
     order = np.argsort(cols.start, kind="stable")
     starts = cols.start[order]

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuprof_nb.analysis.derived import (
+    TraceIndex,
+    index_of,
     kernel_columns,
     kernel_ids,
     last_call_of,
@@ -143,9 +145,13 @@ def _thread(o: Op) -> Thread:
     return (str(o.pid), str(o.tid))
 
 
-def _module_ranges(trace: Trace) -> tuple[ModuleSource, list[tuple[str, Thread, float, float]]]:
+def _module_ranges(
+    trace: Trace | TraceIndex,
+) -> tuple[ModuleSource, list[tuple[str, Thread, float, float]]]:
     """Return where the module ranges come from and each (path, thread, start, end)."""
-    names = op_names(trace)
+    ix = index_of(trace)
+    trace = ix.trace
+    names = op_names(ix)
     prefix = trace.modules.prefix if trace.modules is not None else MODULE_EVENT_PREFIX
     if not any(n.startswith(prefix) or n.startswith(MODULE_EVENT_PREFIX) for n in names):
         return "none", []
@@ -183,9 +189,11 @@ def _module_ranges(trace: Trace) -> tuple[ModuleSource, list[tuple[str, Thread, 
     return "python_events", out
 
 
-def _top_backward_ops(trace: Trace) -> list[int]:
+def _top_backward_ops(trace: Trace | TraceIndex) -> list[int]:
     """Positions in trace.ops of the backward ops not nested in another on their thread."""
-    if not any(n.startswith(BACKWARD_PREFIX) for n in op_names(trace)):
+    ix = index_of(trace)
+    trace = ix.trace
+    if not any(n.startswith(BACKWARD_PREFIX) for n in op_names(ix)):
         return []
     out = []
     open_until: dict[Thread, float] = {}
@@ -200,19 +208,24 @@ def _top_backward_ops(trace: Trace) -> list[int]:
     return out
 
 
-def module_breakdown(trace: Trace, timeline: Timeline | None = None) -> ModuleBreakdown:
+def module_breakdown(
+    trace: Trace | TraceIndex, timeline: Timeline | None = None
+) -> ModuleBreakdown:
     """Return time, idle time and memory per nn.Module path (computed once per trace; see
     the module's rules). Without module ranges in the trace, an empty breakdown whose notes
     say what is missing and how to record it."""
-    return memo(trace, "module_breakdown", lambda: _breakdown(trace, timeline))
+    ix = index_of(trace)
+    return memo(ix, "module_breakdown", lambda: _breakdown(ix, timeline))
 
 
-def _breakdown(trace: Trace, timeline: Timeline | None) -> ModuleBreakdown:
-    source, found = _module_ranges(trace)
+def _breakdown(trace: Trace | TraceIndex, timeline: Timeline | None) -> ModuleBreakdown:
+    ix = index_of(trace)
+    trace = ix.trace
+    source, found = _module_ranges(ix)
     on_device = bool(trace.kernels)
-    lo, hi = activity_window(trace)
+    lo, hi = activity_window(ix)
     steps = max(len(trace.steps), 1)
-    total = float(kernel_columns(trace).dur.sum()) if on_device else max(hi - lo, 0.0)
+    total = float(kernel_columns(ix).dur.sum()) if on_device else max(hi - lo, 0.0)
     if source == "none":
         if trace.modules is not None and trace.modules.recorded:
             why = "no nn.Module ran in the profiled run (the cell calls no module)"
@@ -231,7 +244,7 @@ def _breakdown(trace: Trace, timeline: Timeline | None) -> ModuleBreakdown:
     notes: list[str] = []
 
     # Backward ops, per thread (sorted by start) and whether module ranges lie inside one.
-    backward = _top_backward_ops(trace)
+    backward = _top_backward_ops(ix)
     ops = trace.ops
     bw_by_thread: dict[Thread, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     for i in backward:
@@ -306,7 +319,7 @@ def _breakdown(trace: Trace, timeline: Timeline | None) -> ModuleBreakdown:
     n = len(paths)
     range_node = np.array([r.node for r in ranges], dtype=np.intp)
     range_phase = np.array([r.phase for r in ranges], dtype=np.intp)
-    memo(trace, "module_segments", lambda: (by_thread, range_node, range_phase, list(paths)))
+    memo(ix, "module_segments", lambda: (by_thread, range_node, range_phase, list(paths)))
     host = np.zeros((3, n))
     for segs in by_thread.values():
         np.add.at(host, (range_phase[segs.owner], range_node[segs.owner]), segs.end - segs.start)
@@ -322,13 +335,13 @@ def _breakdown(trace: Trace, timeline: Timeline | None) -> ModuleBreakdown:
     device = np.zeros((3, n))
     kernel_count = np.zeros(n, dtype=np.int64)
     if on_device:
-        k_thread, k_time = _launch_points(trace)
+        k_thread, k_time = _launch_points(ix)
         owner = np.full(len(trace.kernels), -1, dtype=np.intp)
         for thread, segs in by_thread.items():
-            launched = np.flatnonzero(k_thread == _thread_code(trace, thread))
+            launched = np.flatnonzero(k_thread == _thread_code(ix, thread))
             if len(launched):
                 owner[launched] = segs.find(k_time[launched])
-        durs = kernel_columns(trace).dur
+        durs = kernel_columns(ix).dur
         hit = np.flatnonzero(owner >= 0)
         np.add.at(device, (range_phase[owner[hit]], range_node[owner[hit]]), durs[hit])
         np.add.at(kernel_count, range_node[owner[hit]], 1)
@@ -388,7 +401,7 @@ def _breakdown(trace: Trace, timeline: Timeline | None) -> ModuleBreakdown:
         )
     if (
         trace.compile_log is not None
-        or any("Torch-Compiled Region" in name for name in op_names(trace))
+        or any("Torch-Compiled Region" in name for name in op_names(ix))
     ) and source == "hooks":
         notes.append(
             "a torch.compile'd module shows as one range around its compiled call: its "
@@ -429,22 +442,29 @@ def _recompute_paths(
     return out
 
 
-def modules_at(trace: Trace, positions: Sequence[int]) -> list[tuple[str | None, int]]:
+def modules_at(trace: Trace | TraceIndex, positions: Sequence[int]) -> list[tuple[str | None, int]]:
     """For torch ops (positions in the op columns), the module path innermost where each
     started and the phase (FORWARD, BACKWARD, RECOMPUTE); (None, -1) outside every module."""
-    cols = op_columns(trace)
+    ix = index_of(trace)
+    cols = op_columns(ix)
     ops = cols.ops
-    return _at(trace, [(_thread(ops[i]), float(cols.start[i])) for i in positions])
+    return _at(ix, [(_thread(ops[i]), float(cols.start[i])) for i in positions])
 
 
-def module_path_at(trace: Trace, points: Sequence[tuple[Thread, float]]) -> list[str | None]:
+def module_path_at(
+    trace: Trace | TraceIndex, points: Sequence[tuple[Thread, float]]
+) -> list[str | None]:
     """For (thread, time) points, the path of the innermost module then (None: none)."""
-    return [path for path, _ in _at(trace, points)]
+    ix = index_of(trace)
+    return [path for path, _ in _at(ix, points)]
 
 
-def _at(trace: Trace, points: Sequence[tuple[Thread, float]]) -> list[tuple[str | None, int]]:
-    module_breakdown(trace)
-    state = trace.derived.get("module_segments")
+def _at(
+    trace: Trace | TraceIndex, points: Sequence[tuple[Thread, float]]
+) -> list[tuple[str | None, int]]:
+    ix = index_of(trace)
+    module_breakdown(ix)  # leaves the module segments in the index
+    state = ix.peek("module_segments")
     if state is None or not len(points):
         return [(None, -1)] * len(points)
     by_thread, range_node, range_phase, names = state
@@ -482,39 +502,43 @@ def _owners_of(
     return out.tolist()  # type: ignore[no-any-return]
 
 
-def _thread_code(trace: Trace, thread: Thread) -> int:
-    return memo(trace, ("module_thread_codes",), lambda: _thread_codes(trace)).get(thread, -2)
+def _thread_code(trace: Trace | TraceIndex, thread: Thread) -> int:
+    ix = index_of(trace)
+    return memo(ix, ("module_thread_codes",), lambda: _thread_codes(ix)).get(thread, -2)
 
 
-def _thread_codes(trace: Trace) -> dict[Thread, int]:
+def _thread_codes(trace: Trace | TraceIndex) -> dict[Thread, int]:
+    ix = index_of(trace)
     codes: dict[Thread, int] = {}
-    _, pairs = runtime_threads(trace)
+    _, pairs = runtime_threads(ix)
     for p, t in pairs:
         codes.setdefault((str(p), str(t)), len(codes))
-    for p, t in op_columns(trace).raw_threads:
+    for p, t in op_columns(ix).raw_threads:
         codes.setdefault((str(p), str(t)), len(codes))
     return codes
 
 
-def _launch_points(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+def _launch_points(trace: Trace | TraceIndex) -> tuple[np.ndarray, np.ndarray]:
     """Each kernel's launch (thread code, host time): its launch call's (last call with its
     correlation id), else the op its External id names, else (-1, nan)."""
+    ix = index_of(trace)
+    trace = ix.trace
     n = len(trace.kernels)
     thread = np.full(n, -1, dtype=np.intp)
     time = np.full(n, np.nan)
-    codes = _thread_codes(trace)
-    k_corr, k_has_corr, k_ext, k_has_ext = kernel_ids(trace)
-    keys, pos = last_call_of(trace)
+    codes = _thread_codes(ix)
+    k_corr, k_has_corr, k_ext, k_has_ext = kernel_ids(ix)
+    keys, pos = last_call_of(ix)
     call = np.where(k_has_corr, lookup(keys, pos, k_corr), -1)
     hit = np.flatnonzero(call >= 0)
     if len(hit):
-        r_codes, pairs = runtime_threads(trace)
+        r_codes, pairs = runtime_threads(ix)
         pair_code = np.array([codes[(str(p), str(t))] for p, t in pairs], dtype=np.intp)
         thread[hit] = pair_code[r_codes[call[hit]]]
-        time[hit] = runtime_starts(trace)[call[hit]]
+        time[hit] = runtime_starts(ix)[call[hit]]
     need = np.flatnonzero((thread < 0) & k_has_ext)
     if len(need):
-        cols = op_columns(trace)
+        cols = op_columns(ix)
         with_ext = np.flatnonzero(cols.has_external_id)
         ext_keys, first = np.unique(cols.external_id[with_ext], return_index=True)
         op_at = lookup(ext_keys, with_ext[first], k_ext[need])

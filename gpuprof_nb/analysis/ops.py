@@ -31,7 +31,9 @@ import numpy as np
 
 from gpuprof_nb.analysis.derived import (
     KERNEL_KINDS,
+    TraceIndex,
     codes_of,
+    index_of,
     kernel_columns,
     kernel_ids,
     last_call_of,
@@ -111,25 +113,27 @@ _INPUT_DIMS = attrgetter("input_dims")
 
 
 def _attribute(
-    trace: Trace,
+    trace: Trace | TraceIndex,
 ) -> tuple[list[Op], np.ndarray, np.ndarray, np.ndarray, float, np.ndarray]:
     """Return the torch ops, their self CPU, self device and total device microseconds (float
     arrays in the same order), the device time owned by no op, and each device activity's
     owner (an index into the ops, -1 for none)."""
-    cols = op_columns(trace)
+    ix = index_of(trace)
+    trace = ix.trace
+    cols = op_columns(ix)
     ops = list(cols.ops)
     n = len(ops)
     starts, ends = cols.start, cols.end
     kernels = trace.kernels
-    k_corr, k_has_corr, k_ext, k_has_ext = kernel_ids(trace)
+    k_corr, k_has_corr, k_ext, k_has_ext = kernel_ids(ix)
     # Only calls that launched some device work matter (not cudaGetDevice and friends).
-    r_corr, r_has = runtime_correlations(trace)
+    r_corr, r_has = runtime_correlations(ix)
     calls = np.flatnonzero(r_has & np.isin(r_corr, k_corr[k_has_corr])).tolist()
 
     # Threads are (pid, tid) as recorded, taken in the order of their repr; within one, ops
     # by (start, longer first, file position): a parent before its children.
     # Each call's thread as a code of the distinct (pid, tid) pairs of the launch calls.
-    codes, pairs = runtime_threads(trace)
+    codes, pairs = runtime_threads(ix)
     used, call_code = np.unique(codes[calls], return_inverse=True)
     call_pairs = [pairs[i] for i in used.tolist()]
     rank = {t: r for r, t in enumerate(sorted(set(cols.raw_threads) | set(call_pairs), key=repr))}
@@ -159,7 +163,7 @@ def _attribute(
         # A launch call's owner: the innermost op of its thread open at the call's start
         # (ops starting at that very time open first).
         c_thread = np.array([rank[t] for t in call_pairs], dtype=np.intp)[call_code]
-        c_start = runtime_starts(trace)[calls]
+        c_start = runtime_starts(ix)[calls]
         lo = bounds[c_thread]
         hi = lo.copy()
         for r in np.unique(c_thread).tolist():
@@ -188,7 +192,7 @@ def _attribute(
         owners = owners.copy()
         owners[need] = lookup(ext_keys, with_ext[first], k_ext[need])
     owned = owners >= 0
-    k_dur = kernel_columns(trace).dur
+    k_dur = kernel_columns(ix).dur
     # bincount adds each op's durations one by one in kernel order, like `+=` in a loop.
     self_device = np.bincount(owners[owned], weights=k_dur[owned], minlength=n)
     unattributed = reduce(add, k_dur[~owned].tolist(), 0.0)
@@ -219,7 +223,7 @@ def _shape_text(dims: Any) -> str:
     return str(dims)
 
 
-def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTable:
+def top_ops(trace: Trace | TraceIndex, n: int | None = None, sort: str | None = None) -> OpTable:
     """Return the top `n` torch operators (all when None) grouped by name, with calls and
     self/total CPU and device time in microseconds, sorted by `sort` descending (ties by name).
 
@@ -228,6 +232,8 @@ def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTa
     the aliases in SORT_KEYS (e.g. self_cuda_time_total). A bad key raises ValueError naming
     the valid ones.
     """
+    ix = index_of(trace)
+    trace = ix.trace
     if sort is None:
         key = "self_device_us" if trace.kernels else "self_cpu_us"
     else:
@@ -239,16 +245,16 @@ def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTa
     if n is not None and (not isinstance(n, int) or n < 0):
         raise ValueError(f"n must be a non-negative int or None, got {n!r}")
 
-    ops, self_cpu, self_device, total_device, unattributed, owners = _attribute(trace)
-    launchers = launch_rows(trace, owners < 0)
-    distinct, codes = op_name_codes(trace)
+    ops, self_cpu, self_device, total_device, unattributed, owners = _attribute(ix)
+    launchers = launch_rows(ix, owners < 0)
+    distinct, codes = op_name_codes(ix)
     code_of = {name: c for c, name in enumerate(distinct)}
     k = len(code_of)
     # bincount adds each group's values one by one in op order: the same sums as a loop.
     call_counts = np.bincount(codes, minlength=k).tolist()
     sums = [
         np.bincount(codes, weights=values, minlength=k).tolist() if k else []
-        for values in (self_cpu, op_columns(trace).dur, self_device, total_device)
+        for values in (self_cpu, op_columns(ix).dur, self_device, total_device)
     ]
     groups: dict[str, list[float]] = {
         name: [call_counts[c], sums[0][c], sums[1][c], sums[2][c], sums[3][c]]
@@ -313,14 +319,16 @@ def top_ops(trace: Trace, n: int | None = None, sort: str | None = None) -> OpTa
 # kernels
 
 
-def kernel_table(trace: Trace) -> KernelTable:
+def kernel_table(trace: Trace | TraceIndex) -> KernelTable:
     """Return device activity grouped by (name, kind): calls, total/mean/max/min microseconds,
     streams, share of all device time, and for memcpy/memset the bytes and achieved GB/s
     (bytes / duration, over the calls whose bytes the trace gives). Sorted by total time
     descending, ties by name then kind."""
+    ix = index_of(trace)
+    trace = ix.trace
     kernels = trace.kernels
     n = len(kernels)
-    kc = kernel_columns(trace)
+    kc = kernel_columns(ix)
     dur = kc.dur
     # Each (name, kind) as a code, in order of first appearance.
     group_keys, codes = codes_of(map(_NAME_KIND, kernels), n)
@@ -340,7 +348,7 @@ def kernel_table(trace: Trace) -> KernelTable:
     maxs = np.maximum.reduceat(sorted_dur, cuts).tolist() if n else []
     mins = np.minimum.reduceat(sorted_dur, cuts).tolist() if n else []
     # Each group's distinct streams, ascending: (group, stream) pairs as one number each.
-    stream_values, stream_code = np.unique(kernel_streams(trace), return_inverse=True)
+    stream_values, stream_code = np.unique(kernel_streams(ix), return_inverse=True)
     pairs = (
         np.unique(codes * len(stream_values) + stream_code.reshape(-1))
         if n
@@ -412,8 +420,8 @@ def _count_in_steps(starts: np.ndarray, trace: Trace) -> float:
     return int((ends - begins).sum()) / len(trace.steps)
 
 
-def summarize_trace(trace: Trace) -> TraceSummary:
-    """Return the headline numbers (computed once per trace: the diagnosis's titles quote
+def summarize_trace(trace: Trace | TraceIndex) -> TraceSummary:
+    """Return the headline numbers (computed once per index: the diagnosis's titles quote
     the same counts): device names, window and busy time (microseconds), step count and
     median step time, op/kernel counts and per-step means.
 
@@ -422,11 +430,13 @@ def summarize_trace(trace: Trace) -> TraceSummary:
     call that launched it started (its own start when no call matches); an op to the step in
     which it started.
     """
-    return memo(trace, "summary", lambda: _summarize(trace))
+    ix = index_of(trace)
+    return memo(ix, "summary", lambda: _summarize(ix))
 
 
-def _summarize(trace: Trace) -> TraceSummary:
-    kc = kernel_columns(trace)
+def _summarize(ix: TraceIndex) -> TraceSummary:
+    trace = ix.trace
+    kc = kernel_columns(ix)
     used = set(np.unique(kc.device).tolist())
     names = [d.name for d in trace.devices if d.index in used and d.name]
     if not names:
@@ -435,10 +445,10 @@ def _summarize(trace: Trace) -> TraceSummary:
 
     # The same window as the Timeline tab: the recorded work, without the profiler's own
     # start-up/shutdown span, so both tabs show one "busy %".
-    lo, hi = activity_window(trace)
+    lo, hi = activity_window(ix)
     window = hi - lo
-    busy = device_busy_us(trace, lo, hi)
-    cols = op_columns(trace)
+    busy = device_busy_us(ix, lo, hi)
+    cols = op_columns(ix)
 
     ops_per_step = kernels_per_step = median_step = None
     if trace.steps:
@@ -446,10 +456,10 @@ def _summarize(trace: Trace) -> TraceSummary:
         ops_per_step = _count_in_steps(cols.start, trace)  # ops are in start order
         # A kernel's launch: the start of the (last recorded) runtime call with its
         # correlation id, else its own start.
-        corr_keys, calls = last_call_of(trace)
-        k_corr, k_has_corr, _, _ = kernel_ids(trace)
+        corr_keys, calls = last_call_of(ix)
+        k_corr, k_has_corr, _, _ = kernel_ids(ix)
         call = np.where(k_has_corr, lookup(corr_keys, calls, k_corr), -1)[kc.is_kernel]
-        starts = runtime_starts(trace)
+        starts = runtime_starts(ix)
         launches = np.where(
             call >= 0, starts[np.maximum(call, 0)] if len(starts) else 0.0, kc.start[kc.is_kernel]
         )

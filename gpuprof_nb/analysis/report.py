@@ -1,22 +1,26 @@
 """The whole analysis of a trace or snapshot, as `analyze` and `analyze_memory` return it:
-every table, the timeline, the roofline and the diagnosis, in one report. Pure functions;
-the ceilings of a GPU trace come from the datasheet, or from what `measure_ceilings()`
-recorded for that GPU (io/ceilings.py), and the roofline says which."""
+every table, the timeline, the roofline and the diagnosis, in one report. Pure functions:
+the same trace gives the same report on every machine. The ceilings and the timed samples
+come in as arguments; without them a GPU trace is drawn against its datasheet row. The
+public front end (session/analyze.py) reads what `measure_ceilings()` cached for the
+trace's GPU and the samples a saved report kept with its trace, and passes them in."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from gpuprof_nb.analysis.annotations import annotation_table
 from gpuprof_nb.analysis.compile import compile_report
 from gpuprof_nb.analysis.critical_path import critical_path
 from gpuprof_nb.analysis.cudagraphs import graph_replays
+from gpuprof_nb.analysis.derived import TraceIndex, index_of
 from gpuprof_nb.analysis.diagnose import diagnose
 from gpuprof_nb.analysis.fit import categories_and_fit, fit_batch_size
 from gpuprof_nb.analysis.hotspots import compute_hotspots
+from gpuprof_nb.analysis.lanes import timeline_lanes
 from gpuprof_nb.analysis.memory import analyze_snapshot, parse_window
 from gpuprof_nb.analysis.mfu import model_flops_utilisation
 from gpuprof_nb.analysis.modules import module_breakdown
@@ -25,12 +29,9 @@ from gpuprof_nb.analysis.plan import plan_checkpointing
 from gpuprof_nb.analysis.roofline import compute_roofline
 from gpuprof_nb.analysis.timeline import device_timeline
 from gpuprof_nb.errors import GpuprofError
-from gpuprof_nb.io.ceilings import trace_ceilings
-from gpuprof_nb.io.gcpause import gc_paused
-from gpuprof_nb.io.snapshot import snapshot_from_dict
-from gpuprof_nb.io.timing import timing_of
+from gpuprof_nb.gcpause import gc_paused
 from gpuprof_nb.model.arguments import check_number, check_type, describe
-from gpuprof_nb.model.device import DeviceSpec
+from gpuprof_nb.model.device import DeviceSpec, lookup_device_spec
 from gpuprof_nb.model.memory import MemorySnapshot
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
@@ -66,7 +67,7 @@ def _attempt(what: str, compute: Callable[[], T], notes: list[str]) -> T | None:
 
 
 def analyze(
-    trace: Trace,
+    trace: Trace | TraceIndex,
     device: DeviceSpec | str | None = None,
     *,
     timing: TimingStats | None = None,
@@ -79,51 +80,57 @@ def analyze(
     default being self device time when there are kernels, else self CPU time), kernels,
     summary, device timeline, roofline, annotations, critical path and diagnosis. The
     roofline is drawn against `device` (a DeviceSpec, or a GPU name from the datasheet
-    table); without it, against the ceilings `measure_ceilings()` cached for the trace's GPU,
-    else its datasheet row (io/ceilings.py; the roofline's note says which). `timing` is
-    given by the live magic; offline it is the timed samples a saved %%gpuprofile report kept
-    with its trace (io/timing.py), else None."""
-    _check_analyze_arguments(trace, device, timing, top, sort)
+    table); without it, against the datasheet row of the trace's GPU (the roofline's note
+    says which). `timing`: the run's timed samples, when there are any. `notes` come first
+    in the report's notes."""
+    ix = index_of(trace)
+    trace = ix.trace
+    check_analyze_arguments(trace, device, timing, top, sort)
     # The analyses make many short-lived objects and no cycles worth collecting: automatic
-    # collections would walk the whole trace's objects again and again (io/gcpause.py).
+    # collections would walk the whole trace's objects again and again (gcpause.py).
     with gc_paused():
-        ops = top_ops(trace, n=top, sort=sort)
-        kernels = kernel_table(trace)
-        summary = summarize_trace(trace)
+        ops = top_ops(ix, n=top, sort=sort)
+        kernels = kernel_table(ix)
+        summary = summarize_trace(ix)
         all_notes = list(notes)
-        if timing is None:
-            timing = _attempt("timed samples", lambda: timing_of(trace.metadata), all_notes)
-        ceilings = device if device is not None else trace_ceilings(trace)
+        ceilings = device if device is not None else datasheet_ceilings(trace)
         # The remaining analyses add judgement on top of the tables; one failing on an
         # unusual trace should cost its own tab, not the whole report, and the note says
         # what broke.
-        timeline = _attempt("timeline", lambda: device_timeline(trace), all_notes)
-        roofline = _attempt("roofline", lambda: compute_roofline(trace, ceilings), all_notes)
+        timeline = _attempt("timeline", lambda: device_timeline(ix), all_notes)
+        roofline = _attempt("roofline", lambda: compute_roofline(ix, ceilings), all_notes)
         hotspots = (
             None
             if timeline is None
-            else _attempt("hotspots", lambda: compute_hotspots(trace, timeline), all_notes)
+            else _attempt("hotspots", lambda: compute_hotspots(ix, timeline), all_notes)
         )
-        modules = _attempt("modules", lambda: module_breakdown(trace, timeline), all_notes)
+        modules = _attempt("modules", lambda: module_breakdown(ix, timeline), all_notes)
         mfu = (
             None
             if roofline is None
-            else _attempt(
-                "MFU", lambda: model_flops_utilisation(trace, roofline, timing), all_notes
-            )
+            else _attempt("MFU", lambda: model_flops_utilisation(ix, roofline, timing), all_notes)
         )
-        compiled = _attempt("torch.compile", lambda: compile_report(trace), all_notes)
-        replays = _attempt("CUDA graphs", lambda: graph_replays(trace), all_notes)
-        annotations = _attempt("annotations", lambda: annotation_table(trace), all_notes)
+        compiled = _attempt("torch.compile", lambda: compile_report(ix), all_notes)
+        replays = _attempt("CUDA graphs", lambda: graph_replays(ix), all_notes)
+        annotations = _attempt("annotations", lambda: annotation_table(ix), all_notes)
         path = (
             None
             if timeline is None
-            else _attempt("critical path", lambda: critical_path(trace, timeline), all_notes)
+            else _attempt("critical path", lambda: critical_path(ix, timeline), all_notes)
+        )
+        lanes = (
+            None
+            if timeline is None
+            else _attempt(
+                "timeline lanes",
+                lambda: timeline_lanes(ix, timeline, timeline.representative_step),
+                all_notes,
+            )
         )
         diagnosis = _attempt(
             "diagnosis",
             lambda: diagnose(
-                trace,
+                ix,
                 timeline=timeline,
                 roofline=roofline,
                 timing=timing,
@@ -152,10 +159,18 @@ def analyze(
         graph_replays=replays,
         annotations=annotations,
         critical_path=path,
+        timeline_lanes=lanes,
     )
 
 
-def _check_analyze_arguments(trace: Any, device: Any, timing: Any, top: Any, sort: Any) -> None:
+def datasheet_ceilings(trace: Trace) -> DeviceSpec | None:
+    """Return the datasheet row of the trace's GPU (Trace.recorded_gpu); None for a CPU
+    trace or a GPU the table lacks."""
+    info = trace.recorded_gpu
+    return None if info is None else lookup_device_spec(info.name, info.total_memory_bytes)
+
+
+def check_analyze_arguments(trace: Any, device: Any, timing: Any, top: Any, sort: Any) -> None:
     """Raise GpuprofError naming the first argument of `analyze` that is not what it takes."""
     if isinstance(trace, (str, os.PathLike)):
         raise GpuprofError(
@@ -200,19 +215,16 @@ def _check_window(window: Any) -> tuple[float | None, float | None] | None:
 
 
 def analyze_memory(
-    snapshot: MemorySnapshot | Mapping[str, Any],
+    snapshot: MemorySnapshot,
     *,
     device: int | None = None,
     window: str | tuple[float | None, float | None] | None = None,
     step_starts: Sequence[int] | None = None,
     oom_message: str | None = None,
 ) -> MemoryReport:
-    """Return the MemoryReport of one device of a snapshot (default: the busiest); a raw
-    snapshot dict (what torch.cuda.memory._snapshot() returns) is accepted too.
+    """Return the MemoryReport of one device of a snapshot (default: the busiest).
     `window` is 'START:END' or (start, end) in ms when the snapshot has time_us, else in
     history entries; `step_starts` are the entry indices where repeats began."""
-    if isinstance(snapshot, Mapping):
-        snapshot = snapshot_from_dict(snapshot)
     if not isinstance(snapshot, MemorySnapshot):
         raise GpuprofError(
             f"analyze_memory expects a MemorySnapshot, got {type(snapshot).__name__}; "
@@ -261,9 +273,7 @@ def _with_notes(snapshot: MemorySnapshot, notes: Sequence[str]) -> MemorySnapsho
     return dataclasses.replace(snapshot, notes=snapshot.notes + tuple(notes))
 
 
-def _as_snapshot(snapshot: MemorySnapshot | Mapping[str, Any], what: str) -> MemorySnapshot:
-    if isinstance(snapshot, Mapping):
-        snapshot = snapshot_from_dict(snapshot)
+def _as_snapshot(snapshot: MemorySnapshot, what: str) -> MemorySnapshot:
     if not isinstance(snapshot, MemorySnapshot):
         raise GpuprofError(
             f"{what} expects a MemorySnapshot, got {type(snapshot).__name__}; load one "
@@ -273,9 +283,9 @@ def _as_snapshot(snapshot: MemorySnapshot | Mapping[str, Any], what: str) -> Mem
 
 
 def analyze_batches(
-    snapshot: MemorySnapshot | Mapping[str, Any],
+    snapshot: MemorySnapshot,
     batch_size: int,
-    other: MemorySnapshot | Mapping[str, Any],
+    other: MemorySnapshot,
     other_batch_size: int,
     *,
     device: int | None = None,

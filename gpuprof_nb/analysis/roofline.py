@@ -23,6 +23,8 @@ import numpy as np
 from gpuprof_nb.analysis.classify import op_class
 from gpuprof_nb.analysis.derived import (
     OpColumns,
+    TraceIndex,
+    index_of,
     kernel_columns,
     kernel_ids,
     last_call_of,
@@ -315,14 +317,28 @@ class _Acc:
     time_us: float = 0.0
 
 
-def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Roofline:
+# Each costed anchor: its position in the op columns, its cost, its time (microseconds).
+Anchor = tuple[int, OpCost | None, float]
+
+
+def roofline_anchors(ix: TraceIndex) -> tuple[Anchor, ...]:
+    """Return the ops the roofline costed (its anchors) as `compute_roofline` left them in
+    the index: what MFU and the per-module bounds read (analysis/mfu.py,
+    analysis/model_rules.py). Empty when the roofline was not computed on this index."""
+    anchors: tuple[Anchor, ...] | None = ix.peek("roofline_anchors")
+    return anchors or ()
+
+
+def compute_roofline(trace: Trace | TraceIndex, device: DeviceSpec | str | None = None) -> Roofline:
     """Return the roofline of the trace: FLOPs (count), bytes, intensity (FLOP/byte),
     achieved FLOP/s and bytes/s per op group, against `device`'s ceilings (a DeviceSpec, a
     GPU name, or None: the trace's first deviceProperties entry via the datasheet table).
     Raises ValueError for a device name of the wrong kind: any name on a CPU-only trace, a
     CPU's name on a GPU trace."""
+    ix = index_of(trace)
+    trace = ix.trace
     spec, device_note = _resolve_device(trace, device)
-    tree = _Tree(op_columns(trace))
+    tree = _Tree(op_columns(ix))
     ops = tree.ops
     unset = object()
     known: list[Any] = [unset] * len(ops)  # each op's cost, once computed
@@ -375,7 +391,7 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
     # Each op's anchor: its outermost ancestor-or-self with a cost. Level by level from the
     # roots: an op inherits its parent's anchor, else is its own when it has a cost (only
     # names with a formula, or copy wrappers, can).
-    distinct, name_codes = op_name_codes(trace)
+    distinct, name_codes = op_name_codes(ix)
     costable = (
         np.array([has_formula(name) or name in COPY_WRAPPERS for name in distinct], dtype=bool)[
             name_codes
@@ -400,17 +416,17 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
     on_device = trace.has_device_activity
     if on_device:
         device_work = trace.kernels
-        k_dur = kernel_columns(trace).dur
+        k_dur = kernel_columns(ix).dur
         total_us = sum(k_dur.tolist())
-        owner = _kernel_owners(trace, tree)
+        owner = _kernel_owners(ix, tree)
         k_anchor = np.where(owner >= 0, anchor[np.maximum(owner, 0)], -1) if len(ops) else owner
         if len(ops):
-            _gemm_points_only_gemms(trace, tree, owner, k_anchor, cost, costable)
+            _gemm_points_only_gemms(ix, tree, owner, k_anchor, cost, costable)
         # Kernels of no anchor, by their owner's name (or kind): counts and times per label
         # (bincount adds the times one by one in kernel order, as `+=` in a loop).
         missed = np.flatnonzero(k_anchor < 0)
         if len(missed):
-            op_names_, name_code = op_name_codes(trace)
+            op_names_, name_code = op_name_codes(ix)
             label_of = {name: code for code, name in enumerate(op_names_)}
             missed_owner = owner[missed]
             label = np.where(
@@ -453,7 +469,7 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
 
     # Each costed anchor (its position in the op columns), its cost and time: what MFU and
     # the per-module bounds read (analysis/mfu.py, analysis/model_rules.py).
-    memo(trace, "roofline_anchors", lambda: tuple((a, cost(a), t) for a, t in anchor_time.items()))
+    memo(ix, "roofline_anchors", lambda: tuple((a, cost(a), t) for a, t in anchor_time.items()))
     groups: dict[tuple[str, str, str], _Acc] = {}
     group_cost: dict[tuple[str, str, str], OpCost] = {}
     group_kernel_names: dict[tuple[str, str, str], set[str]] = {}
@@ -586,7 +602,7 @@ def compute_roofline(trace: Trace, device: DeviceSpec | str | None = None) -> Ro
 
 
 def _gemm_points_only_gemms(
-    trace: Trace,
+    ix: TraceIndex,
     tree: _Tree,
     owner: np.ndarray,
     k_anchor: np.ndarray,
@@ -610,7 +626,7 @@ def _gemm_points_only_gemms(
     # Only kernels of ops known to be something else move: copies (copy_, contiguous,
     # clone, to), casts and elementwise ops (the bias add). A library's own convolution or
     # matmul op (miopen_convolution, an accelerator's bmm), named or not, keeps its kernels.
-    names, codes = op_name_codes(trace)
+    names, codes = op_name_codes(ix)
     other_name = np.array(
         [op_class(n) in ("elementwise", "cast") or n in COPY_WRAPPERS for n in names], dtype=bool
     )
@@ -654,10 +670,11 @@ def _has_anchor_below(i: int, tree: _Tree, anchor_of: list[int | None]) -> bool:
     return False
 
 
-def _kernel_owners(trace: Trace, tree: _Tree) -> np.ndarray:
+def _kernel_owners(trace: Trace | TraceIndex, tree: _Tree) -> np.ndarray:
     """Return, per kernel of trace.kernels, the index (in tree.ops) of the innermost op that
     launched it, -1 for none: by External id, else through the runtime call with the same
     correlation id."""
+    ix = index_of(trace)
     op_ids, op_has = tree.cols.external_id, tree.cols.has_external_id
     # Several ops may share an id in old traces: keep the innermost (shortest; then the one
     # starting last; then the first in the file).
@@ -668,14 +685,14 @@ def _kernel_owners(trace: Trace, tree: _Tree) -> np.ndarray:
     first[1:] = ext_keys[1:] != ext_keys[:-1]
     ext_keys, ext_ops = ext_keys[first], ext_ops[first]
 
-    k_corr, k_has_corr, k_ext, k_has_ext = kernel_ids(trace)
+    k_corr, k_has_corr, k_ext, k_has_ext = kernel_ids(ix)
     owner = np.where(k_has_ext, lookup(ext_keys, ext_ops, k_ext), -1)
     # Then the runtime call with the kernel's correlation id (the last one recorded with it).
-    corr_keys, corr_calls = last_call_of(trace)
+    corr_keys, corr_calls = last_call_of(ix)
     need = np.flatnonzero((owner < 0) & k_has_corr)
     call = lookup(corr_keys, corr_calls, k_corr[need])
     need, call = need[call >= 0], call[call >= 0]
-    r_ext, r_has_ext = runtime_external_ids(trace)
+    r_ext, r_has_ext = runtime_external_ids(ix)
     c_ext, c_has_ext = r_ext[call], r_has_ext[call]
     by_call_id = np.where(c_has_ext, lookup(ext_keys, ext_ops, c_ext), -1)
     owner[need] = by_call_id
@@ -683,13 +700,13 @@ def _kernel_owners(trace: Trace, tree: _Tree) -> np.ndarray:
     # Their threads keyed as the tree keys them (ids as text), each distinct pair once.
     unowned = by_call_id < 0
     pending, pending_calls = need[unowned], call[unowned]
-    all_codes, pairs = runtime_threads(trace)
+    all_codes, pairs = runtime_threads(ix)
     codes = all_codes[pending_calls]
     key_codes: dict[tuple[str, str], list[int]] = {}
     for code in np.unique(codes).tolist():
         pid, tid = pairs[code]
         key_codes.setdefault((str(pid), str(tid)), []).append(code)
-    call_starts = runtime_starts(trace)[pending_calls]
+    call_starts = runtime_starts(ix)[pending_calls]
     for key, in_key in key_codes.items():
         idx, starts = tree.thread(key)
         if not len(idx):

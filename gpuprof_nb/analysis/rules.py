@@ -22,6 +22,8 @@ from gpuprof_nb.analysis.classify import is_host_collective, op_class
 from gpuprof_nb.analysis.derived import (
     KERNEL_KINDS,
     KernelColumns,
+    TraceIndex,
+    index_of,
     memo,
     op_columns,
     op_name_codes,
@@ -112,9 +114,10 @@ def _union_of(kc: KernelColumns, mask: np.ndarray, lo: float, hi: float) -> floa
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What every rule needs, computed once."""
+    """What every rule needs, computed once: the trace's index (what the analyses derive
+    from it, shared), its timeline and window, the top-level ops and the device's kernels."""
 
-    trace: Trace
+    index: TraceIndex
     timeline: Timeline
     lo: float
     hi: float
@@ -131,6 +134,10 @@ class Context:
     one_off_us: float = 0.0
     # `kernels` as columns (set by diagnose; built here when a Context is made without).
     kernel_columns: KernelColumns | None = None
+
+    @property
+    def trace(self) -> Trace:
+        return self.index.trace
 
     @property
     def kcols(self) -> KernelColumns:
@@ -168,7 +175,7 @@ class Context:
 
 
 def rule_dataloader(c: Context) -> Finding | None:
-    loads = dataloader_ops(c.trace)
+    loads = dataloader_ops(c.index)
     spans = merge_intervals((o.start_us, o.end_us) for o in loads)
     if not spans:
         return None
@@ -201,10 +208,10 @@ def _bounds(spans: Sequence[Interval]) -> tuple[float, float]:
 
 
 def rule_host_sync(c: Context) -> Finding | None:
-    sync_names = SYNC_RUNTIME_NAMES & runtime_names(c.trace)
+    sync_names = SYNC_RUNTIME_NAMES & runtime_names(c.index)
     calls = [r for r in c.trace.runtime if r.name in sync_names] if sync_names else []
     events = [s for s in c.trace.syncs if s.name in ("Stream Sync", "Context Sync", "Event Sync")]
-    item_names = {"aten::item", "aten::_local_scalar_dense"} & op_names(c.trace)
+    item_names = {"aten::item", "aten::_local_scalar_dense"} & op_names(c.index)
     items = (
         [o for o in c.trace.ops if o.kind == "op" and o.name in item_names] if item_names else []
     )
@@ -247,7 +254,7 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
         med = median_duration_us(compute)
         # The Summary's count: kernels launched inside the steps, per step (all of them
         # per cell without steps).
-        summary = summarize_trace(c.trace)
+        summary = summarize_trace(c.index)
         per_step_kernels = (
             summary.kernels_per_step
             if c.n_steps and summary.kernels_per_step is not None
@@ -279,7 +286,7 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
             )
             out.append(make_finding("launch_overhead", title, share, evidence))
         python_us = max(bd.host_us - bd.host_in_ops_us, 0.0)
-        covered = total_length(*clipped_union(*top_level_spans(c.trace), c.lo, c.hi))
+        covered = total_length(*clipped_union(*top_level_spans(c.index), c.lo, c.hi))
         # Shares of the whole window, the headline's among them, so the evidence reads
         # against the title: the host outside torch ops includes time the GPU was busy.
         out.append(
@@ -309,7 +316,7 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
     share = c.frac(bd.launch_us + tiny_us) if tiny else c.frac(bd.launch_us)
     # The count in the title is the Summary's (every op, nested ones too); the rule judges
     # the top-level ones, the calls Python made, and says how many of them there are.
-    summary = summarize_trace(c.trace)
+    summary = summarize_trace(c.index)
     shown = (
         summary.ops_per_step
         if c.n_steps and summary.ops_per_step is not None
@@ -367,7 +374,7 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
 def _idle_in_setup_or_compiling_us(c: Context) -> float:
     """Device idle time, waiting on the host, inside setup ops or while torch.compile
     compiled, each moment counted once (a first compile is often a setup op too)."""
-    compiling = compile_spans(c.trace)
+    compiling = compile_spans(c.index)
     if not compiling:
         return c.setup_idle_us
     spans = merge_intervals([(o.start_us, o.end_us) for o in c.setup_ops] + compiling)
@@ -379,11 +386,11 @@ def _idle_in_setup_or_compiling_us(c: Context) -> float:
 
 def _host_collective_spans(c: Context) -> Sequence[Interval]:
     """Return the merged host ranges of collectives (`gloo:all_reduce`, `c10d::allreduce_`)."""
-    names = {name for name in op_names(c.trace) if is_host_collective(name)}
+    names = {name for name in op_names(c.index) if is_host_collective(name)}
     if not names:
         return ()
     return memo(
-        c.trace,
+        c.index,
         ("host_collective_spans", c.lo, c.hi),
         lambda: tuple(
             merge_intervals(
@@ -526,7 +533,7 @@ def rule_compute_memory_precision(c: Context, roofline: Roofline | None) -> list
     # elsewhere the fp32 matmuls are not looked for at all.
     cc = compute_capability(c.trace, c.timeline.device) if c.on_device and gemm else None
     if cc is not None and cc >= th.PRECISION_MIN_CC:
-        fp32_ids = {o.external_id for o in _gemm_ops_with_ids(c.trace) if _gemm_precision_fp32(o)}
+        fp32_ids = {o.external_id for o in _gemm_ops_with_ids(c.index) if _gemm_precision_fp32(o)}
         # Kernel names repeat: each distinct one is read once.
         fp32_name = {
             name: any(m in name.lower() for m in FP32_KERNEL_MARKS)
@@ -558,15 +565,17 @@ def rule_compute_memory_precision(c: Context, roofline: Roofline | None) -> list
     return out
 
 
-def _gemm_ops_with_ids(trace: Trace) -> list[Op]:
+def _gemm_ops_with_ids(trace: Trace | TraceIndex) -> list[Op]:
     """Return the ops of trace.ops named as matmuls or convolutions (op_class 'gemm') that
     have an External id, in trace order: the torch ops found through the shared op columns
     (names as codes), the other ops (annotations, Python functions) by name."""
-    gemm_names = {n for n in op_names(trace) if op_class(n) == "gemm"}
+    ix = index_of(trace)
+    trace = ix.trace
+    gemm_names = {n for n in op_names(ix) if op_class(n) == "gemm"}
     if not gemm_names:
         return []
-    ops, cols = trace.ops, op_columns(trace)
-    distinct, codes = op_name_codes(trace)
+    ops, cols = trace.ops, op_columns(ix)
+    distinct, codes = op_name_codes(ix)
     is_gemm = np.array([n in gemm_names for n in distinct], dtype=bool)
     torch_ops = cols.positions[is_gemm[codes] & cols.has_external_id]
     others = np.ones(len(ops), dtype=bool)
@@ -597,7 +606,7 @@ def compute_capability(trace: Trace, device: int | None) -> tuple[int, int] | No
 
 def rule_dtype_cast(c: Context) -> Finding | None:
     # Few distinct names: each is classified once.
-    cast_names = {n for n in op_names(c.trace) if op_class(n) == "cast"}
+    cast_names = {n for n in op_names(c.index) if op_class(n) == "cast"}
     casts = [o for o in c.top_ops if o.name in cast_names] if cast_names else []
     if not casts:
         return None
@@ -641,10 +650,10 @@ def _device_time_launched_in(c: Context, ops: Sequence[Op]) -> float:
     by_thread: dict[str, list[tuple[float, float]]] = {}
     for o in ops:
         by_thread.setdefault(str(o.tid), []).append((o.start_us, o.end_us))
-    r_corr, r_has = runtime_correlations(c.trace)
-    r_start = runtime_starts(c.trace)
+    r_corr, r_has = runtime_correlations(c.index)
+    r_start = runtime_starts(c.index)
     # The calls' threads by their tid as text: each distinct (pid, tid) pair converted once.
-    codes, pairs = runtime_threads(c.trace)
+    codes, pairs = runtime_threads(c.index)
     codes_of: dict[str, list[int]] = {}
     for code, (_, tid) in enumerate(pairs):
         codes_of.setdefault(str(tid), []).append(code)
@@ -737,7 +746,7 @@ def _rule_host_communication(c: Context) -> Finding | None:
     )
     overlap_us = union_length(intersect_intervals(comm_spans, compute))
     overlap = overlap_us / comm_us if comm_us > 0 else 0.0
-    host_names = {n for n in op_names(c.trace) if is_host_collective(n)}
+    host_names = {n for n in op_names(c.index) if is_host_collective(n)}
     count = sum(1 for o in c.trace.ops if o.name in host_names) if host_names else 0
     return make_finding(
         "communication",
@@ -933,13 +942,15 @@ _COMPILE_MARKERS = (
 _REGION_IDS = re.compile(r"Torch-Compiled Region: (\d+)/(\d+)")
 
 
-def compile_spans(trace: Trace) -> list[Interval]:
+def compile_spans(trace: Trace | TraceIndex) -> list[Interval]:
     """The merged spans of torch.compile's compilations (`compile_inner` annotations, which
     nest: the outermost count), or [] when the trace shows no torch.compile at all."""
+    ix = index_of(trace)
+    trace = ix.trace
 
     def compute() -> list[Interval]:
         # Traces repeat a few thousand op names: look for the markers once per name.
-        names = op_names(trace)
+        names = op_names(ix)
         if not any(m in name for name in names for m in _COMPILE_MARKERS):
             return []
         if not any("compile_inner" in name for name in names):
@@ -954,17 +965,17 @@ def compile_spans(trace: Trace) -> list[Interval]:
         )
 
     # Read by the recompilation rule and by launch overhead (which leaves compiling out).
-    spans: list[Interval] = memo(trace, "compile_spans", compute)
+    spans: list[Interval] = memo(ix, "compile_spans", compute)
     return spans
 
 
 def rule_recompilation(c: Context) -> Finding | None:
     # Traces repeat a few thousand op names: look for the markers once per name.
-    if not any(m in name for name in op_names(c.trace) for m in _COMPILE_MARKERS):
+    if not any(m in name for name in op_names(c.index) for m in _COMPILE_MARKERS):
         return None
-    spans = compile_spans(c.trace)
+    spans = compile_spans(c.index)
     compile_us = _union_in(spans, c.lo, c.hi)
-    region_names = {n for n in op_names(c.trace) if "Torch-Compiled Region" in n}
+    region_names = {n for n in op_names(c.index) if "Torch-Compiled Region" in n}
     regions = [o for o in c.trace.ops if o.name in region_names] if region_names else []
     # "Torch-Compiled Region: F/N" runs graph N of frame F: graphs beyond the first of a frame
     # are recompilations, even when they were compiled before the profiled run.

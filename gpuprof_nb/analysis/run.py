@@ -1,7 +1,7 @@
 """A distributed run, rank by rank: `summarize_rank` boils one rank's trace down to a compact
 RankSummary (what a worker sends back), and `combine` reads the summaries together: who waits
-for whom, the collectives, the run's diagnosis. Pure functions; gpuprof_nb/runs.py runs them
-over many trace files on an executor. docs/distributed.md says how stragglers are found.
+for whom, the collectives, the run's diagnosis. Pure functions; gpuprof_nb/session/runs.py
+runs them over many trace files on an executor. docs/distributed.md says how stragglers are found.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.classify import is_host_collective, kernel_name_class
+from gpuprof_nb.analysis.derived import TraceIndex, index_of
 from gpuprof_nb.analysis.fixes import FIXES
 from gpuprof_nb.analysis.intervals import (
     Interval,
@@ -28,7 +29,8 @@ from gpuprof_nb.analysis.report import analyze
 from gpuprof_nb.analysis.rules import severity_of
 from gpuprof_nb.analysis.timeline import chosen_device, device_kernels, top_level_ops
 from gpuprof_nb.errors import GpuprofError
-from gpuprof_nb.io.trace import load_trace
+from gpuprof_nb.model.device import DeviceSpec
+from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Kernel, Trace
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding, FindingKind
 from gpuprof_nb.results.invariants import rounded_share
@@ -122,9 +124,19 @@ def _collective_bytes(kernel: Kernel) -> int | None:
     return c.in_nelems * size if size is not None else None
 
 
-def summarize_rank(trace: Trace, source: str, rank: int | None = None) -> RankSummary:
+def summarize_rank(
+    trace: Trace | TraceIndex,
+    source: str,
+    rank: int | None = None,
+    *,
+    ceilings: DeviceSpec | None = None,
+    timing: TimingStats | None = None,
+) -> RankSummary:
     """Return one rank's RankSummary from its trace (see RankSummary for the numbers). The
-    rank is `rank`, else the trace's distributedInfo, else the file name's."""
+    rank is `rank`, else the trace's distributedInfo, else the file name's. `ceilings` and
+    `timing` are what its analysis takes (analysis/report.py: analyze)."""
+    ix = index_of(trace)
+    trace = ix.trace
     dist = trace.distributed
     if rank is None:
         rank = dist.rank if dist is not None and dist.rank is not None else rank_from_name(source)
@@ -145,16 +157,16 @@ def summarize_rank(trace: Trace, source: str, rank: int | None = None) -> RankSu
             f"{source}: world size {world} is not a real run's; the trace's distributedInfo "
             "is damaged"
         )
-    report = analyze(trace)
+    report = analyze(ix, ceilings, timing=timing)
     timeline = report.timeline
     lo, hi = (timeline.start_us, timeline.end_us) if timeline is not None else trace.window_us
     calls: list[tuple[float, str, float]] = []
     sizes: dict[str, int] = defaultdict(int)
     steps = trace.steps
     groups: dict[str, int] = {}
-    device, _ = chosen_device(trace)
+    device, _ = chosen_device(ix)
     if device is not None:
-        kernels = [k for k in device_kernels(trace, device) if k.kind == "kernel"]
+        kernels = [k for k in device_kernels(ix, device) if k.kind == "kernel"]
         comm = [k for k in kernels if kernel_name_class(k.name) == "comm"]
         compute = [k for k in kernels if kernel_name_class(k.name) != "comm"]
         comm_spans = _spans(((k.start_us, k.end_us) for k in comm), lo, hi)
@@ -173,11 +185,7 @@ def summarize_rank(trace: Trace, source: str, rank: int | None = None) -> RankSu
         host = [o for o in trace.ops if is_host_collective(o.name)]
         comm_spans = _spans(((o.start_us, o.end_us) for o in host), lo, hi)
         compute_spans = _spans(
-            (
-                (o.start_us, o.end_us)
-                for o in top_level_ops(trace)
-                if not is_host_collective(o.name)
-            ),
+            ((o.start_us, o.end_us) for o in top_level_ops(ix) if not is_host_collective(o.name)),
             lo,
             hi,
         )
@@ -241,20 +249,6 @@ def _by_kind(calls: list[tuple[float, str, float]]) -> tuple[tuple[str, tuple[fl
 
 def _spans(pairs: object, lo: float, hi: float) -> list[Interval]:
     return merge_intervals(clip_intervals(pairs, lo, hi))  # type: ignore[arg-type]
-
-
-def summarize_path(path: str, rank: int | None = None) -> RankSummary:
-    """Load one rank's trace file and summarise it (what each worker runs); a file that
-    cannot be read gives a summary holding only the error, so the other ranks still count."""
-    try:
-        return summarize_rank(load_trace(path), str(path), rank)
-    except (GpuprofError, OSError) as exc:
-        guess = rank if rank is not None else rank_from_name(str(path))
-        return RankSummary(
-            rank=guess if guess is not None else -1,
-            source=str(path),
-            error=f"{type(exc).__name__}: {exc}",
-        )
 
 
 def combine(summaries: Sequence[RankSummary]) -> RunReport:

@@ -15,19 +15,29 @@ and the reason (FUNCTIONS_ONLY).
 from __future__ import annotations
 
 import functools
-import re
-import sys
-import sysconfig
 from collections.abc import Mapping
 
-from gpuprof_nb.results.hotspots import FrameKind
+from gpuprof_nb.model.frames import (
+    IPYTHON_INPUT,
+    KNOWN_PACKAGES,
+    FrameKind,
+    frame_kind,
+    is_cell_file,
+    profiler_frame_file,
+    profiler_frame_parts,
+)
 
-# IPython's own cell names: <ipython-input-12-0a1b2c3d>, the execution number inside.
-_IPYTHON_INPUT = re.compile(r"^<ipython-input-(\d+)-[0-9a-f]+>$")
-# ipykernel's: <tmp>/ipykernel_<pid>/<hash>.py (no number inside).
-_IPYKERNEL_CELL = re.compile(r"(?:^|[\\/])ipykernel_\d+[\\/](\d+)\.py$")
-# torch.profiler's python_function event names: "path/file.py(123): function".
-_PROFILER_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
+__all__ = [
+    "KNOWN_PACKAGES",
+    "FrameKind",
+    "cell_number",
+    "frame_kind",
+    "is_cell_file",
+    "profiler_frame_file",
+    "profiler_frame_label",
+    "profiler_frame_parts",
+    "source_label",
+]
 
 MODULE = "<module>"
 # Why a frame rebuilt from profiler events has no line: said in its label.
@@ -39,14 +49,8 @@ def cell_number(filename: str, cells: Mapping[str, int]) -> int | None:
     number = cells.get(filename)
     if number is not None:
         return number
-    m = _IPYTHON_INPUT.match(filename)
+    m = IPYTHON_INPUT.match(filename)
     return int(m.group(1)) if m else None
-
-
-@functools.lru_cache(maxsize=4096)
-def is_cell_file(filename: str) -> bool:
-    """Whether `filename` is a notebook cell's (IPython or ipykernel), numbered or not."""
-    return bool(_IPYTHON_INPUT.match(filename) or _IPYKERNEL_CELL.search(filename))
 
 
 # Cached: one file name is shared by every frame of that file, and a label is asked for
@@ -103,93 +107,7 @@ def source_label(
 def profiler_frame_label(name: str, cells: Mapping[str, int]) -> str:
     """Return the user's name for a torch.profiler python_function event name
     (`path(line): function`); other names (built-in calls) come back unchanged."""
-    m = _PROFILER_FRAME.match(name)
-    if not m:
-        return name
-    return source_label(m.group(1), int(m.group(2)), m.group(3), cells, first_line=True)
-
-
-def profiler_frame_file(name: str) -> str | None:
-    """Return the file of a python_function event name, or None for a built-in call."""
     parts = profiler_frame_parts(name)
-    return parts[0] if parts else None
-
-
-def profiler_frame_parts(name: str) -> tuple[str, int, str] | None:
-    """Return (file, line, function) of a python_function event name, or None for a
-    built-in call (`<built-in method ...>`)."""
-    m = _PROFILER_FRAME.match(name)
-    return (m.group(1), int(m.group(2)), m.group(3)) if m else None
-
-
-_STDLIB = re.compile(r"[\\/]lib[\\/]python\d+(?:\.\d+)?[\\/]|[\\/]Lib[\\/]")
-_LIBRARY = re.compile(r"[\\/](?:site|dist)-packages[\\/]")
-_TORCH = re.compile(r"(?:^|[\\/])(?:torch|torchvision|torchaudio|triton)[\\/]")
-_STDLIB_DIR = sysconfig.get_paths().get("stdlib", "").replace("\\", "/")
-# Packages whose shortened paths (see frame_kind) are library code, not the user's.
-KNOWN_PACKAGES = frozenset(
-    {
-        "accelerate",
-        "apex",
-        "datasets",
-        "deepspeed",
-        "einops",
-        "fairscale",
-        "flash_attn",
-        "gpuprof_nb",
-        "IPython",
-        "ipykernel",
-        "lightning",
-        "megatron",
-        "numpy",
-        "pandas",
-        "PIL",
-        "pytorch_lightning",
-        "safetensors",
-        "scipy",
-        "sklearn",
-        "timm",
-        "tokenizers",
-        "tqdm",
-        "transformers",
-        "xformers",
-        "functorch",
-        "torchtext",
-        "torchdata",
-        "tornado",
-        "zmq",
-        "traitlets",
-        "jupyter_client",
-        "debugpy",
-        "peft",
-        "diffusers",
-        "wandb",
-        "tensorboard",
-    }
-)
-
-
-def frame_kind(file: str) -> FrameKind:
-    """Return whose code a frame of `file` runs (see FrameKind). The profiler shortens the
-    paths it records to the part below the sys.path entry they were found in (`inspect.py`,
-    `json/encoder.py`, `torch/nn/modules/module.py`, `train.py`), so a relative path is
-    judged by its top-level module: the standard library's, torch's, another well-known
-    package's, else the user's."""
-    if is_cell_file(file):
-        return "user"
-    path = file.replace("\\", "/")
-    if not path or path.startswith("<"):
-        return "library"  # built-ins, <frozen ...>, generated code
-    if _TORCH.search(path):
-        return "torch"
-    if _LIBRARY.search(path) or "/gpuprof_nb/" in path:
-        return "library"
-    if _STDLIB.search(path) or (_STDLIB_DIR and path.startswith(_STDLIB_DIR + "/")):
-        return "stdlib"
-    if not path.startswith("/") and path[1:3] != ":/":
-        top = path.split("/", 1)[0].removesuffix(".py")
-        if top in sys.stdlib_module_names:
-            return "stdlib"
-        if top in KNOWN_PACKAGES:
-            return "library"
-    return "user"
+    if parts is None:
+        return name
+    return source_label(*parts, cells, first_line=True)

@@ -27,7 +27,9 @@ from operator import attrgetter
 import numpy as np
 
 from gpuprof_nb.analysis.derived import (
+    TraceIndex,
     frozen,
+    index_of,
     kernel_columns,
     kernel_ids,
     last_call_of,
@@ -63,22 +65,25 @@ LONGEST_WAITS = 5
 _STREAM, _DUR = attrgetter("stream"), attrgetter("dur_us")
 
 
-def launch_calls(trace: Trace) -> np.ndarray:
+def launch_calls(trace: Trace | TraceIndex) -> np.ndarray:
     """Return, per activity in trace.kernels, the position in trace.runtime of its launch
     call (the last call recorded with its correlation id), -1 without one (computed once)."""
+    ix = index_of(trace)
 
     def compute() -> np.ndarray:
-        keys, calls = last_call_of(trace)
-        corr, has, _, _ = kernel_ids(trace)
+        keys, calls = last_call_of(ix)
+        corr, has, _, _ = kernel_ids(ix)
         return frozen(np.where(has, lookup(keys, calls, corr), -1).astype(np.intp))
 
-    return memo(trace, "launch_calls", compute)
+    return memo(ix, "launch_calls", compute)
 
 
-def kernel_streams(trace: Trace) -> np.ndarray:
+def kernel_streams(trace: Trace | TraceIndex) -> np.ndarray:
     """Return each activity's stream, in trace.kernels' order, once."""
+    ix = index_of(trace)
+    trace = ix.trace
     return memo(
-        trace,
+        ix,
         "kernel_streams",
         lambda: frozen(
             np.fromiter(map(_STREAM, trace.kernels), dtype=np.int64, count=len(trace.kernels))
@@ -86,10 +91,12 @@ def kernel_streams(trace: Trace) -> np.ndarray:
     )
 
 
-def runtime_durs(trace: Trace) -> np.ndarray:
+def runtime_durs(trace: Trace | TraceIndex) -> np.ndarray:
     """Return trace.runtime's durations, once."""
+    ix = index_of(trace)
+    trace = ix.trace
     return memo(
-        trace,
+        ix,
         "runtime_durs",
         lambda: frozen(
             np.fromiter(map(_DUR, trace.runtime), dtype=float, count=len(trace.runtime))
@@ -100,17 +107,18 @@ def runtime_durs(trace: Trace) -> np.ndarray:
 class StreamColumns:
     """The activities of one device as columns, ordered by (stream, start, position)."""
 
-    def __init__(self, trace: Trace, device: int | None) -> None:
-        kc = kernel_columns(trace)
+    def __init__(self, trace: Trace | TraceIndex, device: int | None) -> None:
+        ix = index_of(trace)
+        kc = kernel_columns(ix)
         pos = np.flatnonzero(kc.device == device) if device is not None else np.zeros(0, int)
-        streams = kernel_streams(trace)[pos]
+        streams = kernel_streams(ix)[pos]
         order = lex_order((pos, kc.start[pos], streams))
         self.pos = pos[order]
         self.stream = streams[order]
         self.start = kc.start[self.pos]
         self.end = kc.end[self.pos]
-        self.call = launch_calls(trace)[self.pos]
-        starts = runtime_starts(trace)
+        self.call = launch_calls(ix)[self.pos]
+        starts = runtime_starts(ix)
         has = self.call >= 0
         self.launch = np.full(len(self.pos), np.nan)
         self.launch[has] = starts[self.call[has]]
@@ -120,16 +128,18 @@ class StreamColumns:
         self.bounds = np.append(first, len(self.pos))
 
 
-def stream_columns(trace: Trace, device: int | None) -> StreamColumns:
+def stream_columns(trace: Trace | TraceIndex, device: int | None) -> StreamColumns:
     """Return the device's activities as columns ordered by (stream, start, position), with
     their launch calls and each stream's run (computed once per device)."""
-    return memo(trace, ("stream_columns", device), lambda: StreamColumns(trace, device))
+    ix = index_of(trace)
+    return memo(ix, ("stream_columns", device), lambda: StreamColumns(ix, device))
 
 
-def stream_idle(trace: Trace, device: int | None) -> tuple[StreamIdle, ...]:
+def stream_idle(trace: Trace | TraceIndex, device: int | None) -> tuple[StreamIdle, ...]:
     """Return each stream's idle time between its activities by cause (see the module's
     docstring), streams in ascending order; empty without a device."""
-    d = stream_columns(trace, device)
+    ix = index_of(trace)
+    d = stream_columns(ix, device)
     if device is None or not len(d.pos):
         return ()
     out = []
@@ -192,7 +202,7 @@ def _strip(
 
 
 def stream_queues(
-    trace: Trace,
+    trace: Trace | TraceIndex,
     device: int | None,
     span: tuple[float, float] | None = None,
     bins: int = QUEUE_STRIP_BINS,
@@ -201,7 +211,8 @@ def stream_queues(
     time-weighted mean and median, empty share and HolisticTraceAnalysis's event mean, with
     a strip of `bins` maxima over `span` when given; streams with a launched activity only,
     in ascending order."""
-    d = stream_columns(trace, device)
+    ix = index_of(trace)
+    d = stream_columns(ix, device)
     if device is None or not len(d.pos):
         return ()
     out = []
@@ -242,17 +253,19 @@ def stream_queues(
 
 
 def launch_delays(
-    trace: Trace, device: int | None, longest: int = LONGEST_WAITS
+    trace: Trace | TraceIndex, device: int | None, longest: int = LONGEST_WAITS
 ) -> LaunchDelays | None:
     """Return the delays from launch calls' returns to their activities' starts on the device
     (see the module's docstring), with the `longest` waits (ties: earlier first); None when no
     activity of the device has a launch call."""
-    d = stream_columns(trace, device)
+    ix = index_of(trace)
+    trace = ix.trace
+    d = stream_columns(ix, device)
     has = d.call >= 0
     if device is None or not has.any():
         return None
     call = d.call[has]
-    returned = d.launch[has] + runtime_durs(trace)[call]
+    returned = d.launch[has] + runtime_durs(ix)[call]
     delay = np.maximum(d.start[has] - returned, 0.0)
     pos = d.pos[has]
     # Longest first; ties by start, then position in the file (among the candidates that

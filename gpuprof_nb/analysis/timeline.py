@@ -36,9 +36,11 @@ import numpy as np
 
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.derived import (
+    TraceIndex,
     first_call_of,
     frozen,
     ids_of,
+    index_of,
     kernel_columns,
     kernel_ids,
     lex_order,
@@ -100,25 +102,30 @@ def is_dataloader_name(name: str) -> bool:
     return "DataLoader" in name and "__next__" in name
 
 
-def dataloader_ops(trace: Trace) -> tuple[Op, ...]:
+def dataloader_ops(trace: Trace | TraceIndex) -> tuple[Op, ...]:
     """Return the trace's DataLoader `__next__` ranges (is_dataloader_name), by start; names
     are tested once each, not once per op (computed once)."""
+    ix = index_of(trace)
+    trace = ix.trace
 
     def compute() -> tuple[Op, ...]:
-        names = {n for n in op_names(trace) if is_dataloader_name(n)}
+        names = {n for n in op_names(ix) if is_dataloader_name(n)}
         return tuple(o for o in trace.ops if o.name in names) if names else ()
 
-    return memo(trace, "dataloader_ops", compute)
+    return memo(ix, "dataloader_ops", compute)
 
 
-def _top_level_positions(trace: Trace, within: tuple[float, float] | None = None) -> list[int]:
+def _top_level_positions(
+    trace: Trace | TraceIndex, within: tuple[float, float] | None = None
+) -> list[int]:
     """Return the positions in trace.ops of the torch ops (kind 'op') not nested inside
     another op on the same thread, in order; with `within` (lo, hi), of the ops overlapping
     it only (start < hi, end > lo), as if the trace held no other ops.
 
     Per thread, ops in (start, longest first, position) order: the first is top-level, and
     the next top-level op is the first to start at or after the last one's end."""
-    cols = op_columns(trace)
+    ix = index_of(trace)
+    cols = op_columns(ix)
     mask = cols.dur >= 0
     if within is not None:
         mask &= (cols.start < within[1]) & (cols.end > within[0])
@@ -147,44 +154,52 @@ def _top_level_positions(trace: Trace, within: tuple[float, float] | None = None
     return sorted(cols.positions[keep[order[tops]]].tolist())
 
 
-def top_level_positions(trace: Trace) -> tuple[int, ...]:
+def top_level_positions(trace: Trace | TraceIndex) -> tuple[int, ...]:
     """Return the positions in trace.ops of its top-level torch ops (computed once)."""
-    return memo(trace, "top_level_positions", lambda: tuple(_top_level_positions(trace)))
+    ix = index_of(trace)
+    return memo(ix, "top_level_positions", lambda: tuple(_top_level_positions(ix)))
 
 
-def top_level_spans(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+def top_level_spans(trace: Trace | TraceIndex) -> tuple[np.ndarray, np.ndarray]:
     """Return the union of the top-level torch ops' spans as sorted, disjoint (starts, ends)
     arrays (computed once): what merge_intervals of their (start, end) pairs gives."""
+    ix = index_of(trace)
 
     def compute() -> tuple[np.ndarray, np.ndarray]:
         # The top-level ops' rows in the op columns (they are torch ops: all there), whose
         # ends are the same start + dur sums.
-        cols = op_columns(trace)
-        at = np.searchsorted(cols.positions, np.array(top_level_positions(trace), dtype=np.intp))
+        cols = op_columns(ix)
+        at = np.searchsorted(cols.positions, np.array(top_level_positions(ix), dtype=np.intp))
         starts, ends = merge_arrays(cols.start[at], cols.end[at])
         return frozen(starts), frozen(ends)
 
-    return memo(trace, "top_level_spans", compute)
+    return memo(ix, "top_level_spans", compute)
 
 
-def top_level_ops_within(trace: Trace, lo: float, hi: float) -> tuple[Op, ...]:
+def top_level_ops_within(trace: Trace | TraceIndex, lo: float, hi: float) -> tuple[Op, ...]:
     """Return the top-level torch ops among the ops overlapping [lo, hi], nested among
     themselves only (what a drawing of that span shows), by start."""
+    ix = index_of(trace)
+    trace = ix.trace
     ops = trace.ops
-    return tuple([ops[i] for i in _top_level_positions(trace, (lo, hi))])
+    return tuple([ops[i] for i in _top_level_positions(ix, (lo, hi))])
 
 
-def top_level_ops(trace: Trace) -> tuple[Op, ...]:
+def top_level_ops(trace: Trace | TraceIndex) -> tuple[Op, ...]:
     """Return the trace's torch ops not nested in another op on their thread, by start."""
+    ix = index_of(trace)
+    trace = ix.trace
     ops = trace.ops
-    return memo(trace, "top_level_ops", lambda: tuple([ops[i] for i in top_level_positions(trace)]))
+    return memo(ix, "top_level_ops", lambda: tuple([ops[i] for i in top_level_positions(ix)]))
 
 
-def _device_choice(trace: Trace) -> tuple[int | None, tuple[str, ...], bool]:
+def _device_choice(trace: Trace | TraceIndex) -> tuple[int | None, tuple[str, ...], bool]:
     """Return (device, notes, whether every kernel ran on that device)."""
+    ix = index_of(trace)
+    trace = ix.trace
     if not trace.kernels:
         return None, (), True
-    devices = set(np.unique(kernel_columns(trace).device).tolist())
+    devices = set(np.unique(kernel_columns(ix).device).tolist())
     if len(devices) == 1:
         return next(iter(devices)), (), True
     busy: dict[int, list[Interval]] = {}
@@ -199,25 +214,28 @@ def _device_choice(trace: Trace) -> tuple[int | None, tuple[str, ...], bool]:
     return device, (note,), False
 
 
-def chosen_device(trace: Trace) -> tuple[int | None, tuple[str, ...]]:
+def chosen_device(trace: Trace | TraceIndex) -> tuple[int | None, tuple[str, ...]]:
     """Return the device the timeline describes (the busiest; ties: lowest index) and notes."""
-    device, notes, _ = _device_choice(trace)
+    ix = index_of(trace)
+    device, notes, _ = _device_choice(ix)
     return device, notes
 
 
-def device_kernels(trace: Trace, device: int | None) -> tuple[Kernel, ...]:
+def device_kernels(trace: Trace | TraceIndex, device: int | None) -> tuple[Kernel, ...]:
     """Return the kernels, memcpys and memsets of one device, by start (computed once)."""
+    ix = index_of(trace)
+    trace = ix.trace
 
     def compute() -> tuple[Kernel, ...]:
         kernels = trace.kernels
         if device is None or not kernels:
             return tuple(k for k in kernels if k.device == device)
-        mine = kernel_columns(trace).device == device
+        mine = kernel_columns(ix).device == device
         if mine.all():
             return kernels
         return tuple([kernels[i] for i in np.flatnonzero(mine).tolist()])
 
-    return memo(trace, ("device_kernels", device), compute)
+    return memo(ix, ("device_kernels", device), compute)
 
 
 def _spans(starts: Sequence[float], durs: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -236,17 +254,22 @@ class _Classifier:
     on first use."""
 
     def __init__(
-        self, trace: Trace, device: int | None, busy_starts: np.ndarray, kernels: Sequence[Kernel]
+        self,
+        ix: TraceIndex,
+        device: int | None,
+        busy_starts: np.ndarray,
+        kernels: Sequence[Kernel],
     ):
+        trace = ix.trace
         self.on_device = device is not None
-        self.trace = trace
+        self.index = ix
         # The top-level torch ops' spans, merged.
-        self.op_starts, self.op_ends = top_level_spans(trace)
+        self.op_starts, self.op_ends = top_level_spans(ix)
         self.op_spans = list(zip(self.op_starts.tolist(), self.op_ends.tolist(), strict=True))
         self.op_start_list = self.op_starts.tolist()
-        dl = dataloader_ops(trace)
+        dl = dataloader_ops(ix)
         self.dl_starts, self.dl_ends = _spans([o.start_us for o in dl], [o.dur_us for o in dl])
-        sync_names = SYNC_RUNTIME_NAMES & runtime_names(trace)
+        sync_names = SYNC_RUNTIME_NAMES & runtime_names(ix)
         syncs: list[RuntimeCall | SyncEvent] = (
             [r for r in trace.runtime if r.name in sync_names] if sync_names else []
         )
@@ -267,19 +290,20 @@ class _Classifier:
         among kernels starting together; nan without launch information). A later launch
         than a gap's start means the host had not issued it yet."""
         if self._next_launch is None:
-            trace = self.trace
+            ix = self.index
+            trace = ix.trace
             # The first call recorded with a kernel's correlation id launched it.
-            keys, calls = first_call_of(trace)
+            keys, calls = first_call_of(ix)
             if len(self.kernels) == len(trace.kernels):
-                k_corr, k_has, _, _ = kernel_ids(trace)
+                k_corr, k_has, _, _ = kernel_ids(ix)
             else:
                 k_corr, k_has = ids_of(self.kernels, "correlation")
             call = np.where(k_has, lookup(keys, calls, k_corr), -1)
-            starts = runtime_starts(trace)
+            starts = runtime_starts(ix)
             nan = math.nan
             launched = np.where(call >= 0, starts[np.maximum(call, 0)] if len(starts) else nan, nan)
             k_starts = (
-                kernel_columns(trace).start
+                kernel_columns(ix).start
                 if len(self.kernels) == len(trace.kernels)
                 else np.fromiter(map(_START, self.kernels), dtype=float, count=len(self.kernels))
             )
@@ -400,17 +424,20 @@ def _busy_in(busy_starts: np.ndarray, busy_ends: np.ndarray, lo: float, hi: floa
     return float(sum((e[keep] - s[keep]).tolist()))
 
 
-def activity_window(trace: Trace) -> tuple[float, float]:
+def activity_window(trace: Trace | TraceIndex) -> tuple[float, float]:
     """Return (start, end) in microseconds of the recorded work: ops, annotations, kernels and
     runtime calls, without the profiler's own span and instants (`PyTorch Profiler (0)`,
     `Record Window End`), which add its start-up and shutdown to the trace's window."""
-    return memo(trace, "activity_window", lambda: _activity_window(trace))
+    ix = index_of(trace)
+    return memo(ix, "activity_window", lambda: _activity_window(ix))
 
 
-def _activity_window(trace: Trace) -> tuple[float, float]:
+def _activity_window(trace: Trace | TraceIndex) -> tuple[float, float]:
+    ix = index_of(trace)
+    trace = ix.trace
     ops = trace.ops
     # Few distinct names: test each once, not once per op.
-    profiler = {name for name in op_names(trace) if name.startswith("PyTorch Profiler")}
+    profiler = {name for name in op_names(ix) if name.startswith("PyTorch Profiler")}
     # A cell recorded with its lines (--stack) says when the user's code ran; the Python call
     # events then add only the profiler's own start-up and other threads (IPython's history
     # thread spans the whole recording), not work of the user's.
@@ -425,7 +452,7 @@ def _activity_window(trace: Trace) -> tuple[float, float]:
         return lo, max(hi, lo)
     # Each sequence is sorted by start: its first element starts first.
     firsts = [seq[0].start_us for seq in seqs]
-    lasts = [_last_end(trace, seq, profiler, cell is not None) for seq in seqs]
+    lasts = [_last_end(ix, seq, profiler, cell is not None) for seq in seqs]
     if cell is not None:
         firsts.append(cell[0])
         lasts.append(cell[1])
@@ -450,21 +477,23 @@ def cell_span(trace: Trace) -> tuple[float, float] | None:
 
 
 def _last_end(
-    trace: Trace,
+    trace: Trace | TraceIndex,
     seq: Sequence[Op | Kernel | RuntimeCall],
     profiler: set[str],
     no_python: bool = False,
 ) -> float:
     """The latest start_us + dur_us in one of the trace's sequences (the ops without the
     profiler's own), from the shared columns where they hold it (the same sums)."""
+    ix = index_of(trace)
+    trace = ix.trace
     if seq is trace.kernels:
-        return float(kernel_columns(trace).end.max())
+        return float(kernel_columns(ix).end.max())
     if seq is trace.runtime:
-        return float((runtime_starts(trace) + runtime_durs(trace)).max())
+        return float((runtime_starts(ix) + runtime_durs(ix)).max())
     # Ops: the torch ops' ends are a shared column; the other kinds (annotations) and the
     # profiler's ops, if any is a torch op, are few.
-    cols = op_columns(trace)
-    names, codes = op_name_codes(trace)
+    cols = op_columns(ix)
+    names, codes = op_name_codes(ix)
     keep = np.ones(len(codes), dtype=bool)
     for c, name in enumerate(names):
         if name in profiler:
@@ -498,18 +527,20 @@ def unrecorded_launches(trace: Trace) -> tuple[RuntimeCall, ...]:
     )
 
 
-def device_timeline(trace: Trace) -> Timeline:
+def device_timeline(trace: Trace | TraceIndex) -> Timeline:
     """Return the device's busy and idle microseconds over the recorded activity and per step,
     with each idle gap's cause (the host's view, busy = inside torch ops, without a device)."""
-    lo, hi = activity_window(trace)
-    device, notes, only_device = _device_choice(trace)
+    ix = index_of(trace)
+    trace = ix.trace
+    lo, hi = activity_window(ix)
+    device, notes, only_device = _device_choice(ix)
     on_device = device is not None
     ops = trace.ops
-    top = top_level_positions(trace)
+    top = top_level_positions(ix)
     kernels: Sequence[Kernel] = ()
     if on_device:
-        kernels = trace.kernels if only_device else device_kernels(trace, device)
-        kc = kernel_columns(trace, kernels, key=("device", device))
+        kernels = trace.kernels if only_device else device_kernels(ix, device)
+        kc = kernel_columns(ix, kernels, key=("device", device))
         starts, ends = kc.start, kc.end
     else:
         starts = np.array([ops[i].start_us for i in top], dtype=float)
@@ -526,7 +557,7 @@ def device_timeline(trace: Trace) -> Timeline:
         )
     # Clipped to the window, then merged: merge_intervals(clip_intervals(...)).
     busy_starts, busy_ends = merge_arrays(np.maximum(starts, lo), np.minimum(ends, hi))
-    classifier = _Classifier(trace, device, busy_starts, kernels)
+    classifier = _Classifier(ix, device, busy_starts, kernels)
 
     # The holes between busy stretches (gaps_between(busy, lo, hi)).
     if hi > lo:
@@ -641,10 +672,10 @@ def device_timeline(trace: Trace) -> Timeline:
     span = (rep.start_us, rep.end_us) if rep is not None else (lo, hi)
     return dataclasses.replace(
         timeline,
-        streams=stream_idle(trace, device),
-        queues=stream_queues(trace, device, span),
+        streams=stream_idle(ix, device),
+        queues=stream_queues(ix, device, span),
         queue_span_us=span,
-        launch_delays=launch_delays(trace, device),
+        launch_delays=launch_delays(ix, device),
     )
 
 

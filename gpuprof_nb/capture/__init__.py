@@ -1,5 +1,6 @@
-"""Recording a cell with torch: how `%%gpuprofile` runs a cell (session.py) and reads its
-option line (options.py), compiling and running cells (cell.py), timing, profiler, memory
-history, device ceilings.
+"""Recording a cell with torch: compiling and running cells (cell.py), timing, the
+profiler and what samples beside it, memory history, device ceilings. It returns raw
+recordings (trace and snapshot dicts, timings) and imports only io and model; the session
+(gpuprof_nb/session) reads and analyses them.
 
 The only package that imports torch at module level."""

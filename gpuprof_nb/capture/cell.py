@@ -1,6 +1,7 @@
 """Running a notebook cell for the magics, the way IPython would run it.
 
-Both `%%gpuprofile` (through session.py) and `%%memsnap` take the cell through here:
+Both `%%gpuprofile` and `%%memsnap` (session/profile.py, session/memsnap.py) take the cell
+through here:
 - `CellCompiler` transforms it as IPython does (input transformers, then the shell's AST
   transformers), compiles it, registers its lines so tracebacks show `Cell In[n]` and the
   user's lines, and keeps compiled cells for re-runs;

@@ -32,11 +32,37 @@ from gpuprof_nb.model.trace import Trace
 __all__ = [
     "CACHE_ENV",
     "cache_path",
+    "cuda_available",
     "current_device_spec",
     "device_key",
+    "device_name",
     "measure_ceilings",
+    "synchronize",
     "trace_device_spec",
 ]
+
+
+@functools.cache
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (asked once per process: the answer cannot change
+    once torch has looked, and the call costs ~10 us per cell from cold caches)."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def synchronize() -> None:
+    """Wait for the current CUDA device's queued work."""
+    import torch
+
+    torch.cuda.synchronize()
+
+
+def device_name(cuda: bool) -> str:
+    """Return the current CUDA device's name, or "cpu"."""
+    import torch
+
+    return str(torch.cuda.get_device_name()) if cuda else "cpu"
 
 
 def _cpu_name() -> str:

@@ -48,8 +48,8 @@ from collections.abc import Callable, Iterator
 from types import CodeType, FrameType
 from typing import Any
 
-from gpuprof_nb.analysis.sources import frame_kind
 from gpuprof_nb.capture.sampling import MAX_DEPTH, MAX_TEXT, signal_sampling_possible
+from gpuprof_nb.model.frames import frame_kind
 
 # Events looked at before the rate is checked, and the mean time between them under which
 # they go quiet. A line event costs about 0.2 us on the benchmark machine with settrace

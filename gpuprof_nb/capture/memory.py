@@ -10,7 +10,6 @@ stacks) rebuilt into the same dict, with the categories PyTorch's memory profile
 from __future__ import annotations
 
 import bisect
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,10 +18,11 @@ from typing import Any
 
 import torch
 
-from gpuprof_nb.analysis.sources import frame_kind
+from gpuprof_nb.capture import device as capture_device
 from gpuprof_nb.capture.linetrace import LineTracer, default_engine
 from gpuprof_nb.capture.step import MARK, StepRecorder
 from gpuprof_nb.errors import CaptureError
+from gpuprof_nb.model.frames import frame_kind, profiler_frame_parts
 from gpuprof_nb.model.memory import OP_FILENAME
 
 DEFAULT_MAX_ENTRIES = 200_000
@@ -34,7 +34,6 @@ _NO_LINES_NOTE = (
     "line events (a debugger or coverage), and torch.profiler records only where each "
     "function starts."
 )
-_PYCALL = re.compile(r"^(.*)\((\d+)\): (.*)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +48,6 @@ class MemoryCapture:
     step_starts: tuple[int, ...] = ()
     oom: BaseException | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
-
-
-def cuda_available() -> bool:
-    return bool(torch.cuda.is_available())
 
 
 def record_memory(
@@ -73,7 +68,7 @@ def record_memory(
     `namespace` is where the model's variable name is looked up)."""
     if repeat < 1:
         raise ValueError(f"repeat must be at least 1, got {repeat}")
-    if cuda_available():
+    if capture_device.cuda_available():
         recorder = StepRecorder("cuda", namespace) if step else None
         return record_cuda_memory(
             run, repeat=repeat, max_entries=max_entries, stacks=stacks, recorder=recorder
@@ -334,9 +329,9 @@ def _frames_of(
         if name.startswith("op:"):
             frames.append({"filename": OP_FILENAME, "line": 0, "name": name[3:]})
             continue
-        m = _PYCALL.match(name)
-        if m:
-            frames.append({"filename": m.group(1), "line": int(m.group(2)), "name": m.group(3)})
+        parts = profiler_frame_parts(name)
+        if parts is not None:
+            frames.append({"filename": parts[0], "line": parts[1], "name": parts[2]})
         else:
             frames.append({"filename": "??", "line": 0, "name": name})
     cache[k] = frames

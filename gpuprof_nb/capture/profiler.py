@@ -22,9 +22,9 @@ except ImportError:  # optional: the standard library reads the exported trace w
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from gpuprof_nb.analysis.sources import profiler_frame_parts
 from gpuprof_nb.errors import CaptureError
 from gpuprof_nb.io.cells import KEY
+from gpuprof_nb.model.frames import profiler_frame_parts
 
 # The annotation that ties the samplers' clock to the trace's.
 CLOCK_MARKER = "gpuprof_nb::clock"

@@ -91,9 +91,10 @@ def cached_ceilings(kind: str, name: str, memory_bytes: int | None) -> DeviceSpe
 def trace_ceilings(trace: Trace) -> DeviceSpec | None:
     """Return the ceilings a GPU trace is drawn against when none are given: measured ones
     cached for its device (name and memory from deviceProperties), else the datasheet row;
-    None for a CPU trace (its machine's ceilings are not known offline) or an unknown GPU."""
-    if not trace.has_device_activity or not trace.devices:
+    None for a CPU trace (its machine's ceilings are not known offline) or an unknown GPU.
+    The session reads this and hands it to the analysis, which reads no cache."""
+    info = trace.recorded_gpu
+    if info is None:
         return None
-    info = trace.devices[0]
     measured = cached_ceilings("cuda", info.name, info.total_memory_bytes)
     return measured or lookup_device_spec(info.name, info.total_memory_bytes)

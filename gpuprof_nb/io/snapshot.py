@@ -17,15 +17,15 @@ import mmap
 import os
 import pickle
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gpuprof_nb.errors import GpuprofError, SnapshotFormatError
+from gpuprof_nb.gcpause import gc_paused
 from gpuprof_nb.io.cells import cells_of
-from gpuprof_nb.io.gcpause import gc_paused
 from gpuprof_nb.io.guards import (
     GzipGuard,
     describe,
@@ -467,11 +467,18 @@ def _device_trace(
     )
 
 
-def snapshot_from_dict(data: Any, *, where: str = "snapshot") -> MemorySnapshot:
+def snapshot_from_dict(
+    data: Any,
+    *,
+    where: str = "snapshot",
+    name_cells: Callable[[Iterable[str]], Mapping[str, int]] | None = None,
+) -> MemorySnapshot:
     """Return the MemorySnapshot for an unpickled snapshot dict (see module docstring).
-    Raises SnapshotFormatError, naming the place, when the dict is not a snapshot."""
+    Raises SnapshotFormatError, naming the place, when the dict is not a snapshot.
+    `name_cells` (a live recording's) maps the frames' file names that are notebook cells
+    to their execution numbers, added to the cells the dict keeps."""
     with gc_paused():
-        return _snapshot_from_dict(data, where)
+        return _snapshot_from_dict(data, where, name_cells=name_cells)
 
 
 def _check_expansion(
@@ -513,7 +520,12 @@ def _check_expansion(
         )
 
 
-def _snapshot_from_dict(data: Any, where: str, n_bytes: int | None = None) -> MemorySnapshot:
+def _snapshot_from_dict(
+    data: Any,
+    where: str,
+    n_bytes: int | None = None,
+    name_cells: Callable[[Iterable[str]], Mapping[str, int]] | None = None,
+) -> MemorySnapshot:
     """`n_bytes`: the pickle size the dict came from (None for a dict passed in as is,
     which is not checked for expansion: it is already in memory)."""
     if not isinstance(data, Mapping):
@@ -550,6 +562,9 @@ def _snapshot_from_dict(data: Any, where: str, n_bytes: int | None = None) -> Me
     step_starts = _step_starts(extra.get("step_starts"), notes)
     settings = _settings(data.get("allocator_settings"), notes)
     source = extra.get("source", "cuda")
+    cells = cells_of(data)
+    if name_cells is not None:
+        cells.update(name_cells(f.filename for f in table.frames))
     return MemorySnapshot(
         segments=segments,
         traces=traces,
@@ -562,7 +577,7 @@ def _snapshot_from_dict(data: Any, where: str, n_bytes: int | None = None) -> Me
         # Repeats dropped: one long note referenced many times would otherwise be shown
         # that many times.
         notes=tuple(dict.fromkeys(n for n in notes if isinstance(n, str))),
-        cells=cells_of(data),
+        cells=cells,
         step=step_record_of(extra, where),
         exact_lines=extra.get("exact_lines") is True,
     )

@@ -53,8 +53,8 @@ except ImportError:  # optional at run time: the standard library reader does th
     msgspec = None  # type: ignore[assignment]
 
 from gpuprof_nb.errors import GpuprofError, TraceFormatError
+from gpuprof_nb.gcpause import gc_paused
 from gpuprof_nb.io.cells import cells_of
-from gpuprof_nb.io.gcpause import gc_paused
 from gpuprof_nb.io.guards import (
     GzipGuard,
     check_writable,

@@ -13,7 +13,6 @@ import gc
 import itertools
 import math
 import os
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from gpuprof_nb.capture.timing import time_cell
 from gpuprof_nb.errors import GpuprofError
 
 # The range around each training step, for counting one step's FLOPs under the profiler
@@ -489,15 +489,22 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
         optimizer.zero_grad(set_to_none=True)
         return total
 
+    def marked_step() -> None:
+        with torch.profiler.record_function(STEP_MARKER):
+            losses.append(step())
+
+    # One step per sample, synchronised before and after (capture/timing, as the magic
+    # times a cell): the warm-up steps' times are kept apart, the first of them (or the
+    # first timed step without a warm-up) is the one that compiled.
     with torch.enable_grad():
-        for _step in range(workload.warmup + workload.steps):
-            _sync(device)
-            t0 = time.perf_counter_ns()
-            with torch.profiler.record_function(STEP_MARKER):
-                total = step()
-            _sync(device)
-            times.append((time.perf_counter_ns() - t0) / 1e3)
-            losses.append(total)
+        stats = time_cell(
+            marked_step,
+            warmup=workload.warmup,
+            repeat=workload.steps,
+            number=1,
+            sync=functools.partial(_sync, device),
+        )
+    times.extend(stats.warmup_wall_us + stats.wall_us)
     stacked = torch.stack(losses).cpu()
     if not bool(torch.isfinite(stacked).all()):
         bad = int((~torch.isfinite(stacked)).nonzero()[0, 0])

@@ -31,18 +31,18 @@ def count_flops(run: Callable[[], T], device: torch.device) -> tuple[T, float | 
 
 
 def _flops_in_steps(artifact: dict[str, Any]) -> float | None:
-    from gpuprof_nb.analysis.roofline import compute_roofline
+    from gpuprof_nb.analysis.derived import TraceIndex, op_columns
+    from gpuprof_nb.analysis.roofline import compute_roofline, roofline_anchors
     from gpuprof_nb.io.trace import trace_from_dict
 
     trace = trace_from_dict(artifact, "ladder baseline step")
-    compute_roofline(trace)
-    anchors = trace.derived.get("roofline_anchors") or ()
+    index = TraceIndex(trace)
+    compute_roofline(index)
+    anchors = roofline_anchors(index)
     steps = [(o.start_us, o.end_us) for o in trace.ops if o.name == STEP_MARKER]
     if not steps:
         return None
-    from gpuprof_nb.analysis.derived import op_columns
-
-    cols = op_columns(trace)
+    cols = op_columns(index)
     total = 0.0
     for a, cost, t in anchors:
         if cost is None or cost.flops <= 0 or t <= 0:

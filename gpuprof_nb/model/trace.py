@@ -230,15 +230,18 @@ class Trace:
     source_stat: tuple[int, int] | None = field(default=None, compare=False)
     # The `gpu_user_annotation` events: record_function ranges as the device ran them.
     gpu_annotations: tuple[GpuAnnotation, ...] = ()
-    # What the analyses derive from the trace and several of them need (the top-level ops,
-    # the op tree, interval unions...), filled on first use by analysis/derived.py so that
-    # one report computes each once. Not part of the trace's value: never compared, shown
-    # or passed on by dataclasses.replace (a replaced trace starts empty).
-    derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def has_device_activity(self) -> bool:
         return bool(self.kernels)
+
+    @property
+    def recorded_gpu(self) -> DeviceInfo | None:
+        """The GPU whose ceilings the trace is drawn against: its first deviceProperties
+        entry when it has device activity; None for a CPU trace or one without them."""
+        if not self.kernels or not self.devices:
+            return None
+        return self.devices[0]
 
     @property
     def duration_us(self) -> float:

@@ -4,7 +4,6 @@ one-off costs, what could not be judged."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from gpuprof_nb.render.bundle import report_of
 from gpuprof_nb.render.evidence import evidence_rows
@@ -68,37 +67,3 @@ def diagnosis_section(diagnosis: Diagnosis) -> Section:
 @report_of.register
 def _diagnosis(diagnosis: Diagnosis) -> tuple[str, Sequence[Section]]:
     return "gpuprof_nb diagnosis", [diagnosis_section(diagnosis)]
-
-
-# The Timeline section moved to render/timeline.py; the old names still resolve, with a
-# DeprecationWarning.
-_MOVED_TO_TIMELINE = frozenset(
-    {
-        "CATEGORY_LABELS",
-        "HOST_CATEGORY_LABELS",
-        "KERNEL_COLORS",
-        "KERNEL_LABELS",
-        "CAUSE_COLORS",
-        "MAX_TIMELINE_BYTES",
-        "MAX_TIMELINE_MARKS",
-        "breakdown_rows",
-        "plot_timeline",
-        "timeline_section",
-        "timeline_svg",
-    }
-)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _MOVED_TO_TIMELINE:
-        raise AttributeError(f"module 'gpuprof_nb.render.diagnosis' has no attribute {name!r}")
-    import warnings
-
-    from gpuprof_nb.render import timeline
-
-    warnings.warn(
-        f"gpuprof_nb.render.diagnosis.{name} moved to gpuprof_nb.render.timeline",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(timeline, name)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gpuprof_nb.io.gcpause import gc_paused
+from gpuprof_nb.gcpause import gc_paused
 from gpuprof_nb.render import annotations as _annotations  # noqa: F401
 
 # Imported for their registrations with report_of / text_of / widget_of.
@@ -43,6 +43,7 @@ def text(obj: object) -> str:
     return visible_surrogates(text_of(obj))
 
 
-def widget(obj: object) -> Any:
-    """Return a live ipywidgets view of a result."""
-    return widget_of(obj)
+def widget(obj: object, **options: Any) -> Any:
+    """Return a live ipywidgets view of a result; `options` go to its type's view (a
+    ProfileReport's `resort`, render/profile.py)."""
+    return widget_of(obj, **options) if options else widget_of(obj)

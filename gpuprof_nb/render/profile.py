@@ -361,7 +361,10 @@ def _section_builders(report: ProfileReport) -> list[tuple[str, Callable[[], Sec
         wanted.append(("Compile", lambda: compile_section(report.compile, report.graph_replays)))
     if timeline is not None and trace is not None:
         path = report.critical_path
-        wanted.append(("Timeline", lambda: timeline_section(timeline, trace, hotspots, path)))
+        lanes = report.timeline_lanes
+        wanted.append(
+            ("Timeline", lambda: timeline_section(timeline, trace, hotspots, path, lanes))
+        )
     if hotspots is not None:
         wanted.append(("Hotspots", lambda: hotspots_section(hotspots)))
     annotations = report.annotations
@@ -412,6 +415,9 @@ __all__ = [
 ]
 
 
+# The report's top-ops table ordered by another sort key.
+Resort = Callable[[str], OpTable]
+
 # The canonical top_ops sort keys, as the live widget's dropdown offers them.
 SORT_CHOICES: tuple[tuple[str, str], ...] = (
     ("self device time", "self_device_us"),
@@ -457,13 +463,13 @@ def perfetto_button(report: ProfileReport) -> Any:
 
 
 @widget_of.register
-def profile_widget(report: ProfileReport) -> Any:
-    """Return an ipywidgets VBox of the report's tabs where Top ops has a "sort by" dropdown
-    that recomputes the table from the trace and Timeline a button that saves the trace for
-    Perfetto (ipywidgets is imported here, lazily)."""
+def profile_widget(report: ProfileReport, resort: Resort | None = None) -> Any:
+    """Return an ipywidgets VBox of the report's tabs where Timeline has a button that saves
+    the trace for Perfetto and, with `resort` (what the table is in another order: the
+    session computes it from the trace, session/analyze.py), Top ops a "sort by" dropdown
+    (ipywidgets is imported here, lazily)."""
     import ipywidgets as widgets
 
-    from gpuprof_nb.analysis.ops import top_ops
     from gpuprof_nb.render.widgets import report_widget, widget_html
 
     sections = profile_sections(report)
@@ -477,7 +483,7 @@ def profile_widget(report: ProfileReport) -> Any:
         children[index] = widgets.VBox([perfetto_button(report), children[index]])
         tab.children = tuple(children)
         tab.titles = tuple(titles)
-    if report.ops is None or trace is None or "Top ops" not in titles:
+    if report.ops is None or resort is None or "Top ops" not in titles:
         return box
     index = titles.index("Top ops")
     table_html = tab.children[index]
@@ -485,11 +491,10 @@ def profile_widget(report: ProfileReport) -> Any:
         options=SORT_CHOICES, value=report.ops.sort_key, description="sort by"
     )
 
-    def resort(change: dict[str, Any]) -> None:
-        table = top_ops(trace, n=report.top, sort=change["new"])
-        table_html.value = widget_html(ops_section(table).html)
+    def sort_by(change: dict[str, Any]) -> None:
+        table_html.value = widget_html(ops_section(resort(change["new"])).html)
 
-    choice.observe(resort, names="value")
+    choice.observe(sort_by, names="value")
     children = list(tab.children)
     children[index] = widgets.VBox([choice, table_html])
     tab.children = tuple(children)

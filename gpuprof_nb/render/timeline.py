@@ -1,22 +1,21 @@
 """The Timeline section: the idle-time breakdown over the window and per step, with a
 drawing of one representative step: one chart description (`timeline_chart`) drawn as the
-report's inline SVG (`timeline_svg`) and as a matplotlib Figure (`plot_timeline`)."""
+report's inline SVG (`timeline_svg`) and as a matplotlib Figure (`plot_timeline`). What the
+drawing's lanes hold comes with the report (ProfileReport.timeline_lanes, analysis/lanes.py);
+without lanes it shows the busy stretches between the idle gaps."""
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gpuprof_nb.analysis.classify import kernel_class
-from gpuprof_nb.analysis.derived import memo
-from gpuprof_nb.analysis.timeline import top_level_ops_within
+from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.model.trace import Trace
+from gpuprof_nb.model.utilisation import Utilisation
 from gpuprof_nb.render import plot, svg
 from gpuprof_nb.render.bundle import report_of
 from gpuprof_nb.render.critical_path import critical_path_parts, path_legend
@@ -31,7 +30,7 @@ from gpuprof_nb.render.units import fmt_num, fmt_pct, fmt_us
 from gpuprof_nb.render.utilisation import utilisation_strip, utilisation_text
 from gpuprof_nb.results.critical_path import CriticalPath
 from gpuprof_nb.results.hotspots import Hotspots
-from gpuprof_nb.results.timeline import IdleBreakdown, StepTimeline, Timeline
+from gpuprof_nb.results.timeline import IdleBreakdown, StepTimeline, Timeline, TimelineLanes
 
 # What each breakdown category means, in the user's words.
 CATEGORY_LABELS: dict[str, str] = {
@@ -133,11 +132,12 @@ def timeline_section(
     trace: Trace | None,
     hotspots: Hotspots | None = None,
     critical_path: CriticalPath | None = None,
+    lanes: TimelineLanes | None = None,
 ) -> Section:
     """Return the Timeline section: the breakdown over the window, the user lines the idle
     time was charged to (with `hotspots`), every profiled step as a strip with its numbers
-    on hover, a drawing of the representative (median) step (lanes from the trace when
-    given), the steps' table and how to open the whole trace in Perfetto."""
+    on hover, a drawing of the representative (median) step (its `lanes` when given), the
+    steps' table and how to open the whole trace (`trace`) in Perfetto."""
     bd = timeline.breakdown
     what = "device" if timeline.on_device else "host"
     head = f"{what} busy {fmt_pct(timeline.busy_fraction)} of a {fmt_us(timeline.window_us)} window"
@@ -175,8 +175,7 @@ def timeline_section(
         html_parts.append(note(hint))
     rep = timeline.representative_step
     drawn = timeline.steps[:MAX_STRIP_STEPS]
-    lanes = _lane_items(timeline, trace, *_step_span(timeline, rep)[1:])
-    left = _left_margin(lanes)
+    left = _left_margin(_lane_items(timeline, lanes, *timeline.drawn_span(rep)[1:]))
     if len(drawn) >= 2:
         strip = f"All {fmt_num(len(timeline.steps))} profiled steps"
         if len(drawn) < len(timeline.steps):
@@ -190,7 +189,15 @@ def timeline_section(
     shown = f"step {rep.number} (median duration)" if rep else "the whole window"
     html_parts.append(
         f"<p>Timeline of {esc(shown)}:</p>"
-        + svg.plot_html(timeline_svg(timeline, trace, step=rep, critical_path=critical_path))
+        + svg.plot_html(
+            timeline_svg(
+                timeline,
+                lanes,
+                step=rep,
+                critical_path=critical_path,
+                utilisation=trace.utilisation if trace is not None else None,
+            )
+        )
     )
     text_parts.append(f"(the HTML view draws {shown})")
     util = trace.utilisation if trace is not None else None
@@ -316,9 +323,6 @@ def steps_chart(timeline: Timeline, left: int | None = None) -> plot.Chart:
 
 
 PATH_LANE = "critical path"
-_MAX_CPU_LANES = 4
-_MAX_GPU_LANES = 8
-
 # The SVG timeline's natural width (px), the most rectangles (bars and shaded gaps) it holds
 # and about the most bytes they take (titles included): neighbours closer than a pixel are
 # merged first, then closer than 2, 4, ... pixels, until the drawing fits, so a step with
@@ -345,28 +349,32 @@ class _Run:
     longest: tuple[float, str]
 
 
-_start = attrgetter("start_us")
-
-
 def _lane_items(
-    timeline: Timeline, trace: Trace | None, lo: float, hi: float
+    timeline: Timeline, lanes: TimelineLanes | None, lo: float, hi: float
 ) -> list[tuple[str, str, list[tuple[float, float, str, str]]]]:
     """Return (lane label, what its bars are, [(start, end, colour, name)] by start) per
-    lane, chosen as plot_timeline chooses them: the busiest CPU threads' top-level ops, then
-    the device's streams. The lists of bars are shared: callers read them."""
-    lanes: list[tuple[str, str, list[tuple[float, float, str, str]]]] = []
-    if trace is not None:
-        # The Timeline section asks for the lanes of the drawn step twice (its margin, then
-        # the drawing): they are made once per trace and span.
-        device = timeline.device
-        lanes = list(
-            memo(
-                trace,
-                ("timeline_lanes", lo, hi, device),
-                lambda: _trace_lanes(trace, device, lo, hi),
+    lane of [lo, hi]: the `lanes` computed for that span (analysis/lanes.py), else the busy
+    stretches between the idle gaps."""
+    drawn: list[tuple[str, str, list[tuple[float, float, str, str]]]] = []
+    if lanes is not None:
+        if (lanes.start_us, lanes.end_us) != (lo, hi):
+            raise GpuprofError(
+                f"the lanes were computed for {lanes.start_us!r}..{lanes.end_us!r} us, not the "
+                f"drawn {lo!r}..{hi!r}; compute them for this step with "
+                "gpuprof_nb.analysis.lanes.timeline_lanes(trace, timeline, step)"
             )
-        )
-    if not lanes:
+        for lane in lanes.lanes:
+            drawn.append(
+                (
+                    lane.label,
+                    lane.what,
+                    [
+                        (s, e, CPU_COLOUR if kind == "op" else KERNEL_COLORS[kind], name)
+                        for s, e, kind, name in lane.bars
+                    ],
+                )
+            )
+    if not drawn:
         # Without the trace, busy time is the complement of the gaps.
         spans: list[tuple[float, float, str, str]] = []
         cursor = lo
@@ -379,38 +387,8 @@ def _lane_items(
         if cursor < hi:
             spans.append((cursor, hi, BUSY_COLOUR, "busy"))
         spans.sort(key=lambda it: (it[0], it[1]))
-        lanes.append(("device" if timeline.on_device else "host", "busy stretches", spans))
-    return lanes
-
-
-def _trace_lanes(
-    trace: Trace, device: int | None, lo: float, hi: float
-) -> tuple[tuple[str, str, list[tuple[float, float, str, str]]], ...]:
-    """The lanes of _lane_items drawn from the trace (none when it has nothing in [lo, hi])."""
-    lanes: list[tuple[str, str, list[tuple[float, float, str, str]]]] = []
-    # Only ops overlapping the drawn span are drawn, and an op enclosing one of them
-    # overlaps it too: the top-level test on those finds the same ops as on the whole
-    # trace, for a fraction of the cost when one step of a long trace is drawn.
-    by_thread: dict[str, list[tuple[float, float, str, str]]] = {}
-    for o in top_level_ops_within(trace, lo, hi):
-        by_thread.setdefault(str(o.tid), []).append(
-            (o.start_us, o.start_us + o.dur_us, CPU_COLOUR, o.name)
-        )
-    busy = {t: sum(e - s for s, e, _, _ in items) for t, items in by_thread.items()}
-    for t in sorted(by_thread, key=lambda t: (-busy[t], t))[:_MAX_CPU_LANES]:
-        lanes.append((f"CPU thread {t}", "ops", by_thread[t]))
-    if device is not None:
-        by_stream: dict[int, list[tuple[float, float, str, str]]] = {}
-        for k in trace.kernels[: bisect.bisect_left(trace.kernels, hi, key=_start)]:
-            if k.device == device and k.start_us + k.dur_us > lo:
-                by_stream.setdefault(k.stream, []).append(
-                    (k.start_us, k.start_us + k.dur_us, KERNEL_COLORS[kernel_class(k)], k.name)
-                )
-        for st in sorted(by_stream)[:_MAX_GPU_LANES]:
-            lanes.append((f"GPU {device} stream {st}", "kernels", by_stream[st]))
-    for _, _, items in lanes:
-        items.sort(key=lambda it: (it[0], it[1]))
-    return tuple(lanes)
+        drawn.append(("device" if timeline.on_device else "host", "busy stretches", spans))
+    return drawn
 
 
 def _merge(
@@ -490,17 +468,6 @@ def _left_margin(lanes: Sequence[tuple[str, str, object]]) -> int:
     return int(min(220, max(90, 16 + max(svg.text_width(n, 11) for n, _, _ in lanes))))
 
 
-def _step_span(
-    timeline: Timeline, step: StepTimeline | int | None
-) -> tuple[StepTimeline | None, float, float]:
-    if isinstance(step, int):
-        step = next((s for s in timeline.steps if s.number == step), None)
-    lo, hi = (
-        (step.start_us, step.end_us) if step is not None else (timeline.start_us, timeline.end_us)
-    )
-    return step, lo, max(hi, lo + 1e-3)
-
-
 def _ms_ticks(lo: float, hi: float) -> tuple[plot.Tick, ...]:
     """Ticks every round number of milliseconds from lo (trace microseconds)."""
     return tuple(
@@ -516,21 +483,23 @@ _BAND_TOP = -1.35
 
 def timeline_chart(
     timeline: Timeline,
-    trace: Trace | None,
+    drawn_lanes: TimelineLanes | None = None,
     step: StepTimeline | int | None = None,
     critical_path: CriticalPath | None = None,
+    utilisation: Utilisation | None = None,
 ) -> plot.Chart:
     """Return one step (or the whole window) as a chart description: CPU threads and GPU
-    streams as lanes of bars (kernels coloured by class), idle gaps shaded by cause with the
+    streams as lanes of bars (kernels coloured by class; `drawn_lanes`, computed for that
+    step by analysis/lanes.py, else the busy stretches), idle gaps shaded by cause with the
     cause written over long stretches, a time axis in milliseconds from the start of what is
-    drawn, the machine's utilisation strip under it (SVG only) and a legend with a swatch
+    drawn, the machine's `utilisation` strip under it (SVG only) and a legend with a swatch
     for every colour drawn. Every bar and gap has a hover tip (name, duration, start); bars
     closer than a pixel are merged (the tip then counts them), and more as needed to keep
     under MAX_TIMELINE_MARKS rectangles and about MAX_TIMELINE_BYTES. A `critical_path` of
     the drawn span is drawn as the top lane."""
-    step, lo, hi = _step_span(timeline, step)
+    step, lo, hi = timeline.drawn_span(step)
     span = hi - lo
-    lanes = _lane_items(timeline, trace, lo, hi)
+    lanes = _lane_items(timeline, drawn_lanes, lo, hi)
     if (
         critical_path is not None
         and critical_path.segments
@@ -652,7 +621,7 @@ def timeline_chart(
     legend += path_legend(path_colours)
     # The machine's utilisation over the same span, under the axis and aligned with it.
     embeds = []
-    util = trace.utilisation if trace is not None else None
+    util = utilisation
     if util is not None and util.ts_us:
         strip, strip_h = utilisation_strip(util, lo, hi, int(right - left))
         embeds.append(plot.Embed(strip, strip_h, "utilisation", "gp-util"))
@@ -674,24 +643,30 @@ def timeline_chart(
 
 def timeline_svg(
     timeline: Timeline,
-    trace: Trace | None,
+    lanes: TimelineLanes | None = None,
     step: StepTimeline | int | None = None,
     critical_path: CriticalPath | None = None,
+    utilisation: Utilisation | None = None,
 ) -> str:
     """Return the timeline chart (`timeline_chart`) as an inline SVG string. The root's
     data-x-us attribute gives the drawn span (trace microseconds) and data-plot-box the plot
     area, so tests can check positions."""
-    return plot.chart_svg(timeline_chart(timeline, trace, step, critical_path))
+    return plot.chart_svg(timeline_chart(timeline, lanes, step, critical_path, utilisation))
 
 
 def plot_timeline(
-    timeline: Timeline, trace: Trace | None, step: StepTimeline | int | None = None, ax: Any = None
+    timeline: Timeline,
+    lanes: TimelineLanes | None = None,
+    step: StepTimeline | int | None = None,
+    ax: Any = None,
 ) -> Any:
     """Return a matplotlib Figure of the timeline chart (`timeline_chart`) of one step (or
-    the whole window): CPU threads and GPU streams as lanes, ops and kernels as bars, idle
-    gaps shaded and labelled by cause; x in milliseconds from the start of what is drawn.
-    Drawn into `ax` when given."""
-    return chart_figure(timeline_chart(timeline, trace, step), ax)
+    the whole window): CPU threads and GPU streams as lanes (`lanes`, computed for that
+    step: report.timeline_lanes for the report's step, else
+    gpuprof_nb.analysis.lanes.timeline_lanes(trace, timeline, step)), ops and kernels as
+    bars, idle gaps shaded and labelled by cause; x in milliseconds from the start of what
+    is drawn. Drawn into `ax` when given."""
+    return chart_figure(timeline_chart(timeline, lanes, step), ax)
 
 
 @report_of.register

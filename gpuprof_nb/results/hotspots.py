@@ -7,15 +7,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gpuprof_nb.model.frames import FrameKind
 from gpuprof_nb.results.display import Displayable
 from gpuprof_nb.results.invariants import check_share, check_within
 
 # Lines from the line sampler (`%%gpuprofile --stack`), or functions from the profiler's
 # python_function events (offline traces recorded with with_stack=True).
 Granularity = Literal["line", "function"]
-# Whose code a frame runs: the user's (notebook cells, their own files), torch's, another
-# installed package's, or the standard library's.
-FrameKind = Literal["user", "torch", "library", "stdlib"]
 
 
 @dataclass(frozen=True, slots=True)

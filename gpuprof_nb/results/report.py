@@ -44,7 +44,7 @@ from gpuprof_nb.results.mfu import Mfu
 from gpuprof_nb.results.modules import ModuleBreakdown
 from gpuprof_nb.results.roofline import Roofline
 from gpuprof_nb.results.tables import KernelTable, OpTable, TraceSummary
-from gpuprof_nb.results.timeline import Timeline
+from gpuprof_nb.results.timeline import Timeline, TimelineLanes
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -82,6 +82,8 @@ class ProfileReport(Displayable, Exportable):
     annotations: AnnotationTable | None = None
     # The median step's critical path (analysis/critical_path.py).
     critical_path: CriticalPath | None = None
+    # What the Timeline tab's drawing of the representative step shows (analysis/lanes.py).
+    timeline_lanes: TimelineLanes | None = None
 
     @property
     def utilisation(self) -> Utilisation | None:

@@ -168,6 +168,33 @@ class LaunchDelays:
     longest: tuple[LaunchWait, ...] = ()
 
 
+# What a lane's bar is: a top-level torch op ("op"), or a device activity by its class.
+BarKind = Literal["op", "gemm", "elementwise", "comm", "copy"]
+# One bar: (start_us, end_us, kind, name).
+Bar = tuple[float, float, BarKind, str]
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineLane:
+    """One lane of a timeline drawing: `label` (`CPU thread 7`, `GPU 0 stream 13`), what its
+    bars are ("ops", "kernels") and the bars, by (start, end)."""
+
+    label: str
+    what: str
+    bars: tuple[Bar, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineLanes:
+    """What a drawing of [start_us, end_us] shows of the trace (analysis/lanes.py): the
+    busiest CPU threads' top-level ops, then the device's streams; empty when the trace has
+    neither there."""
+
+    start_us: float
+    end_us: float
+    lanes: tuple[TimelineLane, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class Timeline(Displayable):
     """The device's busy and idle time over the profiled window (microseconds): overall,
@@ -196,6 +223,17 @@ class Timeline(Displayable):
     @property
     def busy_fraction(self) -> float:
         return self.busy_us / self.window_us if self.window_us > 0 else 0.0
+
+    def drawn_span(
+        self, step: StepTimeline | int | None = None
+    ) -> tuple[StepTimeline | None, float, float]:
+        """Return what a drawing of `step` (a StepTimeline, a step number, or None: the
+        whole window) covers: the step (None when not found or not asked) and its start and
+        end in microseconds, at least a nanosecond apart."""
+        if isinstance(step, int):
+            step = next((s for s in self.steps if s.number == step), None)
+        lo, hi = (step.start_us, step.end_us) if step is not None else (self.start_us, self.end_us)
+        return step, lo, max(hi, lo + 1e-3)
 
     @property
     def representative_step(self) -> StepTimeline | None:

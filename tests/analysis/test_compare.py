@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof_nb.analysis.compare import compare, kernel_family, timing_verdict
-from gpuprof_nb.analysis.report import analyze
+from gpuprof_nb.analysis.compare import kernel_family, timing_verdict
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.results.report import ProfileReport
+from gpuprof_nb.session.analyze import analyze, compare
 
 DATA = Path(__file__).parents[1] / "data"
 V100 = DATA / "kineto2021_v100" / "gpu_metrics_input.json"

@@ -18,29 +18,47 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 def test_a_report_derives_shared_work_once(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     path = next(p for p in sorted((DATA / name).iterdir()) if ".json" in p.name)
     trace = load_trace(path)
-    built: list[object] = []
-    tops: list[object] = []
+    built: list[derived.TraceIndex] = []
+    tops: list[derived.TraceIndex] = []
     real_columns, real_top = derived.OpColumns, timeline._top_level_positions
 
-    def columns(t):  # type: ignore[no-untyped-def]
-        built.append(t)
-        return real_columns(t)
+    def columns(ix):  # type: ignore[no-untyped-def]
+        built.append(ix)
+        return real_columns(ix)
 
-    def top(t):  # type: ignore[no-untyped-def]
-        tops.append(t)
-        return real_top(t)
+    def top(ix, within=None):  # type: ignore[no-untyped-def]
+        tops.append(ix)
+        return real_top(ix, within)
 
     monkeypatch.setattr(derived, "OpColumns", columns)
     monkeypatch.setattr(timeline, "_top_level_positions", top)
     report = analyze(trace)
     report._repr_mimebundle_()
-    # The Timeline tab nests a window's ops on its own small trace; the report's trace is
-    # derived once, however many tabs and rules read it.
-    assert sum(t is trace for t in built) == 1
-    assert sum(t is trace for t in tops) == 1
-    assert trace.derived, "the shared results live on the trace"
-    # Not part of the trace's value.
+    # One index for the whole report: the columns are built once, however many tabs and
+    # rules read them, and the whole-trace top-level ops found once (the drawn step's lanes
+    # look among its own ops, on the same index).
+    assert [ix.trace is trace for ix in built] == [True]
+    assert len({id(ix) for ix in tops}) == 1 and tops[0] is built[0]
+    assert sum(1 for _ in tops) <= 2
+    # The trace is left as it was read: nothing is stored on it.
+    assert not hasattr(trace, "derived")
     assert trace == load_trace(path)
+
+
+def test_an_index_is_shared_only_when_passed() -> None:
+    """Analyses given the same index share its columns; a Trace alone gets its own."""
+    trace = load_trace(DATA / "cpu_only_trace" / next(iter(_names("cpu_only_trace"))))
+    ix = derived.TraceIndex(trace)
+    assert derived.index_of(ix) is ix
+    assert derived.op_columns(ix) is derived.op_columns(ix)
+    other = derived.index_of(trace)
+    assert other is not ix and other.trace is trace
+    assert derived.op_columns(other) is not derived.op_columns(ix)
+    assert ix.peek("roofline_anchors") is None
+
+
+def _names(name: str) -> list[str]:
+    return [p.name for p in sorted((DATA / name).iterdir()) if ".json" in p.name]
 
 
 def test_ids_beyond_int64_still_match_and_none_stays_apart() -> None:
@@ -128,7 +146,7 @@ def test_kernel_columns_and_device_kernels_match_the_kernels() -> None:
         )
 
     t = trace(kernels)
-    kc = derived.kernel_columns(t)
+    kc = derived.kernel_columns(derived.TraceIndex(t))
     assert [derived.KERNEL_KINDS[c] for c in kc.kind.tolist()] == [k.kind for k in kernels]
     assert kc.is_kernel.tolist() == [k.kind == "kernel" for k in kernels]
     assert kc.device.tolist() == [k.device for k in kernels]

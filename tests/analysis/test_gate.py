@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof_nb.analysis.compare import compare
 from gpuprof_nb.analysis.gate import regression_gate
 from gpuprof_nb.analysis.report import analyze
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.results.gate import EXIT_NOISY, EXIT_PASS, EXIT_REGRESSION
+from gpuprof_nb.session.analyze import compare
 
 DATA = Path(__file__).parents[1] / "data"
 TRACE = load_trace(DATA / "mi210_gpu_only" / "gpu_only_trace.json.gz")  # no steps

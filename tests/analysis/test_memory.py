@@ -337,8 +337,8 @@ def test_user_frame_skips_torch_and_cpp() -> None:
 
 
 def test_analyze_memory_inputs_and_errors(snaps: Path) -> None:
-    from gpuprof_nb.analysis.report import analyze_memory
     from gpuprof_nb.errors import GpuprofError
+    from gpuprof_nb.session.analyze import analyze_memory
 
     data = raw(snaps / "oom.pickle")
     report = analyze_memory(data)  # a raw dict works like a loaded snapshot

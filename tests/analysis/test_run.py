@@ -16,10 +16,10 @@ from gpuprof_nb.analysis.run import (
     combine,
     rank_from_name,
     rank_ranges,
-    summarize_path,
 )
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.results.run import RankSummary
+from gpuprof_nb.session.runs import summarize_path
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "hta" / "tests" / "data"

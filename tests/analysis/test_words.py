@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof_nb.analysis.report import analyze, analyze_memory
+from gpuprof_nb import analyze_memory  # reads raw snapshot dicts (session/analyze.py)
+from gpuprof_nb.analysis.report import analyze
 from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.model.trace import Step
 

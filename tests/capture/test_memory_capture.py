@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from gpuprof_nb.analysis.report import analyze_memory
+from gpuprof_nb.capture import device as capture_device
 from gpuprof_nb.capture.memory import record_cpu_memory, record_cuda_memory, record_memory
 from gpuprof_nb.capture.profiler import profiler_running
 from gpuprof_nb.io.snapshot import snapshot_from_dict
@@ -159,6 +160,7 @@ def fake_cuda(monkeypatch, data_dir):
     with open(data_dir / "snapshots" / "oom.pickle", "rb") as f:
         fake = FakeCuda(pickle.load(f))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(capture_device, "cuda_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
     monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", fake.record)

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof_nb.analysis.compare import compare
 from gpuprof_nb.analysis.report import analyze
-from gpuprof_nb.baselines import load_baseline, save_baseline
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.model.timing import TimingStats
+from gpuprof_nb.session.analyze import compare
+from gpuprof_nb.session.baselines import load_baseline, save_baseline
 
 
 def test_save_then_gate_on_a_named_baseline(cli, pair, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import gpuprof_nb
-from gpuprof_nb.analysis.compare import compare
+from gpuprof_nb.session.analyze import compare
 
 DATA = Path(__file__).parents[1] / "data"
 GLOO = DATA / "gloo_run"

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from gpuprof_nb.analysis.report import analyze, analyze_memory
 from gpuprof_nb.errors import GpuprofError, SnapshotFormatError, TraceFormatError
 from gpuprof_nb.io.snapshot import load_snapshot, snapshot_from_dict
 from gpuprof_nb.io.trace import load_trace, trace_from_dict
+from gpuprof_nb.session.analyze import analyze, analyze_memory
 
 DATA = Path(__file__).parents[1] / "data"
 TRACES = [

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof_nb.analysis.report import analyze
 from gpuprof_nb.errors import TraceFormatError
 from gpuprof_nb.io.timing import timing_dict, timing_of, with_timing
 from gpuprof_nb.io.trace import load_trace, trace_from_dict
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.results.report import ProfileReport
+from gpuprof_nb.session.analyze import analyze
 
 STATS = TimingStats(
     wall_us=(10.0, 11.5, 9.75),

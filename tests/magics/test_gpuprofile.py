@@ -194,12 +194,12 @@ def test_a_trace_path_that_cannot_be_written_is_refused_before_the_cell_runs(ip,
 def test_a_trace_that_fails_to_write_becomes_a_note_and_keeps_the_report(
     ip, tmp_path, monkeypatch
 ) -> None:
-    import gpuprof_nb.io.trace
+    import gpuprof_nb.session.profile
 
     def full_disk(trace: object, path: object) -> None:
         raise GpuprofError(f"cannot write the trace to {path}: No space left on device")
 
-    monkeypatch.setattr(gpuprof_nb.io.trace, "save_trace_dict", full_disk)
+    monkeypatch.setattr(gpuprof_nb.session.profile, "save_trace_dict", full_disk)
     magic(ip, f"-o r --quiet --repeat 1 --trace {tmp_path / 't.json'}", "P = A @ A")
     r = ip.user_ns["r"]
     assert any(n.startswith("trace NOT written") for n in r.notes)
@@ -374,9 +374,9 @@ def test_help_lists_the_options(ip) -> None:
 
 
 def test_the_parser_declares_every_option_in_order(ip) -> None:
-    """capture/options.py lists the options; the magic's parser, and so its help, holds
+    """magics/options.py lists the options; the magic's parser, and so its help, holds
     each of them in that order."""
-    from gpuprof_nb.capture.options import OPTIONS
+    from gpuprof_nb.magics.options import GPUPROFILE_OPTIONS as OPTIONS
 
     parser = ip.find_cell_magic("gpuprofile").parser
     declared = [tuple(a.option_strings) for a in parser._actions if a.option_strings]

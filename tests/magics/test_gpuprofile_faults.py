@@ -9,7 +9,7 @@ import pytest
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 torch = pytest.importorskip("torch")
 
-import gpuprof_nb.analysis.report  # noqa: E402
+import gpuprof_nb.session.profile  # noqa: E402
 from gpuprof_nb.model.timing import TimingStats  # noqa: E402
 from gpuprof_nb.results.report import ProfileReport  # noqa: E402
 
@@ -18,7 +18,7 @@ def test_analysis_failure_keeps_timings_and_trace(ipython_shell, monkeypatch, tm
     def broken(*args, **kwargs):
         raise RuntimeError("boom in analysis")
 
-    monkeypatch.setattr(gpuprof_nb.analysis.report, "analyze", broken)
+    monkeypatch.setattr(gpuprof_nb.session.profile, "analyze", broken)
     ipython_shell.user_ns["W"] = torch.randn(64, 64)
     ipython_shell.run_cell_magic("gpuprofile", "-o rf --quiet --repeat 2", "V = W @ W")
     report = ipython_shell.user_ns["rf"]

@@ -14,6 +14,7 @@ from IPython.core.error import UsageError  # noqa: E402
 from IPython.utils.capture import capture_output  # noqa: E402
 
 from gpuprof_nb.analysis.report import analyze_memory  # noqa: E402
+from gpuprof_nb.capture import device as capture_device  # noqa: E402
 from gpuprof_nb.capture.profiler import profiler_running  # noqa: E402
 from gpuprof_nb.io.snapshot import load_snapshot  # noqa: E402
 
@@ -164,6 +165,7 @@ def test_oom_report_shown_then_error_reraised(ip, monkeypatch, data_dir) -> None
         snapshot = pickle.load(f)
     calls: list[object] = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(capture_device, "cuda_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
     monkeypatch.setattr(
@@ -193,6 +195,7 @@ def test_oom_still_propagates_when_save_fails(ip, monkeypatch, data_dir, tmp_pat
     with open(data_dir / "snapshots" / "oom.pickle", "rb") as f:
         snapshot = pickle.load(f)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(capture_device, "cuda_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
     monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", lambda *a, **k: None)
@@ -217,6 +220,7 @@ def test_users_own_history_left_running_and_noted(ip, monkeypatch, data_dir, tmp
     history = [{**e, "time_us": time.time_ns() // 1000 - 60_000_000} for e in old]
     calls: list[object] = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(capture_device, "cuda_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
     monkeypatch.setattr(torch._C, "_cuda_isHistoryEnabled", lambda: True, raising=False)
@@ -280,10 +284,11 @@ def test_saved_repeat_snapshot_keeps_its_runs(ip, tmp_path) -> None:
 
 def test_a_cuda_capture_saved_keeps_its_run_starts(ip, tmp_path) -> None:
     """The CPU side of the GPU test above: a CUDA-source capture with run starts, through
-    the magic's own report and save steps, reads back with the same starts and leak."""
+    the session's own report and save steps, reads back with the same starts and leak."""
     import pickle
 
     from gpuprof_nb.capture.memory import MemoryCapture
+    from gpuprof_nb.session.memsnap import run_of_capture, save_run
 
     data = Path(__file__).parents[1] / "data" / "snapshots" / "leak_steps.pickle"
     with open(data, "rb") as f:
@@ -291,10 +296,10 @@ def test_a_cuda_capture_saved_keeps_its_run_starts(ip, tmp_path) -> None:
     starts = (3, 20, 34, 48)  # the fixture's runs (tests/data/snapshots/expected.json)
     raw.get("gpuprof_nb", {}).pop("step_starts", None)  # only the capture says them
     capture = MemoryCapture(snapshot=raw, device=0, source="cuda", step_starts=starts)
-    magics = ip.magics_manager.registry["MemsnapMagics"]
-    live = magics._report(capture, None)
+    run = run_of_capture(capture)
+    live = run.report
     path = tmp_path / "saved.pickle"
-    magics._save(capture, live, str(path), True)
+    save_run(run, str(path))
     offline = analyze_memory(load_snapshot(path))
     assert load_snapshot(path).step_starts[0] == starts
     assert offline.leaks.step_end_bytes == live.leaks.step_end_bytes

@@ -13,9 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpuprof_nb.analysis.compare import compare  # noqa: E402
-from gpuprof_nb.baselines import load_baseline, save_baseline  # noqa: E402
-from gpuprof_nb.files import load_trace_report  # noqa: E402
+from gpuprof_nb.session.analyze import compare  # noqa: E402
+from gpuprof_nb.session.baselines import load_baseline, save_baseline  # noqa: E402
+from gpuprof_nb.session.files import load_trace_report  # noqa: E402
 
 ROOT = Path(__file__).parents[2]
 LINE = "--warmup 1 --repeat 5 --number 1 --quiet"

@@ -10,7 +10,9 @@ import pytest
 from plotcheck import embedded_plots
 
 from gpuprof_nb.analysis.diagnose import Diagnosis, Finding, diagnose
+from gpuprof_nb.analysis.lanes import timeline_lanes
 from gpuprof_nb.analysis.timeline import device_timeline
+from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.render.diagnosis import diagnosis_section
 from gpuprof_nb.render.evidence import evidence_rows
@@ -82,7 +84,7 @@ def test_empty_diagnosis_renders():
 
 def test_timeline_section_numbers_and_svg(nccl):
     trace, tl = nccl
-    s = timeline_section(tl, trace)
+    s = timeline_section(tl, trace, lanes=timeline_lanes(trace, tl, tl.representative_step))
     for c, us in tl.breakdown.us_by_category().items():
         assert fmt_us(us) in s.text and fmt_us(us) in s.html, c
         share = fmt_pct(tl.breakdown.fraction(c))
@@ -104,7 +106,7 @@ def test_timeline_section_numbers_and_svg(nccl):
 
 def test_plot_timeline_lanes_and_gaps(nccl):
     trace, tl = nccl
-    fig = plot_timeline(tl, trace)
+    fig = plot_timeline(tl, timeline_lanes(trace, tl))
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_yticklabels()]
     streams = sorted({k.stream for k in trace.kernels})
@@ -119,7 +121,11 @@ def test_plot_timeline_lanes_and_gaps(nccl):
 
     other = Figure()
     given = other.add_subplot(1, 1, 1)
-    assert plot_timeline(tl, trace, step=tl.steps[0].number, ax=given) is other
+    first = tl.steps[0].number
+    assert plot_timeline(tl, timeline_lanes(trace, tl, first), step=first, ax=given) is other
+    # Lanes of another span are refused, saying how to compute the right ones.
+    with pytest.raises(GpuprofError, match="timeline_lanes"):
+        plot_timeline(tl, timeline_lanes(trace, tl), step=first)
 
 
 def test_plot_without_trace_or_steps():
@@ -162,7 +168,7 @@ def test_one_label_per_stretch_of_one_cause():
     trace = Trace("hand", ops, (), (), (), (), (), (), None, (0.0, 2000.0))
     tl = device_timeline(trace)
     assert [g.cause for g in tl.gaps] == ["dataloader", "dataloader"]
-    ax = plot_timeline(tl, trace).axes[0]
+    ax = plot_timeline(tl, timeline_lanes(trace, tl)).axes[0]
     labels = [t.get_text() for t in ax.texts]
     assert labels == ["dataloader"]
 

@@ -220,7 +220,7 @@ def test_segments_only_plot(data_dir: Path) -> None:
 
 
 def test_memory_modules_import_without_torch_ipython_ipywidgets() -> None:
-    """io.snapshot, memory_report and render.memory stay importable with torch, IPython
+    """io.snapshot, analysis.memory and render.memory stay importable with torch, IPython
     and ipywidgets blocked, and pull in no matplotlib until a plot is drawn."""
     import os
     import subprocess
@@ -231,7 +231,6 @@ def test_memory_modules_import_without_torch_ipython_ipywidgets() -> None:
         "gpuprof_nb.model.memory",
         "gpuprof_nb.io.snapshot",
         "gpuprof_nb.analysis.memory",
-        "gpuprof_nb.memory_report",
         "gpuprof_nb.render.memory",
     ]
     script = "\n".join(

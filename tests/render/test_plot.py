@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpuprof_nb import analyze, load_trace
+from gpuprof_nb.analysis.lanes import timeline_lanes
 from gpuprof_nb.render import plot
 from gpuprof_nb.render.plot_mpl import chart_figure
 from gpuprof_nb.render.roofline import roofline_chart
@@ -144,7 +145,9 @@ def test_every_legend_entry_has_a_swatch_and_the_timeline_names_its_bars(reports
         "h100_bert_small/gaunernst_bert-small-uncased__1016001.json.gz",
     ):
         report = reports[key]
-        chart = timeline_chart(report.timeline, report.trace, report.timeline.representative_step)
+        chart = timeline_chart(
+            report.timeline, report.timeline_lanes, report.timeline.representative_step
+        )
         colours = set()
         for m in chart.marks:
             if isinstance(m, plot.Rects):
@@ -161,7 +164,10 @@ def test_every_legend_entry_has_a_swatch_and_the_timeline_names_its_bars(reports
         e.label
         for e in timeline_chart(
             reports["planted_cpu/dataloader.json.gz"].timeline,
-            reports["planted_cpu/dataloader.json.gz"].trace,
+            timeline_lanes(
+                reports["planted_cpu/dataloader.json.gz"].trace,
+                reports["planted_cpu/dataloader.json.gz"].timeline,
+            ),
         ).legend
     }
     assert cpu.legend

@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from plotcheck import embedded_plots
 
+from gpuprof_nb.analysis.lanes import timeline_lanes
 from gpuprof_nb.analysis.roofline import compute_roofline
 from gpuprof_nb.analysis.timeline import device_timeline
 from gpuprof_nb.model.device import DeviceSpec
@@ -18,6 +19,7 @@ from gpuprof_nb.model.trace import Kernel, Op, Trace
 from gpuprof_nb.render import svg
 from gpuprof_nb.render.html import STYLE
 from gpuprof_nb.render.roofline import ABOVE_ROOF_COLOUR, roofline_section, roofline_svg
+from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.timeline import (
     MAX_TIMELINE_BYTES,
     MAX_TIMELINE_MARKS,
@@ -285,6 +287,18 @@ def _kernel_trace(spans, stream=7):
     )
 
 
+def _svg(trace: Trace) -> str:
+    """The drawing of a trace's whole window, with its lanes."""
+    tl = device_timeline(trace)
+    return timeline_svg(tl, timeline_lanes(trace, tl))
+
+
+def _section(trace: Trace) -> Section:
+    """The Timeline section of a trace, its representative step drawn with its lanes."""
+    tl = device_timeline(trace)
+    return timeline_section(tl, trace, lanes=timeline_lanes(trace, tl, tl.representative_step))
+
+
 def _lane_rects(root: ET.Element, lane: str) -> list[ET.Element]:
     (group,) = [g for g in root.iter(f"{NS}g") if g.get("data-lane") == lane]
     return list(group.iter(f"{NS}rect"))
@@ -293,7 +307,7 @@ def _lane_rects(root: ET.Element, lane: str) -> list[ET.Element]:
 def test_bars_sit_at_kernel_start_and_duration():
     spans = [(100.0, 50.0), (300.0, 120.0), (700.0, 10.0), (900.0, 100.0)]
     trace = _kernel_trace(spans)
-    root = _parse(timeline_svg(device_timeline(trace), trace))
+    root = _parse(_svg(trace))
     left, _, right, _ = _floats(root.get("data-plot-box"))
     # Independent: the drawing spans the kernels' first start to last end.
     lo, hi = min(s for s, _ in spans), max(s + d for s, d in spans)
@@ -320,7 +334,7 @@ def test_bars_sit_at_kernel_start_and_duration():
 
 def test_names_with_markup_are_escaped_in_the_section():
     trace = _kernel_trace([(0.0, 10.0), (50.0, 10.0)])
-    html = timeline_section(device_timeline(trace), trace).html
+    html = _section(trace).html
     assert "void k&lt;float, &quot;q&quot;&gt; &amp; &#x27;r&#x27;" in html
     assert KNAME not in html and "<float" not in html
 
@@ -329,7 +343,7 @@ def test_many_kernels_merge_into_a_bounded_drawing():
     # 20,000 kernels of 1 us, 1 us apart: far more than pixels.
     spans = [(2.0 * i, 1.0) for i in range(20_000)]
     trace = _kernel_trace(spans)
-    text = timeline_svg(device_timeline(trace), trace)
+    text = _svg(trace)
     root = _parse(text)
     rects = [r for r in root.iter(f"{NS}rect") if r.find(f"{NS}title") is not None]
     assert len(rects) <= MAX_TIMELINE_MARKS
@@ -356,7 +370,7 @@ def test_cpu_lanes_come_from_top_level_ops():
         Op("aten::relu <x>", "op", 200.0, 50.0, 1, 5, index=2),
     )
     trace = Trace("hand", ops, (), (), (), (), (), (), None, (0.0, 250.0))
-    root = _parse(timeline_svg(device_timeline(trace), trace))
+    root = _parse(_svg(trace))
     rects = _lane_rects(root, "CPU thread 5")
     assert [_title(r).split("\n")[0] for r in rects] == ["aten::linear", "aten::relu <x>"]
 
@@ -419,7 +433,6 @@ def test_lanes_of_a_step_match_the_whole_trace_computation(data_dir):
     real trace, its lanes hold exactly the ops and kernels found from the whole trace."""
     from gpuprof_nb.analysis.timeline import top_level_ops
     from gpuprof_nb.io.trace import load_trace
-    from gpuprof_nb.render.timeline import _lane_items
 
     trace = load_trace(data_dir / "ddp_nccl_sampled" / "sampled_rank-0.json.gz")
     tl = device_timeline(trace)
@@ -427,8 +440,8 @@ def test_lanes_of_a_step_match_the_whole_trace_computation(data_dir):
     for step in tl.steps:
         lo, hi = step.start_us, step.end_us
         lanes = {
-            name: sorted((s, e, n) for s, e, _, n in items)
-            for name, _, items in _lane_items(tl, trace, lo, hi)
+            lane.label: sorted((s, e, n) for s, e, _, n in lane.bars)
+            for lane in timeline_lanes(trace, tl, step).lanes
         }
         cpu = {}
         for o in top_level_ops(trace):
@@ -473,7 +486,7 @@ def test_long_kernel_names_keep_the_drawing_small():
         distributed=None,
         window_us=(0.0, 34_000.0),
     )
-    text = timeline_svg(device_timeline(trace), trace)
+    text = _svg(trace)
     assert len(text.encode()) < MAX_TIMELINE_BYTES + 10_000
     bars = _lane_rects(_parse(text), "GPU 0 stream 7")
     assert all(len(_title(b).split("\n")[-1]) < 200 for b in bars)
@@ -493,7 +506,7 @@ def test_every_step_is_in_the_strip_where_it_ran_with_its_numbers(data_dir):
     trace = load_trace(data_dir / "ddp_nccl_sampled" / "sampled_rank-0.json.gz")
     tl = device_timeline(trace)
     assert len(tl.steps) >= 2
-    section = timeline_section(tl, trace)
+    section = timeline_section(tl, trace, lanes=timeline_lanes(trace, tl, tl.representative_step))
     strip_svg = embedded_plots(section.html)[0]
     assert strip_svg == plot_module().chart_svg(steps_chart(tl, _left(strip_svg)))
     root = _parse(strip_svg)

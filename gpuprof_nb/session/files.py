@@ -1,7 +1,8 @@
 """The files users hand the command line and the pytest helper: which kind each is (a
 profiler trace, a memory snapshot, a run's directory) and its report, read the way the
 notebook reads it (`load_trace` + `analyze`, `load_snapshot` + `analyze_memory`). A trace a
-%%gpuprofile report saved brings its timed samples back with it (io/timing.py)."""
+%%gpuprofile report saved brings its timed samples back with it (io/timing.py). And the
+files a run will write (--trace, --save), checked before it runs."""
 
 from __future__ import annotations
 
@@ -12,11 +13,22 @@ import zlib
 from pathlib import Path
 from typing import Literal
 
-from gpuprof_nb.analysis.report import analyze, analyze_memory
 from gpuprof_nb.errors import GpuprofError
+from gpuprof_nb.io.guards import check_writable
 from gpuprof_nb.io.snapshot import load_snapshot
 from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.results.report import MemoryReport, ProfileReport
+from gpuprof_nb.session.analyze import analyze, analyze_memory
+
+__all__ = [
+    "FileKind",
+    "file_kind",
+    "load_report",
+    "load_snapshot",
+    "load_trace",
+    "load_trace_report",
+    "writable_problem",
+]
 
 FileKind = Literal["trace", "snapshot", "directory"]
 
@@ -77,3 +89,13 @@ def load_trace_report(path: str | os.PathLike[str], role: str = "a trace") -> Pr
     if kind == "directory":
         raise GpuprofError(f"{text}: a directory, not a trace file; {role} must be one trace file")
     return analyze(load_trace(text))
+
+
+def writable_problem(path: str, flag: str) -> str | None:
+    """Return why a file cannot be written at `path` (a FIFO, a directory, a device, a
+    parent that is no folder), or None; checked before a cell runs."""
+    try:
+        check_writable(path, what=f"{flag}", error=GpuprofError)
+    except GpuprofError as exc:
+        return f"{flag}: {exc}"
+    return None

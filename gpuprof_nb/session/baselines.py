@@ -22,15 +22,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpuprof_nb.analysis.report import analyze, count_steps_per_run
+from gpuprof_nb.analysis.report import count_steps_per_run
 from gpuprof_nb.errors import GpuprofError
-from gpuprof_nb.files import load_trace_report
 from gpuprof_nb.io.guards import loads_json, open_for_writing, open_regular
 from gpuprof_nb.io.timing import timing_dict, timing_of
 from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.model.arguments import describe
 from gpuprof_nb.render.records import headline
 from gpuprof_nb.results.report import ProfileReport
+from gpuprof_nb.session.analyze import analyze
+from gpuprof_nb.session.files import load_trace_report
 
 ENV = "GPUPROF_BASELINES"
 DEFAULT_DIRECTORY = Path(".gpuprof") / "baselines"

@@ -21,13 +21,7 @@ from concurrent.futures import (
 from dataclasses import replace
 from pathlib import Path
 
-from gpuprof_nb.analysis.report import analyze
-from gpuprof_nb.analysis.run import (
-    combine,
-    rank_from_name,
-    summarize_path,
-    summarize_rank,
-)
+from gpuprof_nb.analysis.run import combine, rank_from_name, summarize_rank
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.guards import FileIdentity, check_regular
 from gpuprof_nb.io.trace import load_trace
@@ -37,6 +31,7 @@ from gpuprof_nb.render.progress import Progress
 from gpuprof_nb.render.widgets import live_kernel
 from gpuprof_nb.results.report import ProfileReport
 from gpuprof_nb.results.run import RankSummary, RunReport
+from gpuprof_nb.session.analyze import analyze, trace_inputs
 
 # What a directory's trace files are called (torch.profiler's export_chrome_trace and
 # tensorboard_trace_handler write *.json or *.pt.trace.json, optionally gzipped).
@@ -157,13 +152,34 @@ def _summarize_object(trace: Trace, position: int) -> RankSummary:
         dist.rank if dist is not None and dist.rank is not None else rank_from_name(trace.source)
     )
     try:
+        device, timing = trace_inputs(trace)
         return summarize_rank(
-            trace, trace.source or f"traces[{position}]", named if named is not None else position
+            trace,
+            trace.source or f"traces[{position}]",
+            named if named is not None else position,
+            ceilings=device,
+            timing=timing,
         )
     except GpuprofError as exc:
         return RankSummary(
             rank=position,
             source=trace.source or f"traces[{position}]",
+            error=f"{type(exc).__name__}: {exc}",
+        )
+
+
+def summarize_path(path: str, rank: int | None = None) -> RankSummary:
+    """Load one rank's trace file and summarise it (what each worker runs); a file that
+    cannot be read gives a summary holding only the error, so the other ranks still count."""
+    try:
+        trace = load_trace(path)
+        device, timing = trace_inputs(trace)
+        return summarize_rank(trace, str(path), rank, ceilings=device, timing=timing)
+    except (GpuprofError, OSError) as exc:
+        guess = rank if rank is not None else rank_from_name(str(path))
+        return RankSummary(
+            rank=guess if guess is not None else -1,
+            source=str(path),
             error=f"{type(exc).__name__}: {exc}",
         )
 

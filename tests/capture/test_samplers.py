@@ -5,23 +5,22 @@ which GPU NVML is asked about when CUDA_VISIBLE_DEVICES renumbers them."""
 from __future__ import annotations
 
 import sys
-from types import SimpleNamespace
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpuprof_nb.capture import session  # noqa: E402
 from gpuprof_nb.capture.linetrace import LineTracer  # noqa: E402
+from gpuprof_nb.capture.samplers import cell_samplers, line_recorder, nvml_index  # noqa: E402
 from gpuprof_nb.capture.sampling import LineSampler  # noqa: E402
 from gpuprof_nb.capture.utilisation import UtilisationSampler  # noqa: E402
 
 
 def test_stack_adds_exact_line_events() -> None:
     code = compile("pass", "<c>", "exec")
-    plain = session._samplers(code, SimpleNamespace(stack=False, modules=False), cuda=False)
+    plain = cell_samplers(code, stack=False, modules=False, cuda=False)
     assert [(k, type(s)) for k, s in plain] == [("utilisation", UtilisationSampler)]
-    stacked = session._samplers(code, SimpleNamespace(stack=True, modules=False), cuda=False)
+    stacked = cell_samplers(code, stack=True, modules=False, cuda=False)
     assert [(k, type(s)) for k, s in stacked] == [
         ("utilisation", UtilisationSampler),
         ("samples", LineTracer),
@@ -40,7 +39,7 @@ def test_another_tracer_keeps_the_sampler() -> None:
     before = sys.gettrace()
     sys.settrace(other)
     try:
-        recorder = session.line_recorder(code)
+        recorder = line_recorder(code)
     finally:
         sys.settrace(before)
     if sys.version_info >= (3, 12):
@@ -53,7 +52,7 @@ def test_module_ranges_are_recorded_unless_no_modules() -> None:
     from gpuprof_nb.capture.modules import ModuleRecorder
 
     code = compile("pass", "<c>", "exec")
-    got = session._samplers(code, SimpleNamespace(stack=False, modules=True), cuda=False)
+    got = cell_samplers(code, stack=False, modules=True, cuda=False)
     assert [(k, type(s)) for k, s in got] == [
         ("utilisation", UtilisationSampler),
         ("modules", ModuleRecorder),
@@ -73,5 +72,5 @@ def test_module_ranges_are_recorded_unless_no_modules() -> None:
 def test_nvml_index_follows_cuda_visible_devices(monkeypatch, visible, current, expected) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
-    assert session._nvml_index(True) == expected
-    assert session._nvml_index(False) == 0
+    assert nvml_index(True) == expected
+    assert nvml_index(False) == 0

@@ -1,6 +1,6 @@
-"""IPython glue: `%%gpuprofile` (and registering `%%memsnap`). The magic parses its line
-(capture/options.py), has capture/session.py run the cell into a report, then stores and
-shows it. How a cell is run lives in capture/session.py; no analysis or formatting here."""
+"""IPython glue for `%%gpuprofile`: parse the line (options.py), have the session run the
+cell (session/profile.py), publish the report (store under -o, show unless --quiet, the
+--baseline comparison first). No capture, analysis or formatting here."""
 
 from __future__ import annotations
 
@@ -11,23 +11,18 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, magics_class, no_var_expand
-from IPython.core.magic_arguments import argument, magic_arguments
 
 from gpuprof_nb.capture.cell import CellCompiler
-from gpuprof_nb.capture.options import (
-    OPTIONS,
+from gpuprof_nb.magics.options import (
+    GPUPROFILE_OPTIONS,
     OptionLines,
+    Publish,
     baseline_report,
-    output_path_problem,
+    with_options,
 )
-
-
-def _with_options(magic: Any) -> Any:
-    """Declare OPTIONS on the magic as IPython's @magic_arguments and @argument decorators
-    would: they build its parser and its `%%gpuprofile?` help."""
-    for flags, settings in reversed(OPTIONS):
-        magic = argument(*flags, **settings)(magic)
-    return magic_arguments()(magic)
+from gpuprof_nb.results.report import ProfileReport
+from gpuprof_nb.session.files import writable_problem
+from gpuprof_nb.session.options import ProfileOptions
 
 
 @magics_class
@@ -43,7 +38,7 @@ class GpuprofileMagics(Magics):
         self._options = OptionLines(self.gpuprofile.parser)
         self._cells = CellCompiler(shell)
 
-    @_with_options
+    @with_options(GPUPROFILE_OPTIONS)
     @cell_magic
     @no_var_expand
     def gpuprofile(self, line: str, cell: str) -> None:
@@ -64,14 +59,16 @@ class GpuprofileMagics(Magics):
             # of IPython's own expansion, which copies the user namespace on every call even
             # when there is nothing to expand (it grows by a name per cell run).
             line = self._ip.var_expand(line, 3)
-        args = self._options.parse(line)
-        if args.trace:
+        options, publish = self._options.parse(line)
+        if options.trace_path:
             # Checked before the cell runs (not cached with the line: the path may change).
-            problem = output_path_problem(args.trace, "--trace")
+            problem = writable_problem(options.trace_path, "--trace")
             if problem:
                 raise UsageError(f"%%gpuprofile {problem}")
         baseline = (
-            baseline_report(args.baseline, self._ip.user_ns) if args.baseline is not None else None
+            baseline_report(publish.baseline, self._ip.user_ns)
+            if publish.baseline is not None
+            else None
         )
         if not cell.strip():
             raise UsageError(
@@ -81,36 +78,47 @@ class GpuprofileMagics(Magics):
         try:
             import torch  # noqa: F401 - fail here, clearly, before anything runs
 
-            from gpuprof_nb.capture.session import run_cell
+            from gpuprof_nb.session.profile import ProfilerBusy, run_cell
         except ImportError as exc:
             raise UsageError(
                 f"%%gpuprofile needs PyTorch ({exc}); install it with `pip install torch`"
             ) from exc
-        report = run_cell(
-            self._cells,
-            cell,
-            args,
-            clock=self.clock,
-            show_partial=lambda partial: self._publish(partial, args),
-        )
-        self._publish(report, args, baseline)
+        try:
+            report = run_cell(
+                self._cells,
+                cell,
+                options,
+                clock=self.clock,
+                show_partial=lambda partial: self._publish(partial, publish, options),
+            )
+        except ProfilerBusy as exc:
+            raise UsageError(f"%%gpuprofile: {exc}") from None
+        self._publish(report, publish, options, baseline)
 
-    def _publish(self, report: Any, args: Any, baseline: Any = None) -> None:
+    def _publish(
+        self,
+        report: ProfileReport,
+        publish: Publish,
+        options: ProfileOptions,
+        baseline: ProfileReport | None = None,
+    ) -> None:
         """Store the report under -o NAME and show it unless --quiet: the tabbed report, or,
         after --timing-only, its text printed the way %timeit prints (a rich display costs
         ipykernel two synchronous stdout/stderr flushes, about 0.4 ms: 5% of an 8 ms cell,
         which --timing-only must not add; the stored report still displays as HTML). With
         --baseline, the comparison with it comes first (after --timing-only: its verdict)."""
-        if args.output:
-            self._ip.user_ns[args.output] = report
-        if args.quiet:
+        if publish.output:
+            self._ip.user_ns[publish.output] = report
+        if publish.quiet:
             return
-        comparison = _compare(baseline, report, args.baseline) if baseline is not None else None
-        if args.timing_only:
+        comparison = None
+        if baseline is not None and publish.baseline is not None:
+            comparison = _compare(baseline, report, publish.baseline)
+        if options.timing_only:
             if comparison is not None:
                 from gpuprof_nb.render.compare import verdict_words
 
-                print(f"vs {args.baseline}: {verdict_words(comparison)}")
+                print(f"vs {publish.baseline}: {verdict_words(comparison)}")
             else:
                 _print_report(report)
             return
@@ -126,14 +134,14 @@ class GpuprofileMagics(Magics):
         return self.shell
 
 
-def _compare(baseline: Any, report: Any, name: str) -> Any:
+def _compare(baseline: ProfileReport, report: ProfileReport, name: str) -> Any:
     """Return the comparison of `report` with the --baseline report, or None (with the
     reason printed) when it cannot be made: the run's own report is shown either way."""
-    from gpuprof_nb.analysis.compare import compare
+    from gpuprof_nb.session.analyze import compare
 
     try:
         return compare(baseline, report, before_label=name, after_label="this run")
-    except Exception as exc:  # noqa: BLE001 - shown to the user, not swallowed
+    except Exception as exc:  # noqa: BLE001 - shown to the user
         print(f"%%gpuprofile --baseline {name}: no comparison ({type(exc).__name__}: {exc})")
         return None
 
@@ -154,7 +162,7 @@ def _display_report(report: Any) -> None:
     publish_display_data(data, metadata=metadata)
 
 
-def _print_report(report: Any) -> None:
+def _print_report(report: ProfileReport) -> None:
     """Print the report's text. If rendering it fails, print its repr and why instead: the
     cell has run, and the report stays stored under -o."""
     try:
@@ -162,11 +170,3 @@ def _print_report(report: Any) -> None:
     except Exception as exc:  # noqa: BLE001 - shown to the user, not swallowed
         text = f"{report!r}\n(the report's text could not be rendered: {type(exc).__name__}: {exc})"
     print(text)
-
-
-def register(ipython: Any) -> None:
-    """Register %%gpuprofile and %%memsnap with an IPython shell."""
-    from gpuprof_nb.memsnap_magic import MemsnapMagics
-
-    ipython.register_magics(GpuprofileMagics)
-    ipython.register_magics(MemsnapMagics)

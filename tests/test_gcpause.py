@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof_nb.io.gcpause import gc_paused
+from gpuprof_nb.gcpause import gc_paused
 from gpuprof_nb.io.snapshot import load_snapshot
 from gpuprof_nb.io.trace import load_trace
 
-DATA = Path(__file__).parents[1] / "data"
+DATA = Path(__file__).parent / "data"
 TRACE = DATA / "a100_event_sync" / "event_sync_trace.json.gz"
 SNAPSHOT = DATA / "snapshots" / "fragmented.pickle"
 
@@ -33,7 +33,7 @@ _FRESH_PROCESS_CHECK = """
 import gc
 import sys
 
-from gpuprof_nb.io.gcpause import gc_paused
+from gpuprof_nb.gcpause import gc_paused
 
 
 def check(ok, what):
@@ -65,7 +65,7 @@ print("ok")
 def test_state_restored_and_made_objects_are_old(enabled: bool) -> None:
     done = subprocess.run(
         [sys.executable, "-c", _FRESH_PROCESS_CHECK, str(enabled)],
-        cwd=Path(__file__).parents[2],
+        cwd=Path(__file__).parents[1],
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,15 +1,14 @@
 """`profile_function(fn)`: what `%%gpuprofile` does for a cell, done for a plain function
 (the pytest helper's and scripts' way in): warm-up runs, timed samples without the
 profiler (CUDA events on a GPU, wall clock on the CPU), then one run under torch.profiler,
-analysed into a ProfileReport whose `timing` the before/after verdict reads."""
+analysed into a ProfileReport whose `timing` the before/after verdict reads. From the trace
+dict on, the road is the cell's (profile.py: report_of_artifact)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from gpuprof_nb.analysis.report import analyze, count_steps_per_run
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.model.arguments import describe
 from gpuprof_nb.results.report import ProfileReport
@@ -49,31 +48,29 @@ def profile_function(
         number = _count("number", number, 1)
     if not isinstance(profile, bool):
         raise GpuprofError(f"profile must be True or False, got {describe(profile)}")
-    import torch
-
+    # torch is imported here, not with the package: a script that never profiles never
+    # pays for it.
+    from gpuprof_nb.capture import device
     from gpuprof_nb.capture.profiler import profile_cell
     from gpuprof_nb.capture.timing import time_cell
-    from gpuprof_nb.io.trace import trace_from_dict
+    from gpuprof_nb.session.profile import report_of_artifact
 
     def run() -> None:
         fn(*args, **kwargs)
 
-    cuda = bool(torch.cuda.is_available())
+    cuda = device.cuda_available()
     stats = time_cell(
         run,
         warmup=warmup,
         repeat=repeat,
         number=number,
-        sync=torch.cuda.synchronize if cuda else None,
+        sync=device.synchronize if cuda else None,
         use_cuda_events=cuda,
-        device_name=str(torch.cuda.get_device_name()) if cuda else "cpu",
+        device_name=device.device_name(cuda),
     )
     if not profile:
         return ProfileReport(timing=stats, trace=None)
     artifact = profile_cell(run, runs=1, cuda=cuda)
     name = getattr(fn, "__qualname__", type(fn).__name__)
-    trace = trace_from_dict(artifact, f"profile_function({name})")
-    steps = count_steps_per_run(trace)
-    if steps:  # a training loop's own ProfilerStep/optimizer steps: its times per step too
-        stats = dataclasses.replace(stats, steps_per_run=steps)
-    return analyze(trace, timing=stats, artifact=artifact)
+    # A training loop's own ProfilerStep/optimizer steps give its times per step too.
+    return report_of_artifact(artifact, stats, source=f"profile_function({name})", notes=[])
