@@ -583,7 +583,7 @@ class _Device:
         return -1
 
 
-# _category of the segments that are not device activities, by kind.
+# The category of the segments that are not device activities, by kind.
 _KIND_CATEGORY: dict[str, str] = {
     "cpu": HOST_OPS,
     "runtime": RUNTIME,
@@ -596,20 +596,10 @@ _KIND_CATEGORY: dict[str, str] = {
 
 
 def _category(seg: PathSegment, kernel_kind: str | None) -> str:
-    if seg.kind == "cpu":
-        return HOST_OPS
-    if seg.kind == "runtime":
-        return RUNTIME
-    if seg.kind == "python":
-        return PYTHON
-    if seg.kind == "sync":
-        return SYNC
-    if seg.kind == "launch":
-        return LAUNCH
-    if seg.kind == "gpu_gap":
-        return GAPS
-    if seg.kind == "stream_wait":
-        return WAITS
+    """A segment's category: by its kind, a device activity by its kernel's class."""
+    cat = _KIND_CATEGORY.get(seg.kind)
+    if cat is not None:
+        return cat
     if kernel_kind == "comm":
         return COMM
     if kernel_kind == "copy":
@@ -894,11 +884,8 @@ def _categories(
     ix = index_of(trace)
     loader = [(o.start_us, o.end_us) for o in dataloader_ops(ix)]
     totals: dict[str, float] = {}
-    by_kind = _KIND_CATEGORY
     for seg, rt in zip(segments, runtime_us, strict=True):
-        cat = by_kind.get(seg.kind)
-        if cat is None:  # a device activity: by its kernel's class
-            cat = _category(seg, kind_of.get(seg.name) if seg.kind == "kernel" else None)
+        cat = _category(seg, kind_of.get(seg.name) if seg.kind == "kernel" else None)
         if loader and cat in (HOST_OPS, PYTHON, RUNTIME):
             if any(a <= seg.start_us and seg.end_us <= b for a, b in loader):
                 cat = DATALOADER
