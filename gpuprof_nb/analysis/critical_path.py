@@ -59,7 +59,7 @@ from gpuprof_nb.analysis.derived import (
     runtime_threads,
 )
 from gpuprof_nb.analysis.intervals import merge_arrays
-from gpuprof_nb.analysis.rules import duration_words
+from gpuprof_nb.analysis.rules.context import duration_words
 from gpuprof_nb.analysis.streams import StreamColumns, runtime_durs, stream_columns
 from gpuprof_nb.analysis.timeline import (
     SYNC_RUNTIME_NAMES,
