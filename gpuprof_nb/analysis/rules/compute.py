@@ -5,7 +5,8 @@ tensor-core GPU (`precision`) and repeated dtype conversions (`dtype_cast`)."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import compress
 
 import numpy as np
@@ -24,7 +25,7 @@ from gpuprof_nb.analysis.derived import (
 )
 from gpuprof_nb.analysis.fixes import FIXES, FP16_FIX
 from gpuprof_nb.analysis.rules.context import Context, make_finding, tiny_op_names, union_of
-from gpuprof_nb.model.trace import Op, Trace
+from gpuprof_nb.model.trace import Kernel, Op, Trace
 from gpuprof_nb.results.diagnosis import Finding
 from gpuprof_nb.results.roofline import Roofline
 
@@ -42,39 +43,79 @@ def _gemm_precision_fp32(op: Op) -> bool:
 
 
 def rule_compute_memory_precision(c: Context, roofline: Roofline | None) -> list[Finding]:
-    out: list[Finding] = []
-    if c.on_device:
-        kc = c.kcols
-        busy = union_of(kc, kc.is_kernel, c.lo, c.hi)
-        is_gemm = kc.of_class("gemm")  # kernels only: copies have their own class
-        gemm = list(compress(c.kernels, is_gemm.tolist()))
-        # A matmul kernel shorter than a launch is latency-bound, not compute-bound: only the
-        # others count as large.
-        large = is_gemm & (kc.dur >= th.TINY_KERNEL_US)
-        # Tiny kernels count too: launch_overhead charges the idle gaps around them, this
-        # rule their device time, which fusion would also save.
-        gemm_us = union_of(kc, large, c.lo, c.hi)
-        small_us = union_of(kc, is_gemm & ~large, c.lo, c.hi)
-        low_us = union_of(kc, kc.of_class("elementwise"), c.lo, c.hi)
-        base = busy
-        named = float(np.count_nonzero(large))
-    else:
-        tiny_names = tiny_op_names(c.top_ops)
-        gemm_ops = [o for o in c.top_ops if op_class(o.name) == "gemm"]
-        # Ops whose calls are tiny are dispatch-bound (launch_overhead's time), not large.
-        large_ops = [o for o in gemm_ops if o.name not in tiny_names]
-        low_ops = [
-            o for o in c.top_ops if op_class(o.name) == "elementwise" and o.name not in tiny_names
-        ]
-        gemm_us = sum(o.dur_us for o in large_ops)
-        small_us = sum(o.dur_us for o in gemm_ops if o.name in tiny_names)
-        low_us = sum(o.dur_us for o in low_ops)
-        base = c.timeline.busy_us
-        gemm = []
-        named = float(len(large_ops))
-    if base <= 0:
-        return out
-    gemm_share = gemm_us / base
+    """Return the compute_bound (the healthy verdict), memory_bound and precision findings,
+    in that order, each when it applies: the busy time split by op class (from kernels on a
+    device trace, from top-level ops on a CPU one), the roofline's shares deciding where it
+    could classify ops."""
+    time = _device_math_time(c) if c.on_device else _host_math_time(c)
+    if time.base_us <= 0:
+        return []
+    roof_memory, roof_compute, roof_evidence = _roofline_evidence(c, roofline)
+    found = (
+        _compute_bound(c, time, roof_compute, roof_evidence),
+        _memory_bound(c, time, roof_memory, roof_evidence),
+        _precision(c, time),
+    )
+    return [f for f in found if f is not None]
+
+
+@dataclass(frozen=True, slots=True)
+class _MathTime:
+    """Where the busy time goes by op class (microseconds, clipped to the window), and what
+    the precision rule reads on a device trace."""
+
+    gemm_us: float  # large matmuls and convolutions
+    small_us: float  # the tiny ones (latency-bound)
+    low_us: float  # elementwise, norm, softmax, reduction
+    base_us: float  # the busy time the shares are of
+    named: float  # how many large matmuls were judged by name
+    gemm: tuple[Kernel, ...] = ()  # device traces: the matmul kernels
+    is_gemm: np.ndarray | None = None  # device traces: their mask over c.kcols
+
+
+def _device_math_time(c: Context) -> _MathTime:
+    kc = c.kcols
+    busy = union_of(kc, kc.is_kernel, c.lo, c.hi)
+    is_gemm = kc.of_class("gemm")  # kernels only: copies have their own class
+    gemm = tuple(compress(c.kernels, is_gemm.tolist()))
+    # A matmul kernel shorter than a launch is latency-bound, not compute-bound: only the
+    # others count as large.
+    large = is_gemm & (kc.dur >= th.TINY_KERNEL_US)
+    # Tiny kernels count too: launch_overhead charges the idle gaps around them, this
+    # rule their device time, which fusion would also save.
+    return _MathTime(
+        gemm_us=union_of(kc, large, c.lo, c.hi),
+        small_us=union_of(kc, is_gemm & ~large, c.lo, c.hi),
+        low_us=union_of(kc, kc.of_class("elementwise"), c.lo, c.hi),
+        base_us=busy,
+        named=float(np.count_nonzero(large)),
+        gemm=gemm,
+        is_gemm=is_gemm,
+    )
+
+
+def _host_math_time(c: Context) -> _MathTime:
+    tiny_names = tiny_op_names(c.top_ops)
+    gemm_ops = [o for o in c.top_ops if op_class(o.name) == "gemm"]
+    # Ops whose calls are tiny are dispatch-bound (launch_overhead's time), not large.
+    large_ops = [o for o in gemm_ops if o.name not in tiny_names]
+    low_ops = [
+        o for o in c.top_ops if op_class(o.name) == "elementwise" and o.name not in tiny_names
+    ]
+    return _MathTime(
+        gemm_us=sum(o.dur_us for o in large_ops),
+        small_us=sum(o.dur_us for o in gemm_ops if o.name in tiny_names),
+        low_us=sum(o.dur_us for o in low_ops),
+        base_us=c.timeline.busy_us,
+        named=float(len(large_ops)),
+    )
+
+
+def _roofline_evidence(
+    c: Context, roofline: Roofline | None
+) -> tuple[float | None, float | None, dict[str, float]]:
+    """Return the roofline's (memory-bound, compute-bound) shares of the busy time, None
+    where it does not speak, and the evidence that says so."""
     # On CPU traces tiny ops are launch_overhead's time; the roofline there would count them
     # again, so only device traces take its shares.
     roof_memory, roof_compute = _roofline_shares(roofline) if c.on_device else (None, None)
@@ -97,93 +138,114 @@ def rule_compute_memory_precision(c: Context, roofline: Roofline | None) -> list
         roof_evidence["roofline_coverage_of_busy_fraction"] = coverage
         roof_memory = roof_memory * coverage if roof_memory is not None else None
         roof_compute = roof_compute * coverage if roof_compute is not None else None
+    return roof_memory, roof_compute, roof_evidence
+
+
+def _compute_bound(
+    c: Context,
+    time: _MathTime,
+    roof_compute: float | None,
+    roof_evidence: Mapping[str, float],
+) -> Finding | None:
+    """The healthy verdict when large matmuls/convolutions hold most of the busy time."""
+    gemm_share = time.gemm_us / time.base_us
     # The roofline (FLOPs and bytes from shapes against the device's roofs) decides when it
     # could classify ops; op and kernel names decide otherwise.
     compute_share = roof_compute if roof_compute is not None else gemm_share
-    if compute_share >= th.COMPUTE_BOUND_MIN_SHARE:
-        evidence: dict[str, float] = {
-            "gemm_share_of_busy_fraction": gemm_share,
-            "gemm_time_us": gemm_us,
-            "small_gemm_time_us": small_us,
-            "busy_us": base,
+    if compute_share < th.COMPUTE_BOUND_MIN_SHARE:
+        return None
+    evidence: dict[str, float] = {
+        "gemm_share_of_busy_fraction": gemm_share,
+        "gemm_time_us": time.gemm_us,
+        "small_gemm_time_us": time.small_us,
+        "busy_us": time.base_us,
+        **roof_evidence,
+    }
+    if roof_compute is None:
+        # Without shapes there are no FLOPs: the call rests on names, and says so.
+        what = "kernel" if c.on_device else "op"
+        evidence[f"gemm_{what}s_judged_by_name_not_flops_count"] = time.named
+        how = f"judged by {what} name, not measured FLOPs"
+    else:
+        how = "by the roofline's FLOPs and bytes"
+    return Finding(
+        "compute_bound",
+        "info",
+        f"Healthy: {compute_share * 100:.0f}% of the "
+        f"{'device' if c.on_device else 'op'} time is large matmuls/convolutions "
+        f"(compute-bound; {how})",
+        evidence,
+        FIXES["compute_bound"],
+        0.0,
+    )
+
+
+def _memory_bound(
+    c: Context,
+    time: _MathTime,
+    roof_memory: float | None,
+    roof_evidence: Mapping[str, float],
+) -> Finding | None:
+    """memory_bound: the time in low-intensity ops, by the roofline where it classified
+    them, else by op and kernel names."""
+    base = time.base_us
+    low_us = roof_memory * base if roof_memory is not None else time.low_us
+    if not low_us > 0:
+        return None
+    share = c.frac(low_us) * th.MEMORY_BOUND_RECOVERABLE
+    return make_finding(
+        "memory_bound",
+        f"Memory-bound: {low_us / base * 100:.0f}% of the "
+        f"{'device' if c.on_device else 'op'} time is "
+        + (
+            "in ops under the roofline's ridge point (low arithmetic intensity)"
+            if roof_memory is not None
+            else "elementwise, norm, softmax or reduction ops (low arithmetic intensity)"
+        ),
+        share,
+        {
+            "low_intensity_time_us": low_us,
+            "low_intensity_share_of_busy_fraction": low_us / base,
+            "low_intensity_share_of_window_fraction": c.frac(low_us),
             **roof_evidence,
-        }
-        if roof_compute is None:
-            # Without shapes there are no FLOPs: the call rests on names, and says so.
-            what = "kernel" if c.on_device else "op"
-            evidence[f"gemm_{what}s_judged_by_name_not_flops_count"] = named
-            how = f"judged by {what} name, not measured FLOPs"
-        else:
-            how = "by the roofline's FLOPs and bytes"
-        out.append(
-            Finding(
-                "compute_bound",
-                "info",
-                f"Healthy: {compute_share * 100:.0f}% of the "
-                f"{'device' if c.on_device else 'op'} time is large matmuls/convolutions "
-                f"(compute-bound; {how})",
-                evidence,
-                FIXES["compute_bound"],
-                0.0,
-            )
-        )
-    if roof_memory is not None:
-        low_us = roof_memory * base
-    if low_us > 0:
-        share = c.frac(low_us) * th.MEMORY_BOUND_RECOVERABLE
-        out.append(
-            make_finding(
-                "memory_bound",
-                f"Memory-bound: {low_us / base * 100:.0f}% of the "
-                f"{'device' if c.on_device else 'op'} time is "
-                + (
-                    "in ops under the roofline's ridge point (low arithmetic intensity)"
-                    if roof_memory is not None
-                    else "elementwise, norm, softmax or reduction ops (low arithmetic intensity)"
-                ),
-                share,
-                {
-                    "low_intensity_time_us": low_us,
-                    "low_intensity_share_of_busy_fraction": low_us / base,
-                    "low_intensity_share_of_window_fraction": c.frac(low_us),
-                    **roof_evidence,
-                },
-            )
-        )
+        },
+    )
+
+
+def _precision(c: Context, time: _MathTime) -> Finding | None:
+    """precision: fp32 matmul kernels (by their ops' input types or the kernel's name) on a
+    GPU with tensor cores."""
     # Only a GPU with tensor cores (known from the trace's device properties) is judged:
     # elsewhere the fp32 matmuls are not looked for at all.
-    cc = compute_capability(c.trace, c.timeline.device) if c.on_device and gemm else None
-    if cc is not None and cc >= th.PRECISION_MIN_CC:
-        fp32_ids = {o.external_id for o in _gemm_ops_with_ids(c.index) if _gemm_precision_fp32(o)}
-        # Kernel names repeat: each distinct one is read once.
-        fp32_name = {
-            name: any(m in name.lower() for m in FP32_KERNEL_MARKS)
-            for name in {k.name for k in gemm}
-        }
-        fp32 = is_gemm.copy()
-        fp32[is_gemm] = [(k.external_id in fp32_ids) or fp32_name[k.name] for k in gemm]
-        fp32_us = union_of(c.kcols, fp32, c.lo, c.hi)
-        if fp32_us > 0:
-            share = c.frac(fp32_us) * th.PRECISION_RECOVERABLE
-            low_cc = cc < th.BF16_MIN_CC
-            out.append(
-                make_finding(
-                    "precision",
-                    f"fp32 matmuls on a tensor-core GPU (compute capability {cc[0]}.{cc[1]}): "
-                    f"{fp32_us / base * 100:.0f}% of device time",
-                    share,
-                    {
-                        "fp32_gemm_time_us": fp32_us,
-                        "fp32_gemm_share_of_busy_fraction": fp32_us / base,
-                        "compute_capability_version": float(f"{cc[0]}.{cc[1]}"),
-                    },
-                )
-            )
-            if low_cc:
-                # No bf16 before Ampere: fp16 with loss scaling is the tensor-core path there.
-                f = out[-1]
-                out[-1] = Finding(f.kind, f.severity, f.title, f.evidence, FP16_FIX, f.share)
-    return out
+    is_gemm, gemm = time.is_gemm, time.gemm
+    cc = compute_capability(c.trace, c.timeline.device) if is_gemm is not None and gemm else None
+    if is_gemm is None or cc is None or cc < th.PRECISION_MIN_CC:
+        return None
+    fp32_ids = {o.external_id for o in _gemm_ops_with_ids(c.index) if _gemm_precision_fp32(o)}
+    # Kernel names repeat: each distinct one is read once.
+    fp32_name = {
+        name: any(m in name.lower() for m in FP32_KERNEL_MARKS) for name in {k.name for k in gemm}
+    }
+    fp32 = is_gemm.copy()
+    fp32[is_gemm] = [(k.external_id in fp32_ids) or fp32_name[k.name] for k in gemm]
+    fp32_us = union_of(c.kcols, fp32, c.lo, c.hi)
+    if not fp32_us > 0:
+        return None
+    f = make_finding(
+        "precision",
+        f"fp32 matmuls on a tensor-core GPU (compute capability {cc[0]}.{cc[1]}): "
+        f"{fp32_us / time.base_us * 100:.0f}% of device time",
+        c.frac(fp32_us) * th.PRECISION_RECOVERABLE,
+        {
+            "fp32_gemm_time_us": fp32_us,
+            "fp32_gemm_share_of_busy_fraction": fp32_us / time.base_us,
+            "compute_capability_version": float(f"{cc[0]}.{cc[1]}"),
+        },
+    )
+    if cc < th.BF16_MIN_CC:
+        # No bf16 before Ampere: fp16 with loss scaling is the tensor-core path there.
+        f = Finding(f.kind, f.severity, f.title, f.evidence, FP16_FIX, f.share)
+    return f
 
 
 def _gemm_ops_with_ids(trace: Trace | TraceIndex) -> list[Op]:

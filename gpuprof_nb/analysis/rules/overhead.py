@@ -18,71 +18,86 @@ from gpuprof_nb.analysis.rules.compilation import compile_spans
 from gpuprof_nb.analysis.rules.context import Context, make_finding, tiny_op_names, union_in
 from gpuprof_nb.analysis.timeline import median_duration_us, top_level_spans
 from gpuprof_nb.results.diagnosis import Finding
+from gpuprof_nb.results.timeline import IdleBreakdown
 
 
 def rule_launch_and_python(c: Context) -> list[Finding]:
+    """Return the launch_overhead and python_overhead findings: on a device trace, from the
+    device's idle time while the host dispatches torch ops or runs Python; on a CPU trace,
+    from the top-level ops and the gaps between them."""
     bd = c.timeline.breakdown
-    out: list[Finding] = []
     if bd is None:
-        return out
+        return []
     if c.on_device:
-        kc = c.kcols
-        compute = kc.dur[kc.is_kernel].tolist()
-        med = median_duration_us(compute)
-        # The Summary's count: kernels launched inside the steps, per step (all of them
-        # per cell without steps).
-        summary = summarize_trace(c.index)
-        per_step_kernels = (
-            summary.kernels_per_step
-            if c.n_steps and summary.kernels_per_step is not None
-            else float(len(compute))
-        )
-        tiny = (
-            bool(compute)
-            and med < th.TINY_KERNEL_US
-            and per_step_kernels >= th.MIN_KERNELS_FOR_OVERHEAD
-        )
-        # Device idle while the host is inside torch ops: dispatch and CPU-side op work set
-        # the pace (overhead-bound), except one-time setup ops, which are cold start.
-        # Nor is compiling (torch.compile's own finding, recompilation).
-        host_ops = max(bd.host_in_ops_us - _idle_in_setup_or_compiling_us(c), 0.0)
-        share = c.frac(bd.launch_us + host_ops)
-        evidence = {
-            "kernels_per_step": per_step_kernels,
-            "median_kernel_us": med,
-            "short_gaps_between_kernels_us": bd.launch_us,
-            "device_idle_while_host_in_ops_us": host_ops,
-        }
-        if compute:
-            title = (
-                f"Many small kernels: {per_step_kernels:.0f} {c.each}, median {med:.3g} us;"
-                " launching them sets the pace"
-                if tiny
-                else f"The host sets the pace: the GPU idles {share * 100:.0f}% of the time "
-                "while the host dispatches torch ops"
-            )
-            out.append(make_finding("launch_overhead", title, share, evidence))
-        python_us = max(bd.host_us - bd.host_in_ops_us, 0.0)
-        covered = total_length(*clipped_union(*top_level_spans(c.index), c.lo, c.hi))
-        # Shares of the whole window, the headline's among them, so the evidence reads
-        # against the title: the host outside torch ops includes time the GPU was busy.
-        out.append(
-            make_finding(
-                "python_overhead",
-                f"The GPU waits for Python: {c.frac(python_us) * 100:.0f}% of the time nothing "
-                "was launched and no torch op ran",
-                c.frac(python_us),
-                {
-                    "device_idle_host_outside_ops_us": python_us,
-                    "device_idle_host_outside_ops_fraction": c.frac(python_us),
-                    "device_idle_waiting_on_host_us": bd.host_us,
-                    "host_outside_torch_ops_fraction": max(1.0 - c.frac_of_window(covered), 0.0),
-                },
-            )
-        )
-        return out
+        launch = _device_launch_overhead(c, bd)
+        return [*([launch] if launch is not None else []), _device_python_overhead(c, bd)]
     if not c.top_ops:
-        return out
+        return []
+    return [_host_launch_overhead(c, bd), _host_python_overhead(c, bd)]
+
+
+def _device_launch_overhead(c: Context, bd: IdleBreakdown) -> Finding | None:
+    """launch_overhead on a device trace: short gaps between kernels and device idle while
+    the host is inside torch ops; None without kernels."""
+    kc = c.kcols
+    compute = kc.dur[kc.is_kernel].tolist()
+    if not compute:
+        return None
+    med = median_duration_us(compute)
+    # The Summary's count: kernels launched inside the steps, per step (all of them
+    # per cell without steps).
+    summary = summarize_trace(c.index)
+    per_step_kernels = (
+        summary.kernels_per_step
+        if c.n_steps and summary.kernels_per_step is not None
+        else float(len(compute))
+    )
+    tiny = med < th.TINY_KERNEL_US and per_step_kernels >= th.MIN_KERNELS_FOR_OVERHEAD
+    # Device idle while the host is inside torch ops: dispatch and CPU-side op work set
+    # the pace (overhead-bound), except one-time setup ops, which are cold start.
+    # Nor is compiling (torch.compile's own finding, recompilation).
+    host_ops = max(bd.host_in_ops_us - _idle_in_setup_or_compiling_us(c), 0.0)
+    share = c.frac(bd.launch_us + host_ops)
+    evidence = {
+        "kernels_per_step": per_step_kernels,
+        "median_kernel_us": med,
+        "short_gaps_between_kernels_us": bd.launch_us,
+        "device_idle_while_host_in_ops_us": host_ops,
+    }
+    title = (
+        f"Many small kernels: {per_step_kernels:.0f} {c.each}, median {med:.3g} us;"
+        " launching them sets the pace"
+        if tiny
+        else f"The host sets the pace: the GPU idles {share * 100:.0f}% of the time "
+        "while the host dispatches torch ops"
+    )
+    return make_finding("launch_overhead", title, share, evidence)
+
+
+def _device_python_overhead(c: Context, bd: IdleBreakdown) -> Finding:
+    """python_overhead on a device trace: the device idle while the host is outside torch
+    ops."""
+    python_us = max(bd.host_us - bd.host_in_ops_us, 0.0)
+    covered = total_length(*clipped_union(*top_level_spans(c.index), c.lo, c.hi))
+    # Shares of the whole window, the headline's among them, so the evidence reads
+    # against the title: the host outside torch ops includes time the GPU was busy.
+    return make_finding(
+        "python_overhead",
+        f"The GPU waits for Python: {c.frac(python_us) * 100:.0f}% of the time nothing "
+        "was launched and no torch op ran",
+        c.frac(python_us),
+        {
+            "device_idle_host_outside_ops_us": python_us,
+            "device_idle_host_outside_ops_fraction": c.frac(python_us),
+            "device_idle_waiting_on_host_us": bd.host_us,
+            "host_outside_torch_ops_fraction": max(1.0 - c.frac_of_window(covered), 0.0),
+        },
+    )
+
+
+def _host_launch_overhead(c: Context, bd: IdleBreakdown) -> Finding:
+    """launch_overhead on a CPU trace: many tiny top-level ops and the dispatch gaps
+    between them."""
     durations = [o.dur_us for o in c.top_ops]
     med = median_duration_us(durations)
     tiny_names = tiny_op_names(c.top_ops)
@@ -99,24 +114,27 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
         if c.n_steps and summary.ops_per_step is not None
         else float(summary.op_count)
     )
-    out.append(
-        make_finding(
-            "launch_overhead",
-            f"Thousands of tiny ops: {shown:.0f} {c.each} ({top_per_step:.0f} "
-            f"of them called from Python), median {med:.3g} us each; dispatch, not math, sets "
-            "the pace"
-            if tiny
-            else f"Short dispatch gaps between ops take {share * 100:.0f}% of the time",
-            share,
-            {
-                "ops_per_step": shown,
-                "top_level_ops_per_step": top_per_step,
-                "median_op_us": med,
-                "time_in_tiny_ops_us": tiny_us,
-                "dispatch_gaps_between_ops_us": bd.launch_us,
-            },
-        )
+    return make_finding(
+        "launch_overhead",
+        f"Thousands of tiny ops: {shown:.0f} {c.each} ({top_per_step:.0f} "
+        f"of them called from Python), median {med:.3g} us each; dispatch, not math, sets "
+        "the pace"
+        if tiny
+        else f"Short dispatch gaps between ops take {share * 100:.0f}% of the time",
+        share,
+        {
+            "ops_per_step": shown,
+            "top_level_ops_per_step": top_per_step,
+            "median_op_us": med,
+            "time_in_tiny_ops_us": tiny_us,
+            "dispatch_gaps_between_ops_us": bd.launch_us,
+        },
     )
+
+
+def _host_python_overhead(c: Context, bd: IdleBreakdown) -> Finding:
+    """python_overhead on a CPU trace: the long gaps between top-level ops, less the time
+    inside CPU collectives."""
     # Time inside CPU collectives (gloo) is waiting on other ranks, not Python.
     host_gaps = merge_intervals(
         (g.start_us, g.end_us) for g in c.timeline.gaps if g.cause == "host"
@@ -132,20 +150,17 @@ def rule_launch_and_python(c: Context) -> list[Finding]:
     rest = f"{between * 100:.0f}% of the time is between ops"
     if dispatch >= 0.005:
         rest += f", {dispatch * 100:.0f}% of the time in short dispatch gaps"
-    out.append(
-        make_finding(
-            "python_overhead",
-            f"{python_share * 100:.0f}% of the time is Python outside torch ops ({rest})",
-            python_share,
-            {
-                "python_outside_ops_us": python_us,
-                "python_outside_ops_fraction": python_share,
-                "between_ops_fraction": between,
-                "dispatch_gaps_between_ops_fraction": dispatch,
-            },
-        )
+    return make_finding(
+        "python_overhead",
+        f"{python_share * 100:.0f}% of the time is Python outside torch ops ({rest})",
+        python_share,
+        {
+            "python_outside_ops_us": python_us,
+            "python_outside_ops_fraction": python_share,
+            "between_ops_fraction": between,
+            "dispatch_gaps_between_ops_fraction": dispatch,
+        },
     )
-    return out
 
 
 def _idle_in_setup_or_compiling_us(c: Context) -> float:
