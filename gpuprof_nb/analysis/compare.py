@@ -86,41 +86,11 @@ def timing_verdict(
     if v is None:
         return None
     spreads = (spread_of(before), spread_of(after))
-    factors = []
-    reasons = []
-    for side, samples in (("before", before), ("after", after)):
-        # Robust from five samples on: one or two slow outliers do not move a median of
-        # ten, so they do not make a tight 13x interval "noise".
-        spread = typical_spread(samples)
-        if spread is not None and spread > th.NOISY_SAMPLE_SPREAD:
-            many = len(samples) >= 5
-            reasons.append(
-                f"{side}'s samples spread {spread:.2f}x"
-                + (" (their middle half, scaled to ten samples)" if many else "")
-            )
-        factors.append(spread or 1.0)
-    # The machine changed between the runs: the cell's thread waited for a core more on
-    # one side (the direct measure, where the OS gives it), else other work held more of
-    # the cores on one side. The same load on both sides slows both alike.
-    if waited[0] is not None and waited[1] is not None:
-        change = abs(waited[0] - waited[1])
-        if change >= th.NOISY_WAITED_CHANGE:
-            side = "before" if waited[0] > waited[1] else "after"
-            reasons.append(
-                f"the cell's thread waited for a core {change * 100:.0f}% of the time more "
-                f"during {side}"
-            )
-            factors.append(1.0 / max(1.0 - change, 0.1))
-    else:
-        known = [o for o in other_work if o is not None]
-        change = max(known) - (min(known) if len(known) == 2 else 0.0) if known else 0.0
-        if change >= th.NOISY_OTHER_WORK_CHANGE:
-            side = "before" if (other_work[0] or 0.0) >= (other_work[1] or 0.0) else "after"
-            reasons.append(
-                f"other work held {change * 100:.0f}% more of the cores during {side} than "
-                "during the other side"
-            )
-            factors.append(1.0 / max(1.0 - change, 0.1))
+    factors, reasons = _sample_noise(before, after)
+    machine = _machine_change(other_work, waited)
+    if machine is not None:
+        factors.append(machine[0])
+        reasons.append(machine[1])
     kind, why = v.kind, ""
     covers = math.prod(factors)
     if kind != "no clear change" and reasons and max(v.ratio, 1 / v.ratio) <= covers:
@@ -142,6 +112,53 @@ def timing_verdict(
         spread_after=spreads[1],
         runs_to_settle=settle,
         why=why,
+    )
+
+
+def _sample_noise(before: Sequence[float], after: Sequence[float]) -> tuple[list[float], list[str]]:
+    """Return each side's noise factor (its samples' typical spread, 1.0 when unknown), and
+    why a side is noisy, for the sides whose spread passes NOISY_SAMPLE_SPREAD."""
+    factors = []
+    reasons = []
+    for side, samples in (("before", before), ("after", after)):
+        # Robust from five samples on: one or two slow outliers do not move a median of
+        # ten, so they do not make a tight 13x interval "noise".
+        spread = typical_spread(samples)
+        if spread is not None and spread > th.NOISY_SAMPLE_SPREAD:
+            many = len(samples) >= 5
+            reasons.append(
+                f"{side}'s samples spread {spread:.2f}x"
+                + (" (their middle half, scaled to ten samples)" if many else "")
+            )
+        factors.append(spread or 1.0)
+    return factors, reasons
+
+
+def _machine_change(
+    other_work: tuple[float | None, float | None], waited: tuple[float | None, float | None]
+) -> tuple[float, str] | None:
+    """Return the noise factor of a machine that changed between the two sides, and why,
+    or None when it did not change enough to matter."""
+    # The machine changed between the runs: the cell's thread waited for a core more on
+    # one side (the direct measure, where the OS gives it), else other work held more of
+    # the cores on one side. The same load on both sides slows both alike.
+    if waited[0] is not None and waited[1] is not None:
+        change = abs(waited[0] - waited[1])
+        if not change >= th.NOISY_WAITED_CHANGE:
+            return None
+        side = "before" if waited[0] > waited[1] else "after"
+        return 1.0 / max(1.0 - change, 0.1), (
+            f"the cell's thread waited for a core {change * 100:.0f}% of the time more "
+            f"during {side}"
+        )
+    known = [o for o in other_work if o is not None]
+    change = max(known) - (min(known) if len(known) == 2 else 0.0) if known else 0.0
+    if not change >= th.NOISY_OTHER_WORK_CHANGE:
+        return None
+    side = "before" if (other_work[0] or 0.0) >= (other_work[1] or 0.0) else "after"
+    return 1.0 / max(1.0 - change, 0.1), (
+        f"other work held {change * 100:.0f}% more of the cores during {side} than "
+        "during the other side"
     )
 
 

@@ -59,7 +59,7 @@ from gpuprof_nb.analysis.derived import (
     runtime_threads,
 )
 from gpuprof_nb.analysis.intervals import merge_arrays
-from gpuprof_nb.analysis.rules import duration_words
+from gpuprof_nb.analysis.rules.context import duration_words
 from gpuprof_nb.analysis.streams import StreamColumns, runtime_durs, stream_columns
 from gpuprof_nb.analysis.timeline import (
     SYNC_RUNTIME_NAMES,
@@ -658,101 +658,147 @@ def _walk(
     time inside each, the activities on the path (indices in the device's columns) and the
     syncs met (runtime index, where its segments start in the list, its context). `kind_of`
     gets each kernel name's class on the path."""
-    segments: list[PathSegment] = []
-    runtime_us: list[float] = []
-    released: dict[int, int] = {}
-    on_path: set[int] = set()
-    syncs: list[tuple[int, int, str]] = []
-    lane = host.main
-    kernel = -1  # on the device when >= 0
-    t = hi
-    if dev is not None and len(dev.d.pos):
-        # A window that ends with a device activity (the whole trace's, when the GPU
-        # finishes last) ends on the device.
-        last = dev._latest_ending(None, lo, hi)
-        if (
-            last >= 0
-            and dev.d.end[last] >= hi - 1e-6
-            and (not lane.ends or dev.d.end[last] > max(lane.ends))
-        ):
-            kernel = last
-    budget = 4 * (len(lane.starts) + len(lane.waits)) + 100
+    walk = _Walk(trace, host, dev, lo, hi, kind_of)
+    budget = 4 * (len(host.main.starts) + len(host.main.waits)) + 100
     if dev is not None:
         budget += 4 * len(dev.d.pos)
-    runtime = trace.runtime
-    bisect_left, bisect_right = bisect.bisect_left, bisect.bisect_right
-    new_segment, add_segment, add_runtime = PathSegment, segments.append, runtime_us.append
-
-    # Host stretches whose runtime-call time is found after the walk, lane by lane at once:
-    # (lane, its place in runtime_us, start, end).
-    host_spans: list[tuple[_Lane, int, float, float]] = []
-
-    def add(seg: PathSegment, rt: float = 0.0) -> None:
-        add_segment(seg)
-        add_runtime(rt)
-
-    while t > lo and budget > 0:
+    while walk.t > lo and budget > 0:
         budget -= 1
-        if kernel >= 0:
-            assert dev is not None
-            k = trace.kernels[dev.pos_l(kernel)]
-            on_path.add(kernel)
-            kind_of.setdefault(k.name, kernel_class(k))
-            start = max(dev.start_l(kernel), lo)
-            if t > start:
-                add(PathSegment(start, t, "kernel", k.name, f"stream {k.stream}", "", k.index))
-            t = min(t, start)
-            if t <= lo:
-                break
-            # What it waited for: the last satisfied of stream order, cross-stream waits and
-            # its launch.
-            best, ready = -1, -math.inf
-            kind: SegmentKind | None = None
-            prev = kernel - 1 if kernel > dev.run_start_l(kernel) else -1
-            if prev >= 0:
-                best, ready, kind = prev, dev.end_l(prev), "gpu_gap"
-            for src in dev.waits.get(kernel, ()):
-                if dev.end_l(src) > ready:
-                    best, ready, kind = src, dev.end_l(src), "stream_wait"
-            call = dev.call_l(kernel)
-            if call >= 0 and dev.launch_l(kernel) > ready:
-                best, ready, kind = call, dev.launch_l(kernel), "launch"
-            if kind is None:
-                kernel = -1  # nothing recorded before it: back to the step's host lane
-                lane = host.main
-                continue
-            ready = min(ready, t)
-            gap_from = max(ready, lo)
-            if t > gap_from:
-                name = runtime[call].name if kind == "launch" else ""
-                at = runtime[call].index if kind == "launch" else -1
-                add(PathSegment(gap_from, t, kind, name, f"stream {k.stream}", "", at))
-            t = gap_from
-            if kind == "launch":
-                launcher = runtime[call]
-                lane = host.lane_of((str(launcher.pid), str(launcher.tid)))
-                kernel = -1
-            else:
-                kernel = best
-            continue
-        # On the host: the piece running just before t.
+        if walk.kernel >= 0:
+            walk.step_on_device()
+        else:
+            walk.step_on_host()
+    _fill_runtime_us(walk.host_spans, walk.runtime_us)
+    return walk.segments, walk.runtime_us, walk.on_path, walk.syncs
+
+
+class _Walk:
+    """Where the backward walk is (at `t`, on the device activity `kernel` when it is >= 0,
+    else on the host lane `lane`) and what it has found so far."""
+
+    __slots__ = (
+        "trace",
+        "host",
+        "dev",
+        "lo",
+        "kind_of",
+        "segments",
+        "runtime_us",
+        "released",
+        "on_path",
+        "syncs",
+        "host_spans",
+        "lane",
+        "kernel",
+        "t",
+    )
+
+    def __init__(
+        self,
+        trace: Trace,
+        host: _Host,
+        dev: _Device | None,
+        lo: float,
+        hi: float,
+        kind_of: dict[str, str],
+    ) -> None:
+        self.trace, self.host, self.dev, self.lo, self.kind_of = trace, host, dev, lo, kind_of
+        self.segments: list[PathSegment] = []
+        self.runtime_us: list[float] = []
+        self.released: dict[int, int] = {}
+        self.on_path: set[int] = set()
+        self.syncs: list[tuple[int, int, str]] = []
+        # Host stretches whose runtime-call time is found after the walk, lane by lane at
+        # once: (lane, its place in runtime_us, start, end).
+        self.host_spans: list[tuple[_Lane, int, float, float]] = []
+        self.lane = host.main
+        self.kernel = -1  # on the device when >= 0
+        self.t = hi
+        if dev is not None and len(dev.d.pos):
+            # A window that ends with a device activity (the whole trace's, when the GPU
+            # finishes last) ends on the device.
+            last = dev._latest_ending(None, lo, hi)
+            lane = self.lane
+            if (
+                last >= 0
+                and dev.d.end[last] >= hi - 1e-6
+                and (not lane.ends or dev.d.end[last] > max(lane.ends))
+            ):
+                self.kernel = last
+
+    def add(self, seg: PathSegment, rt: float = 0.0) -> None:
+        self.segments.append(seg)
+        self.runtime_us.append(rt)
+
+    def step_on_device(self) -> None:
+        """The device activity at `kernel`, then the gap to what it waited for, which the
+        walk goes on from (the host lane of its launch, or back to the step's thread when
+        nothing recorded comes before it)."""
+        dev, kernel, lo = self.dev, self.kernel, self.lo
+        assert dev is not None
+        k = self.trace.kernels[dev.pos_l(kernel)]
+        self.on_path.add(kernel)
+        self.kind_of.setdefault(k.name, kernel_class(k))
+        start = max(dev.start_l(kernel), lo)
+        t = self.t
+        if t > start:
+            self.add(PathSegment(start, t, "kernel", k.name, f"stream {k.stream}", "", k.index))
+        t = self.t = min(t, start)
+        if t <= lo:
+            return
+        best, ready, kind, call = _waited_for(dev, kernel)
+        if kind is None:
+            self.kernel = -1  # nothing recorded before it: back to the step's host lane
+            self.lane = self.host.main
+            return
+        runtime = self.trace.runtime
+        ready = min(ready, t)
+        gap_from = max(ready, lo)
+        if t > gap_from:
+            name = runtime[call].name if kind == "launch" else ""
+            at = runtime[call].index if kind == "launch" else -1
+            self.add(PathSegment(gap_from, t, kind, name, f"stream {k.stream}", "", at))
+        self.t = gap_from
+        if kind == "launch":
+            launcher = runtime[call]
+            self.lane = self.host.lane_of((str(launcher.pid), str(launcher.tid)))
+            self.kernel = -1
+        else:
+            self.kernel = best
+
+    def step_on_host(self) -> None:
+        """The piece of `lane` running just before `t` (Python between pieces when none
+        runs), or, when it waited for the device, the part after the wait, the sync, and
+        on to the device activity it waited for."""
+        lane, t, lo = self.lane, self.t, self.lo
         lane_starts = lane.starts
-        p = bisect_left(lane_starts, t) - 1
+        p = bisect.bisect_left(lane_starts, t) - 1
         if p < 0 or lane.ends[p] < t:
             gap_from = max(lane.ends[p] if p >= 0 else lo, lo)
             if not lane.main:
-                lane = host.main  # an idle helper thread waits on the step's thread
-                continue
-            add_segment(new_segment(gap_from, t, "python", lane.python_name(t), lane.where))
-            add_runtime(0.0)
-            t = gap_from
-            continue
+                self.lane = self.host.main  # an idle helper thread waits on the step's thread
+                return
+            self.add(PathSegment(gap_from, t, "python", lane.python_name(t), lane.where))
+            self.t = gap_from
+            return
         kind_, name, at = lane.units[lane.label[p]]
         start = max(lane_starts[p], lo)
-        # The latest call of the piece that waited for the device, if any.
-        jumped = False
-        w = bisect_right(lane.waits_end, t) - 1
-        while dev is not None and w >= 0 and lane.waits_end[w] > start:
+        if self.dev is not None and self._jump_to_device(lane, start, kind_, name, at):
+            return
+        self.host_spans.append((lane, len(self.runtime_us), start, t))
+        self.add(
+            PathSegment(start, t, "cpu" if kind_ == "op" else "runtime", name, lane.where, "", at)
+        )
+        self.t = start
+
+    def _jump_to_device(self, lane: _Lane, start: float, kind_: str, name: str, at: int) -> bool:
+        """Whether the latest call of the piece (from `start` to `t`) that waited for the
+        device did: then the part after the wait and the sync are added, the walk is on the
+        device activity that released it, and True comes back."""
+        dev, t, runtime, released = self.dev, self.t, self.trace.runtime, self.released
+        assert dev is not None
+        w = bisect.bisect_right(lane.waits_end, t) - 1
+        while w >= 0 and lane.waits_end[w] > start:
             rt = lane.waits[w]
             w -= 1
             rel = released.get(rt)
@@ -765,25 +811,45 @@ def _walk(
                 continue
             back = min(dev.end_l(rel), waited.end_us, t)
             if t > waited.end_us:
-                host_spans.append((lane, len(runtime_us), waited.end_us, t))
-                add(PathSegment(waited.end_us, t, _host_kind(kind_), name, lane.where, "", at))
+                self.host_spans.append((lane, len(self.runtime_us), waited.end_us, t))
+                self.add(PathSegment(waited.end_us, t, _host_kind(kind_), name, lane.where, "", at))
             upto = min(t, waited.end_us)
-            syncs.append((rt, len(segments), name if kind_ == "op" else ""))
+            self.syncs.append((rt, len(self.segments), name if kind_ == "op" else ""))
             if upto > back:
                 context = name if kind_ == "op" else ""
-                add(PathSegment(back, upto, "sync", waited.name, lane.where, context, waited.index))
-            t = back
-            kernel = rel
-            jumped = True
-            break
-        if jumped:
-            continue
-        add_segment(
-            new_segment(start, t, "cpu" if kind_ == "op" else "runtime", name, lane.where, "", at)
-        )
-        host_spans.append((lane, len(runtime_us), start, t))
-        add_runtime(0.0)
-        t = start
+                self.add(
+                    PathSegment(back, upto, "sync", waited.name, lane.where, context, waited.index)
+                )
+            self.t = back
+            self.kernel = rel
+            return True
+        return False
+
+
+def _waited_for(dev: _Device, kernel: int) -> tuple[int, float, SegmentKind | None, int]:
+    """Return what the device activity `kernel` waited for, the last satisfied of stream
+    order, cross-stream waits and its launch: (the activity, or the launch call's runtime
+    index), when it was ready, the kind of the gap (None when nothing recorded comes before
+    it) and its launch call (-1 without one)."""
+    best, ready = -1, -math.inf
+    kind: SegmentKind | None = None
+    prev = kernel - 1 if kernel > dev.run_start_l(kernel) else -1
+    if prev >= 0:
+        best, ready, kind = prev, dev.end_l(prev), "gpu_gap"
+    for src in dev.waits.get(kernel, ()):
+        if dev.end_l(src) > ready:
+            best, ready, kind = src, dev.end_l(src), "stream_wait"
+    call = dev.call_l(kernel)
+    if call >= 0 and dev.launch_l(kernel) > ready:
+        best, ready, kind = call, dev.launch_l(kernel), "launch"
+    return best, ready, kind, call
+
+
+def _fill_runtime_us(
+    host_spans: list[tuple[_Lane, int, float, float]], runtime_us: list[float]
+) -> None:
+    """Set runtime_us at each host stretch's place to the runtime-call time inside it, lane
+    by lane at once."""
     by_lane: dict[int, list[tuple[_Lane, int, float, float]]] = {}
     for span in host_spans:
         by_lane.setdefault(id(span[0]), []).append(span)
@@ -792,7 +858,6 @@ def _walk(
         rt_us = spans[0][0].runtime_in_many(np.array(a_, dtype=float), np.array(b_, dtype=float))
         for i, v in zip(at_, rt_us.tolist(), strict=True):
             runtime_us[i] = v
-    return segments, runtime_us, on_path, syncs
 
 
 def _merged(segments: list[PathSegment]) -> list[PathSegment]:
@@ -990,41 +1055,12 @@ def rule_critical_path(cp: CriticalPath | None, on_device: bool) -> Finding | No
     total = cp.dur_us
     device_us = sum(us for c, us in cp.by_category_us if c in DEVICE_CATEGORIES)
     host_us = total - device_us
-    what = f"step {cp.step_number}" if cp.step_number is not None else "the window"
-    of_it = "the step" if cp.step_number is not None else "the window"
-    parts = ", ".join(f"{c} {_share(us, total)}" for c, us in cp.by_category_us[:4] if us > 0)
     main_sync = max(cp.syncs, key=lambda s: (s.device_us, -s.start_us), default=None)
-    if main_sync is not None and main_sync.device_us >= 0.2 * total:
-        where = f"{main_sync.name} in {main_sync.context}" if main_sync.context else main_sync.name
-        work = f"the GPU works through {_share(main_sync.device_us, total)} of {of_it}"
-        how = (
-            f"launches block on a full queue ({where})"
-            if "aunch" in main_sync.name
-            else f"the host waits on {where}"
-        )
-        title = f"The length of {what} hangs on the GPU: {how} while {work}"
-    elif device_us > host_us:
-        title = f"The length of {what} hangs on the GPU's work ({_share(device_us, total)} of it)"
-    else:
-        title = (
-            f"The length of {what} hangs on the host ({_share(host_us, total)} of it): the "
-            "GPU waits for work to be launched"
-        )
-    title += f"; on the path: {parts}"
-    if cp.syncs and not (main_sync is not None and main_sync.device_us >= 0.2 * total):
-        # Many short waits: name the commonest blocking call and the GPU work they waited on.
-        groups = Counter((s.name, s.context) for s in cp.syncs)
-        group_us: dict[tuple[str, str], float] = {}
-        for s in cp.syncs:
-            group_us[(s.name, s.context)] = group_us.get((s.name, s.context), 0.0) + s.device_us
-        (name, context), count = max(groups.items(), key=lambda kv: (kv[1], group_us[kv[0]], kv[0]))
-        waited = sum(s.device_us for s in cp.syncs)
-        where = f"{name} in {context}" if context else name
-        title += (
-            f"; it runs through {len(cp.syncs)} synchronisation"
-            f"{'s' if len(cp.syncs) != 1 else ''} ({count} {where}), where the host waited "
-            f"on {duration_words(waited)} of GPU work ({_share(waited, total)} of {of_it})"
-        )
+    # One synchronisation the host waited at for a fifth of the step or more.
+    blocking = main_sync if main_sync is not None and main_sync.device_us >= 0.2 * total else None
+    title = _path_headline(cp, blocking, device_us, host_us)
+    if cp.syncs and blocking is None:
+        title += _many_syncs_words(cp)
     evidence: dict[str, float] = {
         "step_us": total,
         "path_host_us": host_us,
@@ -1039,30 +1075,82 @@ def rule_critical_path(cp: CriticalPath | None, on_device: bool) -> Finding | No
         slack = _share(cp.slack_fraction * total, total)
         title += (
             f". Kernels off the path ({cp.off_path_kernels}) had a median slack of "
-            f"{duration_words(cp.median_slack_us)} ({slack} of {of_it})"
+            f"{duration_words(cp.median_slack_us)} ({slack} of {_of_it(cp)})"
         )
         if cp.slack_fraction >= 0.1:
             title += ": speeding them up would not shorten it"
-    fix = (
-        "Shorten what is on the path: Timeline tab, the critical path lane and "
-        "report.critical_path list its segments in order."
-    )
-    if main_sync is not None and main_sync.device_us >= 0.2 * total:
-        fix = (
-            "The host stops at the synchronisation until the GPU's queue drains, so nothing "
-            "is launched meanwhile: move it out of the loop (keep values on the device, "
-            "read them every N steps), or make the GPU work before it shorter."
-        )
-    elif host_us >= device_us:
-        fix = (
-            "The host is on the path: fewer, larger ops (torch.compile, fused optimizers, "
-            "larger batches) shorten it; CUDA graphs take the launches off it."
-        )
     return Finding(
         kind="critical_path",
         severity="info",
         title=title,
         evidence=evidence,
-        fix=fix,
+        fix=_path_fix(blocking is not None, device_us, host_us),
         share=0.0,
+    )
+
+
+def _of_it(cp: CriticalPath) -> str:
+    return "the step" if cp.step_number is not None else "the window"
+
+
+def _path_headline(
+    cp: CriticalPath, blocking: PathSync | None, device_us: float, host_us: float
+) -> str:
+    """The title's start: what the length hangs on (the GPU behind one blocking sync, the
+    GPU's work, or the host), then the path's largest categories."""
+    total = cp.dur_us
+    what = f"step {cp.step_number}" if cp.step_number is not None else "the window"
+    if blocking is not None:
+        where = f"{blocking.name} in {blocking.context}" if blocking.context else blocking.name
+        work = f"the GPU works through {_share(blocking.device_us, total)} of {_of_it(cp)}"
+        how = (
+            f"launches block on a full queue ({where})"
+            if "aunch" in blocking.name
+            else f"the host waits on {where}"
+        )
+        title = f"The length of {what} hangs on the GPU: {how} while {work}"
+    elif device_us > host_us:
+        title = f"The length of {what} hangs on the GPU's work ({_share(device_us, total)} of it)"
+    else:
+        title = (
+            f"The length of {what} hangs on the host ({_share(host_us, total)} of it): the "
+            "GPU waits for work to be launched"
+        )
+    parts = ", ".join(f"{c} {_share(us, total)}" for c, us in cp.by_category_us[:4] if us > 0)
+    return f"{title}; on the path: {parts}"
+
+
+def _many_syncs_words(cp: CriticalPath) -> str:
+    """Many short waits: the title's part that names the commonest blocking call and the
+    GPU work they waited on."""
+    groups = Counter((s.name, s.context) for s in cp.syncs)
+    group_us: dict[tuple[str, str], float] = {}
+    for s in cp.syncs:
+        group_us[(s.name, s.context)] = group_us.get((s.name, s.context), 0.0) + s.device_us
+    (name, context), count = max(groups.items(), key=lambda kv: (kv[1], group_us[kv[0]], kv[0]))
+    waited = sum(s.device_us for s in cp.syncs)
+    where = f"{name} in {context}" if context else name
+    return (
+        f"; it runs through {len(cp.syncs)} synchronisation"
+        f"{'s' if len(cp.syncs) != 1 else ''} ({count} {where}), where the host waited "
+        f"on {duration_words(waited)} of GPU work ({_share(waited, cp.dur_us)} of {_of_it(cp)})"
+    )
+
+
+def _path_fix(blocking: bool, device_us: float, host_us: float) -> str:
+    """What to change: the blocking sync, the host's part, or whatever is on the path."""
+    if blocking:
+        return (
+            "The host stops at the synchronisation until the GPU's queue drains, so nothing "
+            "is launched meanwhile: move it out of the loop (keep values on the device, "
+            "read them every N steps), or make the GPU work before it shorter."
+        )
+    if host_us >= device_us:
+        return (
+            "The host is on the path: fewer, larger ops (torch.compile, fused optimizers, "
+            "larger batches) shorten it; CUDA graphs take the launches off it."
+        )
+    return (
+        "Shorten what is on the path: Timeline tab, the critical path lane and "
+        "report.critical_path list its segments in order."
     )

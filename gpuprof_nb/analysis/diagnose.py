@@ -47,7 +47,7 @@ from gpuprof_nb.analysis.timeline import (
 )
 from gpuprof_nb.model.arguments import check_type
 from gpuprof_nb.model.timing import TimingStats
-from gpuprof_nb.model.trace import Trace
+from gpuprof_nb.model.trace import RuntimeCall, Trace
 from gpuprof_nb.results.critical_path import CriticalPath
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding, FindingKind
 from gpuprof_nb.results.hotspots import Hotspots
@@ -148,6 +148,49 @@ def diagnose(
     check_type(trace, Trace, "diagnose's trace", "a Trace (from gpuprof_nb.load_trace(path))")
     tl = timeline if timeline is not None else device_timeline(ix)
     device, _ = chosen_device(ix)
+    c = _context(ix, tl, device, timing)
+    notes: list[str] = list(tl.notes)
+    # What the loader had to repair (negative durations, ...) bounds how far to trust this.
+    notes.extend(f"trace: {w}" for w in getattr(trace, "load_warnings", ()))
+    if not trace.steps:
+        notes.append("no ProfilerStep annotations: per-step numbers are for the whole window")
+    # A GPU program whose kernels were not recorded: judge the host, never the device.
+    blind = unrecorded_launches(trace)
+    considered, not_judged = _judge(c, device, blind, roofline, timing, hotspots, critical_path)
+    considered.sort(key=lambda f: (-f.share, FIX_ORDER.index(f.kind), f.title))
+    reported = _reported(considered)
+    # Numbers measured on an unsteady machine come first: every other finding rests on them.
+    noisy = rule_noisy_measurement(timing, trace.utilisation, hotspots)
+    # A one-off cost is reported apart: the headline and the findings are the steady state.
+    one_off = [f for f in reported if _is_one_off(f, timing)]
+    reported = [f for f in reported if not _is_one_off(f, timing)]
+    if c.one_off_us > 0 and c.frac_of_window(c.one_off_us) >= th.MIN_REPORT_SHARE:
+        notes.append(
+            f"one-off setup ops kept the device idle "
+            f"{c.frac_of_window(c.one_off_us) * 100:.0f}% of the window "
+            f"({duration_words(c.one_off_us)}); every other share is of the "
+            f"remaining {duration_words(c.span_us - c.one_off_us)}"
+        )
+    verdict = _verdict(reported, c, len(blind))
+    if noisy is not None:
+        reported.insert(0, noisy)
+        considered.insert(0, noisy)
+        verdict = f"{noisy.title.split('. The times')[0]}. {verdict}"
+    return Diagnosis(
+        findings=tuple(reported),
+        not_judged=tuple(not_judged),
+        verdict=verdict,
+        considered=tuple(considered),
+        notes=tuple(notes),
+        one_off=tuple(one_off),
+    )
+
+
+def _context(
+    ix: TraceIndex, tl: Timeline, device: int | None, timing: TimingStats | None
+) -> Context:
+    """Return the Context the rules share: the device's kernels, the top-level ops and,
+    where they are a one-off, the setup ops left out of every other share."""
     kernels = device_kernels(ix, device) if device is not None else ()
     c = Context(
         index=ix,
@@ -155,7 +198,7 @@ def diagnose(
         lo=tl.start_us,
         hi=tl.end_us,
         span_us=tl.window_us,
-        n_steps=len(trace.steps),
+        n_steps=len(ix.trace.steps),
         top_ops=top_level_ops(ix),
         kernels=kernels,
         on_device=device is not None,
@@ -173,13 +216,25 @@ def diagnose(
             setup_ops=setup_ops,
             one_off_us=setup_idle_us if timing is None else 0.0,
         )
+    return c
+
+
+def _judge(
+    c: Context,
+    device: int | None,
+    blind: Sequence[RuntimeCall],
+    roofline: Roofline | None,
+    timing: TimingStats | None,
+    hotspots: Hotspots | None,
+    critical_path: CriticalPath | None,
+) -> tuple[list[Finding], list[str]]:
+    """Run every rule (in the order of rules.RULES, then the model rules and the critical
+    path) and return what they found, with its user lines named, and what could not be
+    judged, with why. `device`: the chosen one; `blind`: the calls that queued GPU work
+    that no kernel event records."""
+    trace = c.trace
     not_judged: list[str] = []
-    notes: list[str] = list(tl.notes)
-    # What the loader had to repair (negative durations, ...) bounds how far to trust this.
-    notes.extend(f"trace: {w}" for w in getattr(trace, "load_warnings", ()))
     considered: list[Finding] = []
-    # A GPU program whose kernels were not recorded: judge the host, never the device.
-    blind = unrecorded_launches(trace)
 
     def add(f: Finding | None) -> None:
         if f is not None:
@@ -190,8 +245,6 @@ def diagnose(
 
     if c.span_us <= 0:
         not_judged.append("everything: the trace has no timed events (empty window)")
-    if not trace.steps:
-        notes.append("no ProfilerStep annotations: per-step numbers are for the whole window")
     if not trace.ops:
         not_judged.append("python_overhead, dtype_cast, dataloader: the trace has no host ops")
     add(rule_dataloader(c))
@@ -238,16 +291,19 @@ def diagnose(
     # Modules named, torch.compile's reasons, CUDA graphs (analysis/model_rules.py).
     considered = model_findings(c, considered, roofline)
     if c.on_device and c.span_us > 0:
-        path = critical_path if critical_path is not None else find_critical_path(trace, tl)
+        path = critical_path if critical_path is not None else find_critical_path(trace, c.timeline)
         add(rule_critical_path(path, c.on_device))
-    considered.sort(key=lambda f: (-f.share, FIX_ORDER.index(f.kind), f.title))
+    return considered, not_judged
+
+
+def _reported(considered: Sequence[Finding]) -> list[Finding]:
+    """Return the findings worth reporting (compute_bound and critical_path always), in
+    report order: high and medium problems, compute_bound, low ones, then critical_path."""
     reported = [
         f
         for f in considered
         if f.kind in ("compute_bound", "critical_path") or f.share >= th.MIN_REPORT_SHARE
     ]
-    # Numbers measured on an unsteady machine come first: every other finding rests on them.
-    noisy = rule_noisy_measurement(timing, trace.utilisation, hotspots)
 
     # compute_bound recovers nothing itself: it goes after every high or medium problem, but
     # before low ones, so a healthy cell leads with its verdict rather than with a detail.
@@ -259,29 +315,7 @@ def diagnose(
         return 0 if f.severity in ("high", "medium") else 2
 
     reported.sort(key=lambda f: (group(f), -f.share, FIX_ORDER.index(f.kind), f.title))
-    # A one-off cost is reported apart: the headline and the findings are the steady state.
-    one_off = [f for f in reported if _is_one_off(f, timing)]
-    reported = [f for f in reported if not _is_one_off(f, timing)]
-    if c.one_off_us > 0 and c.frac_of_window(c.one_off_us) >= th.MIN_REPORT_SHARE:
-        notes.append(
-            f"one-off setup ops kept the device idle "
-            f"{c.frac_of_window(c.one_off_us) * 100:.0f}% of the window "
-            f"({duration_words(c.one_off_us)}); every other share is of the "
-            f"remaining {duration_words(c.span_us - c.one_off_us)}"
-        )
-    verdict = _verdict(reported, c, len(blind))
-    if noisy is not None:
-        reported.insert(0, noisy)
-        considered.insert(0, noisy)
-        verdict = f"{noisy.title.split('. The times')[0]}. {verdict}"
-    return Diagnosis(
-        findings=tuple(reported),
-        not_judged=tuple(not_judged),
-        verdict=verdict,
-        considered=tuple(considered),
-        notes=tuple(notes),
-        one_off=tuple(one_off),
-    )
+    return reported
 
 
 def _verdict(reported: Sequence[Finding], c: Context, unrecorded: int = 0) -> str:

@@ -20,7 +20,7 @@ from typing import get_args
 
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.model.arguments import check_type, describe
-from gpuprof_nb.results.compare import COMPARE_NOISE_FLOOR, Comparison
+from gpuprof_nb.results.compare import COMPARE_NOISE_FLOOR, Comparison, Verdict
 from gpuprof_nb.results.gate import Basis, FailOn, Gate
 
 _UNIT = {"step": "per step", "run": "per run", "window": "over the profiled window"}
@@ -73,40 +73,57 @@ def regression_gate(
             "same measurement",
         )
     if v is not None:
-        basis: Basis = "profiled steps" if c.samples_from == "profiled steps" else "timed runs"
-        up, down = 1.0 + v.noise_floor, 1.0 / (1.0 + v.noise_floor)
-        where = (
-            f"after takes {_x(v.ratio)} the time of before {unit} (95% interval "
-            f"{_x(v.ci_low)} to {_x(v.ci_high)}, {v.before_samples} and {v.after_samples} "
-            f"{basis}; threshold {v.noise_floor:.0%})"
-        )
-        if v.kind == "slower":
-            return Gate("regression", f"slower: {where}", v.noise_floor, fail_on, basis)
-        if v.kind == "faster":
-            if fail_on == "any":
-                return Gate(
-                    "regression",
-                    f"faster, and --fail-on any fails on every clear change: {where}; "
-                    "save a new baseline",
-                    v.noise_floor,
-                    fail_on,
-                    basis,
-                )
-            return Gate("pass", f"faster: {where}", v.noise_floor, fail_on, basis)
-        if v.kind == "no clear change":
-            reaches_slower = v.ci_high > up
-            reaches_faster = fail_on == "any" and v.ci_low < down
-            if not (reaches_slower or reaches_faster):
-                return Gate("pass", f"no clear change: {where}", v.noise_floor, fail_on, basis)
-        return Gate(
-            "noisy",
-            f"the noise covers the difference: {where}; the interval reaches past the "
-            "threshold, so neither a pass nor a regression can be claimed: run again, or "
-            "take more samples (--repeat, more profiled steps)",
-            v.noise_floor,
-            fail_on,
-            basis,
-        )
+        return _gate_on_verdict(c, v, fail_on)
+    return _gate_on_one_window(c, floor, fail_on)
+
+
+def _gate_on_verdict(c: Comparison, v: Verdict, fail_on: FailOn) -> Gate:
+    """The gate from a verdict's 95% interval: slower is a regression, faster passes (but
+    fails under fail_on="any"), no clear change passes when the interval stays inside the
+    threshold and is noisy otherwise."""
+    unit = _UNIT[c.per]
+    basis: Basis = "profiled steps" if c.samples_from == "profiled steps" else "timed runs"
+    up, down = 1.0 + v.noise_floor, 1.0 / (1.0 + v.noise_floor)
+    where = (
+        f"after takes {_x(v.ratio)} the time of before {unit} (95% interval "
+        f"{_x(v.ci_low)} to {_x(v.ci_high)}, {v.before_samples} and {v.after_samples} "
+        f"{basis}; threshold {v.noise_floor:.0%})"
+    )
+    if v.kind == "slower":
+        return Gate("regression", f"slower: {where}", v.noise_floor, fail_on, basis)
+    if v.kind == "faster":
+        if fail_on == "any":
+            return Gate(
+                "regression",
+                f"faster, and --fail-on any fails on every clear change: {where}; "
+                "save a new baseline",
+                v.noise_floor,
+                fail_on,
+                basis,
+            )
+        return Gate("pass", f"faster: {where}", v.noise_floor, fail_on, basis)
+    if v.kind == "no clear change":
+        reaches_slower = v.ci_high > up
+        reaches_faster = fail_on == "any" and v.ci_low < down
+        if not (reaches_slower or reaches_faster):
+            return Gate("pass", f"no clear change: {where}", v.noise_floor, fail_on, basis)
+    return Gate(
+        "noisy",
+        f"the noise covers the difference: {where}; the interval reaches past the "
+        "threshold, so neither a pass nor a regression can be claimed: run again, or "
+        "take more samples (--repeat, more profiled steps)",
+        v.noise_floor,
+        fail_on,
+        basis,
+    )
+
+
+def _gate_on_one_window(c: Comparison, floor: float, fail_on: FailOn) -> Gate:
+    """The gate from the ratio of two profiled windows, whose noise cannot be measured:
+    within `floor` passes, beyond the library's noise floor (or `floor` when higher) is a
+    regression, and between the two is noisy."""
+    before, after = c.step_median_us
+    unit = _UNIT[c.per]
     if not before or not after or before <= 0 or after <= 0:
         raise GpuprofError(
             f"nothing to compare {unit}: a side has no time ({c.verdict_note or 'no steps'}); "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gpuprof_nb.analysis.annotations import annotation_table
@@ -35,8 +36,17 @@ from gpuprof_nb.model.device import DeviceSpec, lookup_device_spec
 from gpuprof_nb.model.memory import MemorySnapshot
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Trace
+from gpuprof_nb.results.annotations import AnnotationTable
+from gpuprof_nb.results.compile import CompileReport, GraphReplays
+from gpuprof_nb.results.critical_path import CriticalPath
+from gpuprof_nb.results.diagnosis import Diagnosis
 from gpuprof_nb.results.fit import check_batch_size, check_budget
+from gpuprof_nb.results.hotspots import Hotspots
+from gpuprof_nb.results.mfu import Mfu
+from gpuprof_nb.results.modules import ModuleBreakdown
 from gpuprof_nb.results.report import MemoryReport, ProfileReport
+from gpuprof_nb.results.roofline import Roofline
+from gpuprof_nb.results.timeline import Timeline, TimelineLanes
 
 T = TypeVar("T")
 
@@ -94,72 +104,112 @@ def analyze(
         summary = summarize_trace(ix)
         all_notes = list(notes)
         ceilings = device if device is not None else datasheet_ceilings(trace)
-        # The remaining analyses add judgement on top of the tables; one failing on an
-        # unusual trace should cost its own tab, not the whole report, and the note says
-        # what broke.
-        timeline = _attempt("timeline", lambda: device_timeline(ix), all_notes)
-        roofline = _attempt("roofline", lambda: compute_roofline(ix, ceilings), all_notes)
-        hotspots = (
-            None
-            if timeline is None
-            else _attempt("hotspots", lambda: compute_hotspots(ix, timeline), all_notes)
-        )
-        modules = _attempt("modules", lambda: module_breakdown(ix, timeline), all_notes)
-        mfu = (
-            None
-            if roofline is None
-            else _attempt("MFU", lambda: model_flops_utilisation(ix, roofline, timing), all_notes)
-        )
-        compiled = _attempt("torch.compile", lambda: compile_report(ix), all_notes)
-        replays = _attempt("CUDA graphs", lambda: graph_replays(ix), all_notes)
-        annotations = _attempt("annotations", lambda: annotation_table(ix), all_notes)
-        path = (
-            None
-            if timeline is None
-            else _attempt("critical path", lambda: critical_path(ix, timeline), all_notes)
-        )
-        lanes = (
-            None
-            if timeline is None
-            else _attempt(
-                "timeline lanes",
-                lambda: timeline_lanes(ix, timeline, timeline.representative_step),
-                all_notes,
-            )
-        )
-        diagnosis = _attempt(
-            "diagnosis",
-            lambda: diagnose(
-                ix,
-                timeline=timeline,
-                roofline=roofline,
-                timing=timing,
-                hotspots=hotspots,
-                critical_path=path,
-            ),
-            all_notes,
-        )
+        judged = _judgement(ix, ceilings, timing, all_notes)
     return ProfileReport(
         timing=timing,
         trace=trace,
         ops=ops,
         kernels=kernels,
         summary=summary,
-        timeline=timeline,
-        roofline=roofline,
-        diagnosis=diagnosis,
+        timeline=judged.timeline,
+        roofline=judged.roofline,
+        diagnosis=judged.diagnosis,
         artifact=artifact,
         notes=tuple(all_notes),
         top=top,
         sort=ops.sort_key,
-        hotspots=hotspots,
-        modules=modules,
-        mfu=mfu,
-        compile=compiled,
-        graph_replays=replays,
-        annotations=annotations,
-        critical_path=path,
-        timeline_lanes=lanes,
+        hotspots=judged.hotspots,
+        modules=judged.modules,
+        mfu=judged.mfu,
+        compile=judged.compiled,
+        graph_replays=judged.replays,
+        annotations=judged.annotations,
+        critical_path=judged.path,
+        timeline_lanes=judged.lanes,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Judgement:
+    """The analyses that add judgement on top of the tables; None where one failed (its
+    note says why) or where what it needs failed."""
+
+    timeline: Timeline | None
+    roofline: Roofline | None
+    hotspots: Hotspots | None
+    modules: ModuleBreakdown | None
+    mfu: Mfu | None
+    compiled: CompileReport | None
+    replays: GraphReplays | None
+    annotations: AnnotationTable | None
+    path: CriticalPath | None
+    lanes: TimelineLanes | None
+    diagnosis: Diagnosis | None
+
+
+def _judgement(
+    ix: TraceIndex,
+    ceilings: DeviceSpec | str | None,
+    timing: TimingStats | None,
+    all_notes: list[str],
+) -> _Judgement:
+    """Run the analyses beyond the tables, in order (later ones read earlier ones). One
+    failing on an unusual trace should cost its own tab, not the whole report: it comes
+    back None and a note in `all_notes` says what broke."""
+    timeline = _attempt("timeline", lambda: device_timeline(ix), all_notes)
+    roofline = _attempt("roofline", lambda: compute_roofline(ix, ceilings), all_notes)
+    hotspots = (
+        None
+        if timeline is None
+        else _attempt("hotspots", lambda: compute_hotspots(ix, timeline), all_notes)
+    )
+    modules = _attempt("modules", lambda: module_breakdown(ix, timeline), all_notes)
+    mfu = (
+        None
+        if roofline is None
+        else _attempt("MFU", lambda: model_flops_utilisation(ix, roofline, timing), all_notes)
+    )
+    compiled = _attempt("torch.compile", lambda: compile_report(ix), all_notes)
+    replays = _attempt("CUDA graphs", lambda: graph_replays(ix), all_notes)
+    annotations = _attempt("annotations", lambda: annotation_table(ix), all_notes)
+    path = (
+        None
+        if timeline is None
+        else _attempt("critical path", lambda: critical_path(ix, timeline), all_notes)
+    )
+    lanes = (
+        None
+        if timeline is None
+        else _attempt(
+            "timeline lanes",
+            lambda: timeline_lanes(ix, timeline, timeline.representative_step),
+            all_notes,
+        )
+    )
+    diagnosis = _attempt(
+        "diagnosis",
+        lambda: diagnose(
+            ix,
+            timeline=timeline,
+            roofline=roofline,
+            timing=timing,
+            hotspots=hotspots,
+            critical_path=path,
+        ),
+        all_notes,
+    )
+    return _Judgement(
+        timeline,
+        roofline,
+        hotspots,
+        modules,
+        mfu,
+        compiled,
+        replays,
+        annotations,
+        path,
+        lanes,
+        diagnosis,
     )
 
 
