@@ -205,68 +205,29 @@ def annotation_table(trace: Trace | TraceIndex, max_rows: int = MAX_ROWS) -> Ann
     n_ranges = len(ranges)
     launched = _launched_in(ix, ranges, ordered)
     k_dur = kernel_columns(ix).dur
+    depth = _depths(parent)
     # Device time launched inside each range, then added up to its ancestors, deepest first.
     inside = np.bincount(launched[launched >= 0], k_dur[launched >= 0], minlength=n_ranges)
     inside_n = np.bincount(launched[launched >= 0], minlength=n_ranges).astype(float)
-    depth = np.zeros(n_ranges, dtype=np.intp)
-    up = parent.copy()
-    while (live := up >= 0).any():
-        depth[live] += 1
-        up[live] = parent[up[live]]
     for level in range(int(depth.max(initial=0)), 0, -1):
         at = np.flatnonzero(depth == level)
         np.add.at(inside, parent[at], inside[at])
         np.add.at(inside_n, parent[at], inside_n[at])
 
-    nodes: list[_Node] = []
-    top: dict[str, int] = {}
-
-    def child(of: int, name: str) -> int:
-        table = nodes[of].children if of >= 0 else top
-        got = table.get(name)
-        if got is None:
-            got = table[name] = len(nodes)
-            nodes.append(_Node(name, of, nodes[of].depth + 1 if of >= 0 else 0))
-        return got
-
-    # Each range's row, level by level: a (parent's row, name) pair is looked up once.
-    names, name_code = codes_of((row_name(r.name) for r in ranges), n_ranges)
-    node_of = np.zeros(n_ranges, dtype=np.intp)
-    for level in range(int(depth.max(initial=0)) + 1):
-        at = np.flatnonzero(depth == level)
-        above = node_of[parent[at]] if level else np.full(len(at), -1, dtype=np.intp)
-        pairs, inverse = np.unique(np.stack((above, name_code[at])), axis=1, return_inverse=True)
-        made = [child(int(a), names[int(c)]) for a, c in pairs.T.tolist()]
-        node_of[at] = np.asarray(made, dtype=np.intp)[inverse.reshape(-1)]
+    tree = _RowTree()
+    node_of = tree.place(ranges, parent, depth)
     if n_ranges:
         host = np.array([r.dur_us for r in ranges], dtype=float)
-        count = len(nodes)
+        count = len(tree.nodes)
         calls = np.bincount(node_of, minlength=count).tolist()
         host_us = np.bincount(node_of, host, minlength=count).tolist()
         device_us = np.bincount(node_of, inside, minlength=count).tolist()
         kernels = np.bincount(node_of, inside_n, minlength=count).tolist()
-        for n, node in enumerate(nodes):
+        for n, node in enumerate(tree.nodes):
             node.calls, node.host_us = int(calls[n]), float(host_us[n])
             node.device_us, node.kernels = float(device_us[n]), int(kernels[n])
-
-    by_external: dict[int, int] = {}
-    for i, r in enumerate(ranges):
-        if r.external_id is not None:
-            by_external.setdefault(r.external_id, i)
-    for g in trace.gpu_annotations:
-        host_range = by_external.get(g.external_id) if g.external_id is not None else None
-        if host_range is not None and row_name(ranges[host_range].name) == row_name(g.name):
-            n = int(node_of[host_range])
-        else:
-            n = child(-1, row_name(g.name))
-        spanned = _stream_kernels(ix).overlapping(g.device, g.stream, g.start_us, g.end_us)
-        node = nodes[n]
-        node.gpu_calls += 1
-        node.gpu_span_us += g.dur_us
-        node.gpu_kernels += len(spanned)
-        node.gpu_kernel_us += float(k_dur[spanned].sum())
-
-    rows, left_out = _ordered_rows(nodes, top, max_rows)
+    _add_gpu_ranges(ix, tree, ranges, node_of, k_dur)
+    rows, left_out = _ordered_rows(tree.nodes, tree.top, max_rows)
     return AnnotationTable(
         rows=rows,
         ranges=n_ranges,
@@ -274,6 +235,73 @@ def annotation_table(trace: Trace | TraceIndex, max_rows: int = MAX_ROWS) -> Ann
         device_us=float(k_dur.sum()),
         rows_left_out=left_out,
     )
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    """Return each range's depth in the tree `parent` gives (0 at the top)."""
+    depth = np.zeros(len(parent), dtype=np.intp)
+    up = parent.copy()
+    while (live := up >= 0).any():
+        depth[live] += 1
+        up[live] = parent[up[live]]
+    return depth
+
+
+class _RowTree:
+    """The table's rows as a tree of nodes, one per range name under its parent's row."""
+
+    def __init__(self) -> None:
+        self.nodes: list[_Node] = []
+        self.top: dict[str, int] = {}
+
+    def child(self, of: int, name: str) -> int:
+        """Return the node named `name` under node `of` (-1: at the top), made if new."""
+        nodes = self.nodes
+        table = nodes[of].children if of >= 0 else self.top
+        got = table.get(name)
+        if got is None:
+            got = table[name] = len(nodes)
+            nodes.append(_Node(name, of, nodes[of].depth + 1 if of >= 0 else 0))
+        return got
+
+    def place(self, ranges: Sequence[Op], parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+        """Return each range's node, made level by level: a (parent's node, name) pair is
+        looked up once."""
+        n_ranges = len(ranges)
+        names, name_code = codes_of((row_name(r.name) for r in ranges), n_ranges)
+        node_of = np.zeros(n_ranges, dtype=np.intp)
+        for level in range(int(depth.max(initial=0)) + 1):
+            at = np.flatnonzero(depth == level)
+            above = node_of[parent[at]] if level else np.full(len(at), -1, dtype=np.intp)
+            pairs, inverse = np.unique(
+                np.stack((above, name_code[at])), axis=1, return_inverse=True
+            )
+            made = [self.child(int(a), names[int(c)]) for a, c in pairs.T.tolist()]
+            node_of[at] = np.asarray(made, dtype=np.intp)[inverse.reshape(-1)]
+        return node_of
+
+
+def _add_gpu_ranges(
+    ix: TraceIndex, tree: _RowTree, ranges: Sequence[Op], node_of: np.ndarray, k_dur: np.ndarray
+) -> None:
+    """Add each device-side range to the row of the host range of its External id and name,
+    else to a top-level row of its name: its span and the kernels on its stream inside it."""
+    by_external: dict[int, int] = {}
+    for i, r in enumerate(ranges):
+        if r.external_id is not None:
+            by_external.setdefault(r.external_id, i)
+    for g in ix.trace.gpu_annotations:
+        host_range = by_external.get(g.external_id) if g.external_id is not None else None
+        if host_range is not None and row_name(ranges[host_range].name) == row_name(g.name):
+            n = int(node_of[host_range])
+        else:
+            n = tree.child(-1, row_name(g.name))
+        spanned = _stream_kernels(ix).overlapping(g.device, g.stream, g.start_us, g.end_us)
+        node = tree.nodes[n]
+        node.gpu_calls += 1
+        node.gpu_span_us += g.dur_us
+        node.gpu_kernels += len(spanned)
+        node.gpu_kernel_us += float(k_dur[spanned].sum())
 
 
 def _ordered_rows(

@@ -677,20 +677,10 @@ def fit_batch_size(
     other_device = device if device in other.devices else choose_device(other)
     main = _roles(snapshot, device)
     prev = _roles(other, other_device, categories=False)
-    stacks: dict[tuple[object, ...], int] = {}
-    paths: dict[str, int] = {}
     rep, rep_o = main.rep, prev.rep
-    key_main = _alloc_keys(snapshot, main, device, stacks, paths)
-    key_prev = _alloc_keys(other, prev, other_device, stacks, paths)
-    partner = _match(_ranked(key_main), _ranked(key_prev))
-    if _share(rep, partner) < 0.9:
-        # The stacks differ (two scripts, two notebook sessions): match on the allocating
-        # frame and the module alone, if that pairs more.
-        coarse_main = _alloc_keys(snapshot, main, device, stacks, paths, coarse=True)
-        coarse_prev = _alloc_keys(other, prev, other_device, stacks, paths, coarse=True)
-        coarse = _match(_ranked(coarse_main), _ranked(coarse_prev))
-        if _share(rep, coarse) > _share(rep, partner):
-            key_main, key_prev, partner = coarse_main, coarse_prev, coarse
+    key_main, key_prev, partner = _pair_allocations(
+        (snapshot, main, device), (other, prev, other_device)
+    )
     size = rep.alloc_size.astype(np.float64)
     matched = partner >= 0
     size_o = np.where(matched, rep_o.alloc_size[np.maximum(partner, 0)], size).astype(np.float64)
@@ -699,34 +689,9 @@ def fit_batch_size(
     scaling = per_sample * batch_size
     fixed = size - scaling
     uncertain = np.where(matched, 0.0, size)
-
-    # Blocks freed during this run that the other run left behind: grown like the leftover
-    # of the same allocation at the end of this run.
-    un_size = rep.unmatched_size.astype(np.float64)
-    un_fixed, un_scaling = un_size.copy(), np.zeros(len(un_size))
-    un_uncertain = un_size.copy()
-    left_o = np.flatnonzero(rep_o.close_idx >= rep_o.n)
-    left_m = np.flatnonzero(rep.close_idx >= rep.n)
-    if len(left_o) and len(left_m) and len(un_size):
-        by_addr = {
-            a: j for a, j in zip(rep_o.alloc_addr[left_o].tolist(), left_o.tolist(), strict=True)
-        }
-        left_code_o = dict(zip(left_o.tolist(), _ranked(key_prev[left_o]).tolist(), strict=True))
-        left_code_m = dict(zip(_ranked(key_main[left_m]).tolist(), left_m.tolist(), strict=True))
-        for u, a in enumerate(rep.unmatched_addr.tolist()):
-            j = by_addr.get(a)
-            if j is None:
-                continue
-            m = left_code_m.get(left_code_o[j])
-            if m is None:
-                continue
-            s_m, s_o = float(rep.alloc_size[m]), float(rep_o.alloc_size[j])
-            slope = (s_m - s_o) / (batch_size - other_batch_size)
-            un_scaling[u] = slope * batch_size
-            un_fixed[u] = s_m - un_scaling[u]
-            # Predicted at its size in a steady run at B; right after a run at the recorded
-            # size it is that size instead: the difference is this times |B/b - 1|.
-            un_uncertain[u] = abs(un_scaling[u])
+    un_fixed, un_scaling, un_uncertain = _unmatched_growth(
+        rep, rep_o, key_main, key_prev, batch_size, other_batch_size
+    )
     before = np.array([b[1] for b in rep.before_end_blocks], dtype=np.float64)
     zeros_b = np.zeros(len(before))
     lf, ls, lu = _fit_from_parts(
@@ -741,19 +706,8 @@ def fit_batch_size(
     error = abs(predicted_o - measured_o) / measured_o if measured_o else 0.0
     total = float(size.sum())
     share = float(size[matched].sum()) / total if total else 1.0
-    notes = []
-    if share < 0.95:
-        notes.append(
-            f"Only {share * 100:.0f}% of the allocated bytes were matched between the two "
-            "runs (the cell did different work at the two batch sizes?): the rest keeps "
-            "its recorded size, and the interval says how much that could matter."
-        )
-    if (size == size_o)[matched].all() and matched.any():
-        notes.append(
-            f"Every matched allocation had the same size at {other_batch_size} as at "
-            f"{batch_size}: the cell does not seem to read {variable or 'the batch size'} "
-            "(define the batch from it, e.g. x = torch.randn(batch_size, ...))."
-        )
+    same_sizes = bool((size == size_o)[matched].all() and matched.any())
+    notes = _two_run_notes(share, same_sizes, batch_size, other_batch_size, variable)
     return BatchFit(
         method="two runs",
         batch_size=int(batch_size),
@@ -773,6 +727,93 @@ def fit_batch_size(
         unmatched_scaling=un_scaling,
         notes=tuple(notes),
     )
+
+
+# One recording to pair: its snapshot, its roles, the device read.
+_Side = tuple[MemorySnapshot, _Roles, int]
+
+
+def _pair_allocations(main: _Side, other: _Side) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return the allocation keys of both recordings and each allocation's partner in the
+    other one (-1: none): matched on the whole stack, or on the allocating frame and the
+    module alone when that pairs more of the bytes and the whole stacks pair under 90%."""
+    stacks: dict[tuple[object, ...], int] = {}
+    paths: dict[str, int] = {}
+    (snapshot, roles, device), (snapshot_o, roles_o, device_o) = main, other
+    rep = roles.rep
+    key_main = _alloc_keys(snapshot, roles, device, stacks, paths)
+    key_prev = _alloc_keys(snapshot_o, roles_o, device_o, stacks, paths)
+    partner = _match(_ranked(key_main), _ranked(key_prev))
+    if _share(rep, partner) < 0.9:
+        # The stacks differ (two scripts, two notebook sessions): match on the allocating
+        # frame and the module alone, if that pairs more.
+        coarse_main = _alloc_keys(snapshot, roles, device, stacks, paths, coarse=True)
+        coarse_prev = _alloc_keys(snapshot_o, roles_o, device_o, stacks, paths, coarse=True)
+        coarse = _match(_ranked(coarse_main), _ranked(coarse_prev))
+        if _share(rep, coarse) > _share(rep, partner):
+            key_main, key_prev, partner = coarse_main, coarse_prev, coarse
+    return key_main, key_prev, partner
+
+
+def _unmatched_growth(
+    rep: _Replay,
+    rep_o: _Replay,
+    key_main: np.ndarray,
+    key_prev: np.ndarray,
+    batch_size: int,
+    other_batch_size: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return the fixed, scaling and uncertain bytes of the blocks freed during this run
+    that were allocated before it: those the other run left behind grow like the leftover
+    of the same allocation at the end of this run; the others keep their size, uncertain."""
+    un_size = rep.unmatched_size.astype(np.float64)
+    un_fixed, un_scaling = un_size.copy(), np.zeros(len(un_size))
+    un_uncertain = un_size.copy()
+    left_o = np.flatnonzero(rep_o.close_idx >= rep_o.n)
+    left_m = np.flatnonzero(rep.close_idx >= rep.n)
+    if not (len(left_o) and len(left_m) and len(un_size)):
+        return un_fixed, un_scaling, un_uncertain
+    by_addr = {
+        a: j for a, j in zip(rep_o.alloc_addr[left_o].tolist(), left_o.tolist(), strict=True)
+    }
+    left_code_o = dict(zip(left_o.tolist(), _ranked(key_prev[left_o]).tolist(), strict=True))
+    left_code_m = dict(zip(_ranked(key_main[left_m]).tolist(), left_m.tolist(), strict=True))
+    for u, a in enumerate(rep.unmatched_addr.tolist()):
+        j = by_addr.get(a)
+        if j is None:
+            continue
+        m = left_code_m.get(left_code_o[j])
+        if m is None:
+            continue
+        s_m, s_o = float(rep.alloc_size[m]), float(rep_o.alloc_size[j])
+        slope = (s_m - s_o) / (batch_size - other_batch_size)
+        un_scaling[u] = slope * batch_size
+        un_fixed[u] = s_m - un_scaling[u]
+        # Predicted at its size in a steady run at B; right after a run at the recorded
+        # size it is that size instead: the difference is this times |B/b - 1|.
+        un_uncertain[u] = abs(un_scaling[u])
+    return un_fixed, un_scaling, un_uncertain
+
+
+def _two_run_notes(
+    share: float, same_sizes: bool, batch_size: int, other_batch_size: int, variable: str
+) -> list[str]:
+    """Return the notes of a fit from two runs: few bytes matched, or none of the matched
+    allocations changed size with the batch."""
+    notes = []
+    if share < 0.95:
+        notes.append(
+            f"Only {share * 100:.0f}% of the allocated bytes were matched between the two "
+            "runs (the cell did different work at the two batch sizes?): the rest keeps "
+            "its recorded size, and the interval says how much that could matter."
+        )
+    if same_sizes:
+        notes.append(
+            f"Every matched allocation had the same size at {other_batch_size} as at "
+            f"{batch_size}: the cell does not seem to read {variable or 'the batch size'} "
+            "(define the batch from it, e.g. x = torch.randn(batch_size, ...))."
+        )
+    return notes
 
 
 def categories_and_fit(

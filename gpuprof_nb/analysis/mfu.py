@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass
 
 from gpuprof_nb.analysis.derived import TraceIndex, index_of
 from gpuprof_nb.analysis.modules import RECOMPUTE, modules_at
@@ -58,24 +59,11 @@ def model_flops_utilisation(
     steps, step_us, source = _step(ix, timing)
     per_step = 1.0 / steps
 
-    # Time each FLOP would take at its roof's peak; the roof of most FLOPs names the dtype.
-    ideal_s = 0.0
-    by_roof: dict[str, float] = defaultdict(float)
-    unpeaked = 0.0
-    for p in roofline.points:
-        if p.roof and p.peak_flops_per_s:
-            ideal_s += p.flops / p.peak_flops_per_s
-            by_roof[p.roof] += p.flops
-        else:
-            unpeaked += p.flops
-    roof = min(by_roof, key=lambda r: (-by_roof[r], r)) if by_roof else None
-    spec = roofline.device
-    peak = spec.peak_flops_per_s(roof) if spec is not None and roof else None
-    measured = bool(spec is not None and spec.measured)
-    if spec is None:
-        peak_source = ""
-    else:
-        peak_source = f"{'measured' if measured else 'datasheet'}: {spec.name} ({spec.source})"
+    # The roof of most FLOPs names the dtype.
+    ideal_s, by_roof, unpeaked = _flops_by_roof(roofline)
+    peak = _Peak.of(
+        roofline.device, min(by_roof, key=lambda r: (-by_roof[r], r)) if by_roof else None
+    )
 
     mfu = hfu = None
     if not by_roof:
@@ -88,25 +76,7 @@ def model_flops_utilisation(
                 f"{unpeaked / hardware:.0%} of the FLOPs have no roof to compare with; "
                 "left out of MFU"
             )
-        step_s = step_us * 1e-6
-        hfu_value = ideal_s * per_step / step_s
-        datasheet = _datasheet_of(spec) if measured and hfu_value > 1.0 else None
-        if datasheet is not None:
-            # The cell ran faster than the measured ceilings: they are too low for it (a
-            # throttled or noisy measurement), so the datasheet's peaks are the honest
-            # denominator.
-            sheet_s = _ideal_seconds(roofline, datasheet)
-            if sheet_s is not None and sheet_s * per_step / step_s <= 1.0:
-                notes.append(
-                    f"this step ran at {hfu_value:.0%} of the measured ceilings, so they are "
-                    f"too low for it: MFU is against {datasheet.name}'s datasheet peak "
-                    "instead; measure again with gpuprof_nb.measure_ceilings(refresh=True) "
-                    "on an idle GPU"
-                )
-                hfu_value = sheet_s * per_step / step_s
-                peak = datasheet.peak_flops_per_s(roof) if roof else None
-                measured = False
-                peak_source = f"datasheet: {datasheet.name} ({datasheet.source})"
+        hfu_value = _hfu(roofline, ideal_s, per_step, step_us * 1e-6, peak, notes)
         mfu_value = hfu_value * (model / hardware)
         if hfu_value > 1.0:
             notes.append(
@@ -137,16 +107,84 @@ def model_flops_utilisation(
         on_device=on_device,
         mfu=mfu,
         hfu=hfu,
-        roof=roof,
-        peak_flops_per_s=peak,
-        peak_source=peak_source,
-        measured_peak=measured,
+        roof=peak.roof,
+        peak_flops_per_s=peak.flops_per_s,
+        peak_source=peak.source,
+        measured_peak=peak.measured,
         unformulated_share=unformulated_share,
         unformulated=unformulated,
         samples_per_s=samples,
         tokens_per_s=tokens,
         notes=tuple(notes),
     )
+
+
+def _flops_by_roof(roofline: Roofline) -> tuple[float, dict[str, float], float]:
+    """Return the seconds the FLOPs would take, each at its roof's peak; the FLOPs per roof;
+    and the FLOPs with no roof or peak."""
+    ideal_s = 0.0
+    by_roof: dict[str, float] = defaultdict(float)
+    unpeaked = 0.0
+    for p in roofline.points:
+        if p.roof and p.peak_flops_per_s:
+            ideal_s += p.flops / p.peak_flops_per_s
+            by_roof[p.roof] += p.flops
+        else:
+            unpeaked += p.flops
+    return ideal_s, by_roof, unpeaked
+
+
+@dataclass
+class _Peak:
+    """The peak MFU is against: the roof of most FLOPs, its FLOP/s, whether measured, and
+    where it came from (empty without a device)."""
+
+    roof: str | None
+    flops_per_s: float | None
+    measured: bool
+    source: str
+
+    @classmethod
+    def of(cls, spec: DeviceSpec | None, roof: str | None) -> _Peak:
+        peak = spec.peak_flops_per_s(roof) if spec is not None and roof else None
+        measured = bool(spec is not None and spec.measured)
+        if spec is None:
+            return cls(roof, peak, measured, "")
+        origin = "measured" if measured else "datasheet"
+        return cls(roof, peak, measured, f"{origin}: {spec.name} ({spec.source})")
+
+
+def _hfu(
+    roofline: Roofline,
+    ideal_s: float,
+    per_step: float,
+    step_s: float,
+    peak: _Peak,
+    notes: list[str],
+) -> float:
+    """Return the HFU of a step of `step_s` seconds whose FLOPs would take `ideal_s` seconds
+    per `1 / per_step` steps at their peaks. Where that is above 1 against measured ceilings
+    and not against the datasheet's, the datasheet's: `peak` becomes the datasheet's, and a
+    note says why."""
+    hfu_value = ideal_s * per_step / step_s
+    datasheet = _datasheet_of(roofline.device) if peak.measured and hfu_value > 1.0 else None
+    if datasheet is None:
+        return hfu_value
+    # The cell ran faster than the measured ceilings: they are too low for it (a throttled
+    # or noisy measurement), so the datasheet's peaks are the honest denominator.
+    sheet_s = _ideal_seconds(roofline, datasheet)
+    if sheet_s is not None and sheet_s * per_step / step_s <= 1.0:
+        notes.append(
+            f"this step ran at {hfu_value:.0%} of the measured ceilings, so they are "
+            f"too low for it: MFU is against {datasheet.name}'s datasheet peak "
+            "instead; measure again with gpuprof_nb.measure_ceilings(refresh=True) "
+            "on an idle GPU"
+        )
+        hfu_value = sheet_s * per_step / step_s
+        peak.flops_per_s = datasheet.peak_flops_per_s(peak.roof) if peak.roof else None
+        peak.measured = False
+        peak.source = f"datasheet: {datasheet.name} ({datasheet.source})"
+    return hfu_value
 
 
 def _datasheet_of(spec: DeviceSpec | None) -> DeviceSpec | None:

@@ -219,6 +219,7 @@ def module_breakdown(
 
 
 def _breakdown(trace: Trace | TraceIndex, timeline: Timeline | None) -> ModuleBreakdown:
+    """Return the module breakdown (see the module's rules); module_breakdown memoises it."""
     ix = index_of(trace)
     trace = ix.trace
     source, found = _module_ranges(ix)
@@ -227,82 +228,21 @@ def _breakdown(trace: Trace | TraceIndex, timeline: Timeline | None) -> ModuleBr
     steps = max(len(trace.steps), 1)
     total = float(kernel_columns(ix).dur.sum()) if on_device else max(hi - lo, 0.0)
     if source == "none":
-        if trace.modules is not None and trace.modules.recorded:
-            why = "no nn.Module ran in the profiled run (the cell calls no module)"
-        else:
-            why = f"the trace has no nn.Module ranges; {_HOW_TO_RECORD}"
-        return ModuleBreakdown(
-            rows=(),
-            groups=(),
-            source="none",
-            on_device=on_device,
-            total_us=total,
-            outside_us=total,
-            steps=steps,
-            notes=(why,),
-        )
+        return _no_modules(trace, on_device, total, steps)
     notes: list[str] = []
-
-    # Backward ops, per thread (sorted by start) and whether module ranges lie inside one.
     backward = _top_backward_ops(ix)
-    ops = trace.ops
-    bw_by_thread: dict[Thread, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
-    for i in backward:
-        o = ops[i]
-        s, e = bw_by_thread[_thread(o)]
-        s.append(o.start_us)
-        e.append(o.end_us)
-
-    def in_backward(thread: Thread, t: float) -> bool:
-        pair = bw_by_thread.get(thread)
-        if pair is None:
-            return False
-        k = bisect.bisect_right(pair[0], t) - 1
-        return k >= 0 and t < pair[1][k]
-
-    phases = [RECOMPUTE if in_backward(thread, start) else FORWARD for _, thread, start, _ in found]
+    spans = _BackwardSpans(trace.ops, backward)
+    phases = [
+        RECOMPUTE if spans.contains(thread, start) else FORWARD for _, thread, start, _ in found
+    ]
     if source == "python_events":
         found = _recompute_paths(found, phases)
-    paths: dict[str, int] = {}
-    ranges: list[_Range] = []
-    for (path, thread, start, end), phase in zip(found, phases, strict=True):
-        node = paths.setdefault(path, len(paths))
-        ranges.append(_Range(thread, start, end, node, phase))
-
-    # Forward ops' modules, by sequence number, from the forward ranges alone.
-    fwd_segments = _segments_by_thread([r for r in ranges if r.phase == FORWARD])
-    seq_start: dict[int, list[float]] = defaultdict(list)
-    seq_node: dict[int, list[int]] = defaultdict(list)
-    forward_ops = [
-        o
-        for o in ops
-        if o.kind == "op"
-        and o.sequence_number is not None
-        and not o.name.startswith(BACKWARD_PREFIX)
-        and not in_backward(_thread(o), o.start_us)
+    paths: dict[str, int] = {}  # each path's node
+    ranges = [
+        _Range(thread, start, end, paths.setdefault(path, len(paths)), phase)
+        for (path, thread, start, end), phase in zip(found, phases, strict=True)
     ]
-    owners = _owners_of(fwd_segments, [(_thread(o), o.start_us) for o in forward_ops])
-    fwd_ranges = [r for r in ranges if r.phase == FORWARD]
-    for o, fwd_owner in zip(forward_ops, owners, strict=True):
-        seq = int(o.sequence_number)  # type: ignore[arg-type]
-        seq_start[seq].append(o.start_us)
-        seq_node[seq].append(fwd_ranges[fwd_owner].node if fwd_owner >= 0 else -1)
-    untied: list[Op] = []
-    with_seq = 0
-    for i in backward:
-        o = ops[i]
-        node = -1
-        if o.sequence_number is not None:
-            with_seq += 1
-            starts = seq_start.get(int(o.sequence_number))
-            if starts:
-                k = bisect.bisect_left(starts, o.start_us) - 1
-                if k >= 0:
-                    node = seq_node[int(o.sequence_number)][k]
-        if node < 0:
-            untied.append(o)
-            continue
-        ranges.append(_Range(_thread(o), o.start_us, o.end_us, node, BACKWARD))
+    untied, with_seq = _tie_backward(trace.ops, backward, spans, ranges)
     if backward and not with_seq:
         notes.append(
             "the backward ops carry no autograd sequence numbers (an older trace?): "
@@ -323,48 +263,13 @@ def _breakdown(trace: Trace | TraceIndex, timeline: Timeline | None) -> ModuleBr
     host = np.zeros((3, n))
     for segs in by_thread.values():
         np.add.at(host, (range_phase[segs.owner], range_node[segs.owner]), segs.end - segs.start)
-    calls = np.zeros(n, dtype=np.int64)
-    recompute_calls = np.zeros(n, dtype=np.int64)
-    for r in ranges:
-        if r.phase == FORWARD:
-            calls[r.node] += 1
-        elif r.phase == RECOMPUTE:
-            recompute_calls[r.node] += 1
-
-    # Device work: the range open at its launch.
-    device = np.zeros((3, n))
-    kernel_count = np.zeros(n, dtype=np.int64)
-    if on_device:
-        k_thread, k_time = _launch_points(ix)
-        owner = np.full(len(trace.kernels), -1, dtype=np.intp)
-        for thread, segs in by_thread.items():
-            launched = np.flatnonzero(k_thread == _thread_code(ix, thread))
-            if len(launched):
-                owner[launched] = segs.find(k_time[launched])
-        durs = kernel_columns(ix).dur
-        hit = np.flatnonzero(owner >= 0)
-        np.add.at(device, (range_phase[owner[hit]], range_node[owner[hit]]), durs[hit])
-        np.add.at(kernel_count, range_node[owner[hit]], 1)
-
+    calls, recompute_calls = _calls_by_node(ranges, n)
+    device, kernel_count = _device_by_node(ix, by_thread, range_node, range_phase, n)
     # Idle gaps, charged to the range open then (pieces of all threads, earliest first).
     idle = np.zeros(n)
     if timeline is not None and timeline.gaps:
         idle = _idle_by_node(timeline, by_thread, ranges, n)
-
-    # Allocations.
-    allocated: np.ndarray | None = None
-    mem = [m for m in trace.memory if m.bytes > 0 and ((m.device_type != 0) == on_device)]
-    if mem:
-        allocated = np.zeros(n)
-        for thread, segs in by_thread.items():
-            here = [m for m in mem if (str(m.pid), str(m.tid)) == thread]
-            if not here:
-                continue
-            got = segs.find(np.array([m.ts_us for m in here], dtype=float))
-            ok = got >= 0
-            sizes = np.array([m.bytes for m in here], dtype=float)
-            np.add.at(allocated, range_node[got[ok]], sizes[ok])
-
+    allocated = _allocated_by_node(trace, by_thread, range_node, n, on_device)
     rows = _rows(
         trace,
         paths,
@@ -378,6 +283,119 @@ def _breakdown(trace: Trace | TraceIndex, timeline: Timeline | None) -> ModuleBr
         total,
         on_device,
     )
+    outside = _outside_modules(rows, total, notes)
+    notes.extend(_source_notes(ix, source, backward_outside))
+    return ModuleBreakdown(
+        rows=tuple(sorted(rows, key=lambda r: (-r.self_time_us, r.path))),
+        groups=_groups(rows, total),
+        source=source,
+        on_device=on_device,
+        total_us=total,
+        outside_us=outside,
+        backward_outside_us=backward_outside,
+        steps=steps,
+        notes=tuple(notes),
+    )
+
+
+def _no_modules(trace: Trace, on_device: bool, total: float, steps: int) -> ModuleBreakdown:
+    """Return the empty breakdown of a trace without module ranges, with a note saying why
+    and how to record them."""
+    if trace.modules is not None and trace.modules.recorded:
+        why = "no nn.Module ran in the profiled run (the cell calls no module)"
+    else:
+        why = f"the trace has no nn.Module ranges; {_HOW_TO_RECORD}"
+    return ModuleBreakdown(
+        rows=(),
+        groups=(),
+        source="none",
+        on_device=on_device,
+        total_us=total,
+        outside_us=total,
+        steps=steps,
+        notes=(why,),
+    )
+
+
+class _BackwardSpans:
+    """The top-level backward ops' spans per thread (sorted by start): whether a moment of
+    a thread lies inside one."""
+
+    def __init__(self, ops: Sequence[Op], backward: Sequence[int]) -> None:
+        by_thread: dict[Thread, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+        for i in backward:
+            o = ops[i]
+            s, e = by_thread[_thread(o)]
+            s.append(o.start_us)
+            e.append(o.end_us)
+        self.by_thread = by_thread
+
+    def contains(self, thread: Thread, t: float) -> bool:
+        pair = self.by_thread.get(thread)
+        if pair is None:
+            return False
+        k = bisect.bisect_right(pair[0], t) - 1
+        return k >= 0 and t < pair[1][k]
+
+
+def _tie_backward(
+    ops: Sequence[Op], backward: Sequence[int], spans: _BackwardSpans, ranges: list[_Range]
+) -> tuple[list[Op], int]:
+    """Tie each top-level backward op to the module of the latest forward op with its
+    sequence number started before it, appending a BACKWARD range for each tied op to
+    `ranges` (whose FORWARD ranges name the forward ops' modules). Return the backward ops
+    tied to none and how many backward ops carry a sequence number."""
+    fwd_ranges = [r for r in ranges if r.phase == FORWARD]
+    fwd_segments = _segments_by_thread(fwd_ranges)
+    seq_start: dict[int, list[float]] = defaultdict(list)
+    seq_node: dict[int, list[int]] = defaultdict(list)
+    forward_ops = [
+        o
+        for o in ops
+        if o.kind == "op"
+        and o.sequence_number is not None
+        and not o.name.startswith(BACKWARD_PREFIX)
+        and not spans.contains(_thread(o), o.start_us)
+    ]
+    owners = _owners_of(fwd_segments, [(_thread(o), o.start_us) for o in forward_ops])
+    for o, fwd_owner in zip(forward_ops, owners, strict=True):
+        seq = int(o.sequence_number)  # type: ignore[arg-type]
+        seq_start[seq].append(o.start_us)
+        seq_node[seq].append(fwd_ranges[fwd_owner].node if fwd_owner >= 0 else -1)
+    untied: list[Op] = []
+    with_seq = 0
+    for i in backward:
+        o = ops[i]
+        node = -1
+        if o.sequence_number is not None:
+            with_seq += 1
+            starts = seq_start.get(int(o.sequence_number))
+            if starts:
+                k = bisect.bisect_left(starts, o.start_us) - 1
+                if k >= 0:
+                    node = seq_node[int(o.sequence_number)][k]
+        if node < 0:
+            untied.append(o)
+            continue
+        ranges.append(_Range(_thread(o), o.start_us, o.end_us, node, BACKWARD))
+    return untied, with_seq
+
+
+def _calls_by_node(ranges: Sequence[_Range], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return the forward calls and the recompute calls per node."""
+    calls = np.zeros(n, dtype=np.int64)
+    recompute_calls = np.zeros(n, dtype=np.int64)
+    for r in ranges:
+        if r.phase == FORWARD:
+            calls[r.node] += 1
+        elif r.phase == RECOMPUTE:
+            recompute_calls[r.node] += 1
+    return calls, recompute_calls
+
+
+def _outside_modules(rows: Sequence[ModuleRow], total: float, notes: list[str]) -> float:
+    """Return the time outside every root module; 0 where the roots add up to more than
+    the whole (module time on several threads overlapping), noted in `notes`."""
     roots_us = sum(r.time_us for r in rows if r.parent is None)
     outside = total - roots_us
     if outside < -1e-6 * max(total, 1.0):
@@ -388,6 +406,62 @@ def _breakdown(trace: Trace | TraceIndex, timeline: Timeline | None) -> ModuleBr
             else "no time in the window"
         )
         outside = 0.0
+    return outside
+
+
+def _device_by_node(
+    ix: TraceIndex,
+    by_thread: dict[Thread, _Segments],
+    range_node: np.ndarray,
+    range_phase: np.ndarray,
+    n: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return device time per (phase, node) and kernel count per node: each kernel goes to
+    the range open at its launch."""
+    device = np.zeros((3, n))
+    kernel_count = np.zeros(n, dtype=np.int64)
+    if not ix.trace.kernels:
+        return device, kernel_count
+    k_thread, k_time = _launch_points(ix)
+    owner = np.full(len(ix.trace.kernels), -1, dtype=np.intp)
+    for thread, segs in by_thread.items():
+        launched = np.flatnonzero(k_thread == _thread_code(ix, thread))
+        if len(launched):
+            owner[launched] = segs.find(k_time[launched])
+    durs = kernel_columns(ix).dur
+    hit = np.flatnonzero(owner >= 0)
+    np.add.at(device, (range_phase[owner[hit]], range_node[owner[hit]]), durs[hit])
+    np.add.at(kernel_count, range_node[owner[hit]], 1)
+    return device, kernel_count
+
+
+def _allocated_by_node(
+    trace: Trace,
+    by_thread: dict[Thread, _Segments],
+    range_node: np.ndarray,
+    n: int,
+    on_device: bool,
+) -> np.ndarray | None:
+    """Return bytes allocated per node (the device's on a GPU trace, the CPU's on a CPU-only
+    one), each allocation charged to the range open then; None without allocations."""
+    mem = [m for m in trace.memory if m.bytes > 0 and ((m.device_type != 0) == on_device)]
+    if not mem:
+        return None
+    allocated = np.zeros(n)
+    for thread, segs in by_thread.items():
+        here = [m for m in mem if (str(m.pid), str(m.tid)) == thread]
+        if not here:
+            continue
+        got = segs.find(np.array([m.ts_us for m in here], dtype=float))
+        ok = got >= 0
+        sizes = np.array([m.bytes for m in here], dtype=float)
+        np.add.at(allocated, range_node[got[ok]], sizes[ok])
+    return allocated
+
+
+def _source_notes(ix: TraceIndex, source: ModuleSource, backward_outside: float) -> list[str]:
+    """Return the notes on what the module ranges' source and backward ops leave out."""
+    notes = []
     if source == "python_events":
         notes.append(
             "paths from torch's nn.Module events name each module by its class and instance "
@@ -400,24 +474,14 @@ def _breakdown(trace: Trace | TraceIndex, timeline: Timeline | None) -> ModuleBr
             "ops that ran outside every module) is charged to no module"
         )
     if (
-        trace.compile_log is not None
+        ix.trace.compile_log is not None
         or any("Torch-Compiled Region" in name for name in op_names(ix))
     ) and source == "hooks":
         notes.append(
             "a torch.compile'd module shows as one range around its compiled call: its "
             "submodules run inside the compiled graph"
         )
-    return ModuleBreakdown(
-        rows=tuple(sorted(rows, key=lambda r: (-r.self_time_us, r.path))),
-        groups=_groups(rows, total),
-        source=source,
-        on_device=on_device,
-        total_us=total,
-        outside_us=outside,
-        backward_outside_us=backward_outside,
-        steps=steps,
-        notes=tuple(notes),
-    )
+    return notes
 
 
 def _recompute_paths(

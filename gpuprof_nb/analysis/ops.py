@@ -31,6 +31,7 @@ import numpy as np
 
 from gpuprof_nb.analysis.derived import (
     KERNEL_KINDS,
+    OpColumns,
     TraceIndex,
     codes_of,
     index_of,
@@ -119,59 +120,27 @@ def _attribute(
     arrays in the same order), the device time owned by no op, and each device activity's
     owner (an index into the ops, -1 for none)."""
     ix = index_of(trace)
-    trace = ix.trace
     cols = op_columns(ix)
     ops = list(cols.ops)
     n = len(ops)
-    starts, ends = cols.start, cols.end
-    kernels = trace.kernels
     k_corr, k_has_corr, k_ext, k_has_ext = kernel_ids(ix)
     # Only calls that launched some device work matter (not cudaGetDevice and friends).
     r_corr, r_has = runtime_correlations(ix)
     calls = np.flatnonzero(r_has & np.isin(r_corr, k_corr[k_has_corr])).tolist()
-
-    # Threads are (pid, tid) as recorded, taken in the order of their repr; within one, ops
-    # by (start, longer first, file position): a parent before its children.
     # Each call's thread as a code of the distinct (pid, tid) pairs of the launch calls.
     codes, pairs = runtime_threads(ix)
     used, call_code = np.unique(codes[calls], return_inverse=True)
     call_pairs = [pairs[i] for i in used.tolist()]
-    rank = {t: r for r, t in enumerate(sorted(set(cols.raw_threads) | set(call_pairs), key=repr))}
-    thread = (
-        np.array([rank[t] for t in cols.raw_threads], dtype=np.intp)[cols.raw_thread]
-        if n
-        else np.zeros(0, dtype=np.intp)
-    )
-    order = lex_order((np.arange(n), -ends, starts, thread))
-    bounds = np.searchsorted(thread[order], np.arange(len(rank) + 1))
-    s_start, s_end = starts[order], ends[order]
-    first = np.repeat(bounds[:-1], np.diff(bounds))
-    # An op's parent is the innermost op of its thread still open when it starts: the nearest
-    # one before it (in that order) that ends after its start.
-    found = nearest_open_before(s_end, s_start, first, strict=True)
-    has = found >= 0
-    parent_sorted = np.where(has, order[found], -1)
-    # A child's overlap with its parent, summed per parent in that order (bincount adds
-    # one by one, like `+=` in a loop).
-    overlap = np.minimum(s_end[has], s_end[found[has]]) - s_start[has]
-    child_cpu = np.bincount(parent_sorted[has], weights=overlap, minlength=n)
+    nest = _Nesting(cols, call_pairs)
 
     # Each device event's owner: the op holding its launch call, else the op its External id
     # names (first op with that id), else -1.
-    owners = np.full(len(kernels), -1, dtype=np.intp)
+    owners = np.full(len(ix.trace.kernels), -1, dtype=np.intp)
     if calls and n:
         # A launch call's owner: the innermost op of its thread open at the call's start
         # (ops starting at that very time open first).
-        c_thread = np.array([rank[t] for t in call_pairs], dtype=np.intp)[call_code]
-        c_start = runtime_starts(ix)[calls]
-        lo = bounds[c_thread]
-        hi = lo.copy()
-        for r in np.unique(c_thread).tolist():
-            a, b = int(bounds[r]), int(bounds[r + 1])
-            mine = np.flatnonzero(c_thread == r)
-            hi[mine] = a + np.searchsorted(s_start[a:b], c_start[mine], side="right")
-        call_owner = nearest_open_at(s_end, c_start, lo, hi, found, strict=True)
-        call_owner = np.where(call_owner >= 0, order[call_owner], -1)
+        c_thread = np.array([nest.rank[t] for t in call_pairs], dtype=np.intp)[call_code]
+        call_owner = nest.open_at(c_thread, runtime_starts(ix)[calls])
         # Calls taken thread by thread, then as recorded: a correlation id belongs to the
         # last owned call with it.
         seq = np.argsort(c_thread, kind="stable")
@@ -179,32 +148,112 @@ def _attribute(
         corr_keys, last = np.unique(r_corr[calls][owned_seq], return_index=True)
         found_k = lookup(corr_keys, call_owner[owned_seq][last], k_corr)
         owners = np.where(k_has_corr, found_k, -1)
-    need = np.flatnonzero((owners < 0) & k_has_ext)
-    if len(need):
-        # The first op (in op order) with each External id those kernels carry: only the ops
-        # whose id is one of them are sorted (found by a search among the wanted ids).
-        wanted = np.unique(k_ext[need])
-        with_ext = np.flatnonzero(cols.has_external_id)
-        op_ext = cols.external_id[with_ext]
-        at = np.minimum(np.searchsorted(wanted, op_ext), len(wanted) - 1)
-        with_ext = with_ext[wanted[at] == op_ext]
-        ext_keys, first = np.unique(cols.external_id[with_ext], return_index=True)
-        owners = owners.copy()
-        owners[need] = lookup(ext_keys, with_ext[first], k_ext[need])
+    owners = _owners_by_external_id(cols, owners, k_ext, k_has_ext)
     owned = owners >= 0
     k_dur = kernel_columns(ix).dur
     # bincount adds each op's durations one by one in kernel order, like `+=` in a loop.
     self_device = np.bincount(owners[owned], weights=k_dur[owned], minlength=n)
     unattributed = reduce(add, k_dur[~owned].tolist(), 0.0)
+    self_cpu = np.maximum(cols.dur - nest.child_cpu, 0.0)
+    total = _subtree_totals(nest.order, nest.parent_sorted, self_device)
+    return ops, self_cpu, self_device, total, unattributed, owners
 
-    self_cpu = np.maximum(cols.dur - child_cpu, 0.0)
-    # Subtree sums, deepest ops first: each op's total is complete before it is added to its
-    # parent's, and a parent receives its children's in reverse pre-order, one at a time
-    # (np.add.at), as a walk of the reversed pre-order would add them.
-    parent = np.full(n, -1, dtype=np.intp)
+
+class _Nesting:
+    """The torch ops nested per host thread, and each one's CPU time covered by its
+    children.
+
+    Threads are (pid, tid) as recorded (the ops' and the launch calls'), taken in the order
+    of their repr (`rank`); within one, ops by (start, longer first, file position): a
+    parent before its children (`order`; `bounds` cut it per thread)."""
+
+    __slots__ = (
+        "rank",
+        "order",
+        "bounds",
+        "s_start",
+        "s_end",
+        "found",
+        "parent_sorted",
+        "child_cpu",
+    )
+
+    def __init__(self, cols: OpColumns, call_pairs: list[Any]) -> None:
+        n = len(cols.ops)
+        starts, ends = cols.start, cols.end
+        rank = {
+            t: r for r, t in enumerate(sorted(set(cols.raw_threads) | set(call_pairs), key=repr))
+        }
+        thread = (
+            np.array([rank[t] for t in cols.raw_threads], dtype=np.intp)[cols.raw_thread]
+            if n
+            else np.zeros(0, dtype=np.intp)
+        )
+        order = lex_order((np.arange(n), -ends, starts, thread))
+        bounds = np.searchsorted(thread[order], np.arange(len(rank) + 1))
+        s_start, s_end = starts[order], ends[order]
+        first = np.repeat(bounds[:-1], np.diff(bounds))
+        # An op's parent is the innermost op of its thread still open when it starts: the
+        # nearest one before it (in that order) that ends after its start.
+        found = nearest_open_before(s_end, s_start, first, strict=True)
+        has = found >= 0
+        parent_sorted = np.where(has, order[found], -1)
+        # A child's overlap with its parent, summed per parent in that order (bincount adds
+        # one by one, like `+=` in a loop).
+        overlap = np.minimum(s_end[has], s_end[found[has]]) - s_start[has]
+        self.child_cpu = np.bincount(parent_sorted[has], weights=overlap, minlength=n)
+        self.rank, self.order, self.bounds = rank, order, bounds
+        self.s_start, self.s_end, self.found = s_start, s_end, found
+        self.parent_sorted = parent_sorted
+
+    def open_at(self, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Return the innermost op (an index into the ops, -1 for none) of each thread (a
+        rank) open at each time; ops starting at that very time open first."""
+        bounds = self.bounds
+        lo = bounds[thread]
+        hi = lo.copy()
+        for r in np.unique(thread).tolist():
+            a, b = int(bounds[r]), int(bounds[r + 1])
+            mine = np.flatnonzero(thread == r)
+            hi[mine] = a + np.searchsorted(self.s_start[a:b], t[mine], side="right")
+        owner = nearest_open_at(self.s_end, t, lo, hi, self.found, strict=True)
+        inner: np.ndarray = np.where(owner >= 0, self.order[owner], -1)
+        return inner
+
+
+def _owners_by_external_id(
+    cols: OpColumns, owners: np.ndarray, k_ext: np.ndarray, k_has_ext: np.ndarray
+) -> np.ndarray:
+    """Return the owners with each device event still of none given the first op (in op
+    order) with its External id, where it carries one (a copy; `owners` as it was when
+    there is nothing to add)."""
+    need = np.flatnonzero((owners < 0) & k_has_ext)
+    if not len(need):
+        return owners
+    # Only the ops whose id is one of those wanted are sorted (found by a search among the
+    # wanted ids).
+    wanted = np.unique(k_ext[need])
+    with_ext = np.flatnonzero(cols.has_external_id)
+    op_ext = cols.external_id[with_ext]
+    at = np.minimum(np.searchsorted(wanted, op_ext), len(wanted) - 1)
+    with_ext = with_ext[wanted[at] == op_ext]
+    ext_keys, first = np.unique(cols.external_id[with_ext], return_index=True)
+    owners = owners.copy()
+    owners[need] = lookup(ext_keys, with_ext[first], k_ext[need])
+    return owners
+
+
+def _subtree_totals(order: np.ndarray, parent_sorted: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """Return each op's `own` value plus its whole subtree's (ops nested as `order` and
+    `parent_sorted`, each op's parent in that order, say).
+
+    Deepest ops first: each op's total is complete before it is added to its parent's, and
+    a parent receives its children's in reverse pre-order, one at a time (np.add.at), as a
+    walk of the reversed pre-order would add them."""
+    parent = np.full(len(own), -1, dtype=np.intp)
     parent[order] = parent_sorted
     depth = tree_depths(parent)
-    total = self_device.copy()
+    total: np.ndarray = own.copy()
     reverse_preorder = order[::-1]
     depth_rev = depth[reverse_preorder]
     # The nodes of each level in reverse pre-order, grouped once (a stable sort), so a tree
@@ -214,7 +263,7 @@ def _attribute(
     for level in range(len(cuts) - 2, 0, -1):
         nodes = by_level[cuts[level] : cuts[level + 1]]
         np.add.at(total, parent[nodes], total[nodes])
-    return ops, self_cpu, self_device, total, unattributed, owners
+    return total
 
 
 def _shape_text(dims: Any) -> str:
@@ -234,53 +283,21 @@ def top_ops(trace: Trace | TraceIndex, n: int | None = None, sort: str | None = 
     """
     ix = index_of(trace)
     trace = ix.trace
-    if sort is None:
-        key = "self_device_us" if trace.kernels else "self_cpu_us"
-    else:
-        try:
-            key = SORT_KEYS[sort]
-        except (KeyError, TypeError):
-            valid = ", ".join(sorted(SORT_KEYS))
-            raise ValueError(f"unknown sort key {sort!r}; valid keys: {valid}") from None
+    key = _sort_key(trace, sort)
     if n is not None and (not isinstance(n, int) or n < 0):
         raise ValueError(f"n must be a non-negative int or None, got {n!r}")
 
     ops, self_cpu, self_device, total_device, unattributed, owners = _attribute(ix)
     launchers = launch_rows(ix, owners < 0)
-    distinct, codes = op_name_codes(ix)
-    code_of = {name: c for c, name in enumerate(distinct)}
-    k = len(code_of)
-    # bincount adds each group's values one by one in op order: the same sums as a loop.
-    call_counts = np.bincount(codes, minlength=k).tolist()
-    sums = [
-        np.bincount(codes, weights=values, minlength=k).tolist() if k else []
-        for values in (self_cpu, op_columns(ix).dur, self_device, total_device)
-    ]
-    groups: dict[str, list[float]] = {
-        name: [call_counts[c], sums[0][c], sums[1][c], sums[2][c], sums[3][c]]
-        for name, c in code_of.items()
-    }
-    shapes: dict[str, Counter[Any]] = defaultdict(Counter)
-    op_dims = list(map(_INPUT_DIMS, ops))
-    if op_dims.count(None) < len(op_dims):
-        # Count the (shared, hashable) tuples; only distinct ones are formatted below.
-        for (c, d), count in Counter(zip(codes.tolist(), op_dims, strict=True)).items():
-            if d is not None:
-                shapes[distinct[c]][d] = count
-
+    groups = _op_groups(ix, self_cpu, self_device, total_device)
+    shapes = _op_shapes(ix, ops)
     totals = {
         "calls": float(len(ops)),
         "self_cpu_us": sum(g[1] for g in groups.values()),
         "self_device_us": sum(g[3] for g in groups.values()),
     }
     base = totals[_FRACTION_BASE[key]]
-    field_index = {
-        "calls": 0,
-        "self_cpu_us": 1,
-        "total_cpu_us": 2,
-        "self_device_us": 3,
-        "total_device_us": 4,
-    }[key]
+    field_index = _GROUP_FIELDS[key]
     ordered = sorted(groups.items(), key=lambda kv: (-kv[1][field_index], kv[0]))
     if n is not None:
         ordered = ordered[:n]
@@ -315,6 +332,61 @@ def top_ops(trace: Trace | TraceIndex, n: int | None = None, sort: str | None = 
     )
 
 
+# Where each sort key's value sits in a group of _op_groups.
+_GROUP_FIELDS = {
+    "calls": 0,
+    "self_cpu_us": 1,
+    "total_cpu_us": 2,
+    "self_device_us": 3,
+    "total_device_us": 4,
+}
+
+
+def _sort_key(trace: Trace, sort: str | None) -> str:
+    """Return the canonical sort key for `sort` (None: self device time on a trace with
+    device activity, else self CPU time). Raises ValueError naming the valid ones."""
+    if sort is None:
+        return "self_device_us" if trace.kernels else "self_cpu_us"
+    try:
+        return SORT_KEYS[sort]
+    except (KeyError, TypeError):
+        valid = ", ".join(sorted(SORT_KEYS))
+        raise ValueError(f"unknown sort key {sort!r}; valid keys: {valid}") from None
+
+
+def _op_groups(
+    ix: TraceIndex, self_cpu: np.ndarray, self_device: np.ndarray, total_device: np.ndarray
+) -> dict[str, list[float]]:
+    """Return, per op name in order of first appearance, [calls, self CPU, total CPU, self
+    device, total device] (microseconds)."""
+    distinct, codes = op_name_codes(ix)
+    code_of = {name: c for c, name in enumerate(distinct)}
+    k = len(code_of)
+    # bincount adds each group's values one by one in op order: the same sums as a loop.
+    call_counts = np.bincount(codes, minlength=k).tolist()
+    sums = [
+        np.bincount(codes, weights=values, minlength=k).tolist() if k else []
+        for values in (self_cpu, op_columns(ix).dur, self_device, total_device)
+    ]
+    return {
+        name: [call_counts[c], sums[0][c], sums[1][c], sums[2][c], sums[3][c]]
+        for name, c in code_of.items()
+    }
+
+
+def _op_shapes(ix: TraceIndex, ops: list[Op]) -> dict[str, Counter[Any]]:
+    """Return, per op name, how many calls had each recorded input shapes."""
+    distinct, codes = op_name_codes(ix)
+    shapes: dict[str, Counter[Any]] = defaultdict(Counter)
+    op_dims = list(map(_INPUT_DIMS, ops))
+    if op_dims.count(None) < len(op_dims):
+        # Count the (shared, hashable) tuples; only distinct ones are formatted by the caller.
+        for (c, d), count in Counter(zip(codes.tolist(), op_dims, strict=True)).items():
+            if d is not None:
+                shapes[distinct[c]][d] = count
+    return shapes
+
+
 # --------------------------------------------------------------------------------------------
 # kernels
 
@@ -347,20 +419,7 @@ def kernel_table(trace: Trace | TraceIndex) -> KernelTable:
     sorted_dur = dur[by_code]
     maxs = np.maximum.reduceat(sorted_dur, cuts).tolist() if n else []
     mins = np.minimum.reduceat(sorted_dur, cuts).tolist() if n else []
-    # Each group's distinct streams, ascending: (group, stream) pairs as one number each.
-    stream_values, stream_code = np.unique(kernel_streams(ix), return_inverse=True)
-    pairs = (
-        np.unique(codes * len(stream_values) + stream_code.reshape(-1))
-        if n
-        else np.zeros(0, dtype=np.intp)
-    )
-    streams: list[list[int]] = [[] for _ in range(g)]
-    for c, stream in zip(
-        (pairs // max(len(stream_values), 1)).tolist(),
-        stream_values[pairs % max(len(stream_values), 1)].tolist(),
-        strict=True,
-    ):
-        streams[c].append(stream)
+    streams = _group_streams(ix, codes, g)
     # Bytes (ints, summed exactly) for the groups that give them: memcpys and memsets.
     sized: dict[int, list[Kernel]] = {}
     for i in np.flatnonzero(kc.kind != KERNEL_KINDS.index("kernel")).tolist():
@@ -371,13 +430,7 @@ def kernel_table(trace: Trace | TraceIndex) -> KernelTable:
     for (name, kind), c in code_of.items():
         group_total = totals[c]
         ks = sized.get(c)
-        total_bytes = sum(k.bytes for k in ks if k.bytes is not None) if ks else None
-        sized_us = sum(k.dur_us for k in ks) if ks else 0
-        gbps = (
-            total_bytes / (sized_us * 1e-6) / 1e9
-            if total_bytes is not None and sized_us > 0
-            else None
-        )
+        total_bytes, gbps = _bytes_and_rate(ks)
         rows.append(
             KernelRow(
                 name=name,
@@ -407,6 +460,37 @@ def kernel_table(trace: Trace | TraceIndex) -> KernelTable:
         memset_us=kind_us["memset"],
         unrecorded_launches=len(unrecorded_launches(trace)),
     )
+
+
+def _group_streams(ix: TraceIndex, codes: np.ndarray, g: int) -> list[list[int]]:
+    """Return each of the `g` groups' distinct streams, ascending (`codes`: each device
+    activity's group)."""
+    # (group, stream) pairs as one number each.
+    stream_values, stream_code = np.unique(kernel_streams(ix), return_inverse=True)
+    pairs = (
+        np.unique(codes * len(stream_values) + stream_code.reshape(-1))
+        if len(codes)
+        else np.zeros(0, dtype=np.intp)
+    )
+    streams: list[list[int]] = [[] for _ in range(g)]
+    for c, stream in zip(
+        (pairs // max(len(stream_values), 1)).tolist(),
+        stream_values[pairs % max(len(stream_values), 1)].tolist(),
+        strict=True,
+    ):
+        streams[c].append(stream)
+    return streams
+
+
+def _bytes_and_rate(ks: list[Kernel] | None) -> tuple[int | None, float | None]:
+    """Return the bytes a group's sized copies (or memsets) moved and their achieved GB/s
+    (bytes / duration); None for a group without sizes."""
+    total_bytes = sum(k.bytes for k in ks if k.bytes is not None) if ks else None
+    sized_us = sum(k.dur_us for k in ks) if ks else 0
+    gbps = (
+        total_bytes / (sized_us * 1e-6) / 1e9 if total_bytes is not None and sized_us > 0 else None
+    )
+    return total_bytes, gbps
 
 
 # --------------------------------------------------------------------------------------------

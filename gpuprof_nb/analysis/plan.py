@@ -184,48 +184,16 @@ def _knapsack(
     unit = need / steps
     weight = [min(steps, int(g // unit)) for g in gains]
     cost = [c.recompute_us for c in cands]
-    # The tree: a candidate's parent is the nearest one whose path is a prefix of its own.
-    paths = [c.path for c in cands]
-    parent = [-1] * len(cands)
-    for i, p in enumerate(paths):
-        best = -1
-        for j, q in enumerate(paths):
-            if j != i and p.startswith(q + ".") and (best < 0 or len(q) > len(paths[best])):
-                best = j
-        parent[i] = best
-    kids: dict[int, list[int]] = {}
-    for i, up in enumerate(parent):
-        kids.setdefault(up, []).append(i)
+    kids = _candidate_tree(cands)
     inf = math.inf
     choice: dict[int, tuple[np.ndarray, list[tuple[int, np.ndarray, np.ndarray]]]] = {}
-
-    def merge(f: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        total = f[:, None] + g[None, :]
-        reach = np.minimum(np.add.outer(np.arange(steps + 1), np.arange(steps + 1)), steps)
-        flat, where = total.ravel(), reach.ravel()
-        order = np.lexsort((flat, where))
-        first = np.ones(len(order), dtype=bool)
-        first[1:] = where[order][1:] != where[order][:-1]
-        best = np.full(steps + 1, inf)
-        arg = np.zeros(steps + 1, dtype=np.int64)
-        best[where[order][first]] = flat[order][first]
-        arg[where[order][first]] = order[first]
-        # "At least k": the best of every reach >= k.
-        out = np.full(steps + 1, inf)
-        out_arg = np.zeros(steps + 1, dtype=np.int64)
-        run, run_arg = inf, 0
-        for k in range(steps, -1, -1):
-            if best[k] < run:
-                run, run_arg = best[k], arg[k]
-            out[k], out_arg[k] = run, run_arg
-        return out, out_arg // (steps + 1), out_arg % (steps + 1)
 
     def solve(v: int) -> np.ndarray:
         acc = np.full(steps + 1, inf)
         acc[0] = 0.0
         trail: list[tuple[int, np.ndarray, np.ndarray]] = []
         for c in kids.get(v, []):
-            acc, left, right = merge(acc, solve(c))
+            acc, left, right = _merge_at_least(acc, solve(c), steps)
             trail.append((c, left, right))
         take = np.full(steps + 1, False)
         if v >= 0:
@@ -252,6 +220,51 @@ def _knapsack(
 
     back(-1, steps)
     return sorted(chosen)
+
+
+def _candidate_tree(cands: Sequence[_Candidate]) -> dict[int, list[int]]:
+    """Return each candidate's children in the module tree (-1: the roots'), in candidate
+    order: a candidate's parent is the nearest one whose path is a prefix of its own."""
+    paths = [c.path for c in cands]
+    parent = [-1] * len(cands)
+    for i, p in enumerate(paths):
+        best = -1
+        for j, q in enumerate(paths):
+            if j != i and p.startswith(q + ".") and (best < 0 or len(q) > len(paths[best])):
+                best = j
+        parent[i] = best
+    kids: dict[int, list[int]] = {}
+    for i, up in enumerate(parent):
+        kids.setdefault(up, []).append(i)
+    return kids
+
+
+def _merge_at_least(
+    f: np.ndarray, g: np.ndarray, steps: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return the least cost of reaching at least k steps (k = 0..steps) from two disjoint
+    subtrees with least costs f and g per reach, and for each k the reaches taken from f and
+    from g."""
+    inf = math.inf
+    total = f[:, None] + g[None, :]
+    reach = np.minimum(np.add.outer(np.arange(steps + 1), np.arange(steps + 1)), steps)
+    flat, where = total.ravel(), reach.ravel()
+    order = np.lexsort((flat, where))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = where[order][1:] != where[order][:-1]
+    best = np.full(steps + 1, inf)
+    arg = np.zeros(steps + 1, dtype=np.int64)
+    best[where[order][first]] = flat[order][first]
+    arg[where[order][first]] = order[first]
+    # "At least k": the best of every reach >= k.
+    out = np.full(steps + 1, inf)
+    out_arg = np.zeros(steps + 1, dtype=np.int64)
+    run, run_arg = inf, 0
+    for k in range(steps, -1, -1):
+        if best[k] < run:
+            run, run_arg = best[k], arg[k]
+        out[k], out_arg[k] = run, run_arg
+    return out, out_arg // (steps + 1), out_arg % (steps + 1)
 
 
 def plan_code(root: str, paths: Sequence[str]) -> str:
@@ -288,11 +301,7 @@ def plan_checkpointing(
     """Return which modules to checkpoint so the step's peak (at `batch_size`, predicted
     with `fit`; default the recorded one) fits `budget_bytes` with the least recompute
     time. Raises GpuprofError when the snapshot has no step record with a backward."""
-    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, (int, np.integer)):
-        raise GpuprofError(
-            f"budget_bytes must be a whole number of bytes, got {describe(budget_bytes)}"
-        )
-    budget_bytes = check_budget(budget_bytes)
+    budget_bytes = _whole_budget(budget_bytes)
     if device is None:
         device = choose_device(snapshot)
     roles = _roles(snapshot, device)
@@ -303,34 +312,17 @@ def plan_checkpointing(
             "nn.Module called in the cell)"
         )
     rep = roles.rep
-    sizes = rep.alloc_size.astype(np.float64)
-    unmatched = rep.unmatched_size.astype(np.float64)
-    if batch_size is not None:
-        if fit is None:
-            raise GpuprofError("a plan at another batch_size needs the report's fit")
-        x, _ = fit._scale(batch_size, None)
-        if (
-            fit.alloc_scaling is None
-            or fit.unmatched_fixed is None
-            or fit.unmatched_scaling is None
-            or len(fit.alloc_scaling) != len(sizes)
-            or len(fit.unmatched_fixed) != len(unmatched)
-        ):
-            raise GpuprofError("the fit given was not made from this snapshot")
-        sizes = sizes + fit.alloc_scaling * (x - 1.0)
-        unmatched = fit.unmatched_fixed + fit.unmatched_scaling * x
-    sizes = np.maximum(sizes, 0.0)
+    sizes, unmatched = _sizes_at(rep, fit, batch_size)
     before = float(sum(b[1] for b in rep.before_end_blocks))
     overhead = fit.overhead_bytes if fit is not None else _overhead(roles)
     room = budget_bytes - overhead
     base = _base(roles, sizes, unmatched, before)
     baseline = _simulate(base, sizes, rep, [])
     cands = _plan_candidates(roles)
-    notes: list[str] = []
-    notes.append(
+    notes = [
         f"Planned to {(1 - PLAN_MARGIN) * 100:.0f}% of the budget: the replayed "
         "recomputation is an estimate (within 3% of the measured peak on CPU runs)."
-    )
+    ]
     if overhead:
         notes.append(
             f"The peaks are allocated bytes; they are held against the budget less the "
@@ -339,47 +331,14 @@ def plan_checkpointing(
     chosen: list[int] = []
     fits = baseline <= room
     peak = baseline
-    # Replaying the recomputation came within 3% of the measured peak on CPU runs (the
-    # recomputed forward's own allocations are only approximated): plan to a margin.
-    target = room * (1.0 - PLAN_MARGIN)
     if not fits and cands:
-        # What each one takes off the peak on its own: no more than it frees, and nothing
-        # when its recomputation lands where the peak is (the last block before backward).
-        gains = [
-            max(min(c.saved_bytes(sizes), baseline - _simulate(base, sizes, rep, [c])), 0.0)
-            for c in cands
-        ]
-        need = baseline - target
-        for _ in range(8):
-            picked = _knapsack(cands, gains, need)
-            if picked is None:
-                # Even all of them together fall short: keep the most that can be saved.
-                top = set(range(len(cands)))
-                for i in range(len(cands)):
-                    for j in range(len(cands)):
-                        if i != j and cands[i].path.startswith(cands[j].path + "."):
-                            top.discard(i)
-                picked = sorted(top)
-                chosen = picked
-                peak = _simulate(base, sizes, rep, [cands[i] for i in picked])
-                break
-            chosen = picked
-            peak = _simulate(base, sizes, rep, [cands[i] for i in picked])
-            if peak <= target:
-                break
-            # What the additive gains missed (recomputation spikes, a peak elsewhere):
-            # ask for that much more.
-            need += peak - target
+        # Replaying the recomputation came within 3% of the measured peak on CPU runs (the
+        # recomputed forward's own allocations are only approximated): plan to a margin.
+        target = room * (1.0 - PLAN_MARGIN)
+        chosen, peak = _choose(base, sizes, rep, cands, baseline, target)
         fits = peak <= target
         if not fits and chosen:
-            # Short of the budget anyway: keep only what lowers the peak (recomputing a
-            # module whose activations are not live at the peak costs time for nothing),
-            # dropping the dearest first.
-            for i in sorted(chosen, key=lambda i: -cands[i].recompute_us):
-                trial = [j for j in chosen if j != i]
-                lower = _simulate(base, sizes, rep, [cands[j] for j in trial])
-                if lower <= peak:
-                    chosen, peak = trial, lower
+            chosen, peak = _only_what_lowers(base, sizes, rep, cands, chosen, peak)
     elif not fits:
         notes.append("No module keeps activations that checkpointing would free.")
     if not fits:
@@ -387,20 +346,12 @@ def plan_checkpointing(
             "Checkpointing cannot bring this step under the budget: the rest of the peak is "
             "parameters, gradients, optimizer state and what is live outside the modules."
         )
-    modules = tuple(
-        PlanModule(
-            path=cands[i].path,
-            type_name=cands[i].type_name,
-            saved_bytes=int(round(cands[i].saved_bytes(sizes))),
-            recompute_us=cands[i].recompute_us,
-            calls=len(cands[i].saved),
-        )
-        for i in chosen
-    )
+    modules = _plan_modules(cands, chosen, sizes)
     record = roles.record
-    root_calls = record.root_calls
     forward = sum(
-        record.calls[i].forward_us for i in root_calls if math.isfinite(record.calls[i].forward_us)
+        record.calls[i].forward_us
+        for i in record.root_calls
+        if math.isfinite(record.calls[i].forward_us)
     )
     root = next((r.name for r in record.roots if r.name), "") or "model"
     return CheckpointPlan(
@@ -418,3 +369,119 @@ def plan_checkpointing(
         candidates=len(cands),
         notes=tuple(notes),
     )
+
+
+def _plan_modules(
+    cands: Sequence[_Candidate], chosen: Sequence[int], sizes: np.ndarray
+) -> tuple[PlanModule, ...]:
+    """Return the chosen candidates as the plan's modules."""
+    return tuple(
+        PlanModule(
+            path=cands[i].path,
+            type_name=cands[i].type_name,
+            saved_bytes=int(round(cands[i].saved_bytes(sizes))),
+            recompute_us=cands[i].recompute_us,
+            calls=len(cands[i].saved),
+        )
+        for i in chosen
+    )
+
+
+def _whole_budget(budget_bytes: int) -> int:
+    """Return the budget checked: a whole number of bytes (check_budget's rules)."""
+    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, (int, np.integer)):
+        raise GpuprofError(
+            f"budget_bytes must be a whole number of bytes, got {describe(budget_bytes)}"
+        )
+    return check_budget(budget_bytes)
+
+
+def _sizes_at(
+    rep: _Replay, fit: BatchFit | None, batch_size: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return the bytes of each allocation and of each unmatched block at `batch_size`
+    (predicted with `fit`), or as recorded without one; negative predictions are 0."""
+    sizes = rep.alloc_size.astype(np.float64)
+    unmatched = rep.unmatched_size.astype(np.float64)
+    if batch_size is not None:
+        if fit is None:
+            raise GpuprofError("a plan at another batch_size needs the report's fit")
+        x, _ = fit._scale(batch_size, None)
+        if (
+            fit.alloc_scaling is None
+            or fit.unmatched_fixed is None
+            or fit.unmatched_scaling is None
+            or len(fit.alloc_scaling) != len(sizes)
+            or len(fit.unmatched_fixed) != len(unmatched)
+        ):
+            raise GpuprofError("the fit given was not made from this snapshot")
+        sizes = sizes + fit.alloc_scaling * (x - 1.0)
+        unmatched = fit.unmatched_fixed + fit.unmatched_scaling * x
+    return np.maximum(sizes, 0.0), unmatched
+
+
+def _choose(
+    base: _Base,
+    sizes: np.ndarray,
+    rep: _Replay,
+    cands: Sequence[_Candidate],
+    baseline: float,
+    target: float,
+) -> tuple[list[int], float]:
+    """Return the candidates to checkpoint to bring the baseline peak to `target` bytes,
+    and the peak replayed with them: the knapsack on each one's own gain, asking for more
+    while the replay misses the target (at most 8 rounds); all the outermost ones when even
+    they fall short."""
+    # What each one takes off the peak on its own: no more than it frees, and nothing
+    # when its recomputation lands where the peak is (the last block before backward).
+    gains = [
+        max(min(c.saved_bytes(sizes), baseline - _simulate(base, sizes, rep, [c])), 0.0)
+        for c in cands
+    ]
+    need = baseline - target
+    chosen: list[int] = []
+    peak = baseline
+    for _ in range(8):
+        picked = _knapsack(cands, gains, need)
+        if picked is None:
+            # Even all of them together fall short: keep the most that can be saved.
+            chosen = _outermost(cands)
+            peak = _simulate(base, sizes, rep, [cands[i] for i in chosen])
+            break
+        chosen = picked
+        peak = _simulate(base, sizes, rep, [cands[i] for i in picked])
+        if peak <= target:
+            break
+        # What the additive gains missed (recomputation spikes, a peak elsewhere):
+        # ask for that much more.
+        need += peak - target
+    return chosen, peak
+
+
+def _outermost(cands: Sequence[_Candidate]) -> list[int]:
+    """Return the candidates inside no other one, in order."""
+    top = set(range(len(cands)))
+    for i in range(len(cands)):
+        for j in range(len(cands)):
+            if i != j and cands[i].path.startswith(cands[j].path + "."):
+                top.discard(i)
+    return sorted(top)
+
+
+def _only_what_lowers(
+    base: _Base,
+    sizes: np.ndarray,
+    rep: _Replay,
+    cands: Sequence[_Candidate],
+    chosen: list[int],
+    peak: float,
+) -> tuple[list[int], float]:
+    """Short of the budget anyway: return the chosen candidates less those that do not
+    lower the peak (recomputing a module whose activations are not live at the peak costs
+    time for nothing), dropping the dearest first, and the peak without them."""
+    for i in sorted(chosen, key=lambda i: -cands[i].recompute_us):
+        trial = [j for j in chosen if j != i]
+        lower = _simulate(base, sizes, rep, [cands[j] for j in trial])
+        if lower <= peak:
+            chosen, peak = trial, lower
+    return chosen, peak

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
@@ -339,40 +339,88 @@ def compute_roofline(trace: Trace | TraceIndex, device: DeviceSpec | str | None 
     trace = ix.trace
     spec, device_note = _resolve_device(trace, device)
     tree = _Tree(op_columns(ix))
-    ops = tree.ops
-    unset = object()
-    known: list[Any] = [unset] * len(ops)  # each op's cost, once computed
-    # A training loop repeats the same calls step after step: an op's cost depends only on
-    # its name and recorded inputs, so each distinct call is costed once. The inputs are
-    # keyed by identity: the loader shares equal recorded inputs (one tuple for all equal
-    # shapes), so hashing them, nested tuples walked each time, would buy nothing; inputs
-    # equal but not shared are only costed once more each.
-    by_call: dict[tuple[Any, ...], Any] = {}
+    cost = _Costs(tree)
+    costable = _costable(ix, len(tree.ops))
+    anchor = _anchors(tree, cost, costable)
+    on_device = trace.has_device_activity
+    if on_device:
+        times = _device_times(ix, tree, anchor, cost, costable)
+    else:
+        times = _host_times(tree, anchor)
+    anchor_time = times.anchor_time
+    # Each costed anchor (its position in the op columns), its cost and time: what MFU and
+    # the per-module bounds read (analysis/mfu.py, analysis/model_rules.py).
+    memo(ix, "roofline_anchors", lambda: tuple((a, cost(a), t) for a, t in anchor_time.items()))
+    groups = _group_anchors(tree.ops, times, cost)
+    points, moves, kpoints = _group_points(groups, spec)
 
-    def cost(i: int) -> OpCost | None:
-        c = known[i]
-        if c is unset:
-            known[i] = None  # guards against cycles from malformed nesting
-            op = ops[i]
+    def by_time(x: Any) -> tuple[float, str, str]:
+        return (-x.time_us, x.name, x.shapes)
+
+    points.sort(key=by_time)
+    kpoints.sort(key=by_time)
+    moves.sort(key=by_time)
+    unmod = sorted(
+        (Unmodelled(n, a.calls, a.time_us) for n, a in times.unmodelled.items()),
+        key=lambda u: (-u.time_us, u.name),
+    )
+    note = _roofline_note(device_note, tree.ops, points, moves, times.total_us, on_device)
+    return Roofline(
+        points=tuple(points),
+        data_movement=tuple(moves),
+        device=spec,
+        note=note,
+        kernel_points=tuple(kpoints),
+        unmodelled=tuple(unmod),
+        time_basis="device" if on_device else "cpu",
+        total_time_us=times.total_us,
+    )
+
+
+_UNSET: Any = object()
+
+
+class _Costs:
+    """Each op's cost (an OpCost, or None), computed on first use: `costs(i)`.
+
+    A training loop repeats the same calls step after step: an op's cost depends only on
+    its name and recorded inputs, so each distinct call is costed once. The inputs are keyed
+    by identity: the loader shares equal recorded inputs (one tuple for all equal shapes),
+    so hashing them, nested tuples walked each time, would buy nothing; inputs equal but not
+    shared are only costed once more each."""
+
+    def __init__(self, tree: _Tree) -> None:
+        self.tree = tree
+        self.ops = tree.ops
+        self.known: list[Any] = [_UNSET] * len(self.ops)  # each op's cost, once computed
+        self.by_call: dict[tuple[Any, ...], Any] = {}
+
+    def __call__(self, i: int) -> OpCost | None:
+        c = self.known[i]
+        if c is _UNSET:
+            self.known[i] = None  # guards against cycles from malformed nesting
+            op = self.ops[i]
             if op.name in COPY_WRAPPERS:
                 c = op_cost(op)
                 if c is None:
-                    c = _wrapper_cost(i)  # depends on the op's children, not its call
+                    c = self._wrapper_cost(i)  # depends on the op's children, not its call
             else:
                 call = (op.name, id(op.input_dims), id(op.input_types), id(op.concrete_inputs))
-                c = by_call.get(call, unset)
-                if c is unset:
-                    c = by_call[call] = op_cost(op)
-            known[i] = c
+                c = self.by_call.get(call, _UNSET)
+                if c is _UNSET:
+                    c = self.by_call[call] = op_cost(op)
+            self.known[i] = c
         return c  # type: ignore[no-any-return]
 
-    def _wrapper_cost(i: int) -> OpCost | None:
-        # A copy wrapper costs what its outermost costed descendants cost; nothing if none.
+    def _wrapper_cost(self, i: int) -> OpCost | None:
+        """A copy wrapper costs what its outermost costed descendants cost; nothing if
+        none."""
         found: list[OpCost] = []
+        tree = self.tree
         stack = list(tree.children_of(i))
         while stack:
             j = stack.pop()
-            c = cost(j)
+            c = self(j)
             if c is not None:
                 found.append(c)
             else:
@@ -388,18 +436,23 @@ def compute_roofline(trace: Trace | TraceIndex, device: DeviceSpec | str | None 
             found[0].bytes_model + " (through its copy child)",
         )
 
-    # Each op's anchor: its outermost ancestor-or-self with a cost. Level by level from the
-    # roots: an op inherits its parent's anchor, else is its own when it has a cost (only
-    # names with a formula, or copy wrappers, can).
+
+def _costable(ix: TraceIndex, n_ops: int) -> np.ndarray:
+    """Return, per op, whether it can have a cost: only names with a formula, or copy
+    wrappers, can."""
+    if not n_ops:
+        return np.zeros(0, dtype=bool)
     distinct, name_codes = op_name_codes(ix)
-    costable = (
-        np.array([has_formula(name) or name in COPY_WRAPPERS for name in distinct], dtype=bool)[
-            name_codes
-        ]
-        if len(ops)
-        else np.zeros(0, dtype=bool)
-    )
-    anchor = np.full(len(ops), -1, dtype=np.intp)
+    return np.array(  # type: ignore[no-any-return]
+        [has_formula(name) or name in COPY_WRAPPERS for name in distinct], dtype=bool
+    )[name_codes]
+
+
+def _anchors(tree: _Tree, cost: _Costs, costable: np.ndarray) -> np.ndarray:
+    """Return each op's anchor (an index into ops, -1 for none): its outermost
+    ancestor-or-self with a cost. Level by level from the roots: an op inherits its parent's
+    anchor, else is its own when it has a cost."""
+    anchor = np.full(len(tree.ops), -1, dtype=np.intp)
     for level in tree.levels():
         inherited = np.where(
             tree.parent_arr[level] >= 0, anchor[np.maximum(tree.parent_arr[level], 0)], -1
@@ -409,72 +462,118 @@ def compute_roofline(trace: Trace | TraceIndex, device: DeviceSpec | str | None 
             i for i in level[(inherited < 0) & costable[level]].tolist() if cost(i) is not None
         ]
         anchor[found] = found
+    return anchor
 
+
+@dataclass
+class _Times:
+    """Where the roofline's time went: per anchor, its time (microseconds) and, on a device
+    trace, its kernels; the time of no anchor by label; the whole time."""
+
+    anchor_time: dict[int, float]
+    anchor_kernels: dict[int, list[Kernel]]
+    unmodelled: dict[str, _Acc]
+    total_us: float
+
+
+def _device_times(
+    ix: TraceIndex, tree: _Tree, anchor: np.ndarray, cost: _Costs, costable: np.ndarray
+) -> _Times:
+    """Return the kernel time of each anchor, and of the kernels of no anchor by their
+    owner's name (or kind)."""
+    ops = tree.ops
+    device_work = ix.trace.kernels
+    k_dur = kernel_columns(ix).dur
+    total_us = sum(k_dur.tolist())
+    owner = _kernel_owners(ix, tree)
+    k_anchor = np.where(owner >= 0, anchor[np.maximum(owner, 0)], -1) if len(ops) else owner
+    if len(ops):
+        _gemm_points_only_gemms(ix, tree, owner, k_anchor, cost, costable)
+    unmodelled = _unplaced_kernels(ix, owner, k_anchor, k_dur)
+    # The others, per anchor in kernel order: their time (bincount adds one by one, as
+    # `+=` in a loop) and the kernels themselves.
     anchor_time: dict[int, float] = {}
     anchor_kernels: dict[int, list[Kernel]] = {}
-    unmodelled: dict[str, _Acc] = {}
-    on_device = trace.has_device_activity
-    if on_device:
-        device_work = trace.kernels
-        k_dur = kernel_columns(ix).dur
-        total_us = sum(k_dur.tolist())
-        owner = _kernel_owners(ix, tree)
-        k_anchor = np.where(owner >= 0, anchor[np.maximum(owner, 0)], -1) if len(ops) else owner
-        if len(ops):
-            _gemm_points_only_gemms(ix, tree, owner, k_anchor, cost, costable)
-        # Kernels of no anchor, by their owner's name (or kind): counts and times per label
-        # (bincount adds the times one by one in kernel order, as `+=` in a loop).
-        missed = np.flatnonzero(k_anchor < 0)
-        if len(missed):
-            op_names_, name_code = op_name_codes(ix)
-            label_of = {name: code for code, name in enumerate(op_names_)}
-            missed_owner = owner[missed]
-            label = np.where(
-                missed_owner >= 0, name_code[np.maximum(missed_owner, 0)] if len(ops) else -1, -1
-            )
-            for j in np.flatnonzero(missed_owner < 0).tolist():  # no op: by kind
-                kind = f"({device_work[int(missed[j])].kind} without op)"
-                label[j] = label_of.setdefault(kind, len(label_of))
-            label_calls = np.bincount(label, minlength=len(label_of)).tolist()
-            label_us = np.bincount(label, weights=k_dur[missed], minlength=len(label_of)).tolist()
-            for name, code in label_of.items():
-                if label_calls[code]:
-                    unmodelled[name] = _Acc(calls=label_calls[code], time_us=label_us[code])
-        # The others, per anchor in kernel order: their time (bincount adds one by one, as
-        # `+=` in a loop) and the kernels themselves.
-        placed = np.flatnonzero(k_anchor >= 0)
-        if len(placed):
-            by_anchor = placed[np.argsort(k_anchor[placed], kind="stable")]
-            heads = k_anchor[by_anchor]
-            cuts = [0, *(np.flatnonzero(np.diff(heads)) + 1).tolist(), len(heads)]
-            sums = np.bincount(k_anchor[placed], weights=k_dur[placed])
-            members = by_anchor.tolist()
-            for a, lo, hi in zip(heads[cuts[:-1]].tolist(), cuts, cuts[1:], strict=False):
-                anchor_time[a] = float(sums[a])
-                anchor_kernels[a] = [device_work[i] for i in members[lo:hi]]
-    else:
-        anchor_of: list[int | None] = [None if a < 0 else a for a in anchor.tolist()]
-        total_us = 0.0
-        for i in tree.order:
-            if tree.parent[i] is not None:
-                continue
-            total_us += ops[i].dur_us
-            if anchor_of[i] is None and not _has_anchor_below(i, tree, anchor_of):
-                acc = unmodelled.setdefault(ops[i].name, _Acc())
-                acc.calls += 1
-                acc.time_us += ops[i].dur_us
-        for i, a in enumerate(anchor_of):
-            if a == i:
-                anchor_time[i] = ops[i].dur_us
+    placed = np.flatnonzero(k_anchor >= 0)
+    if len(placed):
+        by_anchor = placed[np.argsort(k_anchor[placed], kind="stable")]
+        heads = k_anchor[by_anchor]
+        cuts = [0, *(np.flatnonzero(np.diff(heads)) + 1).tolist(), len(heads)]
+        sums = np.bincount(k_anchor[placed], weights=k_dur[placed])
+        members = by_anchor.tolist()
+        for a, lo, hi in zip(heads[cuts[:-1]].tolist(), cuts, cuts[1:], strict=False):
+            anchor_time[a] = float(sums[a])
+            anchor_kernels[a] = [device_work[i] for i in members[lo:hi]]
+    return _Times(anchor_time, anchor_kernels, unmodelled, total_us)
 
-    # Each costed anchor (its position in the op columns), its cost and time: what MFU and
-    # the per-module bounds read (analysis/mfu.py, analysis/model_rules.py).
-    memo(ix, "roofline_anchors", lambda: tuple((a, cost(a), t) for a, t in anchor_time.items()))
-    groups: dict[tuple[str, str, str], _Acc] = {}
-    group_cost: dict[tuple[str, str, str], OpCost] = {}
-    group_kernel_names: dict[tuple[str, str, str], set[str]] = {}
-    group_host_copy: set[tuple[str, str, str]] = set()
-    kgroups: dict[tuple[str, str, str, str], _Acc] = {}
+
+def _unplaced_kernels(
+    ix: TraceIndex, owner: np.ndarray, k_anchor: np.ndarray, k_dur: np.ndarray
+) -> dict[str, _Acc]:
+    """Return the kernels of no anchor, by their owner's name (or kind): counts and times
+    per label (bincount adds the times one by one in kernel order, as `+=` in a loop)."""
+    unmodelled: dict[str, _Acc] = {}
+    missed = np.flatnonzero(k_anchor < 0)
+    if not len(missed):
+        return unmodelled
+    device_work = ix.trace.kernels
+    op_names_, name_code = op_name_codes(ix)
+    label_of = {name: code for code, name in enumerate(op_names_)}
+    missed_owner = owner[missed]
+    label = np.where(
+        missed_owner >= 0, name_code[np.maximum(missed_owner, 0)] if len(name_code) else -1, -1
+    )
+    for j in np.flatnonzero(missed_owner < 0).tolist():  # no op: by kind
+        kind = f"({device_work[int(missed[j])].kind} without op)"
+        label[j] = label_of.setdefault(kind, len(label_of))
+    label_calls = np.bincount(label, minlength=len(label_of)).tolist()
+    label_us = np.bincount(label, weights=k_dur[missed], minlength=len(label_of)).tolist()
+    for name, code in label_of.items():
+        if label_calls[code]:
+            unmodelled[name] = _Acc(calls=label_calls[code], time_us=label_us[code])
+    return unmodelled
+
+
+def _host_times(tree: _Tree, anchor: np.ndarray) -> _Times:
+    """Return, on a trace without device activity, each anchor's own (inclusive) CPU time,
+    and the top-level ops with no anchor in or under them by name."""
+    ops = tree.ops
+    unmodelled: dict[str, _Acc] = {}
+    anchor_of: list[int | None] = [None if a < 0 else a for a in anchor.tolist()]
+    total_us = 0.0
+    for i in tree.order:
+        if tree.parent[i] is not None:
+            continue
+        total_us += ops[i].dur_us
+        if anchor_of[i] is None and not _has_anchor_below(i, tree, anchor_of):
+            acc = unmodelled.setdefault(ops[i].name, _Acc())
+            acc.calls += 1
+            acc.time_us += ops[i].dur_us
+    anchor_time = {i: ops[i].dur_us for i, a in enumerate(anchor_of) if a == i}
+    return _Times(anchor_time, {}, unmodelled, total_us)
+
+
+# An op group: (op name, input shapes, dtype).
+_GroupKey = tuple[str, str, str]
+
+
+@dataclass
+class _Groups:
+    """The costed anchors summed per op group, and per (kernel, group) for anchors that
+    launched exactly one kernel."""
+
+    acc: dict[_GroupKey, _Acc]
+    cost: dict[_GroupKey, OpCost]
+    kernel_names: dict[_GroupKey, set[str]]
+    host_copy: set[_GroupKey]
+    kernels: dict[tuple[str, str, str, str], _Acc]
+
+
+def _group_anchors(ops: Sequence[Op], times: _Times, cost: _Costs) -> _Groups:
+    """Return the anchors with a cost and some time, summed per (name, shapes, dtype), in
+    anchor order."""
+    anchor_time, anchor_kernels = times.anchor_time, times.anchor_kernels
+    g = _Groups({}, {}, {}, set(), {})
     shapes_of: dict[Any, str] = {}  # recorded shapes repeat: each is written out once
     for a in sorted(anchor_time):
         c = cost(a)
@@ -488,52 +587,41 @@ def compute_roofline(trace: Trace | TraceIndex, device: DeviceSpec | str | None 
         except TypeError:  # unhashable shapes: written out each time
             shapes = _shapes(ops[a])
         key = (ops[a].name, shapes, c.dtype)
-        acc = groups.setdefault(key, _Acc())
+        acc = g.acc.setdefault(key, _Acc())
         acc.calls += 1
         acc.flops += c.flops
         acc.bytes_moved += c.bytes_moved
         acc.time_us += anchor_time[a]
-        group_cost.setdefault(key, c)
-        names = group_kernel_names.setdefault(key, set())
-        kernels = [k for k in anchor_kernels.get(a, ()) if k.kind == "kernel"]
+        g.cost.setdefault(key, c)
+        names = g.kernel_names.setdefault(key, set())
+        launched = anchor_kernels.get(a, ())
+        kernels = [k for k in launched if k.kind == "kernel"]
         names.update(k.name for k in kernels)
-        if any(k.kind == "memcpy" and _is_host_device(k.name) for k in anchor_kernels.get(a, ())):
-            group_host_copy.add(key)
-        if len(anchor_kernels.get(a, ())) == 1 and len(kernels) == 1:
-            kacc = kgroups.setdefault((kernels[0].name, *key), _Acc())
+        if any(k.kind == "memcpy" and _is_host_device(k.name) for k in launched):
+            g.host_copy.add(key)
+        if len(launched) == 1 and len(kernels) == 1:
+            kacc = g.kernels.setdefault((kernels[0].name, *key), _Acc())
             kacc.calls += 1
             kacc.flops += c.flops
             kacc.bytes_moved += c.bytes_moved
             kacc.time_us += kernels[0].dur_us
+    return g
 
+
+def _group_points(
+    g: _Groups, spec: DeviceSpec | None
+) -> tuple[list[RooflinePoint], list[DataMovement], list[RooflinePoint]]:
+    """Return (points, data movements, kernel points) of the groups, unsorted: a group with
+    no FLOPs is a data movement, the others points against their roof."""
     points: list[RooflinePoint] = []
     moves: list[DataMovement] = []
-    bw = spec.bandwidth_bytes_per_s if spec is not None else None
-    group_roof: dict[tuple[str, str, str], str | None] = {}
-    for key, acc in groups.items():
-        c = group_cost[key]
+    group_roof: dict[_GroupKey, str | None] = {}
+    for key, acc in g.acc.items():
+        c = g.cost[key]
         if c.flops == 0:
-            rate = acc.bytes_moved / (acc.time_us * 1e-6) if acc.time_us > 0 else None
-            host = key in group_host_copy
-            moves.append(
-                DataMovement(
-                    name=key[0],
-                    shapes=key[1],
-                    calls=acc.calls,
-                    bytes_moved=acc.bytes_moved,
-                    time_us=acc.time_us,
-                    achieved_bytes_per_s=rate,
-                    fraction_of_bandwidth=rate / bw
-                    if rate is not None and bw and not host
-                    else None,
-                    bytes_model=c.bytes_model,
-                    dtype=c.dtype,
-                    category=c.category,
-                    direction="host-device" if host else "device",
-                )
-            )
+            moves.append(_data_movement(key, acc, c, spec, key in g.host_copy))
             continue
-        roof = _choose_roof(c, spec, group_kernel_names[key]) if spec is not None else None
+        roof = _choose_roof(c, spec, g.kernel_names[key]) if spec is not None else None
         group_roof[key] = roof
         points.append(
             _make_point(
@@ -557,26 +645,49 @@ def compute_roofline(trace: Trace | TraceIndex, device: DeviceSpec | str | None 
             acc.flops,
             acc.bytes_moved,
             acc.time_us,
-            group_cost[kkey[1:]],
+            g.cost[kkey[1:]],
             spec,
             group_roof[kkey[1:]],
             kkey[1],
         )
-        for kkey, acc in kgroups.items()
+        for kkey, acc in g.kernels.items()
         if kkey[1:] in group_roof
     ]
+    return points, moves, kpoints
 
-    def by_time(x: Any) -> tuple[float, str, str]:
-        return (-x.time_us, x.name, x.shapes)
 
-    points.sort(key=by_time)
-    kpoints.sort(key=by_time)
-    moves.sort(key=by_time)
-    unmod = sorted(
-        (Unmodelled(n, a.calls, a.time_us) for n, a in unmodelled.items()),
-        key=lambda u: (-u.time_us, u.name),
+def _data_movement(
+    key: _GroupKey, acc: _Acc, c: OpCost, spec: DeviceSpec | None, host: bool
+) -> DataMovement:
+    """Return a group with no FLOPs as a data movement; a copy between host and device is
+    not held against the device's bandwidth."""
+    bw = spec.bandwidth_bytes_per_s if spec is not None else None
+    rate = acc.bytes_moved / (acc.time_us * 1e-6) if acc.time_us > 0 else None
+    return DataMovement(
+        name=key[0],
+        shapes=key[1],
+        calls=acc.calls,
+        bytes_moved=acc.bytes_moved,
+        time_us=acc.time_us,
+        achieved_bytes_per_s=rate,
+        fraction_of_bandwidth=rate / bw if rate is not None and bw and not host else None,
+        bytes_model=c.bytes_model,
+        dtype=c.dtype,
+        category=c.category,
+        direction="host-device" if host else "device",
     )
 
+
+def _roofline_note(
+    device_note: str,
+    ops: Sequence[Op],
+    points: list[RooflinePoint],
+    moves: list[DataMovement],
+    total_us: float,
+    on_device: bool,
+) -> str:
+    """Return the roofline's note: where the ceilings came from, what share of the time the
+    formulas cover, and what may be wrong."""
     notes = [device_note]
     if not any(map(_INPUT_DIMS, ops)):
         notes.append("no op carries Input Dims: record with record_shapes=True to get FLOPs")
@@ -589,16 +700,7 @@ def compute_roofline(trace: Trace | TraceIndex, device: DeviceSpec | str | None 
             "points above the roof: bytes overcounted for cache-resident data, "
             "or ceilings below the real ones"
         )
-    return Roofline(
-        points=tuple(points),
-        data_movement=tuple(moves),
-        device=spec,
-        note="; ".join(notes),
-        kernel_points=tuple(kpoints),
-        unmodelled=tuple(unmod),
-        time_basis="device" if on_device else "cpu",
-        total_time_us=total_us,
-    )
+    return "; ".join(notes)
 
 
 def _gemm_points_only_gemms(
@@ -606,7 +708,7 @@ def _gemm_points_only_gemms(
     tree: _Tree,
     owner: np.ndarray,
     k_anchor: np.ndarray,
-    cost: Any,
+    cost: _Costs,
     costable: np.ndarray,
 ) -> None:
     """Give a matmul-family anchor (aten::matmul, aten::linear, a convolution) only the

@@ -31,7 +31,7 @@ from gpuprof_nb.analysis.timeline import chosen_device, device_kernels, top_leve
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.model.device import DeviceSpec
 from gpuprof_nb.model.timing import TimingStats
-from gpuprof_nb.model.trace import Kernel, Trace
+from gpuprof_nb.model.trace import Kernel, Step, Trace
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding, FindingKind
 from gpuprof_nb.results.invariants import rounded_share
 from gpuprof_nb.results.run import CollectiveRow, RankRow, RankSummary, RunReport
@@ -138,6 +138,58 @@ def summarize_rank(
     ix = index_of(trace)
     trace = ix.trace
     dist = trace.distributed
+    rank = _checked_rank(trace, source, rank)
+    report = analyze(ix, ceilings, timing=timing)
+    timeline = report.timeline
+    lo, hi = (timeline.start_us, timeline.end_us) if timeline is not None else trace.window_us
+    steps = trace.steps
+    device, _ = chosen_device(ix)
+    if device is not None:
+        names = report.summary.device_names if report.summary is not None else ()
+        comm = _device_comm(ix, device, lo, hi, ", ".join(names) or f"device {device}")
+    else:
+        comm = _host_comm(ix, lo, hi)
+    calls = comm.calls
+    comm_us = union_length(comm.comm_spans)
+    overlap_spans = intersect_intervals(comm.comm_spans, comm.compute_spans)
+    overlap = union_length(overlap_spans)
+    step_compute = _per_step(comm.compute_spans, steps)
+    step_comm = _per_step(comm.comm_spans, steps)
+    step_exposed = tuple(
+        c - o for c, o in zip(step_comm, _per_step(overlap_spans, steps), strict=True)
+    )
+    breakdown = timeline.breakdown if timeline is not None else None
+    findings = report.diagnosis.findings if report.diagnosis is not None else ()
+    return RankSummary(
+        rank=rank,
+        source=source,
+        world_size=dist.world_size if dist is not None else None,
+        device=comm.label,
+        on_device=device is not None,
+        steps=len(steps),
+        step_median_us=statistics.median(s.dur_us for s in steps) if steps else None,
+        window_us=hi - lo,
+        busy_us=timeline.busy_us if timeline is not None else 0.0,
+        compute_us=union_length(comm.compute_spans),
+        comm_us=comm_us,
+        exposed_comm_us=comm_us - overlap,
+        idle_us=tuple(breakdown.us_by_category().items()) if breakdown is not None else (),
+        step_compute_us=step_compute,
+        collective_calls=_by_kind(calls),
+        collective_bytes=tuple(sorted(comm.sizes.items())),
+        collective_groups=tuple(sorted(comm.groups.items())),
+        top_findings=tuple(f.kind for f in findings[:3]),
+        steps_us=sum(s.dur_us for s in steps),
+        step_comm_us=step_comm,
+        step_exposed_comm_us=step_exposed,
+        collective_in_step=_collectives_in_step(calls, steps),
+    )
+
+
+def _checked_rank(trace: Trace, source: str, rank: int | None) -> int:
+    """Return the rank: `rank`, else the trace's distributedInfo's, else the file name's.
+    Raises GpuprofError when there is none, or it (or the world size) is not a real run's."""
+    dist = trace.distributed
     if rank is None:
         rank = dist.rank if dist is not None and dist.rank is not None else rank_from_name(source)
     if rank is None:
@@ -157,86 +209,78 @@ def summarize_rank(
             f"{source}: world size {world} is not a real run's; the trace's distributedInfo "
             "is damaged"
         )
-    report = analyze(ix, ceilings, timing=timing)
-    timeline = report.timeline
-    lo, hi = (timeline.start_us, timeline.end_us) if timeline is not None else trace.window_us
+    return rank
+
+
+@dataclass
+class _Comm:
+    """One rank's communication and compute within the window: merged spans of each, the
+    collective calls (start, kind, duration), bytes and group size per kind, and what ran
+    them (the device's name, or "cpu")."""
+
+    comm_spans: list[Interval]
+    compute_spans: list[Interval]
+    calls: list[tuple[float, str, float]]
+    sizes: dict[str, int]
+    groups: dict[str, int]
+    label: str
+
+
+def _device_comm(ix: TraceIndex, device: int, lo: float, hi: float, label: str) -> _Comm:
+    """Return the communication of a GPU rank: its communication kernels on `device`."""
     calls: list[tuple[float, str, float]] = []
     sizes: dict[str, int] = defaultdict(int)
-    steps = trace.steps
     groups: dict[str, int] = {}
-    device, _ = chosen_device(ix)
-    if device is not None:
-        kernels = [k for k in device_kernels(ix, device) if k.kind == "kernel"]
-        comm = [k for k in kernels if kernel_name_class(k.name) == "comm"]
-        compute = [k for k in kernels if kernel_name_class(k.name) != "comm"]
-        comm_spans = _spans(((k.start_us, k.end_us) for k in comm), lo, hi)
-        compute_spans = _spans(((k.start_us, k.end_us) for k in compute), lo, hi)
-        for k in comm:
-            kind = collective_kind(k.collective.name if k.collective else k.name)
-            calls.append((k.start_us, kind, k.dur_us))
-            nbytes = _collective_bytes(k)
-            if nbytes is not None:
-                sizes[kind] += nbytes
-            if k.collective is not None and k.collective.group_size:
-                groups[kind] = max(groups.get(kind, 0), k.collective.group_size)
-        names = report.summary.device_names if report.summary is not None else ()
-        label = ", ".join(names) or f"device {device}"
-    else:
-        host = [o for o in trace.ops if is_host_collective(o.name)]
-        comm_spans = _spans(((o.start_us, o.end_us) for o in host), lo, hi)
-        compute_spans = _spans(
-            ((o.start_us, o.end_us) for o in top_level_ops(ix) if not is_host_collective(o.name)),
-            lo,
-            hi,
-        )
-        calls = [
-            (o.start_us, collective_kind(o.name), o.dur_us)
-            for o in host
-            if o.name.lower().startswith(_HOST_CALL_PREFIXES)
-        ]
-        label = "cpu"
-    comm_us = union_length(comm_spans)
-    overlap_spans = intersect_intervals(comm_spans, compute_spans)
-    overlap = union_length(overlap_spans)
-    step_compute = tuple(
-        union_length(clip_intervals(compute_spans, s.start_us, s.end_us)) for s in steps
+    kernels = [k for k in device_kernels(ix, device) if k.kind == "kernel"]
+    comm = [k for k in kernels if kernel_name_class(k.name) == "comm"]
+    compute = [k for k in kernels if kernel_name_class(k.name) != "comm"]
+    comm_spans = _spans(((k.start_us, k.end_us) for k in comm), lo, hi)
+    compute_spans = _spans(((k.start_us, k.end_us) for k in compute), lo, hi)
+    for k in comm:
+        kind = collective_kind(k.collective.name if k.collective else k.name)
+        calls.append((k.start_us, kind, k.dur_us))
+        nbytes = _collective_bytes(k)
+        if nbytes is not None:
+            sizes[kind] += nbytes
+        if k.collective is not None and k.collective.group_size:
+            groups[kind] = max(groups.get(kind, 0), k.collective.group_size)
+    return _Comm(comm_spans, compute_spans, calls, sizes, groups, label)
+
+
+def _host_comm(ix: TraceIndex, lo: float, hi: float) -> _Comm:
+    """Return the communication of a CPU rank: its host collective ops, against the other
+    top-level ops."""
+    host = [o for o in ix.trace.ops if is_host_collective(o.name)]
+    comm_spans = _spans(((o.start_us, o.end_us) for o in host), lo, hi)
+    compute_spans = _spans(
+        ((o.start_us, o.end_us) for o in top_level_ops(ix) if not is_host_collective(o.name)),
+        lo,
+        hi,
     )
-    step_comm = tuple(union_length(clip_intervals(comm_spans, s.start_us, s.end_us)) for s in steps)
-    step_exposed = tuple(
-        c - union_length(clip_intervals(overlap_spans, s.start_us, s.end_us))
-        for c, s in zip(step_comm, steps, strict=True)
-    )
+    calls = [
+        (o.start_us, collective_kind(o.name), o.dur_us)
+        for o in host
+        if o.name.lower().startswith(_HOST_CALL_PREFIXES)
+    ]
+    return _Comm(comm_spans, compute_spans, calls, defaultdict(int), {}, "cpu")
+
+
+def _per_step(spans: list[Interval], steps: Sequence[Step]) -> tuple[float, ...]:
+    """Return the time the (merged) spans cover within each step."""
+    return tuple(union_length(clip_intervals(spans, s.start_us, s.end_us)) for s in steps)
+
+
+def _collectives_in_step(
+    calls: list[tuple[float, str, float]], steps: Sequence[Step]
+) -> tuple[tuple[str, tuple[bool, ...]], ...]:
+    """Return, per kind of collective, whether each of its calls (in time order) started
+    inside a step."""
     starts = sorted((s.start_us, s.end_us) for s in steps)
     in_step: dict[str, list[bool]] = defaultdict(list)
     for start, kind, _ in sorted(calls):
         at = bisect.bisect_right(starts, (start, float("inf"))) - 1
         in_step[kind].append(at >= 0 and starts[at][0] <= start < starts[at][1])
-    breakdown = timeline.breakdown if timeline is not None else None
-    findings = report.diagnosis.findings if report.diagnosis is not None else ()
-    return RankSummary(
-        rank=rank,
-        source=source,
-        world_size=dist.world_size if dist is not None else None,
-        device=label,
-        on_device=device is not None,
-        steps=len(steps),
-        step_median_us=statistics.median(s.dur_us for s in steps) if steps else None,
-        window_us=hi - lo,
-        busy_us=timeline.busy_us if timeline is not None else 0.0,
-        compute_us=union_length(compute_spans),
-        comm_us=comm_us,
-        exposed_comm_us=comm_us - overlap,
-        idle_us=tuple(breakdown.us_by_category().items()) if breakdown is not None else (),
-        step_compute_us=step_compute,
-        collective_calls=_by_kind(calls),
-        collective_bytes=tuple(sorted(sizes.items())),
-        collective_groups=tuple(sorted(groups.items())),
-        top_findings=tuple(f.kind for f in findings[:3]),
-        steps_us=sum(s.dur_us for s in steps),
-        step_comm_us=step_comm,
-        step_exposed_comm_us=step_exposed,
-        collective_in_step=tuple((kind, tuple(v)) for kind, v in sorted(in_step.items())),
-    )
+    return tuple((kind, tuple(v)) for kind, v in sorted(in_step.items()))
 
 
 def _by_kind(calls: list[tuple[float, str, float]]) -> tuple[tuple[str, tuple[float, ...]], ...]:

@@ -55,7 +55,7 @@ from gpuprof_nb.analysis.derived import (
 from gpuprof_nb.analysis.intervals import Interval, merge_arrays, union_length
 from gpuprof_nb.analysis.streams import launch_delays, runtime_durs, stream_idle, stream_queues
 from gpuprof_nb.model.build import fast_maker
-from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, SyncEvent, Trace
+from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, Step, SyncEvent, Trace
 from gpuprof_nb.results.timeline import (
     IDLE_CAUSES,
     IdleBreakdown,
@@ -535,124 +535,19 @@ def device_timeline(trace: Trace | TraceIndex) -> Timeline:
     lo, hi = activity_window(ix)
     device, notes, only_device = _device_choice(ix)
     on_device = device is not None
-    ops = trace.ops
-    top = top_level_positions(ix)
     kernels: Sequence[Kernel] = ()
     if on_device:
         kernels = trace.kernels if only_device else device_kernels(ix, device)
         kc = kernel_columns(ix, kernels, key=("device", device))
         starts, ends = kc.start, kc.end
     else:
-        starts = np.array([ops[i].start_us for i in top], dtype=float)
-        ends = starts + np.array([ops[i].dur_us for i in top], dtype=float)
-        launched = len(unrecorded_launches(trace))
-        what = (
-            f"the GPU ran ({launched} calls queued work on it) but its kernels were not recorded"
-            if launched
-            else "no device activity in the trace"
-        )
-        notes += (
-            f"{what}: the breakdown is of the host "
-            "(busy = inside torch ops, host = Python between them)",
-        )
+        starts, ends = _host_busy(ix)
+        notes += (_host_view_note(trace),)
     # Clipped to the window, then merged: merge_intervals(clip_intervals(...)).
     busy_starts, busy_ends = merge_arrays(np.maximum(starts, lo), np.minimum(ends, hi))
     classifier = _Classifier(ix, device, busy_starts, kernels)
-
-    # The holes between busy stretches (gaps_between(busy, lo, hi)).
-    if hi > lo:
-        hole_lo = np.concatenate(([lo], busy_ends))
-        hole_hi = np.concatenate((busy_starts, [hi]))
-        keep = hole_hi > hole_lo
-        hole_lo, hole_hi = hole_lo[keep], hole_hi[keep]
-    else:
-        hole_lo = hole_hi = np.zeros(0)
-    leading, trailing = hole_lo <= lo, hole_hi >= hi
-    gap_lo, gap_hi = hole_lo, hole_hi
-    if len(classifier.dl_starts) and len(hole_lo):
-        k = np.searchsorted(classifier.dl_starts, hole_hi, side="left") - 1
-        with_dl = (k >= 0) & (classifier.dl_ends[np.maximum(k, 0)] > hole_lo)
-    else:
-        with_dl = np.zeros(len(hole_lo), dtype=bool)
-    if not with_dl.any():
-        gap_cause = classifier.causes(hole_lo, hole_hi, leading, trailing)
-    else:
-        # Holes the DataLoader reaches: its parts are "dataloader", the rest of the hole is
-        # judged as a whole hole would be (its bounds decide launch gaps and edges). The
-        # DataLoader spans are merged (sorted, apart), so their ends strictly inside holes cut
-        # the holes into pieces that are each wholly in a span or wholly out of all.
-        dl_starts, dl_ends = classifier.dl_starts, classifier.dl_ends
-        cuts = np.concatenate((dl_starts, dl_ends))
-        h = np.searchsorted(hole_lo, cuts, side="right") - 1
-        inside = h >= 0
-        inside[inside] = cuts[inside] < hole_hi[h[inside]]
-        inside &= cuts > hole_lo[np.maximum(h, 0)]
-        cuts = cuts[inside]
-        # Pieces in order: the i-th start goes with the i-th end (holes are disjoint).
-        gap_lo = np.sort(np.concatenate((hole_lo, cuts)))
-        gap_hi = np.sort(np.concatenate((hole_hi, cuts)))
-        hole = np.searchsorted(hole_lo, gap_lo, side="right") - 1
-        k = np.searchsorted(dl_starts, gap_lo, side="right") - 1
-        piece_dl = (k >= 0) & (dl_ends[np.maximum(k, 0)] > gap_lo)
-        gap_cause = classifier.causes(
-            hole_lo[hole], hole_hi[hole], leading[hole], trailing[hole], piece_lo=gap_lo
-        )
-        gap_cause[piece_dl] = _DATALOADER
-    lo_list, hi_list = gap_lo.tolist(), gap_hi.tolist()
-    causes = np.array(IDLE_CAUSES, dtype=object)[gap_cause].tolist() if len(gap_cause) else []
-    gaps = list(map(_new_gap, lo_list, hi_list, causes))
-
-    # Host time inside torch ops, per host gap, computed once for the window and the steps.
-    is_host = gap_cause == _HOST
-    gap_host_us = np.zeros(len(gaps))
-    if on_device:
-        gap_host_us[is_host] = classifier.host_in_ops_many(gap_lo[is_host], gap_hi[is_host])
-
-    def breakdown(first: int, last: int, a: float, b: float) -> IdleBreakdown:
-        # The gaps first..last-1 clipped to [a, b] (max/min as clip_intervals does).
-        g_lo = np.maximum(gap_lo[first:last], a)
-        g_hi = np.minimum(gap_hi[first:last], b)
-        keep = g_hi > g_lo
-        causes = gap_cause[first:last][keep]
-        per = _per_cause((g_hi - g_lo)[keep], causes)
-        host_in_ops = 0.0
-        if on_device:
-            host = np.flatnonzero(keep & is_host[first:last])
-            whole = (g_lo[host] == gap_lo[first:last][host]) & (
-                g_hi[host] == gap_hi[first:last][host]
-            )
-            values = gap_host_us[first:last][host]
-            for g in np.flatnonzero(~whole).tolist():  # clipped at the span's edges
-                values[g] = classifier.host_in_ops_us(float(g_lo[host[g]]), float(g_hi[host[g]]))
-            host_in_ops = reduce(add, values.tolist(), 0.0)
-        return IdleBreakdown(
-            span_us=max(b - a, 0.0),
-            busy_us=_busy_in(busy_starts, busy_ends, a, b),
-            dataloader_us=per["dataloader"],
-            sync_us=per["sync"],
-            launch_us=per["launch"],
-            host_us=per["host"],
-            other_us=per["other"],
-            host_in_ops_us=host_in_ops,
-        )
-
-    overall = breakdown(0, len(gaps), lo, hi)
-    steps = []
-    for step in trace.steps:
-        s_lo, s_hi = max(step.start_us, lo), min(step.end_us, hi)
-        if s_hi < s_lo:
-            s_hi = s_lo
-        first = max(bisect.bisect_right(lo_list, s_lo) - 1, 0)
-        last = bisect.bisect_left(lo_list, s_hi)
-        steps.append(
-            StepTimeline(
-                step.number,
-                step.name,
-                step.start_us,
-                step.end_us,
-                breakdown(first, last, s_lo, s_hi),
-            )
-        )
+    gaps = _GapTable(classifier, busy_starts, busy_ends, lo, hi, on_device)
+    overall = gaps.breakdown(0, len(gaps.gaps), lo, hi)
     timeline = Timeline(
         window_us=overall.span_us,
         busy_us=overall.busy_us,
@@ -661,8 +556,8 @@ def device_timeline(trace: Trace | TraceIndex) -> Timeline:
         device=device,
         on_device=on_device,
         breakdown=overall,
-        steps=tuple(steps),
-        gaps=tuple(gaps),
+        steps=gaps.steps(trace.steps, lo, hi),
+        gaps=tuple(gaps.gaps),
         notes=notes,
     )
     if not on_device:
@@ -677,6 +572,163 @@ def device_timeline(trace: Trace | TraceIndex) -> Timeline:
         queue_span_us=span,
         launch_delays=launch_delays(ix, device),
     )
+
+
+def _host_busy(ix: TraceIndex) -> tuple[np.ndarray, np.ndarray]:
+    """Return the starts and ends of the top-level torch ops: the host's busy time on a trace
+    without device activity."""
+    ops = ix.trace.ops
+    top = top_level_positions(ix)
+    starts = np.array([ops[i].start_us for i in top], dtype=float)
+    ends = starts + np.array([ops[i].dur_us for i in top], dtype=float)
+    return starts, ends
+
+
+def _host_view_note(trace: Trace) -> str:
+    """Return the note of a timeline of the host: why there is no device to draw."""
+    launched = len(unrecorded_launches(trace))
+    what = (
+        f"the GPU ran ({launched} calls queued work on it) but its kernels were not recorded"
+        if launched
+        else "no device activity in the trace"
+    )
+    return (
+        f"{what}: the breakdown is of the host "
+        "(busy = inside torch ops, host = Python between them)"
+    )
+
+
+class _GapTable:
+    """The idle gaps of the window between busy stretches, each with its cause (array
+    columns), and the idle breakdown of any span of them."""
+
+    def __init__(
+        self,
+        classifier: _Classifier,
+        busy_starts: np.ndarray,
+        busy_ends: np.ndarray,
+        lo: float,
+        hi: float,
+        on_device: bool,
+    ) -> None:
+        self.classifier = classifier
+        self.busy_starts, self.busy_ends = busy_starts, busy_ends
+        self.on_device = on_device
+        hole_lo, hole_hi = _holes(busy_starts, busy_ends, lo, hi)
+        self.lo, self.hi, self.cause = _classify_holes(classifier, hole_lo, hole_hi, lo, hi)
+        self.lo_list = self.lo.tolist()
+        hi_list = self.hi.tolist()
+        causes = np.array(IDLE_CAUSES, dtype=object)[self.cause].tolist() if len(self.cause) else []
+        self.gaps = list(map(_new_gap, self.lo_list, hi_list, causes))
+        # Host time inside torch ops, per host gap, computed once for the window and the steps.
+        self.is_host = self.cause == _HOST
+        self.host_us = np.zeros(len(self.gaps))
+        if on_device:
+            self.host_us[self.is_host] = classifier.host_in_ops_many(
+                self.lo[self.is_host], self.hi[self.is_host]
+            )
+
+    def breakdown(self, first: int, last: int, a: float, b: float) -> IdleBreakdown:
+        """Return the idle breakdown of [a, b], whose gaps are first..last-1 (clipped to it,
+        max/min as clip_intervals does)."""
+        g_lo = np.maximum(self.lo[first:last], a)
+        g_hi = np.minimum(self.hi[first:last], b)
+        keep = g_hi > g_lo
+        causes = self.cause[first:last][keep]
+        per = _per_cause((g_hi - g_lo)[keep], causes)
+        host_in_ops = 0.0
+        if self.on_device:
+            host = np.flatnonzero(keep & self.is_host[first:last])
+            whole = (g_lo[host] == self.lo[first:last][host]) & (
+                g_hi[host] == self.hi[first:last][host]
+            )
+            values = self.host_us[first:last][host]
+            for g in np.flatnonzero(~whole).tolist():  # clipped at the span's edges
+                values[g] = self.classifier.host_in_ops_us(
+                    float(g_lo[host[g]]), float(g_hi[host[g]])
+                )
+            host_in_ops = reduce(add, values.tolist(), 0.0)
+        return IdleBreakdown(
+            span_us=max(b - a, 0.0),
+            busy_us=_busy_in(self.busy_starts, self.busy_ends, a, b),
+            dataloader_us=per["dataloader"],
+            sync_us=per["sync"],
+            launch_us=per["launch"],
+            host_us=per["host"],
+            other_us=per["other"],
+            host_in_ops_us=host_in_ops,
+        )
+
+    def steps(self, steps: Sequence[Step], lo: float, hi: float) -> tuple[StepTimeline, ...]:
+        """Return each step's timeline, the step clipped to the window [lo, hi]."""
+        out = []
+        lo_list = self.lo_list
+        for step in steps:
+            s_lo, s_hi = max(step.start_us, lo), min(step.end_us, hi)
+            if s_hi < s_lo:
+                s_hi = s_lo
+            first = max(bisect.bisect_right(lo_list, s_lo) - 1, 0)
+            last = bisect.bisect_left(lo_list, s_hi)
+            out.append(
+                StepTimeline(
+                    step.number,
+                    step.name,
+                    step.start_us,
+                    step.end_us,
+                    self.breakdown(first, last, s_lo, s_hi),
+                )
+            )
+        return tuple(out)
+
+
+def _holes(
+    busy_starts: np.ndarray, busy_ends: np.ndarray, lo: float, hi: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return the holes between the merged busy stretches within [lo, hi] (gaps_between(busy,
+    lo, hi)): their starts and ends."""
+    if not hi > lo:
+        return np.zeros(0), np.zeros(0)
+    hole_lo = np.concatenate(([lo], busy_ends))
+    hole_hi = np.concatenate((busy_starts, [hi]))
+    keep = hole_hi > hole_lo
+    return hole_lo[keep], hole_hi[keep]
+
+
+def _classify_holes(
+    classifier: _Classifier, hole_lo: np.ndarray, hole_hi: np.ndarray, lo: float, hi: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return the idle gaps (starts, ends, cause codes): the holes, cut where the
+    DataLoader's spans begin or end inside one."""
+    leading, trailing = hole_lo <= lo, hole_hi >= hi
+    dl_starts, dl_ends = classifier.dl_starts, classifier.dl_ends
+    if len(dl_starts) and len(hole_lo):
+        k = np.searchsorted(dl_starts, hole_hi, side="left") - 1
+        with_dl = (k >= 0) & (dl_ends[np.maximum(k, 0)] > hole_lo)
+    else:
+        with_dl = np.zeros(len(hole_lo), dtype=bool)
+    if not with_dl.any():
+        return hole_lo, hole_hi, classifier.causes(hole_lo, hole_hi, leading, trailing)
+    # Holes the DataLoader reaches: its parts are "dataloader", the rest of the hole is
+    # judged as a whole hole would be (its bounds decide launch gaps and edges). The
+    # DataLoader spans are merged (sorted, apart), so their ends strictly inside holes cut
+    # the holes into pieces that are each wholly in a span or wholly out of all.
+    cuts = np.concatenate((dl_starts, dl_ends))
+    h = np.searchsorted(hole_lo, cuts, side="right") - 1
+    inside = h >= 0
+    inside[inside] = cuts[inside] < hole_hi[h[inside]]
+    inside &= cuts > hole_lo[np.maximum(h, 0)]
+    cuts = cuts[inside]
+    # Pieces in order: the i-th start goes with the i-th end (holes are disjoint).
+    gap_lo = np.sort(np.concatenate((hole_lo, cuts)))
+    gap_hi = np.sort(np.concatenate((hole_hi, cuts)))
+    hole = np.searchsorted(hole_lo, gap_lo, side="right") - 1
+    k = np.searchsorted(dl_starts, gap_lo, side="right") - 1
+    piece_dl = (k >= 0) & (dl_ends[np.maximum(k, 0)] > gap_lo)
+    gap_cause = classifier.causes(
+        hole_lo[hole], hole_hi[hole], leading[hole], trailing[hole], piece_lo=gap_lo
+    )
+    gap_cause[piece_dl] = _DATALOADER
+    return gap_lo, gap_hi, gap_cause
 
 
 def median_duration_us(durations: Sequence[float]) -> float:
