@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _paths import SHARED_TRACES as SHARED
 
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.diagnose import FIX_ORDER, Diagnosis, diagnose, op_class
@@ -633,7 +634,6 @@ def test_a_sync_late_in_a_gap_does_not_claim_the_gap():
     assert sync is None or (sync.severity == "info" and sync.share < 0.01)
 
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 SHARED_TRACES = (
     sorted(p for p in SHARED.rglob("*.json*") if not p.name.endswith(".raw.gz"))
     if SHARED.is_dir()
