@@ -181,6 +181,15 @@ def _version(module: str, python: str | None = None) -> str:
         return "not installed"
 
 
+def _shown(path: Path) -> str:
+    """A path as RESULTS.md shows it: relative to the repository root (`../shared/traces`),
+    so the file says nothing about the machine's own folders."""
+    try:
+        return os.path.relpath(path.resolve(), REPO)
+    except ValueError:  # another drive on Windows
+        return str(path)
+
+
 def machine_lines(cfg: BenchConfig) -> list[str]:
     """Machine and versions, so anyone can tell whether their numbers are comparable."""
     cpu = platform.processor() or platform.machine()
@@ -213,7 +222,7 @@ def machine_lines(cfg: BenchConfig) -> list[str]:
         f"{_version('orjson', cfg.hta_python)}) in `{cfg.hta_python}`"
         if cfg.hta_python
         else "- HolisticTraceAnalysis: not available",
-        f"- traces: `{cfg.traces_dir}`; repeats per measurement: {cfg.repeats} "
+        f"- traces: `{_shown(cfg.traces_dir)}`; repeats per measurement: {cfg.repeats} "
         f"(large inputs: {cfg.big_repeats}); memory cap per child: "
         f"{cfg.cap_bytes / 2**30:.0f} GiB",
     ]
