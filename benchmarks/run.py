@@ -3,7 +3,7 @@
     python benchmarks/run.py [--quick]
                              [--only overhead,accuracy,traces,json,snapshots,notebook,findings,
                                      compare,runs,stragglers,training,samplers,fit,modules,hostile,
-                                     timeline,lines]
+                                     timeline,lines,gcpause]
                              [--repeats N] [--big-trace-mb N] [--big-snapshot-mb N]
                              [--traces-dir DIR] [--hta-python PATH] [--out PATH]
                              [--cache-dir DIR] [--cap-gb N]
@@ -54,6 +54,7 @@ COMPARISONS = {
     "hostile": "benchmarks.hostile_inputs",
     "timeline": "benchmarks.timeline_analyses",
     "lines": "benchmarks.linetrace",
+    "gcpause": "benchmarks.gc_pause",
 }
 # Each comparison's section title in RESULTS.md (what --reuse finds there).
 TITLES = {
@@ -74,6 +75,7 @@ TITLES = {
     "hostile": "14. Hostile inputs",
     "timeline": "15. Timeline analyses (issue 38)",
     "lines": "16. Exact line events against the line sampler",
+    "gcpause": "17. The garbage collector paused while loading",
 }
 
 
