@@ -16,15 +16,13 @@ Target (issue 37): the prediction, fit included, under 1 s.
 from __future__ import annotations
 
 import dataclasses
-import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks.config import BenchConfig, Section, Target
+from benchmarks.measure import timed
 
 REPO = Path(__file__).resolve().parent.parent
 FIT = REPO / "tests" / "data" / "fit"
@@ -99,15 +97,6 @@ def repeated(snapshot: Any, events: int) -> Any:
     return dataclasses.replace(snapshot, traces=(tiled,), step=record)
 
 
-def _timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
-
-
 def measure(events: int, repeats: int) -> dict[str, Any]:
     from gpuprof_nb.analysis.fit import categories_and_fit, fit_batch_size
     from gpuprof_nb.analysis.memory import analyze_snapshot
@@ -116,16 +105,16 @@ def measure(events: int, repeats: int) -> dict[str, Any]:
 
     main = repeated(load_snapshot(FIT / "tiny_b8.pickle"), events)
     other = repeated(load_snapshot(FIT / "tiny_b4.pickle"), events)
-    fit_s, fit = _timed(lambda: fit_batch_size(main, 8, other, 4), repeats)
+    fit_s, fit = timed(lambda: fit_batch_size(main, 8, other, 4), repeats)
     peak = fit.predict(8).peak_bytes
 
     def predict() -> Any:
         return [fit.predict(16), fit.predict(32), fit.largest_batch(4 * peak)]
 
-    predict_s, _ = _timed(predict, max(repeats, 5))
-    cats_s, _ = _timed(lambda: categories_and_fit(main), repeats)
-    plan_s, plan = _timed(lambda: plan_checkpointing(main, int(peak * 0.9), fit=fit), 1)
-    analyze_s, _ = _timed(lambda: analyze_snapshot(main), 1)
+    predict_s, _ = timed(predict, max(repeats, 5))
+    cats_s, _ = timed(lambda: categories_and_fit(main), repeats)
+    plan_s, plan = timed(lambda: plan_checkpointing(main, int(peak * 0.9), fit=fit), 1)
+    analyze_s, _ = timed(lambda: analyze_snapshot(main), 1)
     return {
         "events": main.n_events,
         "other_events": other.n_events,

@@ -13,13 +13,13 @@ import json
 import os
 import pickle
 import struct
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.config import BenchConfig, Section, Target
+from benchmarks.measure import run_watched
 
 REPO = Path(__file__).resolve().parent.parent
 MB = 2**20
@@ -227,39 +227,36 @@ ranks = [RankSummary(rank=r, source=f"rank-{{r}}", world_size=8, device="cpu",
 
 
 def _run_case(code: str, setup: str, cap_bytes: int, timeout: float) -> dict[str, object]:
-    env = dict(
-        os.environ,
-        KINETO_LOG_LEVEL="6",
-        MPLBACKEND="Agg",
-        PYTHONHASHSEED="0",
-        OPENBLAS_NUM_THREADS="1",
-    )
+    """The case in a child under RLIMIT_AS `cap_bytes` (an allocation past it fails in the
+    child, as a MemoryError it reports) and a `timeout`; a crash or hang is its outcome."""
     started = time.perf_counter()
     try:
-        proc = subprocess.run(
+        rc, out, err, _ = run_watched(
             [sys.executable, "-c", _CHILD, str(REPO), code, setup],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout,
-            preexec_fn=lambda: _cap(cap_bytes),
+            cap_bytes=2 * cap_bytes,  # the process tree's cap: only a backstop here
+            timeout_s=timeout,
+            poll_s=0.1,
+            env=dict(os.environ, OPENBLAS_NUM_THREADS="1"),
+            address_space_bytes=cap_bytes,
         )
-    except subprocess.TimeoutExpired:
-        return {"outcome": f"HANG (over {timeout:.0f} s)", "seconds": timeout, "peak": 0, "base": 0}
-    if proc.returncode != 0 or not proc.stdout.strip():
+    except RuntimeError as exc:
+        if "ran over" in str(exc):
+            return {
+                "outcome": f"HANG (over {timeout:.0f} s)",
+                "seconds": timeout,
+                "peak": 0,
+                "base": 0,
+            }
+        raise
+    text = out.decode(errors="replace")
+    if rc != 0 or not text.strip():
         return {
-            "outcome": f"CRASH (exit {proc.returncode}): {proc.stderr[-200:]}",
+            "outcome": f"CRASH (exit {rc}): {err.decode(errors='replace')[-200:]}",
             "seconds": time.perf_counter() - started,
             "peak": 0,
             "base": 0,
         }
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _cap(cap_bytes: int) -> None:
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (cap_bytes, cap_bytes))
+    return dict(json.loads(text.strip().splitlines()[-1]))
 
 
 def measure_cases(cfg: BenchConfig, work: Path) -> list[dict[str, object]]:

@@ -13,17 +13,17 @@ every approach alike), each approach going from the file on disk to its result:
 
 from __future__ import annotations
 
-import gc
 import gzip
 import json
 import statistics
-import time
 import typing
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from benchmarks.config import BenchConfig, Section
+from benchmarks.measure import fmt_s, interleaved
 from benchmarks.trace_analysis import decompressed_bytes, real_traces
 
 MIN_BYTES = 20 * 2**20  # traces this big or bigger are measured (the largest few)
@@ -90,29 +90,6 @@ def _pick_traces(cfg: BenchConfig) -> list[tuple[Path, int]]:
     return big or sized[:1]
 
 
-def measure_trace(
-    path: Path, approaches: dict[str, Callable[[Path], Any] | None], repeats: int
-) -> dict[str, list[float]]:
-    """Seconds per run of each available approach on one trace, interleaved round by round."""
-    times: dict[str, list[float]] = {k: [] for k, fn in approaches.items() if fn is not None}
-    for _ in range(repeats):
-        for label in times:
-            fn = approaches[label]
-            assert fn is not None
-            gc.collect()
-            t0 = time.perf_counter()
-            result = fn(path)
-            times[label].append(time.perf_counter() - t0)
-            del result
-    return times
-
-
-def _fmt_s(seconds: float) -> str:
-    if seconds < 0.01:
-        return f"{seconds * 1000:.1f} ms"
-    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
-
-
 def run(cfg: BenchConfig) -> Section:
     """Time every approach on the largest real traces; return the RESULTS.md section."""
     approaches = _approaches()
@@ -132,7 +109,8 @@ def run(cfg: BenchConfig) -> Section:
     ratios: dict[str, list[float]] = {k: [] for k in labels}
     picked = _pick_traces(cfg)
     for path, size in picked:
-        times = measure_trace(path, approaches, repeats)
+        available = {k: fn for k, fn in approaches.items() if fn is not None}
+        times = interleaved({k: partial(fn, path) for k, fn in available.items()}, repeats)
         floor = statistics.median(times["json.load"])
         cells = []
         for label in labels:
@@ -141,7 +119,7 @@ def run(cfg: BenchConfig) -> Section:
                 continue
             med = statistics.median(times[label])
             ratios[label].append(med / floor)
-            cells.append(f"{_fmt_s(med)} ({_fmt_s(min(times[label]))}) {med / floor:.2f}x")
+            cells.append(f"{fmt_s(med)} ({fmt_s(min(times[label]))}) {med / floor:.2f}x")
         name = path.relative_to(cfg.traces_dir) if path.is_relative_to(cfg.traces_dir) else path
         lines.append(f"| `{name}` | {size / 2**20:.1f} MB | " + " | ".join(cells) + " |")
     lines.append("")

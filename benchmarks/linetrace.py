@@ -21,7 +21,6 @@ median's standard error.
 from __future__ import annotations
 
 import gc
-import math
 import random
 import statistics
 import sys
@@ -31,7 +30,7 @@ from types import CodeType
 from typing import Any
 
 from benchmarks.config import BenchConfig, Section, Target
-from benchmarks.overhead import precision
+from benchmarks.measure import pct, ratios
 
 TITLE = "16. Exact line events against the line sampler"
 # Issue 32's goals for the tracer's cost, as fractions of the profiled run.
@@ -166,12 +165,6 @@ def _code(name: str, n: int) -> CodeType:
     return compile(body, f"<ipython-input-{list(CELLS).index(name) + 1}-0a1b2c3d>", "exec")
 
 
-def _pct(values: list[float]) -> str:
-    error = precision(values)
-    spread = f" (± {error:.1%})" if not math.isnan(error) else ""
-    return f"{statistics.median(values):+.1%}{spread}"
-
-
 def measure(cfg: BenchConfig) -> dict[str, Any]:
     """Every number of the section, as plain data."""
     import torch
@@ -286,10 +279,6 @@ def _right_in_a_kernel(cfg: BenchConfig) -> dict[str, dict[str, list[str]]] | No
     return out
 
 
-def _ratios(values: list[int], reference: list[int]) -> list[float]:
-    return [v / r - 1 for v, r in zip(values, reference, strict=True)]
-
-
 def render(cfg: BenchConfig, data: dict[str, Any]) -> Section:
     from gpuprof_nb.capture.linetrace import default_engine
 
@@ -314,11 +303,9 @@ def render(cfg: BenchConfig, data: dict[str, Any]) -> Section:
         cpu = {label: [c for _, c in v] for label, v in times.items()}
         wall = {label: [w for w, _ in v] for label, v in times.items()}
         for label in times:
-            vs_none = "-" if label == NONE else _pct(_ratios(cpu[label], cpu[NONE]))
-            vs_sampler = (
-                "-" if label in (NONE, SAMPLER) else _pct(_ratios(cpu[label], cpu[SAMPLER]))
-            )
-            wall_vs = "-" if label == NONE else _pct(_ratios(wall[label], wall[NONE]))
+            vs_none = "-" if label == NONE else pct(ratios(cpu[label], cpu[NONE]))
+            vs_sampler = "-" if label in (NONE, SAMPLER) else pct(ratios(cpu[label], cpu[SAMPLER]))
+            wall_vs = "-" if label == NONE else pct(ratios(wall[label], wall[NONE]))
             lines.append(
                 f"| {name} | {label} | {statistics.median(cpu[label]) / 1e6:.1f} ms "
                 f"| {vs_none} | {vs_sampler} | {statistics.median(wall[label]) / 1e6:.1f} ms "
@@ -363,12 +350,12 @@ def render(cfg: BenchConfig, data: dict[str, Any]) -> Section:
     def cost(label: str, cell: str) -> float | None:
         if not cpu_of(cell, label):
             return None
-        return statistics.median(_ratios(cpu_of(cell, label), cpu_of(cell, NONE)))
+        return statistics.median(ratios(cpu_of(cell, label), cpu_of(cell, NONE)))
 
     def vs_sampler(label: str, cell: str) -> float | None:
         if not cpu_of(cell, label) or not cpu_of(cell, SAMPLER):
             return None
-        return statistics.median(_ratios(cpu_of(cell, label), cpu_of(cell, SAMPLER)))
+        return statistics.median(ratios(cpu_of(cell, label), cpu_of(cell, SAMPLER)))
 
     for cell, goal in ((TRAINING, TRAINING_GOAL), (PER_SAMPLE, PER_SAMPLE_GOAL)):
         got = cost(TRACER, cell)

@@ -11,7 +11,9 @@ comparison cannot take the shared machine's memory.
 
 from __future__ import annotations
 
+import gc
 import json
+import math
 import os
 import signal
 import statistics
@@ -19,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,29 +104,36 @@ def _tree_rss_bytes(root: int) -> int:
     return total
 
 
-def run_child(
-    python: str,
-    mode: str,
-    path: str,
+def run_watched(
+    argv: list[str],
     *,
     cap_bytes: int,
-    timeout_s: float = 1800.0,
-    profile: bool = False,
-    poll_s: float = 0.02,
-) -> Run:
-    """Run `child.py MODE PATH` with `python`; raise RuntimeError with the reason on failure.
-    With `profile`, the child runs under cProfile and reports its hotspots in the facts.
-    The process tree's memory is read every `poll_s` seconds (each read costs about 2 ms of
-    CPU: a longer interval for long runs that must leave every core to the child)."""
-    env = dict(os.environ, KINETO_LOG_LEVEL="6", MPLBACKEND="Agg", PYTHONHASHSEED="0")
-    if profile:
-        env["GPUPROF_BENCH_PROFILE"] = "1"
+    timeout_s: float,
+    poll_s: float,
+    env: dict[str, str] | None = None,
+    address_space_bytes: int | None = None,
+) -> tuple[int, bytes, bytes, int]:
+    """Run `argv` in a new session, reading its process tree's memory every `poll_s` seconds;
+    kill the tree (RuntimeError saying why) past `cap_bytes` or `timeout_s`. With
+    `address_space_bytes`, the child also runs under that RLIMIT_AS, so an allocation past it
+    fails inside the child (MemoryError) instead of the child being killed from outside.
+    Return (exit code, stdout, stderr, the tree's peak RSS seen)."""
+    child_env = dict(os.environ if env is None else env, KINETO_LOG_LEVEL="6", MPLBACKEND="Agg")
+    child_env["PYTHONHASHSEED"] = "0"
+
+    def limit() -> None:
+        if address_space_bytes is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (address_space_bytes, address_space_bytes))
+
     proc = subprocess.Popen(
-        [python, str(HERE / "child.py"), mode, path],
+        argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=env,
+        env=child_env,
         start_new_session=True,
+        preexec_fn=limit if address_space_bytes is not None else None,
     )
     peak_tree = 0
     killed_for = ""
@@ -148,19 +158,78 @@ def run_child(
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    # Read the pipes before reaping so a chatty child cannot block on a full pipe.
-    out = proc.stdout.read() if proc.stdout else b""
+    # Read stdout on a thread and stderr here, so a chatty child cannot block on a full pipe.
+    out_box: list[bytes] = []
+    reader = threading.Thread(
+        target=lambda: out_box.append(proc.stdout.read() if proc.stdout else b""), daemon=True
+    )
+    reader.start()
     err = proc.stderr.read() if proc.stderr else b""
+    reader.join()
     _, status, _usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     done.set()
     watcher.join()
     if killed_for:
         raise RuntimeError(f"killed: {killed_for} (peak seen {peak_tree / 2**30:.2f} GiB)")
-    if proc.returncode != 0:
-        lines = err.decode(errors="replace").strip().splitlines() or ["(no message)"]
-        # The exception line (the last) says what went wrong; the traceback is noise here.
-        raise RuntimeError(f"exit {proc.returncode}: {lines[-1][:200]}")
+    return proc.returncode, out_box[0] if out_box else b"", err, peak_tree
+
+
+def _last_error_line(err: bytes) -> str:
+    lines = err.decode(errors="replace").strip().splitlines() or ["(no message)"]
+    # The exception line (the last) says what went wrong; the traceback is noise here.
+    return lines[-1][:200]
+
+
+def run_script(
+    code: str,
+    *args: str,
+    cap_bytes: int = 12 * 2**30,
+    timeout_s: float = 1800.0,
+    poll_s: float = 0.05,
+    python: str | None = None,
+) -> Any:
+    """Run `python -c code args...` as a watched child (memory cap, timeout: RuntimeError
+    saying why) and return the JSON value on its last line of stdout (None when it printed
+    nothing): what a comparison's own child code reports."""
+    rc, out, err, _ = run_watched(
+        [python or sys.executable, "-c", code, *args],
+        cap_bytes=cap_bytes,
+        timeout_s=timeout_s,
+        poll_s=poll_s,
+    )
+    if rc != 0:
+        raise RuntimeError(f"exit {rc}: {_last_error_line(err)}")
+    lines = out.decode().strip().splitlines()
+    return json.loads(lines[-1]) if lines else None
+
+
+def run_child(
+    python: str,
+    mode: str,
+    path: str,
+    *,
+    cap_bytes: int,
+    timeout_s: float = 1800.0,
+    profile: bool = False,
+    poll_s: float = 0.02,
+) -> Run:
+    """Run `child.py MODE PATH` with `python`; raise RuntimeError with the reason on failure.
+    With `profile`, the child runs under cProfile and reports its hotspots in the facts.
+    The process tree's memory is read every `poll_s` seconds (each read costs about 2 ms of
+    CPU: a longer interval for long runs that must leave every core to the child)."""
+    env = dict(os.environ)
+    if profile:
+        env["GPUPROF_BENCH_PROFILE"] = "1"
+    rc, out, err, peak_tree = run_watched(
+        [python, str(HERE / "child.py"), mode, path],
+        cap_bytes=cap_bytes,
+        timeout_s=timeout_s,
+        poll_s=poll_s,
+        env=env,
+    )
+    if rc != 0:
+        raise RuntimeError(f"exit {rc}: {_last_error_line(err)}")
     line = out.decode().strip().splitlines()[-1]
     report = json.loads(line)
     peak = max(peak_tree, int(report.get("peak_rss_bytes", 0)))
@@ -225,3 +294,64 @@ def hotspot_lines(run: Run, limit: int = 6) -> list[str]:
 
 def this_python() -> str:
     return sys.executable
+
+
+# --------------------------------------------------------------------------------------------
+# in-process timing and the numbers every section prints
+
+
+def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    """Median seconds of `repeats` calls of `fn` (perf_counter), and the last call's value."""
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def interleaved(
+    approaches: dict[str, Callable[[], Any]], repeats: int, *, collect: bool = True
+) -> dict[str, list[float]]:
+    """Seconds per call of each approach, round-robin (one call of each per round) so a slow
+    spell of a shared machine falls on all of them alike; an untimed gc.collect() before each
+    call unless `collect` is false."""
+    times: dict[str, list[float]] = {label: [] for label in approaches}
+    for _ in range(repeats):
+        for label, fn in approaches.items():
+            if collect:
+                gc.collect()
+            t0 = time.perf_counter()
+            result = fn()
+            times[label].append(time.perf_counter() - t0)
+            del result
+    return times
+
+
+def precision(values: list[float]) -> float:
+    """Standard error of a median of `values` (normal approximation from the IQR)."""
+    if len(values) < 4:
+        return float("nan")
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return 1.2533 * (q3 - q1) / 1.349 / math.sqrt(len(values))
+
+
+def ratios(values: list[int] | list[float], reference: list[int] | list[float]) -> list[float]:
+    """Each round's value over the same round's reference, less one (+0.05 = 5% more)."""
+    return [v / r - 1 for v, r in zip(values, reference, strict=True)]
+
+
+def pct(values: list[float]) -> str:
+    """The median of per-round ratios as a signed percentage, ± its standard error."""
+    error = precision(values)
+    spread = f" (± {error:.1%})" if not math.isnan(error) else ""
+    return f"{statistics.median(values):+.1%}{spread}"
+
+
+def fmt_s(seconds: float) -> str:
+    """A duration for a table: '4.2 ms', '412 ms', '2.07 s'; '-' for nan (not measured)."""
+    if seconds != seconds:
+        return "-"
+    if seconds < 0.01:
+        return f"{seconds * 1000:.1f} ms"
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"

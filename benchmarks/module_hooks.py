@@ -14,7 +14,7 @@ order, one untimed call of each first and `gc.collect()` before each call:
   the recorder inside `profile_cell`: nothing recorded, nothing added.
 
 Each "vs none" is the median over rounds of that round's ratio to the variant without the
-recorder, with the standard error of that median (1.2533 * sd / sqrt(n)).
+recorder, with the standard error of that median (benchmarks/measure.precision).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from benchmarks.measure import precision, ratios  # noqa: E402
 from gpuprof_nb.capture.modules import MODULE_PREFIX, ModuleRecorder  # noqa: E402
 from gpuprof_nb.capture.profiler import profile_cell  # noqa: E402
 
@@ -207,9 +208,9 @@ def measure(rounds: int, layers: int, seed: int = 0) -> list[dict[str, object]]:
         ref = baseline.get(name)
         if ref is not None:
             for key, series in (("vs_none", times), ("cpu_vs_none", cpu)):
-                ratios = [a / b for a, b in zip(series[name], series[ref], strict=True)]
-                row[key] = statistics.median(ratios) - 1.0
-                row[key + "_se"] = 1.2533 * statistics.stdev(ratios) / len(ratios) ** 0.5
+                per_round = ratios(series[name], series[ref])
+                row[key] = statistics.median(per_round)
+                row[key + "_se"] = precision(per_round)
         rows.append(row)
     return rows
 

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.config import BenchConfig, Section, Target
+from benchmarks.measure import pct, precision
 from benchmarks.shell import SETUP
 
 # name -> (setup size n, cell body). "large ops": few big matmuls (compute dominates);
@@ -233,14 +234,6 @@ class Timings:
         return [t - o for t, o in zip(self.cell_s[label], self.cell_s[other], strict=True)]
 
 
-def precision(values: list[float]) -> float:
-    """Standard error of a median of `values` (normal approximation from the IQR)."""
-    if len(values) < 4:
-        return float("nan")
-    q1, _, q3 = statistics.quantiles(values, n=4)
-    return 1.2533 * (q3 - q1) / 1.349 / math.sqrt(len(values))
-
-
 def default_choice(kernel: Kernel, body: str) -> tuple[int, int]:
     """Return (warm-up runs, runs per sample) that `%%gpuprofile --timing-only` chooses with
     its defaults for this cell: counted on a warm cell (the first call's cold runs make its
@@ -319,12 +312,6 @@ def _added_ms(values: list[float]) -> str:
     return f"{statistics.median(values) * 1e3:+.2f}{spread} ms"
 
 
-def _pct(values: list[float]) -> str:
-    error = precision(values)
-    spread = f" (± {error:.1%})" if not math.isnan(error) else ""
-    return f"{statistics.median(values):+.1%}{spread}"
-
-
 def run(cfg: BenchConfig) -> Section:
     """Measure each workload; return the RESULTS.md section and its targets."""
     workloads = WORKLOADS_QUICK if cfg.quick else WORKLOADS_FULL
@@ -382,11 +369,11 @@ def _section(
             worst[label] = max(worst.get(label, float("-inf")), med(values))
         lines.append(
             f"| {name} | {t.runs} (`{t.options}`) | {_ms(med(t.cell_s[BARE]))} "
-            f"| {_ms(med(t.cell_s[PRINTED]))} | {_pct(printed)} "
-            f"| {_ms(med(t.cell_s[FLOOR]))} | {_pct(ratio[FLOOR])} "
-            f"| {_ms(med(t.cell_s[TIMEIT]))} | {_pct(ratio[TIMEIT])} "
-            f"| {_ms(med(t.cell_s[TIMING]))} | {_pct(ratio[TIMING])} "
-            f"| {_ms(med(t.cell_s[TIMING_QUIET]))} | {_pct(ratio[TIMING_QUIET])} |"
+            f"| {_ms(med(t.cell_s[PRINTED]))} | {pct(printed)} "
+            f"| {_ms(med(t.cell_s[FLOOR]))} | {pct(ratio[FLOOR])} "
+            f"| {_ms(med(t.cell_s[TIMEIT]))} | {pct(ratio[TIMEIT])} "
+            f"| {_ms(med(t.cell_s[TIMING]))} | {pct(ratio[TIMING])} "
+            f"| {_ms(med(t.cell_s[TIMING_QUIET]))} | {pct(ratio[TIMING_QUIET])} |"
         )
     lines += [
         "",
@@ -419,8 +406,8 @@ def _section(
     for name, t in results.items():
         lines.append(
             f"| {name} | {_ms(med(t.cell_s[HAND]))} | {_ms(med(t.cell_s[FULL]))} "
-            f"| {_pct(t.ratios(FULL))} | {_ms(med(t.cell_s[FULL_QUIET]))} "
-            f"| {_pct(t.ratios(FULL_QUIET))} |"
+            f"| {pct(t.ratios(FULL))} | {_ms(med(t.cell_s[FULL_QUIET]))} "
+            f"| {pct(t.ratios(FULL_QUIET))} |"
         )
     lines += ["", *_notes(results, worst)]
     targets = (
@@ -515,9 +502,9 @@ def _notes(results: dict[str, Timings], worst: dict[str, float]) -> list[str]:
             f"{(extra[TIMING] - extra[TIMING_QUIET]) * 1e3:+.2f} ms (one printed line alone adds "
             f"{extra[PRINTED] * 1e3:+.2f} ms to bare); `%%timeit -n 1 -r {t.runs}` adds "
             f"{extra[TIMEIT] * 1e3:+.2f} ms; the client waits "
-            f"{_ms(med(t.round_trip_s[BARE]))} for bare, {_pct(t.ratios(TIMING, round_trip=True))}"
-            f" for --timing-only, {_pct(t.ratios(TIMEIT, round_trip=True))} for %%timeit and "
-            f"{_pct(t.ratios(TIMING_QUIET, round_trip=True))} for --timing-only --quiet."
+            f"{_ms(med(t.round_trip_s[BARE]))} for bare, {pct(t.ratios(TIMING, round_trip=True))}"
+            f" for --timing-only, {pct(t.ratios(TIMEIT, round_trip=True))} for %%timeit and "
+            f"{pct(t.ratios(TIMING_QUIET, round_trip=True))} for --timing-only --quiet."
         )
     out.append(
         "- The %%timeit target: per round, --timing-only's cell time less %%timeit's (the two "

@@ -3,7 +3,7 @@
     python benchmarks/run.py [--quick]
                              [--only overhead,accuracy,traces,json,snapshots,notebook,findings,
                                      compare,runs,stragglers,training,samplers,fit,modules,hostile,
-                                     timeline,lines]
+                                     timeline,lines,gcpause]
                              [--repeats N] [--big-trace-mb N] [--big-snapshot-mb N]
                              [--traces-dir DIR] [--hta-python PATH] [--out PATH]
                              [--cache-dir DIR] [--cap-gb N]
@@ -54,6 +54,7 @@ COMPARISONS = {
     "hostile": "benchmarks.hostile_inputs",
     "timeline": "benchmarks.timeline_analyses",
     "lines": "benchmarks.linetrace",
+    "gcpause": "benchmarks.gc_pause",
 }
 # Each comparison's section title in RESULTS.md (what --reuse finds there).
 TITLES = {
@@ -74,6 +75,7 @@ TITLES = {
     "hostile": "14. Hostile inputs",
     "timeline": "15. Timeline analyses (issue 38)",
     "lines": "16. Exact line events against the line sampler",
+    "gcpause": "17. The garbage collector paused while loading",
 }
 
 
@@ -181,6 +183,15 @@ def _version(module: str, python: str | None = None) -> str:
         return "not installed"
 
 
+def _shown(path: Path) -> str:
+    """A path as RESULTS.md shows it: relative to the repository root (`../shared/traces`),
+    so the file says nothing about the machine's own folders."""
+    try:
+        return os.path.relpath(path.resolve(), REPO)
+    except ValueError:  # another drive on Windows
+        return str(path)
+
+
 def machine_lines(cfg: BenchConfig) -> list[str]:
     """Machine and versions, so anyone can tell whether their numbers are comparable."""
     cpu = platform.processor() or platform.machine()
@@ -213,7 +224,7 @@ def machine_lines(cfg: BenchConfig) -> list[str]:
         f"{_version('orjson', cfg.hta_python)}) in `{cfg.hta_python}`"
         if cfg.hta_python
         else "- HolisticTraceAnalysis: not available",
-        f"- traces: `{cfg.traces_dir}`; repeats per measurement: {cfg.repeats} "
+        f"- traces: `{_shown(cfg.traces_dir)}`; repeats per measurement: {cfg.repeats} "
         f"(large inputs: {cfg.big_repeats}); memory cap per child: "
         f"{cfg.cap_bytes / 2**30:.0f} GiB",
     ]

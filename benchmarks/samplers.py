@@ -99,7 +99,7 @@ from types import CodeType
 from typing import Any
 
 from benchmarks.config import BenchConfig, Section, Target
-from benchmarks.overhead import precision
+from benchmarks.measure import pct, precision, ratios
 
 TITLE = "11. Samplers beside the profiled run"
 # The largest shared trace with python_function events (with_stack=True).
@@ -616,16 +616,6 @@ def _off_cpu_added(block: dict[str, Any], label: str) -> list[float]:
     ]
 
 
-def _ratios(values: list[int], reference: list[int]) -> list[float]:
-    return [v / ref - 1 for v, ref in zip(values, reference, strict=True)]
-
-
-def _pct(values: list[float]) -> str:
-    error = precision(values)
-    spread = f" (± {error:.1%})" if not math.isnan(error) else ""
-    return f"{statistics.median(values):+.1%}{spread}"
-
-
 def _pct_across(values: list[float], reference: list[float]) -> str:
     """(1 + median of values) / (1 + median of reference) - 1, ± the two medians' standard
     errors combined to first order: two variants measured in different blocks, each as its
@@ -640,7 +630,7 @@ def _ms(ns_values: list[int]) -> str:
     return f"{statistics.median(ns_values) / 1e6:.1f} ms"
 
 
-def _iqr_pct(values: list[int]) -> str:
+def _iqrpct(values: list[int]) -> str:
     if len(values) < 4:
         return "-"
     q1, _, q3 = statistics.quantiles(values, n=4)
@@ -811,24 +801,24 @@ def _section(
                 else:
                     # The default-mode block's entries apart: UTIL_20 is in two blocks.
                     key = (DEFAULT_BLOCK, label) if block_name == DEFAULT_BLOCK else label
-                    r_in = _ratios(inner[label], inner[NONE])
-                    ratio_in = _pct(r_in)
-                    ratio_out = _pct(_ratios(outer[label], outer[NONE]))
+                    r_in = ratios(inner[label], inner[NONE])
+                    ratio_in = pct(r_in)
+                    ratio_out = pct(ratios(outer[label], outer[NONE]))
                     if med(r_in) > worst.get(key, (-math.inf, ""))[0]:
                         worst[key] = (med(r_in), name)
                     r_off = _off_cpu_added(block, label)
-                    off = _pct(r_off)
+                    off = pct(r_off)
                     if med(r_off) > worst.get(("off", key), (-math.inf, ""))[0]:
                         worst[("off", key)] = (med(r_off), name)
                 rate = ", ".join(f"{key} {med(v):.0f}" for key, v in rates[label].items()) or "-"
                 lines.append(
                     f"| {name} (n={c['n']:,}) | {label} | {_ms(inner[label])} | {ratio_in} "
                     f"| {off} | {_ms(outer[label])} | {ratio_out} | {rate} "
-                    f"| {_iqr_pct(inner[NONE]) if label == NONE else ''} "
+                    f"| {_iqrpct(inner[NONE]) if label == NONE else ''} "
                     f"| {len(inner[label])} ({block_name}) |"
                 )
     on_top = {
-        name: _ratios(
+        name: ratios(
             c["blocks"][JUDGED_BLOCK]["inner"][BOTH], c["blocks"][JUDGED_BLOCK]["inner"][UTIL_20]
         )
         for name, c in cells.items()
@@ -859,7 +849,7 @@ def _section(
         "What `--stack`'s line sampler adds in the magic, where the utilisation sampler "
         "always runs (both as the magic makes them vs the utilisation sampler alone, "
         f"20 ms, round by round in the judged block's {judged['rounds']} rounds): "
-        + "; ".join(f"{name} {_pct(values)}" for name, values in on_top.items())
+        + "; ".join(f"{name} {pct(values)}" for name, values in on_top.items())
         + ".",
     ]
     if notes:
@@ -946,8 +936,8 @@ def _pyinstrument_lines(cells: dict[str, dict[str, Any]]) -> list[str]:
     def against_line(c: dict[str, Any], label: str) -> str:
         block, ref_block = _block_of(c, label), _block_of(c, line_ref)
         return _pct_across(
-            _ratios(block["inner"][label], block["inner"][NONE]),
-            _ratios(ref_block["inner"][line_ref], ref_block["inner"][NONE]),
+            ratios(block["inner"][label], block["inner"][NONE]),
+            ratios(ref_block["inner"][line_ref], ref_block["inner"][NONE]),
         )
 
     out += [
@@ -977,9 +967,9 @@ def _pyinstrument_lines(cells: dict[str, dict[str, Any]]) -> list[str]:
     for name, c in cells.items():
         bare, rates = c["bare"], c["bare_rates"]
         for label in bare_labels:
-            vs_none = "-" if label == NONE else _pct(_ratios(bare[label], bare[NONE]))
+            vs_none = "-" if label == NONE else pct(ratios(bare[label], bare[NONE]))
             vs_line = (
-                _pct(_ratios(bare[label], bare[line_ref]))
+                pct(ratios(bare[label], bare[line_ref]))
                 if label in PYI_INTERVALS and line_ref in bare
                 else "-"
             )
@@ -1019,7 +1009,7 @@ def _pyinstrument_targets(
         )
     for label in PYI_INTERVALS:
         value, cell = max(
-            (med(_ratios(c["bare"][label], c["bare"][NONE])), name) for name, c in cells.items()
+            (med(ratios(c["bare"][label], c["bare"][NONE])), name) for name, c in cells.items()
         )
         out.append(
             Target(

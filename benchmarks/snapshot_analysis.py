@@ -14,7 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.config import BenchConfig, Section, Target
-from benchmarks.measure import Outcome, hotspot_lines, measure, run_child, this_python
+from benchmarks.measure import (
+    Outcome,
+    fmt_s,
+    hotspot_lines,
+    measure,
+    run_child,
+    run_script,
+    this_python,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 MIB = 2**20
@@ -318,24 +326,13 @@ def _segment_bytes(seg: dict[str, object], memo: _Memo) -> bytes:
 
 def write_in_child(dest: Path, target_bytes: int) -> Path:
     """write_synthetic_snapshot in a child process (keeps this process small)."""
-    import subprocess
-    import sys
-
     code = (
         "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
         "from benchmarks.snapshot_analysis import write_synthetic_snapshot;"
         "write_synthetic_snapshot(Path(sys.argv[2]), int(sys.argv[3]))"
     )
-    subprocess.run(
-        [sys.executable, "-c", code, str(REPO), str(dest), str(target_bytes)], check=True
-    )
+    run_script(code, str(REPO), str(dest), str(target_bytes))
     return dest
-
-
-def _fmt_s(seconds: float) -> str:
-    if seconds != seconds:
-        return "-"
-    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
 def _fmt_mb(n: float) -> str:
@@ -403,7 +400,7 @@ def run(cfg: BenchConfig) -> Section:
         )
         entries = floor.facts.get("trace_entries", "-") if floor.ok else "-"
         stages = (
-            ", ".join(f"{n} {_fmt_s(ours.median_stage(n))}" for n in ours.runs[0].stages)
+            ", ".join(f"{n} {fmt_s(ours.median_stage(n))}" for n in ours.runs[0].stages)
             if ours.ok
             else "-"
         )
@@ -449,8 +446,8 @@ def _gap_notes(cfg: BenchConfig, measured: list[tuple[Path, Outcome, Outcome]]) 
         extra = max(load - floor.median_seconds, 0)
         out.append(
             f"- On the {_fmt_mb(path.stat().st_size)} snapshot, load_snapshot takes "
-            f"{_fmt_s(load)} of gpuprof_nb's {_fmt_s(ours.median_seconds)}; pickle.load alone "
-            f"takes {_fmt_s(floor.median_seconds)}, so {_fmt_s(extra)} "
+            f"{fmt_s(load)} of gpuprof_nb's {fmt_s(ours.median_seconds)}; pickle.load alone "
+            f"takes {fmt_s(floor.median_seconds)}, so {fmt_s(extra)} "
             "of loading is turning the unpickled entries into the columnar model."
         )
     size = min(64, cfg.big_snapshot_mb) if cfg.big_snapshot_mb > 0 else 0
@@ -475,4 +472,4 @@ def _gap_notes(cfg: BenchConfig, measured: list[tuple[Path, Outcome, Outcome]]) 
 
 
 def _cell(outcome: Outcome) -> str:
-    return _fmt_s(outcome.median_seconds) if outcome.ok else f"failed: {outcome.error}"
+    return fmt_s(outcome.median_seconds) if outcome.ok else f"failed: {outcome.error}"

@@ -12,13 +12,11 @@ load time (and to HTA's time / 5) in comparison 3, each in its own child process
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 from benchmarks.config import BenchConfig, Section, Target
+from benchmarks.measure import run_script
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = (
@@ -73,12 +71,9 @@ print(json.dumps(out))
 """
 
 
-def _child(path: Path, mode: str) -> dict:
+def _child(path: Path, mode: str, cap_bytes: int) -> dict:
     code = _CHILD.format(repo=str(REPO), path=str(path), mode=mode)
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True
-    )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return dict(run_script(code, cap_bytes=cap_bytes, timeout_s=600))
 
 
 def m(runs: list[dict], key: str) -> float:
@@ -95,9 +90,9 @@ def run(cfg: BenchConfig) -> Section:
             continue
         with_, without, paths = [], [], []
         for _ in range(rounds):
-            with_.append(_child(path, "with"))
-            without.append(_child(path, "without"))
-            paths.append(_child(path, "path"))
+            with_.append(_child(path, "with", cfg.cap_bytes))
+            without.append(_child(path, "without", cfg.cap_bytes))
+            paths.append(_child(path, "path", cfg.cap_bytes))
         med = statistics.median
         ratio_with = med((r["analyze"] + r["display"]) / r["load"] for r in with_)
         ratio_without = med((r["analyze"] + r["display"]) / r["load"] for r in without)

@@ -15,17 +15,17 @@ import json
 import os
 import re
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from benchmarks.config import BenchConfig, Section, Target
 from benchmarks.measure import (
     Outcome,
+    fmt_s,
     hotspot_lines,
     measure_interleaved,
     run_child,
+    run_script,
     this_python,
 )
 
@@ -165,10 +165,7 @@ def replicate_in_child(source: Path, dest: Path, target_bytes: int) -> Path:
         "from benchmarks.trace_analysis import replicate_trace;"
         "replicate_trace(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))"
     )
-    subprocess.run(
-        [sys.executable, "-c", code, str(REPO), str(source), str(dest), str(target_bytes)],
-        check=True,
-    )
+    run_script(code, str(REPO), str(source), str(dest), str(target_bytes))
     return dest
 
 
@@ -187,12 +184,6 @@ def _time_ratio(a: Outcome, b: Outcome) -> float:
     )
 
 
-def _fmt_s(seconds: float) -> str:
-    if seconds != seconds:
-        return "-"
-    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
-
-
 def _fmt_mb(n: int | float) -> str:
     return f"{n / 2**20:.0f} MB" if n >= 10 * 2**20 else f"{n / 2**20:.1f} MB"
 
@@ -201,7 +192,7 @@ def _cell(outcome: Outcome, what: str = "time") -> str:
     if not outcome.ok:
         return f"failed: {outcome.error}" if what == "time" else "-"
     if what == "time":
-        return _fmt_s(outcome.median_seconds)
+        return fmt_s(outcome.median_seconds)
     return _fmt_mb(outcome.peak_rss_bytes)
 
 
@@ -359,7 +350,7 @@ def _speed_goal(row: dict[str, Any]) -> float:
 def _stages_text(outcome: Outcome) -> str:
     if not outcome.ok:
         return "-"
-    return ", ".join(f"{n} {_fmt_s(outcome.median_stage(n))}" for n in outcome.runs[0].stages)
+    return ", ".join(f"{n} {fmt_s(outcome.median_stage(n))}" for n in outcome.runs[0].stages)
 
 
 def _misses(row: dict[str, Any]) -> list[str]:
@@ -406,7 +397,7 @@ def _gap_notes(
         text = (
             f"- `{_name(row['path'], cfg.traces_dir)}` ({_fmt_mb(row['bytes'])}): "
             + "; ".join(misses)
-            + f". gpuprof_nb {_fmt_s(ours.median_seconds)} ({_stages_text(ours)})"
+            + f". gpuprof_nb {fmt_s(ours.median_seconds)} ({_stages_text(ours)})"
         )
         if hta.ok:
             goal = _speed_goal(row)
@@ -414,12 +405,12 @@ def _gap_notes(
                 _ratio(h.seconds, o.seconds) for h, o in zip(hta.runs, ours.runs, strict=False)
             )
             text += (
-                f"; HTA {_fmt_s(hta.median_seconds)} ({_stages_text(hta)}), so "
-                f"{goal:.0f}x means at most {_fmt_s(hta.median_seconds / goal)}; "
+                f"; HTA {fmt_s(hta.median_seconds)} ({_stages_text(hta)}), so "
+                f"{goal:.0f}x means at most {fmt_s(hta.median_seconds / goal)}; "
                 "HTA / ours per round: " + ", ".join(f"{x:.2f}x" for x in rounds)
             )
         if floor.ok:
-            text += f"; json.load alone {_fmt_s(floor.median_seconds)}"
+            text += f"; json.load alone {fmt_s(floor.median_seconds)}"
         out.append(text + ".")
     real = [r for r in rows if r["ours"].ok]
     if real:
@@ -474,7 +465,7 @@ def _stage_table(rows: list[dict[str, Any]], cfg: BenchConfig) -> list[str]:
     for row in shown:
         ours, hta = row["ours"], row["hta"]
         if ours.ok:
-            cells = [_fmt_s(ours.median_stage(n)) for n in [LOAD, *after]]
+            cells = [fmt_s(ours.median_stage(n)) for n in [LOAD, *after]]
         else:
             cells = [f"failed: {ours.error}"] + ["-"] * len(after)
         out.append(
@@ -579,7 +570,7 @@ def _targets(rows: list[dict[str, Any]], big_rows: list[dict[str, Any]]) -> list
         targets.append(
             Target(
                 f"large trace ({_fmt_mb(row['bytes'])}) analysed within the memory cap",
-                f"peak {_fmt_mb(ours.peak_rss_bytes)}, {_fmt_s(ours.median_seconds)}"
+                f"peak {_fmt_mb(ours.peak_rss_bytes)}, {fmt_s(ours.median_seconds)}"
                 if ours.ok
                 else f"failed: {ours.error}",
                 "no OOM on 24 GB",

@@ -14,20 +14,21 @@ def gc_paused() -> Iterator[None]:
     reads them), restoring its state on the way out, whatever happens.
 
     The loaders make hundreds of thousands to millions of objects and no reference cycles;
-    every automatic collection would walk all the ones made so far again (1 GB benchmark
-    trace, 3.4 M objects: 14.3 s with the collector, 9.5-12.7 s paused). An analysis makes
+    every automatic collection would walk all the ones made so far again. An analysis makes
     fewer, short-lived ones, but a full collection it sets off still walks the whole trace.
 
     On the way out, the objects made meanwhile are moved to the collector's oldest
     generation (gc.freeze() then gc.unfreeze(): two moves of whole lists, nothing walked)
     instead of being left young: otherwise the first allocation after the pause starts a
     collection that walks every one of them, and another follows a few thousand allocations
-    later (about 50 ms, a fifth of the load time of a 20 MB trace). So that this moves no
-    garbage along with them (a young reference cycle holding tensors would then wait for
-    the next full collection), the young generations are collected first, a cheap
-    collection of the objects made since the last one. Neither is done when the collector
-    was off to begin with (it stays as the caller set it), or when something in the process
-    keeps frozen objects (gc.freeze() before a fork), which unfreezing would release."""
+    later. So that this moves no garbage along with them (a young reference cycle holding
+    tensors would then wait for the next full collection), the young generations are
+    collected first, a cheap collection of the objects made since the last one. Neither is
+    done when the collector was off to begin with (it stays as the caller set it), or when
+    something in the process keeps frozen objects (gc.freeze() before a fork), which
+    unfreezing would release.
+
+    What the pause and the move save: benchmarks/RESULTS.md, section 17 (`gc_pause.py`)."""
     was_enabled = gc.isenabled()
     if was_enabled:
         gc.collect(1)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import math
 
+from gpuprof_nb.model.units import fmt_bytes
+
+__all__ = ["fmt_bytes", "fmt_num", "fmt_pct", "fmt_rate", "fmt_us"]
+
 
 def fmt_us(us: float | None) -> str:
     """Format a duration given in microseconds: '812 us', '3.41 ms', '2.07 s'."""
@@ -19,17 +23,6 @@ def fmt_us(us: float | None) -> str:
     if a == 0:
         return "0 us"
     return f"{us * 1e3:.3g} ns"
-
-
-def fmt_bytes(n: float | None) -> str:
-    """Format a byte count with binary prefixes: '512 B', '1.5 KiB', '3.00 GiB'."""
-    if n is None:
-        return "n/a"
-    a = abs(n)
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if a >= scale:
-            return f"{n / scale:.3g} {unit}" if a < 1000 * scale else f"{n / scale:.0f} {unit}"
-    return f"{int(n)} B"
 
 
 def fmt_pct(fraction: float | None) -> str:

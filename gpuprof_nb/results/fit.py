@@ -21,6 +21,7 @@ import numpy as np
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.model.arguments import describe
 from gpuprof_nb.model.step import MAX_BATCH_SIZE
+from gpuprof_nb.model.units import fmt_bytes
 from gpuprof_nb.results.memory import SiteBytes
 
 # The categories a peak is split into, in the order they are stacked.
@@ -197,10 +198,10 @@ class BatchFit:
                 f"own peak ({self.relative_error * 100:.2f}%) scaled by the distance from "
                 f"{ref} ({distance:.2g}x that run's); bytes seen in one run only, or left "
                 "behind by the run before and counted at their steady size "
-                f"({_b(float(self.uncertain_bytes[top]))} at this peak), times |B/b - 1|; "
+                f"({fmt_bytes(float(self.uncertain_bytes[top]))} at this peak), times |B/b - 1|; "
                 f"{CURVE_ALLOWANCE * 100:.0f}% for sizes that are not a line in B"
                 + (
-                    f"; 512 B of rounding per live block ({_b(self.rounding_bytes)})"
+                    f"; 512 B of rounding per live block ({fmt_bytes(self.rounding_bytes)})"
                     if self.rounding_bytes
                     else ""
                 )
@@ -215,7 +216,7 @@ class BatchFit:
             words = (
                 f"from one run: activations, inputs and the temporaries of forward and "
                 f"backward are assumed to grow in proportion to the batch; the interval "
-                f"puts the temporaries ({_b(assumed)} at this peak) at their recorded size "
+                f"puts the temporaries ({fmt_bytes(assumed)} at this peak) at their recorded size "
                 "instead (record with %%memsnap --fit VAR to measure it)"
             )
         reserved = int(round(peak)) + self.overhead_bytes if self.overhead_bytes else None
@@ -271,13 +272,6 @@ class BatchFit:
 
 def _pct(part: float, whole: float) -> str:
     return f"{part / whole * 100:.1f}%" if whole > 0 else "0%"
-
-
-def _b(n: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{int(n)} B"
 
 
 @dataclass(frozen=True, slots=True)

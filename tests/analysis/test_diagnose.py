@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _paths import SHARED_TRACES as SHARED
 
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.diagnose import FIX_ORDER, Diagnosis, diagnose, op_class
@@ -633,7 +634,6 @@ def test_a_sync_late_in_a_gap_does_not_claim_the_gap():
     assert sync is None or (sync.severity == "info" and sync.share < 0.01)
 
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 SHARED_TRACES = (
     sorted(p for p in SHARED.rglob("*.json*") if not p.name.endswith(".raw.gz"))
     if SHARED.is_dir()
@@ -742,21 +742,53 @@ def test_memory_levels_per_device_match_a_running_loop(seed: int, totals: str) -
                 total_allocated=rng.randrange(2**45) if total else None,
             )
         )
-    want: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
-    running: dict[tuple[int, int], float] = {}
-    for m in events:
-        key = (m.device_type, m.device_id)
-        level = (
-            float(m.total_allocated)
-            if m.total_allocated is not None
-            else running.get(key, 0.0) + m.bytes
-        )
-        running[key] = level
-        want.setdefault(key, ([], []))[0].append(m.ts_us)
-        want[key][1].append(level)
+    # Computed another way than the rule's loop: each device's events picked out on their
+    # own, then folded with itertools.accumulate (a recorded total replaces the level).
+    from itertools import accumulate
+
+    def step(level: float, m: MemoryEvent) -> float:
+        return float(m.total_allocated) if m.total_allocated is not None else level + m.bytes
+
+    want = {}
+    for key in dict.fromkeys((m.device_type, m.device_id) for m in events):
+        mine = [m for m in events if (m.device_type, m.device_id) == key]
+        levels = list(accumulate(mine, step, initial=0.0))[1:]
+        want[key] = ([m.ts_us for m in mine], levels)
     got = _memory_series(events)
     assert got == want
     assert all(type(v) is float for _, levels in got.values() for v in levels)
+
+
+def test_memory_levels_by_hand() -> None:
+    """A recorded total replaces the level; an event without one adds its bytes to its own
+    device's level (from 0); the devices never mix."""
+    from gpuprof_nb.analysis.rules import _memory_series
+
+    def event(ts: float, size: int, device: int, total: int | None = None) -> MemoryEvent:
+        return MemoryEvent(
+            ts_us=ts, bytes=size, device_type=1, device_id=device, total_allocated=total
+        )
+
+    events = [
+        event(1.0, 100, 0),
+        event(2.0, 50, 1, total=1000),
+        event(3.0, -30, 0),
+        event(4.0, 5, 0, total=200),
+        event(5.0, 1, 0),
+        event(6.0, -400, 1),
+    ]
+    assert _memory_series(events) == {
+        (1, 0): ([1.0, 3.0, 4.0, 5.0], [100.0, 70.0, 200.0, 201.0]),
+        (1, 1): ([2.0, 6.0], [1000.0, 600.0]),
+    }
+    # The same events with every total recorded, and with none: the two array paths.
+    assert _memory_series([event(1.0, 7, 0, total=10), event(2.0, 3, 0, total=4)]) == {
+        (1, 0): ([1.0, 2.0], [10.0, 4.0])
+    }
+    assert _memory_series([event(1.0, 7, 0), event(2.0, -3, 0), event(3.0, 9, 2)]) == {
+        (1, 0): ([1.0, 2.0], [7.0, 4.0]),
+        (1, 2): ([3.0], [9.0]),
+    }
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -5,10 +5,10 @@ deepest open python_function event) and checked against the gaps one by one."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _paths import SHARED_TRACES as SHARED
 
 from gpuprof_nb.analysis.hotspots import compute_hotspots, frame_kind
 from gpuprof_nb.analysis.timeline import device_timeline
@@ -19,7 +19,6 @@ from gpuprof_nb.results.timeline import IdleGap, Timeline
 
 CELL = "<ipython-input-7-0a1b2c3d>"
 TORCH = "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py"
-SHARED = Path(__file__).parents[2].parent / "shared" / "traces"
 
 
 def make_trace(ops=(), samples=None, cells=None) -> Trace:

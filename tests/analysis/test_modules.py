@@ -10,15 +10,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from _paths import SHARED_TRACES
 
 from gpuprof_nb import load_trace
 from gpuprof_nb.analysis.modules import module_breakdown
 from gpuprof_nb.analysis.timeline import device_timeline
 
 DATA = Path(__file__).parent.parent / "data"
-SHARED = (
-    Path(__file__).resolve().parents[3] / "shared" / "traces" / "tracelens" / "tests" / "traces"
-)
+SHARED = SHARED_TRACES / "tracelens" / "tests" / "traces"
 WITH_MODULES = [
     DATA / "h100_bert_small" / "gaunernst_bert-small-uncased__1016001.json.gz",
     DATA / "h100_vit_inference" / "Falconsai_nsfw_image_detection__1016002.json.gz",

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from _paths import SHARED_TRACES
 
 from gpuprof_nb.analysis.run import (
     collective_kind,
@@ -22,7 +23,7 @@ from gpuprof_nb.results.run import RankSummary
 from gpuprof_nb.session.runs import summarize_path
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "hta" / "tests" / "data"
+SHARED = SHARED_TRACES / "hta" / "tests" / "data"
 GLOO = DATA / "gloo_run"
 SLOW_RANK = 1  # tests/data/gloo_run/README.md: slow_rank1 was recorded with --slow-rank 1
 NCCL_TRACES = [

@@ -204,7 +204,7 @@ def test_run_quick_writes_results(tmp_path: Path) -> None:
             str(REPO / "benchmarks" / "run.py"),
             "--quick",
             "--only",
-            "overhead,accuracy,traces,json,snapshots,training,samplers,modules,lines",
+            "overhead,accuracy,traces,json,snapshots,training,samplers,modules,lines,gcpause",
             "--traces-dir",
             str(traces),
             "--hta-python",
@@ -236,6 +236,7 @@ def test_run_quick_writes_results(tmp_path: Path) -> None:
         "11. Samplers beside the profiled run",
         "13. Module ranges beside the profiled run",
         "16. Exact line events against the line sampler",
+        "17. The garbage collector paused while loading",
     ):
         assert f"## {title}" in text
     assert "This comparison failed" not in text

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _paths import SHARED_TRACES as SHARED
 
 from gpuprof_nb.errors import TraceFormatError
 from gpuprof_nb.io import trace as trace_io
@@ -33,7 +34,6 @@ except ImportError:
     igzip = None
 
 DATA = Path(__file__).parents[1] / "data"
-SHARED = Path("/work/shared/traces")
 SMALL = DATA / "a100_event_sync" / "event_sync_trace.json.gz"
 BERT = DATA / "h100_bert_small" / "gaunernst_bert-small-uncased__1016001.json.gz"
 
@@ -131,7 +131,7 @@ def test_fast_path_equals_stdlib_reader_on_copied_traces(
     _check_same(path, monkeypatch)
 
 
-@pytest.mark.skipif(not SHARED_FILES, reason="/work/shared/traces is not on this machine")
+@pytest.mark.skipif(not SHARED_FILES, reason="../shared/traces is not on this machine")
 @pytest.mark.parametrize("path", SHARED_FILES, ids=lambda p: str(p.relative_to(SHARED)))
 def test_fast_path_equals_stdlib_reader_on_shared_traces(
     path: Path, monkeypatch: pytest.MonkeyPatch
@@ -583,7 +583,7 @@ def test_converted_dicts_equal_one_at_a_time_on_copied_traces(
     _check_from_dict_same(path, monkeypatch)
 
 
-@pytest.mark.skipif(not SHARED_FILES, reason="/work/shared/traces is not on this machine")
+@pytest.mark.skipif(not SHARED_FILES, reason="../shared/traces is not on this machine")
 @pytest.mark.parametrize("path", SHARED_FILES, ids=lambda p: str(p.relative_to(SHARED)))
 def test_converted_dicts_equal_one_at_a_time_on_shared_traces(
     path: Path, monkeypatch: pytest.MonkeyPatch

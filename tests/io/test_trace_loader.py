@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from _paths import SHARED_TRACES as SHARED
 
 from gpuprof_nb.analysis.intervals import device_busy_us
 from gpuprof_nb.analysis.ops import kernel_table
@@ -16,7 +17,6 @@ from gpuprof_nb.io.trace import load_trace, trace_from_dict
 from gpuprof_nb.model.trace import DistributedInfo, Step
 
 DATA = Path(__file__).parents[1] / "data"
-SHARED = Path("/work/shared/traces")
 NOT_TRACES = {"memory_timeline.raw.gz"}
 
 DEVICE_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
@@ -144,14 +144,14 @@ def test_copied_traces_match_plain_json(path: Path) -> None:
     _check_against_reference(path)
 
 
-@pytest.mark.skipif(not SHARED_FILES, reason="/work/shared/traces is not on this machine")
+@pytest.mark.skipif(not SHARED_FILES, reason="../shared/traces is not on this machine")
 @pytest.mark.parametrize("path", SHARED_FILES, ids=lambda p: str(p.relative_to(SHARED)))
 def test_every_shared_trace_matches_plain_json(path: Path) -> None:
     _check_against_reference(path)
 
 
 def test_local_copies_exist() -> None:
-    # The copies above must keep running in CI, where /work/shared is absent.
+    # The copies above must keep running in CI, where ../shared/traces is absent.
     assert len(LOCAL) >= 12
 
 
