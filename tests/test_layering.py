@@ -15,7 +15,8 @@ BLOCKED = ("torch", "IPython", "ipywidgets")
 
 
 def _modules() -> list[str]:
-    # Globbed, so modules added to model/ and analysis/ later are covered too.
+    # Globbed recursively, so modules added to model/ and analysis/ later are covered too,
+    # those in sub-packages (analysis/memory/, analysis/rules/) included.
     names = [
         "gpuprof_nb",
         "gpuprof_nb.errors",
@@ -26,17 +27,15 @@ def _modules() -> list[str]:
         "gpuprof_nb.render.units",
     ]
     for package in ("model", "analysis", "results"):
-        for path in sorted((PACKAGE / package).glob("*.py")):
-            stem = path.stem
-            names.append(
-                f"gpuprof_nb.{package}" if stem == "__init__" else f"gpuprof_nb.{package}.{stem}"
-            )
+        for path in sorted((PACKAGE / package).rglob("*.py")):
+            names.append(_module_name(path))
     return names
 
 
 def test_pure_layers_import_without_torch_ipython_ipywidgets() -> None:
     modules = _modules()
     assert "gpuprof_nb.analysis.ops" in modules and "gpuprof_nb.model.trace" in modules
+    assert "gpuprof_nb.analysis.memory.replay" in modules
     script = "\n".join(
         [
             "import sys",

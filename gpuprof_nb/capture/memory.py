@@ -132,41 +132,11 @@ def record_cuda_memory(
     """
     if stacks not in ("python", "all"):
         raise ValueError(f"stacks must be 'python' or 'all', got {stacks!r}")
-    import time
-
     device = torch.cuda.current_device()
-    starts_us: list[int] = []
-    oom: BaseException | None = None
     users = history_recording()
-    marker: object = None
-    marker_addr = 0
-    if users:
-        try:
-            marker, marker_addr = _history_marker(device)
-        except torch.cuda.OutOfMemoryError:
-            pass  # not even 512 bytes free: the cell's entries are then told by their times
-    else:
-        try:
-            _start_history(max_entries, stacks)
-        except (RuntimeError, AttributeError) as e:
-            raise CaptureError(
-                f"could not start CUDA memory history ({e}); this torch build may lack it. "
-                "Update torch, or run without %%memsnap."
-            ) from e
+    marker, marker_addr = _open_history(users, device, max_entries, stacks)
     try:
-        try:
-            if recorder is not None:
-                recorder.install()
-            for _ in range(repeat):
-                torch.cuda.synchronize()
-                starts_us.append(time.time_ns() // 1000)
-                run()
-            torch.cuda.synchronize()
-        except torch.cuda.OutOfMemoryError as e:
-            oom = e
-        finally:
-            if recorder is not None:
-                recorder.remove()
+        starts_us, oom = _run_on_cuda(run, repeat, recorder)
         snapshot = torch.cuda.memory._snapshot()
     finally:
         # Freed only now, so nothing in the cell can have been given its address; freed
@@ -174,6 +144,81 @@ def record_cuda_memory(
         marker = None  # noqa: F841
         if not users:
             torch.cuda.memory._record_memory_history(enabled=None)
+    snapshot, notes = _cuda_history_notes(
+        snapshot, device, users, oom, max_entries, marker_addr, starts_us
+    )
+    step_starts = _indices_at(snapshot, device, starts_us) if repeat > 1 else ()
+    if recorder is not None:
+        record = recorder.record()
+        if record is not None:
+            snapshot.setdefault("gpuprof_nb", {})["step"] = record
+        notes += recorder.notes()
+    return MemoryCapture(
+        snapshot=snapshot,
+        device=device,
+        source="cuda",
+        step_starts=step_starts,
+        oom=oom,
+        notes=notes,
+    )
+
+
+def _open_history(users: bool, device: int, max_entries: int, stacks: str) -> tuple[object, int]:
+    """Start recording the history, or with one the user already records (`users`), mark
+    where the cell begins in it: return the marker tensor (held until the snapshot is
+    taken) and its address; (None, 0) when there is no marker."""
+    if users:
+        try:
+            return _history_marker(device)
+        except torch.cuda.OutOfMemoryError:
+            # Not even 512 bytes free: the cell's entries are then told by their times.
+            return None, 0
+    try:
+        _start_history(max_entries, stacks)
+    except (RuntimeError, AttributeError) as e:
+        raise CaptureError(
+            f"could not start CUDA memory history ({e}); this torch build may lack it. "
+            "Update torch, or run without %%memsnap."
+        ) from e
+    return None, 0
+
+
+def _run_on_cuda(
+    run: Callable[[], object], repeat: int, recorder: StepRecorder | None
+) -> tuple[list[int], BaseException | None]:
+    """Run `run` `repeat` times between device synchronisations; return when each repeat
+    began (unix us, the clock time_us uses) and the out-of-memory error that stopped them
+    (its traceback keeps the cell's tensors live until the snapshot). Other exceptions
+    propagate; the recorder is removed either way."""
+    starts_us: list[int] = []
+    try:
+        if recorder is not None:
+            recorder.install()
+        for _ in range(repeat):
+            torch.cuda.synchronize()
+            starts_us.append(time.time_ns() // 1000)
+            run()
+        torch.cuda.synchronize()
+    except torch.cuda.OutOfMemoryError as e:
+        return starts_us, e
+    finally:
+        if recorder is not None:
+            recorder.remove()
+    return starts_us, None
+
+
+def _cuda_history_notes(
+    snapshot: dict[str, Any],
+    device: int,
+    users: bool,
+    oom: BaseException | None,
+    max_entries: int,
+    marker_addr: int,
+    starts_us: list[int],
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Return the snapshot (from the cell on, when the history was the user's) and the
+    notes on what its history holds: the user's recording, a buffer that may have
+    wrapped, or a cell that allocated nothing on the device."""
     notes: tuple[str, ...] = ()
     if users:
         snapshot, notes = _from_cell_on(snapshot, device, marker_addr, starts_us[0])
@@ -191,20 +236,7 @@ def record_cuda_memory(
             "recorded (CPU tensors are not in the CUDA allocator's history): what "
             "follows is the device's state after the cell.",
         )
-    step_starts = _indices_at(snapshot, device, starts_us) if repeat > 1 else ()
-    if recorder is not None:
-        record = recorder.record()
-        if record is not None:
-            snapshot.setdefault("gpuprof_nb", {})["step"] = record
-        notes += recorder.notes()
-    return MemoryCapture(
-        snapshot=snapshot,
-        device=device,
-        source="cuda",
-        step_starts=step_starts,
-        oom=oom,
-        notes=notes,
-    )
+    return snapshot, notes
 
 
 def _history_marker(device: int) -> tuple[object, int]:
@@ -469,9 +501,6 @@ def record_cpu_memory(
     a `recorder`, the step record goes with it, and the storages it tagged that were live
     before the cell and still are at its end (parameters, optimizer state) are counted as
     live throughout: the profiler itself sees no memory allocated before it started."""
-    from torch._C._profiler import _EventType
-    from torch.profiler import ProfilerActivity, profile, record_function
-
     from gpuprof_nb.capture.profiler import profiler_running
 
     if profiler_running():
@@ -479,10 +508,65 @@ def record_cpu_memory(
             "a torch profiler is already recording in this process; %%memsnap needs it on "
             "the CPU. Leave its `with profile(...)` block first."
         )
+    lines = _ExactLines(cell_code) if cell_code is not None and default_engine() else None
+    prof = _profile_cell(run, repeat, recorder, lines)
+    cats, nodes, cat_note = _categories(prof)
+    if nodes is None:
+        results = prof.profiler.kineto_results if prof.profiler is not None else None
+        if results is None:
+            raise CaptureError("torch.profiler returned no results for the cell; run it again")
+        nodes = _all_nodes(results.experimental_event_tree())
+        nodes.sort(key=lambda n: n.start_time_ns)
+    exact = lines is not None and lines.read(nodes)
+    history = _cpu_history(nodes, cats, lines if exact else None)
+    record, before, notes = _kept_from_cell(recorder, history)
+    times = [e["time_us"] for e in history.entries]
+    step_starts = (
+        tuple(bisect.bisect_left(times, t) for t in sorted(history.step_times))
+        if repeat > 1
+        else ()
+    )
+    if cat_note:
+        notes.append(cat_note)
+    if cell_code is not None and not exact:
+        notes.append(_NO_LINES_NOTE)
+    own: dict[str, Any] = {
+        "source": "cpu-profiler",
+        "step_starts": [list(step_starts)],
+        "notes": notes,
+    }
+    if exact:
+        own["exact_lines"] = True
+    if record is not None:
+        own["step"] = record
+    snapshot = {
+        "segments": _block_segments([*history.live.values(), *before]),
+        "device_traces": [history.entries],
+        "gpuprof_nb": own,
+    }
+    return MemoryCapture(
+        snapshot=snapshot,
+        device=0,
+        source="cpu-profiler",
+        step_starts=step_starts,
+        notes=tuple(notes),
+    )
+
+
+def _profile_cell(
+    run: Callable[[], object],
+    repeat: int,
+    recorder: StepRecorder | None,
+    lines: _ExactLines | None,
+) -> Any:
+    """Return the torch.profiler (CPU, memory, shapes, stacks) that ran `run` `repeat`
+    times, each repeat under a step mark, with the recorder and the line events around
+    them; all are stopped before this returns or raises."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
     prof = profile(
         activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
     )
-    lines = _ExactLines(cell_code) if cell_code is not None and default_engine() else None
     with prof:
         if lines is not None:
             lines.start()
@@ -497,22 +581,31 @@ def record_cpu_memory(
                 recorder.remove()
             if lines is not None:
                 lines.stop()
-    cats, nodes, cat_note = _categories(prof)
-    if nodes is None:
-        results = prof.profiler.kineto_results if prof.profiler is not None else None
-        if results is None:
-            raise CaptureError("torch.profiler returned no results for the cell; run it again")
-        nodes = _all_nodes(results.experimental_event_tree())
-        nodes.sort(key=lambda n: n.start_time_ns)
+    return prof
+
+
+@dataclass(slots=True)
+class _CpuHistory:
+    """The history rebuilt from the profiler's events: entries in the snapshot's format,
+    the allocations still live at the end by address, when each repeat began (unix us
+    of the profiler's clock) and the allocation count at each step-recorder mark."""
+
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    live: dict[int, dict[str, Any]] = field(default_factory=dict)
+    step_times: list[int] = field(default_factory=list)
+    marks: dict[int, int] = field(default_factory=dict)
+
+
+def _cpu_history(nodes: list[Any], cats: dict[Any, str], lines: _ExactLines | None) -> _CpuHistory:
+    """Return the history of the CPU allocations among the profiler's `nodes` (sorted by
+    start): an alloc entry each, a free_requested and a free_completed per free; stacks at
+    the exact lines where `lines` (already read) gives them; step and recorder marks."""
+    from torch._C._profiler import _EventType
     from torch.profiler._memory_profiler import TensorKey
 
-    exact = lines is not None and lines.read(nodes)
+    history = _CpuHistory()
     exact_cache: dict[tuple[int, int], list[dict[str, Any]]] = {}
     cache: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    entries: list[dict[str, Any]] = []
-    live: dict[int, dict[str, Any]] = {}
-    step_times: list[int] = []
-    marks: dict[int, int] = {}
     n_allocs = 0
     for node in nodes:
         if node.tag == _EventType.Allocation:
@@ -522,37 +615,23 @@ def record_cpu_memory(
             t_us = node.start_time_ns // 1000
             if ef.alloc_size > 0:
                 frames = _frames_of(node, cache)
-                if exact and lines is not None:
+                if lines is not None:
                     frames = _with_lines(frames, lines.at(node.start_time_ns), exact_cache)
-                e = {
-                    "action": "alloc",
-                    "addr": ef.ptr,
-                    "size": ef.alloc_size,
-                    "stream": 0,
-                    "frames": frames,
-                    "time_us": t_us,
-                }
-                try:
-                    key = TensorKey.from_allocation(ef)
-                except Exception:  # private API; the category is optional
-                    key = None
-                if key is not None and key in cats:
-                    e["category"] = cats[key]
-                entries.append(e)
+                e = _alloc_entry(ef, frames, t_us, cats, TensorKey)
+                history.entries.append(e)
                 n_allocs += 1
-                live[ef.ptr] = e
+                history.live[ef.ptr] = e
             else:
-                size = -ef.alloc_size
-                opened = live.pop(ef.ptr, None)
+                opened = history.live.pop(ef.ptr, None)
                 frames = opened["frames"] if opened else _frames_of(node, cache)
-                if exact and lines is not None and not opened:
+                if lines is not None and not opened:
                     frames = _with_lines(frames, lines.at(node.start_time_ns), exact_cache)
                 for action in ("free_requested", "free_completed"):
-                    entries.append(
+                    history.entries.append(
                         {
                             "action": action,
                             "addr": ef.ptr,
-                            "size": size,
+                            "size": -ef.alloc_size,
                             "stream": 0,
                             "frames": frames,
                             "time_us": t_us,
@@ -561,9 +640,41 @@ def record_cpu_memory(
         else:
             name = _name(node)
             if name.startswith(_STEP_MARK):
-                step_times.append(node.start_time_ns // 1000)
+                history.step_times.append(node.start_time_ns // 1000)
             elif name.startswith(MARK):
-                marks[int(name[len(MARK) :])] = n_allocs
+                history.marks[int(name[len(MARK) :])] = n_allocs
+    return history
+
+
+def _alloc_entry(
+    ef: Any, frames: list[dict[str, Any]], t_us: int, cats: dict[Any, str], tensor_key: Any
+) -> dict[str, Any]:
+    """Return the alloc entry of an allocation event's fields, with the category PyTorch's
+    memory profiler gave its tensor (`cats`, by `tensor_key`: its TensorKey class), where
+    it gave one."""
+    e = {
+        "action": "alloc",
+        "addr": ef.ptr,
+        "size": ef.alloc_size,
+        "stream": 0,
+        "frames": frames,
+        "time_us": t_us,
+    }
+    try:
+        key = tensor_key.from_allocation(ef)
+    except Exception:  # private API; the category is optional
+        key = None
+    if key is not None and key in cats:
+        e["category"] = cats[key]
+    return e
+
+
+def _kept_from_cell(
+    recorder: StepRecorder | None, history: _CpuHistory
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[str]]:
+    """Return the step record, the blocks of the cell's modules and optimizers live since
+    before it (`_kept_from_before`), and the notes on what memory from before the cell is
+    counted."""
     notes = [
         "Memory allocated before the cell and not freed during it is not seen by the "
         "profiler, so it is not counted."
@@ -571,9 +682,9 @@ def record_cpu_memory(
     record: dict[str, Any] | None = None
     before: list[dict[str, Any]] = []
     if recorder is not None:
-        record = recorder.record(marks)
+        record = recorder.record(history.marks)
     if record is not None and recorder is not None:
-        before = _kept_from_before(recorder.alive_at_end(), live, entries)
+        before = _kept_from_before(recorder.alive_at_end(), history.live, history.entries)
         notes[0] = (
             "Memory allocated before the cell and not freed during it is not seen by the "
             "profiler; of it, only the parameters, buffers, gradients and optimizer state "
@@ -583,9 +694,13 @@ def record_cpu_memory(
         )
     if recorder is not None:
         notes.extend(recorder.notes())
-    # The profiler sees no allocator segments: each block still live at the end is
-    # reported as its own segment, so 'reserved' is the live memory itself.
-    segments = [
+    return record, before, notes
+
+
+def _block_segments(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return one segment per block live at the end, by address: the profiler sees no
+    allocator segments, so 'reserved' is the live memory itself."""
+    return [
         {
             "device": 0,
             "address": e["addr"],
@@ -604,33 +719,8 @@ def record_cpu_memory(
                 }
             ],
         }
-        for e in sorted([*live.values(), *before], key=lambda e: e["addr"])
+        for e in sorted(blocks, key=lambda e: e["addr"])
     ]
-    times = [e["time_us"] for e in entries]
-    step_starts = (
-        tuple(bisect.bisect_left(times, t) for t in sorted(step_times)) if repeat > 1 else ()
-    )
-    if cat_note:
-        notes.append(cat_note)
-    if cell_code is not None and not exact:
-        notes.append(_NO_LINES_NOTE)
-    own: dict[str, Any] = {
-        "source": "cpu-profiler",
-        "step_starts": [list(step_starts)],
-        "notes": notes,
-    }
-    if exact:
-        own["exact_lines"] = True
-    if record is not None:
-        own["step"] = record
-    snapshot = {"segments": segments, "device_traces": [entries], "gpuprof_nb": own}
-    return MemoryCapture(
-        snapshot=snapshot,
-        device=0,
-        source="cpu-profiler",
-        step_starts=step_starts,
-        notes=tuple(notes),
-    )
 
 
 def _kept_from_before(

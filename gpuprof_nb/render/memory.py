@@ -135,93 +135,17 @@ def memory_chart(timeline: MemoryTimeline) -> plot.Chart:
     x_lo, x_hi = (float(x[0]), float(x[-1])) if len(x) else (0.0, 1.0)
     if single or x_hi <= x_lo:
         x_lo, x_hi = x_lo - 0.5, x_lo + 0.5
-    scale, unit = next((v, u) for v, u in _UNITS if y_top / 1.08 >= v or v == 1)
-    y_ticks = tuple(
-        plot.Tick(v * scale, f"{svg.tick_label(v)} {unit}")
-        for v in svg.nice_ticks(0.0, y_top / scale, target=6)
-    )
     colours = _site_colours(len(labels))
-    peak_sample = int(np.argmax(totals)) if totals.size else 0
     drawn = [k for k in range(len(labels)) if ys.size and ys[k].any()]
     marks: list[plot.Mark] = []
     if single:
-        base = 0.0
-        x0, x1, y0, y1, fills, tips = [], [], [], [], [], []
-        for k in drawn:
-            v = float(ys[k, 0])
-            x0.append(x_lo + 0.25)
-            x1.append(x_hi - 0.25)
-            y0.append(base)
-            y1.append(base + v)
-            fills.append(colours[k])
-            tips.append(f"{labels[k]}\n{fmt_bytes(v)}")
-            base += v
-        marks.append(plot.Rects(x0, x1, y0, y1, fills, tips=tips, item_cls="gp-site"))
+        marks.append(_site_bar(ys, labels, colours, drawn, x_lo, x_hi))
     else:
-        marks.append(
-            plot.Stack(
-                x,
-                tuple(
-                    plot.Layer(
-                        ys[k],
-                        colours[k],
-                        labels[k],
-                        f"{labels[k]}\nat the peak: {fmt_bytes(float(ys[k, peak_sample]))}; "
-                        f"largest: {fmt_bytes(float(ys[k].max()))}",
-                    )
-                    for k in range(len(labels))
-                ),
-                cls="gp-site",
-            )
-        )
+        marks.append(_site_stack(x, ys, labels, colours, totals))
         if has_reserved and reserved is not None:
-            marks.append(
-                plot.Line(
-                    np.asarray(timeline.x, dtype=float),
-                    np.asarray(reserved, dtype=float),
-                    dash="5 3",
-                    step=True,
-                    tip=(
-                        "reserved by the caching allocator; peak "
-                        f"{fmt_bytes(timeline.reserved_peak_bytes)}"
-                    ),
-                    cls="gp-reserved",
-                )
-            )
+            marks.append(_reserved_line(timeline, reserved))
     peak_x = float(timeline.peak_x) if not single else (x_lo + x_hi) / 2
-    peak = float(timeline.peak_bytes)
-    marks.append(plot.Rule("y", peak, colour=PEAK_COLOUR, width=0.8))
-    marks.append(
-        plot.Dots(
-            [peak_x],
-            [peak],
-            [5.0],
-            [PEAK_COLOUR],
-            tips=[
-                f"peak {fmt_bytes(timeline.peak_bytes)} at "
-                f"{_x(timeline.peak_x, timeline.time_unit)}"
-            ],
-            opacity=1.0,
-            shape="triangle",
-            cls="gp-peak",
-        )
-    )
-    label = f"peak {fmt_bytes(timeline.peak_bytes)}"
-    marks.append(
-        plot.Text(
-            peak_x,
-            peak,
-            label,
-            colour=PEAK_COLOUR,
-            dx=6,
-            dy=-5,
-            avoid=(
-                (peak_x, -6, -5, "end"),
-                (peak_x, 6, 13, "start"),
-                (peak_x, -6, 13, "end"),
-            ),
-        )
-    )
+    marks.extend(_peak_marks(timeline, peak_x))
     legend = [
         plot.LegendEntry(labels[k] if len(labels[k]) <= 70 else labels[k][:67] + "...", colours[k])
         for k in drawn
@@ -237,13 +161,118 @@ def memory_chart(timeline: MemoryTimeline) -> plot.Chart:
             "time (ms)" if timeline.time_unit == "ms" else "history entry",
             ticks=() if single else plot.linear_ticks(x_lo, x_hi, target=10),
         ),
-        y=plot.Axis(0.0, y_top, "active memory", ticks=y_ticks),
+        y=_bytes_axis(y_top),
         marks=tuple(marks),
         legend=tuple(legend),
         width=_MEM_W,
         plot_height=_MEM_PLOT_H,
         left=_MEM_LEFT,
     )
+
+
+def _bytes_axis(y_top: float) -> plot.Axis:
+    """The y axis from 0 to `y_top` bytes (the top 8% above the data), ticked in the
+    largest binary unit the data reaches."""
+    scale, unit = next((v, u) for v, u in _UNITS if y_top / 1.08 >= v or v == 1)
+    y_ticks = tuple(
+        plot.Tick(v * scale, f"{svg.tick_label(v)} {unit}")
+        for v in svg.nice_ticks(0.0, y_top / scale, target=6)
+    )
+    return plot.Axis(0.0, y_top, "active memory", ticks=y_ticks)
+
+
+def _site_bar(
+    ys: np.ndarray,
+    labels: Sequence[str],
+    colours: Sequence[str],
+    drawn: Sequence[int],
+    x_lo: float,
+    x_hi: float,
+) -> plot.Mark:
+    """One sample: the sites' bytes as one stacked bar (the `drawn` sites, bottom up)."""
+    base = 0.0
+    x0, x1, y0, y1, fills, tips = [], [], [], [], [], []
+    for k in drawn:
+        v = float(ys[k, 0])
+        x0.append(x_lo + 0.25)
+        x1.append(x_hi - 0.25)
+        y0.append(base)
+        y1.append(base + v)
+        fills.append(colours[k])
+        tips.append(f"{labels[k]}\n{fmt_bytes(v)}")
+        base += v
+    return plot.Rects(x0, x1, y0, y1, fills, tips=tips, item_cls="gp-site")
+
+
+def _site_stack(
+    x: np.ndarray,
+    ys: np.ndarray,
+    labels: Sequence[str],
+    colours: Sequence[str],
+    totals: np.ndarray,
+) -> plot.Mark:
+    """The sites' bytes stacked over time, each layer's tip with its bytes at the peak
+    sample (where `totals` is highest) and its largest."""
+    peak_sample = int(np.argmax(totals)) if totals.size else 0
+    return plot.Stack(
+        x,
+        tuple(
+            plot.Layer(
+                ys[k],
+                colours[k],
+                labels[k],
+                f"{labels[k]}\nat the peak: {fmt_bytes(float(ys[k, peak_sample]))}; "
+                f"largest: {fmt_bytes(float(ys[k].max()))}",
+            )
+            for k in range(len(labels))
+        ),
+        cls="gp-site",
+    )
+
+
+def _reserved_line(timeline: MemoryTimeline, reserved: np.ndarray) -> plot.Mark:
+    """Reserved bytes per entry as a dashed step line."""
+    return plot.Line(
+        np.asarray(timeline.x, dtype=float),
+        np.asarray(reserved, dtype=float),
+        dash="5 3",
+        step=True,
+        tip=f"reserved by the caching allocator; peak {fmt_bytes(timeline.reserved_peak_bytes)}",
+        cls="gp-reserved",
+    )
+
+
+def _peak_marks(timeline: MemoryTimeline, peak_x: float) -> list[plot.Mark]:
+    """The peak: a rule across the plot at its bytes, a triangle at `peak_x` with a tip,
+    and a label placed where it overlaps nothing."""
+    peak = float(timeline.peak_bytes)
+    label = f"peak {fmt_bytes(timeline.peak_bytes)}"
+    return [
+        plot.Rule("y", peak, colour=PEAK_COLOUR, width=0.8),
+        plot.Dots(
+            [peak_x],
+            [peak],
+            [5.0],
+            [PEAK_COLOUR],
+            tips=[f"{label} at {_x(timeline.peak_x, timeline.time_unit)}"],
+            opacity=1.0,
+            shape="triangle",
+            cls="gp-peak",
+        ),
+        plot.Text(
+            peak_x,
+            peak,
+            label,
+            colour=PEAK_COLOUR,
+            dx=6,
+            dy=-5,
+            avoid=(
+                (peak_x, -6, -5, "end"),
+                (peak_x, 6, 13, "start"),
+                (peak_x, -6, 13, "end"),
+            ),
+        ),
+    ]
 
 
 def memory_svg(timeline: MemoryTimeline) -> str:

@@ -1,5 +1,5 @@
 """What a memory snapshot analysis holds for one device: the timeline, what was live at the
-peak, leaks, segments, out-of-memory events and findings (built by analysis/memory.py).
+peak, leaks, segments, out-of-memory events and findings (built by analysis/memory/).
 Bytes everywhere."""
 
 from __future__ import annotations
