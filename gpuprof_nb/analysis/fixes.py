@@ -159,7 +159,7 @@ FP16_FIX = (
 )
 
 
-# The memory analysis (analysis/memory.py): what to do about each memory finding.
+# The memory analysis (analysis/memory/): what to do about each memory finding.
 MEMORY_FIXES: dict[str, str] = {
     "oom": (
         "Free what the failing step does not need (del tensors kept from earlier "

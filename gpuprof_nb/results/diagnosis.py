@@ -1,5 +1,5 @@
 """What holds a cell back: findings (kind, severity, evidence, fix) and the diagnosis that
-orders them. Produced by analysis/diagnose.py and analysis/memory.py."""
+orders them. Produced by analysis/diagnose.py and analysis/memory/."""
 
 from __future__ import annotations
 

@@ -6,18 +6,11 @@ from collections.abc import Sequence
 
 from gpuprof_nb.analysis.diagnose import Finding
 from gpuprof_nb.analysis.fixes import MEMORY_FIXES, peak_memory_advice
+from gpuprof_nb.model.units import fmt_bytes
 from gpuprof_nb.results.memory import AtPeak, Leaks, MemoryTimeline, OomEvent, SegmentSummary
 
 _MIB = 2**20
 _SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
-
-
-def _size(n: float) -> str:
-    """Bytes for a finding title, in the binary units the report tables use."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{int(n)} B"
 
 
 def memory_findings(
@@ -67,13 +60,13 @@ def _oom_finding(oom: OomEvent, at_peak: AtPeak) -> Finding:
         # A request bigger than everything this process holds: the tensors are not what
         # filled the device (a huge request on an H100: 128 TiB asked, 72 MB live).
         why = (
-            f"the request is larger than the {_size(oom.device_free_bytes)} the device "
-            f"had free, while this process held {_size(oom.active_bytes)} in tensors"
+            f"the request is larger than the {fmt_bytes(oom.device_free_bytes)} the device "
+            f"had free, while this process held {fmt_bytes(oom.active_bytes)} in tensors"
         )
     return Finding(
         kind="oom",
         severity="high",
-        title=f"Out of memory: a request for {_size(oom.requested_bytes)} at "
+        title=f"Out of memory: a request for {fmt_bytes(oom.requested_bytes)} at "
         f"{oom.site.label} failed; {why}. Largest holder: {top}",
         evidence=evidence,
         fix=MEMORY_FIXES["oom"] + (MEMORY_FIXES["oom_fragmented"] if frag else ""),
@@ -94,8 +87,8 @@ def _fragmentation_finding(segments: SegmentSummary) -> Finding | None:
     return Finding(
         kind="fragmentation",
         severity="medium",
-        title=f"{_size(free)} reserved but free, split into {segments.n_free_blocks} "
-        f"pieces; the largest is {_size(segments.largest_free_block_bytes)}",
+        title=f"{fmt_bytes(free)} reserved but free, split into {segments.n_free_blocks} "
+        f"pieces; the largest is {fmt_bytes(segments.largest_free_block_bytes)}",
         evidence={
             "reserved_bytes": segments.reserved_bytes,
             "allocated_bytes": segments.allocated_bytes,
@@ -120,7 +113,7 @@ def _growth_finding(tl: MemoryTimeline, leaks: Leaks) -> Finding | None:
         return Finding(
             kind="memory_growth",
             severity="high",
-            title=f"Memory grows by {_size(leaks.growth_bytes_per_step)} per step over "
+            title=f"Memory grows by {fmt_bytes(leaks.growth_bytes_per_step)} per step over "
             f"{steps} steps; most from {top}",
             evidence={
                 "growth_per_step_bytes": leaks.growth_bytes_per_step,
@@ -136,7 +129,7 @@ def _growth_finding(tl: MemoryTimeline, leaks: Leaks) -> Finding | None:
         return Finding(
             kind="memory_growth",
             severity="low",
-            title=f"The cell left {_size(leaks.left_bytes)} allocated that it did not free; "
+            title=f"The cell left {fmt_bytes(leaks.left_bytes)} allocated that it did not free; "
             f"most from {top}",
             evidence={"left_allocated_bytes": leaks.left_bytes, "peak_bytes": tl.peak_bytes},
             fix=MEMORY_FIXES["left_allocated"],
@@ -155,7 +148,7 @@ def _peak_finding(tl: MemoryTimeline, at_peak: AtPeak, cpu: bool) -> Finding | N
     return Finding(
         kind="peak_memory",
         severity="info",
-        title=f"Peak {_size(tl.peak_bytes)}; {holder.site.label} held "
+        title=f"Peak {fmt_bytes(tl.peak_bytes)}; {holder.site.label} held "
         f"{holder.share * 100:.1f}% of it",
         evidence={
             "peak_bytes": tl.peak_bytes,
