@@ -56,13 +56,14 @@ from gpuprof_nb.analysis.intervals import (
 from gpuprof_nb.analysis.launchers import launch_rows
 from gpuprof_nb.analysis.streams import kernel_streams
 from gpuprof_nb.analysis.timeline import activity_window, unrecorded_launches
-from gpuprof_nb.model.trace import Kernel, Op, Trace
+from gpuprof_nb.model.trace import Kernel, KernelKind, Op, Trace
 from gpuprof_nb.results.tables import (
     _FRACTION_BASE,
     KernelRow,
     KernelTable,
     OpRow,
     OpTable,
+    SortKey,
     TraceSummary,
 )
 
@@ -80,7 +81,7 @@ __all__ = [
 
 # Valid `sort` values for top_ops: the canonical field names, plus the short and the
 # torch.profiler key_averages() spellings users already know.
-SORT_KEYS: dict[str, str] = {
+SORT_KEYS: dict[str, SortKey] = {
     "self_device_us": "self_device_us",
     "total_device_us": "total_device_us",
     "self_cpu_us": "self_cpu_us",
@@ -342,7 +343,7 @@ _GROUP_FIELDS = {
 }
 
 
-def _sort_key(trace: Trace, sort: str | None) -> str:
+def _sort_key(trace: Trace, sort: str | None) -> SortKey:
     """Return the canonical sort key for `sort` (None: self device time on a trace with
     device activity, else self CPU time). Raises ValueError naming the valid ones."""
     if sort is None:
@@ -404,7 +405,7 @@ def kernel_table(trace: Trace | TraceIndex) -> KernelTable:
     dur = kc.dur
     # Each (name, kind) as a code, in order of first appearance.
     group_keys, codes = codes_of(map(_NAME_KIND, kernels), n)
-    code_of: dict[tuple[str, str], int] = {key: c for c, key in enumerate(group_keys)}
+    code_of: dict[tuple[str, KernelKind], int] = {key: c for c, key in enumerate(group_keys)}
     g = len(code_of)
     # Sums per group and over all: bincount adds one by one in kernel order, as `+=` does.
     calls = np.bincount(codes, minlength=g).tolist()

@@ -70,7 +70,7 @@ def samples_of(top: Mapping[str, Any], source: str = "trace") -> StackSamples | 
         end_us=numbers["end_us"],
         late=late if type(late) is int else 0,
         mode=mode,
-        engine=engine if isinstance(engine, str) else "",
+        engine=engine if engine in ("monitoring", "settrace") else "",
         events=events if type(events) is int and events >= 0 else 0,
         shared_us=float(shared),
         lost_us=lost,

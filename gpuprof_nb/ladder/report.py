@@ -20,6 +20,7 @@ from gpuprof_nb.results.ladder import (
     LadderComparison,
     LadderReport,
     RungResult,
+    RungStatus,
     ThreeRunReading,
     find_plateau,
     recommend,
@@ -138,7 +139,7 @@ def judge_speed_rung(
     min_gain: float,
     current_us_per_sample: Sequence[float] = (),
     candidate_us_per_sample: Sequence[float] = (),
-) -> tuple[str, str]:
+) -> tuple[RungStatus, str]:
     """Return (status, reason) for a rung meant to go faster: flagged when the loss drifts
     beyond `loss_tolerance`; else, by the noise-aware verdict on the step times per sample
     (results/compare.Verdict, the one compare() gives, with `min_gain` as its floor: the
@@ -180,7 +181,7 @@ def judge_checkpoint_rung(
     min_memory_saved: float = 0.25,
     max_time_paid: float = 0.35,
     min_measurable_bytes: int = 2**20,
-) -> tuple[str, str]:
+) -> tuple[RungStatus, str]:
     """Return (status, reason) for activation checkpointing: kept when it saves at least
     `min_memory_saved` of peak memory for at most `max_time_paid` more time per sample."""
     time_paid = current_samples_per_s / candidate_samples_per_s - 1.0

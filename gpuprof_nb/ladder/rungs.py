@@ -51,6 +51,7 @@ from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.render.progress import Progress
 from gpuprof_nb.render.units import fmt_bytes
 from gpuprof_nb.results.fit import budget_bytes
+from gpuprof_nb.results.ladder import RungStatus
 
 # Measured on the shared 2-core machine the ladder was written on (see docs/ladder.md).
 _CPU_COMPILE_SKIP = (
@@ -170,7 +171,7 @@ class _Climb:
         return RungResult(name=name, settings=config.describe(), status="failed", reason=reason)
 
     def result_from(
-        self, name: str, config: RungConfig, measured: Measurement, status: str, reason: str
+        self, name: str, config: RungConfig, measured: Measurement, status: RungStatus, reason: str
     ) -> RungResult:
         timing = TimingStats(wall_us=measured.step_times_us)
         self.precisions[name] = config.precision
@@ -571,6 +572,7 @@ def _run_accumulation(climb: _Climb, wanted: set[str], target: int | None) -> No
     drift = relative_drift(got.final_loss, climb.baseline_loss)
     change = _rate(got) / climb.current_rate() - 1.0
     reach = f"effective batch {size * k} (target {target})"
+    status: RungStatus
     if drift is None or drift > climb.loss_tolerance:
         status = "flagged"
         reason = (
@@ -629,6 +631,7 @@ def _run_dataloader(climb: _Climb, wanted: set[str], grid: Sequence[LoaderSettin
         )
         return
     rate, config, got = best
+    status: RungStatus
     if config.loader == climb.current.loader:
         status, reason = "dropped", "the current DataLoader settings were already the fastest"
     else:

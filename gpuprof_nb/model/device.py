@@ -12,9 +12,13 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from gpuprof_nb.errors import GpuprofError
+
+# Which runtime a device belongs to.
+DeviceKind = Literal["cuda", "rocm", "cpu"]
+DEVICE_KINDS: tuple[DeviceKind, ...] = get_args(DeviceKind)
 
 # Names of the compute roofs a DeviceSpec can carry, in the order they are drawn.
 ROOF_NAMES = ("fp64", "fp32", "tf32", "fp16", "bf16")
@@ -35,7 +39,7 @@ class DeviceSpec:
     `source` names the datasheet, or says when and how the numbers were measured."""
 
     name: str
-    kind: str  # "cuda", "rocm" or "cpu"
+    kind: DeviceKind
     fp32_flops_per_s: float | None
     bandwidth_bytes_per_s: float | None
     tf32_flops_per_s: float | None = None
@@ -74,7 +78,9 @@ class DeviceSpec:
         field is missing or has the wrong type."""
         try:
             name = str(data["name"])
-            kind = str(data.get("kind", "cuda"))
+            kind = next((k for k in DEVICE_KINDS if k == data.get("kind", "cuda")), None)
+            if kind is None:
+                raise ValueError(f"kind is {data.get('kind')!r}, not one of {DEVICE_KINDS}")
 
             def num(key: str) -> float | None:
                 value = data.get(key)
@@ -127,7 +133,7 @@ class DeviceRow:
     source: str
     min_memory_gib: float = 0.0
     max_memory_gib: float = float("inf")
-    kind: str = "cuda"
+    kind: DeviceKind = "cuda"
 
     def spec(self, memory_bytes: int | None = None) -> DeviceSpec:
         """Return this row as a DeviceSpec in FLOP/s and bytes/s."""

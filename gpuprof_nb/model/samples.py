@@ -5,6 +5,12 @@ analysis/hotspots.py turns into host time and idle time by source line."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+# How a line sampler took its samples (see StackSamples) and, for exact line events, the
+# interpreter hook it used ("" for sampled stacks).
+SampleMode = Literal["signal", "thread", "exact"]
+LineEngine = Literal["monitoring", "settrace", ""]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +49,8 @@ class StackSamples:
     start_us: float
     end_us: float
     late: int = 0
-    mode: str = "thread"
-    engine: str = ""
+    mode: SampleMode = "thread"
+    engine: LineEngine = ""
     events: int = 0
     shared_us: float = 0.0
     # "exact" only, empty or one per entry: the part of each stretch in which the cell's

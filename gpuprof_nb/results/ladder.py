@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar, get_args
 
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.ladder import FORMAT, check_format, write_ladder_json
@@ -37,7 +37,7 @@ RUNG_NAMES = (
 # results/compare.Verdict), so not kept; flagged: the loss drifted;
 # failed: raised (first line of the error in `reason`); skipped: not run (why in `reason`);
 # reference: measured for the three-run reading only; trial: one setting of a sweep.
-STATUSES = (
+RungStatus = Literal[
     "baseline",
     "kept",
     "dropped",
@@ -47,7 +47,11 @@ STATUSES = (
     "skipped",
     "reference",
     "trial",
-)
+]
+STATUSES: tuple[RungStatus, ...] = get_args(RungStatus)
+# A batch size of the sweep: it ran, it did not fit, or it failed for another reason.
+BatchStatus = Literal["ok", "oom", "failed"]
+BATCH_STATUSES: tuple[BatchStatus, ...] = get_args(BatchStatus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +62,7 @@ class RungResult:
 
     name: str
     settings: str
-    status: str
+    status: RungStatus
     reason: str = ""
     step_times_us: tuple[float, ...] = ()
     samples_per_step: int = 0
@@ -125,7 +129,7 @@ class BatchPoint:
     """One batch size of the sweep: status 'ok', 'oom' (did not fit) or 'failed'."""
 
     batch_size: int
-    status: str
+    status: BatchStatus
     step_times_us: tuple[float, ...] = ()
     peak_memory_bytes: int | None = None
     error: str = ""
@@ -204,8 +208,8 @@ class ComparisonRow:
     """One rung in two reports: samples/s in each and their ratio (this / other)."""
 
     name: str
-    this_status: str
-    other_status: str
+    this_status: RungStatus | Literal["absent"]
+    other_status: RungStatus | Literal["absent"]
     this_samples_per_s: float | None
     other_samples_per_s: float | None
     this_peak_memory_bytes: int | None
@@ -389,10 +393,21 @@ def _field(data: Any, key: str, path: str) -> Any:
     return data[key]
 
 
+_S = TypeVar("_S", bound=str)
+
+
 def _text(value: Any, path: str) -> str:
     if type(value) is not str:
         raise _Bad(f"{path} is {describe(value)}, expected a string")
     return value
+
+
+def _choice(value: Any, path: str, allowed: tuple[_S, ...]) -> _S:
+    """`value` if it is one of `allowed` (a closed set of strings), else a clear error."""
+    for choice in allowed:
+        if type(value) is str and value == choice:
+            return choice
+    raise _Bad(f"{path} is {describe(value)}, expected one of {', '.join(map(repr, allowed))}")
 
 
 def _whole(value: Any, path: str, low: int = 0) -> int:
@@ -455,7 +470,7 @@ def _rung_from(data: Any, path: str, *, trial: bool = False) -> RungResult:
     return RungResult(
         name=_text(_field(data, "name", path), f"{path}.name"),
         settings=_text(_field(data, "settings", path), f"{path}.settings"),
-        status=_text(_field(data, "status", path), f"{path}.status"),
+        status=_choice(_field(data, "status", path), f"{path}.status", STATUSES),
         reason=_text(get("reason", ""), f"{path}.reason"),
         step_times_us=_times(get("step_times_us", []), f"{path}.step_times_us"),
         samples_per_step=_whole(get("samples_per_step", 0), f"{path}.samples_per_step"),
@@ -510,7 +525,7 @@ def _sweep(data: Any, path: str) -> BatchSweep:
         out.append(
             BatchPoint(
                 batch_size=_whole(_field(p, "batch_size", here), f"{here}.batch_size", low=1),
-                status=_text(_field(p, "status", here), f"{here}.status"),
+                status=_choice(_field(p, "status", here), f"{here}.status", BATCH_STATUSES),
                 step_times_us=_times(p.get("step_times_us", []), f"{here}.step_times_us"),
                 peak_memory_bytes=_optional(
                     p.get("peak_memory_bytes"), _whole, f"{here}.peak_memory_bytes"

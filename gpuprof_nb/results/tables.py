@@ -4,13 +4,18 @@ analysis/ops.py). Times are microseconds."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
+from gpuprof_nb.model.trace import KernelKind
 from gpuprof_nb.results.display import Displayable
 from gpuprof_nb.results.invariants import check_share, check_within
 
+# What a top-ops table can be sorted by (analysis/ops.SORT_KEYS maps aliases to these).
+SortKey = Literal["self_device_us", "total_device_us", "self_cpu_us", "total_cpu_us", "calls"]
+
 # The denominator of `fraction` for each canonical key: self times partition the time, so
 # the fraction of a total-time key is relative to the same sum (it can exceed 1 for nested ops).
-_FRACTION_BASE = {
+_FRACTION_BASE: dict[SortKey, SortKey] = {
     "self_device_us": "self_device_us",
     "total_device_us": "self_device_us",
     "self_cpu_us": "self_cpu_us",
@@ -55,7 +60,7 @@ class OpTable(Displayable):
     the rows shown). Times are microseconds."""
 
     rows: tuple[OpRow, ...]
-    sort_key: str
+    sort_key: SortKey
     op_names: int  # distinct op names in the trace (rows may hold fewer)
     calls: int
     self_cpu_us: float  # sum of self CPU time over all ops
@@ -83,7 +88,7 @@ class KernelRow:
     """One device activity name and kind: calls, microseconds, streams, bytes and GB/s."""
 
     name: str
-    kind: str  # "kernel" | "memcpy" | "memset"
+    kind: KernelKind
     calls: int
     total_us: float
     mean_us: float

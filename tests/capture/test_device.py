@@ -89,6 +89,9 @@ def test_device_spec_dict_round_trip_and_bad_dicts():
         DeviceSpec.from_dict({"kind": "cuda"}, where="cache.json")
     with pytest.raises(GpuprofError, match="fp32_flops_per_s"):
         DeviceSpec.from_dict({"name": "x", "fp32_flops_per_s": "fast"})
+    # The kind is one of a closed set: a cache entry with another is refused, not kept.
+    with pytest.raises(GpuprofError, match="kind"):
+        DeviceSpec.from_dict({**spec.as_dict(), "kind": "tpu"})
 
 
 @pytest.fixture

@@ -101,6 +101,11 @@ def test_values_no_ladder_holds_are_refused(hostile, tmp_path: Path) -> None:
             cases.append(
                 Case(f"{field}-{kind}", _load(_write(tmp_path, f"{field}-{kind}", data)), "refuse")
             )
+    for status in ("great", "", 3, None):
+        data = _valid()
+        data["rungs"][1]["status"] = status
+        path = _write(tmp_path, f"status-{status!r}", data)
+        cases.append(Case(f"status-{status!r}", _load(path), "refuse", words="status"))
     data = _valid()
     data["loss_tolerance"] = float("inf")
     cases.append(Case("tolerance-inf", _load(_write(tmp_path, "tol", data)), "refuse"))
