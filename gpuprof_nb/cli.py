@@ -155,7 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gpuprof_nb {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    _add_report(commands)
+    _add_compare(commands)
+    _add_baseline(commands)
+    return parser
 
+
+def _add_report(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """Add `gpuprof report`."""
     report = commands.add_parser(
         "report",
         help="the report of a trace, a snapshot, or a run's rank traces",
@@ -185,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(report)
 
+
+def _add_compare(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """Add `gpuprof compare`."""
     compare = commands.add_parser(
         "compare",
         help="before and after: the verdict and a CI exit code",
@@ -217,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     _output_options(compare, "comparison")
     _common(compare)
 
+
+def _add_baseline(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """Add `gpuprof baseline` and its actions save, list and show."""
     baseline = commands.add_parser(
         "baseline",
         help="save, list or show named baselines",
@@ -241,7 +254,6 @@ def build_parser() -> argparse.ArgumentParser:
     show = actions.add_parser("show", help="print a baseline's record (JSON)")
     show.add_argument("name", metavar="NAME")
     _baselines_option(show)
-    return parser
 
 
 def _format(args: argparse.Namespace) -> str:

@@ -97,35 +97,13 @@ def profile_cell(
             "a torch profiler is already recording in this process; stop it first "
             "(leave its `with profile(...)` block) or use --timing-only"
         )
-    activities = [ProfilerActivity.CPU]
-    if cuda:
-        activities.append(ProfilerActivity.CUDA)
-    extra: dict[str, Any] = {}
-    if stack:
-        extra["experimental_config"] = torch._C._profiler._ExperimentalConfig(verbose=True)
-    prof = profile(
-        activities=activities,
-        record_shapes=True,
-        profile_memory=memory,
-        with_stack=stack,
-        **extra,
-    )
+    prof = _new_profiler(cuda=cuda, stack=stack, memory=memory)
     prof.__enter__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
     stopped_by_cell = False
     try:
         if cuda:
             _warm_up_cuda_profiling()
-        # The samplers stamp perf_counter_ns; this marker, between two such stamps, puts
-        # them on the trace's clock (removed from the trace afterwards).
-        # The first annotation of a session is slow to enter (0.6 ms measured on the CPU):
-        # one unstamped first, so the stamped one is tight (30 us) and its middle is where
-        # the stamps' middle is.
-        before = after = time.perf_counter_ns()
-        for _ in range(2 if samplers else 0):
-            before = time.perf_counter_ns()
-            with record_function(CLOCK_MARKER):
-                pass
-            after = time.perf_counter_ns()
+        before, after = _mark_clock(bool(samplers))
         started = []
         try:
             for _, sampler in samplers:
@@ -146,16 +124,7 @@ def profile_cell(
         # and exporting what is left crashes the process (torch 2.13 segfaults), so check.
         stopped_by_cell = not profiler_running()
     finally:
-        running = profiler_running()
-        try:
-            prof.__exit__(None, None, None)  # type: ignore[no-untyped-call]
-        except RuntimeError:
-            # torch 2.11 raises "Can't disable Kineto profiler when it's not running" when
-            # the cell's own profiler ended the session: that is said below (or the cell's
-            # own exception propagates), not this. A failure to stop our own running
-            # session is raised.
-            if running:
-                raise
+        _stop_profiler(prof)
     if stopped_by_cell:
         raise ProfilerStoppedByCell(
             "the cell runs a torch profiler of its own, which stopped ours (one profiler per "
@@ -163,18 +132,81 @@ def profile_cell(
             "profiler's trace and read it with gpuprof_nb.load_trace"
         )
     artifact = _export(prof)
+    _tidy_artifact(artifact, samplers, cuda=cuda, stack=stack, mid_ns=(before + after) / 2)
+    return artifact
+
+
+def _new_profiler(*, cuda: bool, stack: bool, memory: bool) -> profile:
+    """Return a torch profiler (not started) of CPU activity, CUDA activity when `cuda`,
+    shapes, Python stacks when `stack` and allocator events when `memory`."""
+    activities = [ProfilerActivity.CPU]
+    if cuda:
+        activities.append(ProfilerActivity.CUDA)
+    extra: dict[str, Any] = {}
+    if stack:
+        extra["experimental_config"] = torch._C._profiler._ExperimentalConfig(verbose=True)
+    return profile(
+        activities=activities,
+        record_shapes=True,
+        profile_memory=memory,
+        with_stack=stack,
+        **extra,
+    )
+
+
+def _mark_clock(samplers: bool) -> tuple[int, int]:
+    """With `samplers`, record the CLOCK_MARKER annotation between two perf_counter_ns
+    stamps and return them: the samplers stamp perf_counter_ns, and this puts them on the
+    trace's clock (the marker is removed from the trace afterwards). Without, two equal
+    stamps and no marker."""
+    # The first annotation of a session is slow to enter (0.6 ms measured on the CPU):
+    # one unstamped first, so the stamped one is tight (30 us) and its middle is where
+    # the stamps' middle is.
+    before = after = time.perf_counter_ns()
+    for _ in range(2 if samplers else 0):
+        before = time.perf_counter_ns()
+        with record_function(CLOCK_MARKER):
+            pass
+        after = time.perf_counter_ns()
+    return before, after
+
+
+def _stop_profiler(prof: profile) -> None:
+    """Stop `prof`; a failure to stop it is raised only while its session was running."""
+    running = profiler_running()
+    try:
+        prof.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+    except RuntimeError:
+        # torch 2.11 raises "Can't disable Kineto profiler when it's not running" when
+        # the cell's own profiler ended the session: that is said by profile_cell (or the
+        # cell's own exception propagates), not this. A failure to stop our own running
+        # session is raised.
+        if running:
+            raise
+
+
+def _tidy_artifact(
+    artifact: dict[str, Any],
+    samplers: Sequence[tuple[str, Sampler]],
+    *,
+    cuda: bool,
+    stack: bool,
+    mid_ns: float,
+) -> None:
+    """Take what gpuprof_nb itself ran out of the exported trace (the samplers' own edits
+    and code, the CUDA warm-up) and put the samplers' records in, on the trace's clock
+    through the clock marker stamped at `mid_ns` (perf_counter_ns)."""
     for _, sampler in samplers:  # samplers that record into the trace itself tidy it up
         getattr(sampler, "edit_trace", lambda _: None)(artifact)
     if cuda:
         drop_warmup(artifact)
     if samplers:
-        _add_samples(artifact, samplers, (before + after) / 2)
+        _add_samples(artifact, samplers, mid_ns)
         if stack:
             drop_python_calls(
                 artifact,
                 [code for _, sampler in samplers for code in getattr(sampler, "own_code", ())],
             )
-    return artifact
 
 
 # Kineto's float timestamps carry nanosecond digits: a call's end may pass its caller's by

@@ -91,14 +91,71 @@ def time_cell(
     # IPython leaves frames that set __tracebackhide__ out of the user's traceback, so an
     # error in a profiled cell reads as if the cell had run on its own.
     __tracebackhide__ = True  # noqa: F841
+    _check_counts(warmup=warmup, repeat=repeat, once=once, number=number)
+    n_warm, n_timed = (0, 1) if once else (warmup, repeat)
+    warm = _warm_up(run, n_warm, before_each, sync, clock)
+    if once:
+        number = 1
+    samples = _Samples(
+        run,
+        number=number,
+        # A cold first run (lazy initialisation, first kernel selection) can make a short
+        # cell look slow: the first timed run gets one look too, and if it shows a short
+        # cell it is not kept but starts the calibration. Not with --warmup 0 (no run may
+        # go unmeasured).
+        probing=number is None and bool(warm),
+        sync=sync,
+        clock=clock,
+        before_each=before_each,
+        run_block=run_block,
+        use_cuda_events=use_cuda_events,
+    )
+    delay0, real0 = read_run_delay_ns(), time.perf_counter_ns()
+    wall, device = samples.take(n_timed, warm)
+    waited = _waited_since(delay0, real0)
+    return TimingStats(
+        wall_us=tuple(wall),
+        device_us=tuple(device) if use_cuda_events else None,
+        warmup_wall_us=tuple(warm),
+        once=once,
+        device_name=device_name,
+        number=samples.number or 1,
+        calibration_runs=samples.untimed,
+        waited_fraction=waited,
+    )
+
+
+def _waited_since(delay0: int | None, real0: int) -> float | None:
+    """Return the share (0-1) of the time since `real0` (perf_counter_ns) this thread
+    spent waiting for a core, from its run delay then (`delay0`, ns) and now; None where
+    the OS does not say."""
+    delay1, real1 = read_run_delay_ns(), time.perf_counter_ns()
+    if delay0 is not None and delay1 is not None and real1 > real0:
+        return min(max((delay1 - delay0) / (real1 - real0), 0.0), 1.0)
+    return None
+
+
+def _check_counts(*, warmup: int | None, repeat: int, once: bool, number: int | None) -> None:
+    """Raise ValueError for a run count time_cell cannot honour."""
     if repeat < 1 and not once:
         raise ValueError(f"repeat must be at least 1, got {repeat}")
     if warmup is not None and warmup < 0:
         raise ValueError(f"warmup must be 0 or more, got {warmup}")
     if number is not None and number < 1:
         raise ValueError(f"number must be at least 1, got {number}")
-    n_warm, n_timed = (0, 1) if once else (warmup, repeat)
 
+
+def _warm_up(
+    run: Callable[[], object],
+    n_warm: int | None,
+    before_each: Callable[[], object] | None,
+    sync: Callable[[], None] | None,
+    clock: Callable[[], int],
+) -> list[float]:
+    """Return the wall times (us) of the warm-up's single runs: `n_warm` of them, or with
+    None at least one and more until they add up to WARMUP_BUDGET_US (at most
+    MAX_AUTO_WARMUP)."""
+    __tracebackhide__ = True  # noqa: F841
     warm: list[float] = []
     spent_us = 0.0
     while (
@@ -110,73 +167,103 @@ def time_cell(
             before_each()
         warm.append(_wall_block(run, 1, sync, clock))
         spent_us += warm[-1]
-    if once:
-        number = 1
-    # A cold first run (lazy initialisation, first kernel selection) can make a short cell
-    # look slow: the first timed run gets one look too, and if it shows a short cell it is
-    # not kept but starts the calibration. Not with --warmup 0 (no run may go unmeasured).
-    probing = number is None and bool(warm)
-    between: Callable[[], object] | None = None
-    untimed = 0  # runs between the warm-up and the samples (calibration, a probe not kept)
+    return warm
 
-    def calibrated(first_number: int) -> int:
+
+class _Samples:
+    """The timed samples of one time_cell call, with what deciding the block size left
+    behind: `number` (runs per sample; None until calibrated), `untimed` (runs between the
+    warm-up and the samples: calibration, a probe not kept) and `between` (what runs
+    between the runs of a block, once a run was seen to change state)."""
+
+    __slots__ = (
+        "before_each",
+        "between",
+        "clock",
+        "number",
+        "probing",
+        "run",
+        "run_block",
+        "sync",
+        "untimed",
+        "use_cuda_events",
+    )
+
+    def __init__(
+        self,
+        run: Callable[[], object],
+        *,
+        number: int | None,
+        probing: bool,
+        sync: Callable[[], None] | None,
+        clock: Callable[[], int],
+        before_each: Callable[[], object] | None,
+        run_block: Callable[[int], Callable[[], object] | None] | None,
+        use_cuda_events: bool,
+    ) -> None:
+        self.run = run
+        self.number = number
+        self.probing = probing
+        self.sync = sync
+        self.clock = clock
+        self.before_each = before_each
+        self.run_block = run_block
+        self.use_cuda_events = use_cuda_events
+        self.between: Callable[[], object] | None = None
+        self.untimed = 0
+
+    def take(self, n_timed: int, warm: list[float]) -> tuple[list[float], list[float]]:
+        """Return the wall and device times (us per run) of `n_timed` kept samples (device
+        times only with CUDA events), sizing blocks from the `warm` runs' pace when
+        `number` is None."""
+        __tracebackhide__ = True  # noqa: F841
+        before_each = self.before_each
+        wall: list[float] = []
+        device: list[float] = []
+        while len(wall) < n_timed:
+            if before_each is not None and before_each():
+                # The previous run changed state (grad/autocast mode): runs must not follow
+                # one another unreset. Decided here, after a real run, so it costs nothing
+                # otherwise.
+                if self.number is None:
+                    self.number = 1
+                self.probing = False
+                self.between = before_each
+            if self.number is None:
+                # The warm-up's pace (often a cold first run) sizes a calibration block; the
+                # block's own pace sizes the samples.
+                self.number = auto_number(tuple(warm))
+                if self.number > 1:
+                    self.number, self.probing = self.calibrated(self.number), False
+            number = self.number
+            block = _block(self.run, number, self.between, self.run_block)
+            if self.use_cuda_events:
+                wall_us, device_us = _cuda_block(block, number, self.sync, self.clock)
+            else:
+                wall_us, device_us = _wall_block(block, number, self.sync, self.clock), 0.0
+            if self.probing:
+                self.probing = False
+                first_number = auto_number((wall_us,))
+                if first_number > 1 and self.between is None:
+                    self.untimed += number
+                    self.number = self.calibrated(first_number)
+                    continue
+            wall.append(wall_us)
+            if self.use_cuda_events:
+                device.append(device_us)
+        return wall, device
+
+    def calibrated(self, first_number: int) -> int:
         """Time one untimed block of `first_number` runs; return the runs per sample its
         pace gives (1 if a run changed state that must be reset)."""
-        nonlocal between, untimed
-        untimed += first_number
-        block = _block(run, first_number, None, run_block)
-        pace_us = _wall_block(block, first_number, sync, clock)
-        if before_each is not None and before_each():
-            between = before_each
+        __tracebackhide__ = True  # noqa: F841
+        self.untimed += first_number
+        block = _block(self.run, first_number, None, self.run_block)
+        pace_us = _wall_block(block, first_number, self.sync, self.clock)
+        if self.before_each is not None and self.before_each():
+            self.between = self.before_each
             return 1
         return auto_number((pace_us,))
-
-    wall: list[float] = []
-    device: list[float] = []
-    delay0, real0 = read_run_delay_ns(), time.perf_counter_ns()
-    while len(wall) < n_timed:
-        if before_each is not None and before_each():
-            # The previous run changed state (grad/autocast mode): runs must not follow one
-            # another unreset. Decided here, after a real run, so it costs nothing otherwise.
-            if number is None:
-                number = 1
-            probing = False
-            between = before_each
-        if number is None:
-            # The warm-up's pace (often a cold first run) sizes a calibration block; the
-            # block's own pace sizes the samples.
-            number = auto_number(tuple(warm))
-            if number > 1:
-                number, probing = calibrated(number), False
-        block = _block(run, number, between, run_block)
-        if use_cuda_events:
-            wall_us, device_us = _cuda_block(block, number, sync, clock)
-        else:
-            wall_us, device_us = _wall_block(block, number, sync, clock), 0.0
-        if probing:
-            probing = False
-            first_number = auto_number((wall_us,))
-            if first_number > 1 and between is None:
-                untimed += number
-                number = calibrated(first_number)
-                continue
-        wall.append(wall_us)
-        if use_cuda_events:
-            device.append(device_us)
-    delay1, real1 = read_run_delay_ns(), time.perf_counter_ns()
-    waited = None
-    if delay0 is not None and delay1 is not None and real1 > real0:
-        waited = min(max((delay1 - delay0) / (real1 - real0), 0.0), 1.0)
-    return TimingStats(
-        wall_us=tuple(wall),
-        device_us=tuple(device) if use_cuda_events else None,
-        warmup_wall_us=tuple(warm),
-        once=once,
-        device_name=device_name,
-        number=number or 1,
-        calibration_runs=untimed,
-        waited_fraction=waited,
-    )
 
 
 # This thread's scheduler statistics (Linux): the second field is the time it has waited

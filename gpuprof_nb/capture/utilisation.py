@@ -451,6 +451,41 @@ class UtilisationSampler:
         {"source", "period_ms", "ts_us" (end of each interval), "series" ({name: {"unit",
         "label", "values"}}), "notes"}. Per-core values are % of the interval busy, "process"
         is CPU seconds per second (cores), NVML readings are the values read at each time."""
+        stamps, process, cores, gpu, notes = self._samples()
+        n = len(stamps)
+        # No share of a core above the cores this process may run on.
+        most = float(len(cores) if cores else machine_cores())
+        series = _interval_series(stamps, process, cores, most)
+        for name, values in gpu.items():
+            unit = _GPU_LABELS[name][0]
+            series[name] = {
+                "unit": unit,
+                "label": self._gpu_labels[name],
+                "values": [round(v, 2) for v in values[1:]],
+            }
+        if n < 2:
+            notes.append(
+                "no utilisation interval recorded: the sampler was not started and stopped"
+            )
+        period_s = max(self._wait_now_s, self._period_s)
+        notes += self._period_notes(period_s)
+        parts = [
+            p for p in (self._cores_source if cores is not None else "", "nvml" if gpu else "") if p
+        ]
+        return {
+            "source": "+".join(parts) or "process_time",
+            "cores": int(most),
+            "period_ms": round(period_s * 1e3, 6),
+            "ts_us": [float(to_trace_us(s)) for s in stamps[1:]],
+            "series": series,
+            "notes": notes,
+        }
+
+    def _samples(
+        self,
+    ) -> tuple[list[int], list[int], list[list[float]] | None, dict[str, list[float]], list[str]]:
+        """Return copies of (stamps, process CPU ns, per-core series or None, NVML series,
+        notes), every series one value per sample, the short last interval merged."""
         with self._lock:
             self._flush_cores()
             stamps = list(self._stamps)
@@ -473,41 +508,12 @@ class UtilisationSampler:
             process = [process[i] for i in keep]
             cores = [[c[i] for i in keep] for c in cores] if cores is not None else None
             gpu = {k: [v[i] for i in keep] for k, v in gpu.items()}
-            n -= 1
-        # No share of a core above the cores this process may run on.
-        most = float(len(cores) if cores else machine_cores())
-        walls = [max(stamps[i] - stamps[i - 1], 1) for i in range(1, n)]
-        series: dict[str, dict[str, Any]] = {}
-        for k, busy in enumerate(cores or ()):
-            series[f"cpu{k}"] = {
-                "unit": "%",
-                "label": f"CPU {k}",
-                "values": [
-                    round(min(max((busy[i] - busy[i - 1]) * 1e11 / walls[i - 1], 0.0), 100.0), 2)
-                    for i in range(1, n)
-                ],
-            }
-        if n:
-            series["process"] = {
-                "unit": "cores",
-                "label": "this process",
-                "values": [
-                    round(min(max((process[i] - process[i - 1]) / walls[i - 1], 0.0), most), 4)
-                    for i in range(1, n)
-                ],
-            }
-        for name, values in gpu.items():
-            unit = _GPU_LABELS[name][0]
-            series[name] = {
-                "unit": unit,
-                "label": self._gpu_labels[name],
-                "values": [round(v, 2) for v in values[1:]],
-            }
-        if n < 2:
-            notes.append(
-                "no utilisation interval recorded: the sampler was not started and stopped"
-            )
-        period_s = max(self._wait_now_s, self._period_s)
+        return stamps, process, cores, gpu, notes
+
+    def _period_notes(self, period_s: float) -> list[str]:
+        """Return the notes on the period: samples dropped to keep MAX_SAMPLES, or a period
+        stretched (to `period_s`) to keep under MAX_CPU_SHARE."""
+        notes = []
         if self._halvings:
             notes.append(
                 f"every other sample dropped {self._halvings} time(s) to keep at most "
@@ -521,14 +527,33 @@ class UtilisationSampler:
                 f"{self._cost_ns / max(self._cost_samples, 1) / 1e3:.3g} us of CPU "
                 f"here, and sampling keeps under {MAX_CPU_SHARE:.0%} of a core"
             )
-        parts = [
-            p for p in (self._cores_source if cores is not None else "", "nvml" if gpu else "") if p
-        ]
-        return {
-            "source": "+".join(parts) or "process_time",
-            "cores": int(most),
-            "period_ms": round(period_s * 1e3, 6),
-            "ts_us": [float(to_trace_us(s)) for s in stamps[1:]],
-            "series": series,
-            "notes": notes,
+        return notes
+
+
+def _interval_series(
+    stamps: list[int], process: list[int], cores: list[list[float]] | None, most: float
+) -> dict[str, dict[str, Any]]:
+    """Return the per-interval series: each core's % busy and this process's CPU cores in
+    use (at most `most`), from the cumulative counters read at `stamps` (ns)."""
+    n = len(stamps)
+    walls = [max(stamps[i] - stamps[i - 1], 1) for i in range(1, n)]
+    series: dict[str, dict[str, Any]] = {}
+    for k, busy in enumerate(cores or ()):
+        series[f"cpu{k}"] = {
+            "unit": "%",
+            "label": f"CPU {k}",
+            "values": [
+                round(min(max((busy[i] - busy[i - 1]) * 1e11 / walls[i - 1], 0.0), 100.0), 2)
+                for i in range(1, n)
+            ],
         }
+    if n:
+        series["process"] = {
+            "unit": "cores",
+            "label": "this process",
+            "values": [
+                round(min(max((process[i] - process[i - 1]) / walls[i - 1], 0.0), most), 4)
+                for i in range(1, n)
+            ],
+        }
+    return series

@@ -437,15 +437,7 @@ def measure(
 def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter) -> Measurement:
     """Build, train and time one configuration (see `measure`)."""
     device = workload.device
-    compiled = config.compile_mode is not None
-    torch.manual_seed(workload.seed)
-    model = workload.model_fn().to(device)
-    if config.checkpoint:
-        apply_checkpointing(model, workload.checkpoint_modules)
-    optimizer = build_optimizer(workload.optimizer_fn, model, config.fused_optimizer)
-    train_model: Callable[..., Any] = model
-    if compiled:
-        train_model = torch.compile(model, mode=config.compile_mode, backend=config.compile_backend)
+    model, optimizer, train_model = _build_model(workload, config)
     amp = _amp_dtype(config.precision)
     scaler = torch.amp.GradScaler(device.type) if config.precision == "fp16" else None
     loader = build_loader(workload, config.loader, batch)
@@ -453,7 +445,6 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
     non_blocking = config.loader.pin_memory and device.type == "cuda"
     probe: Any = None
     k = config.accumulation_steps
-    times: list[float] = []
     shapes: set[tuple[Any, ...]] = set()
     losses: list[torch.Tensor] = []
     model.train()
@@ -504,15 +495,8 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
             number=1,
             sync=functools.partial(_sync, device),
         )
-    times.extend(stats.warmup_wall_us + stats.wall_us)
-    stacked = torch.stack(losses).cpu()
-    if not bool(torch.isfinite(stacked).all()):
-        bad = int((~torch.isfinite(stacked)).nonzero()[0, 0])
-        raise NonFiniteLossError(
-            f"the loss became {float(stacked[bad])} at step {bad + 1} of "
-            f"{len(losses)} ({config.describe()}); check the inputs and learning rate, or "
-            "find the op with torch.autograd.detect_anomaly()"
-        )
+    times = list(stats.warmup_wall_us + stats.wall_us)
+    _check_losses(losses, config)
     final_loss = _probe_loss(model, workload.loss_fn, probe)
     if device.type == "cuda":
         peak = meter.peak_growth_bytes()
@@ -521,20 +505,50 @@ def _train(workload: Workload, config: RungConfig, batch: int, meter: _PeakMeter
         with torch.enable_grad():
             peak = _cpu_step_peak_bytes(step, model, optimizer)
     timed = tuple(times[workload.warmup :])
-    compile_us = None
-    if compiled:
-        timed_sorted = sorted(timed)
-        median = timed_sorted[len(timed_sorted) // 2]
-        # Compilation happens in the first call; what it took beyond a normal step.
-        compile_us = max(times[0] - median, 0.0)
     return Measurement(
         step_times_us=timed,
         samples_per_step=batch * k,
         peak_memory_bytes=peak,
-        compile_time_us=compile_us,
+        compile_time_us=_compile_time_us(times, timed) if config.compile_mode is not None else None,
         final_loss=final_loss,
         static_shapes=len(shapes) == 1,
     )
+
+
+def _build_model(
+    workload: Workload, config: RungConfig
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, Callable[..., Any]]:
+    """Return a fresh model (seeded, on the device, checkpointed as `config` says), its
+    optimizer, and what the steps call: the model, or its torch.compile'd wrapper."""
+    torch.manual_seed(workload.seed)
+    model = workload.model_fn().to(workload.device)
+    if config.checkpoint:
+        apply_checkpointing(model, workload.checkpoint_modules)
+    optimizer = build_optimizer(workload.optimizer_fn, model, config.fused_optimizer)
+    train_model: Callable[..., Any] = model
+    if config.compile_mode is not None:
+        train_model = torch.compile(model, mode=config.compile_mode, backend=config.compile_backend)
+    return model, optimizer, train_model
+
+
+def _check_losses(losses: list[torch.Tensor], config: RungConfig) -> None:
+    """Raise NonFiniteLossError at the first step whose loss is not finite."""
+    stacked = torch.stack(losses).cpu()
+    if not bool(torch.isfinite(stacked).all()):
+        bad = int((~torch.isfinite(stacked)).nonzero()[0, 0])
+        raise NonFiniteLossError(
+            f"the loss became {float(stacked[bad])} at step {bad + 1} of "
+            f"{len(losses)} ({config.describe()}); check the inputs and learning rate, or "
+            "find the op with torch.autograd.detect_anomaly()"
+        )
+
+
+def _compile_time_us(times: list[float], timed: tuple[float, ...]) -> float:
+    """Return what the first step (the one that compiled) took beyond a normal (median
+    timed) step, in microseconds, at least 0."""
+    timed_sorted = sorted(timed)
+    median = timed_sorted[len(timed_sorted) // 2]
+    return max(times[0] - median, 0.0)
 
 
 def _probe_loss(

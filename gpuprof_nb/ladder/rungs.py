@@ -8,7 +8,7 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -298,6 +298,174 @@ def run_ladder(
         seed=seed,
         progress=progress,
     )
+    wanted = _wanted_rungs(
+        rungs,
+        target_effective_batch=target_effective_batch,
+        loss_tolerance=loss_tolerance,
+        min_gain=min_gain,
+        label=label,
+        compile=compile,
+        compile_backend=compile_backend,
+        checkpoint_modules=checkpoint_modules,
+    )
+    budget = budget_bytes(memory_budget) if memory_budget is not None else None
+    workload, base_loader = _workload(
+        model_fn,
+        data,
+        loss_fn,
+        optimizer_fn,
+        batch_size=batch_size,
+        steps=steps,
+        warmup=warmup,
+        device=device,
+        seed=seed,
+        checkpoint_modules=checkpoint_modules,
+    )
+    grid = tuple(loader_settings) if loader_settings else loader_grid(workload.device)
+    bar = Progress(_planned_rungs(wanted, grid, batch_sizes), enabled=progress)
+    climb = _Climb(workload, bar, loss_tolerance=loss_tolerance, min_gain=min_gain)
+    base_config = RungConfig(compile_backend=compile_backend, loader=base_loader)
+    climbed = _climb_rungs(
+        climb,
+        base_config,
+        wanted,
+        compile=compile,
+        target_effective_batch=target_effective_batch,
+        grid=grid,
+        budget=budget,
+        batch_sizes=batch_sizes,
+    )
+    return _ladder_report(climb, climbed, label=label)
+
+
+class _Climbed(NamedTuple):
+    """What the climb gives besides its rungs: the mixed precision tried (`amp`) and its
+    rung, the compiled rung's samples/s, the batch-size sweep, and notes."""
+
+    amp: str
+    amp_result: RungResult | None
+    compile_rate: float | None
+    sweep: BatchSweep | None
+    notes: list[str]
+
+
+def _climb_rungs(
+    climb: _Climb,
+    base_config: RungConfig,
+    wanted: set[str],
+    *,
+    compile: bool | str,
+    target_effective_batch: int | None,
+    grid: Sequence[LoaderSettings],
+    budget: int | None,
+    batch_sizes: Sequence[int] | None,
+) -> _Climbed:
+    """Climb the `wanted` rungs in order from `base_config`, then sweep `batch_sizes`. The
+    progress bar is closed and device memory freed whatever a rung raised."""
+    dev = climb.workload.device
+    do_compile = compile is True or (compile == "auto" and dev.type == "cuda")
+    notes: list[str] = []
+    amp = amp_precision(dev)
+    try:
+        _run_baseline(climb, base_config)
+        amp_result = _run_amp(climb, wanted, amp)
+        compile_rate = _run_compile(climb, wanted, amp, amp_result, do_compile, dev, notes)
+        _run_reduce_overhead(climb, wanted, do_compile, dev)
+        _run_fused(climb, wanted)
+        _run_accumulation(climb, wanted, target_effective_batch)
+        _run_dataloader(climb, wanted, grid)
+        _run_checkpoint(climb, wanted, budget)
+        sweep = sweep_batch_sizes_of(climb, batch_sizes) if batch_sizes else None
+    finally:
+        climb.progress.close()
+        free_memory(dev, collect=False)
+    return _Climbed(amp, amp_result, compile_rate, sweep, notes)
+
+
+def _workload(
+    model_fn: Callable[[], torch.nn.Module],
+    data: Any,
+    loss_fn: Callable[[Any, Any], torch.Tensor],
+    optimizer_fn: Callable[[Any], torch.optim.Optimizer],
+    *,
+    batch_size: int | None,
+    steps: int,
+    warmup: int,
+    device: str | torch.device | None,
+    seed: int,
+    checkpoint_modules: Sequence[str] | None,
+) -> tuple[Workload, LoaderSettings]:
+    """Return the workload every rung trains (on the resolved device, with the batch size
+    given or `data`'s own) and the loader settings `data` came with."""
+    dev = _resolve_device(device)
+    dataset, collate_fn, size, base_loader = resolve_data(data, batch_size)
+    if size < 1:
+        raise GpuprofError(f"batch_size must be >= 1; got {size}")
+    workload = Workload(
+        model_fn=model_fn,
+        dataset=dataset,
+        collate_fn=collate_fn,
+        loss_fn=loss_fn,
+        optimizer_fn=optimizer_fn,
+        batch_size=size,
+        steps=steps,
+        warmup=warmup,
+        device=dev,
+        seed=seed,
+        checkpoint_modules=tuple(checkpoint_modules) if checkpoint_modules else None,
+    )
+    return workload, base_loader
+
+
+def _ladder_report(climb: _Climb, climbed: _Climbed, *, label: str) -> LadderReport:
+    """Return the LadderReport of a finished climb: its rungs with MFU, the three-run
+    reading of fp32, mixed precision and compiled, the batch-size sweep, and the climb's
+    notes (with one on a missing MFU)."""
+    workload = climb.workload
+    dev = workload.device
+    baseline = climb.results[0]
+    rungs_mfu, peak_source = with_mfu(climb.results, climb.flops_per_sample, dev, climb.precisions)
+    notes = climbed.notes + _mfu_notes(climb, peak_source)
+    amp_result = climbed.amp_result
+    three = read_three_runs(
+        baseline.samples_per_s or math.nan,
+        amp_result.samples_per_s if amp_result is not None else None,
+        climbed.compile_rate,
+        amp_label=climbed.amp,
+    )
+    return LadderReport(
+        rungs=rungs_mfu,
+        model_flops_per_sample=climb.flops_per_sample,
+        peak_source=peak_source,
+        three_run=three,
+        device_name=_device_name(dev),
+        memory_method=memory_method(dev),
+        steps=workload.steps,
+        warmup=workload.warmup,
+        batch_size=workload.batch_size,
+        seed=workload.seed,
+        loss_tolerance=climb.loss_tolerance,
+        torch_version=str(torch.__version__),
+        created_utc=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        label=label,
+        notes=tuple(notes),
+        batch_sweep=climbed.sweep,
+    )
+
+
+def _wanted_rungs(
+    rungs: Iterable[str] | None,
+    *,
+    target_effective_batch: int | None,
+    loss_tolerance: float,
+    min_gain: float,
+    label: str,
+    compile: bool | str,
+    compile_backend: str,
+    checkpoint_modules: Sequence[str] | None,
+) -> set[str]:
+    """Return the rungs to run (fp32 always among them); raise GpuprofError naming the
+    first of run_ladder's own arguments that is not what it takes (before anything runs)."""
     if target_effective_batch is not None:
         check_number(target_effective_batch, "target_effective_batch", low=1, integer=True)
     check_number(loss_tolerance, "loss_tolerance", low=0, above=True, high=10, hint="e.g. 0.05")
@@ -324,27 +492,15 @@ def run_ladder(
         )
     if compile not in (True, False, "auto"):
         raise GpuprofError(f"compile must be True, False or 'auto'; got {compile!r}")
-    budget = budget_bytes(memory_budget) if memory_budget is not None else None
-    dev = _resolve_device(device)
-    dataset, collate_fn, size, base_loader = resolve_data(data, batch_size)
-    if size < 1:
-        raise GpuprofError(f"batch_size must be >= 1; got {size}")
-    workload = Workload(
-        model_fn=model_fn,
-        dataset=dataset,
-        collate_fn=collate_fn,
-        loss_fn=loss_fn,
-        optimizer_fn=optimizer_fn,
-        batch_size=size,
-        steps=steps,
-        warmup=warmup,
-        device=dev,
-        seed=seed,
-        checkpoint_modules=tuple(checkpoint_modules) if checkpoint_modules else None,
-    )
-    grid = tuple(loader_settings) if loader_settings else loader_grid(dev)
-    do_compile = compile is True or (compile == "auto" and dev.type == "cuda")
-    planned = (
+    return wanted
+
+
+def _planned_rungs(
+    wanted: set[str], grid: Sequence[LoaderSettings], batch_sizes: Sequence[int] | None
+) -> int:
+    """Return how many measurements the progress bar counts: the baseline, each wanted
+    rung, each loader setting tried, each batch size swept."""
+    return (
         1
         + len(
             {"bf16", "compile", "reduce_overhead", "fused_adamw", "grad_accum", "checkpoint"}
@@ -353,56 +509,17 @@ def run_ladder(
         + (len(grid) if "dataloader" in wanted else 0)
         + len(batch_sizes or ())
     )
-    bar = Progress(planned, enabled=progress)
-    climb = _Climb(workload, bar, loss_tolerance=loss_tolerance, min_gain=min_gain)
-    notes: list[str] = []
-    amp = amp_precision(dev)
-    base_config = RungConfig(compile_backend=compile_backend, loader=base_loader)
-    try:
-        _run_baseline(climb, base_config)
-        amp_result = _run_amp(climb, wanted, amp)
-        compile_rate = _run_compile(climb, wanted, amp, amp_result, do_compile, dev, notes)
-        _run_reduce_overhead(climb, wanted, do_compile, dev)
-        _run_fused(climb, wanted)
-        _run_accumulation(climb, wanted, target_effective_batch)
-        _run_dataloader(climb, wanted, grid)
-        _run_checkpoint(climb, wanted, budget)
-        sweep = sweep_batch_sizes_of(climb, batch_sizes) if batch_sizes else None
-    finally:
-        bar.close()
-        free_memory(dev, collect=False)
-    baseline = climb.results[0]
-    rungs_mfu, peak_source = with_mfu(climb.results, climb.flops_per_sample, dev, climb.precisions)
+
+
+def _mfu_notes(climb: _Climb, peak_source: str) -> list[str]:
+    """Return the note saying why the report has no MFU, if it has none."""
     if climb.flops_note:
-        notes.append(f"no MFU: {climb.flops_note}")
-    elif climb.flops_per_sample and not peak_source:
-        notes.append(
+        return [f"no MFU: {climb.flops_note}"]
+    if climb.flops_per_sample and not peak_source:
+        return [
             "no MFU: no peak is known for this device (gpuprof_nb.measure_ceilings() measures it)"
-        )
-    three = read_three_runs(
-        baseline.samples_per_s or math.nan,
-        amp_result.samples_per_s if amp_result is not None else None,
-        compile_rate,
-        amp_label=amp,
-    )
-    return LadderReport(
-        rungs=rungs_mfu,
-        model_flops_per_sample=climb.flops_per_sample,
-        peak_source=peak_source,
-        three_run=three,
-        device_name=_device_name(dev),
-        memory_method=memory_method(dev),
-        steps=steps,
-        warmup=warmup,
-        batch_size=size,
-        seed=seed,
-        loss_tolerance=loss_tolerance,
-        torch_version=str(torch.__version__),
-        created_utc=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        label=label,
-        notes=tuple(notes),
-        batch_sweep=sweep,
-    )
+        ]
+    return []
 
 
 def _device_name(dev: torch.device) -> str:

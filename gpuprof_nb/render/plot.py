@@ -817,9 +817,8 @@ def chart_svg(chart: Chart) -> str:
     (data units), so tests can check where marks sit."""
     w = _SvgWriter(chart)
     c, b = chart, w.box
-    body = w.out
     if c.title:
-        body.append(
+        w.out.append(
             svg.text(c.width / 2, 16, c.title, size=12, anchor="middle", extra=' font-weight="600"')
         )
     w.axes()
@@ -827,51 +826,79 @@ def chart_svg(chart: Chart) -> str:
     w.taken.extend(dot_boxes(c, w.sx, w.sy))
     if c.legend and c.legend_inside:
         w.taken.append(w.legend_box())
-    for m in c.marks:
+    _draw_marks(w, c.marks)
+    if c.legend and c.legend_inside:
+        w.legend_inside()
+    key = _place_labels(w, c.labels)
+    height = int(math.ceil(_draw_below(w, key) + 4))
+    data = [
+        ("data-plot-box", f"{n(b.left)} {n(b.top)} {n(b.right)} {n(b.bottom)}"),
+        ("data-x", f"{c.x.lo!r} {c.x.hi!r}"),
+        ("data-y", f"{c.y.lo!r} {c.y.hi!r}"),
+        *c.data,
+    ]
+    head = svg.svg_open(c.width, height, c.description, _attrs(data))
+    return head + "".join(w.out) + "</svg>"
+
+
+def _draw_marks(w: _SvgWriter, marks: Sequence[Mark]) -> None:
+    """Draw the marks in three passes: areas (rects, stacks) under lines and rules, under
+    dots and texts."""
+    for m in marks:
         if isinstance(m, Rects):
             w.rects(m)
         elif isinstance(m, Stack):
             w.stack(m)
-    for m in c.marks:
+    for m in marks:
         if isinstance(m, Line):
             w.line(m)
         elif isinstance(m, Rule):
             w.rule(m)
-    for m in c.marks:
+    for m in marks:
         if isinstance(m, Dots):
             w.dots(m)
         elif isinstance(m, Text):
             w.text(m)
-    if c.legend and c.legend_inside:
-        w.legend_inside()
+
+
+def _place_labels(w: _SvgWriter, labels: Sequence[Label]) -> list[Placed]:
+    """Draw the dots' labels where they fit; return those shown as a number (their text
+    goes in the key under the plot)."""
     key: list[Placed] = []
-    if c.labels:
-        anchors = [(w.sx(lb.x), w.sy(lb.y), lb.r, lb.text) for lb in c.labels]
-        placed = place_labels(anchors, LABEL_SIZE, w.clip, w.taken, w.segments)
-        for lb, (ax, ay, r, _), p in zip(c.labels, anchors, placed, strict=True):
-            shown = str(p.number) if p.number else p.text
-            if p.moved:
-                # Moved up or down out of the crowd: a leader line says which dot it names.
-                side = 1 if p.anchor == "start" else -1
-                body.append(
-                    f'<path d="M{n(ax + side * r * 0.7)} {n(ay)}L{n(p.x - side)} '
-                    f'{n(p.y - 3.5)}" stroke="currentColor" stroke-opacity="0.45"/>'
-                )
-            body.append(
-                svg.text(
-                    p.x,
-                    p.y,
-                    shown,
-                    size=LABEL_SIZE,
-                    anchor=p.anchor,
-                    fill=lb.colour,
-                    extra=' class="gp-label"' + (' font-weight="600"' if p.number else ""),
-                    tip=p.text if p.number else None,
-                )
+    if not labels:
+        return key
+    anchors = [(w.sx(lb.x), w.sy(lb.y), lb.r, lb.text) for lb in labels]
+    placed = place_labels(anchors, LABEL_SIZE, w.clip, w.taken, w.segments)
+    for lb, (ax, ay, r, _), p in zip(labels, anchors, placed, strict=True):
+        shown = str(p.number) if p.number else p.text
+        if p.moved:
+            # Moved up or down out of the crowd: a leader line says which dot it names.
+            side = 1 if p.anchor == "start" else -1
+            w.out.append(
+                f'<path d="M{n(ax + side * r * 0.7)} {n(ay)}L{n(p.x - side)} '
+                f'{n(p.y - 3.5)}" stroke="currentColor" stroke-opacity="0.45"/>'
             )
-            if p.number:
-                key.append(p)
-    # Under the plot: x ticks and label, embedded strips, the key, the legend, notes.
+        w.out.append(
+            svg.text(
+                p.x,
+                p.y,
+                shown,
+                size=LABEL_SIZE,
+                anchor=p.anchor,
+                fill=lb.colour,
+                extra=' class="gp-label"' + (' font-weight="600"' if p.number else ""),
+                tip=p.text if p.number else None,
+            )
+        )
+        if p.number:
+            key.append(p)
+    return key
+
+
+def _draw_below(w: _SvgWriter, key: Sequence[Placed]) -> float:
+    """Draw what goes under the plot (after the x ticks and label): embedded strips, the
+    labels' key, the legend, notes; return the y (px) where it ends."""
+    c, b, body = w.chart, w.box, w.out
     y = b.bottom + (40 if c.x.label and not c.x.hidden else 22 if not c.x.hidden else 8)
     for e in c.embeds:
         if e.title:
@@ -892,12 +919,4 @@ def chart_svg(chart: Chart) -> str:
     for note in c.notes:
         body.append(svg.text(b.left, y + 10, note, size=10, extra=' fill-opacity="0.7"'))
         y += _NOTE_ROW
-    height = int(math.ceil(y + 4))
-    data = [
-        ("data-plot-box", f"{n(b.left)} {n(b.top)} {n(b.right)} {n(b.bottom)}"),
-        ("data-x", f"{c.x.lo!r} {c.x.hi!r}"),
-        ("data-y", f"{c.y.lo!r} {c.y.hi!r}"),
-        *c.data,
-    ]
-    head = svg.svg_open(c.width, height, c.description, _attrs(data))
-    return head + "".join(body) + "</svg>"
+    return y

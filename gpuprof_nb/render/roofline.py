@@ -302,10 +302,26 @@ _MOVE_NUM = [False, False, False, True, True, True, True, True, False]
 def roofline_section(roofline: Roofline, *, top: int = 20) -> Section:
     """Return the Roofline section: plot (HTML only), the op-group table (the `top` groups
     by time), data movement and the time no formula covers, as text and as HTML."""
-    points = roofline.points[:top]
+    lines = _roofline_head(roofline)
+    html: list[str] = []
+    if _plottable(roofline):
+        html.append(svg.plot_html(roofline_svg(roofline)))
+    html.extend(note(line) for line in lines)
+    _add_points(roofline, top, lines, html)
+    if roofline.kernel_points:
+        _add_kernel_points(roofline, lines, html)
+    if roofline.data_movement:
+        _add_data_movement(roofline, top, lines, html)
+    if roofline.unmodelled:
+        _add_unmodelled(roofline, lines, html)
+    return Section("Roofline", "\n".join(lines), "".join(html))
+
+
+def _roofline_head(roofline: Roofline) -> list[str]:
+    """Return the lines above the tables: the device and its roofs, the roofline's note,
+    and how much time the points cover and is memory- or compute-bound."""
     spec = roofline.device
     lines: list[str] = []
-    html: list[str] = []
     if spec is not None:
         roofs = ", ".join(
             f"{ROOF_LABELS.get(r, r)} {fmt_rate(p, 'FLOP/s')}" for r, p in spec.roofs()
@@ -327,80 +343,89 @@ def roofline_section(roofline: Roofline, *, top: int = 20) -> Section:
             f"{fmt_pct(share_cmp)} of attributed time"
         )
     lines.append(summary)
-    if _plottable(roofline):
-        html.append(svg.plot_html(roofline_svg(roofline)))
-    html.extend(note(line) for line in lines)
+    return lines
 
-    if points:
-        rows = _point_rows(points)
-        lines.append("")
-        lines.append(text_table(_POINT_HEAD, rows, right=_POINT_NUM, max_width=200))
-        html.append(html_table(_POINT_HEAD, rows, numeric=_POINT_NUM, name_cols=(0, 1)))
-        more = len(roofline.points) - len(points)
-        if more > 0:
-            lines.append(f"... {more} more op groups")
-            html.append(note(f"... {more} more op groups"))
-    else:
+
+def _add_points(roofline: Roofline, top: int, lines: list[str], html: list[str]) -> None:
+    """Append the op-group table (the `top` groups) to the text lines and HTML parts."""
+    points = roofline.points[:top]
+    if not points:
         lines.append("no op with a FLOP formula and measured time")
         html.append(note("no op with a FLOP formula and measured time"))
+        return
+    rows = _point_rows(points)
+    lines.append("")
+    lines.append(text_table(_POINT_HEAD, rows, right=_POINT_NUM, max_width=200))
+    html.append(html_table(_POINT_HEAD, rows, numeric=_POINT_NUM, name_cols=(0, 1)))
+    more = len(roofline.points) - len(points)
+    if more > 0:
+        lines.append(f"... {more} more op groups")
+        html.append(note(f"... {more} more op groups"))
 
-    if roofline.kernel_points:
-        rows = [
-            [
-                k.name,
-                k.op_name,
-                fmt_num(k.calls),
-                fmt_us(k.time_us),
-                fmt_num(k.intensity_flop_per_byte),
-                fmt_rate(k.achieved_flops_per_s, "FLOP/s"),
-                k.bound or "n/a",
-                fmt_pct(k.fraction_of_roof),
-                "above roof!" if k.above_roof else "",
-            ]
-            for k in roofline.kernel_points[:10]
+
+def _add_kernel_points(roofline: Roofline, lines: list[str], html: list[str]) -> None:
+    """Append the per-kernel table (ops that launched a single kernel, the first 10)."""
+    rows = [
+        [
+            k.name,
+            k.op_name,
+            fmt_num(k.calls),
+            fmt_us(k.time_us),
+            fmt_num(k.intensity_flop_per_byte),
+            fmt_rate(k.achieved_flops_per_s, "FLOP/s"),
+            k.bound or "n/a",
+            fmt_pct(k.fraction_of_roof),
+            "above roof!" if k.above_roof else "",
         ]
-        lines += [
-            "",
-            "per kernel (ops that launched a single kernel):",
-            text_table(_KERNEL_HEAD, rows, right=_KERNEL_NUM, max_width=160),
+        for k in roofline.kernel_points[:10]
+    ]
+    lines += [
+        "",
+        "per kernel (ops that launched a single kernel):",
+        text_table(_KERNEL_HEAD, rows, right=_KERNEL_NUM, max_width=160),
+    ]
+    html.append("<p><b>per kernel (ops that launched a single kernel)</b></p>")
+    html.append(
+        html_table(_KERNEL_HEAD, rows, numeric=_KERNEL_NUM, name_cols=(0,), short_cols=(0,))
+    )
+
+
+def _add_data_movement(roofline: Roofline, top: int, lines: list[str], html: list[str]) -> None:
+    """Append the data-movement table (ops with no FLOPs, the first `top`)."""
+    rows = [
+        [
+            d.name,
+            d.shapes,
+            d.dtype,
+            fmt_num(d.calls),
+            fmt_us(d.time_us),
+            fmt_bytes(d.bytes_moved),
+            fmt_rate(d.achieved_bytes_per_s, "B/s"),
+            fmt_pct(d.fraction_of_bandwidth),
+            d.direction,
         ]
-        html.append("<p><b>per kernel (ops that launched a single kernel)</b></p>")
-        html.append(
-            html_table(_KERNEL_HEAD, rows, numeric=_KERNEL_NUM, name_cols=(0,), short_cols=(0,))
-        )
-    if roofline.data_movement:
-        rows = [
-            [
-                d.name,
-                d.shapes,
-                d.dtype,
-                fmt_num(d.calls),
-                fmt_us(d.time_us),
-                fmt_bytes(d.bytes_moved),
-                fmt_rate(d.achieved_bytes_per_s, "B/s"),
-                fmt_pct(d.fraction_of_bandwidth),
-                d.direction,
-            ]
-            for d in roofline.data_movement[:top]
-        ]
-        lines += [
-            "",
-            "data movement (no FLOPs):",
-            text_table(_MOVE_HEAD, rows, right=_MOVE_NUM, max_width=160),
-        ]
-        html.append("<p><b>data movement (no FLOPs)</b></p>")
-        html.append(html_table(_MOVE_HEAD, rows, numeric=_MOVE_NUM, name_cols=(0, 1)))
-    if roofline.unmodelled:
-        rows = [[u.name, fmt_num(u.calls), fmt_us(u.time_us)] for u in roofline.unmodelled[:10]]
-        unmod_head = ["op (no formula)", "calls", "time"]
-        lines += [
-            "",
-            "not on the roofline (no formula or no shapes):",
-            text_table(unmod_head, rows, right=[False, True, True]),
-        ]
-        html.append(f"<p><b>{esc('not on the roofline (no formula or no shapes)')}</b></p>")
-        html.append(html_table(unmod_head, rows, numeric=[False, True, True], name_cols=(0,)))
-    return Section("Roofline", "\n".join(lines), "".join(html))
+        for d in roofline.data_movement[:top]
+    ]
+    lines += [
+        "",
+        "data movement (no FLOPs):",
+        text_table(_MOVE_HEAD, rows, right=_MOVE_NUM, max_width=160),
+    ]
+    html.append("<p><b>data movement (no FLOPs)</b></p>")
+    html.append(html_table(_MOVE_HEAD, rows, numeric=_MOVE_NUM, name_cols=(0, 1)))
+
+
+def _add_unmodelled(roofline: Roofline, lines: list[str], html: list[str]) -> None:
+    """Append the table of ops off the roofline (no formula or no shapes, the first 10)."""
+    rows = [[u.name, fmt_num(u.calls), fmt_us(u.time_us)] for u in roofline.unmodelled[:10]]
+    unmod_head = ["op (no formula)", "calls", "time"]
+    lines += [
+        "",
+        "not on the roofline (no formula or no shapes):",
+        text_table(unmod_head, rows, right=[False, True, True]),
+    ]
+    html.append(f"<p><b>{esc('not on the roofline (no formula or no shapes)')}</b></p>")
+    html.append(html_table(unmod_head, rows, numeric=[False, True, True], name_cols=(0,)))
 
 
 @report_of.register

@@ -138,6 +138,33 @@ def timeline_section(
     time was charged to (with `hotspots`), every profiled step as a strip with its numbers
     on hover, a drawing of the representative (median) step (its `lanes` when given), the
     steps' table and how to open the whole trace (`trace`) in Perfetto."""
+    text_parts, html_parts = _breakdown_parts(timeline)
+    rep = timeline.representative_step
+    shown = f"step {rep.number} (median duration)" if rep else "the whole window"
+    util = trace.utilisation if trace is not None else None
+    parts = [
+        _waiting_parts(timeline, hotspots),
+        _strip_parts(timeline, lanes),
+        _drawing_parts(timeline, lanes, shown, critical_path, util),
+    ]
+    if critical_path is not None and critical_path.segments:
+        parts.append(critical_path_parts(critical_path))
+    parts += [stream_parts(timeline, shown), _step_table_parts(timeline)]
+    for part_text, part_html in parts:
+        text_parts += part_text
+        html_parts += part_html
+    perfetto_text, perfetto_html = _perfetto(trace)
+    text_parts.append(perfetto_text)
+    html_parts.append(perfetto_html)
+    for x in timeline.notes:
+        text_parts.append(f"Note: {x}")
+        html_parts.append(note(f"Note: {x}"))
+    return Section("Timeline", "\n\n".join(text_parts), "".join(html_parts))
+
+
+def _breakdown_parts(timeline: Timeline) -> tuple[list[str], list[str]]:
+    """Return the text and HTML parts of the head line (how busy the window was) and the
+    breakdown table by category."""
     bd = timeline.breakdown
     what = "device" if timeline.on_device else "host"
     head = f"{what} busy {fmt_pct(timeline.busy_fraction)} of a {fmt_us(timeline.window_us)} window"
@@ -153,6 +180,12 @@ def timeline_section(
         html_parts.append(
             html_table(("category", "time", "share"), rows, numeric=(False, True, True))
         )
+    return text_parts, html_parts
+
+
+def _waiting_parts(timeline: Timeline, hotspots: Hotspots | None) -> tuple[list[str], list[str]]:
+    """Return the text and HTML parts listing the user's lines the idle time was charged
+    to; without `hotspots`, a hint saying how to get them."""
     waiting = waiting_lines(hotspots) if hotspots is not None else []
     if waiting:
         lead = (
@@ -160,89 +193,91 @@ def timeline_section(
             if timeline.on_device
             else "Gaps between ops by the line of yours running"
         )
-        text_parts.append(f"{lead}:\n" + "\n".join(f"  {w}" for w in waiting))
-        html_parts.append(
+        return [f"{lead}:\n" + "\n".join(f"  {w}" for w in waiting)], [
             f"<p>{esc(lead)}:</p><ul>"
             + "".join(f"<li>{esc_inline(w)}</li>" for w in waiting)
             + "</ul>"
-        )
-    elif hotspots is None:
+        ]
+    if hotspots is None:
         hint = (
             "Which lines of yours left these gaps: profile with %%gpuprofile --stack "
             "(offline: with_stack=True)."
         )
-        text_parts.append(hint)
-        html_parts.append(note(hint))
-    rep = timeline.representative_step
+        return [hint], [note(hint)]
+    return [], []
+
+
+def _strip_parts(timeline: Timeline, lanes: TimelineLanes | None) -> tuple[list[str], list[str]]:
+    """Return the strip of every drawn step (HTML), said in the text; nothing for fewer
+    than two steps."""
     drawn = timeline.steps[:MAX_STRIP_STEPS]
-    left = _left_margin(_lane_items(timeline, lanes, *timeline.drawn_span(rep)[1:]))
-    if len(drawn) >= 2:
-        strip = f"All {fmt_num(len(timeline.steps))} profiled steps"
-        if len(drawn) < len(timeline.steps):
-            strip += f" (the first {fmt_num(len(drawn))} drawn)"
-        strip += ", each as wide as it took, split by where its time went"
-        html_parts.append(
-            f"<p>{esc(strip)} (hover a step for its numbers):</p>"
-            + svg.plot_html(plot.chart_svg(steps_chart(timeline, left)))
-        )
-        text_parts.append(f"(the HTML view draws a strip: {strip[0].lower()}{strip[1:]})")
-    shown = f"step {rep.number} (median duration)" if rep else "the whole window"
-    html_parts.append(
+    if len(drawn) < 2:
+        return [], []
+    left = _left_margin(
+        _lane_items(timeline, lanes, *timeline.drawn_span(timeline.representative_step)[1:])
+    )
+    strip = f"All {fmt_num(len(timeline.steps))} profiled steps"
+    if len(drawn) < len(timeline.steps):
+        strip += f" (the first {fmt_num(len(drawn))} drawn)"
+    strip += ", each as wide as it took, split by where its time went"
+    return [f"(the HTML view draws a strip: {strip[0].lower()}{strip[1:]})"], [
+        f"<p>{esc(strip)} (hover a step for its numbers):</p>"
+        + svg.plot_html(plot.chart_svg(steps_chart(timeline, left)))
+    ]
+
+
+def _drawing_parts(
+    timeline: Timeline,
+    lanes: TimelineLanes | None,
+    shown: str,
+    critical_path: CriticalPath | None,
+    util: Utilisation | None,
+) -> tuple[list[str], list[str]]:
+    """Return the drawing of the representative step (`shown`; HTML, said in the text) and
+    the utilisation over it as text."""
+    rep = timeline.representative_step
+    html_parts = [
         f"<p>Timeline of {esc(shown)}:</p>"
         + svg.plot_html(
-            timeline_svg(
-                timeline,
-                lanes,
-                step=rep,
-                critical_path=critical_path,
-                utilisation=trace.utilisation if trace is not None else None,
-            )
+            timeline_svg(timeline, lanes, step=rep, critical_path=critical_path, utilisation=util)
         )
-    )
-    text_parts.append(f"(the HTML view draws {shown})")
-    util = trace.utilisation if trace is not None else None
+    ]
+    text_parts = [f"(the HTML view draws {shown})"]
     if util is not None and util.ts_us:
         lo, hi = (rep.start_us, rep.end_us) if rep else (timeline.start_us, timeline.end_us)
         text_parts.append(
             f"utilisation during {shown} (the strip under the drawing):\n"
             + "\n".join(utilisation_text(util, lo, max(hi, lo + 1e-3)))
         )
-    if critical_path is not None and critical_path.segments:
-        path_text, path_html = critical_path_parts(critical_path)
-        text_parts += path_text
-        html_parts += path_html
-    stream_text, stream_html = stream_parts(timeline, shown)
-    text_parts += stream_text
-    html_parts += stream_html
-    if timeline.steps:
-        rows_s = _step_rows(drawn)
-        text_parts.append(
-            "per step:\n" + text_table(_STEP_HEADERS, rows_s, right=(True,) * len(_STEP_HEADERS))
-        )
+    return text_parts, html_parts
+
+
+def _step_table_parts(timeline: Timeline) -> tuple[list[str], list[str]]:
+    """Return the per-step table (HTML keeps the first _MAX_STEP_ROWS rows) of the drawn
+    steps, and how many more there are."""
+    if not timeline.steps:
+        return [], []
+    drawn = timeline.steps[:MAX_STRIP_STEPS]
+    rows_s = _step_rows(drawn)
+    text_parts = [
+        "per step:\n" + text_table(_STEP_HEADERS, rows_s, right=(True,) * len(_STEP_HEADERS))
+    ]
+    html_parts = [
+        "<p>Per step:</p>"
+        + html_table(_STEP_HEADERS, rows_s[:_MAX_STEP_ROWS], numeric=(True,) * len(_STEP_HEADERS))
+    ]
+    if len(drawn) > _MAX_STEP_ROWS:
         html_parts.append(
-            "<p>Per step:</p>"
-            + html_table(
-                _STEP_HEADERS, rows_s[:_MAX_STEP_ROWS], numeric=(True,) * len(_STEP_HEADERS)
+            note(
+                f"{len(drawn) - _MAX_STEP_ROWS} more steps: hover the strip above, or "
+                "read the text view (print(report.text()))"
             )
         )
-        if len(drawn) > _MAX_STEP_ROWS:
-            html_parts.append(
-                note(
-                    f"{len(drawn) - _MAX_STEP_ROWS} more steps: hover the strip above, or "
-                    "read the text view (print(report.text()))"
-                )
-            )
-        if len(timeline.steps) > len(drawn):
-            more = f"{len(timeline.steps) - len(drawn)} more steps not shown"
-            text_parts.append(more)
-            html_parts.append(note(more))
-    perfetto_text, perfetto_html = _perfetto(trace)
-    text_parts.append(perfetto_text)
-    html_parts.append(perfetto_html)
-    for x in timeline.notes:
-        text_parts.append(f"Note: {x}")
-        html_parts.append(note(f"Note: {x}"))
-    return Section("Timeline", "\n\n".join(text_parts), "".join(html_parts))
+    if len(timeline.steps) > len(drawn):
+        more = f"{len(timeline.steps) - len(drawn)} more steps not shown"
+        text_parts.append(more)
+        html_parts.append(note(more))
+    return text_parts, html_parts
 
 
 # The strip of every step: categories stacked from the bottom, busy first.

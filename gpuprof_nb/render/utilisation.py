@@ -126,6 +126,9 @@ def _stats(
     return mean, max(values[i] for i, _, _ in window)
 
 
+_Window = list[tuple[int, float, float]]
+
+
 def _layout(u: Utilisation, lo: float, hi: float) -> _Layout:
     """Return the bins, rows and summary lines of `u` over [lo, hi]."""
     window = _window(u, lo, hi)
@@ -134,16 +137,35 @@ def _layout(u: Utilisation, lo: float, hi: float) -> _Layout:
     bins = tuple((g[0][1], g[-1][2]) for g in groups_i)
     rate = f"{fmt_num(u.samples_per_s)} samples/s"
     summary: list[str] = []
-    groups: list[_Group] = []
     if not window:
         return _Layout(lo, hi, (), (), ("no utilisation samples in this span",))
+    cpu_parts, groups = _cpu_groups(u, window, groups_i)
+    if cpu_parts:
+        cpu_source = "+".join(p for p in u.source.split("+") if p != "nvml") or u.source
+        summary.append(f"CPU utilisation ({cpu_source}, {rate}): " + "; ".join(cpu_parts))
+    gpu_parts, gpu_groups = _gpu_groups(u, window, groups_i)
+    groups += gpu_groups
+    if gpu_parts:
+        summary.append(f"GPU utilisation (NVML, {rate}): " + "; ".join(gpu_parts))
+        if u.series_named("gpu_util") is not None:
+            summary.append(NVML_NOTE)
+    return _Layout(lo, hi, bins, tuple(groups), tuple(summary))
 
-    def row(s: UtilisationSeries, key: str, heat: bool) -> _Row:
-        return _Row(key, s.unit, heat, _bin_values(s.values, groups_i))
 
+def _row(s: UtilisationSeries, key: str, heat: bool, groups_i: list[_Window]) -> _Row:
+    """Return the drawn row of series `s`, binned over `groups_i`."""
+    return _Row(key, s.unit, heat, _bin_values(s.values, groups_i))
+
+
+def _cpu_groups(
+    u: Utilisation, window: _Window, groups_i: list[_Window]
+) -> tuple[list[str], list[_Group]]:
+    """Return the CPU summary's parts and the row groups of the cores (one row each, or
+    their mean past MAX_CORE_ROWS) and of this process."""
     cores = u.cpu_cores()
     process = u.series_named("process")
     cpu_parts = []
+    groups: list[_Group] = []
     if cores:
         means = [_stats(s.values, window)[0] for s in cores]
         cores_mean = _fmt(sum(means) / len(means), "%")
@@ -155,7 +177,7 @@ def _layout(u: Utilisation, lo: float, hi: float) -> _Layout:
                 f"{cores[-1].name.removeprefix('cpu')}, % busy, one row each "
                 f"(mean {cores_mean}, max core {busiest})"
             )
-            rows = tuple(row(s, s.name, True) for s in cores)
+            rows = tuple(_row(s, s.name, True, groups_i) for s in cores)
         else:
             mean_values = tuple(
                 sum(v) / len(v) for v in zip(*(s.values for s in cores), strict=True)
@@ -164,7 +186,7 @@ def _layout(u: Utilisation, lo: float, hi: float) -> _Layout:
             title = (
                 f"CPU: all {len(cores)} cores, mean % busy (mean {cores_mean}, max core {busiest})"
             )
-            rows = (row(mean_series, "cores mean", True),)
+            rows = (_row(mean_series, "cores mean", True, groups_i),)
         groups.append(_Group(title, None, CPU_COLOUR, rows))
     if process is not None:
         mean, top = _stats(process.values, window)
@@ -177,13 +199,19 @@ def _layout(u: Utilisation, lo: float, hi: float) -> _Layout:
                 f"max {_fmt(top, 'cores')})",
                 None,
                 PROCESS_COLOUR,
-                (row(process, "process", False),),
+                (_row(process, "process", False, groups_i),),
             )
         )
-    if cpu_parts:
-        cpu_source = "+".join(p for p in u.source.split("+") if p != "nvml") or u.source
-        summary.append(f"CPU utilisation ({cpu_source}, {rate}): " + "; ".join(cpu_parts))
+    return cpu_parts, groups
+
+
+def _gpu_groups(
+    u: Utilisation, window: _Window, groups_i: list[_Window]
+) -> tuple[list[str], list[_Group]]:
+    """Return the GPU summary's parts and a row group per NVML series, then per series a
+    later version may add (drawn after the known ones, by their own labels)."""
     gpu_parts = []
+    groups: list[_Group] = []
     for name in _GPU_ORDER:
         s = u.series_named(name)
         if s is None:
@@ -200,11 +228,10 @@ def _layout(u: Utilisation, lo: float, hi: float) -> _Layout:
                 f"{s.label} ({numbers})",
                 NVML_NOTE if name == "gpu_util" else None,
                 GPU_COLOUR,
-                (row(s, _SHORT[name], s.unit == "%"),),
+                (_row(s, _SHORT[name], s.unit == "%", groups_i),),
             )
         )
-    # Series a later version may add: drawn after the known ones, by their own labels.
-    known = {s.name for s in cores} | {"process", *_GPU_ORDER}
+    known = {s.name for s in u.cpu_cores()} | {"process", *_GPU_ORDER}
     for s in u.series:
         if s.name in known:
             continue
@@ -212,13 +239,14 @@ def _layout(u: Utilisation, lo: float, hi: float) -> _Layout:
         numbers = f"mean {_fmt(mean, s.unit)}, max {_fmt(top, s.unit)}"
         gpu_parts.append(f"{s.label} {numbers}")
         groups.append(
-            _Group(f"{s.label} ({numbers})", None, GPU_COLOUR, (row(s, s.name, s.unit == "%"),))
+            _Group(
+                f"{s.label} ({numbers})",
+                None,
+                GPU_COLOUR,
+                (_row(s, s.name, s.unit == "%", groups_i),),
+            )
         )
-    if gpu_parts:
-        summary.append(f"GPU utilisation (NVML, {rate}): " + "; ".join(gpu_parts))
-        if u.series_named("gpu_util") is not None:
-            summary.append(NVML_NOTE)
-    return _Layout(lo, hi, bins, tuple(groups), tuple(summary))
+    return gpu_parts, groups
 
 
 def _span(u: Utilisation, lo_us: float | None, hi_us: float | None) -> tuple[float, float]:

@@ -32,7 +32,12 @@ from gpuprof_nb.analysis.report import analyze, count_steps_per_run
 from gpuprof_nb.capture import device as capture_device
 from gpuprof_nb.capture.cell import CellCompiler, CellRunner, block_builder
 from gpuprof_nb.capture.dynamo import CompileRecorder
-from gpuprof_nb.capture.profiler import ProfilerStoppedByCell, profile_cell, profiler_running
+from gpuprof_nb.capture.profiler import (
+    ProfilerStoppedByCell,
+    Sampler,
+    profile_cell,
+    profiler_running,
+)
 from gpuprof_nb.capture.samplers import cell_samplers
 from gpuprof_nb.capture.timing import time_cell
 from gpuprof_nb.errors import CaptureError, GpuprofError
@@ -82,92 +87,36 @@ def run_cell(
     namespace = cells.shell.user_ns
     cuda = capture_device.cuda_available()
     runner = CellRunner(code, namespace)
-    # The timed runs call exec directly: no Python frame of ours between the clock reads
-    # and the cell's code (a method call per run showed in ~10 us cells).
-    run = functools.partial(exec, code, namespace)
     notes = _notes(options, cuda)
-    device_name = capture_device.device_name(cuda)
-    sync = capture_device.synchronize if cuda else None
-    stats: TimingStats
-    artifact = None
-    samplers = functools.partial(
-        cell_samplers,
-        code,
-        stack=options.stack,
-        modules=options.modules,
+    runs = _Runs(
+        runner=runner,
+        options=options,
         cuda=cuda,
-        namespace=namespace,
+        device_name=capture_device.device_name(cuda),
+        sync=capture_device.synchronize if cuda else None,
+        clock=clock,
+        samplers=functools.partial(
+            cell_samplers,
+            code,
+            stack=options.stack,
+            modules=options.modules,
+            cuda=cuda,
+            namespace=namespace,
+        ),
+        notes=notes,
     )
     # What torch.compile does in every run of the cell (it compiles in the warm-up).
     compiles = CompileRecorder()
     compiles.start()
     try:
         if options.once and not options.timing_only:
-            # One run only: it is both timed and profiled, so its time includes the
-            # profiler's overhead (said in the notes).
-            box: list[TimingStats] = []
-
-            def timed_once() -> None:
-                __tracebackhide__ = True  # noqa: F841
-                box.append(
-                    time_cell(
-                        runner,
-                        once=True,
-                        sync=sync,
-                        use_cuda_events=cuda,
-                        device_name=device_name,
-                        clock=clock,
-                        before_each=runner.restore_modes,
-                    )
-                )
-
-            try:
-                artifact = profile_cell(
-                    timed_once,
-                    runs=1,
-                    stack=options.stack,
-                    memory=options.memory,
-                    cuda=cuda,
-                    samplers=samplers(),
-                )
-            except ProfilerStoppedByCell as exc:
-                notes.append(f"no trace: {exc}")
-            stats = dataclasses.replace(box[0], profiled=True)
+            stats, artifact = _timed_and_profiled_once(runs)
         else:
-            stats = time_cell(
-                run,
-                warmup=options.warmup,
-                repeat=options.repeat,
-                once=options.once,
-                sync=sync,
-                use_cuda_events=cuda,
-                device_name=device_name,
-                before_each=runner.restore_modes,
-                number=options.number,
-                clock=clock,
-                run_block=block_builder(cells, source, code),
-            )
-            if stats.number > 1:
-                notes.append(_block_note(stats.number, options.number is None))
-            if not options.timing_only:
-                runner.restore_modes()
-                try:
-                    artifact = profile_cell(
-                        runner,
-                        runs=1,
-                        stack=options.stack,
-                        memory=options.memory,
-                        cuda=cuda,
-                        samplers=samplers(),
-                    )
-                except ProfilerStoppedByCell as exc:
-                    # The timings stand; only the trace is lost, so say so and go on.
-                    notes.append(f"no trace: {exc}")
-                except BaseException as exc:
-                    # The timed runs had finished: their numbers stand, so they are shown
-                    # (and stored) before the cell's own error propagates.
-                    _show_partial(show_partial, stats, notes, exc)
-                    raise
+            # The timed runs call exec directly: no Python frame of ours between the clock
+            # reads and the cell's code (a method call per run showed in ~10 us cells).
+            run = functools.partial(exec, code, namespace)
+            run_block = block_builder(cells, source, code)
+            stats, artifact = _timed_then_profiled(runs, run, run_block, show_partial)
     finally:
         runner.restore_modes()
         compiles.stop()
@@ -185,6 +134,103 @@ def run_cell(
         sort=options.sort,
         trace_path=options.trace_path,
     )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Runs:
+    """How run_cell runs one cell: its runner, the options, the device (CUDA events and
+    sync, its name), the clock the timed runs read, what samples beside the profiled run,
+    and the notes the report will carry (appended to as it goes)."""
+
+    runner: CellRunner
+    options: ProfileOptions
+    cuda: bool
+    device_name: str
+    sync: Callable[[], None] | None
+    clock: Callable[[], int]
+    samplers: Callable[[], list[tuple[str, Sampler]]]
+    notes: list[str]
+
+    def profiled(self, run: Callable[[], object]) -> dict[str, Any] | None:
+        """Return the trace of one run of `run` under torch.profiler; None, with a note,
+        when the cell ran a profiler of its own that stopped ours."""
+        __tracebackhide__ = True  # noqa: F841
+        try:
+            return profile_cell(
+                run,
+                runs=1,
+                stack=self.options.stack,
+                memory=self.options.memory,
+                cuda=self.cuda,
+                samplers=self.samplers(),
+            )
+        except ProfilerStoppedByCell as exc:
+            self.notes.append(f"no trace: {exc}")
+            return None
+
+
+def _timed_and_profiled_once(runs: _Runs) -> tuple[TimingStats, dict[str, Any] | None]:
+    """Return the timing and trace of the cell's one run, both at once: its time includes
+    the profiler's overhead (said in the notes)."""
+    __tracebackhide__ = True  # noqa: F841
+    box: list[TimingStats] = []
+
+    def timed_once() -> None:
+        __tracebackhide__ = True  # noqa: F841
+        box.append(
+            time_cell(
+                runs.runner,
+                once=True,
+                sync=runs.sync,
+                use_cuda_events=runs.cuda,
+                device_name=runs.device_name,
+                clock=runs.clock,
+                before_each=runs.runner.restore_modes,
+            )
+        )
+
+    artifact = runs.profiled(timed_once)
+    return dataclasses.replace(box[0], profiled=True), artifact
+
+
+def _timed_then_profiled(
+    runs: _Runs,
+    run: Callable[[], object],
+    run_block: Callable[[int], Callable[[], object] | None],
+    show_partial: Callable[[ProfileReport], object],
+) -> tuple[TimingStats, dict[str, Any] | None]:
+    """Return the timings of `run` (warm-up, then the samples, in blocks of `run_block`
+    where they help) and, unless timing_only, the trace of one more run under the
+    profiler. If that run raises, the timings go to `show_partial` first."""
+    __tracebackhide__ = True  # noqa: F841
+    options = runs.options
+    stats = time_cell(
+        run,
+        warmup=options.warmup,
+        repeat=options.repeat,
+        once=options.once,
+        sync=runs.sync,
+        use_cuda_events=runs.cuda,
+        device_name=runs.device_name,
+        before_each=runs.runner.restore_modes,
+        number=options.number,
+        clock=runs.clock,
+        run_block=run_block,
+    )
+    if stats.number > 1:
+        runs.notes.append(_block_note(stats.number, options.number is None))
+    if options.timing_only:
+        return stats, None
+    runs.runner.restore_modes()
+    try:
+        # A cell stopping our profiler costs only the trace: the timings stand, and a
+        # note says so.
+        return stats, runs.profiled(runs.runner)
+    except BaseException as exc:
+        # The timed runs had finished: their numbers stand, so they are shown (and
+        # stored) before the cell's own error propagates.
+        _show_partial(show_partial, stats, runs.notes, exc)
+        raise
 
 
 def report_of_artifact(
