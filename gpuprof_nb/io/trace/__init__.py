@@ -38,8 +38,8 @@ Why a decoder and a fallback, both behind a stream reader (each measured or requ
 - msgspec decodes the runs of whole events in the buffer in one call each, into light
   structs that hold only the fields the model reads (args: only the keys in _ARG_KEYS;
   nested ones such as shapes and call stacks stay JSON text, converted once per distinct
-  text). It is what makes loading faster than `json.load`, where the standard-library
-  reader alone is slower than it: RESULTS.md, "JSON library choice" (benchmarks/
+  text). It is what makes loading faster than `json.load`; the standard-library reader
+  alone is several times slower: RESULTS.md, "JSON library choice" (benchmarks/
   json_choice.py: `load_trace` with and without msgspec).
 - The standard-library reader stays as the fallback, for what the fast path cannot do: a
   run msgspec refuses (NaN and Infinity, which Python's json writes; bad JSON, where it

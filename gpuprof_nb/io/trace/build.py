@@ -378,9 +378,11 @@ class Builder:
         other phases ('M' metadata, with unrelated early times, flows, counters) are nothing
         to model.
 
-        This loop runs once per event of a trace that may hold millions: what every event
-        needs is inlined here, with the window and counters in locals; each step is called
-        only for an event it models."""
+        It stays one function of about 90 lines, for speed: it runs once per event of a trace
+        that may hold millions, so what every event needs (the phase, the time checks, the
+        window, the route) is inlined here with the window and counters in locals, and a
+        step is called only for an event it models, each from its own call site (one the
+        interpreter specialises)."""
         self.event_count += len(events)
         # Bound per call, not stored on self: bound methods kept on the builder would make a
         # reference cycle.
@@ -454,8 +456,6 @@ class Builder:
                 if args is not None and type(args) not in args_types:
                     args = None  # not a JSON object: no args the model reads
                 code, kind = where
-                # One call site per step (a call site that always calls the same function
-                # is the one the interpreter makes fast).
                 if code == _OPS:
                     op(index, cat, name, kind, start, dur_f, pid, tid, args)
                 elif code == _RUNTIME:
@@ -544,61 +544,43 @@ class Builder:
             # annotation whatever category an exporter gives it.
             kind = "annotation"
         if args is None:
-            self.ops.append(
-                _new_op(
-                    name,
-                    kind,
-                    start,
-                    dur,
-                    pid,
-                    tid,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    index,
-                )
-            )
-            return
-        external = args.external_id
-        if external is None:
-            external = args.external_id_2021
-        if external is not None and type(external) is not int:
-            external = _opt_int(external)
-        # Most of these are absent from most events: test before calling a helper.
-        dims = args.input_dims
-        if dims is not None:
-            dims = self._shape(dims)
-        if dims is None:
-            dims = args.input_dims_2021
+            external = dims = in_types = strides = concrete = seq = fwd = stack = None
+        else:
+            external = args.external_id
+            if external is None:
+                external = args.external_id_2021
+            if external is not None and type(external) is not int:
+                external = _opt_int(external)
+            # Most of these are absent from most events: test before calling a helper.
+            dims = args.input_dims
             if dims is not None:
                 dims = self._shape(dims)
-        in_types = args.input_types
-        if in_types is not None:
-            in_types = self._strings(in_types)
-        strides = args.input_strides
-        if strides is not None:
-            strides = self._shape(strides)
-        if strides is None:
-            strides = args.input_strides_2021
+            if dims is None:
+                dims = args.input_dims_2021
+                if dims is not None:
+                    dims = self._shape(dims)
+            in_types = args.input_types
+            if in_types is not None:
+                in_types = self._strings(in_types)
+            strides = args.input_strides
             if strides is not None:
                 strides = self._shape(strides)
-        concrete = args.concrete_inputs
-        if concrete is not None:
-            concrete = self._strings(concrete)
-        seq = args.sequence_number
-        if seq is not None and type(seq) is not int:
-            seq = _opt_int(seq)
-        fwd = args.fwd_thread_id
-        if fwd is not None and type(fwd) is not int:
-            fwd = _opt_int(fwd)
-        stack = args.call_stack
-        if stack is not None:
-            stack = self._strings(stack)
+            if strides is None:
+                strides = args.input_strides_2021
+                if strides is not None:
+                    strides = self._shape(strides)
+            concrete = args.concrete_inputs
+            if concrete is not None:
+                concrete = self._strings(concrete)
+            seq = args.sequence_number
+            if seq is not None and type(seq) is not int:
+                seq = _opt_int(seq)
+            fwd = args.fwd_thread_id
+            if fwd is not None and type(fwd) is not int:
+                fwd = _opt_int(fwd)
+            stack = args.call_stack
+            if stack is not None:
+                stack = self._strings(stack)
         self.ops.append(
             _new_op(
                 name,

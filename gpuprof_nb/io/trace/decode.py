@@ -1,5 +1,5 @@
-"""Trace JSON text -> event objects: the two JSON decoders and the stream reader that drives
-them (why two: the package docstring).
+"""Trace JSON text -> event objects: the JSON decoder (msgspec), its fallback (the standard
+library's) and the stream reader that drives both (why both: the package docstring).
 
 - The event types: `EVENT_DECODER` (msgspec, or None without it) decodes a JSON array of
   events into light structs holding only the fields the model reads, their args into a
