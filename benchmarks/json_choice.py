@@ -44,7 +44,7 @@ def _json_load(path: Path) -> Any:
 
 def _approaches() -> dict[str, Callable[[Path], Any] | None]:
     """Label -> function of the trace path (None where the library is not installed)."""
-    from gpuprof_nb.io import trace as trace_io
+    from gpuprof_nb.io.trace import load as trace_load
 
     out: dict[str, Callable[[Path], Any] | None] = {"json.load": _json_load}
     try:
@@ -53,7 +53,7 @@ def _approaches() -> dict[str, Callable[[Path], Any] | None]:
         out["orjson.loads"] = lambda p: orjson.loads(_raw_text(p))
     except ImportError:
         out["orjson.loads"] = None
-    decoder = trace_io._EVENT_DECODER
+    decoder = trace_load.EVENT_DECODER
     if decoder is None:
         out["msgspec untyped"] = out["msgspec typed structs"] = None
     else:
@@ -65,15 +65,15 @@ def _approaches() -> dict[str, Callable[[Path], Any] | None]:
         untyped = msgspec.json.Decoder()
         out["msgspec untyped"] = lambda p: untyped.decode(_raw_text(p))
         out["msgspec typed structs"] = lambda p: typed.decode(_raw_text(p))
-    out["gpuprof_nb load_trace"] = trace_io.load_trace
+    out["gpuprof_nb load_trace"] = trace_load.load_trace
 
     def without_msgspec(path: Path) -> Any:
-        saved = trace_io._EVENT_DECODER
-        trace_io._EVENT_DECODER = None
+        saved = trace_load.EVENT_DECODER
+        trace_load.EVENT_DECODER = None
         try:
-            return trace_io.load_trace(path)
+            return trace_load.load_trace(path)
         finally:
-            trace_io._EVENT_DECODER = saved
+            trace_load.EVENT_DECODER = saved
 
     out["load_trace without msgspec"] = without_msgspec
     return out

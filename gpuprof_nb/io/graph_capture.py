@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from gpuprof_nb.errors import TraceFormatError
-from gpuprof_nb.model.trace import Op, RuntimeCall, Trace
+from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, Trace
 
 T = TypeVar("T", Op, RuntimeCall)
 
@@ -80,7 +80,7 @@ def _captures(capture: Trace) -> list[_Capture]:
         return []
     ends: dict[tuple[object, object], list[RuntimeCall]] = defaultdict(list)
     calls_of: dict[tuple[object, object], list[RuntimeCall]] = defaultdict(list)
-    for r in capture.runtime:  # sorted by start already (io/trace.py)
+    for r in capture.runtime:  # sorted by start already (io/trace/build.py)
         if "EndCapture" in r.name:
             ends[(r.pid, r.tid)].append(r)
         calls_of[(r.pid, r.tid)].append(r)
@@ -124,7 +124,8 @@ def _captures(capture: Trace) -> list[_Capture]:
 def merge_capture(replay: Trace, capture: Trace) -> Trace:
     """Return `replay` with its graph launches' kernels attributed to the ops of `capture`
     (see the module's docstring). Raises TraceFormatError when `capture` holds no captured
-    region with launch calls."""
+    region with launch calls, when no graph launch of `replay` replays one of them, or when
+    the merge would copy more events than MAX_COPIES_PER_EVENT allows."""
     regions = [c for c in _captures(capture) if c.calls]
     if not regions:
         raise TraceFormatError(
@@ -137,28 +138,60 @@ def merge_capture(replay: Trace, capture: Trace) -> Trace:
         if k.correlation is not None:
             by_corr.setdefault(k.correlation, []).append(i)
     launches = [r for r in replay.runtime if _is_graph_launch(r.name) and r.correlation is not None]
-    kernels = list(replay.kernels)
-    new_ops: list[Op] = []
-    new_calls: list[RuntimeCall] = []
-    next_id = 1 + max(
-        [0]
-        + [k.correlation or 0 for k in replay.kernels]
-        + [r.correlation or 0 for r in replay.runtime]
-        + [o.external_id or 0 for o in replay.ops]
-        + [r.external_id or 0 for r in replay.runtime]
+    pairs, unmatched = _pair_launches(replay, launches, by_corr, regions)
+    _check_copies(replay, capture, pairs)
+    kernels, new_ops, new_calls, multi_stream = _copy_regions(replay, pairs)
+    if not pairs:
+        counts = sorted({len(c.calls) for c in regions})
+        raise TraceFormatError(
+            f"{capture.source}: no graph launch of {replay.source} replays a graph captured "
+            f"there (captured graphs launch {counts} kernels; the replays ran "
+            f"{sorted({len(by_corr.get(r.correlation or -1, [])) for r in launches}) or 'none'}); "
+            "pass the capture trace of the same graph."
+        )
+    paired = sum(len(mine) for _, mine, _ in pairs)
+    note = (
+        f"graph replays: {paired} kernels of {len(pairs)} graph launches attributed to the ops "
+        f"of {capture.source} (copied into each launch call's span)"
     )
-    next_index = 1 + max(
-        [0] + [x.index for seq in (replay.ops, replay.runtime, replay.kernels) for x in seq]
+    if unmatched:
+        note += f"; {unmatched} launches matched no captured graph and stay unattributed"
+    if multi_stream:
+        note += (
+            f"; {multi_stream} launches ran on several streams: their kernels were paired with "
+            "the captured launches by start time, which may swap neighbours across streams"
+        )
+    return dataclasses.replace(
+        replay,
+        ops=_by_start(list(replay.ops) + new_ops),
+        runtime=_by_start(list(replay.runtime) + new_calls),
+        kernels=tuple(kernels),
+        load_warnings=(*replay.load_warnings, note),
     )
-    matched = unmatched = multi_stream = paired = 0
-    # The first region with as many launch calls as a launch ran kernels, by that count.
+
+
+# A graph launch call, the positions in replay.kernels of the kernels it ran (by start), and
+# the captured region they are paired with.
+_Pair = tuple[RuntimeCall, list[int], _Capture]
+
+
+def _pair_launches(
+    replay: Trace,
+    launches: list[RuntimeCall],
+    by_corr: dict[int, list[int]],
+    regions: list[_Capture],
+) -> tuple[list[_Pair], int]:
+    """Each graph launch that ran kernels, with the first region (in capture order) holding
+    as many launch calls as it ran kernels; and how many launches no region matched."""
     by_count: dict[int, _Capture] = {}
     for c in regions:
         by_count.setdefault(len(c.calls), c)
-    pairs: list[tuple[RuntimeCall, list[int], _Capture]] = []
+    pairs: list[_Pair] = []
+    unmatched = 0
     for launch in launches:
         mine = sorted(
-            by_corr.get(launch.correlation or -1, []), key=lambda i: (kernels[i].start_us, i)
+            by_corr.get(launch.correlation or -1, []),
+            key=lambda i: (replay.kernels[i].start_us, i),
         )
         if not mine:
             continue
@@ -167,6 +200,12 @@ def merge_capture(replay: Trace, capture: Trace) -> Trace:
             unmatched += 1
             continue
         pairs.append((launch, mine, region))
+    return pairs, unmatched
+
+
+def _check_copies(replay: Trace, capture: Trace, pairs: list[_Pair]) -> None:
+    """Raise TraceFormatError when the merge would copy more ops and calls than
+    MAX_COPIES_PER_EVENT per replay event (plus MIN_COPIES)."""
     copies = sum(len(region.ops) + len(region.calls) for _, _, region in pairs)
     limit = (
         MAX_COPIES_PER_EVENT * (len(replay.ops) + len(replay.runtime) + len(replay.kernels))
@@ -180,8 +219,31 @@ def merge_capture(replay: Trace, capture: Trace) -> Trace:
             f"{max(len(r.ops) for _, _, r in pairs):,} ops in a region). Refused; pass the "
             "capture trace of the same graph."
         )
+
+
+def _copy_regions(
+    replay: Trace, pairs: list[_Pair]
+) -> tuple[list[Kernel], list[Op], list[RuntimeCall], int]:
+    """Copy each pair's captured ops and launch calls into its launch call's span (times
+    mapped linearly, on the launch's thread, fresh ids and indices after the replay's), each
+    copied call's correlation id given to its paired kernel. Return the replay's kernels so
+    updated, the copied ops, the copied calls, and how many launches ran on several
+    streams."""
+    kernels = list(replay.kernels)
+    new_ops: list[Op] = []
+    new_calls: list[RuntimeCall] = []
+    next_id = 1 + max(
+        [0]
+        + [k.correlation or 0 for k in replay.kernels]
+        + [r.correlation or 0 for r in replay.runtime]
+        + [o.external_id or 0 for o in replay.ops]
+        + [r.external_id or 0 for r in replay.runtime]
+    )
+    next_index = 1 + max(
+        [0] + [x.index for seq in (replay.ops, replay.runtime, replay.kernels) for x in seq]
+    )
+    multi_stream = 0
     for launch, mine, region in pairs:
-        matched += 1
         if len({kernels[i].stream for i in mine}) > 1:
             multi_stream += 1
         span = max(region.end_us - region.start_us, 1e-9)
@@ -219,33 +281,7 @@ def merge_capture(replay: Trace, capture: Trace) -> Trace:
             kernels[pos] = dataclasses.replace(kernels[pos], correlation=next_id, external_id=None)
             next_id += 1
             next_index += 1
-            paired += 1
-    if not matched:
-        counts = sorted({len(c.calls) for c in regions})
-        raise TraceFormatError(
-            f"{capture.source}: no graph launch of {replay.source} replays a graph captured "
-            f"there (captured graphs launch {counts} kernels; the replays ran "
-            f"{sorted({len(by_corr.get(r.correlation or -1, [])) for r in launches}) or 'none'}); "
-            "pass the capture trace of the same graph."
-        )
-    note = (
-        f"graph replays: {paired} kernels of {matched} graph launches attributed to the ops "
-        f"of {capture.source} (copied into each launch call's span)"
-    )
-    if unmatched:
-        note += f"; {unmatched} launches matched no captured graph and stay unattributed"
-    if multi_stream:
-        note += (
-            f"; {multi_stream} launches ran on several streams: their kernels were paired with "
-            "the captured launches by start time, which may swap neighbours across streams"
-        )
-    return dataclasses.replace(
-        replay,
-        ops=_by_start(list(replay.ops) + new_ops),
-        runtime=_by_start(list(replay.runtime) + new_calls),
-        kernels=tuple(kernels),
-        load_warnings=(*replay.load_warnings, note),
-    )
+    return kernels, new_ops, new_calls, multi_stream
 
 
 def _by_start(items: Sequence[T]) -> tuple[T, ...]:

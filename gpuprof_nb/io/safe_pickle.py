@@ -125,7 +125,10 @@ def _damaged(where: str, what: str) -> SnapshotFormatError:
 
 def scan(data: Any, where: str) -> int:
     """Check every opcode of the pickle in `data` (bytes or an mmap) as the module
-    docstring says; return how many opcodes build tuples. Raises SnapshotFormatError."""
+    docstring says; return how many opcodes build tuples. Raises SnapshotFormatError.
+
+    Strings and tuples (the opcodes the run pattern leaves most often) are checked here;
+    the rarer ones by the helpers below, one per kind of argument."""
     n = len(data)
     memo_limit = max(1 << 20, n // 2)
     run = _RUN.match
@@ -164,66 +167,17 @@ def scan(data: Any, where: str) -> int:
             tuples += 1
             pos += 1
         elif op == _FRAME:
-            if pos + 9 > n:
-                raise _damaged(where, f"the file ends inside the frame header at byte {pos:,}")
-            size = int.from_bytes(data[pos + 1 : pos + 9], "little")
-            if size > n - pos - 9:
-                raise _damaged(
-                    where,
-                    f"the frame at byte {pos:,} declares {size:,} bytes, but the file holds "
-                    f"{n - pos - 9:,} more",
-                )
-            pos += 9  # a frame only groups the opcodes after it: they are scanned as usual
+            pos = _after_frame(data, pos, where)
         elif op == _PROTO:
             pos += 2
         elif op in _FIXED:
-            width = _FIXED[op]
-            if pos + 1 + width > n:
-                raise _damaged(where, f"the file ends inside the opcode at byte {pos:,}")
-            if op == _LONG_BINPUT:
-                index = int.from_bytes(data[pos + 1 : pos + 5], "little")
-                if index > memo_limit:
-                    raise _damaged(
-                        where,
-                        f"byte {pos:,} stores memo entry {index:,}, far more than a file of "
-                        f"{n:,} bytes can hold (the unpickler would allocate memory for "
-                        "every entry up to it)",
-                    )
-            pos += 1 + width
+            pos = _after_fixed(data, pos, where, memo_limit)
         elif op in _LINES:
-            end = data.find(b"\n", pos + 1)
-            if end < 0:
-                raise _damaged(where, f"the text opcode at byte {pos:,} has no end of line")
-            text = bytes(data[pos + 1 : end])
-            if op in (ord("I"), ord("L"), ord("p")) and len(text) > _MAX_TEXT_DIGITS:
-                raise _damaged(
-                    where, f"byte {pos:,} holds a number of {len(text):,} digits (torch: 20)"
-                )
-            if op == _PUT:
-                try:
-                    index = int(text)
-                except ValueError:
-                    raise _damaged(
-                        where, f"byte {pos:,} stores a memo entry {text[:20]!r}"
-                    ) from None
-                if index > memo_limit:
-                    raise _damaged(where, f"byte {pos:,} stores memo entry {index:,}")
-            pos = end + 1
+            pos = _after_line(data, pos, where, memo_limit)
         elif op == _STOP:
             return tuples
         elif op in _REFUSED:
-            named = ""
-            if op == ord("c"):
-                lines = bytes(data[pos + 1 : pos + 200]).split(b"\n")[:2]
-                named = " " + ".".join(x.decode("utf-8", "replace") for x in lines)
-            elif op == 0x93:
-                named = " " + ".".join(x.decode("utf-8", "replace") for x in recent)
-            raise SnapshotFormatError(
-                f"{where}: the pickle holds {_REFUSED[op]}{named} at byte {pos:,}; refused, never "
-                "executed. A memory snapshot holds only dicts, lists, strings and numbers: "
-                "this file is not one (or was altered); re-dump it with "
-                "torch.cuda.memory._dump_snapshot."
-            )
+            raise _refused(data, pos, recent, where)
         else:
             raise _damaged(where, f"byte {pos:,} (0x{op:02x}) is not a pickle opcode")
         if tuples > MAX_TUPLES:
@@ -231,6 +185,79 @@ def scan(data: Any, where: str) -> int:
                 where,
                 f"it builds over {MAX_TUPLES:,} tuples (torch writes one per segment)",
             )
+
+
+def _after_frame(data: Any, pos: int, where: str) -> int:
+    """The position after the FRAME header at `pos`, once its size is one the file holds."""
+    n = len(data)
+    if pos + 9 > n:
+        raise _damaged(where, f"the file ends inside the frame header at byte {pos:,}")
+    size = int.from_bytes(data[pos + 1 : pos + 9], "little")
+    if size > n - pos - 9:
+        raise _damaged(
+            where,
+            f"the frame at byte {pos:,} declares {size:,} bytes, but the file holds "
+            f"{n - pos - 9:,} more",
+        )
+    return pos + 9  # a frame only groups the opcodes after it: they are scanned as usual
+
+
+def _after_fixed(data: Any, pos: int, where: str, memo_limit: int) -> int:
+    """The position after the fixed-size opcode at `pos` the run pattern did not take, once
+    its argument is in the file (and, for LONG_BINPUT, a memo index within `memo_limit`)."""
+    n = len(data)
+    op = data[pos]
+    width = _FIXED[op]
+    if pos + 1 + width > n:
+        raise _damaged(where, f"the file ends inside the opcode at byte {pos:,}")
+    if op == _LONG_BINPUT:
+        index = int.from_bytes(data[pos + 1 : pos + 5], "little")
+        if index > memo_limit:
+            raise _damaged(
+                where,
+                f"byte {pos:,} stores memo entry {index:,}, far more than a file of "
+                f"{n:,} bytes can hold (the unpickler would allocate memory for "
+                "every entry up to it)",
+            )
+    return pos + 1 + width
+
+
+def _after_line(data: Any, pos: int, where: str, memo_limit: int) -> int:
+    """The position after the text opcode at `pos` (its argument a line), once the line ends,
+    a number in it is not absurdly long, and a PUT's memo index is within `memo_limit`."""
+    op = data[pos]
+    end: int = data.find(b"\n", pos + 1)
+    if end < 0:
+        raise _damaged(where, f"the text opcode at byte {pos:,} has no end of line")
+    text = bytes(data[pos + 1 : end])
+    if op in (ord("I"), ord("L"), ord("p")) and len(text) > _MAX_TEXT_DIGITS:
+        raise _damaged(where, f"byte {pos:,} holds a number of {len(text):,} digits (torch: 20)")
+    if op == _PUT:
+        try:
+            index = int(text)
+        except ValueError:
+            raise _damaged(where, f"byte {pos:,} stores a memo entry {text[:20]!r}") from None
+        if index > memo_limit:
+            raise _damaged(where, f"byte {pos:,} stores memo entry {index:,}")
+    return end + 1
+
+
+def _refused(data: Any, pos: int, recent: list[bytes], where: str) -> SnapshotFormatError:
+    """The error for the refused opcode at `pos`, naming the global it would load where it
+    names one (GLOBAL's two lines; STACK_GLOBAL's two `recent` strings)."""
+    op = data[pos]
+    named = ""
+    if op == ord("c"):
+        lines = bytes(data[pos + 1 : pos + 200]).split(b"\n")[:2]
+        named = " " + ".".join(x.decode("utf-8", "replace") for x in lines)
+    elif op == 0x93:
+        named = " " + ".".join(x.decode("utf-8", "replace") for x in recent)
+    return SnapshotFormatError(
+        f"{where}: the pickle holds {_REFUSED[op]}{named} at byte {pos:,}; refused, never "
+        "executed. A memory snapshot holds only dicts, lists, strings and numbers: "
+        "this file is not one (or was altered); re-dump it with "
+        "torch.cuda.memory._dump_snapshot."
+    )
 
 
 class _RestrictedUnpickler(pickle.Unpickler):

@@ -1,4 +1,4 @@
-"""The profiler trace as frozen dataclasses: what io/trace.py produces and analysis consumes.
+"""The profiler trace as frozen dataclasses: what io/trace/ produces and analysis consumes.
 
 Times are microseconds on the trace's own clock (Kineto's `ts`/`dur`), as floats.
 Sequences are tuples sorted by start time (ties: by position in the file), so analyses

@@ -15,7 +15,7 @@ except ImportError:
     igzip = None
 
 from gpuprof_nb.errors import GpuprofError, TraceFormatError
-from gpuprof_nb.io import trace as trace_io
+from gpuprof_nb.io.trace import load as trace_load
 from gpuprof_nb.io.trace import load_trace, trace_from_dict
 
 DATA = Path(__file__).parents[1] / "data"
@@ -118,12 +118,12 @@ if igzip is not None:
 
 @pytest.fixture(params=sorted(GZIP_READERS))
 def gzip_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(trace_io, "_gzip_file", GZIP_READERS[request.param])
+    monkeypatch.setattr(trace_load, "_gzip_file", GZIP_READERS[request.param])
     return str(request.param)
 
 
 def test_isal_is_the_reader_where_installed() -> None:
-    assert trace_io._gzip_file is (igzip.GzipFile if igzip is not None else gzip.GzipFile)
+    assert trace_load._gzip_file is (igzip.GzipFile if igzip is not None else gzip.GzipFile)
 
 
 def test_truncated_gzip(tmp_path: Path, gzip_reader: str) -> None:

@@ -23,7 +23,9 @@ import pytest
 from _paths import SHARED_TRACES as SHARED
 
 from gpuprof_nb.errors import TraceFormatError
-from gpuprof_nb.io import trace as trace_io
+from gpuprof_nb.io.trace import build as trace_build
+from gpuprof_nb.io.trace import decode as trace_decode
+from gpuprof_nb.io.trace import load as trace_load
 from gpuprof_nb.io.trace import load_trace, trace_from_dict
 
 pytest.importorskip("msgspec")
@@ -70,18 +72,18 @@ class _Counting:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.events = 0
-        original = trace_io._Builder.add_events
+        original = trace_build.Builder.add_events
 
         def add_events(builder: Any, events: list[Any], first_index: int) -> None:
             self.events += len(events)
             original(builder, events, first_index)
 
-        monkeypatch.setattr(trace_io._Builder, "add_events", add_events)
+        monkeypatch.setattr(trace_build.Builder, "add_events", add_events)
 
 
 def _load_without_msgspec(path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     with monkeypatch.context() as m:
-        m.setattr(trace_io, "_EVENT_DECODER", None)
+        m.setattr(trace_load, "EVENT_DECODER", None)
         return load_trace(path)
 
 
@@ -266,7 +268,7 @@ def test_chunk_splits_anywhere_give_the_json_load_result(
     p = tmp_path / "awkward.json"
     p.write_text(text, encoding="utf-8")
     expected = trace_from_dict(json.loads(text), source=str(p))
-    monkeypatch.setattr(trace_io, "_CHUNK_CHARS", chunk)
+    monkeypatch.setattr(trace_decode, "CHUNK_CHARS", chunk)
     counter = _Counting(monkeypatch)
     assert load_trace(p) == expected
     if chunk >= 1000:
@@ -381,7 +383,7 @@ def test_nan_in_the_middle_falls_back_for_that_stretch_only(
     assert "NaN" in text
     p = tmp_path / "nan.json"
     p.write_text(text)
-    monkeypatch.setattr(trace_io, "_CHUNK_CHARS", 2000)
+    monkeypatch.setattr(trace_decode, "CHUNK_CHARS", 2000)
     counter = _Counting(monkeypatch)
     assert load_trace(p) == trace_from_dict(json.loads(text), source=str(p))
     assert 0 < counter.events < len(events)
@@ -416,7 +418,7 @@ def test_errors_deep_in_a_file_are_the_stdlib_readers(
         assert '"tid": 7 "ts"' in text
     p = tmp_path / "bad.json"
     p.write_text(text)
-    monkeypatch.setattr(trace_io, "_CHUNK_CHARS", 3000)
+    monkeypatch.setattr(trace_decode, "CHUNK_CHARS", 3000)
     counter = _Counting(monkeypatch)
     with pytest.raises(TraceFormatError) as fast:
         load_trace(p)
@@ -441,7 +443,8 @@ def test_without_msgspec_installed(tmp_path: Path) -> None:
         "import pickle, sys\n"
         "sys.modules['msgspec'] = None  # import msgspec -> ImportError\n"
         "from gpuprof_nb.io import trace\n"
-        "assert trace.msgspec is None and trace._EVENT_DECODER is None\n"
+        "from gpuprof_nb.io.trace import decode, load\n"
+        "assert decode.msgspec is None and load.EVENT_DECODER is None\n"
         f"t = [trace.load_trace(p) for p in ({str(BERT)!r}, {str(odd)!r})]\n"
         f"open({str(out)!r}, 'wb').write(pickle.dumps(t))\n"
     )
@@ -456,7 +459,8 @@ def test_without_isal_installed(tmp_path: Path) -> None:
         "import gzip, pickle, sys\n"
         "sys.modules['isal'] = None  # import isal -> ImportError\n"
         "from gpuprof_nb.io import trace\n"
-        "assert trace._gzip_file is gzip.GzipFile\n"
+        "from gpuprof_nb.io.trace import load\n"
+        "assert load._gzip_file is gzip.GzipFile\n"
         f"t = trace.load_trace({str(BERT)!r})\n"
         f"open({str(out)!r}, 'wb').write(pickle.dumps(t))\n"
     )
@@ -470,7 +474,7 @@ def test_isal_and_the_standard_library_read_the_same_trace(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with_isal = load_trace(path)
-    monkeypatch.setattr(trace_io, "_gzip_file", gzip.GzipFile)
+    monkeypatch.setattr(trace_load, "_gzip_file", gzip.GzipFile)
     assert load_trace(path) == with_isal
 
 
@@ -502,11 +506,11 @@ def test_makers_build_what_the_dataclass_constructors_build() -> None:
     from gpuprof_nb.model.trace import Kernel, MemoryEvent, Op, RuntimeCall, SyncEvent
 
     makers = {
-        Op: trace_io._new_op,
-        Kernel: trace_io._new_kernel,
-        RuntimeCall: trace_io._new_runtime,
-        SyncEvent: trace_io._new_sync,
-        MemoryEvent: trace_io._new_memory,
+        Op: trace_build._new_op,
+        Kernel: trace_build._new_kernel,
+        RuntimeCall: trace_build._new_runtime,
+        SyncEvent: trace_build._new_sync,
+        MemoryEvent: trace_build._new_memory,
     }
     for cls, make in makers.items():
         assert make is not cls  # the fast maker is in use for the model as it is today
@@ -533,7 +537,7 @@ class _OtherLayout(_SlottedBase):
 
 
 def test_maker_sets_the_slots_directly_when_the_layout_differs() -> None:
-    make = trace_io._maker(_OtherLayout)
+    make = trace_build._maker(_OtherLayout)
     assert make is not _OtherLayout and "_shell" not in make.__code__.co_names
     built = make(1, "a")
     assert type(built) is _OtherLayout and built == _OtherLayout(1, "a")
@@ -554,8 +558,8 @@ def test_maker_falls_back_to_the_class_when_it_does_more_than_store() -> None:
     class NoSlots:
         a: int
 
-    assert trace_io._maker(Checked) is Checked
-    assert trace_io._maker(NoSlots) is NoSlots
+    assert trace_build._maker(Checked) is Checked
+    assert trace_build._maker(NoSlots) is NoSlots
 
 
 # --------------------------------------------------------------------------------------------
@@ -564,7 +568,7 @@ def test_maker_falls_back_to_the_class_when_it_does_more_than_store() -> None:
 
 def _from_dict_one_at_a_time(d: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     with monkeypatch.context() as m:
-        m.setattr(trace_io, "_DICT_EVENTS", None)
+        m.setattr(trace_load, "DICT_EVENTS", None)
         return trace_from_dict(d, source="t")
 
 

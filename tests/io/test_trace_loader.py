@@ -12,7 +12,7 @@ from _paths import SHARED_TRACES as SHARED
 
 from gpuprof_nb.analysis.intervals import device_busy_us
 from gpuprof_nb.analysis.ops import kernel_table
-from gpuprof_nb.io import trace as trace_io
+from gpuprof_nb.io.trace import decode as trace_decode
 from gpuprof_nb.io.trace import load_trace, trace_from_dict
 from gpuprof_nb.model.trace import DistributedInfo, Step
 
@@ -165,14 +165,14 @@ def test_stream_reader_equals_dict_path_at_any_chunk_size(
 ) -> None:
     path = DATA / "a100_event_sync" / "event_sync_trace.json.gz"
     from_dict = trace_from_dict(_plain_json(path), source=str(path))
-    monkeypatch.setattr(trace_io, "_CHUNK_CHARS", chunk)
+    monkeypatch.setattr(trace_decode, "CHUNK_CHARS", chunk)
     streamed = load_trace(path)
     assert streamed == from_dict
 
 
 def test_stream_reader_equals_dict_path_on_a_bigger_trace(monkeypatch: pytest.MonkeyPatch) -> None:
     path = DATA / "h100_bert_small" / "gaunernst_bert-small-uncased__1016001.json.gz"
-    monkeypatch.setattr(trace_io, "_CHUNK_CHARS", 1000)
+    monkeypatch.setattr(trace_decode, "CHUNK_CHARS", 1000)
     assert load_trace(path) == trace_from_dict(_plain_json(path), source=str(path))
 
 
