@@ -189,7 +189,7 @@ def _gpuprof_run(workers: int) -> Callable[[str, _Stages], dict[str, Any]]:
         from concurrent.futures import ProcessPoolExecutor
         from multiprocessing import get_context
 
-        from gpuprof_nb.session.runs import analyze_run
+        from gpuprof_nb.session.distributed import analyze_run
 
         before = _rss_bytes()
 

@@ -216,11 +216,11 @@ def _other_cases(d: Path, quick: bool) -> list[tuple[str, Path, str]]:
 
 
 _COMBINE = """
-from gpuprof_nb.analysis.run import combine
-from gpuprof_nb.results.run import RankSummary
+from gpuprof_nb.analysis.distributed import combine
+from gpuprof_nb.results.distributed import RankSummary
 calls = (("allreduce", tuple(float(i % 7 + 1) for i in range({n}))),)
 ranks = [RankSummary(rank=r, source=f"rank-{{r}}", world_size=8, device="cpu",
-         on_device=False, steps=10, step_median_us=1e3, window_us=1e6, busy_us=5e5,
+         on_device=False, steps=10, median_step_us=1e3, window_us=1e6, busy_us=5e5,
          compute_us=4e5, comm_us=1e5, exposed_comm_us=5e4, collective_calls=calls)
          for r in range(8)]
 """

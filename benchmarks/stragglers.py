@@ -32,7 +32,7 @@ def _record(out: Path, slow_rank: int) -> None:
 
 
 def run(cfg: BenchConfig) -> Section:
-    from gpuprof_nb.session.runs import analyze_run
+    from gpuprof_nb.session.distributed import analyze_run
 
     n = 2 if cfg.quick else 10
     rows: list[tuple[str, str, str, str]] = []

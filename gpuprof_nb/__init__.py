@@ -31,8 +31,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "analyze_batches": ("gpuprof_nb.session.analyze", "analyze_batches"),
     "MemoryReport": ("gpuprof_nb.results.report", "MemoryReport"),
     "measure_ceilings": ("gpuprof_nb.capture.device", "measure_ceilings"),
-    "analyze_run": ("gpuprof_nb.session.runs", "analyze_run"),
-    "RunReport": ("gpuprof_nb.results.run", "RunReport"),
+    "analyze_run": ("gpuprof_nb.session.distributed", "analyze_run"),
+    "RunReport": ("gpuprof_nb.results.distributed", "RunReport"),
     "profile_function": ("gpuprof_nb.session.functions", "profile_function"),
     "save_baseline": ("gpuprof_nb.session.baselines", "save_baseline"),
     "load_baseline": ("gpuprof_nb.session.baselines", "load_baseline"),
@@ -69,12 +69,12 @@ if TYPE_CHECKING:
     from gpuprof_nb.io.snapshot import load_snapshot
     from gpuprof_nb.io.trace import load_trace
     from gpuprof_nb.results.compare import Comparison
+    from gpuprof_nb.results.distributed import RunReport
     from gpuprof_nb.results.report import MemoryReport, ProfileReport
-    from gpuprof_nb.results.run import RunReport
     from gpuprof_nb.session.analyze import analyze, analyze_batches, analyze_memory, compare
     from gpuprof_nb.session.baselines import load_baseline, save_baseline
+    from gpuprof_nb.session.distributed import analyze_run
     from gpuprof_nb.session.functions import profile_function
-    from gpuprof_nb.session.runs import analyze_run
 
 
 def __getattr__(name: str) -> Any:

@@ -8,7 +8,7 @@ before/after verdict outside the notebook, for scripts and CI jobs.
 
 Exit codes: 0 no regression, 1 regression, 2 bad input (one line on stderr, no traceback),
 3 the noise covers the difference (retry, or take more samples). Glue only: parsing, reading
-files through the session (session/files.py, session/runs.py, session/baselines.py), and
+files through the session (session/files.py, session/distributed.py, session/baselines.py), and
 printing what the render layer writes.
 """
 
@@ -371,7 +371,7 @@ def _report(args: argparse.Namespace, out: TextIO) -> int:
         )
     if len(sources) > 1 and "directory" in kinds:
         raise GpuprofError("give one directory of rank traces, or several trace files, not both")
-    from gpuprof_nb.session.runs import _sources, analyze_run
+    from gpuprof_nb.session.distributed import _sources, analyze_run
 
     items = _sources(sources[0] if len(sources) == 1 else sources)
     executor, close = _executor(args)

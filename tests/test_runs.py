@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 import gpuprof_nb
-from gpuprof_nb.analysis.run import combine
+from gpuprof_nb.analysis.distributed import combine
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.trace import load_trace
 from gpuprof_nb.results.report import ProfileReport
-from gpuprof_nb.session import runs
-from gpuprof_nb.session.runs import summarize_path
+from gpuprof_nb.session import distributed as run_session
+from gpuprof_nb.session.distributed import summarize_path
 
 GLOO = Path(__file__).parent / "data" / "gloo_run"
 SLOW = GLOO / "slow_rank1"
@@ -152,7 +152,7 @@ def test_rank_loads_its_full_report_again():
 
 def test_progress_bar_over_ranks_in_a_kernel(live_display, monkeypatch):
     shown, updates = live_display.shown, live_display.updates
-    monkeypatch.setattr(runs, "live_kernel", lambda: True)
+    monkeypatch.setattr(run_session, "live_kernel", lambda: True)
     gpuprof_nb.analyze_run(SLOW, executor=_Raising())
     assert len(shown) == 1  # the bar
     assert [u.data for u in updates] == ["ranks: 4/4 ranks done"]

@@ -269,7 +269,7 @@ def _rows(side: _Side, divisor: float) -> dict[tuple[str, str], ChangeRow]:
         )
     if loader:
         spans = merge_intervals(
-            clip_intervals(((o.start_us, o.end_us) for o in loader), *trace.window_us)
+            clip_intervals(((o.start_us, o.end_us) for o in loader), *trace.bounds_us)
         )
         add("DataLoader", _DATALOADER, union_length(spans), len(loader))
     return rows
@@ -478,7 +478,7 @@ def compare(
         before_label=b.label,
         after_label=a.label,
         per=per,
-        step_median_us=(_step_median(b, per), _step_median(a, per)),
+        median_step_us=(_step_median(b, per), _step_median(a, per)),
         verdict=verdict,
         verdict_note=verdict_note,
         changes=changes,

@@ -475,12 +475,12 @@ def _stack_keys(
         frames: list[tuple[str, int, str]] = []
         for j in stack[:1] if coarse else stack:
             f = snapshot.frames[j]
-            name = f.filename.replace("\\", "/")
+            name = f.file.replace("\\", "/")
             if "gpuprof_nb/capture/" in name:
                 break
             if name in cells or name.startswith("<ipython-input-"):
                 name = "<cell>"
-            frames.append((name, f.line, f.name))
+            frames.append((name, f.line, f.function))
         keys[i + 1] = table.setdefault(tuple(frames), len(table))
     return keys
 

@@ -61,7 +61,7 @@ def regression_gate(
     floor = check_threshold(
         threshold if threshold is not None else v.noise_floor if v else COMPARE_NOISE_FLOOR
     )
-    before, after = c.step_median_us
+    before, after = c.median_step_us
     unit = _UNIT[c.per]
     if before is not None and before == after and not c.changes:
         return Gate(
@@ -122,7 +122,7 @@ def _gate_on_one_window(c: Comparison, floor: float, fail_on: FailOn) -> Gate:
     """The gate from the ratio of two profiled windows, whose noise cannot be measured:
     within `floor` passes, beyond the library's noise floor (or `floor` when higher) is a
     regression, and between the two is noisy."""
-    before, after = c.step_median_us
+    before, after = c.median_step_us
     unit = _UNIT[c.per]
     if not before or not after or before <= 0 or after <= 0:
         raise GpuprofError(

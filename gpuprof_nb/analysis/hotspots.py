@@ -32,8 +32,8 @@ from gpuprof_nb.analysis.sources import (
     profiler_frame_parts,
     source_label,
 )
-from gpuprof_nb.model.frames import FrameKind
-from gpuprof_nb.model.samples import Frame, StackSamples
+from gpuprof_nb.model.frames import Frame, FrameKind
+from gpuprof_nb.model.samples import StackSamples
 from gpuprof_nb.model.trace import Op, Trace
 from gpuprof_nb.results.hotspots import FlameNode, HotLine, Hotspots
 

@@ -127,8 +127,8 @@ def device_busy_us(
     within [start, end] (default: the whole trace window)."""
     ix = index_of(trace)
     trace = ix.trace
-    lo = trace.window_us[0] if start is None else start
-    hi = trace.window_us[1] if end is None else end
+    lo = trace.bounds_us[0] if start is None else start
+    hi = trace.bounds_us[1] if end is None else end
     if len(trace.kernels) < 64:
         spans = ((k.start_us, k.end_us) for k in trace.kernels)
         return union_length(clip_intervals(spans, lo, hi))

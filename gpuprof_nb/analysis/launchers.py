@@ -21,7 +21,7 @@ from gpuprof_nb.analysis.derived import TraceIndex, index_of, kernel_columns, me
 from gpuprof_nb.analysis.hotspots import frame_kind
 from gpuprof_nb.analysis.sources import profiler_frame_parts, source_label
 from gpuprof_nb.analysis.streams import launch_calls
-from gpuprof_nb.model.samples import Frame
+from gpuprof_nb.model.frames import Frame
 from gpuprof_nb.model.trace import Op, Trace
 from gpuprof_nb.results.tables import LaunchRow
 

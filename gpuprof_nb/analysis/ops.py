@@ -322,7 +322,7 @@ def top_ops(trace: Trace | TraceIndex, n: int | None = None, sort: str | None = 
     return OpTable(
         rows=tuple(rows),
         sort_key=key,
-        op_names=len(groups),
+        distinct_ops=len(groups),
         calls=len(ops),
         self_cpu_us=totals["self_cpu_us"],
         self_device_us=totals["self_device_us"],

@@ -447,7 +447,7 @@ def _activity_window(trace: Trace | TraceIndex) -> tuple[float, float]:
             o for o in ops if o.name not in profiler and (cell is None or o.kind != "python")
         )
     seqs = [seq for seq in (ops, trace.kernels, trace.runtime) if seq]
-    lo, hi = trace.window_us
+    lo, hi = trace.bounds_us
     if not seqs and cell is None:
         return lo, max(hi, lo)
     # Each sequence is sorted by start: its first element starts first.

@@ -10,7 +10,8 @@ from typing import Any, NoReturn
 
 from gpuprof_nb.errors import TraceFormatError
 from gpuprof_nb.io.cells import KEY
-from gpuprof_nb.model.samples import Frame, StackSamples
+from gpuprof_nb.model.frames import Frame
+from gpuprof_nb.model.samples import StackSamples
 
 WHERE = f"{KEY}.samples"
 

@@ -40,6 +40,7 @@ from gpuprof_nb.io.steprecord import (
     step_record_of,
     step_record_to_dict,
 )
+from gpuprof_nb.model.frames import Frame
 from gpuprof_nb.model.memory import (
     ACTION_CODE,
     ACTIONS,
@@ -47,7 +48,6 @@ from gpuprof_nb.model.memory import (
     OTHER,
     Block,
     DeviceTrace,
-    Frame,
     MemorySnapshot,
     Segment,
 )
@@ -564,7 +564,7 @@ def _snapshot_from_dict(
     source = extra.get("source", "cuda")
     cells = cells_of(data)
     if name_cells is not None:
-        cells.update(name_cells(f.filename for f in table.frames))
+        cells.update(name_cells(f.file for f in table.frames))
     return MemorySnapshot(
         segments=segments,
         traces=traces,
@@ -632,7 +632,7 @@ def _frames_out(
     hit = cache.get(stack)
     if hit is None:
         hit = [
-            {"filename": f.filename, "line": f.line, "name": f.name}
+            {"filename": f.file, "line": f.line, "name": f.function}
             for f in (snapshot.frames[i] for i in snapshot.stacks[stack])
         ]
         cache[stack] = hit

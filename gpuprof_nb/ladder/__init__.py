@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from gpuprof_nb.ladder.report import (
+from gpuprof_nb.ladder.verdicts import (
     RUNG_NAMES,
     BatchPoint,
     BatchSweep,

@@ -35,7 +35,7 @@ from gpuprof_nb.ladder.measure import (
 )
 from gpuprof_nb.ladder.mfu import count_flops, graph_breaks_of, with_mfu
 from gpuprof_nb.ladder.plan import plan_for
-from gpuprof_nb.ladder.report import (
+from gpuprof_nb.ladder.verdicts import (
     RUNG_NAMES,
     BatchPoint,
     BatchSweep,

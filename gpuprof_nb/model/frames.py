@@ -13,7 +13,22 @@ import functools
 import re
 import sys
 import sysconfig
+from dataclasses import dataclass
 from typing import Literal
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One stack frame: the file, the line running in it (the line a function starts at,
+    for frames rebuilt from profiler events), the function and, when known, that line's
+    text. The line sampler's stacks (model/samples.py) and the allocator's (model/memory.py:
+    Python, TorchScript or C++ frames) are made of these."""
+
+    file: str
+    line: int
+    function: str
+    text: str = ""
+
 
 _PROFILER_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
 

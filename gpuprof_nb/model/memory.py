@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuprof_nb.model.frames import Frame
 from gpuprof_nb.model.step import StepRecord
 
 # Trace entry actions in the order of their codes in `DeviceTrace.action`. "other" keeps
@@ -55,15 +56,6 @@ OP_FILENAME = "<torch op>"
 ACTIVE_STATES: frozenset[str] = frozenset(
     {"active_allocated", "active_pending_free", "active_awaiting_free"}
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """One stack frame as the allocator recorded it (Python, TorchScript or C++)."""
-
-    filename: str
-    line: int
-    name: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,21 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from gpuprof_nb.model.frames import Frame
+
 # How a line sampler took its samples (see StackSamples) and, for exact line events, the
 # interpreter hook it used ("" for sampled stacks).
 SampleMode = Literal["signal", "thread", "exact"]
 LineEngine = Literal["monitoring", "settrace", ""]
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """One Python frame: the file, the line running in it (the line a function starts at,
-    for frames rebuilt from profiler events), the function and, when known, that line's text."""
-
-    file: str
-    line: int
-    function: str
-    text: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -197,7 +197,7 @@ class DistributedInfo:
 
 @dataclass(frozen=True, slots=True)
 class Trace:
-    """A whole profiler trace. `window_us` is (start, end) of the profiled span: the
+    """A whole profiler trace. `bounds_us` is (start, end) of the profiled span: the
     earliest start and latest end over all timed events (metadata events excluded)."""
 
     source: str
@@ -209,7 +209,7 @@ class Trace:
     steps: tuple[Step, ...]
     devices: tuple[DeviceInfo, ...]
     distributed: DistributedInfo | None
-    window_us: tuple[float, float]
+    bounds_us: tuple[float, float]
     schema_version: int | None = None
     # Top-level keys other than traceEvents (record_shapes, with_stack, ...), as read.
     metadata: Mapping[str, Any] = field(default_factory=dict)
@@ -245,4 +245,4 @@ class Trace:
 
     @property
     def duration_us(self) -> float:
-        return self.window_us[1] - self.window_us[0]
+        return self.bounds_us[1] - self.bounds_us[0]

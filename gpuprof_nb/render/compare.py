@@ -60,7 +60,7 @@ def _speed(speedup: float) -> str:
 
 
 def _verdict_rows(comparison: Comparison) -> list[tuple[str, str, str]]:
-    before, after = comparison.step_median_us
+    before, after = comparison.median_step_us
     per = {"step": "median per step", "run": "median per run", "window": "profiled window"}[
         comparison.per
     ]

@@ -15,13 +15,13 @@ from gpuprof_nb.render import (  # noqa: F401
     compare,
     compile,
     diagnosis,
+    distributed,
     hotspots,
     ladder,
     memory,
     modules,
     profile,
     roofline,
-    run,
     timeline,
 )
 from gpuprof_nb.render.bundle import report_bundle, report_of, text_of, widget_of

@@ -58,7 +58,7 @@ def rung_row(rung: RungResult) -> tuple[str, ...]:
         rung.name,
         rung.status,
         fmt_samples(rung.samples_per_s),
-        fmt_us(rung.step_median_us) if rung.measured else "-",
+        fmt_us(rung.median_step_us) if rung.measured else "-",
         fmt_us(rung.step_iqr_us) if rung.measured else "-",
         fmt_bytes(rung.peak_memory_bytes) if rung.peak_memory_bytes is not None else "-",
         fmt_us(rung.compile_time_us) if rung.compile_time_us is not None else "-",
@@ -285,7 +285,7 @@ def batch_sweep_sections(sweep: BatchSweep) -> tuple[Section, ...]:
             str(p.batch_size),
             p.status,
             fmt_samples(p.samples_per_s),
-            fmt_us(p.step_median_us) if p.step_times_us else "-",
+            fmt_us(p.median_step_us) if p.step_times_us else "-",
             fmt_bytes(p.peak_memory_bytes) if p.peak_memory_bytes is not None else "-",
             p.error,
         )

@@ -11,8 +11,8 @@ from gpuprof_nb.render.records import headline
 from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct, fmt_us
 from gpuprof_nb.results.compare import Comparison
 from gpuprof_nb.results.diagnosis import Finding
+from gpuprof_nb.results.distributed import RunReport
 from gpuprof_nb.results.report import MemoryReport, ProfileReport
-from gpuprof_nb.results.run import RunReport
 
 # Rows of a comparison's Changes table in the Markdown (the full text has them all).
 MARKDOWN_CHANGES = 5

@@ -246,7 +246,7 @@ def ops_section(table: OpTable) -> Section:
     headers = [OP_HEADERS[i] for i in cols]
     numeric = [OP_NUMERIC[i] for i in cols]
     caption = (
-        f"{fmt_num(len(rows))} of {fmt_num(table.op_names)} ops, sorted by {table.sort_key}; "
+        f"{fmt_num(len(rows))} of {fmt_num(table.distinct_ops)} ops, sorted by {table.sort_key}; "
         f"% of total = share of {table.fraction_of}"
     )
     if not table.has_device_time:

@@ -20,12 +20,12 @@ from typing import Any
 
 from gpuprof_nb.results.compare import Comparison
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding
+from gpuprof_nb.results.distributed import RunReport
 from gpuprof_nb.results.report import MemoryReport, ProfileReport
-from gpuprof_nb.results.run import RunReport
 from gpuprof_nb.version import __version__
 
 SCHEMA = "gpuprof_nb.report"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # Findings whose shares the headline carries (most important first).
 HEADLINE_FINDINGS = 3
 # Rows of the top-ops and kernel tables a record holds.
@@ -155,7 +155,7 @@ def _(report: MemoryReport) -> dict[str, float]:
 
 @headline.register
 def _(report: RunReport) -> dict[str, float]:
-    steps = [r.step_median_us for r in report.ranks if r.step_median_us is not None]
+    steps = [r.median_step_us for r in report.ranks if r.median_step_us is not None]
     waits = [r.wait_us for r in report.ranks if r.wait_us is not None]
     out = {
         "ranks_count": float(len(report.ranks)),
@@ -175,7 +175,7 @@ def _(report: RunReport) -> dict[str, float]:
 
 @headline.register
 def _(c: Comparison) -> dict[str, float]:
-    before, after = c.step_median_us
+    before, after = c.median_step_us
     out: dict[str, float] = {}
     if before is not None:
         out["before_time_us"] = before
@@ -284,7 +284,7 @@ def _(c: Comparison) -> dict[str, Any]:
     from gpuprof_nb.render.compare import verdict_words
 
     out = _envelope("comparison", c, "Before and after")
-    before, after = c.step_median_us
+    before, after = c.median_step_us
     v = c.verdict
     out.update(
         {

@@ -151,7 +151,7 @@ class Comparison(Displayable, Exportable):
     before_label: str
     after_label: str
     per: Per
-    step_median_us: tuple[float | None, float | None]
+    median_step_us: tuple[float | None, float | None]
     verdict: Verdict | None
     verdict_note: str
     changes: tuple[ChangeRow, ...]
@@ -172,7 +172,7 @@ class Comparison(Displayable, Exportable):
     def speedup(self) -> float | None:
         """Before's step median over after's (above 1: after is faster), None when either
         side has none."""
-        before, after = self.step_median_us
+        before, after = self.median_step_us
         if not before or not after:
             return None
         return before / after

@@ -86,7 +86,7 @@ class RungResult:
         return TimingStats(wall_us=self.step_times_us, steps_per_run=1)
 
     @property
-    def step_median_us(self) -> float | None:
+    def median_step_us(self) -> float | None:
         return statistics.median(self.step_times_us) if self.step_times_us else None
 
     @property
@@ -102,7 +102,7 @@ class RungResult:
     @property
     def samples_per_s(self) -> float | None:
         """Samples per second at the median step time."""
-        median = self.step_median_us
+        median = self.median_step_us
         if not median or median <= 0:
             return None
         return self.samples_per_step / (median / 1e6)
@@ -135,12 +135,12 @@ class BatchPoint:
     error: str = ""
 
     @property
-    def step_median_us(self) -> float | None:
+    def median_step_us(self) -> float | None:
         return statistics.median(self.step_times_us) if self.step_times_us else None
 
     @property
     def samples_per_s(self) -> float | None:
-        median = self.step_median_us
+        median = self.median_step_us
         if not median or median <= 0:
             return None
         return self.batch_size / (median / 1e6)

@@ -61,7 +61,7 @@ class OpTable(Displayable):
 
     rows: tuple[OpRow, ...]
     sort_key: SortKey
-    op_names: int  # distinct op names in the trace (rows may hold fewer)
+    distinct_ops: int  # how many distinct op names the trace holds (rows may hold fewer)
     calls: int
     self_cpu_us: float  # sum of self CPU time over all ops
     self_device_us: float  # device time attributed to some op

@@ -1,7 +1,7 @@
 """The road from a front door to a report, end to end: a `%%gpuprofile` cell
 (profile.py), a `%%memsnap` cell (memsnap.py), a function (functions.py), trace and snapshot
 files and the reports users hold (analyze.py, files.py), a distributed run's ranks
-(runs.py) and named baselines (baselines.py).
+(distributed.py) and named baselines (baselines.py).
 
 The front doors (the magics, the command line, the pytest helper, the package's public
 names) parse what they are given into frozen options and call a session; a session runs

@@ -112,7 +112,7 @@ def test_reports_with_timings_get_a_verdict_on_their_samples() -> None:
     before = analyze(trace, timing=slow)
     after = analyze(trace, timing=fast)
     c = compare(before, after, before_label="v1", after_label="v2")
-    assert c.per == "run" and c.step_median_us == (1500.0, 1000.0)
+    assert c.per == "run" and c.median_step_us == (1500.0, 1000.0)
     assert c.verdict.kind == "faster" and c.speedup == pytest.approx(1.5)
     assert "Faster" in c.text() and "v1" in c.text()
     # Timing only (no trace): still a verdict, and no changes to list.
@@ -173,8 +173,8 @@ def test_a_dataloader_change_comes_first_with_its_true_size(tmp_path: Path) -> N
     c = compare(before, after)
     (step_b, loader_b), (step_a, loader_a) = _plain(before), _plain(after)
     assert c.per == "step"
-    assert c.step_median_us[0] == pytest.approx(step_b, rel=0.01)
-    assert c.step_median_us[1] == pytest.approx(step_a, rel=0.01)
+    assert c.median_step_us[0] == pytest.approx(step_b, rel=0.01)
+    assert c.median_step_us[1] == pytest.approx(step_a, rel=0.01)
     first = c.changes[0]
     assert first.category == "DataLoader", [(r.name, r.delta_us) for r in c.changes[:5]]
     assert first.delta_us == pytest.approx(loader_a - loader_b, rel=0.02, abs=50)
@@ -253,7 +253,7 @@ def test_a_difference_in_ops_both_sides_ran_alike_looks_like_noise() -> None:
     import dataclasses
 
     trace = load_trace(DATA / "planted_cpu" / "compute_bound.json.gz")
-    lo = trace.window_us[0]
+    lo = trace.bounds_us[0]
 
     def slow(x: float) -> float:
         return lo + (x - lo) * 1.3
@@ -264,7 +264,7 @@ def test_a_difference_in_ops_both_sides_ran_alike_looks_like_noise() -> None:
             dataclasses.replace(o, start_us=slow(o.start_us), dur_us=o.dur_us * 1.3)
             for o in trace.ops
         ),
-        window_us=(lo, slow(trace.window_us[1])),
+        bounds_us=(lo, slow(trace.bounds_us[1])),
     )
     c = compare(analyze(trace), analyze(slower))
     assert c.changes and all(r.calls_before == r.calls_after for r in c.changes)

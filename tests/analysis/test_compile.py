@@ -108,7 +108,7 @@ def test_time_between_compiled_regions_is_what_the_break_left_uncompiled() -> No
         steps=(),
         devices=(),
         distributed=None,
-        window_us=(0.0, 100.0),
+        bounds_us=(0.0, 100.0),
         compile_log=_log(CompileEvent("graph_break", "0/0", ITEM_BREAK, "n = y.item()", "f")),
     )
     report = compile_report(trace)

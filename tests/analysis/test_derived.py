@@ -109,7 +109,7 @@ def test_top_level_ops_within_a_span_are_those_of_the_span_alone(name: str) -> N
     import random
 
     trace = load_trace(next(p for p in sorted((DATA / name).iterdir()) if ".json" in p.name))
-    a0, a1 = trace.window_us
+    a0, a1 = trace.bounds_us
     rng = random.Random(3)
     spans = [(a0, a1)] + [
         tuple(sorted((rng.uniform(a0, a1), rng.uniform(a0, a1)))) for _ in range(20)
@@ -142,7 +142,7 @@ def test_kernel_columns_and_device_kernels_match_the_kernels() -> None:
             steps=(),
             devices=(),
             distributed=None,
-            window_us=(0.0, 40.0),
+            bounds_us=(0.0, 40.0),
         )
 
     t = trace(kernels)

@@ -71,7 +71,7 @@ def make_trace(
         steps=tuple(steps),
         devices=devices,
         distributed=None,
-        window_us=window,
+        bounds_us=window,
     )
 
 
@@ -854,7 +854,7 @@ def test_gemm_ops_with_ids_include_other_kinds_of_op_by_name() -> None:
         steps=(),
         devices=(),
         distributed=None,
-        window_us=(0.0, 6.0),
+        bounds_us=(0.0, 6.0),
     )
     assert _gemm_ops_with_ids(trace) == _gemm_ops_by_scan(trace)
     assert [o.index for o in _gemm_ops_with_ids(trace)] == [0, 1, 4, 5]

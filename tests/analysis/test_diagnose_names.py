@@ -142,7 +142,7 @@ def device_trace(kernels) -> Trace:
         steps=(),
         devices=(DeviceInfo(0, "GPU", compute_capability=(8, 0)),),
         distributed=None,
-        window_us=(0.0, max(s + d for _, s, d in kernels)),
+        bounds_us=(0.0, max(s + d for _, s, d in kernels)),
     )
 
 
@@ -179,7 +179,7 @@ def test_planted_tiny_cpu_matmuls_are_not_healthy():
         steps=(),
         devices=(),
         distributed=None,
-        window_us=(0.0, 4500.0),
+        bounds_us=(0.0, 4500.0),
     )
     d = diagnose(trace)
     f = d.finding("compute_bound")

@@ -76,7 +76,7 @@ def plain_trace(runtime=()) -> Trace:
         steps=(),
         devices=(DeviceInfo(0, "GPU", compute_capability=(8, 0)),),
         distributed=None,
-        window_us=(0.0, 1000.0),
+        bounds_us=(0.0, 1000.0),
     )
 
 

@@ -13,7 +13,8 @@ from _paths import SHARED_TRACES as SHARED
 from gpuprof_nb.analysis.hotspots import compute_hotspots, frame_kind
 from gpuprof_nb.analysis.timeline import device_timeline
 from gpuprof_nb.io.trace import load_trace
-from gpuprof_nb.model.samples import Frame, StackSamples
+from gpuprof_nb.model.frames import Frame
+from gpuprof_nb.model.samples import StackSamples
 from gpuprof_nb.model.trace import Op, Trace
 from gpuprof_nb.results.timeline import IdleGap, Timeline
 
@@ -34,7 +35,7 @@ def make_trace(ops=(), samples=None, cells=None) -> Trace:
         steps=(),
         devices=(),
         distributed=None,
-        window_us=window,
+        bounds_us=window,
         cells=cells or {},
         samples=samples,
     )

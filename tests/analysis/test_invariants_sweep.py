@@ -51,7 +51,7 @@ def test_nothing_impossible_in_a_run(run_dir: Path) -> None:
     "N% of a step" above 100."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from gpuprof_nb.session.runs import analyze_run
+    from gpuprof_nb.session.distributed import analyze_run
 
     with ThreadPoolExecutor(2) as pool:
         report = analyze_run(run_dir, executor=pool, progress=False)

@@ -20,7 +20,7 @@ from gpuprof_nb.analysis.memory import (
     user_frame,
 )
 from gpuprof_nb.io.snapshot import load_snapshot, snapshot_from_dict
-from gpuprof_nb.model.memory import Frame
+from gpuprof_nb.model.frames import Frame
 
 MIB = 2**20
 

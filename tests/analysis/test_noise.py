@@ -24,7 +24,7 @@ TRACE = DATA / "planted_cpu" / "compute_bound.json.gz"
 def busy_machine(trace, cores_busy: float, process: float, n: int = 10) -> Utilisation:
     """Utilisation over the trace's window on a 2-core machine: each core `cores_busy`%
     busy, this process using `process` cores."""
-    lo, hi = trace.window_us
+    lo, hi = trace.bounds_us
     step = (hi - lo) / n
     ts = tuple(lo + step * (i + 1) for i in range(n))
     series = (

@@ -215,7 +215,7 @@ def test_sort_keys_ties_n_and_shapes() -> None:
     assert [r.name for r in top_ops(trace, sort="calls").rows] == ["a", "b", "c"]
     assert top_ops(trace, sort="count").sort_key == "calls"
     assert top_ops(trace, sort="self_cuda_time_total").sort_key == "self_device_us"
-    assert len(top_ops(trace, n=2).rows) == 2 and top_ops(trace, n=2).op_names == 3
+    assert len(top_ops(trace, n=2).rows) == 2 and top_ops(trace, n=2).distinct_ops == 3
     assert top_ops(trace, n=0).rows == ()
 
 

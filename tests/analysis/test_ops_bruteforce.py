@@ -95,7 +95,7 @@ def random_trace(seed: int) -> Trace:
         steps=(),
         devices=(),
         distributed=None,
-        window_us=(min(s for s, _ in spans), max(e for _, e in spans)),
+        bounds_us=(min(s for s, _ in spans), max(e for _, e in spans)),
     )
 
 

@@ -74,7 +74,7 @@ def trace_of(ops, kernels=(), runtime=(), devices=()):
         steps=(),
         devices=tuple(devices),
         distributed=None,
-        window_us=(0.0, max(ends)),
+        bounds_us=(0.0, max(ends)),
     )
 
 

@@ -1,4 +1,4 @@
-"""A distributed run read rank by rank (analysis/run.py): each rank's numbers against a
+"""A distributed run read rank by rank (analysis/distributed.py): each rank's numbers against a
 plain-JSON computation, who waits for whom, the collectives, and what goes wrong."""
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from _paths import SHARED_TRACES
 
-from gpuprof_nb.analysis.run import (
+from gpuprof_nb.analysis.distributed import (
     collective_kind,
     combine,
     rank_from_name,
     rank_ranges,
 )
 from gpuprof_nb.errors import GpuprofError
-from gpuprof_nb.results.run import RankSummary
-from gpuprof_nb.session.runs import summarize_path
+from gpuprof_nb.results.distributed import RankSummary
+from gpuprof_nb.session.distributed import summarize_path
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SHARED = SHARED_TRACES / "hta" / "tests" / "data"
@@ -153,7 +153,7 @@ def test_gloo_rank_numbers_match_the_raw_json(run):
         assert s.comm_us == pytest.approx(want["comm"], rel=1e-9) and s.comm_us > 0
         assert s.compute_us == pytest.approx(want["compute"], rel=1e-9)
         assert s.exposed_comm_us == pytest.approx(want["exposed"], rel=1e-9, abs=1e-6)
-        assert s.steps == want["steps"] and s.step_median_us == pytest.approx(want["step_median"])
+        assert s.steps == want["steps"] and s.median_step_us == pytest.approx(want["step_median"])
         assert sum(s.step_compute_us) == pytest.approx(s.compute_us, rel=1e-6)
         assert sum(len(d) for _, d in s.collective_calls) == want["gloo_calls"]
 
@@ -251,7 +251,7 @@ def _summary(
         world_size=world,
         device="cpu",
         steps=steps,
-        step_median_us=step,
+        median_step_us=step,
         compute_us=compute * steps,
         comm_us=sum(calls),
         exposed_comm_us=sum(calls),

@@ -48,7 +48,7 @@ def make_trace(
         steps=tuple(steps),
         devices=tuple(devices),
         distributed=None,
-        window_us=window,
+        bounds_us=window,
     )
 
 

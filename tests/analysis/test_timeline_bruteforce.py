@@ -124,7 +124,7 @@ def random_trace(seed: int, with_device: bool = True) -> Trace:
         steps=tuple(steps),
         devices=(),
         distributed=None,
-        window_us=window,
+        bounds_us=window,
     )
 
 
@@ -133,8 +133,8 @@ def brute_force(trace: Trace) -> dict:
     ends = [(o.start_us, o.end_us) for o in trace.ops if not o.name.startswith("PyTorch Prof")]
     ends += [(k.start_us, k.end_us) for k in trace.kernels]
     ends += [(r.start_us, r.end_us) for r in trace.runtime]
-    lo = int(max(min(s for s, _ in ends), trace.window_us[0]))
-    hi = int(min(max(e for _, e in ends), trace.window_us[1]))
+    lo = int(max(min(s for s, _ in ends), trace.bounds_us[0]))
+    hi = int(min(max(e for _, e in ends), trace.bounds_us[1]))
     device_time: dict[int, set[int]] = {}
     for k in trace.kernels:
         device_time.setdefault(k.device, set()).update(range(int(k.start_us), int(k.end_us)))

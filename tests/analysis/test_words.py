@@ -25,7 +25,7 @@ CUDA_ONLY = re.compile(
 
 def with_steps(trace, n: int):
     """The trace's window cut into n equal ProfilerStep annotations."""
-    lo, hi = trace.window_us
+    lo, hi = trace.bounds_us
     width = (hi - lo) / n
     steps = tuple(
         Step(k, f"ProfilerStep#{k}", lo + k * width, lo + (k + 1) * width) for k in range(n)

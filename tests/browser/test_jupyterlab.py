@@ -495,7 +495,7 @@ def _shapes_notebook() -> object:
     from IPython.utils.capture import capture_output
 
     import gpuprof_nb
-    from gpuprof_nb.ladder.report import BatchPoint, BatchSweep, LadderReport, RungResult
+    from gpuprof_nb.ladder.verdicts import BatchPoint, BatchSweep, LadderReport, RungResult
 
     data = REPO / "tests" / "data"
     planted = data / "planted_cpu"

@@ -150,7 +150,7 @@ def test_trace_device_spec_prefers_measured_ceilings(cache_dir):
         steps=(),
         devices=(info,),
         distributed=None,
-        window_us=(0, 1),
+        bounds_us=(0, 1),
     )
     assert cdev.trace_device_spec(trace).name == "NVIDIA H100 SXM"
     measured = DeviceSpec(
@@ -178,7 +178,7 @@ def test_trace_device_spec_prefers_measured_ceilings(cache_dir):
         steps=(),
         devices=(),
         distributed=None,
-        window_us=(0, 1),
+        bounds_us=(0, 1),
     )
     assert cdev.trace_device_spec(cpu_trace) is None
 

@@ -51,7 +51,7 @@ def test_markdown_and_json(cli, tmp_path: Path) -> None:
     assert cli("report", BERT, "-o", js).returncode == 0
     record = json.loads(js.read_text())
     assert record == json.loads(report.to_json())
-    assert record["kind"] == "profile" and record["schema_version"] == 1
+    assert record["kind"] == "profile" and record["schema_version"] == 2
     printed = cli("report", BERT, "--format", "json")
     assert json.loads(printed.stdout) == record
 

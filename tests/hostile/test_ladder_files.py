@@ -14,7 +14,7 @@ from typing import Any
 
 from harness import Case
 
-from gpuprof_nb.ladder.report import (
+from gpuprof_nb.ladder.verdicts import (
     BatchPoint,
     BatchSweep,
     LadderReport,

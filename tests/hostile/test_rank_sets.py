@@ -129,13 +129,13 @@ result = run.rank(1)
 def test_a_rank_with_a_huge_number_of_collectives_stays_bounded(hostile, tmp_path) -> None:
     """One rank's collectives are matched up to MAX_MATCHED_CALLS per kind (a note says so)."""
     code = """
-from gpuprof_nb.analysis.run import MAX_MATCHED_CALLS, combine
-from gpuprof_nb.results.run import RankSummary
+from gpuprof_nb.analysis.distributed import MAX_MATCHED_CALLS, combine
+from gpuprof_nb.results.distributed import RankSummary
 n = MAX_MATCHED_CALLS + 50_000
 calls = (("allreduce", tuple(float(i % 7 + 1) for i in range(n))),)
 ranks = [
     RankSummary(rank=r, source=f"rank-{r}.json", world_size=4, device="cpu", on_device=False,
-                steps=10, step_median_us=1000.0, window_us=1e6, busy_us=5e5, compute_us=4e5,
+                steps=10, median_step_us=1000.0, window_us=1e6, busy_us=5e5, compute_us=4e5,
                 comm_us=1e5, exposed_comm_us=5e4, collective_calls=calls)
     for r in range(4)
 ]

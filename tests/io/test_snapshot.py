@@ -68,7 +68,7 @@ def test_columns_match_the_raw_entries(snaps: Path, name: str) -> None:
         for i, e in enumerate(entries):
             stack = snap.stacks[t.stack[i]] if t.stack[i] >= 0 else ()
             assert [
-                (snap.frames[j].filename, snap.frames[j].line, snap.frames[j].name) for j in stack
+                (snap.frames[j].file, snap.frames[j].line, snap.frames[j].function) for j in stack
             ] == [(f["filename"], f["line"], f["name"]) for f in e["frames"]]
     for seg, rseg in zip(snap.segments, data["segments"], strict=True):
         assert seg.total_size == rseg["total_size"]

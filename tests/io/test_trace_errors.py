@@ -221,7 +221,7 @@ def test_odd_but_timed_events_load_without_crashing(event: dict) -> None:
             "distributedInfo": "rank 0",
         }
     )
-    assert t.window_us[0] <= t.window_us[1]
+    assert t.bounds_us[0] <= t.bounds_us[1]
     assert t.distributed is None
 
 

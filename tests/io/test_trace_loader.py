@@ -419,7 +419,7 @@ def test_event_mapping_on_a_synthetic_dict() -> None:
     assert t.memory[0].bytes == -64 and t.memory[0].addr is None
     assert t.steps == (Step(4, "ProfilerStep#4", 1000.0, 1050.0),)
     # metadata ('M'), summary spans and the 'Traces' instant do not stretch the window.
-    assert t.window_us == (999.0, 1059.0)
+    assert t.bounds_us == (999.0, 1059.0)
     assert t.distributed == DistributedInfo(rank=3, world_size=8, backend="nccl")
     assert t.schema_version == 1 and t.metadata["schemaVersion"] == 1
     assert "traceEvents" not in t.metadata
@@ -495,7 +495,7 @@ def test_negative_durations_are_clamped_and_reported() -> None:
         }
     )
     assert t.kernels[0].dur_us == 0.0
-    assert t.window_us == (5.0, 25.0)
+    assert t.bounds_us == (5.0, 25.0)
     assert len(t.load_warnings) == 1 and "negative" in t.load_warnings[0]
 
 

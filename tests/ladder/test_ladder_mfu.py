@@ -10,7 +10,7 @@ import torch
 from gpuprof_nb.capture.device import _cpu_identity
 from gpuprof_nb.io.ceilings import CACHE_ENV, device_key, write_ceilings
 from gpuprof_nb.ladder import run_ladder
-from gpuprof_nb.ladder.report import report_from_dict
+from gpuprof_nb.ladder.verdicts import report_from_dict
 from gpuprof_nb.model.device import DeviceSpec
 
 BATCH, IN, HIDDEN, OUT = 32, 64, 256, 8

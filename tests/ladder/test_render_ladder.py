@@ -10,7 +10,7 @@ import pytest
 
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.ladder import load
-from gpuprof_nb.ladder.report import (
+from gpuprof_nb.ladder.verdicts import (
     BatchPoint,
     BatchSweep,
     LadderReport,

@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from gpuprof_nb.errors import GpuprofError
-from gpuprof_nb.ladder.report import (
+from gpuprof_nb.ladder.verdicts import (
     BatchPoint,
     BatchSweep,
     LadderReport,
@@ -213,7 +213,7 @@ def test_rung_numbers_match_an_independent_computation():
         "x", "s", "kept", step_times_us=(100.0, 300.0, 200.0, 1000.0), samples_per_step=10
     )
     median = statistics.median([100.0, 300.0, 200.0, 1000.0])
-    assert rung.step_median_us == pytest.approx(250.0) == pytest.approx(median)
+    assert rung.median_step_us == pytest.approx(250.0) == pytest.approx(median)
     assert rung.samples_per_s == pytest.approx(10 / 250e-6)
     # numpy's default quantiles of (100, 200, 300, 1000): 175 and 475.
     assert rung.step_iqr_us == pytest.approx(475.0 - 175.0)

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from gpuprof_nb.ladder import RUNG_NAMES, LoaderSettings, load, run_ladder
-from gpuprof_nb.ladder.report import STATUSES
+from gpuprof_nb.ladder.verdicts import STATUSES
 from gpuprof_nb.render.ladder import fmt_samples
 
 STEPS, WARMUP, BATCH = 5, 1, 16

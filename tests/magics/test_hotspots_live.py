@@ -108,7 +108,7 @@ def test_saved_trace_keeps_the_lines(ipython_shell, tmp_path) -> None:
         "x = torch.randn(32, 32)\nfor i in range(3):\n    y = x @ x\n    time.sleep(0.01)\n",
     )
     assert not any(op.name == "gpuprof_nb::clock" for op in r.trace.ops)
-    lo, hi = r.trace.window_us
+    lo, hi = r.trace.bounds_us
     samples = r.trace.samples
     assert samples is not None and lo - 1000 <= samples.ts_us[0] <= samples.ts_us[-1] <= hi + 1000
     again = analyze(load_trace(r.save(tmp_path / "t.json.gz")))

@@ -34,7 +34,7 @@ def test_utilisation_agrees_with_the_trace(ipython_shell) -> None:
     # The trace's longest gap is the sleep; before it, ops ran back to back.
     sleep = max(r.timeline.gaps, key=lambda g: g.dur_us)
     assert sleep.dur_us > 250_000
-    lo, hi = r.trace.window_us
+    lo, hi = r.trace.bounds_us
     assert lo - 20_000 <= u.ts_us[0] and u.ts_us[-1] <= hi + 20_000
     busy_lo, busy_hi = sleep.start_us - 250_000, sleep.start_us - 20_000
     ops_busy = r.timeline.breakdown.busy_us / r.timeline.window_us

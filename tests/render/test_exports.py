@@ -61,7 +61,7 @@ def test_every_report_exports_the_versioned_schema(reports) -> None:
     for kind, report in reports.items():
         text = report.to_json()
         record = json.loads(text)
-        assert record["schema"] == "gpuprof_nb.report" and record["schema_version"] == 1
+        assert record["schema"] == "gpuprof_nb.report" and record["schema_version"] == 2
         assert record["kind"] == kind and record["gpuprof_nb_version"] == gpuprof_nb.__version__
         _units_in_names(record["headline"])
         assert record["headline"] == report.headline()

@@ -55,7 +55,7 @@ def hand_trace() -> Trace:
         steps=(),
         devices=(),
         distributed=None,
-        window_us=(0.0, 40.0),
+        bounds_us=(0.0, 40.0),
     )
 
 
@@ -120,7 +120,7 @@ def test_ops_section_without_device_time_drops_device_columns() -> None:
         steps=(),
         devices=(),
         distributed=None,
-        window_us=(0.0, 40.0),
+        bounds_us=(0.0, 40.0),
     )
     section = ops_section(top_ops(cpu_only))
     assert "self device" not in section.text and "self device" not in section.html
@@ -263,7 +263,7 @@ def test_steps_per_run_counts_every_optimizer_step() -> None:
         steps=(),
         devices=(),
         distributed=None,
-        window_us=(0.0, 40.0),
+        bounds_us=(0.0, 40.0),
     )
     assert count_steps_per_run(trace) == 3
     assert count_steps_per_run(base) is None

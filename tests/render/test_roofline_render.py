@@ -67,7 +67,7 @@ def _trace(entries):
         steps=(),
         devices=(),
         distributed=None,
-        window_us=(0.0, 1000.0),
+        bounds_us=(0.0, 1000.0),
     )
 
 

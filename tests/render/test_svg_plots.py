@@ -161,7 +161,7 @@ def _trace(entries):
         steps=(),
         devices=(),
         distributed=None,
-        window_us=(0.0, 1000.0),
+        bounds_us=(0.0, 1000.0),
     )
 
 
@@ -283,7 +283,7 @@ def _kernel_trace(spans, stream=7):
         steps=(),
         devices=(),
         distributed=None,
-        window_us=(0.0, max(ends)),
+        bounds_us=(0.0, max(ends)),
     )
 
 
@@ -484,7 +484,7 @@ def test_long_kernel_names_keep_the_drawing_small():
         steps=(),
         devices=(),
         distributed=None,
-        window_us=(0.0, 34_000.0),
+        bounds_us=(0.0, 34_000.0),
     )
     text = _svg(trace)
     assert len(text.encode()) < MAX_TIMELINE_BYTES + 10_000

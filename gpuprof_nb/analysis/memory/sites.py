@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from gpuprof_nb.analysis.sources import source_label
-from gpuprof_nb.model.memory import OP_FILENAME, Frame, MemorySnapshot
+from gpuprof_nb.model.frames import Frame
+from gpuprof_nb.model.memory import OP_FILENAME, MemorySnapshot
 from gpuprof_nb.results.memory import Site, SiteBytes
 
 BEFORE_LABEL = "(allocated before recording)"
@@ -17,13 +18,13 @@ OTHER_LABEL = "(other sites)"
 
 
 def _is_python(frame: Frame) -> bool:
-    fn = frame.filename
+    fn = frame.file
     return fn.endswith(".py") or fn.startswith(("<ipython-input", "<string>", "<stdin>"))
 
 
 def _is_internal(frame: Frame) -> bool:
     """True for frames of torch itself and of gpuprof_nb's own recording code."""
-    return _internal_file(frame.filename)
+    return _internal_file(frame.file)
 
 
 # Cached per file name: every frame of a file shares its name (see analysis/sources.py).
@@ -53,8 +54,8 @@ def user_frame(frames: Sequence[Frame]) -> Frame | None:
 def _site_of(frame: Frame | None, cells: Mapping[str, int], first_line: bool) -> Site:
     if frame is None:
         return Site(NO_STACK_LABEL)
-    label = source_label(frame.filename, frame.line, frame.name, cells, first_line=first_line)
-    return Site(label, frame.filename, frame.line, frame.name)
+    label = source_label(frame.file, frame.line, frame.function, cells, first_line=first_line)
+    return Site(label, frame.file, frame.line, frame.function)
 
 
 def stack_sites(snapshot: MemorySnapshot) -> tuple[tuple[Site, ...], np.ndarray]:
@@ -69,12 +70,14 @@ def stack_sites(snapshot: MemorySnapshot) -> tuple[tuple[Site, ...], np.ndarray]
         # Profiler-made stacks (the CPU fallback) carry each Python function's first line,
         # not the calling line, unless exact line events gave it; the allocating op tells
         # sites on one line apart.
-        profiler_made = bool(frames) and frames[0].filename == OP_FILENAME
+        profiler_made = bool(frames) and frames[0].file == OP_FILENAME
         site = _site_of(
             user_frame(frames), snapshot.cells, profiler_made and not snapshot.exact_lines
         )
         if profiler_made and site.label != NO_STACK_LABEL:
-            site = Site(f"{site.label} [{frames[0].name}]", site.filename, site.line, site.function)
+            site = Site(
+                f"{site.label} [{frames[0].function}]", site.filename, site.line, site.function
+            )
         k = index.setdefault(site, len(sites))
         if k == len(sites):
             sites.append(site)

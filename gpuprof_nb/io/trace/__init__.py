@@ -13,7 +13,7 @@ Every format quirk lives here, so analysis sees one shape:
 - `gpu_user_annotation` events (record_function ranges on the device's timeline: pid is
   the device, tid the stream) become `Trace.gpu_annotations`.
 - Categories we do not model (flows, `fwdbwd`, `cuda_profiler_range`, MTIA runtime events,
-  ...) are skipped, but their timed events still count for `window_us`.
+  ...) are skipped, but their timed events still count for `Trace.bounds_us`.
 
 Negative durations (seen in truncated Kineto exports) are clamped to 0 and counted in
 `Trace.load_warnings`; they never make an interval run backwards.

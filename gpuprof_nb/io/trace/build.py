@@ -813,7 +813,7 @@ class Builder:
             steps=_find_steps(ops),
             devices=_devices(top),
             distributed=_distributed(top.get("distributedInfo")),
-            window_us=(float(self.lo), float(self.hi)),
+            bounds_us=(float(self.lo), float(self.hi)),
             schema_version=schema if type(schema) is int else None,
             metadata=dict(top),
             load_warnings=tuple(warnings),

@@ -14,7 +14,7 @@ from gpuprof_nb.render.plot_mpl import chart_figure
 from gpuprof_nb.render.sections import Section
 from gpuprof_nb.render.text import text_table
 from gpuprof_nb.render.units import fmt_bytes, fmt_num, fmt_pct, fmt_rate, fmt_us
-from gpuprof_nb.results.run import RankRow, RunReport
+from gpuprof_nb.results.distributed import RankRow, RunReport
 
 # Idle categories shown as columns of the rank table (busy has its own column).
 IDLE_COLUMNS = (
@@ -63,7 +63,7 @@ def rank_table(
             f"{r.rank}{' (straggler)' if r.rank in straggler else ''}",
             r.device,
             fmt_num(r.steps),
-            fmt_us(r.step_median_us),
+            fmt_us(r.median_step_us),
             fmt_us(r.busy_us),
             fmt_us(r.compute_us),
             fmt_us(r.compute_per_step_us),
@@ -206,7 +206,7 @@ def collectives_section(report: RunReport) -> Section:
 def summary_section(report: RunReport) -> Section:
     """Return the Summary section: ranks read, world size, step times, stragglers and the
     ranks that could not be read (the notes are in the Diagnosis)."""
-    medians = [r.step_median_us for r in report.ranks if r.step_median_us is not None]
+    medians = [r.median_step_us for r in report.ranks if r.median_step_us is not None]
     comm = sum(r.comm_us for r in report.ranks)
     exposed = sum(r.exposed_comm_us for r in report.ranks)
     rows = [

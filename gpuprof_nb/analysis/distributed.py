@@ -1,6 +1,6 @@
 """A distributed run, rank by rank: `summarize_rank` boils one rank's trace down to a compact
 RankSummary (what a worker sends back), and `combine` reads the summaries together: who waits
-for whom, the collectives, the run's diagnosis. Pure functions; gpuprof_nb/session/runs.py
+for whom, the collectives, the run's diagnosis. Pure functions; gpuprof_nb/session/distributed.py
 runs them over many trace files on an executor. docs/distributed.md says how stragglers are found.
 """
 
@@ -33,8 +33,8 @@ from gpuprof_nb.model.device import DeviceSpec
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Kernel, Step, Trace
 from gpuprof_nb.results.diagnosis import Diagnosis, Finding, FindingKind
+from gpuprof_nb.results.distributed import CollectiveRow, RankRow, RankSummary, RunReport
 from gpuprof_nb.results.invariants import rounded_share
-from gpuprof_nb.results.run import CollectiveRow, RankRow, RankSummary, RunReport
 
 # Rank numbers in file names: rank-3, rank_3, rank3, worker3, worker-3.
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d{1,7})(?!\d)", re.IGNORECASE)
@@ -141,7 +141,7 @@ def summarize_rank(
     rank = _checked_rank(trace, source, rank)
     report = analyze(ix, ceilings, timing=timing)
     timeline = report.timeline
-    lo, hi = (timeline.start_us, timeline.end_us) if timeline is not None else trace.window_us
+    lo, hi = (timeline.start_us, timeline.end_us) if timeline is not None else trace.bounds_us
     steps = trace.steps
     device, _ = chosen_device(ix)
     if device is not None:
@@ -167,7 +167,7 @@ def summarize_rank(
         device=comm.label,
         on_device=device is not None,
         steps=len(steps),
-        step_median_us=statistics.median(s.dur_us for s in steps) if steps else None,
+        median_step_us=statistics.median(s.dur_us for s in steps) if steps else None,
         window_us=hi - lo,
         busy_us=timeline.busy_us if timeline is not None else 0.0,
         compute_us=union_length(comm.compute_spans),
@@ -367,8 +367,8 @@ def _steps_covered(s: RankSummary) -> float:
     window in median steps where the window holds more than they do."""
     if not s.steps:
         return 0.0
-    if s.step_median_us and s.window_us > s.steps_us:
-        return max(float(s.steps), s.window_us / s.step_median_us)
+    if s.median_step_us and s.window_us > s.steps_us:
+        return max(float(s.steps), s.window_us / s.median_step_us)
     return float(s.steps)
 
 
@@ -387,7 +387,7 @@ def _row(s: RankSummary, wait: float | None) -> RankRow:
         rank=s.rank,
         device=s.device,
         steps=s.steps,
-        step_median_us=s.step_median_us,
+        median_step_us=s.median_step_us,
         busy_us=s.busy_us,
         compute_us=s.compute_us,
         comm_us=s.comm_us,
@@ -496,7 +496,7 @@ def _stragglers(ranks: Sequence[RankSummary], waits: _Waits) -> tuple[int, ...]:
     (STRAGGLER_MIN_LEAD_CALLS), by a median of STRAGGLER_MIN_WAIT_SHARE of a step or more,
     and (with 3 ranks or more) by STRAGGLER_MIN_LEAD_OVER_NOISE times the other ranks'
     typical lead over each other (how much arrival order moves by chance in this run)."""
-    steps = [s.step_median_us for s in ranks if s.step_median_us]
+    steps = [s.median_step_us for s in ranks if s.median_step_us]
     if len(ranks) < 2 or waits.calls < th.STRAGGLER_MIN_MATCHED_CALLS or not steps:
         return ()
     step_us = statistics.median(steps)
@@ -563,7 +563,7 @@ def _per_step_share(s: RankSummary, us_in_steps: float, flagged: bool) -> float:
     if flagged and s.steps_us > 0:
         return min(us_in_steps / s.steps_us, 1.0)
     covered = _steps_covered(s)
-    step = s.step_median_us or 0.0
+    step = s.median_step_us or 0.0
     return min(us_in_steps / (covered * step), 1.0) if covered and step > 0 else 0.0
 
 
@@ -699,7 +699,7 @@ def _diagnosis(
     """The run's findings: the first straggler, a load imbalance that is not just that
     straggler, and the collectives' exposed time; each rank's own first finding counted."""
     findings: list[Finding | None] = []
-    step_us = statistics.median([s.step_median_us for s in ranks if s.step_median_us] or [0.0])
+    step_us = statistics.median([s.median_step_us for s in ranks if s.median_step_us] or [0.0])
     per_step = {r.rank: r.compute_per_step_us for r in rows if r.compute_per_step_us is not None}
     if step_us > 0:
         if stragglers:

@@ -1,5 +1,5 @@
 """`analyze_run(traces)`: every rank of a distributed run analysed on an executor, one rank per
-task, and the compact summaries read together (analysis/run.py). The default executor is a
+task, and the compact summaries read together (analysis/distributed.py). The default executor is a
 local process pool; any `concurrent.futures.Executor` works, a Dask client's
 `client.get_executor()` among them (the `gpuprof_nb[distributed]` extra).
 """
@@ -21,7 +21,7 @@ from concurrent.futures import (
 from dataclasses import replace
 from pathlib import Path
 
-from gpuprof_nb.analysis.run import combine, rank_from_name, summarize_rank
+from gpuprof_nb.analysis.distributed import combine, rank_from_name, summarize_rank
 from gpuprof_nb.errors import GpuprofError
 from gpuprof_nb.io.guards import FileIdentity, check_regular
 from gpuprof_nb.io.trace import load_trace
@@ -29,8 +29,8 @@ from gpuprof_nb.model.arguments import check_number, check_type, describe
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.render.progress import Progress
 from gpuprof_nb.render.widgets import live_kernel
+from gpuprof_nb.results.distributed import RankSummary, RunReport
 from gpuprof_nb.results.report import ProfileReport
-from gpuprof_nb.results.run import RankSummary, RunReport
 from gpuprof_nb.session.analyze import analyze, trace_inputs
 
 # What a directory's trace files are called (torch.profiler's export_chrome_trace and

@@ -1,5 +1,5 @@
 """A distributed run: every rank's numbers side by side, the ranks the others wait for, the
-collectives, and the run's diagnosis (built by analysis/run.py, one rank per worker)."""
+collectives, and the run's diagnosis (built by analysis/distributed.py, one rank per worker)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class RankSummary:
     device: str = ""
     on_device: bool = False
     steps: int = 0
-    step_median_us: float | None = None
+    median_step_us: float | None = None
     window_us: float = 0.0
     busy_us: float = 0.0
     compute_us: float = 0.0
@@ -62,7 +62,7 @@ class RankRow:
     rank: int
     device: str
     steps: int
-    step_median_us: float | None
+    median_step_us: float | None
     busy_us: float
     compute_us: float
     comm_us: float
