@@ -286,6 +286,9 @@ def run_ladder(
     checkpoint rung checkpoints `checkpoint_modules` when given, else the modules a plan
     picks to bring the peak under `memory_budget` (bytes or '8GiB'; default a quarter
     under the recorded peak) with the least recompute (docs/fit.md).
+
+    Long only in its signature: 23 keyword arguments (the public API's); the body is five
+    named steps (checks, workload, plan, climb, report).
     """
     _check_ladder_arguments(
         model_fn,
