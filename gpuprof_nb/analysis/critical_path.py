@@ -47,9 +47,11 @@ import numpy as np
 from gpuprof_nb.analysis.classify import kernel_class
 from gpuprof_nb.analysis.derived import (
     TraceIndex,
+    distinct,
     index_of,
     last_call_of,
     lookup,
+    median,
     memo,
     op_columns,
     op_kinds,
@@ -233,7 +235,7 @@ class _Host:
         self.top_rows: dict[tuple[str, str], np.ndarray] = {}
         keys = cols.thread_keys
         thread_of = cols.thread[rows]
-        for code in np.unique(thread_of).tolist():
+        for code in distinct(thread_of).tolist():
             self.top_rows[keys[code]] = rows[thread_of == code]
         # Runtime calls of the window, by thread.
         starts, ends = runtime_starts(ix), _runtime_ends(ix)
@@ -242,7 +244,7 @@ class _Host:
         codes, pairs = runtime_threads(ix)
         self.rt_rows: dict[tuple[str, str], np.ndarray] = {}
         call_codes = codes[calls]
-        for code in np.unique(call_codes).tolist():
+        for code in distinct(call_codes).tolist():
             key = (str(pairs[code][0]), str(pairs[code][1]))
             mine = calls[call_codes == code]
             old = self.rt_rows.get(key)
@@ -931,7 +933,7 @@ def _result(
             off_us = float((d.end[off_idx] - d.start[off_idx]).sum())
             # A zero-length kernel on the window's edge has no slack (nan): left out.
             finite = slack[off_idx][np.isfinite(slack[off_idx])]
-            median_slack = float(np.median(finite)) if len(finite) else None
+            median_slack = median(finite) if len(finite) else None
     if not trace.syncs and any(seg.kind == "sync" for seg in segments):
         notes.append(
             "the trace has no cuda_sync events: which stream a synchronisation waited for "

@@ -24,7 +24,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from gpuprof_nb.analysis.derived import TraceIndex, index_of, lex_order, op_kinds
+from gpuprof_nb.analysis.derived import TraceIndex, distinct, index_of, lex_order, op_kinds
 from gpuprof_nb.analysis.intervals import nearest_open_at, nearest_open_before
 from gpuprof_nb.analysis.sources import (
     KNOWN_PACKAGES,
@@ -301,7 +301,7 @@ def _from_python_events(
     # Each instant belongs to the innermost event open then (the latest started): events
     # that overlap without nesting (seen on real traces) would otherwise have their shared
     # time counted twice, and a line's idle time could pass all the idle time there is.
-    points = np.unique(np.concatenate((starts, ends)))
+    points = distinct(np.concatenate((starts, ends)))
     lo_pts, hi_pts = points[:-1], points[1:]
     before = nearest_open_before(ends, starts, np.zeros(n, dtype=np.intp), strict=True)
     owner = nearest_open_at(

@@ -33,6 +33,7 @@ from gpuprof_nb.analysis.derived import (
     KERNEL_KINDS,
     TraceIndex,
     codes_of,
+    distinct,
     index_of,
     kernel_columns,
     kernel_ids,
@@ -166,7 +167,7 @@ def _attribute(
         c_start = runtime_starts(ix)[calls]
         lo = bounds[c_thread]
         hi = lo.copy()
-        for r in np.unique(c_thread).tolist():
+        for r in distinct(c_thread).tolist():
             a, b = int(bounds[r]), int(bounds[r + 1])
             mine = np.flatnonzero(c_thread == r)
             hi[mine] = a + np.searchsorted(s_start[a:b], c_start[mine], side="right")
@@ -183,7 +184,7 @@ def _attribute(
     if len(need):
         # The first op (in op order) with each External id those kernels carry: only the ops
         # whose id is one of them are sorted (found by a search among the wanted ids).
-        wanted = np.unique(k_ext[need])
+        wanted = distinct(k_ext[need])
         with_ext = np.flatnonzero(cols.has_external_id)
         op_ext = cols.external_id[with_ext]
         at = np.minimum(np.searchsorted(wanted, op_ext), len(wanted) - 1)
@@ -350,7 +351,7 @@ def kernel_table(trace: Trace | TraceIndex) -> KernelTable:
     # Each group's distinct streams, ascending: (group, stream) pairs as one number each.
     stream_values, stream_code = np.unique(kernel_streams(ix), return_inverse=True)
     pairs = (
-        np.unique(codes * len(stream_values) + stream_code.reshape(-1))
+        distinct(codes * len(stream_values) + stream_code.reshape(-1))
         if n
         else np.zeros(0, dtype=np.intp)
     )
@@ -437,7 +438,7 @@ def summarize_trace(trace: Trace | TraceIndex) -> TraceSummary:
 def _summarize(ix: TraceIndex) -> TraceSummary:
     trace = ix.trace
     kc = kernel_columns(ix)
-    used = set(np.unique(kc.device).tolist())
+    used = set(distinct(kc.device).tolist())
     names = [d.name for d in trace.devices if d.index in used and d.name]
     if not names:
         names = [d.name for d in trace.devices if d.name]

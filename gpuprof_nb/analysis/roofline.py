@@ -24,6 +24,7 @@ from gpuprof_nb.analysis.classify import op_class
 from gpuprof_nb.analysis.derived import (
     OpColumns,
     TraceIndex,
+    distinct,
     index_of,
     kernel_columns,
     kernel_ids,
@@ -620,7 +621,7 @@ def _gemm_points_only_gemms(
     if not len(placed):
         return
     matmul: dict[int, bool] = {}
-    for a in np.unique(k_anchor[placed]).tolist():
+    for a in distinct(k_anchor[placed]).tolist():
         c = cost(a)
         matmul[a] = c is not None and c.category in MATMUL_CATEGORIES
     # Only kernels of ops known to be something else move: copies (copy_, contiguous,
@@ -703,7 +704,7 @@ def _kernel_owners(trace: Trace | TraceIndex, tree: _Tree) -> np.ndarray:
     all_codes, pairs = runtime_threads(ix)
     codes = all_codes[pending_calls]
     key_codes: dict[tuple[str, str], list[int]] = {}
-    for code in np.unique(codes).tolist():
+    for code in distinct(codes).tolist():
         pid, tid = pairs[code]
         key_codes.setdefault((str(pid), str(tid)), []).append(code)
     call_starts = runtime_starts(ix)[pending_calls]
