@@ -78,6 +78,10 @@ class _Gaps:
         self.hi = np.array([g.end_us for g in gaps], dtype=float)
         self.cause = np.array([g.cause for g in gaps], dtype=object)
         self.length = self.hi - self.lo
+        # Causes as numbers (comparing numbers, not strings, per point).
+        names = list(dict.fromkeys(g.cause for g in gaps))
+        self.cause_code = np.array([names.index(g.cause) for g in gaps], dtype=np.intp)
+        self.code_of = {c: i for i, c in enumerate(names)}
         # One cause's time before each gap is the running sum of that cause's lengths with
         # the other gaps' as 0.0 (adding 0.0 changes no sum), which holds when gaps do not
         # overlap; overlapping ones (none in a Timeline) are measured cause by cause.
@@ -99,13 +103,18 @@ class _Gaps:
             return np.zeros(len(x))
         cum = self._cum.get(cause)
         if cum is None:
-            mine = self.length if cause is None else np.where(self.cause == cause, self.length, 0.0)
+            mine = (
+                self.length
+                if cause is None
+                else np.where(self.cause_code == self.code_of.get(cause, -1), self.length, 0.0)
+            )
             cum = self._cum[cause] = np.concatenate(([0.0], np.cumsum(mine)))
         k = self._gap_after(x)
         at = np.maximum(k, 0)
         inside = np.clip(x - self.lo[at], 0.0, self.length[at])
         if cause is not None:
-            inside = np.where(self.cause[at] == cause, inside, 0.0)
+            mine = self.cause_code[at] == self.code_of.get(cause, -1)
+            inside = np.where(mine, inside, 0.0)
         out: np.ndarray = np.where(k >= 0, cum[at] + inside, 0.0)
         return out
 

@@ -44,12 +44,13 @@ from gpuprof_nb.analysis.derived import (
     lookup,
     memo,
     op_columns,
+    op_name_codes,
     op_names,
     runtime_starts,
     runtime_threads,
 )
 from gpuprof_nb.analysis.timeline import activity_window
-from gpuprof_nb.model.trace import Op, Trace
+from gpuprof_nb.model.trace import MemoryEvent, Op, Trace
 from gpuprof_nb.results.modules import ModuleBreakdown, ModuleGroup, ModuleRow, ModuleSource
 from gpuprof_nb.results.timeline import Timeline
 
@@ -197,9 +198,13 @@ def _top_backward_ops(trace: Trace | TraceIndex) -> list[int]:
         return []
     out = []
     open_until: dict[Thread, float] = {}
-    for i, o in enumerate(trace.ops):
-        if o.kind != "op" or not o.name.startswith(BACKWARD_PREFIX):
-            continue
+    # The torch ops (kind "op") so named, by their names' codes, in trace order.
+    cols = op_columns(ix)
+    distinct, codes = op_name_codes(ix)
+    named = np.array([n.startswith(BACKWARD_PREFIX) for n in distinct], dtype=bool)
+    rows = np.flatnonzero(named[codes]) if len(codes) else np.zeros(0, dtype=np.intp)
+    for i in cols.positions[rows].tolist():
+        o = trace.ops[i]
         t = _thread(o)
         if o.start_us < open_until.get(t, -np.inf):
             continue
@@ -356,8 +361,11 @@ def _breakdown(trace: Trace | TraceIndex, timeline: Timeline | None) -> ModuleBr
     mem = [m for m in trace.memory if m.bytes > 0 and ((m.device_type != 0) == on_device)]
     if mem:
         allocated = np.zeros(n)
+        mem_of: dict[Thread, list[MemoryEvent]] = defaultdict(list)
+        for m in mem:
+            mem_of[(str(m.pid), str(m.tid))].append(m)
         for thread, segs in by_thread.items():
-            here = [m for m in mem if (str(m.pid), str(m.tid)) == thread]
+            here = mem_of.get(thread)
             if not here:
                 continue
             got = segs.find(np.array([m.ts_us for m in here], dtype=float))
