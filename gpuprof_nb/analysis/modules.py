@@ -31,6 +31,8 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import eq
 
 import numpy as np
 
@@ -44,6 +46,7 @@ from gpuprof_nb.analysis.derived import (
     lookup,
     memo,
     op_columns,
+    op_kinds,
     op_name_codes,
     op_names,
     runtime_starts,
@@ -157,17 +160,18 @@ def _module_ranges(
     if not any(n.startswith(prefix) or n.startswith(MODULE_EVENT_PREFIX) for n in names):
         return "none", []
     cut = len(prefix)
+    kinds = op_kinds(ix)
     live = [
         (o.name[cut:], _thread(o), o.start_us, o.end_us)
-        for o in trace.ops
-        if o.kind == "annotation" and o.name.startswith(prefix) and len(o.name) > cut
+        for o in compress(trace.ops, map(eq, kinds, repeat("annotation")))
+        if o.name.startswith(prefix) and len(o.name) > cut
     ]
     if live:
         return "hooks", live
     events = [
         o
-        for o in trace.ops
-        if o.kind == "python" and o.name.startswith(MODULE_EVENT_PREFIX) and o.dur_us >= 0
+        for o in compress(trace.ops, map(eq, kinds, repeat("python")))
+        if o.name.startswith(MODULE_EVENT_PREFIX) and o.dur_us >= 0
     ]
     if not events:
         return "none", []
@@ -280,9 +284,8 @@ def _breakdown(trace: Trace | TraceIndex, timeline: Timeline | None) -> ModuleBr
     seq_node: dict[int, list[int]] = defaultdict(list)
     forward_ops = [
         o
-        for o in ops
-        if o.kind == "op"
-        and o.sequence_number is not None
+        for o in op_columns(ix).ops  # the ops of kind "op", in trace order
+        if o.sequence_number is not None
         and not o.name.startswith(BACKWARD_PREFIX)
         and not in_backward(_thread(o), o.start_us)
     ]
