@@ -26,6 +26,7 @@ from gpuprof_nb.model.trace import Kernel, Trace
 T = TypeVar("T")
 _START, _DUR, _INDEX = attrgetter("start_us"), attrgetter("dur_us"), attrgetter("index")
 _KIND, _DEVICE, _NAME = attrgetter("kind"), attrgetter("device"), attrgetter("name")
+_INPUT_DIMS = attrgetter("input_dims")
 
 
 class TraceIndex:
@@ -149,6 +150,11 @@ def codes_of(values: Iterable[Hashable], count: int) -> tuple[list[Any], np.ndar
 def op_columns(index: TraceIndex) -> OpColumns:
     """Return the trace's torch ops as columns (computed once per trace)."""
     return memo(index, "op_columns", lambda: OpColumns(index))
+
+
+def op_input_dims(index: TraceIndex) -> list[Any]:
+    """Return each of op_columns' ops' input_dims (None where not recorded), once."""
+    return memo(index, "op_input_dims", lambda: list(map(_INPUT_DIMS, op_columns(index).ops)))
 
 
 def op_name_codes(index: TraceIndex) -> tuple[tuple[str, ...], np.ndarray]:

@@ -42,6 +42,7 @@ from gpuprof_nb.analysis.derived import (
     lookup,
     memo,
     op_columns,
+    op_input_dims,
     op_name_codes,
     runtime_correlations,
     runtime_starts,
@@ -102,7 +103,6 @@ SORT_KEYS: dict[str, str] = {
 }
 _MAX_SHAPES = 5
 _NAME_KIND = attrgetter("name", "kind")
-_INPUT_DIMS = attrgetter("input_dims")
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,7 +262,7 @@ def top_ops(trace: Trace | TraceIndex, n: int | None = None, sort: str | None = 
         for name, c in code_of.items()
     }
     shapes: dict[str, Counter[Any]] = defaultdict(Counter)
-    op_dims = list(map(_INPUT_DIMS, ops))
+    op_dims = op_input_dims(ix)  # shared: read only
     if op_dims.count(None) < len(op_dims):
         # Count the (shared, hashable) tuples; only distinct ones are formatted below.
         for (c, d), count in Counter(zip(codes.tolist(), op_dims, strict=True)).items():

@@ -15,7 +15,6 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -33,6 +32,7 @@ from gpuprof_nb.analysis.derived import (
     lookup,
     memo,
     op_columns,
+    op_input_dims,
     op_name_codes,
     runtime_external_ids,
     runtime_starts,
@@ -51,7 +51,6 @@ from gpuprof_nb.results.roofline import (
     Unmodelled,
 )
 
-_INPUT_DIMS = attrgetter("input_dims")
 _EPS_US = 1e-3  # Kineto float timestamps carry ns digits; nesting tolerates that rounding.
 
 
@@ -579,7 +578,7 @@ def compute_roofline(trace: Trace | TraceIndex, device: DeviceSpec | str | None 
     )
 
     notes = [device_note]
-    if not any(map(_INPUT_DIMS, ops)):
+    if not any(op_input_dims(ix)):  # tree.ops are op_columns' ops
         notes.append("no op carries Input Dims: record with record_shapes=True to get FLOPs")
     if total_us:
         covered = (sum(p.time_us for p in points) + sum(d.time_us for d in moves)) / total_us
