@@ -79,9 +79,10 @@ class _Gaps:
         self.cause = np.array([g.cause for g in gaps], dtype=object)
         self.length = self.hi - self.lo
         # Causes as numbers (comparing numbers, not strings, per point).
-        names = list(dict.fromkeys(g.cause for g in gaps))
-        self.cause_code = np.array([names.index(g.cause) for g in gaps], dtype=np.intp)
-        self.code_of = {c: i for i, c in enumerate(names)}
+        self.code_of: dict[str, int] = {}
+        self.cause_code = np.array(
+            [self.code_of.setdefault(g.cause, len(self.code_of)) for g in gaps], dtype=np.intp
+        )
         # One cause's time before each gap is the running sum of that cause's lengths with
         # the other gaps' as 0.0 (adding 0.0 changes no sum), which holds when gaps do not
         # overlap; overlapping ones (none in a Timeline) are measured cause by cause.
