@@ -300,7 +300,9 @@ def html_table(
         # right-aligns every cell and lets "98.7 us" break after the number).
         return klass + (NUM_CELL if num[i] else TEXT_CELL)
 
-    head = "".join(f"<th{cls(i)}>{esc(h)}</th>" for i, h in enumerate(headers))
+    # Each column's attributes, once (not per cell).
+    attrs = [cls(i) for i in range(len(num))]
+    head = "".join(f"<th{attrs[i]}>{esc(h)}</th>" for i, h in enumerate(headers))
 
     def cell(i: int, value: object) -> str:
         if i in short_cols:
@@ -308,14 +310,14 @@ def html_table(
             short = short_kernel_name(full)
             if short == full.removeprefix("void "):
                 if short != full:
-                    return f'<td{cls(i)} title="{esc(full)}">{esc(short)}</td>'
+                    return f'<td{attrs[i]} title="{esc(full)}">{esc(short)}</td>'
             else:
                 return (
-                    f'<td{cls(i)} title="{esc(full)}"><details class="gp-name">'
+                    f'<td{attrs[i]} title="{esc(full)}"><details class="gp-name">'
                     f'<summary>{esc(short)}</summary><div class="gp-full">{esc(full)}</div>'
                     "</details></td>"
                 )
-        return f"<td{cls(i)}>{esc(value)}</td>"
+        return f"<td{attrs[i]}>{esc(value)}</td>"
 
     shown = rows[:MAX_TABLE_ROWS]
     body = "".join("<tr>" + "".join(cell(i, c) for i, c in enumerate(r)) + "</tr>" for r in shown)
