@@ -69,6 +69,7 @@ from gpuprof_nb.analysis.timeline import (
     device_timeline,
     top_level_positions,
 )
+from gpuprof_nb.model.build import fast_maker
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.results.critical_path import CriticalPath, PathSegment, PathSync, SegmentKind
 from gpuprof_nb.results.diagnosis import Finding
@@ -80,6 +81,9 @@ __all__ = [
     "critical_path",
     "rule_critical_path",
 ]
+
+# Path segments are made by the thousand on a long step (see fast_maker).
+_new_segment = fast_maker(PathSegment)
 
 # A device activity may end a few microseconds after the host saw the call that waited for
 # it return (host and device clocks differ by that much in real traces).
@@ -683,7 +687,8 @@ def _walk(
         budget += 4 * len(dev.d.pos)
     runtime = trace.runtime
     bisect_left, bisect_right = bisect.bisect_left, bisect.bisect_right
-    new_segment, add_segment, add_runtime = PathSegment, segments.append, runtime_us.append
+    # Every field given, positionally (fast_maker's constructor: segments by the thousand).
+    new_segment, add_segment, add_runtime = _new_segment, segments.append, runtime_us.append
 
     # Host stretches whose runtime-call time is found after the walk, lane by lane at once:
     # (lane, its place in runtime_us, start, end).
@@ -702,7 +707,7 @@ def _walk(
             kind_of.setdefault(k.name, kernel_class(k))
             start = max(dev.start_l(kernel), lo)
             if t > start:
-                add(PathSegment(start, t, "kernel", k.name, f"stream {k.stream}", "", k.index))
+                add(new_segment(start, t, "kernel", k.name, f"stream {k.stream}", "", k.index))
             t = min(t, start)
             if t <= lo:
                 break
@@ -728,7 +733,7 @@ def _walk(
             if t > gap_from:
                 name = runtime[call].name if kind == "launch" else ""
                 at = runtime[call].index if kind == "launch" else -1
-                add(PathSegment(gap_from, t, kind, name, f"stream {k.stream}", "", at))
+                add(new_segment(gap_from, t, kind, name, f"stream {k.stream}", "", at))
             t = gap_from
             if kind == "launch":
                 launcher = runtime[call]
@@ -745,7 +750,7 @@ def _walk(
             if not lane.main:
                 lane = host.main  # an idle helper thread waits on the step's thread
                 continue
-            add_segment(new_segment(gap_from, t, "python", lane.python_name(t), lane.where))
+            add_segment(new_segment(gap_from, t, "python", lane.python_name(t), lane.where, "", -1))
             add_runtime(0.0)
             t = gap_from
             continue
@@ -768,12 +773,12 @@ def _walk(
             back = min(dev.end_l(rel), waited.end_us, t)
             if t > waited.end_us:
                 host_spans.append((lane, len(runtime_us), waited.end_us, t))
-                add(PathSegment(waited.end_us, t, _host_kind(kind_), name, lane.where, "", at))
+                add(new_segment(waited.end_us, t, _host_kind(kind_), name, lane.where, "", at))
             upto = min(t, waited.end_us)
             syncs.append((rt, len(segments), name if kind_ == "op" else ""))
             if upto > back:
                 context = name if kind_ == "op" else ""
-                add(PathSegment(back, upto, "sync", waited.name, lane.where, context, waited.index))
+                add(new_segment(back, upto, "sync", waited.name, lane.where, context, waited.index))
             t = back
             kernel = rel
             jumped = True
@@ -815,7 +820,7 @@ def _merged(segments: list[PathSegment]) -> list[PathSegment]:
                 and last.index == seg.index
                 and abs(last.end_us - seg.start_us) < 1e-9
             ):
-                out[-1] = PathSegment(
+                out[-1] = _new_segment(
                     last.start_us,
                     seg.end_us,
                     last.kind,
