@@ -312,9 +312,10 @@ def html_table(
                 if short != full:
                     return f'<td{attrs[i]} title="{esc(full)}">{esc(short)}</td>'
             else:
+                whole = esc(full)  # names of thousands of characters: escaped once
                 return (
-                    f'<td{attrs[i]} title="{esc(full)}"><details class="gp-name">'
-                    f'<summary>{esc(short)}</summary><div class="gp-full">{esc(full)}</div>'
+                    f'<td{attrs[i]} title="{whole}"><details class="gp-name">'
+                    f'<summary>{esc(short)}</summary><div class="gp-full">{whole}</div>'
                     "</details></td>"
                 )
         return f"<td{attrs[i]}>{esc(value)}</td>"
