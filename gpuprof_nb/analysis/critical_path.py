@@ -47,9 +47,11 @@ import numpy as np
 from gpuprof_nb.analysis.classify import kernel_class
 from gpuprof_nb.analysis.derived import (
     TraceIndex,
+    distinct,
     index_of,
     last_call_of,
     lookup,
+    median,
     memo,
     op_columns,
     op_kinds,
@@ -67,6 +69,7 @@ from gpuprof_nb.analysis.timeline import (
     device_timeline,
     top_level_positions,
 )
+from gpuprof_nb.model.build import fast_maker
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.results.critical_path import CriticalPath, PathSegment, PathSync, SegmentKind
 from gpuprof_nb.results.diagnosis import Finding
@@ -78,6 +81,10 @@ __all__ = [
     "critical_path",
     "rule_critical_path",
 ]
+
+# Path segments are made by the thousand on a long step (see fast_maker): every field
+# given, positionally.
+_new_segment = fast_maker(PathSegment)
 
 # A device activity may end a few microseconds after the host saw the call that waited for
 # it return (host and device clocks differ by that much in real traces).
@@ -233,7 +240,7 @@ class _Host:
         self.top_rows: dict[tuple[str, str], np.ndarray] = {}
         keys = cols.thread_keys
         thread_of = cols.thread[rows]
-        for code in np.unique(thread_of).tolist():
+        for code in distinct(thread_of).tolist():
             self.top_rows[keys[code]] = rows[thread_of == code]
         # Runtime calls of the window, by thread.
         starts, ends = runtime_starts(ix), _runtime_ends(ix)
@@ -242,7 +249,7 @@ class _Host:
         codes, pairs = runtime_threads(ix)
         self.rt_rows: dict[tuple[str, str], np.ndarray] = {}
         call_codes = codes[calls]
-        for code in np.unique(call_codes).tolist():
+        for code in distinct(call_codes).tolist():
             key = (str(pairs[code][0]), str(pairs[code][1]))
             mine = calls[call_codes == code]
             old = self.rt_rows.get(key)
@@ -742,7 +749,7 @@ class _Walk:
         start = max(dev.start_l(kernel), lo)
         t = self.t
         if t > start:
-            self.add(PathSegment(start, t, "kernel", k.name, f"stream {k.stream}", "", k.index))
+            self.add(_new_segment(start, t, "kernel", k.name, f"stream {k.stream}", "", k.index))
         t = self.t = min(t, start)
         if t <= lo:
             return
@@ -757,7 +764,7 @@ class _Walk:
         if t > gap_from:
             name = runtime[call].name if kind == "launch" else ""
             at = runtime[call].index if kind == "launch" else -1
-            self.add(PathSegment(gap_from, t, kind, name, f"stream {k.stream}", "", at))
+            self.add(_new_segment(gap_from, t, kind, name, f"stream {k.stream}", "", at))
         self.t = gap_from
         if kind == "launch":
             launcher = runtime[call]
@@ -778,7 +785,7 @@ class _Walk:
             if not lane.main:
                 self.lane = self.host.main  # an idle helper thread waits on the step's thread
                 return
-            self.add(PathSegment(gap_from, t, "python", lane.python_name(t), lane.where))
+            self.add(_new_segment(gap_from, t, "python", lane.python_name(t), lane.where, "", -1))
             self.t = gap_from
             return
         kind_, name, at = lane.units[lane.label[p]]
@@ -787,7 +794,7 @@ class _Walk:
             return
         self.host_spans.append((lane, len(self.runtime_us), start, t))
         self.add(
-            PathSegment(start, t, "cpu" if kind_ == "op" else "runtime", name, lane.where, "", at)
+            _new_segment(start, t, "cpu" if kind_ == "op" else "runtime", name, lane.where, "", at)
         )
         self.t = start
 
@@ -812,13 +819,15 @@ class _Walk:
             back = min(dev.end_l(rel), waited.end_us, t)
             if t > waited.end_us:
                 self.host_spans.append((lane, len(self.runtime_us), waited.end_us, t))
-                self.add(PathSegment(waited.end_us, t, _host_kind(kind_), name, lane.where, "", at))
+                self.add(
+                    _new_segment(waited.end_us, t, _host_kind(kind_), name, lane.where, "", at)
+                )
             upto = min(t, waited.end_us)
             self.syncs.append((rt, len(self.segments), name if kind_ == "op" else ""))
             if upto > back:
                 context = name if kind_ == "op" else ""
                 self.add(
-                    PathSegment(back, upto, "sync", waited.name, lane.where, context, waited.index)
+                    _new_segment(back, upto, "sync", waited.name, lane.where, context, waited.index)
                 )
             self.t = back
             self.kernel = rel
@@ -878,7 +887,7 @@ def _merged(segments: list[PathSegment]) -> list[PathSegment]:
                 and last.index == seg.index
                 and abs(last.end_us - seg.start_us) < 1e-9
             ):
-                out[-1] = PathSegment(
+                out[-1] = _new_segment(
                     last.start_us,
                     seg.end_us,
                     last.kind,
@@ -996,7 +1005,7 @@ def _result(
             off_us = float((d.end[off_idx] - d.start[off_idx]).sum())
             # A zero-length kernel on the window's edge has no slack (nan): left out.
             finite = slack[off_idx][np.isfinite(slack[off_idx])]
-            median_slack = float(np.median(finite)) if len(finite) else None
+            median_slack = median(finite) if len(finite) else None
     if not trace.syncs and any(seg.kind == "sync" for seg in segments):
         notes.append(
             "the trace has no cuda_sync events: which stream a synchronisation waited for "

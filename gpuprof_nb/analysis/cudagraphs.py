@@ -18,6 +18,7 @@ import numpy as np
 
 from gpuprof_nb.analysis.derived import (
     TraceIndex,
+    distinct,
     index_of,
     kernel_columns,
     kernel_ids,
@@ -87,7 +88,7 @@ def _innermost_ops(trace: Trace | TraceIndex, calls: list[RuntimeCall]) -> list[
     known = c_thread >= 0
     lo = np.where(known, bounds[np.maximum(c_thread, 0)], 0)
     hi = lo.copy()
-    for t in np.unique(c_thread[known]).tolist():
+    for t in distinct(c_thread[known]).tolist():
         a, b = int(bounds[t]), int(bounds[t + 1])
         mine = np.flatnonzero(c_thread == t)
         hi[mine] = a + np.searchsorted(s_start[a:b], c_time[mine], side="right")

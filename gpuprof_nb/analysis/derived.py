@@ -11,6 +11,7 @@ on it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from itertools import compress, repeat
 from operator import attrgetter, eq
@@ -25,6 +26,7 @@ from gpuprof_nb.model.trace import Kernel, Trace
 T = TypeVar("T")
 _START, _DUR, _INDEX = attrgetter("start_us"), attrgetter("dur_us"), attrgetter("index")
 _KIND, _DEVICE, _NAME = attrgetter("kind"), attrgetter("device"), attrgetter("name")
+_INPUT_DIMS = attrgetter("input_dims")
 
 
 class TraceIndex:
@@ -150,6 +152,11 @@ def op_columns(index: TraceIndex) -> OpColumns:
     return memo(index, "op_columns", lambda: OpColumns(index))
 
 
+def op_input_dims(index: TraceIndex) -> list[Any]:
+    """Return each of op_columns' ops' input_dims (None where not recorded), once."""
+    return memo(index, "op_input_dims", lambda: list(map(_INPUT_DIMS, op_columns(index).ops)))
+
+
 def op_name_codes(index: TraceIndex) -> tuple[tuple[str, ...], np.ndarray]:
     """Return the distinct names of op_columns' ops, in order of first appearance, and each
     op's name as an index into them (computed once per trace)."""
@@ -257,6 +264,59 @@ def lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarr
         return np.full(len(wanted), -1, dtype=np.intp)
     at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
     return np.where(keys[at] == wanted, values[at], -1)
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """Return np.unique(values): the distinct values, sorted, NaNs as one. Found by a sort:
+    np.unique without return_index/return_inverse asks np.ma whether the array is masked,
+    and the first such call imports numpy.ma (about 6 ms, a tenth of a report's analysis)."""
+    s = np.sort(np.asarray(values).ravel())
+    if len(s) < 2:
+        return s
+    keep = np.empty(len(s), dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    if s.dtype.kind in "fc":
+        nan = np.isnan(s)
+        keep[1:] &= ~(nan[1:] & nan[:-1])
+    return s[keep]
+
+
+def median(values: np.ndarray) -> float:
+    """Return float(np.median(values)) of a 1-D array (nan when empty or when a value is
+    nan), found by a sort: np.median asks np.ma whether its result is masked, which imports
+    numpy.ma on the first call (see distinct)."""
+    s = np.sort(np.asarray(values, dtype=float))
+    n = len(s)
+    if not n or np.isnan(s[-1]):
+        return float("nan")
+    mid = n // 2
+    if n % 2:
+        return float(s[mid])
+    # np.median's mean of the two middle values: their sum, halved.
+    return float((s[mid - 1] + s[mid]) / 2.0)
+
+
+def percentile(values: np.ndarray, q: float) -> float:
+    """Return float(np.percentile(values, q)) of a non-empty 1-D array, q in [0, 100] (nan
+    when a value is nan): numpy's default linear interpolation between the sorted values,
+    step for step, found by a sort (np.percentile's partition asks np.unique, which imports
+    numpy.ma on the first call: see distinct)."""
+    s = np.sort(np.asarray(values, dtype=float))
+    n = len(s)
+    if not n or np.isnan(s[-1]):
+        return float("nan")
+    at = (n - 1) * (q / 100)
+    if at >= n - 1:
+        # numpy takes the last value twice, its weight counted from index -1.
+        a = b = float(s[-1])
+        t = at + 1
+    else:
+        below = math.floor(at)
+        a, b = float(s[below]), float(s[below + 1])
+        t = at - below
+    diff = b - a
+    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
 
 
 def lex_order(keys: Sequence[np.ndarray], lead: int = 2) -> npt.NDArray[np.intp]:

@@ -18,13 +18,15 @@ gaps, the device's idle time on GPU, the gaps between host ops on CPU.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, eq
 
 import numpy as np
 
-from gpuprof_nb.analysis.derived import TraceIndex, index_of, lex_order, op_kinds
+from gpuprof_nb.analysis.derived import TraceIndex, distinct, index_of, lex_order, op_kinds
 from gpuprof_nb.analysis.intervals import nearest_open_at, nearest_open_before
 from gpuprof_nb.analysis.sources import (
     KNOWN_PACKAGES,
@@ -39,6 +41,9 @@ from gpuprof_nb.results.hotspots import FlameNode, HotLine, Hotspots
 
 __all__ = ["KNOWN_PACKAGES", "compute_hotspots", "frame_kind"]
 from gpuprof_nb.results.timeline import IDLE_CAUSES, Timeline
+
+_TID, _NAME = attrgetter("tid"), attrgetter("name")
+_START, _DUR = attrgetter("start_us"), attrgetter("dur_us")
 
 # Lines kept in `Hotspots.lines`; icicle blocks kept, and the smallest share of the host time
 # a block must hold to be kept.
@@ -63,19 +68,60 @@ class _Tree:
 
 class _Gaps:
     """The Timeline's idle gaps (sorted, disjoint) as a measure: how much idle time, of one
-    cause or all, lies before a point, so the idle time inside [a, b) is idle(b) - idle(a)."""
+    cause or all, lies before a point, so the idle time inside [a, b) is idle(b) - idle(a).
+    The gap each point falls after is searched once per array of points, whatever the cause
+    asked (within() is asked for each cause on the same points)."""
 
     def __init__(self, timeline: Timeline) -> None:
         gaps = sorted(timeline.gaps, key=attrgetter("start_us"))
         self.lo = np.array([g.start_us for g in gaps], dtype=float)
         self.hi = np.array([g.end_us for g in gaps], dtype=float)
         self.cause = np.array([g.cause for g in gaps], dtype=object)
+        self.length = self.hi - self.lo
+        # Causes as numbers (comparing numbers, not strings, per point).
+        self.code_of: dict[str, int] = {}
+        self.cause_code = np.array(
+            [self.code_of.setdefault(g.cause, len(self.code_of)) for g in gaps], dtype=np.intp
+        )
+        # One cause's time before each gap is the running sum of that cause's lengths with
+        # the other gaps' as 0.0 (adding 0.0 changes no sum), which holds when gaps do not
+        # overlap; overlapping ones (none in a Timeline) are measured cause by cause.
+        self.disjoint = bool(np.all(self.lo[1:] >= self.hi[:-1]))
+        self._cum: dict[str | None, np.ndarray] = {}
+        self._after: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _gap_after(self, x: np.ndarray) -> np.ndarray:
+        """Each point's last gap starting at or before it (-1: none), once per array."""
+        kept = self._after.get(id(x))
+        if kept is None or kept[0] is not x:
+            kept = self._after[id(x)] = (x, np.searchsorted(self.lo, x, side="right") - 1)
+        return kept[1]
 
     def before(self, x: np.ndarray, cause: str | None = None) -> np.ndarray:
-        lo, hi = self.lo, self.hi
+        if cause is not None and not self.disjoint:
+            return self._before_filtered(x, cause)
+        if not len(self.lo):
+            return np.zeros(len(x))
+        cum = self._cum.get(cause)
+        if cum is None:
+            mine = (
+                self.length
+                if cause is None
+                else np.where(self.cause_code == self.code_of.get(cause, -1), self.length, 0.0)
+            )
+            cum = self._cum[cause] = np.concatenate(([0.0], np.cumsum(mine)))
+        k = self._gap_after(x)
+        at = np.maximum(k, 0)
+        inside = np.clip(x - self.lo[at], 0.0, self.length[at])
         if cause is not None:
-            keep = self.cause == cause
-            lo, hi = lo[keep], hi[keep]
+            mine = self.cause_code[at] == self.code_of.get(cause, -1)
+            inside = np.where(mine, inside, 0.0)
+        out: np.ndarray = np.where(k >= 0, cum[at] + inside, 0.0)
+        return out
+
+    def _before_filtered(self, x: np.ndarray, cause: str) -> np.ndarray:
+        keep = self.cause == cause
+        lo, hi = self.lo[keep], self.hi[keep]
         if not len(lo):
             return np.zeros(len(x))
         cum = np.concatenate(([0.0], np.cumsum(hi - lo)))
@@ -247,16 +293,16 @@ def _python_events(trace: Trace | TraceIndex) -> list[Op]:
     """Return the python_function events of the thread with the most of them."""
     ix = index_of(trace)
     trace = ix.trace
-    per_thread: dict[str, int] = {}
-    if "python" not in op_kinds(ix):
+    kinds = op_kinds(ix)
+    if "python" not in kinds:
         return []
-    funcs = [o for o in trace.ops if o.kind == "python" and o.dur_us >= 0]
-    for o in funcs:
-        per_thread[str(o.tid)] = per_thread.get(str(o.tid), 0) + 1
+    funcs = [o for o in compress(trace.ops, map(eq, kinds, repeat("python"))) if o.dur_us >= 0]
+    tids = list(map(str, map(_TID, funcs)))
+    per_thread = Counter(tids)
     if not per_thread:
         return []
     main = min(per_thread, key=lambda t: (-per_thread[t], t))
-    return [o for o in funcs if str(o.tid) == main]
+    return list(compress(funcs, map(eq, tids, repeat(main))))
 
 
 def _from_python_events(
@@ -268,8 +314,8 @@ def _from_python_events(
     funcs = _python_events(ix)
     if not funcs:
         return None
-    starts = np.array([o.start_us for o in funcs], dtype=float)
-    durs = np.array([o.dur_us for o in funcs], dtype=float)
+    starts = np.fromiter(map(_START, funcs), dtype=float, count=len(funcs))
+    durs = np.fromiter(map(_DUR, funcs), dtype=float, count=len(funcs))
     # Outer events first among equal starts; nesting by time: an event's parent is the
     # nearest earlier one that ends no earlier (Python events nest on one thread).
     order = lex_order((-durs, starts), lead=1)
@@ -277,7 +323,7 @@ def _from_python_events(
     ends = starts + durs
     n = len(funcs)
     parent_ev = nearest_open_before(ends, ends, np.zeros(n, dtype=np.intp))
-    names = [funcs[i].name for i in order.tolist()]
+    names = list(map(_NAME, map(funcs.__getitem__, order.tolist())))
     frames: list[Frame] = []
     frame_of_name: dict[str, int] = {}
     index: dict[tuple[int, int], int] = {}
@@ -301,7 +347,7 @@ def _from_python_events(
     # Each instant belongs to the innermost event open then (the latest started): events
     # that overlap without nesting (seen on real traces) would otherwise have their shared
     # time counted twice, and a line's idle time could pass all the idle time there is.
-    points = np.unique(np.concatenate((starts, ends)))
+    points = distinct(np.concatenate((starts, ends)))
     lo_pts, hi_pts = points[:-1], points[1:]
     before = nearest_open_before(ends, starts, np.zeros(n, dtype=np.intp), strict=True)
     owner = nearest_open_at(

@@ -10,8 +10,10 @@ import bisect
 from operator import attrgetter
 from typing import cast
 
+import numpy as np
+
 from gpuprof_nb.analysis.classify import kernel_class
-from gpuprof_nb.analysis.derived import TraceIndex, index_of
+from gpuprof_nb.analysis.derived import TraceIndex, index_of, kernel_columns
 from gpuprof_nb.analysis.timeline import top_level_ops_within
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.results.timeline import (
@@ -56,11 +58,15 @@ def timeline_lanes(
     if timeline.device is not None:
         by_stream: dict[int, list[Bar]] = {}
         device = timeline.device
-        for k in trace.kernels[: bisect.bisect_left(trace.kernels, hi, key=_start)]:
-            if k.device == device and k.start_us + k.dur_us > lo:
-                by_stream.setdefault(k.stream, []).append(
-                    (k.start_us, k.start_us + k.dur_us, cast(BarKind, kernel_class(k)), k.name)
-                )
+        # The device's activities starting before hi and ending after lo (the columns' ends
+        # are the same sums), found in the columns, not by reading every earlier activity.
+        kc = kernel_columns(ix)
+        m = bisect.bisect_left(trace.kernels, hi, key=_start)
+        for i in np.flatnonzero((kc.device[:m] == device) & (kc.end[:m] > lo)).tolist():
+            k = trace.kernels[i]
+            by_stream.setdefault(k.stream, []).append(
+                (k.start_us, k.start_us + k.dur_us, cast(BarKind, kernel_class(k)), k.name)
+            )
         for st in sorted(by_stream)[:MAX_GPU_LANES]:
             lanes.append((f"GPU {device} stream {st}", "kernels", by_stream[st]))
     for _, _, items in lanes:

@@ -20,13 +20,12 @@ import dataclasses
 import re
 from collections import defaultdict
 from collections.abc import Sequence
-from operator import attrgetter
 
 import numpy as np
 
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.compile import compile_report
-from gpuprof_nb.analysis.derived import op_columns, op_name_codes
+from gpuprof_nb.analysis.derived import op_columns, op_input_dims, op_name_codes
 from gpuprof_nb.analysis.modules import module_breakdown, modules_at
 from gpuprof_nb.analysis.roofline import roofline_anchors
 from gpuprof_nb.analysis.rules import Context, severity_of
@@ -41,7 +40,6 @@ _IDLE_KINDS = frozenset({"launch_overhead", "python_overhead", "host_sync", "dat
 # Graph breaks listed in a fix at most.
 MAX_BREAKS = 5
 _REGION_FRAME = re.compile(r"Torch-Compiled Region: (\d+)/")
-_INPUT_DIMS = attrgetter("input_dims")
 # A module is named for a finding's idle time when it holds at least this share of it.
 MIN_IDLE_SHARE = 0.10
 
@@ -272,7 +270,7 @@ def static_shapes(c: Context) -> bool | None:
         return None
     cols = op_columns(c.index)
     _, names = op_name_codes(c.index)
-    dims = np.fromiter(map(id, map(_INPUT_DIMS, cols.ops)), dtype=np.int64, count=len(cols.ops))
+    dims = np.fromiter(map(id, op_input_dims(c.index)), dtype=np.int64, count=len(cols.ops))
     order = np.argsort(cols.start, kind="stable")
     starts = cols.start[order]
     first = None

@@ -31,6 +31,8 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import eq
 
 import numpy as np
 
@@ -44,12 +46,14 @@ from gpuprof_nb.analysis.derived import (
     lookup,
     memo,
     op_columns,
+    op_kinds,
+    op_name_codes,
     op_names,
     runtime_starts,
     runtime_threads,
 )
 from gpuprof_nb.analysis.timeline import activity_window
-from gpuprof_nb.model.trace import Op, Trace
+from gpuprof_nb.model.trace import MemoryEvent, Op, Trace
 from gpuprof_nb.results.modules import ModuleBreakdown, ModuleGroup, ModuleRow, ModuleSource
 from gpuprof_nb.results.timeline import Timeline
 
@@ -156,17 +160,18 @@ def _module_ranges(
     if not any(n.startswith(prefix) or n.startswith(MODULE_EVENT_PREFIX) for n in names):
         return "none", []
     cut = len(prefix)
+    kinds = op_kinds(ix)
     live = [
         (o.name[cut:], _thread(o), o.start_us, o.end_us)
-        for o in trace.ops
-        if o.kind == "annotation" and o.name.startswith(prefix) and len(o.name) > cut
+        for o in compress(trace.ops, map(eq, kinds, repeat("annotation")))
+        if o.name.startswith(prefix) and len(o.name) > cut
     ]
     if live:
         return "hooks", live
     events = [
         o
-        for o in trace.ops
-        if o.kind == "python" and o.name.startswith(MODULE_EVENT_PREFIX) and o.dur_us >= 0
+        for o in compress(trace.ops, map(eq, kinds, repeat("python")))
+        if o.name.startswith(MODULE_EVENT_PREFIX) and o.dur_us >= 0
     ]
     if not events:
         return "none", []
@@ -197,9 +202,13 @@ def _top_backward_ops(trace: Trace | TraceIndex) -> list[int]:
         return []
     out = []
     open_until: dict[Thread, float] = {}
-    for i, o in enumerate(trace.ops):
-        if o.kind != "op" or not o.name.startswith(BACKWARD_PREFIX):
-            continue
+    # The torch ops (kind "op") so named, by their names' codes, in trace order.
+    cols = op_columns(ix)
+    distinct, codes = op_name_codes(ix)
+    named = np.array([n.startswith(BACKWARD_PREFIX) for n in distinct], dtype=bool)
+    rows = np.flatnonzero(named[codes]) if len(codes) else np.zeros(0, dtype=np.intp)
+    for i in cols.positions[rows].tolist():
+        o = trace.ops[i]
         t = _thread(o)
         if o.start_us < open_until.get(t, -np.inf):
             continue
@@ -242,7 +251,7 @@ def _breakdown(trace: Trace | TraceIndex, timeline: Timeline | None) -> ModuleBr
         _Range(thread, start, end, paths.setdefault(path, len(paths)), phase)
         for (path, thread, start, end), phase in zip(found, phases, strict=True)
     ]
-    untied, with_seq = _tie_backward(trace.ops, backward, spans, ranges)
+    untied, with_seq = _tie_backward(trace.ops, op_columns(ix).ops, backward, spans, ranges)
     if backward and not with_seq:
         notes.append(
             "the backward ops carry no autograd sequence numbers (an older trace?): "
@@ -339,11 +348,16 @@ class _BackwardSpans:
 
 
 def _tie_backward(
-    ops: Sequence[Op], backward: Sequence[int], spans: _BackwardSpans, ranges: list[_Range]
+    ops: Sequence[Op],
+    torch_ops: Sequence[Op],
+    backward: Sequence[int],
+    spans: _BackwardSpans,
+    ranges: list[_Range],
 ) -> tuple[list[Op], int]:
     """Tie each top-level backward op to the module of the latest forward op with its
     sequence number started before it, appending a BACKWARD range for each tied op to
-    `ranges` (whose FORWARD ranges name the forward ops' modules). Return the backward ops
+    `ranges` (whose FORWARD ranges name the forward ops' modules). `torch_ops` are the ops
+    of kind "op" in trace order (op_columns), `backward` positions in `ops`. Return the backward ops
     tied to none and how many backward ops carry a sequence number."""
     fwd_ranges = [r for r in ranges if r.phase == FORWARD]
     fwd_segments = _segments_by_thread(fwd_ranges)
@@ -351,9 +365,8 @@ def _tie_backward(
     seq_node: dict[int, list[int]] = defaultdict(list)
     forward_ops = [
         o
-        for o in ops
-        if o.kind == "op"
-        and o.sequence_number is not None
+        for o in torch_ops
+        if o.sequence_number is not None
         and not o.name.startswith(BACKWARD_PREFIX)
         and not spans.contains(_thread(o), o.start_us)
     ]
@@ -448,8 +461,11 @@ def _allocated_by_node(
     if not mem:
         return None
     allocated = np.zeros(n)
+    mem_of: dict[Thread, list[MemoryEvent]] = defaultdict(list)
+    for m in mem:
+        mem_of[(str(m.pid), str(m.tid))].append(m)
     for thread, segs in by_thread.items():
-        here = [m for m in mem if (str(m.pid), str(m.tid)) == thread]
+        here = mem_of.get(thread)
         if not here:
             continue
         got = segs.find(np.array([m.ts_us for m in here], dtype=float))

@@ -34,6 +34,7 @@ from gpuprof_nb.analysis.derived import (
     OpColumns,
     TraceIndex,
     codes_of,
+    distinct,
     index_of,
     kernel_columns,
     kernel_ids,
@@ -42,6 +43,7 @@ from gpuprof_nb.analysis.derived import (
     lookup,
     memo,
     op_columns,
+    op_input_dims,
     op_name_codes,
     runtime_correlations,
     runtime_starts,
@@ -103,7 +105,6 @@ SORT_KEYS: dict[str, SortKey] = {
 }
 _MAX_SHAPES = 5
 _NAME_KIND = attrgetter("name", "kind")
-_INPUT_DIMS = attrgetter("input_dims")
 
 
 # --------------------------------------------------------------------------------------------
@@ -213,7 +214,7 @@ class _Nesting:
         bounds = self.bounds
         lo = bounds[thread]
         hi = lo.copy()
-        for r in np.unique(thread).tolist():
+        for r in distinct(thread).tolist():
             a, b = int(bounds[r]), int(bounds[r + 1])
             mine = np.flatnonzero(thread == r)
             hi[mine] = a + np.searchsorted(self.s_start[a:b], t[mine], side="right")
@@ -233,7 +234,7 @@ def _owners_by_external_id(
         return owners
     # Only the ops whose id is one of those wanted are sorted (found by a search among the
     # wanted ids).
-    wanted = np.unique(k_ext[need])
+    wanted = distinct(k_ext[need])
     with_ext = np.flatnonzero(cols.has_external_id)
     op_ext = cols.external_id[with_ext]
     at = np.minimum(np.searchsorted(wanted, op_ext), len(wanted) - 1)
@@ -291,7 +292,7 @@ def top_ops(trace: Trace | TraceIndex, n: int | None = None, sort: str | None = 
     ops, self_cpu, self_device, total_device, unattributed, owners = _attribute(ix)
     launchers = launch_rows(ix, owners < 0)
     groups = _op_groups(ix, self_cpu, self_device, total_device)
-    shapes = _op_shapes(ix, ops)
+    shapes = _op_shapes(ix)
     totals = {
         "calls": float(len(ops)),
         "self_cpu_us": sum(g[1] for g in groups.values()),
@@ -360,8 +361,8 @@ def _op_groups(
 ) -> dict[str, list[float]]:
     """Return, per op name in order of first appearance, [calls, self CPU, total CPU, self
     device, total device] (microseconds)."""
-    distinct, codes = op_name_codes(ix)
-    code_of = {name: c for c, name in enumerate(distinct)}
+    names, codes = op_name_codes(ix)
+    code_of = {name: c for c, name in enumerate(names)}
     k = len(code_of)
     # bincount adds each group's values one by one in op order: the same sums as a loop.
     call_counts = np.bincount(codes, minlength=k).tolist()
@@ -375,16 +376,16 @@ def _op_groups(
     }
 
 
-def _op_shapes(ix: TraceIndex, ops: list[Op]) -> dict[str, Counter[Any]]:
+def _op_shapes(ix: TraceIndex) -> dict[str, Counter[Any]]:
     """Return, per op name, how many calls had each recorded input shapes."""
-    distinct, codes = op_name_codes(ix)
+    names, codes = op_name_codes(ix)
     shapes: dict[str, Counter[Any]] = defaultdict(Counter)
-    op_dims = list(map(_INPUT_DIMS, ops))
+    op_dims = op_input_dims(ix)  # shared: read only
     if op_dims.count(None) < len(op_dims):
         # Count the (shared, hashable) tuples; only distinct ones are formatted by the caller.
         for (c, d), count in Counter(zip(codes.tolist(), op_dims, strict=True)).items():
             if d is not None:
-                shapes[distinct[c]][d] = count
+                shapes[names[c]][d] = count
     return shapes
 
 
@@ -469,7 +470,7 @@ def _group_streams(ix: TraceIndex, codes: np.ndarray, g: int) -> list[list[int]]
     # (group, stream) pairs as one number each.
     stream_values, stream_code = np.unique(kernel_streams(ix), return_inverse=True)
     pairs = (
-        np.unique(codes * len(stream_values) + stream_code.reshape(-1))
+        distinct(codes * len(stream_values) + stream_code.reshape(-1))
         if len(codes)
         else np.zeros(0, dtype=np.intp)
     )
@@ -522,7 +523,7 @@ def summarize_trace(trace: Trace | TraceIndex) -> TraceSummary:
 def _summarize(ix: TraceIndex) -> TraceSummary:
     trace = ix.trace
     kc = kernel_columns(ix)
-    used = set(np.unique(kc.device).tolist())
+    used = set(distinct(kc.device).tolist())
     names = [d.name for d in trace.devices if d.index in used and d.name]
     if not names:
         names = [d.name for d in trace.devices if d.name]

@@ -15,7 +15,6 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -24,6 +23,7 @@ from gpuprof_nb.analysis.classify import op_class
 from gpuprof_nb.analysis.derived import (
     OpColumns,
     TraceIndex,
+    distinct,
     index_of,
     kernel_columns,
     kernel_ids,
@@ -32,6 +32,7 @@ from gpuprof_nb.analysis.derived import (
     lookup,
     memo,
     op_columns,
+    op_input_dims,
     op_name_codes,
     runtime_external_ids,
     runtime_starts,
@@ -50,7 +51,6 @@ from gpuprof_nb.results.roofline import (
     Unmodelled,
 )
 
-_INPUT_DIMS = attrgetter("input_dims")
 _EPS_US = 1e-3  # Kineto float timestamps carry ns digits; nesting tolerates that rounding.
 
 
@@ -364,7 +364,8 @@ def compute_roofline(trace: Trace | TraceIndex, device: DeviceSpec | str | None 
         (Unmodelled(n, a.calls, a.time_us) for n, a in times.unmodelled.items()),
         key=lambda u: (-u.time_us, u.name),
     )
-    note = _roofline_note(device_note, tree.ops, points, moves, times.total_us, on_device)
+    has_dims = any(op_input_dims(ix))  # tree.ops are op_columns' ops
+    note = _roofline_note(device_note, has_dims, points, moves, times.total_us, on_device)
     return Roofline(
         points=tuple(points),
         data_movement=tuple(moves),
@@ -680,16 +681,16 @@ def _data_movement(
 
 def _roofline_note(
     device_note: str,
-    ops: Sequence[Op],
+    has_dims: bool,
     points: list[RooflinePoint],
     moves: list[DataMovement],
     total_us: float,
     on_device: bool,
 ) -> str:
     """Return the roofline's note: where the ceilings came from, what share of the time the
-    formulas cover, and what may be wrong."""
+    formulas cover, and what may be wrong (`has_dims`: some op carries Input Dims)."""
     notes = [device_note]
-    if not any(map(_INPUT_DIMS, ops)):
+    if not has_dims:
         notes.append("no op carries Input Dims: record with record_shapes=True to get FLOPs")
     if total_us:
         covered = (sum(p.time_us for p in points) + sum(d.time_us for d in moves)) / total_us
@@ -722,7 +723,7 @@ def _gemm_points_only_gemms(
     if not len(placed):
         return
     matmul: dict[int, bool] = {}
-    for a in np.unique(k_anchor[placed]).tolist():
+    for a in distinct(k_anchor[placed]).tolist():
         c = cost(a)
         matmul[a] = c is not None and c.category in MATMUL_CATEGORIES
     # Only kernels of ops known to be something else move: copies (copy_, contiguous,
@@ -805,7 +806,7 @@ def _kernel_owners(trace: Trace | TraceIndex, tree: _Tree) -> np.ndarray:
     all_codes, pairs = runtime_threads(ix)
     codes = all_codes[pending_calls]
     key_codes: dict[tuple[str, str], list[int]] = {}
-    for code in np.unique(codes).tolist():
+    for code in distinct(codes).tolist():
         pid, tid = pairs[code]
         key_codes.setdefault((str(pid), str(tid)), []).append(code)
     call_starts = runtime_starts(ix)[pending_calls]

@@ -36,7 +36,11 @@ from gpuprof_nb.analysis.derived import (
     lex_order,
     lookup,
     memo,
+    percentile,
     runtime_starts,
+)
+from gpuprof_nb.analysis.derived import (
+    median as median_of,
 )
 from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.results.timeline import LaunchDelays, LaunchWait, StreamIdle, StreamQueue
@@ -235,7 +239,7 @@ def stream_queues(
         else:
             mean = float(length.mean())
             empty = 0.0
-            median = float(np.median(length))
+            median = median_of(length)
         out.append(
             StreamQueue(
                 device=device,
@@ -280,8 +284,8 @@ def launch_delays(
         waits.append(LaunchWait(k.name, k.stream, k.start_us, float(delay[j]), r.name, r.dur_us))
     return LaunchDelays(
         count=int(len(delay)),
-        median_us=float(np.median(delay)),
-        p95_us=float(np.percentile(delay, 95)),
+        median_us=median_of(delay),
+        p95_us=percentile(delay, 95),
         max_us=float(delay.max()),
         mean_us=float(delay.mean()),
         longest=tuple(waits),

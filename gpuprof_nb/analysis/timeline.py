@@ -37,6 +37,7 @@ import numpy as np
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.derived import (
     TraceIndex,
+    distinct,
     first_call_of,
     frozen,
     ids_of,
@@ -199,7 +200,7 @@ def _device_choice(trace: Trace | TraceIndex) -> tuple[int | None, tuple[str, ..
     trace = ix.trace
     if not trace.kernels:
         return None, (), True
-    devices = set(np.unique(kernel_columns(ix).device).tolist())
+    devices = set(distinct(kernel_columns(ix).device).tolist())
     if len(devices) == 1:
         return next(iter(devices)), (), True
     busy: dict[int, list[Interval]] = {}

@@ -171,3 +171,46 @@ def test_top_level_spans_are_the_merged_spans_of_the_top_level_ops(name: str) ->
     assert list(zip(starts.tolist(), ends.tolist(), strict=True)) == merge_intervals(
         [(o.start_us, o.end_us) for o in tops]
     )
+
+
+def test_distinct_median_and_percentile_are_numpys() -> None:
+    rng = np.random.default_rng(38)
+    for trial in range(3000):
+        n = int(rng.integers(1, 40))
+        values = [
+            rng.random(n) * 1000,
+            rng.integers(0, 5, n).astype(float),
+            np.round(rng.exponential(50, n), 3),
+            rng.integers(-3, 7, n),
+        ][trial % 4]
+        if trial % 8 == 1:
+            values = values.copy()
+            values[rng.random(n) < 0.2] = np.nan
+        unique = derived.distinct(values)
+        assert unique.dtype == np.unique(values).dtype
+        np.testing.assert_array_equal(unique, np.unique(values))
+        np.testing.assert_array_equal(derived.median(values), float(np.median(values)))
+        for q in (0, 5, 50, 95, 100):
+            np.testing.assert_array_equal(
+                derived.percentile(values, q), float(np.percentile(values, q))
+            )
+
+
+def test_a_report_does_not_import_numpy_ma() -> None:
+    """np.unique, np.median and np.percentile import numpy.ma on their first call (6 ms of a
+    report's analysis in a fresh process): the report's analyses use derived's own."""
+    import subprocess
+    import sys
+
+    paths = [str(p) for p in sorted((DATA / "a100_nccl").iterdir()) if ".json" in p.name]
+    code = (
+        "import sys\n"
+        "from gpuprof_nb.io.trace import load_trace\n"
+        "from gpuprof_nb.analysis.report import analyze\n"
+        "import gpuprof_nb.render.display\n"
+        f"for p in {paths!r}:\n"
+        "    analyze(load_trace(p))._repr_mimebundle_()\n"
+        "print('numpy.ma' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
