@@ -24,8 +24,9 @@ def as_pairs(starts: np.ndarray, ends: np.ndarray) -> list[Interval]:
 
 
 def _pairs_array(pairs: Sequence[Interval]) -> np.ndarray:
-    """Return (start, end) pairs as an (n, 2) float array (read in one pass: about 2.5x
-    faster than np.array on a list of tuples)."""
+    """Return (start, end) pairs as an (n, 2) float array (read in one pass: faster than
+    np.array on a list of tuples, benchmarks/RESULTS.md, "Measurements behind design
+    choices", M20)."""
     return np.fromiter(chain.from_iterable(pairs), dtype=float, count=2 * len(pairs)).reshape(-1, 2)
 
 

@@ -94,7 +94,8 @@ COLD_OP_MIN_US = 100_000.0
 COLD_OP_RATIO = 10.0
 
 # The profiler's own start-up: the first op of a CUDA profiling window waits for CUPTI's first
-# launches (2.8 ms on an H100 before its first kernel, against ~35 us for the same op later).
+# launches, milliseconds before its first kernel against tens of microseconds for the same op
+# later (benchmarks/RESULTS.md, "Measurements behind design choices", M4).
 # The window's first op counts as setup when it ran before any kernel, took at least this long,
 # and at least COLD_OP_RATIO times its other calls with the same inputs.
 PROFILER_START_MIN_US = 1_000.0

@@ -55,8 +55,9 @@ class CellCompiler:
         registered under the code's file name so tracebacks show the user's lines.
 
         A cell run again reuses its transformed source and code object (IPython's transform
-        costs ~40 us, compiling ~10 us): the cache key holds everything they depend on: the
-        cell text, the compiler's __future__ flags, the input transformers and the AST
+        and the compile cost tens of microseconds a cell: benchmarks/RESULTS.md,
+        "Measurements behind design choices", M9): the cache key holds everything they depend
+        on: the cell text, the compiler's __future__ flags, the input transformers and the AST
         transformers in place. One-line cells are transformed every time (IPython's
         automagic/autocall rewrite them depending on the user's variables)."""
         ip = self.shell
@@ -96,7 +97,7 @@ class CellCompiler:
             # The compiler names the cell as last time and its lines are still registered:
             # only the name's execution number (traceback's `Cell In[n]`) is new. What
             # compile.cache would do, without hashing the name again (ipykernel hashes it in
-            # pure Python: ~30 us per cell from cold caches).
+            # pure Python: benchmarks/RESULTS.md, "Measurements behind design choices", M10).
             numbers[filename] = self.execution_number()
             return code, source
         # Registered again under this execution's name, as IPython does for every cell, so a
@@ -170,10 +171,11 @@ class CellCompiler:
 def name_key_of(cell: str) -> str:
     """Return what the magics give IPython as the cell's raw code when they register the cell
     for tracebacks: a digest of it. IPython's compiler names a cell by its transformed source
-    and ignores this; ipykernel's names it by a pure-Python hash of this text, about 0.4 ms
-    for a 3 KB cell, which it has already paid once for the whole cell. Distinct cells still
-    get distinct names, and a cell the same name each time (a cell shorter than a digest key
-    is its own key, so the two kinds never meet)."""
+    and ignores this; ipykernel's names it by a pure-Python hash of this text, slow on a long
+    cell (benchmarks/RESULTS.md, "Measurements behind design choices", M10), which it has
+    already paid once for the whole cell. Distinct cells still get distinct names, and a
+    cell the same name each time (a cell shorter than a digest key is its own key, so the
+    two kinds never meet)."""
     if len(cell) < _NAME_KEY_LENGTH:
         return cell
     return "%%gpuprofile cell " + hashlib.sha1(cell.encode("utf-8", "surrogatepass")).hexdigest()
@@ -254,7 +256,8 @@ def block_builder(
 ) -> Callable[[int], Callable[[], object] | None]:
     """Return run_block for time_cell: n -> a callable running the cell n times in one exec,
     its statements compiled inside `for [None][0] in (None,) * n:` (no exec, frame or call
-    per run: ~0.25 us per run, 2-3% of a 10 us cell, that timeit does not pay either; the
+    per run, which show in the time of a cell of a few microseconds and which timeit does not
+    pay either: benchmarks/RESULTS.md, "Measurements behind design choices", M11; the
     target stores into a throwaway list, so no name lands in the user's namespace). Same
     file name and line numbers as the cell, and the same AST transformers, so errors read
     the same. None where the cell cannot sit in a loop (`from __future__` must come first;

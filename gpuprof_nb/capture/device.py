@@ -45,7 +45,8 @@ __all__ = [
 @functools.cache
 def cuda_available() -> bool:
     """Whether torch sees a CUDA device (asked once per process: the answer cannot change
-    once torch has looked, and the call costs ~10 us per cell from cold caches)."""
+    once torch has looked, and each call is a cost paid by every cell: benchmarks/RESULTS.md,
+    "Measurements behind design choices", M12)."""
     import torch
 
     return bool(torch.cuda.is_available())

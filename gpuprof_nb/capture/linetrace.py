@@ -52,23 +52,23 @@ from gpuprof_nb.capture.sampling import MAX_DEPTH, MAX_TEXT, signal_sampling_pos
 from gpuprof_nb.model.frames import frame_kind
 
 # Events looked at before the rate is checked, and the mean time between them under which
-# they go quiet. A line event costs about 0.2 us on the benchmark machine with settrace
-# (Python 3.11), less with sys.monitoring: past one line every 3 us that is over 7% of the
-# run (benchmarks/RESULTS.md, section 12).
+# they go quiet. A line event costs a fraction of a microsecond with settrace (Python 3.11),
+# less with sys.monitoring: a line every few microseconds makes that a large share of the
+# run (benchmarks/RESULTS.md, "Measurements behind design choices", M16; section 16
+# measures the recorder's cost as shipped, and without the back-off).
 BURST_EVENTS = 256
 # A burst lasts this long (checked at the next new line); the events and library calls in it
-# are costed at COST_NS each (line event, library call), as measured on the benchmark
-# machine, a 2-core VM: settrace's line event ~0.2 us; each library call ~0.35 us with
-# settrace on (its frame made for the tracer, the global function, a check at each of its
-# lines: a torch training loop of 105 calls a step ran 6.7% slower with a global function
-# that does nothing); sys.monitoring's line event ~0.1 us, its library calls free after
-# their first.
+# are costed at COST_NS each (line event, library call), from what each was measured to cost
+# on the benchmark machine (M16): with settrace, a line event, and each library call (its
+# frame made for the tracer, the global function, a check at each of its lines: a torch
+# training loop ran measurably slower with a global function that does nothing); with
+# sys.monitoring a line event costs less, and its library calls nothing after their first.
 BURST_NS = 1_000_000
 COST_NS = {"settrace": (250, 350), "monitoring": (100, 0)}
 # Past this share of a burst the events go quiet, for long enough that the run pays
 # QUIET_TARGET_SHARE in all (wake-up included), within QUIET_MIN_S..QUIET_MAX_S: short
 # enough that a loop's end is placed within milliseconds, long against the wake-up signal
-# (~40 us on a 2-core VM).
+# (tens of microseconds: M16).
 MAX_COST_SHARE = 0.025
 QUIET_TARGET_SHARE = 0.003
 QUIET_MIN_S = 0.002
@@ -497,7 +497,8 @@ class LineTracer:
         frame, or one of the WAKE_DEPTH frames around it, is the user's, the time from now
         is its line's (a sleep that followed a tight loop is the sleep's from here on);
         otherwise the quiet stretch goes on to the next line event. Walking a deep stack
-        makes every frame on it an object: it cost 50-120 us a wake on a training loop."""
+        makes every frame on it an object, which made each wake far dearer on a training
+        loop (benchmarks/RESULTS.md, "Measurements behind design choices", M16)."""
         if not (self._running and self._quiet_now):
             return
         now = time.perf_counter_ns()

@@ -7,9 +7,10 @@ model (`model.encoder.layers.3.attn`). The root's name is the user's variable th
 (else its class name); a child's is its attribute name in the module that called it.
 
 Why these hooks and this range: the hooks run only inside `Module.__call__`, so a cell that
-calls no module pays nothing; and the range is torch's `_RecordFunctionFast`, about 0.5 us a
-call under the profiler where `record_function` costs about 5 us (benchmarks/RESULTS.md,
-section 12). Kineto writes those ranges as `cpu_op` events; `edit_trace` turns them into
+calls no module pays nothing; and the range is torch's `_RecordFunctionFast`, several times
+cheaper a call under the profiler than `record_function` (benchmarks/RESULTS.md,
+"Measurements behind design choices", M15; section 13 measures what the ranges add to a
+training step). Kineto writes those ranges as `cpu_op` events; `edit_trace` turns them into
 `user_annotation` ones, so every op table, rule and the timeline go on seeing torch ops
 only. Backward needs no hook: each backward op carries the autograd sequence number of the
 forward op that made it, which analysis/modules.py follows back to the forward's module.

@@ -30,10 +30,11 @@ from gpuprof_nb.model.frames import profiler_frame_parts
 CLOCK_MARKER = "gpuprof_nb::clock"
 
 # The annotation around a few tiny kernels run inside the profiler before the cell on CUDA,
-# taken out of the trace with everything that ended before it ended. On an H100 the first
-# torch op in a CUDA profiling window took ~2.8 ms of host time before its first kernel
-# (CUPTI setting itself up on the first launches), which read as the host holding the GPU
-# idle: a compute-bound cell of 8 big matmuls came out "launch overhead" first.
+# taken out of the trace with everything that ended before it ended. The first torch op in a
+# CUDA profiling window spends milliseconds of host time before its first kernel (CUPTI
+# setting itself up on the first launches; benchmarks/RESULTS.md, "Measurements behind
+# design choices", M4), which read as the host holding the GPU idle: a compute-bound cell of
+# 8 big matmuls came out "launch overhead" first.
 WARMUP_MARKER = "gpuprof_nb::profiler-warmup"
 WARMUP_KERNELS = 4
 
@@ -159,9 +160,9 @@ def _mark_clock(samplers: bool) -> tuple[int, int]:
     stamps and return them: the samplers stamp perf_counter_ns, and this puts them on the
     trace's clock (the marker is removed from the trace afterwards). Without, two equal
     stamps and no marker."""
-    # The first annotation of a session is slow to enter (0.6 ms measured on the CPU):
-    # one unstamped first, so the stamped one is tight (30 us) and its middle is where
-    # the stamps' middle is.
+    # The first annotation of a session is slow to enter, the next ones far quicker
+    # (benchmarks/RESULTS.md, "Measurements behind design choices", M5): one unstamped
+    # first, so the stamped one is tight and its middle is where the stamps' middle is.
     before = after = time.perf_counter_ns()
     for _ in range(2 if samplers else 0):
         before = time.perf_counter_ns()
@@ -372,9 +373,10 @@ def _add_samples(
 
 def _parse_export(raw: bytes) -> dict[str, Any]:
     """The exported trace's JSON -> a dict: msgspec where it is installed (faster than the
-    standard library's reader by about a third on a GPU training cell's trace); the standard
-    library where msgspec refuses the text: Kineto writes raw control characters in some
-    names (strict=False reads them), NaN, or bytes that are not UTF-8 (replaced)."""
+    standard library's reader: benchmarks/RESULTS.md, "Measurements behind design choices",
+    M6); the standard library where msgspec refuses the text: Kineto writes raw control
+    characters in some names (strict=False reads them), NaN, or bytes that are not UTF-8
+    (replaced)."""
     if msgspec is not None:
         try:
             data = msgspec.json.decode(raw)

@@ -23,15 +23,15 @@ Two ways to take a sample:
 Why not pyinstrument (5.1.3, measured beside the profiled run: benchmarks/RESULTS.md,
 section 11): it samples from a profile function it installs on the cell's thread with
 `PyEval_SetProfile`, the per-thread hook torch's `with_stack` recording uses, so while it runs
-torch records no Python events on that thread (0 python_function events inside the cell's run,
-against 36,725 without it on the training-loop cell). It samples only at a function's call or
-return, so a loop that calls nothing goes unsampled (6 samples a second of the pure-Python
-loop, against this sampler's 330 at its 3 ms period then; 200 now), and it keeps each
-sample's time since the one before, not a timestamp to place it in the trace. Its cost was
-not the reason: beside the profiled run it was
-within 3% of the signal sampler on all three cells, and on its own, without torch.profiler, it
-added 8-25% to the run (the most on the pure-Python loop) where the signal sampler added 4% or
-less; not the +200% this docstring used to claim.
+torch records no Python events on that thread (none inside the cell's run, against tens of
+thousands without it on the training-loop cell). It samples only at a function's call or
+return, so a loop that calls nothing goes almost unsampled (a handful of samples a second of
+the pure-Python loop, against this sampler's one every period), and it keeps each sample's
+time since the one before, not a timestamp to place it in the trace. Its cost was not the
+reason: beside the profiled run it cost about what the signal sampler does, and on its own,
+without torch.profiler, it added more than the signal sampler on every cell, the most on the
+pure-Python loop (section 11 has the numbers; not the +200% an earlier version of this
+docstring claimed).
 """
 
 from __future__ import annotations
@@ -48,10 +48,11 @@ from typing import Any
 
 # How often the sampler looks (seconds): the signal sampler every 5 ms (200 samples a
 # second), because on the benchmark machine, a 2-core VM, each SIGALRM costs a training loop
-# of small ops about 40 us even with an empty handler (+4% every 1 ms), and every 3 ms the
-# sampler added 2.4-4.0% to that loop, over the 3% goal (benchmarks/RESULTS.md, section 11);
-# the sampling thread, whose wake-ups cost less, every 1 ms. And the switch interval while
-# the thread samples.
+# of small ops time even with an empty handler (the control row of benchmarks/RESULTS.md,
+# section 11), and every 3 ms the sampler added more to that loop than the 3% goal
+# (benchmarks/RESULTS.md, "Measurements behind design choices", M17; section 11 measures
+# the 5 ms period); the sampling thread, whose wake-ups cost less, every 1 ms. And the
+# switch interval while the thread samples.
 SIGNAL_PERIOD_S = 0.005
 THREAD_PERIOD_S = 0.001
 SWITCH_INTERVAL_S = 0.0005

@@ -16,18 +16,20 @@ from gpuprof_nb.model.timing import TimingStats
 
 # A sample of a short cell is a block of back-to-back runs lasting about this long; a cell
 # slower than half of it runs once per sample. Chosen on measurements (issue 7): per sample,
-# the clock reads and the call into the cell cost about 1 us on CPU (a CUDA sync and two
-# events about 10-20 us), 0.1% of a 1 ms block, and a cell of 0.5 ms or more per run still runs
-# exactly --warmup + --repeat times (timing a 1 ms cell costs what running it 4 times does).
+# the clock reads and the call into the cell cost a small fraction of a 1 ms block, more with
+# a CUDA sync and two events (benchmarks/RESULTS.md, "Measurements behind design choices",
+# M7), and a cell of 0.5 ms or more per run still runs exactly --warmup + --repeat times
+# (timing a 1 ms cell costs what running it 4 times does).
 BLOCK_TARGET_US = 1_000.0
 # Most runs in one block: a cell measuring 0 us (clock resolution) must not loop forever.
 MAX_NUMBER = 1_000_000
 # The automatic warm-up (warmup=None): runs until they add up to this much, at least one.
-# One run is not enough for a cell of about a millisecond: measured on a 0.7 ms matmul cell
-# (issue 7), the first runs after a pause take 10-40% longer (caches, branch predictors,
-# the allocator), and with one warm-up run the median of 3 samples read 1-29% above
-# Timer's; after 4 or more warm-up runs it read within 1.5%. 5 ms of warm-up costs a cell
-# of 5 ms or more its single warm-up run, as before.
+# One run is not enough for a cell of about a millisecond: the first runs after a pause take
+# longer (caches, branch predictors, the allocator), and with one warm-up run the median of
+# 3 samples could read well above Timer's, where a few warm-up runs brought it into line
+# (issue 7; benchmarks/RESULTS.md, "Measurements behind design choices", M8; section 2
+# measures the defaults against Timer). 5 ms of warm-up costs a cell of 5 ms or more its
+# single warm-up run, as before.
 WARMUP_BUDGET_US = 5_000.0
 # Most automatic warm-up runs (a cell measuring 0 us must not loop forever).
 MAX_AUTO_WARMUP = 10_000

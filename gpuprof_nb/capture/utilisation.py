@@ -34,9 +34,9 @@ from typing import Any
 
 # The shortest period: a few hundred samples per second at most.
 MIN_PERIOD_S = 0.0025
-# The default: 50 samples a second. Every 10 ms cost 1-2% of a GIL-bound cell on the
-# benchmark machine (each sample takes the GIL); every 20 ms stayed within its noise
-# (benchmarks/RESULTS.md, section 11).
+# The default: 50 samples a second. Every 10 ms cost a GIL-bound cell more than the 1% goal
+# on the benchmark machine (each sample takes the GIL); every 20 ms stayed within it
+# (benchmarks/RESULTS.md, section 11: the 10 ms rows and the default-mode block).
 PERIOD_S = 0.02
 # Most samples kept: past it every other sample is dropped and the period doubles (the CPU
 # counters are cumulative, so dropping a sample merges two intervals exactly), so an hour-long
@@ -46,8 +46,9 @@ MAX_SAMPLES = 10_000
 # thread wakes costs several times what it costs in a batch, all of it holding the GIL.
 FLUSH_EVERY = 128
 # The most of one core the sampling thread may use: on a machine where one sample costs more
-# (hundreds of cores to read), the period grows until it fits. A sample costs about 30-100 us
-# of CPU on a 2-core VM, so 100 samples/s fit.
+# (hundreds of cores to read), the period grows until it fits. On a 2-core VM a sample costs
+# little enough that 100 samples/s fit (benchmarks/RESULTS.md, "Measurements behind design
+# choices", M18).
 MAX_CPU_SHARE = 0.01
 THREAD_NAME = "gpuprof_nb-utilisation"
 # A last interval (ended by stop()) shorter than this share of a period is merged into the
@@ -97,9 +98,10 @@ def _proc_stat_cores() -> CoreSource | None:
     into numbers later, many samples at a time.
 
     Preferred to psutil on Linux, which reads the same file: psutil opens and parses it on
-    every call, and right after a sleep that costs about 150 us of CPU where re-reading an
-    open descriptor costs about 15-35 us and parsing 4 us in a batch against 19 us alone
-    (measured on a 2-core VM). Every microsecond of it holds the GIL the cell runs under."""
+    every call, and right after a sleep that costs several times what re-reading an open
+    descriptor does, and parsing alone costs several times what it does in a batch
+    (benchmarks/RESULTS.md, "Measurements behind design choices", M18). Every microsecond of
+    it holds the GIL the cell runs under."""
     if not sys.platform.startswith("linux") or not os.path.exists("/proc/stat"):
         return None
     hz = float(os.sysconf("SC_CLK_TCK"))

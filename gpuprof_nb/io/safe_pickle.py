@@ -21,8 +21,9 @@ stack is sized for that depth (what is deeper is refused afterwards by the reade
 check every value's type before hashing or printing it).
 
 The scan is one regular expression over runs of fixed-size opcodes (most of a snapshot),
-with a Python step only for strings, frames and the rarer opcodes: about half the time of
-the unpickling itself (benchmarks/RESULTS.md, section 4).
+with a Python step only for strings, frames and the rarer opcodes: a fraction of the time
+of the unpickling itself (benchmarks/RESULTS.md, "Measurements behind design choices", M21;
+section 4 times the whole load against `pickle.load`).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ _MAX_TEXT_DIGITS = 4_000
 # empty containers, SETITEM(S), APPEND(S), NONE, booleans, MEMOIZE, POP, POP_MARK, DUP,
 # LIST, DICT, EMPTY_SET, ADDITEMS, FROZENSET), memo gets and short puts, fixed-size ints
 # and floats, and LONG1 integers of up to 9 bytes. The common ones come first. Possessive
-# where Python has it (3.11): three times faster, as nothing is kept for backtracking.
+# where Python has it (3.11): several times faster, as nothing is kept for backtracking
+# (benchmarks/RESULTS.md, "Measurements behind design choices", M21).
 _LONG1 = rb"\x8a(?:\x00|\x01.|\x02..|\x03...|\x04.{4}|\x05.{5}|\x06.{6}|\x07.{7}|\x08.{8}|\x09.{9})"
 _RUN_BODY = (
     rb"h.|[(})\]uesaN\x88\x89\x94012ld\x8f\x90\x91]|[qK].|[Jj]....|"

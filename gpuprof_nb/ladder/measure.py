@@ -224,8 +224,9 @@ def first_line(exc: BaseException) -> str:
 
 def free_memory(device: torch.device, *, collect: bool = True) -> None:
     """Collect garbage (when `collect`) and return cached device memory to the driver."""
-    # A full collection costs about 0.5 s once torch is imported, so CPU runs without
-    # reference cycles (no checkpoint wrappers, no compile, no error) skip it.
+    # A full collection is slow once torch is imported (benchmarks/RESULTS.md,
+    # "Measurements behind design choices", M22), so CPU runs without reference cycles (no
+    # checkpoint wrappers, no compile, no error) skip it.
     if collect or device.type == "cuda":
         gc.collect()
     if device.type == "cuda":

@@ -104,9 +104,11 @@ class GpuprofileMagics(Magics):
     ) -> None:
         """Store the report under -o NAME and show it unless --quiet: the tabbed report, or,
         after --timing-only, its text printed the way %timeit prints (a rich display costs
-        ipykernel two synchronous stdout/stderr flushes, about 0.4 ms: 5% of an 8 ms cell,
-        which --timing-only must not add; the stored report still displays as HTML). With
-        --baseline, the comparison with it comes first (after --timing-only: its verdict)."""
+        ipykernel two synchronous stdout/stderr flushes, a few percent of a cell of a few
+        milliseconds, which --timing-only must not add: benchmarks/RESULTS.md, "Measurements
+        behind design choices", M13, and section 1; the stored report still displays as
+        HTML). With --baseline, the comparison with it comes first (after --timing-only: its
+        verdict)."""
         if publish.output:
             self._ip.user_ns[publish.output] = report
         if publish.quiet:
@@ -149,8 +151,9 @@ def _compare(baseline: ProfileReport, report: ProfileReport, name: str) -> Any:
 def _display_report(report: Any) -> None:
     """Display the report's own mimebundle. Straight to the display publisher: IPython's
     display() would also ask eight other formatters (PNG, LaTeX, ...) for representations
-    the report does not have, about 40 us per cell. If building the bundle fails, display()
-    shows that error as it does for any object."""
+    the report does not have, a cost on every cell (benchmarks/RESULTS.md, "Measurements
+    behind design choices", M13). If building the bundle fails, display() shows that error
+    as it does for any object."""
     from IPython.display import display, publish_display_data
 
     try:

@@ -80,12 +80,13 @@ GPUPROFILE_OPTIONS: tuple[Option, ...] = (
     ),
     _option("--stack", action="store_true", help="record Python call stacks"),
     _option("--memory", action="store_true", help="record allocator events"),
+    # What the ranges cost a module call and a training step: benchmarks/RESULTS.md, section 13.
     _option(
         "--no-modules",
         dest="modules",
         action="store_false",
-        help="do not record nn.Module ranges in the profiled run (they cost about 1 us "
-        "per module call; the Modules tab then has nothing to show)",
+        help="do not record nn.Module ranges in the profiled run (they add a small cost to "
+        "each module call; the Modules tab then has nothing to show)",
     ),
     _option(
         "--top", type=int, default=20, metavar="N", help="rows in the top-ops table (default 20)"
@@ -220,7 +221,8 @@ class Publish:
 class OptionLines:
     """Parses `%%gpuprofile` option lines with the magic's parser (IPython's, built from
     GPUPROFILE_OPTIONS) into ProfileOptions and Publish; a line parsed before comes from a
-    cache (argparse costs ~30 us; the options are frozen)."""
+    cache (parsing with argparse is a cost paid by every cell: benchmarks/RESULTS.md,
+    "Measurements behind design choices", M14; the options are frozen)."""
 
     def __init__(self, parser: Any) -> None:
         self.parser = parser

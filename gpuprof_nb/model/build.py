@@ -15,12 +15,13 @@ def fast_maker(cls: type) -> Any:
     slotted dataclass without its generated __init__, or `cls` itself if the class does more
     than store its fields (a __post_init__, a field that is not a slot or not an init field).
 
-    A frozen __init__ stores each field through object.__setattr__ (about 1 us for a 15-field
-    Op). The function here fills an instance of a plain class with the same slots, whose
+    A frozen __init__ stores each field through object.__setattr__, a Python-level call per
+    field. The function here fills an instance of a plain class with the same slots, whose
     attribute stores Python does at C speed, then makes it a `cls` by assigning __class__
-    (allowed between classes of identical layout): the same object, about 5x faster, and
-    the loader builds millions of them (tests/io/test_trace_fast.py checks the objects are
-    equal). Where the layouts differ, the slot descriptors are called directly instead."""
+    (allowed between classes of identical layout): the same object, several times faster
+    (benchmarks/RESULTS.md, "Measurements behind design choices", M2), and the loader
+    builds millions of them (tests/io/test_trace_fast.py checks the objects are equal).
+    Where the layouts differ, the slot descriptors are called directly instead."""
     fields = dataclasses.fields(cls)
     names = [f.name for f in fields]
     if (

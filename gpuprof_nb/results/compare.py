@@ -17,13 +17,14 @@ from gpuprof_nb.results.exports import Exportable
 # this fraction from no change. Two runs of the same cell, each with samples that agree to
 # 1-3%, can sit further apart than that: the machine's state drifts between runs (clock
 # frequency, caches, the allocator, other work on a shared host), and neither run's samples
-# show it. Measured on this project's 2-core VM: the same 1.3 ms cell run twice read
-# 0.97x-1.02x apart when the machine was quiet and 0.91x-1.17x in a noisy spell
-# (benchmarks/compare_noise.py), and the quickstart's step, re-run in a notebook after a change
-# that does nothing on the CPU, once read 1.39x slower (95% interval 1.14x-1.44x). So the
-# floor is the field's own rule of thumb: a change under 20% is not decisive (a precision
-# change gaining less says the bottleneck is elsewhere). On a quiet, dedicated machine pass a
-# lower floor to compare(..., noise_floor=...).
+# show it. Measured on this project's 2-core VM: the same cell run twice read a few percent
+# apart when the machine was quiet (benchmarks/RESULTS.md, section 7, from
+# benchmarks/compare_noise.py) and further apart in a noisy spell, and the quickstart's step,
+# re-run in a notebook after a change that does nothing on the CPU, once read over a third
+# slower with a confidence interval clear of 1 (benchmarks/RESULTS.md, "Measurements behind
+# design choices", M19). So the floor is the field's own rule of thumb: a change under 20%
+# is not decisive (a precision change gaining less says the bottleneck is elsewhere). On a
+# quiet, dedicated machine pass a lower floor to compare(..., noise_floor=...).
 COMPARE_NOISE_FLOOR = 0.20
 
 # Bootstrap rounds for the ratio of medians: enough that the 2.5% and 97.5% percentiles are

@@ -113,7 +113,8 @@ def run_cell(
             stats, artifact = _timed_and_profiled_once(runs)
         else:
             # The timed runs call exec directly: no Python frame of ours between the clock
-            # reads and the cell's code (a method call per run showed in ~10 us cells).
+            # reads and the cell's code (a method call per run showed in the shortest cells:
+            # benchmarks/RESULTS.md, "Measurements behind design choices", M11).
             run = functools.partial(exec, code, namespace)
             run_block = block_builder(cells, source, code)
             stats, artifact = _timed_then_profiled(runs, run, run_block, show_partial)

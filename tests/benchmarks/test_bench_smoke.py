@@ -290,6 +290,26 @@ def test_reuse_reads_the_sections_and_targets_of_an_earlier_results_file() -> No
     assert [again[s.title] for s in made] == made
 
 
+def test_a_rewrite_keeps_the_hand_written_sections_of_the_results_file() -> None:
+    """The hand-written sections (HAND_WRITTEN) of the file run.py rewrites come back as they
+    are, after the comparisons; RESULTS.md's own parse back and render to the same text."""
+    from benchmarks.config import BenchConfig, Section
+    from benchmarks.run import HAND_WRITTEN, hand_written_sections, render_results
+
+    cfg = BenchConfig(traces_dir=REPO, cache_dir=REPO, hta_python=None)
+    hand = Section(HAND_WRITTEN[0], "Why.\n\n| id | measured |\n|---|---|\n| M1 | 3x |")
+    before = render_results(cfg, [Section("1. A", "text"), hand], "cmd", 1.0)
+    assert hand_written_sections(before) == [hand]
+    after = render_results(cfg, [Section("1. A", "new"), *hand_written_sections(before)], "c", 1)
+    assert after.endswith(f"## {hand.title}\n\n{hand.markdown}\n")
+    assert f'hand-written section "{hand.title}"' in after
+    assert "hand-written" not in render_results(cfg, [Section("1. A", "text")], "cmd", 1.0)
+    results = (REPO / "benchmarks" / "RESULTS.md").read_text()
+    kept = hand_written_sections(results)
+    assert [s.title for s in kept] == list(HAND_WRITTEN)
+    assert all(f"## {s.title}\n\n{s.markdown}\n" in results for s in kept)
+
+
 def test_distributed_run_copies_rewrite_the_rank(tmp_path: Path) -> None:
     from benchmarks.distributed_runs import write_run
 

@@ -46,9 +46,10 @@ def cold_ops_idle_us(c: Context) -> tuple[float, tuple[Op, ...]]:
     if not long_calls:
         return 0.0, ()
     # Against the calls with the same inputs: cuDNN autotunes each new convolution shape (on
-    # an H100 the two convolutions of a fresh model took 1.6 s and 1.0 s, the same op name
-    # with different inputs). Over several steps, against the op's other calls too: a slow op
-    # called with a new shape in every step is the steady state (variable-size batches).
+    # a GPU each of a fresh model's convolutions can take a second or more: the same op name
+    # with different inputs; benchmarks/RESULTS.md, "Measurements behind design choices",
+    # M3). Over several steps, against the op's other calls too: a slow op called with a new
+    # shape in every step is the steady state (variable-size batches).
     names = {o.name for o in long_calls}
     by_key: dict[tuple[str, str], list[float]] = {}
     for o in c.top_ops:

@@ -37,8 +37,9 @@ from gpuprof_nb.io.trace.decode import (
 from gpuprof_nb.model.trace import Trace
 
 # gzip traces are decompressed with ISA-L (python-isal) where it is installed: the same bytes
-# as the standard library's zlib, about 3x faster (a third of a 21 MB trace's load went to
-# zlib); without it, the standard library's gzip.
+# as the standard library's zlib, several times faster, where zlib took a large share of a
+# gzip trace's load (benchmarks/RESULTS.md, "Measurements behind design choices", M1);
+# without it, the standard library's gzip.
 _GZIP_ERRORS: tuple[type[BaseException], ...] = (gzip.BadGzipFile, zlib.error, OSError)
 _gzip_file: Callable[..., Any]
 try:
