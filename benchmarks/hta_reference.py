@@ -257,7 +257,11 @@ def main(argv: list[str] | None = None) -> int:
         if wanted and key not in wanted:
             continue
         entry: dict[str, Any] = {
-            "file": str(path.relative_to(REPO.parent))
+            # Inside the repository: relative to it (its folder's name differs between
+            # checkouts); beside it (../shared): relative to the folder above.
+            "file": str(path.relative_to(REPO))
+            if path.is_relative_to(REPO)
+            else str(path.relative_to(REPO.parent))
             if path.is_relative_to(REPO.parent)
             else str(path)
         }

@@ -62,8 +62,11 @@ HTA_STAT_LAUNCHES = frozenset(
 
 
 def _path(entry: dict[str, Any]) -> Path:
+    """The traced file: tests/data/... inside this checkout, shared/... beside it."""
     file = entry["file"]
-    return Path(file) if file.startswith("/") else ROOT.parent / file
+    if file.startswith("/"):
+        return Path(file)
+    return ROOT / file if file.startswith("tests/") else ROOT.parent / file
 
 
 @cache
@@ -119,6 +122,8 @@ READABLE = sorted(k for k, e in REF.items() if "error" not in e)
 @cache
 def _loaded(key: str) -> tuple[Trace, bool, int | None]:
     path = _path(REF[key])
+    # The repository's own traces are always here: missing, the reference names them wrong.
+    assert path.is_file() or not path.is_relative_to(ROOT), f"{path} is not in the checkout"
     if not path.is_file():
         pytest.skip(f"{path} is not on this machine")
     trace = load_trace(path)
