@@ -434,25 +434,39 @@ def _merge(
     one of them is that narrow."""
     runs: list[_Run] = []
     r: _Run | None = None
+    # The open run's changing fields kept in locals (most items join a run: attribute
+    # reads and writes per item cost more than the test), written back when it closes.
+    ra = rb = end = busy = longest_us = 0.0
+    count = 0
+    longest_name = ""
+    colour_us: dict[str, float] = {}
     for a, b, s, e, colour, name in items:
         dur = e - s
         if (
             r is not None
-            and a - r.b < merge_px
-            and (colour in r.colour_us or b - a < merge_px or r.b - r.a < merge_px)
+            and a - rb < merge_px
+            and (colour in colour_us or b - a < merge_px or rb - ra < merge_px)
         ):
-            if b > r.b:
-                r.b = b
-            if e > r.end_us:
-                r.end_us = e
-            r.count += 1
-            r.busy_us += dur
-            r.colour_us[colour] = r.colour_us.get(colour, 0.0) + dur
-            if dur > r.longest[0]:
-                r.longest = (dur, name)
+            if b > rb:
+                rb = b
+            if e > end:
+                end = e
+            count += 1
+            busy += dur
+            colour_us[colour] = colour_us.get(colour, 0.0) + dur
+            if dur > longest_us:
+                longest_us, longest_name = dur, name
             continue
-        r = _Run(a, b, s, e, 1, dur, {colour: dur}, (dur, name))
+        if r is not None:
+            r.b, r.end_us, r.count, r.busy_us = rb, end, count, busy
+            r.longest = (longest_us, longest_name)
+        colour_us = {colour: dur}
+        r = _Run(a, b, s, e, 1, dur, colour_us, (dur, name))
         runs.append(r)
+        ra, rb, end, count, busy, longest_us, longest_name = a, b, e, 1, dur, dur, name
+    if r is not None:
+        r.b, r.end_us, r.count, r.busy_us = rb, end, count, busy
+        r.longest = (longest_us, longest_name)
     return runs
 
 
