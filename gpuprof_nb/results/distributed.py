@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuprof_nb.results.diagnosis import Diagnosis, FindingKind
 from gpuprof_nb.results.display import Displayable
 from gpuprof_nb.results.exports import Exportable
+
+if TYPE_CHECKING:
+    from gpuprof_nb.results.report import ProfileReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +105,9 @@ class RunReport(Displayable, Exportable):
     failures: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     step_compute_us: tuple[tuple[int, tuple[float, ...]], ...] = ()  # per rank, per step
-    _load_rank: Callable[[int], Any] | None = field(default=None, repr=False)
+    _load_rank: Callable[[int], ProfileReport] | None = field(default=None, repr=False)
 
-    def rank(self, n: int) -> Any:
+    def rank(self, n: int) -> ProfileReport:
         """Return rank `n`'s full ProfileReport (its trace loaded and analysed again)."""
         if self._load_rank is None:
             raise LookupError("this RunReport cannot load its ranks again (built by hand)")
