@@ -531,7 +531,9 @@ class Builder:
         args: Any,
     ) -> None:
         """Append the Op of a host-side event (cpu_op, user_annotation, python_function and
-        their 2021 spellings)."""
+        their 2021 spellings). Long only in its parts: it runs once per host event, so each
+        optional argument is tested inline before a helper is called, and the Op's 15
+        fields are given one a line."""
         if type(pid) is not int:
             pid = _host_id(pid)
         if type(tid) is not int:
