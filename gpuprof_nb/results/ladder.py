@@ -416,8 +416,11 @@ def _whole(value: Any, path: str, low: int = 0) -> int:
     return value
 
 
-def _real(value: Any, path: str, *, nan: bool = False, low: float | None = 0.0) -> float:
-    """A number: finite (NaN too with `nan`: a loss that diverged), `low` or more."""
+def _real(
+    value: Any, path: str, *, nan: bool = False, low: float | None = 0.0, high: float | None = None
+) -> float:
+    """A number: finite (NaN too with `nan`: a loss that diverged), `low` or more, `high` or
+    less."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _Bad(f"{path} is {describe(value)}, expected a number")
     number = float(value)
@@ -426,6 +429,8 @@ def _real(value: Any, path: str, *, nan: bool = False, low: float | None = 0.0) 
     if not math.isfinite(number) or (low is not None and number < low):
         bound = "a finite number" if low is None else f"a finite number of {low:g} or more"
         raise _Bad(f"{path} is {describe(value)}, expected {bound}")
+    if high is not None and number > high:
+        raise _Bad(f"{path} is {describe(value)}, expected a number of {high:g} or less")
     return number
 
 
@@ -481,7 +486,7 @@ def _rung_from(data: Any, path: str, *, trial: bool = False) -> RungResult:
         trials=tuple(
             _rung_from(t, f"{path}.trials[{i}]", trial=True) for i, t in enumerate(trials)
         ),
-        mfu=_optional(get("mfu"), _real, f"{path}.mfu"),
+        mfu=_optional(get("mfu"), _real, f"{path}.mfu", high=1.0),  # a share of the peak
         graph_breaks=tuple(
             _text(g, f"{path}.graph_breaks[{j}]")
             for j, g in enumerate(

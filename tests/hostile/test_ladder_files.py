@@ -101,6 +101,11 @@ def test_values_no_ladder_holds_are_refused(hostile, tmp_path: Path) -> None:
             cases.append(
                 Case(f"{field}-{kind}", _load(_write(tmp_path, f"{field}-{kind}", data)), "refuse")
             )
+    for mfu in (1.5, -0.1, float("inf")):
+        data = _valid()
+        data["rungs"][1]["mfu"] = mfu
+        path = _write(tmp_path, f"mfu-{mfu!r}", data)
+        cases.append(Case(f"mfu-{mfu!r}", _load(path), "refuse", words="mfu"))
     for status in ("great", "", 3, None):
         data = _valid()
         data["rungs"][1]["status"] = status
