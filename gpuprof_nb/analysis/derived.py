@@ -27,6 +27,7 @@ T = TypeVar("T")
 _START, _DUR, _INDEX = attrgetter("start_us"), attrgetter("dur_us"), attrgetter("index")
 _KIND, _DEVICE, _NAME = attrgetter("kind"), attrgetter("device"), attrgetter("name")
 _INPUT_DIMS = attrgetter("input_dims")
+_THREAD = attrgetter("pid", "tid")  # (pid, tid) as one tuple
 
 
 class TraceIndex:
@@ -115,13 +116,9 @@ class OpColumns:
         self.end = frozen(self.start + self.dur)
         self.index = frozen(np.fromiter(map(_INDEX, ops), dtype=np.int64, count=n))
         # Each op's (pid, tid) as recorded: a number, and the distinct pairs it indexes.
-        code: dict[tuple[Any, Any], int] = {}
-        self.raw_thread = frozen(
-            np.fromiter(
-                (code.setdefault((o.pid, o.tid), len(code)) for o in ops), dtype=np.intp, count=n
-            )
-        )
-        self.raw_threads: tuple[tuple[Any, Any], ...] = tuple(code)
+        pairs, raw_thread = codes_of(map(_THREAD, ops), n)
+        self.raw_thread = frozen(raw_thread)
+        self.raw_threads: tuple[tuple[Any, Any], ...] = tuple(pairs)
         # Each op's thread keyed by its ids as text (ids that print alike are one thread),
         # numbered by the rank of that key, and the keys in order.
         key_of = [(str(p), str(t)) for p, t in self.raw_threads]
@@ -401,13 +398,9 @@ def runtime_threads(index: TraceIndex) -> tuple[np.ndarray, tuple[tuple[Any, Any
     index, in order of first appearance (computed once)."""
 
     def compute() -> tuple[np.ndarray, tuple[tuple[Any, Any], ...]]:
-        pair_code: dict[tuple[Any, Any], int] = {}
-        codes = np.fromiter(
-            (pair_code.setdefault((r.pid, r.tid), len(pair_code)) for r in index.trace.runtime),
-            dtype=np.intp,
-            count=len(index.trace.runtime),
-        )
-        return frozen(codes), tuple(pair_code)
+        runtime = index.trace.runtime
+        pairs, codes = codes_of(map(_THREAD, runtime), len(runtime))
+        return frozen(codes), tuple(pairs)
 
     return memo(index, "runtime_threads", compute)
 

@@ -214,3 +214,22 @@ def test_a_report_does_not_import_numpy_ma() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("name", ["a100_nccl", "cpu_only_trace", "h100_bert_small"])
+def test_thread_codes_index_each_ops_and_calls_own_ids(name: str) -> None:
+    """Each op's and runtime call's thread code picks its own (pid, tid) from the distinct
+    pairs, listed in order of first appearance; thread keys are those pairs as text."""
+    path = next(p for p in sorted((DATA / name).iterdir()) if ".json" in p.name)
+    ix = derived.TraceIndex(load_trace(path))
+    cols = derived.op_columns(ix)
+    pairs = [(o.pid, o.tid) for o in cols.ops]
+    assert list(cols.raw_threads) == list(dict.fromkeys(pairs))
+    assert [cols.raw_threads[c] for c in cols.raw_thread.tolist()] == pairs
+    assert [cols.thread_keys[c] for c in cols.thread.tolist()] == [
+        (str(p), str(t)) for p, t in pairs
+    ]
+    codes, runtime_pairs = derived.runtime_threads(ix)
+    calls = [(r.pid, r.tid) for r in ix.trace.runtime]
+    assert list(runtime_pairs) == list(dict.fromkeys(calls))
+    assert [runtime_pairs[c] for c in codes.tolist()] == calls
