@@ -127,9 +127,9 @@ class _Lane:
     ranges: list[tuple[float, float, str]]
     range_starts: list[float]
     range_parent: list[int]
-    rt_starts: list[float]
-    rt_ends: list[float]
-    rt_before: list[float]  # runtime time before each merged span starts
+    rt_starts: np.ndarray  # float, as are the two below
+    rt_ends: np.ndarray
+    rt_before: np.ndarray  # runtime time before each merged span starts
     where: str
     main: bool
 
@@ -142,23 +142,23 @@ class _Lane:
         return self._covered_many(b) - self._covered_many(a)  # type: ignore[no-any-return]
 
     def _covered_many(self, x: np.ndarray) -> np.ndarray:
-        starts = np.asarray(self.rt_starts, dtype=float)
+        starts = self.rt_starts
         if not len(starts):
             return np.zeros(len(x))
         k = np.searchsorted(starts, x, side="right") - 1
         at = np.maximum(k, 0)
         start = starts[at]
-        upto, whole = x - start, np.asarray(self.rt_ends, dtype=float)[at] - start
+        upto, whole = x - start, self.rt_ends[at] - start
         # min(upto, whole) as Python takes it: the first unless the second is smaller.
-        inside = np.asarray(self.rt_before, dtype=float)[at] + np.where(whole < upto, whole, upto)
+        inside = self.rt_before[at] + np.where(whole < upto, whole, upto)
         return np.where(k >= 0, inside, 0.0)
 
     def _covered(self, x: float) -> float:
-        k = bisect.bisect_right(self.rt_starts, x) - 1
+        k = int(np.searchsorted(self.rt_starts, x, side="right")) - 1
         if k < 0:
             return 0.0
-        start = self.rt_starts[k]
-        return self.rt_before[k] + min(x - start, self.rt_ends[k] - start)
+        start = self.rt_starts.item(k)
+        return self.rt_before.item(k) + min(x - start, self.rt_ends.item(k) - start)
 
     def python_name(self, t: float) -> str:
         """The innermost record_function range of the lane running just before t."""
@@ -188,34 +188,36 @@ def _flatten(
     """Return the pieces of these units (start, end, tie-break, (kind, name, index)): the
     stretches where each is the innermost one running."""
     items.sort(key=lambda it: (it[0], -it[1], it[2]))
+    unit_end = [it[1] for it in items]
     starts: list[float] = []
     ends: list[float] = []
     label: list[int] = []
     stack: list[int] = []
     cursor = -math.inf
     for i, (s_i, _, _, _) in enumerate(items):
-        while stack and items[stack[-1]][1] <= s_i:
-            end = items[stack[-1]][1]
+        while stack and unit_end[stack[-1]] <= s_i:
+            top = stack.pop()
+            end = unit_end[top]
             if end > cursor:
                 starts.append(cursor)
                 ends.append(end)
-                label.append(stack[-1])
+                label.append(top)
                 cursor = end
-            stack.pop()
         if stack and s_i > cursor:
             starts.append(cursor)
             ends.append(s_i)
             label.append(stack[-1])
-        cursor = max(cursor, s_i)
+        if s_i > cursor:  # max(cursor, s_i) as Python takes it
+            cursor = s_i
         stack.append(i)
     while stack:
-        end = items[stack[-1]][1]
+        top = stack.pop()
+        end = unit_end[top]
         if end > cursor:
             starts.append(cursor)
             ends.append(end)
-            label.append(stack[-1])
+            label.append(top)
             cursor = end
-        stack.pop()
     return starts, ends, label, [it[3] for it in items]
 
 
@@ -355,9 +357,9 @@ class _Host:
             ranges,
             [r[0] for r in ranges],
             _range_parents(ranges),
-            rs.tolist(),
-            re_.tolist(),
-            before.tolist(),
+            rs,
+            re_,
+            before,
             f"thread {shown[1]}" if shown is not None else "host",
             main,
         )
@@ -670,11 +672,11 @@ def _walk(
     if dev is not None:
         budget += 4 * len(dev.d.pos)
     while walk.t > lo and budget > 0:
-        budget -= 1
         if walk.kernel >= 0:
+            budget -= 1
             walk.step_on_device()
         else:
-            walk.step_on_host()
+            budget = walk.walk_host(budget)
     _fill_runtime_us(walk.host_spans, walk.runtime_us)
     return walk.segments, walk.runtime_us, walk.on_path, walk.syncs
 
@@ -716,8 +718,8 @@ class _Walk:
         self.on_path: set[int] = set()
         self.syncs: list[tuple[int, int, str]] = []
         # Host stretches whose runtime-call time is found after the walk, lane by lane at
-        # once: (lane, its place in runtime_us, start, end).
-        self.host_spans: list[tuple[_Lane, int, float, float]] = []
+        # once: by id(lane), (lane, their places in runtime_us, starts, ends).
+        self.host_spans: dict[int, tuple[_Lane, list[int], list[float], list[float]]] = {}
         self.lane = host.main
         self.kernel = -1  # on the device when >= 0
         self.t = hi
@@ -736,6 +738,13 @@ class _Walk:
     def add(self, seg: PathSegment, rt: float = 0.0) -> None:
         self.segments.append(seg)
         self.runtime_us.append(rt)
+
+    def spans_of(self, lane: _Lane) -> tuple[list[int], list[float], list[float]]:
+        """The lists host_spans keeps for `lane`'s stretches (places, starts, ends)."""
+        found = self.host_spans.get(id(lane))
+        if found is None:
+            found = self.host_spans[id(lane)] = (lane, [], [], [])
+        return found[1], found[2], found[3]
 
     def step_on_device(self) -> None:
         """The device activity at `kernel`, then the gap to what it waited for, which the
@@ -773,30 +782,70 @@ class _Walk:
         else:
             self.kernel = best
 
-    def step_on_host(self) -> None:
-        """The piece of `lane` running just before `t` (Python between pieces when none
-        runs), or, when it waited for the device, the part after the wait, the sync, and
-        on to the device activity it waited for."""
-        lane, t, lo = self.lane, self.t, self.lo
-        lane_starts = lane.starts
-        p = bisect.bisect_left(lane_starts, t) - 1
-        if p < 0 or lane.ends[p] < t:
-            gap_from = max(lane.ends[p] if p >= 0 else lo, lo)
-            if not lane.main:
-                self.lane = self.host.main  # an idle helper thread waits on the step's thread
-                return
-            self.add(_new_segment(gap_from, t, "python", lane.python_name(t), lane.where, "", -1))
-            self.t = gap_from
-            return
-        kind_, name, at = lane.units[lane.label[p]]
-        start = max(lane_starts[p], lo)
-        if self.dev is not None and self._jump_to_device(lane, start, kind_, name, at):
-            return
-        self.host_spans.append((lane, len(self.runtime_us), start, t))
-        self.add(
-            _new_segment(start, t, "cpu" if kind_ == "op" else "runtime", name, lane.where, "", at)
+    def walk_host(self, budget: int) -> int:
+        """Take host steps while the walk is on the host, before `lo` and within `budget`
+        steps (one per piece, Python stretch or move to the step's thread, as the walk's
+        loop counts them); return the budget left. A step: the piece of `lane` running
+        just before `t` (Python between pieces when none runs), or, when it waited for the
+        device, the part after the wait, the sync, and on to the device activity it waited
+        for. The steps run in this one frame, the lane's lists read into locals, as a long
+        step takes one per host op."""
+        lo, dev, new = self.lo, self.dev, _new_segment
+        add_segment, add_rt = self.segments.append, self.runtime_us.append
+        runtime_us = self.runtime_us
+        lane, t = self.lane, self.t
+        starts, ends, label, units, waits_end = (
+            lane.starts,
+            lane.ends,
+            lane.label,
+            lane.units,
+            lane.waits_end,
         )
-        self.t = start
+        where, main = lane.where, lane.main
+        at_, a_, b_ = self.spans_of(lane)
+        while t > lo and budget > 0:
+            budget -= 1
+            p = bisect.bisect_left(starts, t) - 1
+            if p < 0 or ends[p] < t:
+                gap_from = ends[p] if p >= 0 else lo
+                if lo > gap_from:
+                    gap_from = lo
+                if not main:
+                    # An idle helper thread waits on the step's thread.
+                    lane = self.host.main
+                    starts, ends, label, units, waits_end = (
+                        lane.starts,
+                        lane.ends,
+                        lane.label,
+                        lane.units,
+                        lane.waits_end,
+                    )
+                    where, main = lane.where, lane.main
+                    at_, a_, b_ = self.spans_of(lane)
+                    continue
+                add_segment(new(gap_from, t, "python", lane.python_name(t), where, "", -1))
+                add_rt(0.0)
+                t = gap_from
+                continue
+            kind_, name, at = units[label[p]]
+            start = starts[p]
+            if lo > start:
+                start = lo
+            if dev is not None:
+                # Only a piece with a call that may have waited, ending inside it, can jump.
+                w = bisect.bisect_right(waits_end, t) - 1
+                if w >= 0 and waits_end[w] > start:
+                    self.lane, self.t = lane, t
+                    if self._jump_to_device(lane, start, kind_, name, at):
+                        return budget
+            at_.append(len(runtime_us))
+            a_.append(start)
+            b_.append(t)
+            add_segment(new(start, t, "cpu" if kind_ == "op" else "runtime", name, where, "", at))
+            add_rt(0.0)
+            t = start
+        self.lane, self.t = lane, t
+        return budget
 
     def _jump_to_device(self, lane: _Lane, start: float, kind_: str, name: str, at: int) -> bool:
         """Whether the latest call of the piece (from `start` to `t`) that waited for the
@@ -818,7 +867,10 @@ class _Walk:
                 continue
             back = min(dev.end_l(rel), waited.end_us, t)
             if t > waited.end_us:
-                self.host_spans.append((lane, len(self.runtime_us), waited.end_us, t))
+                at_, a_, b_ = self.spans_of(lane)
+                at_.append(len(self.runtime_us))
+                a_.append(waited.end_us)
+                b_.append(t)
                 self.add(
                     _new_segment(waited.end_us, t, _host_kind(kind_), name, lane.where, "", at)
                 )
@@ -855,16 +907,15 @@ def _waited_for(dev: _Device, kernel: int) -> tuple[int, float, SegmentKind | No
 
 
 def _fill_runtime_us(
-    host_spans: list[tuple[_Lane, int, float, float]], runtime_us: list[float]
+    host_spans: dict[int, tuple[_Lane, list[int], list[float], list[float]]],
+    runtime_us: list[float],
 ) -> None:
     """Set runtime_us at each host stretch's place to the runtime-call time inside it, lane
     by lane at once."""
-    by_lane: dict[int, list[tuple[_Lane, int, float, float]]] = {}
-    for span in host_spans:
-        by_lane.setdefault(id(span[0]), []).append(span)
-    for spans in by_lane.values():
-        _, at_, a_, b_ = zip(*spans, strict=True)
-        rt_us = spans[0][0].runtime_in_many(np.array(a_, dtype=float), np.array(b_, dtype=float))
+    for lane, at_, a_, b_ in host_spans.values():
+        if not at_:
+            continue
+        rt_us = lane.runtime_in_many(np.array(a_, dtype=float), np.array(b_, dtype=float))
         for i, v in zip(at_, rt_us.tolist(), strict=True):
             runtime_us[i] = v
 
@@ -906,37 +957,47 @@ def _slack(dev: _Device, lo: float, hi: float, releases: dict[int, float]) -> np
     after lo and start before hi; nan for the others."""
     d = dev.d
     n = len(d.pos)
-    starts, run_start = dev.start_l, dev.run_start_l  # by .item()
     slack: dict[int, float] = {}
     live_at = np.flatnonzero((d.end > lo) & (d.start < hi))
-    live = live_at.tolist()
-    # The live activities' values, read once (the same Python floats .item() gives).
-    start_of = dict(zip(live, d.start[live_at].tolist(), strict=True))
-    end_of = dict(zip(live, d.end[live_at].tolist(), strict=True))
-    run_of = dict(zip(live, dev.run_start[live_at].tolist(), strict=True))
-    later_first = {j: -s for j, s in start_of.items()}
+    # Latest start first (ties by index); a live activity's start and end are never nan.
+    live_at = live_at[np.argsort(-d.start[live_at], kind="stable")]
+    end_at = d.end[live_at]
+    # What each takes without the others' slack, and its stream's next activity (-1 when
+    # none or it starts at hi or later) with the gap to it: the same arithmetic as one at a
+    # time, max(x, 0.0) written as Python evaluates it (x unless 0.0 > x).
+    alone = hi - end_at
+    alone = np.where(0.0 > alone, 0.0, alone)
+    nxt = live_at + 1
+    has_next = nxt < n
+    nxt_at = np.minimum(nxt, n - 1)
+    has_next &= (dev.run_start[nxt_at] == dev.run_start[live_at]) & (d.start[nxt_at] < hi)
+    gap = d.start[nxt_at] - end_at
+    gap = np.where(0.0 > gap, 0.0, gap)
     waited_by: dict[int, list[int]] = {}
     for target, sources in dev.waits.items():
         for s in sources:
             waited_by.setdefault(s, []).append(target)
-    for j in sorted(live, key=later_first.__getitem__):
-        end = end_of[j]
-        best = max(hi - end, 0.0)
-        nxt = j + 1
-        if nxt < n:
-            nxt_run = run_of.get(nxt)
-            if (nxt_run if nxt_run is not None else run_start(nxt)) == run_of[j]:
-                nxt_start = start_of.get(nxt)
-                if nxt_start is None:
-                    nxt_start = starts(nxt)
-                if nxt_start < hi:
-                    best = min(best, slack[nxt] + max(nxt_start - end, 0.0))
-        for target in waited_by.get(j, ()):
+    start_l = dev.start_l
+    waiters = waited_by.get
+    for j, end, best, nx, g in zip(
+        live_at.tolist(),
+        end_at.tolist(),
+        alone.tolist(),
+        np.where(has_next, nxt, -1).tolist(),
+        gap.tolist(),
+        strict=True,
+    ):
+        # min(best, x) as Python takes it: best unless x is smaller.
+        if nx >= 0:
+            x = slack[nx] + g
+            if x < best:
+                best = x
+        for target in waiters(j, ()):
             if target in slack:
-                best = min(best, slack[target] + max(start_of[target] - end, 0.0))
+                best = min(best, slack[target] + max(start_l(target) - end, 0.0))
         if j in releases:
             best = min(best, max(releases[j] - end, 0.0))
-        slack[j] = max(best, 0.0)
+        slack[j] = 0.0 if 0.0 > best else best
     out = np.full(n, np.nan)
     if slack:
         out[list(slack)] = list(slack.values())
@@ -958,16 +1019,20 @@ def _categories(
     ix = index_of(trace)
     loader = [(o.start_us, o.end_us) for o in dataloader_ops(ix)]
     totals: dict[str, float] = {}
+    by_kind = _KIND_CATEGORY.get
     for seg, rt in zip(segments, runtime_us, strict=True):
-        cat = _category(seg, kind_of.get(seg.name) if seg.kind == "kernel" else None)
-        if loader and cat in (HOST_OPS, PYTHON, RUNTIME):
+        # _category, its lookup by kind inline (a device activity's is by its class).
+        cat = by_kind(seg.kind)
+        if cat is None:
+            cat = _category(seg, kind_of.get(seg.name))
+        elif loader and cat in (HOST_OPS, PYTHON, RUNTIME):
             if any(a <= seg.start_us and seg.end_us <= b for a, b in loader):
                 cat = DATALOADER
         if cat == HOST_OPS and rt > 0:
             totals[RUNTIME] = totals.get(RUNTIME, 0.0) + rt
-            totals[cat] = totals.get(cat, 0.0) + seg.dur_us - rt
+            totals[cat] = totals.get(cat, 0.0) + (seg.end_us - seg.start_us) - rt
             continue
-        totals[cat] = totals.get(cat, 0.0) + seg.dur_us
+        totals[cat] = totals.get(cat, 0.0) + (seg.end_us - seg.start_us)
     return totals
 
 
