@@ -190,49 +190,46 @@ class _Gaps:
         out: np.ndarray = np.where(k >= 0, cum[np.maximum(k, 0)] + inside, 0.0)
         return out
 
-    def meets(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Mask of the spans [a, b) (a <= b) whose within() may be other than 0.0, of any
-        cause: where the gaps do not overlap, a span that starts after the gap before it
-        has ended and reaches no later gap measures the same before(b) as before(a), so
-        within() is exactly 0.0 there (every span, where gaps overlap)."""
-        if not self.disjoint or not len(self.lo):
-            return np.ones(len(a), dtype=bool)
-        k_a = self._gap_after(a)
-        k_b = self._gap_after(b)
-        return (k_a != k_b) | ((k_a >= 0) & (a < self.hi[np.maximum(k_a, 0)]))  # type: ignore[no-any-return]
-
     def within(self, a: np.ndarray, b: np.ndarray, cause: str | None = None) -> np.ndarray:
         out: np.ndarray = self.before(b, cause) - self.before(a, cause)
         return out
 
-    def within_each(
-        self, a: np.ndarray, b: np.ndarray, causes: Sequence[str]
-    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Return within(a, b) and within(a, b, c) for each cause c, the same numbers, with
-        what the causes share (each point's gap, its cause, the part of it before the point)
-        found once; a cause no gap has measures 0.0 everywhere."""
+    def meets_steps(self, points: np.ndarray) -> np.ndarray:
+        """Mask of the spans between consecutive points (sorted) whose within() may be other
+        than 0.0, of any cause: where the gaps do not overlap, a span that starts after the
+        gap before it has ended and reaches no later gap measures the same before() at both
+        ends, so within() is exactly 0.0 there (every span, where gaps overlap)."""
         if not self.disjoint or not len(self.lo):
+            return np.ones(max(len(points) - 1, 0), dtype=bool)
+        k = self._gap_after(points)
+        k_a, k_b = k[:-1], k[1:]
+        return (k_a != k_b) | ((k_a >= 0) & (points[:-1] < self.hi[np.maximum(k_a, 0)]))  # type: ignore[no-any-return]
+
+    def within_steps(
+        self, points: np.ndarray, spans: np.ndarray, causes: Sequence[str]
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Return within(a, b) and within(a, b, c) for each cause c, the same numbers, of the
+        spans between consecutive points (sorted) that `spans` (a mask) selects: before() of
+        each point is found once, and what the causes share (each point's gap, its cause,
+        its part inside it) once for them all; a cause no gap has measures 0.0 everywhere."""
+        if not self.disjoint or not len(self.lo):
+            a, b = points[:-1][spans], points[1:][spans]
             return self.within(a, b), {c: self.within(a, b, c) for c in causes}
-        ends = []
-        for x in (a, b):
-            k, at, inside = self._inside(x)
-            ends.append((k, at, inside, self.cause_code[at]))
+        k, at, inside = self._inside(points)
+        live = k >= 0
+        of = self.cause_code[at]
 
         def measure(cause: str | None) -> np.ndarray:
             cum = self._cumulative(cause)
-            code = self.code_of.get(cause, -1) if cause is not None else None
-            lo_b, hi_b = (
-                np.where(
-                    k >= 0,
-                    cum[at] + (inside if code is None else np.where(of == code, inside, 0.0)),
-                    0.0,
-                )
-                for k, at, inside, of in ends
-            )
-            return hi_b - lo_b  # type: ignore[no-any-return]
+            if cause is not None:
+                part = np.where(of == self.code_of[cause], inside, 0.0)
+            else:
+                part = inside
+            before = np.where(live, cum[at] + part, 0.0)
+            return before[1:][spans] - before[:-1][spans]  # type: ignore[no-any-return]
 
-        out = {c: measure(c) if c in self.code_of else np.zeros(len(a)) for c in causes}
-        return measure(None), out
+        empty = np.zeros(int(np.count_nonzero(spans)))
+        return measure(None), {c: measure(c) if c in self.code_of else empty for c in causes}
 
     def _inside(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each point's gap (-1: none), that gap's index clamped to 0, and how far into the
@@ -404,8 +401,13 @@ def _python_events(trace: Trace | TraceIndex) -> np.ndarray:
         return np.zeros(0, dtype=np.intp)
     cols = python_events(ix)
     timed = cols.dur >= 0
-    # Each event's thread id as text, as a code: distinct ids first, then their texts.
-    tids, tid_code = codes_of(map(_TID, cols.ops), len(cols.ops))
+    # Each event's thread id as text, as a code: distinct ids first, then their texts (ids
+    # are ints or strings, and equal ones print alike).
+    every = list(map(_TID, cols.ops))
+    if every.count(every[0]) == len(every):  # one thread (as usual): no codes to find
+        tids, tid_code = every[:1], np.zeros(len(every), dtype=np.intp)
+    else:
+        tids, tid_code = codes_of(every, len(every))
     texts, text_code = codes_of(map(str, tids), len(tids))
     code = np.asarray(text_code, dtype=np.intp)[tid_code] if len(tids) else tid_code
     count = np.bincount(code[timed], minlength=len(texts))
@@ -435,8 +437,8 @@ def _from_python_events(
     n = len(funcs)
     parent_ev = nearest_open_before(ends, ends, np.zeros(n, dtype=np.intp))
     # Each event's frame: its name's, frames numbered in order of first appearance.
-    name_codes, frame_ev = codes_of(cols.name_code[funcs[order]].tolist(), n)
-    frames = [_event_frame(cols.names[c]) for c in name_codes]
+    name_codes, frame_ev = _first_seen(cols.name_code[funcs[order]], len(cols.names))
+    frames = [_event_frame(cols.names[c]) for c in name_codes.tolist()]
     # A node per distinct (parent node, frame), numbered in order of first appearance;
     # parents come first (an event's parent is an earlier event). The pair as one number.
     width = len(frames)
@@ -474,14 +476,14 @@ def _from_python_events(
     a, b = lo_pts[held], hi_pts[held]
     # Idle time is measured only on the pieces that meet a gap: the others' is 0.0, and
     # adding 0.0 changes no node's sum.
-    idle = gaps.meets(a, b)
-    idle_node, a_idle, b_idle = owner_node[idle], a[idle], b[idle]
+    idle = held & gaps.meets_steps(points)
+    idle_all, idle_of = gaps.within_steps(points, idle, IDLE_CAUSES)
+    idle_node = nodes[owner[idle]]
 
     def own(node_of: np.ndarray, per_piece: np.ndarray) -> np.ndarray:
         """An amount per piece of time, summed per node of the piece's innermost event."""
         return np.bincount(node_of, per_piece, minlength=m)
 
-    idle_all, idle_of = gaps.within_each(a_idle, b_idle, IDLE_CAUSES)
     tree = _Tree(
         frames,
         parent,
@@ -491,6 +493,18 @@ def _from_python_events(
         {c: own(idle_node, v) for c, v in idle_of.items()},
     )
     return tree, (float(starts.min()), float(ends.max())), n
+
+
+def _first_seen(codes: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return the distinct values of `codes` (each in [0, count)) in order of first
+    appearance, and each value's index into them (codes_of of the values, by arrays)."""
+    first = np.full(count, len(codes), dtype=np.intp)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1, dtype=np.intp)  # the last write wins
+    seen = np.flatnonzero(first < len(codes))
+    seen = seen[np.argsort(first[seen], kind="stable")]
+    renumber = np.empty(count, dtype=np.intp)
+    renumber[seen] = np.arange(len(seen), dtype=np.intp)
+    return seen, renumber[codes]
 
 
 def _event_frame(name: str) -> Frame:

@@ -31,13 +31,12 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 from itertools import compress, repeat
-from operator import attrgetter, eq
+from operator import attrgetter, eq, is_not
 
 import numpy as np
 
 from gpuprof_nb.analysis.derived import (
     TraceIndex,
-    codes_of,
     index_of,
     kernel_columns,
     kernel_ids,
@@ -404,36 +403,37 @@ def _tie_backward(
     op. Return the backward ops tied to none and how many backward ops carry a sequence
     number."""
     cols = op_columns(ix)
-    values, value_code = codes_of(map(_SEQUENCE, cols.ops), len(cols.ops))
-    # Each distinct sequence number as the key it is looked up by (None: none recorded).
-    keys = [None if v is None else int(v) for v in values]
-    has_seq = np.array([v is not None for v in values], dtype=bool)
-    has_seq = has_seq[value_code] if len(value_code) else np.zeros(0, dtype=bool)
-    fwd = np.flatnonzero(has_seq & ~_is_backward(ix) & ~spans.holds(ix))
+    ops = cols.ops
+    # Forward ops: of the ops outside backward ones (by name and by time), those with a
+    # sequence number (read only for them).
+    outside = np.flatnonzero(~_is_backward(ix) & ~spans.holds(ix)).tolist()
+    seqs = list(map(_SEQUENCE, map(ops.__getitem__, outside)))
+    numbered = np.fromiter(map(is_not, seqs, repeat(None)), dtype=bool, count=len(seqs))
+    fwd = np.asarray(outside, dtype=np.intp)[numbered]
     # The module of each forward op: the FORWARD range innermost where it starts.
     fwd_ranges = [k for k, phase in enumerate(ranges.phase) if phase == FORWARD]
     owners = _owners_at(ix, _segments_by_thread(ranges, fwd_ranges), fwd)
     seq_start: dict[int, list[float]] = defaultdict(list)
     seq_node: dict[int, list[int]] = defaultdict(list)
-    for code, start, owner in zip(
-        value_code[fwd].tolist(), cols.start[fwd].tolist(), owners.tolist(), strict=True
+    for seq, start, owner in zip(
+        compress(seqs, numbered), cols.start[fwd].tolist(), owners.tolist(), strict=True
     ):
-        seq = keys[code]
-        seq_start[seq].append(start)  # type: ignore[index]
-        seq_node[seq].append(ranges.node[owner] if owner >= 0 else -1)  # type: ignore[index]
+        seq = int(seq)
+        seq_start[seq].append(start)
+        seq_node[seq].append(ranges.node[owner] if owner >= 0 else -1)
     untied: list[int] = []
     with_seq = 0
     for k in backward:
-        seq = keys[value_code[k]]
+        seq = ops[k].sequence_number
         node = -1
         start = float(cols.start[k])
         if seq is not None:
             with_seq += 1
-            starts = seq_start.get(seq)
+            starts = seq_start.get(int(seq))
             if starts:
                 before = bisect.bisect_left(starts, start) - 1
                 if before >= 0:
-                    node = seq_node[seq][before]
+                    node = seq_node[int(seq)][before]
         if node < 0:
             untied.append(k)
             continue
