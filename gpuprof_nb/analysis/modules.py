@@ -177,10 +177,9 @@ def _module_ranges(
     if not any(n.startswith(prefix) or n.startswith(MODULE_EVENT_PREFIX) for n in names):
         return "none", []
     cut = len(prefix)
-    kinds = op_kinds(ix)
     live = [
         (o.name[cut:], _thread(o), o.start_us, o.end_us)
-        for o in compress(trace.ops, map(eq, kinds, repeat("annotation")))
+        for o in map(trace.ops.__getitem__, _positions(op_kinds(ix), "annotation"))
         if o.name.startswith(prefix) and len(o.name) > cut
     ]
     if live:
@@ -214,6 +213,21 @@ def _is_backward(ix: TraceIndex) -> np.ndarray:
     distinct, codes = op_name_codes(ix)
     named = np.array([n.startswith(BACKWARD_PREFIX) for n in distinct], dtype=bool)
     return named[codes] if len(codes) else np.zeros(0, dtype=bool)  # type: ignore[no-any-return]
+
+
+def _positions(kinds: list[str], kind: str) -> list[int]:
+    """Return where `kind` is in `kinds`, in order. Annotations are few among the ops: found
+    by list.count and list.index (which compare in C and take the same object as equal at
+    once) rather than a comparison per op."""
+    count = kinds.count(kind)
+    if count > len(kinds) // 8:
+        return list(compress(range(len(kinds)), map(eq, kinds, repeat(kind))))
+    out = []
+    at = -1
+    for _ in range(count):
+        at = kinds.index(kind, at + 1)
+        out.append(at)
+    return out
 
 
 def _top_backward_ops(trace: Trace | TraceIndex) -> list[int]:
@@ -413,32 +427,97 @@ def _tie_backward(
     # The module of each forward op: the FORWARD range innermost where it starts.
     fwd_ranges = [k for k, phase in enumerate(ranges.phase) if phase == FORWARD]
     owners = _owners_at(ix, _segments_by_thread(ranges, fwd_ranges), fwd)
+    node_of = np.array(ranges.node, dtype=np.intp)
+    fwd_node = np.where(owners >= 0, node_of[np.maximum(owners, 0)], -1) if len(owners) else owners
+    bwd_seqs = list(map(_SEQUENCE, map(ops.__getitem__, backward)))
+    rows = np.asarray(backward, dtype=np.intp)
+    nodes = _tie_by_sequence(
+        list(compress(seqs, numbered)), cols.start[fwd], fwd_node, bwd_seqs, cols.start[rows]
+    )
+    tied = nodes >= 0
+    untied: list[int] = rows[~tied].tolist()
+    keys = cols.thread_keys
+    at = rows[tied]
+    ranges.thread.extend([keys[t] for t in cols.thread[at].tolist()])
+    ranges.start.extend(cols.start[at].tolist())
+    ranges.end.extend(cols.end[at].tolist())
+    ranges.node.extend(nodes[tied].tolist())
+    ranges.phase.extend([BACKWARD] * len(at))
+    with_seq = len(bwd_seqs) - bwd_seqs.count(None)
+    return untied, with_seq
+
+
+def _tie_by_sequence(
+    fwd_seq: Sequence[int],
+    fwd_start: np.ndarray,
+    fwd_node: np.ndarray,
+    bwd_seq: Sequence[int | None],
+    bwd_start: np.ndarray,
+) -> np.ndarray:
+    """Return, for each backward op (its sequence number, None where it has none, and its
+    start), the node of the latest forward op with that number started before it, -1 where
+    none is: _tie_by_sequence_loop's answer, found by one sort of both sets of ops by
+    (number, start) where the forward ops' starts are in order (as ops are in a trace) and
+    the numbers fit int64, else by that loop."""
+    has = np.fromiter(map(is_not, bwd_seq, repeat(None)), dtype=bool, count=len(bwd_seq))
+    fwd_start = np.asarray(fwd_start, dtype=float)
+    bwd_start = np.asarray(bwd_start, dtype=float)
+    if not np.all(fwd_start[1:] >= fwd_start[:-1]):
+        return _tie_by_sequence_loop(fwd_seq, fwd_start, fwd_node, bwd_seq, bwd_start)
+    try:
+        f_seq = np.fromiter(map(int, fwd_seq), dtype=np.int64, count=len(fwd_seq))
+        b_seq = np.fromiter(map(int, compress(bwd_seq, has)), dtype=np.int64)  # type: ignore[arg-type]
+    except OverflowError:
+        return _tie_by_sequence_loop(fwd_seq, fwd_start, fwd_node, bwd_seq, bwd_start)
+    out = np.full(len(bwd_seq), -1, dtype=np.intp)
+    if not len(f_seq) or not len(b_seq):
+        return out
+    # Forward ops and the backward ops' queries in one order by (number, start), a query
+    # before a forward op of its start (bisect_left: only those started strictly before
+    # count); forward ops of one number and start stay in their order (a stable sort).
+    n_f = len(f_seq)
+    seq = np.concatenate((f_seq, b_seq))
+    start = np.concatenate((fwd_start, bwd_start[has]))
+    is_fwd = np.concatenate((np.ones(n_f, dtype=bool), np.zeros(len(b_seq), dtype=bool)))
+    order = np.lexsort((is_fwd, start, seq))
+    sorted_fwd = is_fwd[order]
+    # The forward ops before each query: the last of them is the one asked for when it has
+    # the query's number.
+    before = np.cumsum(sorted_fwd)[~sorted_fwd] - 1
+    fwd_order = order[sorted_fwd]
+    query = order[~sorted_fwd] - n_f
+    last = fwd_order[np.maximum(before, 0)]
+    ok = (before >= 0) & (f_seq[last] == b_seq[query])
+    found = np.full(len(b_seq), -1, dtype=np.intp)
+    found[query[ok]] = np.asarray(fwd_node, dtype=np.intp)[last[ok]]
+    out[has] = found
+    return out
+
+
+def _tie_by_sequence_loop(
+    fwd_seq: Sequence[int],
+    fwd_start: np.ndarray,
+    fwd_node: np.ndarray,
+    bwd_seq: Sequence[int | None],
+    bwd_start: np.ndarray,
+) -> np.ndarray:
+    """_tie_by_sequence, one op at a time: each number's forward starts and nodes in their
+    order, and a bisection of its starts per backward op."""
     seq_start: dict[int, list[float]] = defaultdict(list)
     seq_node: dict[int, list[int]] = defaultdict(list)
-    for seq, start, owner in zip(
-        compress(seqs, numbered), cols.start[fwd].tolist(), owners.tolist(), strict=True
-    ):
-        seq = int(seq)
-        seq_start[seq].append(start)
-        seq_node[seq].append(ranges.node[owner] if owner >= 0 else -1)
-    untied: list[int] = []
-    with_seq = 0
-    for k in backward:
-        seq = ops[k].sequence_number
-        node = -1
-        start = float(cols.start[k])
-        if seq is not None:
-            with_seq += 1
-            starts = seq_start.get(int(seq))
-            if starts:
-                before = bisect.bisect_left(starts, start) - 1
-                if before >= 0:
-                    node = seq_node[int(seq)][before]
-        if node < 0:
-            untied.append(k)
+    for seq, start, node in zip(fwd_seq, fwd_start.tolist(), fwd_node.tolist(), strict=True):
+        seq_start[int(seq)].append(start)
+        seq_node[int(seq)].append(node)
+    out = np.full(len(bwd_seq), -1, dtype=np.intp)
+    for k, (seq, start) in enumerate(zip(bwd_seq, bwd_start.tolist(), strict=True)):
+        if seq is None:
             continue
-        ranges.add(cols.thread_keys[cols.thread[k]], start, float(cols.end[k]), node, BACKWARD)
-    return untied, with_seq
+        starts = seq_start.get(int(seq))
+        if starts:
+            before = bisect.bisect_left(starts, start) - 1
+            if before >= 0:
+                out[k] = seq_node[int(seq)][before]
+    return out
 
 
 def _backward_outside(
@@ -795,14 +874,17 @@ def _rows(
             d += 1
             up = parent[up]
         depth[k] = d
-    incl_host, incl_dev = host.copy(), device.copy()
-    incl_k, incl_idle = kernel_count.astype(float), idle.copy()
-    incl_mem = allocated.copy() if allocated is not None else None
+    # Inclusive amounts, children added into parents deepest first, as Python floats (the
+    # same additions as on the arrays, without a NumPy call per node).
+    incl_host, incl_dev = host.tolist(), device.tolist()
+    incl_k, incl_idle = kernel_count.astype(float).tolist(), idle.tolist()
+    incl_mem = allocated.tolist() if allocated is not None else None
     for k in sorted(range(n), key=lambda k: -depth[k]):
         up = parent[k]
         if up >= 0:
-            incl_host[:, up] += incl_host[:, k]
-            incl_dev[:, up] += incl_dev[:, k]
+            for phase in (FORWARD, BACKWARD, RECOMPUTE):
+                incl_host[phase][up] += incl_host[phase][k]
+                incl_dev[phase][up] += incl_dev[phase][k]
             incl_k[up] += incl_k[k]
             incl_idle[up] += incl_idle[k]
             if incl_mem is not None:
@@ -813,12 +895,9 @@ def _rows(
     self_host = host.sum(axis=0).tolist()
     self_dev = device.sum(axis=0).tolist()
     own = self_dev if on_device else self_host
-    whole = (incl_dev if on_device else incl_host).sum(axis=0).tolist()
-    host_of = incl_host.tolist()
-    dev_of = incl_dev.tolist()
-    kernels = incl_k.tolist()
-    idles = incl_idle.tolist()
-    mem = incl_mem.tolist() if incl_mem is not None else None
+    whole = np.array(incl_dev if on_device else incl_host).sum(axis=0).tolist()
+    host_of, dev_of = incl_host, incl_dev
+    kernels, idles, mem = incl_k, incl_idle, incl_mem
     n_calls = calls.tolist()
     n_recompute = recompute_calls.tolist()
     rows = []
