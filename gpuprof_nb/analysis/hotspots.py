@@ -18,15 +18,23 @@ gaps, the device's idle time on GPU, the gaps between host ops on CPU.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import attrgetter, eq
 
 import numpy as np
 
-from gpuprof_nb.analysis.derived import TraceIndex, distinct, index_of, lex_order, op_kinds
+from gpuprof_nb.analysis.derived import (
+    TraceIndex,
+    codes_of,
+    distinct,
+    frozen,
+    index_of,
+    lex_order,
+    memo,
+    op_kinds,
+)
 from gpuprof_nb.analysis.intervals import nearest_open_at, nearest_open_before
 from gpuprof_nb.analysis.sources import (
     KNOWN_PACKAGES,
@@ -36,7 +44,7 @@ from gpuprof_nb.analysis.sources import (
 )
 from gpuprof_nb.model.frames import Frame, FrameKind
 from gpuprof_nb.model.samples import StackSamples
-from gpuprof_nb.model.trace import Op, Trace
+from gpuprof_nb.model.trace import Trace
 from gpuprof_nb.results.hotspots import FlameNode, HotLine, Hotspots
 
 __all__ = ["KNOWN_PACKAGES", "compute_hotspots", "frame_kind"]
@@ -44,12 +52,63 @@ from gpuprof_nb.results.timeline import IDLE_CAUSES, Timeline
 
 _TID, _NAME = attrgetter("tid"), attrgetter("name")
 _START, _DUR = attrgetter("start_us"), attrgetter("dur_us")
+_CAUSE, _END = attrgetter("cause"), attrgetter("end_us")
 
 # Lines kept in `Hotspots.lines`; icicle blocks kept, and the smallest share of the host time
 # a block must hold to be kept.
 MAX_LINES = 50
 MAX_NODES = 400
 MIN_NODE_SHARE = 0.002
+
+
+class PythonEvents:
+    """The trace's python_function events (kind "python", in trace order) as columns: the
+    hotspots' call tree and the module breakdown's nn.Module events (modules.py) both read
+    them, so they are built once per trace (python_events)."""
+
+    __slots__ = ("ops", "start", "dur", "names", "name_code")
+
+    def __init__(self, index: TraceIndex) -> None:
+        every = index.trace.ops
+        ops = tuple(compress(every, map(eq, op_kinds(index), repeat("python"))))
+        n = len(ops)
+        self.ops = ops
+        self.start = frozen(np.fromiter(map(_START, ops), dtype=float, count=n))
+        self.dur = frozen(np.fromiter(map(_DUR, ops), dtype=float, count=n))
+        # Each event's name as an index into the distinct names (in order of first
+        # appearance): tests on names then run per name, not per event.
+        names, codes = codes_of(map(_NAME, ops), n)
+        self.names: tuple[str, ...] = tuple(names)
+        self.name_code = frozen(codes)
+
+    def named(self, test: Callable[[str], bool]) -> np.ndarray:
+        """Mask of the events whose name passes `test` (asked once per distinct name)."""
+        passes = np.fromiter(map(test, self.names), dtype=bool, count=len(self.names))
+        return passes[self.name_code] if len(self.name_code) else np.zeros(0, dtype=bool)  # type: ignore[no-any-return]
+
+
+def python_events(index: TraceIndex) -> PythonEvents:
+    """Return the trace's python_function events as columns (computed once per trace)."""
+    return memo(index, "python_event_columns", lambda: PythonEvents(index))
+
+
+def gap_columns(
+    index: TraceIndex, timeline: Timeline
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+    """Return the timeline's idle gaps, in its order, as columns: starts, ends, causes as
+    codes, and each cause's code. Read once per timeline (the module breakdown reads the
+    same gaps); the index keeps the timeline with them, so its id names no other."""
+
+    def compute() -> tuple[Timeline, tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]]:
+        gaps = timeline.gaps
+        n = len(gaps)
+        causes, code = codes_of(map(_CAUSE, gaps), n)
+        starts = np.fromiter(map(_START, gaps), dtype=float, count=n)
+        ends = np.fromiter(map(_END, gaps), dtype=float, count=n)
+        code_of = {c: k for k, c in enumerate(causes)}
+        return timeline, (frozen(starts), frozen(ends), frozen(code), code_of)
+
+    return memo(index, ("timeline_gap_columns", id(timeline)), compute)[1]
 
 
 @dataclass
@@ -70,19 +129,17 @@ class _Gaps:
     """The Timeline's idle gaps (sorted, disjoint) as a measure: how much idle time, of one
     cause or all, lies before a point, so the idle time inside [a, b) is idle(b) - idle(a).
     The gap each point falls after is searched once per array of points, whatever the cause
-    asked (within() is asked for each cause on the same points)."""
+    asked (within() is asked for each cause on the same points; within_each asks them all)."""
 
-    def __init__(self, timeline: Timeline) -> None:
-        gaps = sorted(timeline.gaps, key=attrgetter("start_us"))
-        self.lo = np.array([g.start_us for g in gaps], dtype=float)
-        self.hi = np.array([g.end_us for g in gaps], dtype=float)
-        self.cause = np.array([g.cause for g in gaps], dtype=object)
+    def __init__(self, index: TraceIndex, timeline: Timeline) -> None:
+        starts, ends, code, self.code_of = gap_columns(index, timeline)
+        # By start; a stable sort keeps gaps that start together in the timeline's order.
+        order = np.argsort(starts, kind="stable")
+        self.lo = starts[order]
+        self.hi = ends[order]
         self.length = self.hi - self.lo
         # Causes as numbers (comparing numbers, not strings, per point).
-        self.code_of: dict[str, int] = {}
-        self.cause_code = np.array(
-            [self.code_of.setdefault(g.cause, len(self.code_of)) for g in gaps], dtype=np.intp
-        )
+        self.cause_code = code[order]
         # One cause's time before each gap is the running sum of that cause's lengths with
         # the other gaps' as 0.0 (adding 0.0 changes no sum), which holds when gaps do not
         # overlap; overlapping ones (none in a Timeline) are measured cause by cause.
@@ -102,6 +159,16 @@ class _Gaps:
             return self._before_filtered(x, cause)
         if not len(self.lo):
             return np.zeros(len(x))
+        cum = self._cumulative(cause)
+        k, at, inside = self._inside(x)
+        if cause is not None:
+            mine = self.cause_code[at] == self.code_of.get(cause, -1)
+            inside = np.where(mine, inside, 0.0)
+        out: np.ndarray = np.where(k >= 0, cum[at] + inside, 0.0)
+        return out
+
+    def _cumulative(self, cause: str | None) -> np.ndarray:
+        """The idle time of one cause (None: all) before each gap, and in all of them last."""
         cum = self._cum.get(cause)
         if cum is None:
             mine = (
@@ -110,17 +177,10 @@ class _Gaps:
                 else np.where(self.cause_code == self.code_of.get(cause, -1), self.length, 0.0)
             )
             cum = self._cum[cause] = np.concatenate(([0.0], np.cumsum(mine)))
-        k = self._gap_after(x)
-        at = np.maximum(k, 0)
-        inside = np.clip(x - self.lo[at], 0.0, self.length[at])
-        if cause is not None:
-            mine = self.cause_code[at] == self.code_of.get(cause, -1)
-            inside = np.where(mine, inside, 0.0)
-        out: np.ndarray = np.where(k >= 0, cum[at] + inside, 0.0)
-        return out
+        return cum
 
     def _before_filtered(self, x: np.ndarray, cause: str) -> np.ndarray:
-        keep = self.cause == cause
+        keep = self.cause_code == self.code_of.get(cause, -1)
         lo, hi = self.lo[keep], self.hi[keep]
         if not len(lo):
             return np.zeros(len(x))
@@ -134,13 +194,57 @@ class _Gaps:
         out: np.ndarray = self.before(b, cause) - self.before(a, cause)
         return out
 
+    def meets_steps(self, points: np.ndarray) -> np.ndarray:
+        """Mask of the spans between consecutive points (sorted) whose within() may be other
+        than 0.0, of any cause: where the gaps do not overlap, a span that starts after the
+        gap before it has ended and reaches no later gap measures the same before() at both
+        ends, so within() is exactly 0.0 there (every span, where gaps overlap)."""
+        if not self.disjoint or not len(self.lo):
+            return np.ones(max(len(points) - 1, 0), dtype=bool)
+        k = self._gap_after(points)
+        k_a, k_b = k[:-1], k[1:]
+        return (k_a != k_b) | ((k_a >= 0) & (points[:-1] < self.hi[np.maximum(k_a, 0)]))  # type: ignore[no-any-return]
+
+    def within_steps(
+        self, points: np.ndarray, spans: np.ndarray, causes: Sequence[str]
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Return within(a, b) and within(a, b, c) for each cause c, the same numbers, of the
+        spans between consecutive points (sorted) that `spans` (a mask) selects: before() of
+        each point is found once, and what the causes share (each point's gap, its cause,
+        its part inside it) once for them all; a cause no gap has measures 0.0 everywhere."""
+        if not self.disjoint or not len(self.lo):
+            a, b = points[:-1][spans], points[1:][spans]
+            return self.within(a, b), {c: self.within(a, b, c) for c in causes}
+        k, at, inside = self._inside(points)
+        live = k >= 0
+        of = self.cause_code[at]
+
+        def measure(cause: str | None) -> np.ndarray:
+            cum = self._cumulative(cause)
+            if cause is not None:
+                part = np.where(of == self.code_of[cause], inside, 0.0)
+            else:
+                part = inside
+            before = np.where(live, cum[at] + part, 0.0)
+            return before[1:][spans] - before[:-1][spans]  # type: ignore[no-any-return]
+
+        empty = np.zeros(int(np.count_nonzero(spans)))
+        return measure(None), {c: measure(c) if c in self.code_of else empty for c in causes}
+
+    def _inside(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each point's gap (-1: none), that gap's index clamped to 0, and how far into the
+        gap the point lies (what before() adds to the time before that gap)."""
+        k = self._gap_after(x)
+        at = np.maximum(k, 0)
+        return k, at, np.clip(x - self.lo[at], 0.0, self.length[at])
+
 
 def compute_hotspots(trace: Trace | TraceIndex, timeline: Timeline) -> Hotspots | None:
     """Return the trace's hotspots: at line granularity from the line sampler's stacks, else
     at function granularity from its python_function events; None when it has neither."""
     ix = index_of(trace)
     trace = ix.trace
-    gaps = _Gaps(timeline)
+    gaps = _Gaps(ix, timeline)
     samples = trace.samples
     notes: list[str] = []
     lost_us = 0.0
@@ -289,20 +393,28 @@ def _from_samples(samples: StackSamples, gaps: _Gaps) -> tuple[_Tree, tuple[floa
     return tree, (float(bounds[0]), float(bounds[-1])), float(lost.sum())
 
 
-def _python_events(trace: Trace | TraceIndex) -> list[Op]:
-    """Return the python_function events of the thread with the most of them."""
+def _python_events(trace: Trace | TraceIndex) -> np.ndarray:
+    """Return the python_function events of the thread with the most of them (ties: the
+    least thread id as text), those of a duration >= 0, as positions in python_events."""
     ix = index_of(trace)
-    trace = ix.trace
-    kinds = op_kinds(ix)
-    if "python" not in kinds:
-        return []
-    funcs = [o for o in compress(trace.ops, map(eq, kinds, repeat("python"))) if o.dur_us >= 0]
-    tids = list(map(str, map(_TID, funcs)))
-    per_thread = Counter(tids)
-    if not per_thread:
-        return []
-    main = min(per_thread, key=lambda t: (-per_thread[t], t))
-    return list(compress(funcs, map(eq, tids, repeat(main))))
+    if "python" not in op_kinds(ix):
+        return np.zeros(0, dtype=np.intp)
+    cols = python_events(ix)
+    timed = cols.dur >= 0
+    # Each event's thread id as text, as a code: distinct ids first, then their texts (ids
+    # are ints or strings, and equal ones print alike).
+    every = list(map(_TID, cols.ops))
+    if every.count(every[0]) == len(every):  # one thread (as usual): no codes to find
+        tids, tid_code = every[:1], np.zeros(len(every), dtype=np.intp)
+    else:
+        tids, tid_code = codes_of(every, len(every))
+    texts, text_code = codes_of(map(str, tids), len(tids))
+    code = np.asarray(text_code, dtype=np.intp)[tid_code] if len(tids) else tid_code
+    count = np.bincount(code[timed], minlength=len(texts))
+    if not count.any():
+        return np.zeros(0, dtype=np.intp)
+    main = min((k for k in range(len(texts)) if count[k]), key=lambda k: (-int(count[k]), texts[k]))
+    return np.flatnonzero(timed & (code == main))
 
 
 def _from_python_events(
@@ -312,10 +424,11 @@ def _from_python_events(
     call path), the span they cover and their count; None without such events."""
     ix = index_of(trace)
     funcs = _python_events(ix)
-    if not funcs:
+    if not len(funcs):
         return None
-    starts = np.fromiter(map(_START, funcs), dtype=float, count=len(funcs))
-    durs = np.fromiter(map(_DUR, funcs), dtype=float, count=len(funcs))
+    cols = python_events(ix)
+    starts = cols.start[funcs]
+    durs = cols.dur[funcs]
     # Outer events first among equal starts; nesting by time: an event's parent is the
     # nearest earlier one that ends no earlier (Python events nest on one thread).
     order = lex_order((-durs, starts), lead=1)
@@ -323,25 +436,25 @@ def _from_python_events(
     ends = starts + durs
     n = len(funcs)
     parent_ev = nearest_open_before(ends, ends, np.zeros(n, dtype=np.intp))
-    names = list(map(_NAME, map(funcs.__getitem__, order.tolist())))
-    frames: list[Frame] = []
-    frame_of_name: dict[str, int] = {}
-    index: dict[tuple[int, int], int] = {}
+    # Each event's frame: its name's, frames numbered in order of first appearance.
+    name_codes, frame_ev = _first_seen(cols.name_code[funcs[order]], len(cols.names))
+    frames = [_event_frame(cols.names[c]) for c in name_codes.tolist()]
+    # A node per distinct (parent node, frame), numbered in order of first appearance;
+    # parents come first (an event's parent is an earlier event). The pair as one number.
+    width = len(frames)
+    index: dict[int, int] = {}
     parent: list[int] = []
     frame: list[int] = []
-    node_ev = [0] * n
-    for i, (name, p) in enumerate(zip(names, parent_ev.tolist(), strict=True)):
-        f = frame_of_name.get(name)
-        if f is None:
-            f = frame_of_name[name] = len(frames)
-            frames.append(_event_frame(name))
-        key = (node_ev[p] if p >= 0 else -1, f)
+    node_ev: list[int] = []
+    for f, p in zip(frame_ev.tolist(), parent_ev.tolist(), strict=True):
+        up = node_ev[p] if p >= 0 else -1
+        key = up * width + f
         got = index.get(key)
         if got is None:
             got = index[key] = len(parent)
-            parent.append(key[0])
+            parent.append(up)
             frame.append(f)
-        node_ev[i] = got
+        node_ev.append(got)
     nodes = np.asarray(node_ev, dtype=np.intp)
     m = len(parent)
     # Each instant belongs to the innermost event open then (the latest started): events
@@ -361,20 +474,37 @@ def _from_python_events(
     held = owner >= 0
     owner_node = nodes[owner[held]]
     a, b = lo_pts[held], hi_pts[held]
+    # Idle time is measured only on the pieces that meet a gap: the others' is 0.0, and
+    # adding 0.0 changes no node's sum.
+    idle = held & gaps.meets_steps(points)
+    idle_all, idle_of = gaps.within_steps(points, idle, IDLE_CAUSES)
+    idle_node = nodes[owner[idle]]
 
-    def own(per_piece: np.ndarray) -> np.ndarray:
+    def own(node_of: np.ndarray, per_piece: np.ndarray) -> np.ndarray:
         """An amount per piece of time, summed per node of the piece's innermost event."""
-        return np.bincount(owner_node, per_piece, minlength=m)
+        return np.bincount(node_of, per_piece, minlength=m)
 
     tree = _Tree(
         frames,
         parent,
         frame,
-        own(b - a),
-        own(gaps.within(a, b)),
-        {c: own(gaps.within(a, b, c)) for c in IDLE_CAUSES},
+        own(owner_node, b - a),
+        own(idle_node, idle_all),
+        {c: own(idle_node, v) for c, v in idle_of.items()},
     )
     return tree, (float(starts.min()), float(ends.max())), n
+
+
+def _first_seen(codes: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return the distinct values of `codes` (each in [0, count)) in order of first
+    appearance, and each value's index into them (codes_of of the values, by arrays)."""
+    first = np.full(count, len(codes), dtype=np.intp)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1, dtype=np.intp)  # the last write wins
+    seen = np.flatnonzero(first < len(codes))
+    seen = seen[np.argsort(first[seen], kind="stable")]
+    renumber = np.empty(count, dtype=np.intp)
+    renumber[seen] = np.arange(len(seen), dtype=np.intp)
+    return seen, renumber[codes]
 
 
 def _event_frame(name: str) -> Frame:

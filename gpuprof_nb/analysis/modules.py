@@ -30,9 +30,8 @@ import bisect
 import re
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import eq
+from operator import attrgetter, eq, is_not
 
 import numpy as np
 
@@ -52,6 +51,7 @@ from gpuprof_nb.analysis.derived import (
     runtime_starts,
     runtime_threads,
 )
+from gpuprof_nb.analysis.hotspots import gap_columns, python_events
 from gpuprof_nb.analysis.timeline import activity_window
 from gpuprof_nb.model.trace import MemoryEvent, Op, Trace
 from gpuprof_nb.results.modules import ModuleBreakdown, ModuleGroup, ModuleRow, ModuleSource
@@ -61,6 +61,8 @@ MODULE_EVENT_PREFIX = "nn.Module: "
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 FORWARD, BACKWARD, RECOMPUTE = 0, 1, 2
 _INSTANCE = re.compile(r"^(.*?)(\d+)$")
+_NUMBERED = re.compile(r"^(.*)_\d+$")  # torch's module event names: Class_N
+_SEQUENCE = attrgetter("sequence_number")
 _HOW_TO_RECORD = (
     "profile the cell with %%gpuprofile (it records them), or record with "
     "torch.profiler.profile(with_stack=True, with_modules=True)"
@@ -69,15 +71,28 @@ _HOW_TO_RECORD = (
 Thread = tuple[str, str]
 
 
-@dataclass(slots=True)
-class _Range:
-    """A span on one thread charged to a module node in one phase."""
+class _Ranges:
+    """Spans on host threads, each charged to a module node in one phase, as columns:
+    range k runs on thread[k] from start[k] to end[k], charged to node[k] in phase[k]."""
 
-    thread: Thread
-    start: float
-    end: float
-    node: int
-    phase: int
+    __slots__ = ("thread", "start", "end", "node", "phase")
+
+    def __init__(self) -> None:
+        self.thread: list[Thread] = []
+        self.start: list[float] = []
+        self.end: list[float] = []
+        self.node: list[int] = []
+        self.phase: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.node)
+
+    def add(self, thread: Thread, start: float, end: float, node: int, phase: int) -> None:
+        self.thread.append(thread)
+        self.start.append(start)
+        self.end.append(end)
+        self.node.append(node)
+        self.phase.append(phase)
 
 
 class _Segments:
@@ -109,40 +124,42 @@ class _Segments:
         return np.where(ok, self.owner[np.maximum(at, 0)], -1)
 
 
-def _flatten(ranges: Sequence[_Range], order: Sequence[int]) -> tuple[_Segments, list[int]]:
-    """Cut one thread's ranges (indices in `order`, sorted by start, longer first) into
-    disjoint pieces owned by the innermost open range; return them and each range's parent
-    (-1: none). A range that outlasts its parent is cut at the parent's end."""
+def _flatten(start: Sequence[float], end: Sequence[float], order: Sequence[int]) -> _Segments:
+    """Cut one thread's ranges (indices in `order`, sorted by start, longer first; range k
+    spans start[k] to end[k]) into disjoint pieces owned by the innermost open range. A
+    range that outlasts its parent is cut at the parent's end."""
     starts: list[float] = []
     ends: list[float] = []
     owners: list[int] = []
-    parent = {}
     stack: list[tuple[int, float]] = []  # (range, its end, clipped)
     cursor = 0.0
-
-    def emit(lo: float, hi: float, owner: int) -> None:
-        if hi > lo:
-            starts.append(lo)
-            ends.append(hi)
-            owners.append(owner)
-
     for i in order:
-        r = ranges[i]
-        while stack and stack[-1][1] <= r.start:
-            top, end = stack.pop()
-            emit(cursor, end, top)
-            cursor = end
+        lo = start[i]
+        while stack and stack[-1][1] <= lo:
+            top, hi = stack.pop()
+            if hi > cursor:
+                starts.append(cursor)
+                ends.append(hi)
+                owners.append(top)
+            cursor = hi
         if stack:
-            emit(cursor, r.start, stack[-1][0])
-        cursor = r.start
-        end = min(r.end, stack[-1][1]) if stack else r.end
-        parent[i] = stack[-1][0] if stack else -1
-        stack.append((i, end))
+            if lo > cursor:
+                starts.append(cursor)
+                ends.append(lo)
+                owners.append(stack[-1][0])
+            hi = min(end[i], stack[-1][1])
+        else:
+            hi = end[i]
+        cursor = lo
+        stack.append((i, hi))
     while stack:
-        top, end = stack.pop()
-        emit(cursor, end, top)
-        cursor = max(cursor, end)
-    return _Segments(starts, ends, owners), [parent[i] for i in order]
+        top, hi = stack.pop()
+        if hi > cursor:
+            starts.append(cursor)
+            ends.append(hi)
+            owners.append(top)
+        cursor = max(cursor, hi)
+    return _Segments(starts, ends, owners)
 
 
 def _thread(o: Op) -> Thread:
@@ -160,19 +177,16 @@ def _module_ranges(
     if not any(n.startswith(prefix) or n.startswith(MODULE_EVENT_PREFIX) for n in names):
         return "none", []
     cut = len(prefix)
-    kinds = op_kinds(ix)
     live = [
         (o.name[cut:], _thread(o), o.start_us, o.end_us)
-        for o in compress(trace.ops, map(eq, kinds, repeat("annotation")))
+        for o in map(trace.ops.__getitem__, _positions(op_kinds(ix), "annotation"))
         if o.name.startswith(prefix) and len(o.name) > cut
     ]
     if live:
         return "hooks", live
-    events = [
-        o
-        for o in compress(trace.ops, map(eq, kinds, repeat("python")))
-        if o.name.startswith(MODULE_EVENT_PREFIX) and o.dur_us >= 0
-    ]
+    py = python_events(ix)
+    named = py.named(lambda name: name.startswith(MODULE_EVENT_PREFIX))
+    events = [py.ops[i] for i in np.flatnonzero(named & (py.dur >= 0)).tolist()]
     if not events:
         return "none", []
     # Paths from nesting: per thread, by start, longer first, as recorded.
@@ -194,26 +208,50 @@ def _module_ranges(
     return "python_events", out
 
 
+def _is_backward(ix: TraceIndex) -> np.ndarray:
+    """Mask of op_columns' ops named as backward ops."""
+    distinct, codes = op_name_codes(ix)
+    named = np.array([n.startswith(BACKWARD_PREFIX) for n in distinct], dtype=bool)
+    return named[codes] if len(codes) else np.zeros(0, dtype=bool)  # type: ignore[no-any-return]
+
+
+def _positions(kinds: list[str], kind: str) -> list[int]:
+    """Return where `kind` is in `kinds`, in order. Annotations are few among the ops: found
+    by list.count and list.index (which compare in C and take the same object as equal at
+    once) rather than a comparison per op."""
+    count = kinds.count(kind)
+    if count > len(kinds) // 8:
+        return list(compress(range(len(kinds)), map(eq, kinds, repeat(kind))))
+    out = []
+    at = -1
+    for _ in range(count):
+        at = kinds.index(kind, at + 1)
+        out.append(at)
+    return out
+
+
 def _top_backward_ops(trace: Trace | TraceIndex) -> list[int]:
-    """Positions in trace.ops of the backward ops not nested in another on their thread."""
+    """Rows in op_columns of the backward ops not nested in another on their thread."""
     ix = index_of(trace)
-    trace = ix.trace
     if not any(n.startswith(BACKWARD_PREFIX) for n in op_names(ix)):
         return []
     out = []
-    open_until: dict[Thread, float] = {}
-    # The torch ops (kind "op") so named, by their names' codes, in trace order.
+    open_until: dict[int, float] = {}
+    # The torch ops (kind "op") so named, in trace order; threads as op_columns' codes
+    # (one per thread as text).
     cols = op_columns(ix)
-    distinct, codes = op_name_codes(ix)
-    named = np.array([n.startswith(BACKWARD_PREFIX) for n in distinct], dtype=bool)
-    rows = np.flatnonzero(named[codes]) if len(codes) else np.zeros(0, dtype=np.intp)
-    for i in cols.positions[rows].tolist():
-        o = trace.ops[i]
-        t = _thread(o)
-        if o.start_us < open_until.get(t, -np.inf):
+    rows = np.flatnonzero(_is_backward(ix))
+    for k, t, start, end in zip(
+        rows.tolist(),
+        cols.thread[rows].tolist(),
+        cols.start[rows].tolist(),
+        cols.end[rows].tolist(),
+        strict=True,
+    ):
+        if start < open_until.get(t, -np.inf):
             continue
-        open_until[t] = o.end_us
-        out.append(i)
+        open_until[t] = end
+        out.append(k)
     return out
 
 
@@ -240,18 +278,17 @@ def _breakdown(trace: Trace | TraceIndex, timeline: Timeline | None) -> ModuleBr
         return _no_modules(trace, on_device, total, steps)
     notes: list[str] = []
     backward = _top_backward_ops(ix)
-    spans = _BackwardSpans(trace.ops, backward)
+    spans = _BackwardSpans(ix, backward)
     phases = [
         RECOMPUTE if spans.contains(thread, start) else FORWARD for _, thread, start, _ in found
     ]
     if source == "python_events":
         found = _recompute_paths(found, phases)
     paths: dict[str, int] = {}  # each path's node
-    ranges = [
-        _Range(thread, start, end, paths.setdefault(path, len(paths)), phase)
-        for (path, thread, start, end), phase in zip(found, phases, strict=True)
-    ]
-    untied, with_seq = _tie_backward(trace.ops, op_columns(ix).ops, backward, spans, ranges)
+    ranges = _Ranges()
+    for (path, thread, start, end), phase in zip(found, phases, strict=True):
+        ranges.add(thread, start, end, paths.setdefault(path, len(paths)), phase)
+    untied, with_seq = _tie_backward(ix, backward, spans, ranges)
     if backward and not with_seq:
         notes.append(
             "the backward ops carry no autograd sequence numbers (an older trace?): "
@@ -261,23 +298,23 @@ def _breakdown(trace: Trace | TraceIndex, timeline: Timeline | None) -> ModuleBr
     # Every range's pieces of host time, per thread; backward ops tied to no module hold
     # what no range inside them (a recompute) holds.
     by_thread = _segments_by_thread(ranges)
-    backward_outside = 0.0
-    for o in untied:
-        segs = by_thread.get(_thread(o))
-        backward_outside += o.dur_us - (segs.covered(o.start_us, o.end_us) if segs else 0.0)
+    backward_outside = _backward_outside(ix, untied, by_thread)
     n = len(paths)
-    range_node = np.array([r.node for r in ranges], dtype=np.intp)
-    range_phase = np.array([r.phase for r in ranges], dtype=np.intp)
+    range_node = np.array(ranges.node, dtype=np.intp)
+    range_phase = np.array(ranges.phase, dtype=np.intp)
     memo(ix, "module_segments", lambda: (by_thread, range_node, range_phase, list(paths)))
     host = np.zeros((3, n))
     for segs in by_thread.values():
         np.add.at(host, (range_phase[segs.owner], range_node[segs.owner]), segs.end - segs.start)
-    calls, recompute_calls = _calls_by_node(ranges, n)
+    calls = np.bincount(range_node[range_phase == FORWARD], minlength=n).astype(np.int64)
+    recompute_calls = np.bincount(range_node[range_phase == RECOMPUTE], minlength=n).astype(
+        np.int64
+    )
     device, kernel_count = _device_by_node(ix, by_thread, range_node, range_phase, n)
     # Idle gaps, charged to the range open then (pieces of all threads, earliest first).
     idle = np.zeros(n)
     if timeline is not None and timeline.gaps:
-        idle = _idle_by_node(timeline, by_thread, ranges, n)
+        idle = _idle_by_node(ix, timeline, by_thread, range_node, n)
     allocated = _allocated_by_node(trace, by_thread, range_node, n, on_device)
     rows = _rows(
         trace,
@@ -330,13 +367,18 @@ class _BackwardSpans:
     """The top-level backward ops' spans per thread (sorted by start): whether a moment of
     a thread lies inside one."""
 
-    def __init__(self, ops: Sequence[Op], backward: Sequence[int]) -> None:
+    def __init__(self, ix: TraceIndex, backward: Sequence[int]) -> None:
+        cols = op_columns(ix)
         by_thread: dict[Thread, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
-        for i in backward:
-            o = ops[i]
-            s, e = by_thread[_thread(o)]
-            s.append(o.start_us)
-            e.append(o.end_us)
+        for t, start, end in zip(
+            cols.thread[backward].tolist(),
+            cols.start[backward].tolist(),
+            cols.end[backward].tolist(),
+            strict=True,
+        ):
+            s, e = by_thread[cols.thread_keys[t]]
+            s.append(start)
+            e.append(end)
         self.by_thread = by_thread
 
     def contains(self, thread: Thread, t: float) -> bool:
@@ -346,64 +388,163 @@ class _BackwardSpans:
         k = bisect.bisect_right(pair[0], t) - 1
         return k >= 0 and t < pair[1][k]
 
+    def holds(self, ix: TraceIndex) -> np.ndarray:
+        """Mask of op_columns' ops that start inside a span on their thread: contains() of
+        each, found per thread by one search where the spans' starts are sorted (as the
+        bisection finds them there)."""
+        cols = op_columns(ix)
+        out = np.zeros(len(cols.ops), dtype=bool)
+        code_of = {key: k for k, key in enumerate(cols.thread_keys)}
+        for thread, (s, e) in self.by_thread.items():
+            rows = np.flatnonzero(cols.thread == code_of[thread])
+            starts, ends = np.array(s, dtype=float), np.array(e, dtype=float)
+            if np.all(starts[1:] >= starts[:-1]):
+                t = cols.start[rows]
+                k = np.searchsorted(starts, t, side="right") - 1
+                out[rows] = (k >= 0) & (t < ends[np.maximum(k, 0)])
+            else:
+                out[rows] = [self.contains(thread, t) for t in cols.start[rows].tolist()]
+        return out
+
 
 def _tie_backward(
-    ops: Sequence[Op],
-    torch_ops: Sequence[Op],
-    backward: Sequence[int],
-    spans: _BackwardSpans,
-    ranges: list[_Range],
-) -> tuple[list[Op], int]:
-    """Tie each top-level backward op to the module of the latest forward op with its
-    sequence number started before it, appending a BACKWARD range for each tied op to
-    `ranges` (whose FORWARD ranges name the forward ops' modules). `torch_ops` are the ops
-    of kind "op" in trace order (op_columns), `backward` positions in `ops`. Return the backward ops
-    tied to none and how many backward ops carry a sequence number."""
-    fwd_ranges = [r for r in ranges if r.phase == FORWARD]
-    fwd_segments = _segments_by_thread(fwd_ranges)
-    seq_start: dict[int, list[float]] = defaultdict(list)
-    seq_node: dict[int, list[int]] = defaultdict(list)
-    forward_ops = [
-        o
-        for o in torch_ops
-        if o.sequence_number is not None
-        and not o.name.startswith(BACKWARD_PREFIX)
-        and not spans.contains(_thread(o), o.start_us)
-    ]
-    owners = _owners_of(fwd_segments, [(_thread(o), o.start_us) for o in forward_ops])
-    for o, fwd_owner in zip(forward_ops, owners, strict=True):
-        seq = int(o.sequence_number)  # type: ignore[arg-type]
-        seq_start[seq].append(o.start_us)
-        seq_node[seq].append(fwd_ranges[fwd_owner].node if fwd_owner >= 0 else -1)
-    untied: list[Op] = []
-    with_seq = 0
-    for i in backward:
-        o = ops[i]
-        node = -1
-        if o.sequence_number is not None:
-            with_seq += 1
-            starts = seq_start.get(int(o.sequence_number))
-            if starts:
-                k = bisect.bisect_left(starts, o.start_us) - 1
-                if k >= 0:
-                    node = seq_node[int(o.sequence_number)][k]
-        if node < 0:
-            untied.append(o)
-            continue
-        ranges.append(_Range(_thread(o), o.start_us, o.end_us, node, BACKWARD))
+    ix: TraceIndex, backward: Sequence[int], spans: _BackwardSpans, ranges: _Ranges
+) -> tuple[list[int], int]:
+    """Tie each top-level backward op (rows in op_columns) to the module of the latest
+    forward op with its sequence number started before it, adding a BACKWARD range for each
+    tied op to `ranges` (whose FORWARD ranges name the forward ops' modules). Forward ops are
+    the torch ops with a sequence number, not named as backward ops, outside every backward
+    op. Return the backward ops tied to none and how many backward ops carry a sequence
+    number."""
+    cols = op_columns(ix)
+    ops = cols.ops
+    # Forward ops: of the ops outside backward ones (by name and by time), those with a
+    # sequence number (read only for them).
+    outside = np.flatnonzero(~_is_backward(ix) & ~spans.holds(ix)).tolist()
+    seqs = list(map(_SEQUENCE, map(ops.__getitem__, outside)))
+    numbered = np.fromiter(map(is_not, seqs, repeat(None)), dtype=bool, count=len(seqs))
+    fwd = np.asarray(outside, dtype=np.intp)[numbered]
+    # The module of each forward op: the FORWARD range innermost where it starts.
+    fwd_ranges = [k for k, phase in enumerate(ranges.phase) if phase == FORWARD]
+    owners = _owners_at(ix, _segments_by_thread(ranges, fwd_ranges), fwd)
+    node_of = np.array(ranges.node, dtype=np.intp)
+    fwd_node = np.where(owners >= 0, node_of[np.maximum(owners, 0)], -1) if len(owners) else owners
+    bwd_seqs = list(map(_SEQUENCE, map(ops.__getitem__, backward)))
+    rows = np.asarray(backward, dtype=np.intp)
+    nodes = _tie_by_sequence(
+        list(compress(seqs, numbered)), cols.start[fwd], fwd_node, bwd_seqs, cols.start[rows]
+    )
+    tied = nodes >= 0
+    untied: list[int] = rows[~tied].tolist()
+    keys = cols.thread_keys
+    at = rows[tied]
+    ranges.thread.extend([keys[t] for t in cols.thread[at].tolist()])
+    ranges.start.extend(cols.start[at].tolist())
+    ranges.end.extend(cols.end[at].tolist())
+    ranges.node.extend(nodes[tied].tolist())
+    ranges.phase.extend([BACKWARD] * len(at))
+    with_seq = len(bwd_seqs) - bwd_seqs.count(None)
     return untied, with_seq
 
 
-def _calls_by_node(ranges: Sequence[_Range], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Return the forward calls and the recompute calls per node."""
-    calls = np.zeros(n, dtype=np.int64)
-    recompute_calls = np.zeros(n, dtype=np.int64)
-    for r in ranges:
-        if r.phase == FORWARD:
-            calls[r.node] += 1
-        elif r.phase == RECOMPUTE:
-            recompute_calls[r.node] += 1
-    return calls, recompute_calls
+def _tie_by_sequence(
+    fwd_seq: Sequence[int],
+    fwd_start: np.ndarray,
+    fwd_node: np.ndarray,
+    bwd_seq: Sequence[int | None],
+    bwd_start: np.ndarray,
+) -> np.ndarray:
+    """Return, for each backward op (its sequence number, None where it has none, and its
+    start), the node of the latest forward op with that number started before it, -1 where
+    none is: _tie_by_sequence_loop's answer, found by one sort of both sets of ops by
+    (number, start) where the forward ops' starts are in order (as ops are in a trace) and
+    the numbers fit int64, else by that loop."""
+    has = np.fromiter(map(is_not, bwd_seq, repeat(None)), dtype=bool, count=len(bwd_seq))
+    fwd_start = np.asarray(fwd_start, dtype=float)
+    bwd_start = np.asarray(bwd_start, dtype=float)
+    if not np.all(fwd_start[1:] >= fwd_start[:-1]):
+        return _tie_by_sequence_loop(fwd_seq, fwd_start, fwd_node, bwd_seq, bwd_start)
+    try:
+        f_seq = np.fromiter(map(int, fwd_seq), dtype=np.int64, count=len(fwd_seq))
+        b_seq = np.fromiter(map(int, compress(bwd_seq, has)), dtype=np.int64)  # type: ignore[arg-type]
+    except OverflowError:
+        return _tie_by_sequence_loop(fwd_seq, fwd_start, fwd_node, bwd_seq, bwd_start)
+    out = np.full(len(bwd_seq), -1, dtype=np.intp)
+    if not len(f_seq) or not len(b_seq):
+        return out
+    # Forward ops and the backward ops' queries in one order by (number, start), a query
+    # before a forward op of its start (bisect_left: only those started strictly before
+    # count); forward ops of one number and start stay in their order (a stable sort).
+    n_f = len(f_seq)
+    seq = np.concatenate((f_seq, b_seq))
+    start = np.concatenate((fwd_start, bwd_start[has]))
+    is_fwd = np.concatenate((np.ones(n_f, dtype=bool), np.zeros(len(b_seq), dtype=bool)))
+    order = np.lexsort((is_fwd, start, seq))
+    sorted_fwd = is_fwd[order]
+    # The forward ops before each query: the last of them is the one asked for when it has
+    # the query's number.
+    before = np.cumsum(sorted_fwd)[~sorted_fwd] - 1
+    fwd_order = order[sorted_fwd]
+    query = order[~sorted_fwd] - n_f
+    last = fwd_order[np.maximum(before, 0)]
+    ok = (before >= 0) & (f_seq[last] == b_seq[query])
+    found = np.full(len(b_seq), -1, dtype=np.intp)
+    found[query[ok]] = np.asarray(fwd_node, dtype=np.intp)[last[ok]]
+    out[has] = found
+    return out
+
+
+def _tie_by_sequence_loop(
+    fwd_seq: Sequence[int],
+    fwd_start: np.ndarray,
+    fwd_node: np.ndarray,
+    bwd_seq: Sequence[int | None],
+    bwd_start: np.ndarray,
+) -> np.ndarray:
+    """_tie_by_sequence, one op at a time: each number's forward starts and nodes in their
+    order, and a bisection of its starts per backward op."""
+    seq_start: dict[int, list[float]] = defaultdict(list)
+    seq_node: dict[int, list[int]] = defaultdict(list)
+    for seq, start, node in zip(fwd_seq, fwd_start.tolist(), fwd_node.tolist(), strict=True):
+        seq_start[int(seq)].append(start)
+        seq_node[int(seq)].append(node)
+    out = np.full(len(bwd_seq), -1, dtype=np.intp)
+    for k, (seq, start) in enumerate(zip(bwd_seq, bwd_start.tolist(), strict=True)):
+        if seq is None:
+            continue
+        starts = seq_start.get(int(seq))
+        if starts:
+            before = bisect.bisect_left(starts, start) - 1
+            if before >= 0:
+                out[k] = seq_node[int(seq)][before]
+    return out
+
+
+def _backward_outside(
+    ix: TraceIndex, untied: Sequence[int], by_thread: dict[Thread, _Segments]
+) -> float:
+    """Return the host time of the backward ops tied to no module (rows in op_columns) that
+    no range inside them holds. The pieces each op meets are found per thread at once; an
+    op that meets none has none of its time covered."""
+    cols = op_columns(ix)
+    rows = np.asarray(untied, dtype=np.intp)
+    lo, hi = cols.start[rows], cols.end[rows]
+    covered = [0.0] * len(rows)
+    code_of = {key: k for k, key in enumerate(cols.thread_keys)}
+    threads = cols.thread[rows]
+    for thread, segs in by_thread.items():
+        code = code_of.get(thread)
+        at = np.flatnonzero(threads == code) if code is not None else ()
+        if not len(at):
+            continue
+        a = np.searchsorted(segs.end, lo[at], side="right")
+        b = np.searchsorted(segs.start, hi[at], side="left")
+        for j in at[b > a].tolist():
+            covered[j] = segs.covered(float(lo[j]), float(hi[j]))
+    outside = 0.0
+    for dur, cov in zip(cols.dur[rows].tolist(), covered, strict=True):
+        outside += dur - cov
+    return outside
 
 
 def _outside_modules(rows: Sequence[ModuleRow], total: float, notes: list[str]) -> float:
@@ -527,8 +668,10 @@ def modules_at(trace: Trace | TraceIndex, positions: Sequence[int]) -> list[tupl
     started and the phase (FORWARD, BACKWARD, RECOMPUTE); (None, -1) outside every module."""
     ix = index_of(trace)
     cols = op_columns(ix)
-    ops = cols.ops
-    return _at(ix, [(_thread(ops[i]), float(cols.start[i])) for i in positions])
+    rows = np.asarray(positions, dtype=np.intp)
+    keys = cols.thread_keys
+    threads = [keys[t] for t in cols.thread[rows].tolist()]
+    return _at(ix, list(zip(threads, cols.start[rows].tolist(), strict=True)))
 
 
 def module_path_at(
@@ -552,16 +695,20 @@ def _at(
     return [(names[range_node[k]], int(range_phase[k])) if k >= 0 else (None, -1) for k in owners]
 
 
-def _segments_by_thread(ranges: Sequence[_Range]) -> dict[Thread, _Segments]:
-    """Each thread's pieces, indexed into `ranges`."""
+def _segments_by_thread(
+    ranges: _Ranges, rows: Sequence[int] | None = None
+) -> dict[Thread, _Segments]:
+    """Each thread's pieces of the ranges (those at `rows`, default all), indexed into
+    `ranges`."""
     per: dict[Thread, list[int]] = defaultdict(list)
-    for k, r in enumerate(ranges):
-        per[r.thread].append(k)
+    thread = ranges.thread
+    for k in range(len(ranges)) if rows is None else rows:
+        per[thread[k]].append(k)
+    start, end = ranges.start, ranges.end
     out = {}
-    for thread, idx in per.items():
-        idx.sort(key=lambda k: (ranges[k].start, -ranges[k].end, k))
-        segs, _ = _flatten(ranges, idx)
-        out[thread] = segs
+    for t, idx in per.items():
+        idx.sort(key=lambda k: (start[k], -end[k], k))
+        out[t] = _flatten(start, end, idx)
     return out
 
 
@@ -582,13 +729,32 @@ def _owners_of(
     return out.tolist()  # type: ignore[no-any-return]
 
 
+def _owners_at(ix: TraceIndex, segments: dict[Thread, _Segments], rows: np.ndarray) -> np.ndarray:
+    """The owning range where each of op_columns' ops at `rows` starts, -1 where none:
+    _owners_of of their (thread, start) points, found per thread code."""
+    cols = op_columns(ix)
+    out = np.full(len(rows), -1, dtype=np.intp)
+    code_of = {key: k for k, key in enumerate(cols.thread_keys)}
+    threads = cols.thread[rows]
+    for thread, segs in segments.items():
+        code = code_of.get(thread)
+        at = np.flatnonzero(threads == code) if code is not None else ()
+        if len(at):
+            out[at] = segs.find(cols.start[rows[at]])
+    return out
+
+
 def _thread_code(trace: Trace | TraceIndex, thread: Thread) -> int:
-    ix = index_of(trace)
-    return memo(ix, ("module_thread_codes",), lambda: _thread_codes(ix)).get(thread, -2)
+    return _thread_codes(trace).get(thread, -2)
 
 
 def _thread_codes(trace: Trace | TraceIndex) -> dict[Thread, int]:
+    """Each thread (ids as text) of the runtime calls and the torch ops, as a code (once)."""
     ix = index_of(trace)
+    return memo(ix, ("module_thread_codes",), lambda: _find_thread_codes(ix))
+
+
+def _find_thread_codes(ix: TraceIndex) -> dict[Thread, int]:
     codes: dict[Thread, int] = {}
     _, pairs = runtime_threads(ix)
     for p, t in pairs:
@@ -630,7 +796,11 @@ def _launch_points(trace: Trace | TraceIndex) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _idle_by_node(
-    timeline: Timeline, by_thread: dict[Thread, _Segments], ranges: Sequence[_Range], n: int
+    ix: TraceIndex,
+    timeline: Timeline,
+    by_thread: dict[Thread, _Segments],
+    range_node: np.ndarray,
+    n: int,
 ) -> np.ndarray:
     """Idle microseconds per module node: each gap's overlap with the pieces (all threads,
     each moment charged once, to the piece that started first)."""
@@ -647,12 +817,11 @@ def _idle_by_node(
         starts = np.maximum(starts, np.concatenate(([-np.inf], reach[:-1])))
     keep = ends > starts
     starts, ends, owner = starts[keep], ends[keep], owner[keep]
-    node = np.array([ranges[k].node for k in owner.tolist()], dtype=np.intp)
+    node = range_node[owner]
     idle = np.zeros(n)
     if not len(starts):
         return idle
-    g_lo = np.fromiter((g.start_us for g in timeline.gaps), dtype=float, count=len(timeline.gaps))
-    g_hi = np.fromiter((g.end_us for g in timeline.gaps), dtype=float, count=len(timeline.gaps))
+    g_lo, g_hi, _, _ = gap_columns(ix, timeline)
     # Each gap meets the pieces a..b-1 (pieces are sorted and disjoint); all pairs at once.
     a = np.searchsorted(ends, g_lo, side="right")
     b = np.searchsorted(starts, g_hi, side="left")
@@ -705,27 +874,37 @@ def _rows(
             d += 1
             up = parent[up]
         depth[k] = d
-    incl_host, incl_dev = host.copy(), device.copy()
-    incl_k, incl_idle = kernel_count.astype(float), idle.copy()
-    incl_mem = allocated.copy() if allocated is not None else None
+    # Inclusive amounts, children added into parents deepest first, as Python floats (the
+    # same additions as on the arrays, without a NumPy call per node).
+    incl_host, incl_dev = host.tolist(), device.tolist()
+    incl_k, incl_idle = kernel_count.astype(float).tolist(), idle.tolist()
+    incl_mem = allocated.tolist() if allocated is not None else None
     for k in sorted(range(n), key=lambda k: -depth[k]):
         up = parent[k]
         if up >= 0:
-            incl_host[:, up] += incl_host[:, k]
-            incl_dev[:, up] += incl_dev[:, k]
+            for phase in (FORWARD, BACKWARD, RECOMPUTE):
+                incl_host[phase][up] += incl_host[phase][k]
+                incl_dev[phase][up] += incl_dev[phase][k]
             incl_k[up] += incl_k[k]
             incl_idle[up] += incl_idle[k]
             if incl_mem is not None:
                 incl_mem[up] += incl_mem[k]
     types = trace.modules.types if trace.modules is not None else {}
+    # Per node, as Python floats: the sums over the three phases are the same as each
+    # column's own sum (three values added in order).
+    self_host = host.sum(axis=0).tolist()
+    self_dev = device.sum(axis=0).tolist()
+    own = self_dev if on_device else self_host
+    whole = np.array(incl_dev if on_device else incl_host).sum(axis=0).tolist()
+    host_of, dev_of = incl_host, incl_dev
+    kernels, idles, mem = incl_k, incl_idle, incl_mem
+    n_calls = calls.tolist()
+    n_recompute = recompute_calls.tolist()
     rows = []
     for k, name in enumerate(names):
-        own = float(device[:, k].sum()) if on_device else float(host[:, k].sum())
-        whole = float(incl_dev[:, k].sum()) if on_device else float(incl_host[:, k].sum())
         module_type = types.get(name, "")
         if not module_type and not types:
-            last = name.rsplit(".", 1)[-1]
-            m = re.match(r"^(.*)_\d+$", last)
+            m = _NUMBERED.match(name.rsplit(".", 1)[-1])
             module_type = m.group(1) if m else ""
         rows.append(
             ModuleRow(
@@ -733,22 +912,22 @@ def _rows(
                 parent=names[parent[k]] if parent[k] >= 0 else None,
                 depth=depth[k],
                 module_type=module_type,
-                calls=int(calls[k]),
-                forward_host_us=float(incl_host[FORWARD, k]),
-                backward_host_us=float(incl_host[BACKWARD, k]),
-                recompute_host_us=float(incl_host[RECOMPUTE, k]),
-                forward_device_us=float(incl_dev[FORWARD, k]),
-                backward_device_us=float(incl_dev[BACKWARD, k]),
-                recompute_device_us=float(incl_dev[RECOMPUTE, k]),
-                self_host_us=float(host[:, k].sum()),
-                self_device_us=float(device[:, k].sum()),
-                kernels=int(incl_k[k]),
-                idle_us=float(incl_idle[k]),
-                bytes_allocated=int(incl_mem[k]) if incl_mem is not None else None,
-                share=min(max(whole / total, 0.0), 1.0) if total > 0 else 0.0,
-                self_share=min(max(own / total, 0.0), 1.0) if total > 0 else 0.0,
+                calls=int(n_calls[k]),
+                forward_host_us=host_of[FORWARD][k],
+                backward_host_us=host_of[BACKWARD][k],
+                recompute_host_us=host_of[RECOMPUTE][k],
+                forward_device_us=dev_of[FORWARD][k],
+                backward_device_us=dev_of[BACKWARD][k],
+                recompute_device_us=dev_of[RECOMPUTE][k],
+                self_host_us=self_host[k],
+                self_device_us=self_dev[k],
+                kernels=int(kernels[k]),
+                idle_us=idles[k],
+                bytes_allocated=int(mem[k]) if mem is not None else None,
+                share=min(max(whole[k] / total, 0.0), 1.0) if total > 0 else 0.0,
+                self_share=min(max(own[k] / total, 0.0), 1.0) if total > 0 else 0.0,
                 on_device=on_device,
-                recompute_calls=int(recompute_calls[k]),
+                recompute_calls=int(n_recompute[k]),
             )
         )
     return rows

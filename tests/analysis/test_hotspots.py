@@ -310,3 +310,43 @@ def test_real_trace_with_python_events() -> None:
     assert h.idle_charged_us == pytest.approx(sum(x.idle_us for x in h.lines))
     assert 0 < h.idle_charged_us <= h.idle_us + 1e-6
     assert {n.kind for n in h.nodes} >= {"user", "torch"}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_gaps_measured_per_step_match_within(seed: int) -> None:
+    """within_steps (every cause at once, on the spans between sorted points) and meets_steps
+    (the spans that can hold idle time) against within() span by span and cause by cause;
+    overlapping gaps take within()'s own path."""
+    from gpuprof_nb.analysis.derived import TraceIndex
+    from gpuprof_nb.analysis.hotspots import _Gaps
+    from gpuprof_nb.results.timeline import IDLE_CAUSES
+
+    rng = np.random.default_rng(seed)
+    lo = np.sort(rng.choice(np.arange(0, 200, 5.0), size=12, replace=False))
+    width = rng.uniform(0.5, 4.0 if seed % 4 else 12.0, size=12)  # 12: gaps may overlap
+    causes = rng.choice(["host", "launch", "sync"], size=12)
+    timeline = timeline_of(
+        list(zip(lo.tolist(), (lo + width).tolist(), causes.tolist(), strict=True))
+    )
+    gaps = _Gaps(TraceIndex(make_trace()), timeline)
+    points = np.unique(np.round(rng.uniform(-10, 220, size=150), 1))
+    spans = rng.random(len(points) - 1) < 0.7
+    a, b = points[:-1], points[1:]
+    meets = gaps.meets_steps(points)
+    assert (gaps.within(a[~meets], b[~meets]) == 0.0).all()
+    got_all, got = gaps.within_steps(points, spans, IDLE_CAUSES)
+    assert got_all.tolist() == gaps.within(a[spans], b[spans]).tolist()
+    for cause in IDLE_CAUSES:
+        assert got[cause].tolist() == gaps.within(a[spans], b[spans], cause).tolist()
+
+
+def test_first_seen_numbers_values_as_codes_of() -> None:
+    from gpuprof_nb.analysis.derived import codes_of
+    from gpuprof_nb.analysis.hotspots import _first_seen
+
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 5, 300):
+        codes = rng.integers(0, 40, size=n)
+        seen, renumbered = _first_seen(codes, 40)
+        distinct, expected = codes_of(codes.tolist(), n)
+        assert seen.tolist() == distinct and renumbered.tolist() == expected.tolist()

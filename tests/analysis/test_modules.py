@@ -190,3 +190,43 @@ def test_traces_without_module_events_say_how_to_record_them(path: Path) -> None
     assert mb.source == "none" and mb.rows == () and mb.groups == ()
     assert mb.outside_us == mb.total_us
     assert "with_modules=True" in mb.notes[0] and "%%gpuprofile" in mb.notes[0]
+
+
+def test_tie_by_sequence_matches_the_loop() -> None:
+    """The sort that ties backward ops to forward ops by sequence number against the loop
+    it stands for (a bisection per op): numbers missing on either side, starts tied between
+    a backward op and forward ops, forward nodes of -1, and forward starts out of order
+    (where the loop itself answers)."""
+    import numpy as np
+
+    from gpuprof_nb.analysis.modules import _tie_by_sequence, _tie_by_sequence_loop
+
+    rng = np.random.default_rng(0)
+    for trial in range(400):
+        n_fwd, n_bwd = (int(x) for x in rng.integers(0, 30, size=2))
+        fwd_seq = rng.integers(0, 6, n_fwd).tolist()
+        fwd_start = np.sort(rng.integers(0, 20, n_fwd).astype(float))
+        if trial % 5 == 0:
+            rng.shuffle(fwd_start)
+        fwd_node = rng.integers(-1, 4, n_fwd)
+        bwd_seq = [None if rng.random() < 0.2 else int(x) for x in rng.integers(0, 7, n_bwd)]
+        bwd_start = rng.integers(0, 22, n_bwd).astype(float)
+        args = (fwd_seq, fwd_start, fwd_node, bwd_seq, bwd_start)
+        assert _tie_by_sequence(*args).tolist() == _tie_by_sequence_loop(*args).tolist()
+
+
+@pytest.mark.parametrize("path", _available(SHARED_WITH_MODULES), ids=lambda p: p.name)
+def test_backward_spans_hold_the_ops_contains_finds(path: Path) -> None:
+    """_BackwardSpans.holds (one search per thread) against contains() op by op, and the
+    annotations' positions against a comparison per op."""
+    from gpuprof_nb.analysis.derived import TraceIndex, op_columns, op_kinds
+    from gpuprof_nb.analysis.modules import _BackwardSpans, _positions, _top_backward_ops
+
+    ix = TraceIndex(load_trace(path))
+    cols = op_columns(ix)
+    spans = _BackwardSpans(ix, _top_backward_ops(ix))
+    expected = [spans.contains((str(o.pid), str(o.tid)), o.start_us) for o in cols.ops]
+    assert spans.holds(ix).tolist() == expected and any(expected)
+    kinds = op_kinds(ix)
+    for kind in ("annotation", "python", "op", "none"):
+        assert _positions(kinds, kind) == [i for i, k in enumerate(kinds) if k == kind]
