@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,9 @@ from gpuprof_nb.results.roofline import (
 )
 
 _EPS_US = 1e-3  # Kineto float timestamps carry ns digits; nesting tolerates that rounding.
+# How many asks for an op's children are answered by a scan before the children of every
+# op are sorted out once: each scan reads all nested ops once, the sort costs many scans.
+_CHILD_SCANS = 64
 
 
 # ---------------------------------------------------------------- op tree
@@ -86,6 +90,7 @@ class _Tree:
         self.parent_arr = np.full(n, -1, dtype=np.intp)
         self.parent_arr[self._kids] = self._parents
         self._levels: list[np.ndarray] | None = None
+        self._scans_left = _CHILD_SCANS
 
     @cached_property
     def order(self) -> list[int]:
@@ -105,6 +110,11 @@ class _Tree:
 
     def children_of(self, i: int) -> list[int]:
         """The ops directly inside op i, in (start, longer first, file order) order."""
+        if self._scans_left:
+            # A few asks (a trace with few copy wrappers) are answered by a scan of the
+            # nested ops, which are in that order already: cheaper than sorting them all.
+            self._scans_left -= 1
+            return self._kids[self._parents == i].tolist()  # type: ignore[no-any-return]
         parents, kids = self._by_parent
         a = bisect.bisect_left(parents, i)
         return kids[a : bisect.bisect_right(parents, i, a)]
@@ -341,7 +351,7 @@ def compute_roofline(trace: Trace | TraceIndex, device: DeviceSpec | str | None 
     tree = _Tree(op_columns(ix))
     cost = _Costs(tree)
     costable = _costable(ix, len(tree.ops))
-    anchor = _anchors(tree, cost, costable)
+    anchor = _anchors(ix, tree, cost, costable)
     on_device = trace.has_device_activity
     if on_device:
         times = _device_times(ix, tree, anchor, cost, costable)
@@ -379,6 +389,7 @@ def compute_roofline(trace: Trace | TraceIndex, device: DeviceSpec | str | None 
 
 
 _UNSET: Any = object()
+_TYPES, _CONCRETE = attrgetter("input_types"), attrgetter("concrete_inputs")
 
 
 class _Costs:
@@ -395,6 +406,48 @@ class _Costs:
         self.ops = tree.ops
         self.known: list[Any] = [_UNSET] * len(self.ops)  # each op's cost, once computed
         self.by_call: dict[tuple[Any, ...], Any] = {}
+
+    def have_cost(self, ix: TraceIndex, ops: np.ndarray) -> np.ndarray:
+        """Return, for each of `ops` (positions of ops that are not copy wrappers), whether
+        it has a cost, as many calls of `self` would, with one op_cost per distinct call.
+        The ops are grouped by their call key with array sorts rather than one dictionary
+        lookup each: a trace holds thousands of calls of a few dozen kinds. Each group's
+        cost is kept under its call key, so later calls of `self` find it."""
+        n = len(ops)
+        if not n:
+            return np.zeros(0, dtype=bool)
+        positions = ops.tolist()
+        chosen = list(map(self.ops.__getitem__, positions))
+        dims = op_input_dims(ix)
+        # The call key's parts: the name's code and the recorded inputs' identities. A trace
+        # recorded without shapes has None for all of them: no identity is then read.
+        parts = [op_name_codes(ix)[1][ops]]
+        for values in (
+            list(map(dims.__getitem__, positions)),
+            list(map(_TYPES, chosen)),
+            list(map(_CONCRETE, chosen)),
+        ):
+            if values.count(None) < n:
+                parts.insert(0, np.fromiter(map(id, values), dtype=np.int64, count=n))
+        order = lex_order(parts)
+        # The first op of each distinct key, in that order, and each op's key as a number.
+        same = np.ones(n - 1, dtype=bool)
+        for part in parts:
+            p = part[order]
+            same &= p[1:] == p[:-1]
+        first = np.concatenate(([True], ~same))
+        group = np.cumsum(first) - 1
+        has = np.zeros(int(group[-1]) + 1, dtype=bool)
+        for g, k in enumerate(ops[order[first]].tolist()):
+            op = self.ops[k]
+            call = (op.name, id(op.input_dims), id(op.input_types), id(op.concrete_inputs))
+            c = self.by_call.get(call, _UNSET)
+            if c is _UNSET:
+                c = self.by_call[call] = op_cost(op)
+            has[g] = c is not None
+        out = np.empty(n, dtype=bool)
+        out[order] = has[group]
+        return out
 
     def __call__(self, i: int) -> OpCost | None:
         c = self.known[i]
@@ -449,20 +502,31 @@ def _costable(ix: TraceIndex, n_ops: int) -> np.ndarray:
     )[name_codes]
 
 
-def _anchors(tree: _Tree, cost: _Costs, costable: np.ndarray) -> np.ndarray:
+def _anchors(ix: TraceIndex, tree: _Tree, cost: _Costs, costable: np.ndarray) -> np.ndarray:
     """Return each op's anchor (an index into ops, -1 for none): its outermost
     ancestor-or-self with a cost. Level by level from the roots: an op inherits its parent's
     anchor, else is its own when it has a cost."""
-    anchor = np.full(len(tree.ops), -1, dtype=np.intp)
+    n = len(tree.ops)
+    anchor = np.full(n, -1, dtype=np.intp)
+    if not n:
+        return anchor
+    # Where an op may anchor (no ancestor has a cost), a copy wrapper is costed on its own
+    # (its cost is its children's); the other ops of a level at once, per distinct call.
+    names, name_code = op_name_codes(ix)
+    wrapper = np.array([name in COPY_WRAPPERS for name in names], dtype=bool)[name_code]
+    plain = costable & ~wrapper
+    wrapper &= costable
     for level in tree.levels():
         inherited = np.where(
             tree.parent_arr[level] >= 0, anchor[np.maximum(tree.parent_arr[level], 0)], -1
         )
         anchor[level] = inherited
-        found = [
-            i for i in level[(inherited < 0) & costable[level]].tolist() if cost(i) is not None
-        ]
+        free = level[inherited < 0]
+        asked = free[plain[free]]
+        found = asked[cost.have_cost(ix, asked)]
         anchor[found] = found
+        found_w = [i for i in free[wrapper[free]].tolist() if cost(i) is not None]
+        anchor[found_w] = found_w
     return anchor
 
 

@@ -168,3 +168,64 @@ def test_attention_and_memory_bound_ops_present(vit):
         1 - sum(u.time_us for u in roof.unmodelled) / roof.total_time_us
     )
     assert roof.coverage > 0.95
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        VIT,
+        "mi300_bert_small/gaunernst_bert-small-uncased__1016001.json.gz",
+        "a100_nccl/nccl_data.json.gz",
+    ],
+)
+def test_grouped_costing_matches_one_op_cost_per_op(data_dir, name) -> None:
+    """_Costs.have_cost groups ops by call before costing them; each op's answer (and the
+    cost kept for its call) is what op_cost says of that op alone."""
+    import numpy as np
+
+    from gpuprof_nb.analysis.derived import index_of, op_columns
+    from gpuprof_nb.analysis.flops import COPY_WRAPPERS, op_cost
+    from gpuprof_nb.analysis.roofline import _costable, _Costs, _Tree
+
+    ix = index_of(load_trace(data_dir / name))
+    tree = _Tree(op_columns(ix))
+    costable = _costable(ix, len(tree.ops))
+    plain = np.array(
+        [i for i in np.flatnonzero(costable).tolist() if tree.ops[i].name not in COPY_WRAPPERS],
+        dtype=np.intp,
+    )
+    assert len(plain)
+    cost = _Costs(tree)
+    got = cost.have_cost(ix, plain)
+    want = [op_cost(tree.ops[i]) for i in plain.tolist()]
+    assert got.tolist() == [c is not None for c in want]
+    # The kept costs are the ones later lookups return, equal to each op's own.
+    assert [cost(i) for i in plain.tolist()] == want
+    # An empty ask, and one op alone, answer the same way.
+    assert cost.have_cost(ix, plain[:0]).tolist() == []
+    assert cost.have_cost(ix, plain[-1:]).tolist() == [want[-1] is not None]
+
+
+def test_children_by_scan_and_by_sort_agree(data_dir) -> None:
+    """_Tree.children_of answers its first asks by a scan, the rest from the sorted
+    children: both give the same ops in the same order, those whose parent is the op."""
+    from gpuprof_nb.analysis.derived import index_of, op_columns
+    from gpuprof_nb.analysis.roofline import _Tree
+
+    ix = index_of(load_trace(data_dir / VIT))
+    scanned = _Tree(op_columns(ix))
+    sorted_ = _Tree(op_columns(ix))
+    sorted_._scans_left = 0
+    n = len(scanned.ops)
+    rank = {op: r for r, op in enumerate(scanned.order)}
+    kids: dict[int, list[int]] = {}
+    for j, p in enumerate(scanned.parent_arr.tolist()):
+        kids.setdefault(p, []).append(j)
+    # Ops with several children first (their order is what is checked), then leaves.
+    asked = sorted(range(n), key=lambda i: -len(kids.get(i, ())))[:200]
+    assert len(kids.get(asked[0], ())) > 1
+    for i in asked:
+        want = sorted(kids.get(i, ()), key=rank.__getitem__)
+        assert scanned.children_of(i) == want
+        assert sorted_.children_of(i) == want
+    assert scanned._scans_left == 0  # the later asks went to the sorted lists
