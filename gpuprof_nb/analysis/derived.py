@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from itertools import compress, repeat
-from operator import attrgetter, eq
+from operator import attrgetter
 from typing import Any, TypeVar
 
 import numpy as np
@@ -103,13 +103,13 @@ class OpColumns:
 
     def __init__(self, index: TraceIndex) -> None:
         every = index.trace.ops
-        is_op = list(map(eq, op_kinds(index), repeat("op")))
-        positions = list(compress(range(len(every)), is_op))
-        ops = tuple(compress(every, is_op))
+        # The kinds compared in one numpy pass (each still by str ==).
+        is_op = np.array(op_kinds(index), dtype=object) == "op"
+        ops = tuple(compress(every, is_op.tolist()))
         n = len(ops)
         self.ops = ops
         # Where each one sits in trace.ops.
-        self.positions = frozen(np.array(positions, dtype=np.intp))
+        self.positions = frozen(np.flatnonzero(is_op))
         self.start = frozen(np.fromiter(map(_START, ops), dtype=float, count=n))
         self.dur = frozen(np.fromiter(map(_DUR, ops), dtype=float, count=n))
         # start + dur, the same sum as Op.end_us.
