@@ -443,17 +443,23 @@ def _activity_window(trace: Trace | TraceIndex) -> tuple[float, float]:
     # events then add only the profiler's own start-up and other threads (IPython's history
     # thread spans the whole recording), not work of the user's.
     cell = cell_span(trace)
-    if profiler or cell is not None:
-        ops = tuple(
-            o for o in ops if o.name not in profiler and (cell is None or o.kind != "python")
+    # Each sequence is sorted by start: its first element starts first. Of the ops, the
+    # first one kept (not the profiler's; no Python events with the cell's lines).
+    first_op: Op | None = ops[0] if ops else None
+    if first_op is not None and (profiler or cell is not None):
+        first_op = next(
+            (o for o in ops if o.name not in profiler and (cell is None or o.kind != "python")),
+            None,
         )
-    seqs = [seq for seq in (ops, trace.kernels, trace.runtime) if seq]
+    seqs = [seq for seq in (trace.kernels, trace.runtime) if seq]
     lo, hi = trace.bounds_us
-    if not seqs and cell is None:
+    if not seqs and first_op is None and cell is None:
         return lo, max(hi, lo)
-    # Each sequence is sorted by start: its first element starts first.
     firsts = [seq[0].start_us for seq in seqs]
     lasts = [_last_end(ix, seq, profiler, cell is not None) for seq in seqs]
+    if first_op is not None:
+        firsts.append(first_op.start_us)
+        lasts.append(_last_end(ix, ops, profiler, cell is not None))
     if cell is not None:
         firsts.append(cell[0])
         lasts.append(cell[1])
