@@ -139,7 +139,9 @@ def _launched_in(
 
 
 class _StreamKernels:
-    """The activities of each (device, stream), by start, with cumulative durations."""
+    """The activities of each (device, stream), by start, with the latest end so far at
+    each (activities of a stream do not overlap, so it is their own end where the trace
+    is sound; the running maximum keeps the search right where it is not)."""
 
     def __init__(self, trace: Trace | TraceIndex) -> None:
         ix = index_of(trace)
@@ -153,17 +155,16 @@ class _StreamKernels:
         cuts = np.flatnonzero(np.any(keys[1:] != keys[:-1], axis=1)) + 1
         for part in np.split(order, cuts):
             key = (int(kc.device[part[0]]), int(streams[part[0]]))
-            self.groups[key] = (part, kc.start[part], kc.end[part])
+            self.groups[key] = (part, kc.start[part], np.maximum.accumulate(kc.end[part]))
 
     def overlapping(self, device: int, stream: int, lo: float, hi: float) -> np.ndarray:
         """Positions in trace.kernels of the stream's activities overlapping [lo, hi)."""
         group = self.groups.get((device, stream))
         if group is None:
             return np.zeros(0, dtype=np.intp)
-        pos, starts, ends = group
+        pos, starts, ends_so_far = group
         last = np.searchsorted(starts, hi, side="left")
-        # Activities of a stream do not overlap, so their ends rise with their starts.
-        first = np.searchsorted(np.maximum.accumulate(ends), lo, side="right")
+        first = np.searchsorted(ends_so_far, lo, side="right")
         return pos[first:last]
 
 

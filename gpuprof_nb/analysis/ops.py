@@ -424,10 +424,11 @@ def kernel_table(trace: Trace | TraceIndex) -> KernelTable:
     streams = _group_streams(ix, codes, g)
     # Bytes (ints, summed exactly) for the groups that give them: memcpys and memsets.
     sized: dict[int, list[Kernel]] = {}
-    for i in np.flatnonzero(kc.kind != KERNEL_KINDS.index("kernel")).tolist():
+    not_kernel = np.flatnonzero(kc.kind != KERNEL_KINDS.index("kernel"))
+    for i, c in zip(not_kernel.tolist(), codes[not_kernel].tolist(), strict=True):
         k = kernels[i]
         if k.bytes is not None:
-            sized.setdefault(code_of[(k.name, k.kind)], []).append(k)
+            sized.setdefault(c, []).append(k)
     rows = []
     for (name, kind), c in code_of.items():
         group_total = totals[c]
