@@ -158,7 +158,7 @@ class _Lane:
         if k < 0:
             return 0.0
         start = self.rt_starts.item(k)
-        return self.rt_before.item(k) + min(x - start, self.rt_ends.item(k) - start)
+        return float(self.rt_before.item(k) + min(x - start, self.rt_ends.item(k) - start))
 
     def python_name(self, t: float) -> str:
         """The innermost record_function range of the lane running just before t."""

@@ -84,7 +84,7 @@ class PythonEvents:
     def named(self, test: Callable[[str], bool]) -> np.ndarray:
         """Mask of the events whose name passes `test` (asked once per distinct name)."""
         passes = np.fromiter(map(test, self.names), dtype=bool, count=len(self.names))
-        return passes[self.name_code] if len(self.name_code) else np.zeros(0, dtype=bool)  # type: ignore[no-any-return]
+        return passes[self.name_code] if len(self.name_code) else np.zeros(0, dtype=bool)
 
 
 def python_events(index: TraceIndex) -> PythonEvents:

@@ -212,7 +212,7 @@ def _is_backward(ix: TraceIndex) -> np.ndarray:
     """Mask of op_columns' ops named as backward ops."""
     distinct, codes = op_name_codes(ix)
     named = np.array([n.startswith(BACKWARD_PREFIX) for n in distinct], dtype=bool)
-    return named[codes] if len(codes) else np.zeros(0, dtype=bool)  # type: ignore[no-any-return]
+    return named[codes] if len(codes) else np.zeros(0, dtype=bool)
 
 
 def _positions(kinds: list[str], kind: str) -> list[int]:
@@ -509,14 +509,14 @@ def _tie_by_sequence_loop(
         seq_start[int(seq)].append(start)
         seq_node[int(seq)].append(node)
     out = np.full(len(bwd_seq), -1, dtype=np.intp)
-    for k, (seq, start) in enumerate(zip(bwd_seq, bwd_start.tolist(), strict=True)):
-        if seq is None:
+    for k, (number, start) in enumerate(zip(bwd_seq, bwd_start.tolist(), strict=True)):
+        if number is None:
             continue
-        starts = seq_start.get(int(seq))
+        starts = seq_start.get(int(number))
         if starts:
             before = bisect.bisect_left(starts, start) - 1
             if before >= 0:
-                out[k] = seq_node[int(seq)][before]
+                out[k] = seq_node[int(number)][before]
     return out
 
 

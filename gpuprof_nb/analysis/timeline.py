@@ -29,7 +29,7 @@ import dataclasses
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from functools import reduce
+from functools import cached_property, reduce
 from operator import add, attrgetter
 
 import numpy as np
@@ -266,8 +266,6 @@ class _Classifier:
         self.index = ix
         # The top-level torch ops' spans, merged.
         self.op_starts, self.op_ends = top_level_spans(ix)
-        self.op_spans = list(zip(self.op_starts.tolist(), self.op_ends.tolist(), strict=True))
-        self.op_start_list = self.op_starts.tolist()
         dl = dataloader_ops(ix)
         self.dl_starts, self.dl_ends = _spans([o.start_us for o in dl], [o.dur_us for o in dl])
         sync_names = SYNC_RUNTIME_NAMES & runtime_names(ix)
@@ -358,6 +356,15 @@ class _Classifier:
             host = launched > lo_arr[rest]
             cause[rest] = np.where(host, _HOST, _OTHER)
         return cause
+
+    @cached_property
+    def op_spans(self) -> list[tuple[float, float]]:
+        """The merged top-level op spans as (start, end) pairs, for host_in_ops_us."""
+        return list(zip(self.op_starts.tolist(), self.op_ends.tolist(), strict=True))
+
+    @cached_property
+    def op_start_list(self) -> list[float]:
+        return self.op_starts.tolist()  # type: ignore[no-any-return]
 
     def host_in_ops_us(self, lo: float, hi: float) -> float:
         """Return the microseconds of [lo, hi] during which a torch op ran on the host."""
