@@ -30,7 +30,8 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from functools import cached_property, reduce
-from operator import add, attrgetter
+from itertools import compress, repeat
+from operator import add, attrgetter, ne, not_
 
 import numpy as np
 
@@ -70,6 +71,7 @@ _new_gap = fast_maker(IdleGap)
 
 _START = attrgetter("start_us")
 _DUR = attrgetter("dur_us")
+_NAME, _KIND = attrgetter("name"), attrgetter("kind")
 
 
 # Blocking host calls: the host thread waits for the device inside them.
@@ -516,12 +518,23 @@ def _last_end(
     every = trace.ops
     not_op = np.ones(len(every), dtype=bool)
     not_op[cols.positions] = False
-    others = [
-        every[i].end_us
-        for i in np.flatnonzero(not_op).tolist()
-        if every[i].name not in profiler and not (no_python and every[i].kind == "python")
-    ]
-    return float(max(ends + others))
+    # The other ops (annotations, Python events: thousands with stacks) picked and summed
+    # as columns.
+    rest = list(compress(every, not_op.tolist()))
+    if profiler:
+        rest = list(compress(rest, map(not_, map(profiler.__contains__, map(_NAME, rest)))))
+    if no_python:
+        rest = list(compress(rest, map(ne, map(_KIND, rest), repeat("python"))))
+    if rest:
+        n = len(rest)
+        rest_ends = np.fromiter(map(_START, rest), dtype=float, count=n) + np.fromiter(
+            map(_DUR, rest), dtype=float, count=n
+        )
+        latest = float(rest_ends.max())
+        if math.isnan(latest):  # a hand-made trace: max() as Python takes it, in order
+            return float(max(ends + [o.end_us for o in rest]))
+        ends.append(latest)
+    return float(max(ends))
 
 
 # Runtime calls that queue work on the device: kernel and graph launches, copies, memsets
