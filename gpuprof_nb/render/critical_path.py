@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from operator import attrgetter
+from typing import overload
 
 from gpuprof_nb.render import plot
 from gpuprof_nb.render.bundle import report_of
@@ -43,9 +45,40 @@ def _short(name: str) -> str:
     return name if len(name) <= _NAME_CHARS else name[: _NAME_CHARS - 3] + "..."
 
 
-def lane_items(cp: CriticalPath) -> list[tuple[float, float, str, str]]:
-    """The path's segments as timeline bars: (start, end, colour, hover name)."""
-    return [(s.start_us, s.end_us, PATH_COLOURS[s.kind], _bar_name(s)) for s in cp.segments]
+class _BarNames(Sequence[str]):
+    """The hover names of the path's segments, each made when read: a drawing reads only
+    those of the bars it names (the longest of each rectangle)."""
+
+    __slots__ = ("_segments",)
+
+    def __init__(self, segments: Sequence[PathSegment]) -> None:
+        self._segments = segments
+
+    def __len__(self) -> int:
+        return len(self._segments)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [_bar_name(s) for s in self._segments[i]]
+        return _bar_name(self._segments[i])
+
+
+def lane_columns(
+    cp: CriticalPath,
+) -> tuple[list[float], list[float], list[str], Sequence[str]]:
+    """The path's segments as timeline bars, by column: starts, ends, colours and hover
+    names (each name made when read)."""
+    segments = cp.segments
+    return (
+        list(map(attrgetter("start_us"), segments)),
+        list(map(attrgetter("end_us"), segments)),
+        [PATH_COLOURS[k] for k in map(attrgetter("kind"), segments)],
+        _BarNames(segments),
+    )
 
 
 # What each kind of segment is, in a bar's hover name.

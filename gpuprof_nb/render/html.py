@@ -3,12 +3,11 @@ Colours come from JupyterLab / VS Code CSS variables where they exist, so dark t
 
 from __future__ import annotations
 
-import html as _html
 import re
 from collections.abc import Sequence
 from typing import Any
 
-from gpuprof_nb.render.limits import MAX_TABLE_ROWS, clip, hidden_rows
+from gpuprof_nb.render.limits import MAX_SHOWN_CHARS, MAX_TABLE_ROWS, clip, hidden_rows
 
 # Inline style used by every report. var(--jp-...) and var(--vscode-...) are the frontends'
 # own theme variables; the literal after each comma is the fallback for nbviewer/GitHub/nbconvert
@@ -112,8 +111,18 @@ STYLE = (
 
 def esc(value: object) -> str:
     """Return str(value) escaped for HTML text and attributes, cut for display past
-    MAX_SHOWN_CHARS (render/limits.py)."""
-    return _html.escape(clip(str(value)), quote=True)
+    MAX_SHOWN_CHARS (render/limits.py): html.escape(clip(str(value)), quote=True), its
+    replacements written out (a report escapes thousands of cells)."""
+    text = value if type(value) is str else str(value)
+    if len(text) > MAX_SHOWN_CHARS:
+        text = clip(text)
+    return (
+        text.replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace('"', "&quot;")
+        .replace("'", "&#x27;")
+    )
 
 
 _BACKTICKED = re.compile(r"`([^`\n]+)`")

@@ -599,21 +599,32 @@ class _SvgWriter:
             opacity += f' stroke="{m.stroke}" stroke-width="{m.stroke_width:g}"'
         cls = f' class="{esc(m.cls)}"' if m.cls else ""
         self.out.append(f'<g{cls}{_attrs(m.attrs)} fill="{default}"{opacity}>')
+        # As Python floats, once; a lane's rectangles share their y and height, formatted once.
+        xs_l, ws_l = xs.tolist(), ws.tolist()
+        ys_l, hs_l = ys.tolist(), hs.tolist()
+        shown_y: dict[float, str] = {}
         for i in range(count):
             fill = f' fill="{fills[i]}"' if fills[i] != default else ""
             tip = _tip(m.tips[i]) if m.tips is not None else ""
+            y, h = ys_l[i], hs_l[i]
+            y_s = shown_y.get(y)
+            if y_s is None:
+                y_s = shown_y[y] = n(y)
+            h_s = shown_y.get(h)
+            if h_s is None:
+                h_s = shown_y[h] = n(h)
             rect = (
-                f'<rect x="{n(float(xs[i]))}" y="{n(float(ys[i]))}" width="{n(float(ws[i]))}" '
-                f'height="{n(float(hs[i]))}"{fill}>{tip}</rect>'
+                f'<rect x="{n(xs_l[i])}" y="{y_s}" width="{n(ws_l[i])}" '
+                f'height="{h_s}"{fill}>{tip}</rect>'
             )
             label = m.labels[i] if m.labels is not None else None
             if label:
-                chars = int((float(ws[i]) - 6) / (0.58 * LABEL_SIZE))
+                chars = int((ws_l[i] - 6) / (0.58 * LABEL_SIZE))
                 if chars >= 4:
                     shown = label if len(label) <= chars else label[: chars - 1] + "…"
                     rect += svg.text(
-                        float(xs[i]) + 3,
-                        float(ys[i]) + float(hs[i]) / 2 + 4,
+                        xs_l[i] + 3,
+                        ys_l[i] + hs_l[i] / 2 + 4,
                         shown,
                         size=LABEL_SIZE,
                         fill=m.label_colour,

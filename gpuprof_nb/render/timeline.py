@@ -6,6 +6,8 @@ without lanes it shows the busy stretches between the idle gaps."""
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,7 @@ from gpuprof_nb.model.utilisation import Utilisation
 from gpuprof_nb.render import plot, svg
 from gpuprof_nb.render.bundle import report_of
 from gpuprof_nb.render.critical_path import critical_path_parts, path_legend
-from gpuprof_nb.render.critical_path import lane_items as path_lane_items
+from gpuprof_nb.render.critical_path import lane_columns as path_lane_columns
 from gpuprof_nb.render.hotspots import waiting_lines
 from gpuprof_nb.render.html import esc, esc_inline, html_table, note
 from gpuprof_nb.render.plot_mpl import chart_figure
@@ -384,13 +386,36 @@ class _Run:
     longest: tuple[float, str]
 
 
+@dataclass(frozen=True, slots=True)
+class _Bars:
+    """One lane's bars (or one cause's gaps) as columns, by start: times, colours and names.
+    `names` may compute each name when read (the critical path's): a drawing reads only the
+    names of the longest bar of each rectangle."""
+
+    starts: Sequence[float]
+    ends: Sequence[float]
+    colours: Sequence[str]
+    names: Sequence[str]
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+def _bars(items: Sequence[tuple[float, float, str, str]]) -> _Bars:
+    """Return (start, end, colour, name) items as columns."""
+    if not items:
+        return _Bars((), (), (), ())
+    starts, ends, colours, names = zip(*items, strict=True)
+    return _Bars(starts, ends, colours, names)
+
+
 def _lane_items(
     timeline: Timeline, lanes: TimelineLanes | None, lo: float, hi: float
-) -> list[tuple[str, str, list[tuple[float, float, str, str]]]]:
-    """Return (lane label, what its bars are, [(start, end, colour, name)] by start) per
-    lane of [lo, hi]: the `lanes` computed for that span (analysis/lanes.py), else the busy
-    stretches between the idle gaps."""
-    drawn: list[tuple[str, str, list[tuple[float, float, str, str]]]] = []
+) -> list[tuple[str, str, _Bars]]:
+    """Return (lane label, what its bars are, its bars by start) per lane of [lo, hi]: the
+    `lanes` computed for that span (analysis/lanes.py), else the busy stretches between the
+    idle gaps."""
+    drawn: list[tuple[str, str, _Bars]] = []
     if lanes is not None:
         if (lanes.start_us, lanes.end_us) != (lo, hi):
             raise GpuprofError(
@@ -399,16 +424,13 @@ def _lane_items(
                 "gpuprof_nb.analysis.lanes.timeline_lanes(trace, timeline, step)"
             )
         for lane in lanes.lanes:
-            drawn.append(
-                (
-                    lane.label,
-                    lane.what,
-                    [
-                        (s, e, CPU_COLOUR if kind == "op" else KERNEL_COLORS[kind], name)
-                        for s, e, kind, name in lane.bars
-                    ],
-                )
-            )
+            if lane.bars:
+                starts, ends, kinds, names = zip(*lane.bars, strict=True)
+                colours = tuple(map(_BAR_COLOURS.__getitem__, kinds))
+                bars = _Bars(starts, ends, colours, names)
+            else:
+                bars = _Bars((), (), (), ())
+            drawn.append((lane.label, lane.what, bars))
     if not drawn:
         # Without the trace, busy time is the complement of the gaps.
         spans: list[tuple[float, float, str, str]] = []
@@ -422,26 +444,174 @@ def _lane_items(
         if cursor < hi:
             spans.append((cursor, hi, BUSY_COLOUR, "busy"))
         spans.sort(key=lambda it: (it[0], it[1]))
-        drawn.append(("device" if timeline.on_device else "host", "busy stretches", spans))
+        drawn.append(("device" if timeline.on_device else "host", "busy stretches", _bars(spans)))
     return drawn
 
 
-def _merge(
-    items: Sequence[tuple[float, float, float, float, str, str]], merge_px: float
-) -> list[_Run]:
-    """Return items (a_px, b_px, start, end, colour, name), sorted by start, as rectangles,
-    neighbours less than `merge_px` apart joined; bars of different colours join only where
-    one of them is that narrow."""
+# A bar's colour by its kind (results/timeline.BarKind).
+_BAR_COLOURS: dict[str, str] = {"op": CPU_COLOUR, **KERNEL_COLORS}
+
+
+@dataclass(slots=True)
+class _Pixels:
+    """Bars with their pixel spans `a`, `b` and durations (numpy, and as lists when read);
+    `plain` says the fast merge applies (every number finite, no bar ending left of where it
+    starts). Where the bars have more than one colour, `prev` is per bar the index of the
+    last bar before it of the same colour (-1: none) and `by_colour` per colour (in order of
+    first appearance) the indices of its bars and their durations."""
+
+    bars: _Bars
+    a: np.ndarray
+    b: np.ndarray
+    durs: np.ndarray
+    plain: bool
+    prev: np.ndarray | None
+    by_colour: list[tuple[str, np.ndarray, list[float]]]
+    _lists: tuple[list[float], list[float], list[float]] | None = None
+
+    def lists(self) -> tuple[list[float], list[float], list[float]]:
+        """(a, b, durations) as lists of floats, made once."""
+        if self._lists is None:
+            self._lists = (self.a.tolist(), self.b.tolist(), self.durs.tolist())
+        return self._lists
+
+
+def _pixels(bars: _Bars, sx: svg.LinearScale, lo: float, hi: float) -> _Pixels:
+    """Return `bars` with their spans clipped to [lo, hi] and scaled by sx (the same
+    arithmetic as sx(max(start, lo)), for all bars at once)."""
+    starts = np.array(bars.starts, dtype=float)
+    ends = np.array(bars.ends, dtype=float)
+    a_px = sx.p0 + (np.maximum(starts, lo) - sx.lo) * sx.k
+    b_px = sx.p0 + (np.minimum(ends, hi) - sx.lo) * sx.k
+    durs = ends - starts
+    prev = None
+    by_colour = []
+    distinct = dict.fromkeys(bars.colours)
+    if len(distinct) > 1:
+        code = {c: i for i, c in enumerate(distinct)}
+        codes = np.fromiter(map(code.__getitem__, bars.colours), np.intp, len(bars))
+        prev = np.empty(len(bars), np.intp)
+        for i, c in enumerate(code):
+            at = np.flatnonzero(codes == i)
+            prev[at[0]] = -1
+            prev[at[1:]] = at[:-1]
+            by_colour.append((c, at, durs[at].tolist()))
+    plain = bool(
+        np.isfinite(starts).all()
+        and np.isfinite(ends).all()
+        and np.isfinite(a_px).all()
+        and np.isfinite(b_px).all()
+        and (b_px >= a_px).all()
+    )
+    return _Pixels(bars, a_px, b_px, durs, plain, prev, by_colour)
+
+
+# Fewer bars than this merge item by item (numpy's set-up would cost more).
+_VECTOR_MIN = 64
+
+
+def _merge(px: _Pixels, merge_px: float) -> list[_Run]:
+    """Return the bars, sorted by start, as rectangles, neighbours less than `merge_px`
+    apart joined; bars of different colours join only where one of them is that narrow.
+
+    Where every number is finite and no bar ends left of its start (`px.plain`), the
+    stretches no bar's gap to the furthest end so far breaks are found at once: a bar that
+    far right always opens a rectangle. A stretch whose bars join without a colour break
+    (no bar of a colour new to it that is wider than `merge_px`, after the stretch is that
+    wide) is one rectangle, its sums added in the same order as `_merge_loop` does; any
+    other stretch goes through `_merge_loop`. Either way the result is `_merge_loop`'s."""
+    n = len(px.bars)
+    if n < _VECTOR_MIN or not px.plain or merge_px <= 0:
+        return _merge_loop(px, 0, n, merge_px)
+    a, b = px.a, px.b
+    reach = np.maximum.accumulate(b)
+    opens = np.ones(n, dtype=bool)
+    opens[1:] = ~(a[1:] - reach[:-1] < merge_px)
+    firsts = np.flatnonzero(opens)
+    stretch = np.cumsum(opens) - 1
+    stretch_start = firsts[stretch]
+    bad: set[int] = set()
+    if px.prev is not None:
+        # A colour break: a bar of a colour new to its stretch, wide, after a wide stretch.
+        breaks = ~opens & (px.prev < stretch_start) & ~(b - a < merge_px)
+        breaks[1:] &= ~(reach[:-1] - a[stretch_start[1:]] < merge_px)
+        bad = set(stretch[breaks].tolist())
+    lasts_a = np.append(firsts[1:], n)
+    lasts = lasts_a.tolist()
+    # Per colour: its durations, and where each stretch's bars of it start and end there.
+    colour_spans = [
+        (
+            c,
+            at.tolist(),
+            durs_c,
+            np.searchsorted(at, firsts).tolist(),
+            np.searchsorted(at, lasts_a).tolist(),
+        )
+        for c, at, durs_c in px.by_colour
+    ]
+    reach_l = reach.tolist()
+    al, _, durs = px.lists()
+    bars = px.bars
+    starts, ends, colours, names = bars.starts, bars.ends, bars.colours, bars.names
+    runs: list[_Run] = []
+    for i, (g, h) in enumerate(zip(firsts.tolist(), lasts, strict=True)):
+        if i in bad:
+            runs += _merge_loop(px, g, h, merge_px)
+            continue
+        if h - g == 1:
+            d = durs[g]
+            runs.append(
+                _Run(al[g], reach_l[g], starts[g], ends[g], 1, d, {colours[g]: d}, (d, names[g]))
+            )
+            continue
+        busy = functools.reduce(operator.add, durs[g:h])
+        k = max(range(g, h), key=durs.__getitem__)
+        here = sorted(
+            (at[o1[i]], c, durs_c[o1[i] : o2[i]])
+            for c, at, durs_c, o1, o2 in colour_spans
+            if o2[i] > o1[i]
+        )
+        if len(here) < 2:
+            colour_us = {colours[g]: busy}
+        else:
+            # Sums in bar order, as _merge_loop adds them: the stretch's first colour from
+            # its first bar, the others from 0.0.
+            colour_us = {}
+            for first, c, vals in here:
+                colour_us[c] = (
+                    functools.reduce(operator.add, vals)
+                    if first == g
+                    else functools.reduce(operator.add, vals, 0.0)
+                )
+        runs.append(
+            _Run(
+                al[g],
+                reach_l[h - 1],
+                starts[g],
+                max(ends[g:h]),
+                h - g,
+                busy,
+                colour_us,
+                (durs[k], names[k]),
+            )
+        )
+    return runs
+
+
+def _merge_loop(px: _Pixels, lo: int, hi: int, merge_px: float) -> list[_Run]:
+    """`_merge` of bars lo..hi-1, item by item (the open rectangle starts afresh at lo)."""
+    al, bl, durs = px.lists()
+    bars = px.bars
+    starts, ends, colours, names = bars.starts, bars.ends, bars.colours, bars.names
     runs: list[_Run] = []
     r: _Run | None = None
     # The open run's changing fields kept in locals (most items join a run: attribute
     # reads and writes per item cost more than the test), written back when it closes.
     ra = rb = end = busy = longest_us = 0.0
-    count = 0
-    longest_name = ""
+    count = longest_at = 0
     colour_us: dict[str, float] = {}
-    for a, b, s, e, colour, name in items:
-        dur = e - s
+    for i in range(lo, hi):
+        a, b, e, colour, dur = al[i], bl[i], ends[i], colours[i], durs[i]
         if (
             r is not None
             and a - rb < merge_px
@@ -455,18 +625,18 @@ def _merge(
             busy += dur
             colour_us[colour] = colour_us.get(colour, 0.0) + dur
             if dur > longest_us:
-                longest_us, longest_name = dur, name
+                longest_us, longest_at = dur, i
             continue
         if r is not None:
             r.b, r.end_us, r.count, r.busy_us = rb, end, count, busy
-            r.longest = (longest_us, longest_name)
+            r.longest = (longest_us, names[longest_at])
         colour_us = {colour: dur}
-        r = _Run(a, b, s, e, 1, dur, colour_us, (dur, name))
+        r = _Run(a, b, starts[i], e, 1, dur, colour_us, (dur, ""))
         runs.append(r)
-        ra, rb, end, count, busy, longest_us, longest_name = a, b, e, 1, dur, dur, name
+        ra, rb, end, count, busy, longest_us, longest_at = a, b, e, 1, dur, dur, i
     if r is not None:
         r.b, r.end_us, r.count, r.busy_us = rb, end, count, busy
-        r.longest = (longest_us, longest_name)
+        r.longest = (longest_us, names[longest_at])
     return runs
 
 
@@ -496,20 +666,6 @@ def _gap_title(r: _Run, label: str, lo: float) -> str:
         f"{label}: {fmt_num(r.count)} gaps, {fmt_us(r.busy_us)} idle in "
         f"{fmt_us(r.end_us - r.start_us)} from {fmt_us(r.start_us - lo)}"
     )
-
-
-def _pixels(
-    items: Sequence[tuple[float, float, str, str]], sx: svg.LinearScale, lo: float, hi: float
-) -> list[tuple[float, float, float, float, str, str]]:
-    """Return (a_px, b_px, start, end, colour, name) per item, its span clipped to [lo, hi]
-    and scaled by sx (the same arithmetic as sx(max(start, lo)), for all items at once)."""
-    if not items:
-        return []
-    starts = np.array([it[0] for it in items], dtype=float)
-    ends = np.array([it[1] for it in items], dtype=float)
-    a_px = (sx.p0 + (np.maximum(starts, lo) - sx.lo) * sx.k).tolist()
-    b_px = (sx.p0 + (np.minimum(ends, hi) - sx.lo) * sx.k).tolist()
-    return [(a, b, s, e, c, name) for a, b, (s, e, c, name) in zip(a_px, b_px, items, strict=True)]
 
 
 def _left_margin(lanes: Sequence[tuple[str, str, object]]) -> int:
@@ -554,7 +710,7 @@ def timeline_chart(
         and critical_path.segments
         and (critical_path.start_us, critical_path.end_us) == (lo, hi)
     ):
-        lanes.insert(0, (PATH_LANE, "path segments", path_lane_items(critical_path)))
+        lanes.insert(0, (PATH_LANE, "path segments", _Bars(*path_lane_columns(critical_path))))
     labels = CATEGORY_LABELS if timeline.on_device else HOST_CATEGORY_LABELS
     left = _left_margin(lanes)
     x_axis = plot.Axis(lo, hi, "time (ms)", ticks=_ms_ticks(lo, hi))
@@ -567,12 +723,12 @@ def timeline_chart(
     ]
     gaps.sort(key=lambda g: (g[0], g[1]))
     # Pixel spans computed once, each merged at growing distances until the drawing is small.
-    lane_px = [_pixels(items, sx, lo, hi) for _, _, items in lanes]
-    gap_px: dict[str, list[tuple[float, float, float, float, str, str]]] = {
-        c: [] for c in CAUSE_COLORS
-    }
-    for px in _pixels(gaps, sx, lo, hi):  # already within [lo, hi]: clipping keeps them
-        gap_px[px[4]].append(px)
+    lane_px = [_pixels(bars, sx, lo, hi) for _, _, bars in lanes]
+    by_cause: dict[str, list[tuple[float, float, str, str]]] = {c: [] for c in CAUSE_COLORS}
+    for g in gaps:
+        by_cause[g[2]].append(g)
+    # Already within [lo, hi]: clipping keeps them.
+    gap_px = {c: _pixels(_bars(items), sx, lo, hi) for c, items in by_cause.items()}
     merge_px = 1.0
     while True:
         lane_runs = [_merge(items, merge_px) for items in lane_px]
@@ -627,10 +783,10 @@ def timeline_chart(
     ticks = []
     used_colours: set[str] = set()
     path_colours: set[str] = set()
-    for i, ((name, what, items), runs) in enumerate(zip(lanes, lane_runs, strict=True)):
-        busy = sum(e - s for s, e, _, _ in items)
+    for i, ((name, what, bars), runs) in enumerate(zip(lanes, lane_runs, strict=True)):
+        busy = sum(map(operator.sub, bars.ends, bars.starts))
         ticks.append(
-            plot.Tick(float(i), name, f"{name}: {fmt_num(len(items))} {what}, {fmt_us(busy)} busy")
+            plot.Tick(float(i), name, f"{name}: {fmt_num(len(bars))} {what}, {fmt_us(busy)} busy")
         )
         colours = [max(r.colour_us, key=lambda c: (r.colour_us[c], c)) for r in runs]
         (path_colours if name == PATH_LANE else used_colours).update(colours)
