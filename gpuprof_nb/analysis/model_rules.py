@@ -17,16 +17,18 @@ Which module a finding names:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from operator import is_
 
 import numpy as np
 
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.compile import compile_report
 from gpuprof_nb.analysis.derived import op_columns, op_input_dims, op_name_codes
-from gpuprof_nb.analysis.modules import module_breakdown, modules_at
+from gpuprof_nb.analysis.modules import module_breakdown, module_path_at
 from gpuprof_nb.analysis.roofline import roofline_anchors
 from gpuprof_nb.analysis.rules import Context, severity_of
 from gpuprof_nb.results.compile import CompileReport
@@ -52,8 +54,10 @@ def model_findings(
     mb = module_breakdown(c.index, c.timeline)
     comp = compile_report(c.index)
     out = []
+    # The per-module bound times, found once for every finding that names a module by them.
+    bound = functools.cache(lambda: _bound_time_by_module(c, mb, roofline))
     for f in considered:
-        f = _name_module(f, c, mb, roofline)
+        f = _name_module(f, c, mb, roofline, bound)
         if f.kind == "recompilation" and comp is not None:
             f = _explain_recompiles(f, comp)
         if f.kind == "launch_overhead" and c.on_device:
@@ -87,48 +91,82 @@ def _bound_time_by_module(
     if not anchors or not mb.rows:
         return {}, {}, {}
     spec = roofline.device if roofline is not None else None
-    positions = [a for a, cost, t in anchors if cost is not None and t > 0]
-    costs = {a: (cost, t) for a, cost, t in anchors if cost is not None and t > 0}
-    where = modules_at(c.index, positions)
+    costed = [(a, cost, t) for a, cost, t in anchors if cost is not None and t > 0]
+    # Each op's thread as modules_at keys it ((pid, tid) as text), read from the op
+    # columns' thread codes rather than converted op by op.
+    cols = op_columns(c.index)
+    keys, thread, start = cols.thread_keys, cols.thread, cols.start
+    rows = np.array([a for a, _, _ in costed], dtype=np.intp)
+    points = zip(map(keys.__getitem__, thread[rows].tolist()), start[rows].tolist(), strict=True)
+    where = module_path_at(c.index, list(points))
     mem: dict[str, float] = defaultdict(float)
     comp: dict[str, float] = defaultdict(float)
     every: dict[str, float] = defaultdict(float)
     parents = {r.path: r.parent for r in mb.rows}
-    for a, (path, _) in zip(positions, where, strict=True):
+    # Each path with its ancestors, innermost first (the walk up the tree, once per path).
+    chains: dict[str, tuple[str, ...]] = {}
+    low_of = _LowIntensity(spec)
+    for (_, cost, t), path in zip(costed, where, strict=True):
         if path is None:
             continue
-        cost, t = costs[a]
-        low = _is_low(cost, spec)
-        p: str | None = path
-        while p is not None:
+        chain = chains.get(path)
+        if chain is None:
+            chain = chains[path] = _ancestry(path, parents)
+        low = low_of(cost)
+        for p in chain:
             every[p] += t
-            if low:
+        if low:
+            for p in chain:
                 mem[p] += t
-            elif low is False:
+        elif low is False:
+            for p in chain:
                 comp[p] += t
-            p = parents.get(p)
     return mem, comp, every
+
+
+def _ancestry(path: str, parents: dict[str, str | None]) -> tuple[str, ...]:
+    """`path` and its ancestors by `parents`, innermost first."""
+    chain: list[str] = []
+    p: str | None = path
+    while p is not None:
+        chain.append(p)
+        p = parents.get(p)
+    return tuple(chain)
+
+
+class _LowIntensity:
+    """_is_low with the device's ridge points read once, not once per op."""
+
+    __slots__ = ("ridges",)
+
+    def __init__(self, spec: object) -> None:
+        from gpuprof_nb.model.device import DeviceSpec
+
+        # Each roof's ridge as _is_low finds it (the bf16 roof falling back on fp32's).
+        self.ridges: dict[str, float | None] | None = None
+        if spec is not None and isinstance(spec, DeviceSpec):
+            fp32 = spec.ridge_flop_per_byte("fp32")
+            self.ridges = {"bf16": spec.ridge_flop_per_byte("bf16") or fp32, "fp32": fp32}
+
+    def __call__(self, cost: object) -> bool | None:
+        nbytes = getattr(cost, "bytes_moved", 0)
+        if self.ridges is not None and nbytes:
+            roof = "bf16" if getattr(cost, "dtype", "") in ("bf16", "fp16") else "fp32"
+            ridge = self.ridges[roof]
+            if ridge:
+                return bool(getattr(cost, "flops", 0) / nbytes < ridge)
+        category = getattr(cost, "category", "")
+        if category in _LOW_INTENSITY:
+            return True
+        if category in _HIGH_INTENSITY:
+            return False
+        return None
 
 
 def _is_low(cost: object, spec: object) -> bool | None:
     """Whether an op is memory-bound: under the ridge of its roof where ceilings are known,
     else by category; None for a category that says neither."""
-    flops = getattr(cost, "flops", 0)
-    nbytes = getattr(cost, "bytes_moved", 0)
-    category = getattr(cost, "category", "")
-    if spec is not None and nbytes:
-        from gpuprof_nb.model.device import DeviceSpec
-
-        if isinstance(spec, DeviceSpec):
-            roof = "bf16" if getattr(cost, "dtype", "") in ("bf16", "fp16") else "fp32"
-            ridge = spec.ridge_flop_per_byte(roof) or spec.ridge_flop_per_byte("fp32")
-            if ridge:
-                return bool(flops / nbytes < ridge)
-    if category in _LOW_INTENSITY:
-        return True
-    if category in _HIGH_INTENSITY:
-        return False
-    return None
+    return _LowIntensity(spec)(cost)
 
 
 def _descend(
@@ -166,12 +204,18 @@ def _best(scores: dict[str, float]) -> str | None:
     return min(scores, key=lambda p: (-scores[p], -p.count("."), p)) if scores else None
 
 
-def _name_module(f: Finding, c: Context, mb: ModuleBreakdown, roofline: Roofline | None) -> Finding:
+def _name_module(
+    f: Finding,
+    c: Context,
+    mb: ModuleBreakdown,
+    roofline: Roofline | None,
+    bound: Callable[[], tuple[dict[str, float], dict[str, float], dict[str, float]]] | None = None,
+) -> Finding:
     if not mb.rows or mb.total_us <= 0:
         return f
     basis = "device time" if mb.on_device else "host time"
     if f.kind in ("memory_bound", "compute_bound", "precision"):
-        mem, comp, every = _bound_time_by_module(c, mb, roofline)
+        mem, comp, every = bound() if bound is not None else _bound_time_by_module(c, mb, roofline)
         pick = mem if f.kind == "memory_bound" else comp
         path, label = _descend(mb, pick, every)
         row = mb.row(path) if path is not None else None
@@ -264,23 +308,27 @@ def _explain_recompiles(f: Finding, comp: CompileReport) -> Finding:
 def static_shapes(c: Context) -> bool | None:
     """Whether every step ran the same torch ops with the same input shapes (None: fewer
     than two steps to compare). The loader shares one tuple among equal recorded shapes,
-    so shapes compare by identity."""
+    so shapes compare by identity: read only where the steps' op names already agree."""
     steps = c.trace.steps
     if len(steps) < 2:
         return None
     cols = op_columns(c.index)
     _, names = op_name_codes(c.index)
-    dims = np.fromiter(map(id, op_input_dims(c.index)), dtype=np.int64, count=len(cols.ops))
+    dims = op_input_dims(c.index)
     order = np.argsort(cols.start, kind="stable")
     starts = cols.start[order]
     first = None
+    first_dims: list[object] = []
     for s in steps:
         lo, hi = np.searchsorted(starts, [s.start_us, s.end_us], side="left")
         picked = order[lo:hi]
-        sig = (names[picked], dims[picked])
         if first is None:
-            first = sig
-        elif not (np.array_equal(sig[0], first[0]) and np.array_equal(sig[1], first[1])):
+            first = picked
+            first_dims = list(map(dims.__getitem__, picked.tolist()))
+            continue
+        if len(picked) != len(first) or not np.array_equal(names[picked], names[first]):
+            return False
+        if not all(map(is_, map(dims.__getitem__, picked.tolist()), first_dims)):
             return False
     return True
 

@@ -9,9 +9,18 @@ import statistics
 from collections.abc import Sequence
 from operator import attrgetter
 
+import numpy as np
+
 from gpuprof_nb.analysis import thresholds as th
+from gpuprof_nb.analysis.derived import op_columns
 from gpuprof_nb.analysis.intervals import intersect_intervals, merge_intervals, union_length
-from gpuprof_nb.analysis.rules.context import Context, duration_words, make_finding
+from gpuprof_nb.analysis.rules.context import (
+    Context,
+    duration_words,
+    make_finding,
+    name_rows,
+    top_rows,
+)
 from gpuprof_nb.model.timing import TimingStats
 from gpuprof_nb.model.trace import Op
 from gpuprof_nb.results.diagnosis import Finding
@@ -39,7 +48,14 @@ def cold_ops_idle_us(c: Context) -> tuple[float, tuple[Op, ...]]:
     if not c.on_device:
         return 0.0, ()
     # Only long calls can be setup (a few at most); their names' other calls are then read.
-    long_calls = [o for o in c.top_ops if o.dur_us >= th.COLD_OP_MIN_US]
+    # The top-level ops as rows of the op columns, where they are the index's.
+    rows = top_rows(c)
+    if rows is None:
+        long_calls = [o for o in c.top_ops if o.dur_us >= th.COLD_OP_MIN_US]
+    else:
+        cols = op_columns(c.index)
+        long_rows = rows[cols.dur[rows] >= th.COLD_OP_MIN_US]
+        long_calls = [cols.ops[i] for i in long_rows.tolist()]
     start_up = _profiler_start_up_candidate(c)
     if start_up is not None:
         long_calls.append(start_up)
@@ -52,7 +68,11 @@ def cold_ops_idle_us(c: Context) -> tuple[float, tuple[Op, ...]]:
     # shape in every step is the steady state (variable-size batches).
     names = {o.name for o in long_calls}
     by_key: dict[tuple[str, str], list[float]] = {}
-    for o in c.top_ops:
+    if rows is None:
+        named: Sequence[Op] = c.top_ops
+    else:
+        named = [cols.ops[i] for i in name_rows(c.index, frozenset(names), rows).tolist()]
+    for o in named:
         if o.name in names:
             by_key.setdefault(_shape_key(o), []).append(o.dur_us)
             if c.n_steps > 1:
@@ -91,7 +111,13 @@ def _profiler_start_up_candidate(c: Context) -> Op | None:
     as setup anyway)."""
     if not c.top_ops or not len(c.kcols.start):
         return None
-    first = min(c.top_ops, key=attrgetter("start_us"))
+    rows = top_rows(c)
+    if rows is None:
+        first = min(c.top_ops, key=attrgetter("start_us"))
+    else:
+        # The first of the earliest, as min() picks it.
+        cols = op_columns(c.index)
+        first = cols.ops[int(rows[np.argmin(cols.start[rows])])]
     if not th.PROFILER_START_MIN_US <= first.dur_us < th.COLD_OP_MIN_US:
         return None
     return first if first.start_us < float(c.kcols.start.min()) else None

@@ -4,20 +4,22 @@ their time compute hides (`communication`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import compress
+
+import numpy as np
 
 from gpuprof_nb.analysis.classify import is_host_collective
 from gpuprof_nb.analysis.derived import memo, op_names
 from gpuprof_nb.analysis.intervals import (
     Interval,
-    as_pairs,
     clip_intervals,
     clipped_union,
     intersect_intervals,
+    merge_arrays,
     merge_intervals,
     union_length,
 )
-from gpuprof_nb.analysis.rules.context import Context, make_finding, merged_spans
+from gpuprof_nb.analysis.rules.context import Context, make_finding, spans_length
+from gpuprof_nb.analysis.rules.context import overlap_us as overlap_of
 from gpuprof_nb.results.diagnosis import Finding
 
 
@@ -46,11 +48,12 @@ def rule_communication(c: Context) -> Finding | None:
     is_comm = kc.of_class("comm")  # kernels only
     if not is_comm.any():
         return None
-    comm = list(compress(c.kernels, is_comm.tolist()))
-    comm_spans = as_pairs(*clipped_union(kc.start[is_comm], kc.end[is_comm], c.lo, c.hi))
-    other = merged_spans(kc, kc.is_kernel & ~is_comm)
-    comm_us = union_length(comm_spans)
-    overlap_us = union_length(intersect_intervals(comm_spans, other))
+    # The unions are apart (merge_arrays joins touching spans): their lengths, and those
+    # of their overlap's pieces, sum in order as union_length sums them.
+    comm_spans = clipped_union(kc.start[is_comm], kc.end[is_comm], c.lo, c.hi)
+    other = kc.is_kernel & ~is_comm
+    comm_us = spans_length(*comm_spans)
+    overlap_us = overlap_of(comm_spans, merge_arrays(kc.start[other], kc.end[other]))
     exposed = comm_us - overlap_us
     overlap = overlap_us / comm_us if comm_us > 0 else 0.0
     return make_finding(
@@ -63,7 +66,7 @@ def rule_communication(c: Context) -> Finding | None:
             "communication_share_fraction": c.frac(comm_us),
             "overlap_with_compute_fraction": overlap,
             "exposed_communication_us": exposed,
-            "collective_kernels_count": float(len(comm)),
+            "collective_kernels_count": float(np.count_nonzero(is_comm)),
         },
     )
 

@@ -33,11 +33,7 @@ def compile_spans(trace: Trace | TraceIndex) -> list[Interval]:
     trace = ix.trace
 
     def compute() -> list[Interval]:
-        # Traces repeat a few thousand op names: look for the markers once per name.
-        names = op_names(ix)
-        if not any(m in name for name in names for m in _COMPILE_MARKERS):
-            return []
-        if not any("compile_inner" in name for name in names):
+        if not _has_compile_markers(ix) or "compile_inner" not in _joined_names(ix):
             return []
         # torch 2.11 also marks each compile with a short "entire_frame_compile_data:
         # fn_name=_compile.compile_inner, compile_id=F/G" annotation just before it: not a
@@ -53,9 +49,23 @@ def compile_spans(trace: Trace | TraceIndex) -> list[Interval]:
     return spans
 
 
+def _joined_names(ix: TraceIndex) -> str:
+    """The trace's distinct op names joined by NUL: a marker (no NUL in it) is in a name
+    when it is in this text, so one search per marker tests every name at once."""
+    return memo(ix, "joined_op_names", lambda: "\0".join(op_names(ix)))
+
+
+def _has_compile_markers(ix: TraceIndex) -> bool:
+    """Whether an op name shows torch.compile (one of _COMPILE_MARKERS), once per trace."""
+    return memo(
+        ix,
+        "has_compile_markers",
+        lambda: any(m in _joined_names(ix) for m in _COMPILE_MARKERS),
+    )
+
+
 def rule_recompilation(c: Context) -> Finding | None:
-    # Traces repeat a few thousand op names: look for the markers once per name.
-    if not any(m in name for name in op_names(c.index) for m in _COMPILE_MARKERS):
+    if not _has_compile_markers(c.index):
         return None
     spans = compile_spans(c.index)
     compile_us = union_in(spans, c.lo, c.hi)

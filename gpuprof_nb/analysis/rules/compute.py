@@ -8,6 +8,7 @@ import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
+from operator import attrgetter
 
 import numpy as np
 
@@ -15,26 +16,42 @@ from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.classify import op_class
 from gpuprof_nb.analysis.derived import (
     TraceIndex,
+    ids_of,
     index_of,
+    kernel_ids,
     op_columns,
-    op_name_codes,
-    op_names,
     runtime_correlations,
+    runtime_names,
     runtime_starts,
     runtime_threads,
 )
 from gpuprof_nb.analysis.fixes import FIXES, FP16_FIX
-from gpuprof_nb.analysis.rules.context import Context, make_finding, tiny_op_names, union_of
+from gpuprof_nb.analysis.rules.context import (
+    Context,
+    make_finding,
+    name_rows,
+    names_of_class,
+    tiny_op_names,
+    top_rows,
+    union_of,
+)
 from gpuprof_nb.model.trace import Kernel, Op, Trace
 from gpuprof_nb.results.diagnosis import Finding
 from gpuprof_nb.results.roofline import Roofline
 
+_NAME, _TYPES = attrgetter("name"), attrgetter("input_types")
+_EXTERNAL_ID = attrgetter("external_id")
 # TF32 kernels already use tensor cores: they are not "fp32 matmuls" for the precision rule.
 FP32_KERNEL_MARKS = ("sgemm", "f32f32_f32f32", "_fp32_")
 
 
 def _gemm_precision_fp32(op: Op) -> bool:
-    types = [t for t in (op.input_types or ()) if t]
+    return _types_fp32(op.input_types)
+
+
+def _types_fp32(input_types: tuple[str, ...] | None) -> bool:
+    """Whether a matmul with these input types ran in fp32 (float inputs, none half)."""
+    types = [t for t in (input_types or ()) if t]
     return (
         bool(types)
         and "float" in types
@@ -221,13 +238,18 @@ def _precision(c: Context, time: _MathTime) -> Finding | None:
     cc = compute_capability(c.trace, c.timeline.device) if is_gemm is not None and gemm else None
     if is_gemm is None or cc is None or cc < th.PRECISION_MIN_CC:
         return None
-    fp32_ids = {o.external_id for o in _gemm_ops_with_ids(c.index) if _gemm_precision_fp32(o)}
+    # Input types repeat: each distinct one is judged once.
+    ops = _gemm_ops_with_ids(c.index)
+    types = list(map(_TYPES, ops))
+    fp32_types = {t for t in set(types) if _types_fp32(t)}
+    fp32_ids = set(compress(map(_EXTERNAL_ID, ops), map(fp32_types.__contains__, types)))
     # Kernel names repeat: each distinct one is read once.
-    fp32_name = {
-        name: any(m in name.lower() for m in FP32_KERNEL_MARKS) for name in {k.name for k in gemm}
-    }
+    names = list(map(_NAME, gemm))
+    fp32_name = {name: any(m in name.lower() for m in FP32_KERNEL_MARKS) for name in set(names)}
     fp32 = is_gemm.copy()
-    fp32[is_gemm] = [(k.external_id in fp32_ids) or fp32_name[k.name] for k in gemm]
+    fp32[is_gemm] = np.fromiter(
+        map(fp32_ids.__contains__, map(_EXTERNAL_ID, gemm)), dtype=bool, count=len(gemm)
+    ) | np.fromiter(map(fp32_name.__getitem__, names), dtype=bool, count=len(gemm))
     fp32_us = union_of(c.kcols, fp32, c.lo, c.hi)
     if not fp32_us > 0:
         return None
@@ -254,20 +276,18 @@ def _gemm_ops_with_ids(trace: Trace | TraceIndex) -> list[Op]:
     (names as codes), the other ops (annotations, Python functions) by name."""
     ix = index_of(trace)
     trace = ix.trace
-    gemm_names = {n for n in op_names(ix) if op_class(n) == "gemm"}
+    gemm_names = names_of_class(ix, "gemm")
     if not gemm_names:
         return []
     ops, cols = trace.ops, op_columns(ix)
-    distinct, codes = op_name_codes(ix)
-    is_gemm = np.array([n in gemm_names for n in distinct], dtype=bool)
-    torch_ops = cols.positions[is_gemm[codes] & cols.has_external_id]
+    rows = name_rows(ix, gemm_names)
+    torch_ops = cols.positions[rows[cols.has_external_id[rows]]]
     others = np.ones(len(ops), dtype=bool)
     others[cols.positions] = False
-    other_ops = [
-        i
-        for i in np.flatnonzero(others).tolist()
-        if ops[i].name in gemm_names and ops[i].external_id is not None
-    ]
+    other = np.flatnonzero(others).tolist()
+    # The other ops named as matmuls, their names tested in C, then those with an id.
+    named = compress(other, map(gemm_names.__contains__, map(_NAME, map(ops.__getitem__, other))))
+    other_ops = [i for i in named if ops[i].external_id is not None]
     return [ops[i] for i in sorted(torch_ops.tolist() + other_ops)]
 
 
@@ -289,7 +309,30 @@ def compute_capability(trace: Trace, device: int | None) -> tuple[int, int] | No
 
 def rule_dtype_cast(c: Context) -> Finding | None:
     # Few distinct names: each is classified once.
-    cast_names = {n for n in op_names(c.index) if op_class(n) == "cast"}
+    cast_names = names_of_class(c.index, "cast")
+    rows = top_rows(c)
+    if rows is None or not cast_names:
+        return _rule_dtype_cast_ops(c, cast_names)
+    # The top-level torch ops named as casts, as rows of the op columns.
+    cast_rows = name_rows(c.index, cast_names, rows)
+    if not len(cast_rows):
+        return None
+    # A cast that launched a memcpy is a device transfer (host_device_copy's business).
+    cast_rows = cast_rows[~_transfers(c, cast_rows)]
+    if not len(cast_rows):
+        return None
+    cols = op_columns(c.index)
+    casts = [cols.ops[i] for i in cast_rows.tolist()]
+    if c.on_device:
+        cast_us = _device_time_launched_in(c, casts)
+    else:
+        cast_us = sum(o.dur_us for o in casts)
+    return _dtype_cast_finding(c, cast_us, c.per_step(cols.start[cast_rows]))
+
+
+def _rule_dtype_cast_ops(c: Context, cast_names: frozenset[str]) -> Finding | None:
+    """rule_dtype_cast read op by op, for a Context whose top-level ops are not the index's
+    (the columns do not hold them)."""
     casts = [o for o in c.top_ops if o.name in cast_names] if cast_names else []
     if not casts:
         return None
@@ -313,7 +356,41 @@ def rule_dtype_cast(c: Context) -> Finding | None:
         cast_us = _device_time_launched_in(c, casts)
     else:
         cast_us = sum(o.dur_us for o in casts)
-    per_step = c.per_step(o.start_us for o in casts)
+    return _dtype_cast_finding(c, cast_us, c.per_step(o.start_us for o in casts))
+
+
+def _transfers(c: Context, rows: np.ndarray) -> np.ndarray:
+    """Per op (rows of the op columns): whether a memcpy call on its thread (threads keyed
+    by tid as text) started within it, from its start to its end."""
+    ix = c.index
+    out = np.zeros(len(rows), dtype=bool)
+    memcpy_names = {n for n in runtime_names(ix) if "Memcpy" in n}
+    if not memcpy_names:
+        return out
+    runtime = c.trace.runtime
+    calls = np.fromiter(
+        compress(range(len(runtime)), map(memcpy_names.__contains__, map(_NAME, runtime))),
+        dtype=np.intp,
+    )
+    # The calls' and the ops' threads by tid as text, each distinct (pid, tid) converted once.
+    codes, pairs = runtime_threads(ix)
+    call_tid = np.array([str(t) for _, t in pairs], dtype=object)[codes[calls]]
+    cols = op_columns(ix)
+    op_tid = np.array([str(t) for _, t in cols.raw_threads], dtype=object)[cols.raw_thread[rows]]
+    call_start = runtime_starts(ix)[calls]
+    start, end = cols.start[rows], cols.end[rows]
+    for tid in set(op_tid.tolist()):
+        mine = op_tid == tid
+        starts = np.sort(call_start[call_tid == tid])
+        if not len(starts):
+            continue
+        # The first call at or after the op's start, when it starts by the op's end.
+        i = np.searchsorted(starts, start[mine], side="left")
+        out[mine] = (i < len(starts)) & (starts[np.minimum(i, len(starts) - 1)] <= end[mine])
+    return out
+
+
+def _dtype_cast_finding(c: Context, cast_us: float, per_step: float) -> Finding:
     share = c.frac(cast_us) if per_step >= th.DTYPE_CAST_MIN_PER_STEP else 0.0
     return make_finding(
         "dtype_cast",
@@ -352,4 +429,17 @@ def _device_time_launched_in(c: Context, ops: Sequence[Op]) -> float:
         i = np.searchsorted(starts, t, side="right") - 1
         inside = (i >= 0) & (ends[np.maximum(i, 0)] >= t)
         launched.update(r_corr[mine[inside]].tolist())
-    return sum(k.dur_us for k in c.kernels if k.correlation in launched)
+    # The kernels whose correlation id is one of them: found on the id columns (which hold
+    # a present id as itself), then each confirmed on the kernel, in order.
+    if c.kernels is c.trace.kernels:
+        k_corr, k_has, _, _ = kernel_ids(c.index)
+    else:
+        k_corr, k_has = ids_of(c.kernels, "correlation")
+    maybe = k_has & np.isin(k_corr, np.fromiter(launched, dtype=np.int64, count=len(launched)))
+    kernels = c.kernels
+    total: float = sum(
+        kernels[i].dur_us
+        for i in np.flatnonzero(maybe).tolist()
+        if kernels[i].correlation in launched
+    )
+    return total

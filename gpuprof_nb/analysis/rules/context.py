@@ -3,14 +3,21 @@ a share of the profiled time into a Finding, and the helpers several rule famili
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from gpuprof_nb.analysis import thresholds as th
-from gpuprof_nb.analysis.derived import KernelColumns, TraceIndex
+from gpuprof_nb.analysis.classify import op_class
+from gpuprof_nb.analysis.derived import (
+    KernelColumns,
+    TraceIndex,
+    memo,
+    op_columns,
+    op_name_codes,
+    op_names,
+)
 from gpuprof_nb.analysis.fixes import FIXES
 from gpuprof_nb.analysis.intervals import (
     Interval,
@@ -21,7 +28,7 @@ from gpuprof_nb.analysis.intervals import (
     total_length,
     union_length,
 )
-from gpuprof_nb.analysis.timeline import median_duration_us
+from gpuprof_nb.analysis.timeline import median_duration_us, top_level_positions
 from gpuprof_nb.model.trace import Kernel, Op, RuntimeCall, Trace
 from gpuprof_nb.results.diagnosis import Finding, FindingKind, Severity
 from gpuprof_nb.results.invariants import rounded_share
@@ -117,20 +124,20 @@ class Context:
     def frac_of_window(self, us: float) -> float:
         return us / self.span_us if self.span_us > 0 else 0.0
 
-    def per_step(self, starts: Iterable[float]) -> float:
+    def per_step(self, starts: Iterable[float] | np.ndarray) -> float:
         """The things that started at `starts` per step: those inside the annotated steps
         over their number (a per-step figure over the steps its count covers; the window
         may run past the steps), or all of them per cell without steps."""
-        values = list(starts)
+        values = starts if isinstance(starts, np.ndarray) else np.fromiter(starts, dtype=float)
         steps = self.trace.steps
         if not steps:
             return float(len(values))
+        # Each start against the last step (by start, then end) that begins at or before it.
         bounds = sorted((st.start_us, st.end_us) for st in steps)
-        begins = [a for a, _ in bounds]
-        inside = 0
-        for t in values:
-            k = bisect.bisect_right(begins, t) - 1
-            inside += k >= 0 and t < bounds[k][1]
+        begins = np.array([a for a, _ in bounds], dtype=float)
+        ends = np.array([b for _, b in bounds], dtype=float)
+        k = np.searchsorted(begins, values, side="right") - 1
+        inside = int(np.count_nonzero((k >= 0) & (values < ends[np.maximum(k, 0)])))
         return inside / len(steps)
 
     @property
@@ -155,3 +162,79 @@ def tiny_op_names(ops: Sequence[Op]) -> frozenset[str]:
     for o in ops:
         by_name.setdefault(o.name, []).append(o.dur_us)
     return frozenset(n for n, d in by_name.items() if median_duration_us(d) < th.TINY_CPU_OP_US)
+
+
+def top_rows(c: Context) -> np.ndarray | None:
+    """Return the rows in the op columns of c.top_ops, in order, when they are the index's
+    top-level ops (as diagnose makes them), else None: rules then read the top-level ops'
+    names, starts and durations as columns instead of op by op."""
+    ix = c.index
+    if ix.peek("top_level_ops") is not c.top_ops:
+        return None
+    return memo(
+        ix,
+        "top_level_rows",
+        lambda: np.searchsorted(
+            op_columns(ix).positions, np.array(top_level_positions(ix), dtype=np.intp)
+        ),
+    )
+
+
+def names_of_class(index: TraceIndex, cls: str) -> frozenset[str]:
+    """Return the distinct op names (of every op kind) op_class puts in class `cls`; every
+    name is classified once per trace, for all the classes."""
+
+    def compute() -> dict[str, frozenset[str]]:
+        names = list(op_names(index))
+        by_class: dict[str, set[str]] = {}
+        for name, found in zip(names, map(op_class, names), strict=True):
+            by_class.setdefault(found, set()).add(name)
+        return {k: frozenset(v) for k, v in by_class.items()}
+
+    by_class: dict[str, frozenset[str]] = memo(index, "op_names_by_class", compute)
+    return by_class.get(cls, frozenset())
+
+
+def name_rows(
+    index: TraceIndex, names: frozenset[str] | set[str], rows: np.ndarray | None = None
+) -> np.ndarray:
+    """Return the rows in the op columns (of `rows` only, when given: in their order) of
+    the torch ops named one of `names`."""
+    distinct, codes = op_name_codes(index)
+    wanted = np.fromiter(map(names.__contains__, distinct), dtype=bool, count=len(distinct))
+    if rows is None:
+        return np.flatnonzero(wanted[codes])
+    picked: np.ndarray = rows[wanted[codes[rows]]]
+    return picked
+
+
+def overlap_us(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:
+    """union_length(intersect_intervals(as_pairs(*a), as_pairs(*b))) of two unions as
+    merge_arrays gives them (sorted, apart: no span touches the next): the same pieces,
+    found as intersect_intervals finds them on arrays, and, as they are apart, summed in
+    order as union_length sums them."""
+    a_s, a_e = a
+    b_s, b_e = b
+    if not len(a_s) or not len(b_s):
+        return 0
+    # Each span of a meets the run of b's that end after it starts and start before it
+    # ends; the pieces come out in order.
+    first = np.searchsorted(b_e, a_s, side="right")
+    last = np.searchsorted(b_s, a_e, side="left")
+    counts = np.maximum(last - first, 0)
+    ia = np.repeat(np.arange(len(a_s)), counts)
+    ib = (
+        np.arange(int(counts.sum()))
+        - np.repeat(np.cumsum(counts) - counts, counts)
+        + np.repeat(first, counts)
+    )
+    lo = np.maximum(a_s[ia], b_s[ib])
+    hi = np.minimum(a_e[ia], b_e[ib])
+    keep = hi > lo
+    return spans_length(lo[keep], hi[keep])
+
+
+def spans_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    """union_length of spans that are apart (as merge_arrays gives them): their lengths
+    summed in order, and the int 0 union_length gives for none."""
+    return total_length(starts, ends) if len(starts) else 0

@@ -3,21 +3,32 @@ host-device copies that are slow or not hidden behind compute (`host_device_copy
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from itertools import compress
+from operator import attrgetter
+
+import numpy as np
 
 from gpuprof_nb.analysis.derived import KERNEL_KINDS
 from gpuprof_nb.analysis.intervals import (
     Interval,
-    as_pairs,
     clipped_union,
-    intersect_intervals,
+    merge_arrays,
     merge_intervals,
     union_length,
 )
-from gpuprof_nb.analysis.rules.context import Context, make_finding, merged_spans, union_in
+from gpuprof_nb.analysis.rules.context import (
+    Context,
+    make_finding,
+    overlap_us,
+    spans_length,
+    union_in,
+)
 from gpuprof_nb.analysis.timeline import dataloader_ops
 from gpuprof_nb.results.diagnosis import Finding
+
+_NAME, _BYTES = attrgetter("name"), attrgetter("bytes")
 
 
 def rule_dataloader(c: Context) -> Finding | None:
@@ -59,28 +70,34 @@ def rule_host_device_copy(c: Context) -> Finding | None:
     if not is_copy.any():
         return None
     copies = list(compress(c.kernels, is_copy.tolist()))
-    compute = merged_spans(kc, kc.is_kernel)
-    copy_spans = as_pairs(*clipped_union(kc.start[is_copy], kc.end[is_copy], c.lo, c.hi))
-    copy_us = union_length(copy_spans)
-    overlapped = union_length(intersect_intervals(copy_spans, compute))
+    # The unions are apart (merge_arrays joins touching spans): their overlap's pieces are
+    # apart too, and the union of the copies is its own merge, so lengths sum in order.
+    copy_spans = clipped_union(kc.start[is_copy], kc.end[is_copy], c.lo, c.hi)
+    copy_us = spans_length(*copy_spans)
+    overlapped = overlap_us(copy_spans, merge_arrays(kc.start[kc.is_kernel], kc.end[kc.is_kernel]))
     exposed = copy_us - overlapped
-    pageable = [k for k in copies if "pageable" in k.name.lower()]
-    sized = [k for k in copies if k.bytes and k.dur_us > 0]
+    # Copy names repeat: each distinct one is read once.
+    by_name = Counter(map(_NAME, copies))
+    pageable = sum(n for name, n in by_name.items() if "pageable" in name.lower())
+    # The copies with a payload and a positive duration, in order.
+    payload = list(map(_BYTES, copies))
+    durations = kc.dur[is_copy]
+    sized = np.fromiter(map(bool, payload), dtype=bool, count=len(payload)) & (durations > 0)
     evidence = {
         "memcpy_time_us": copy_us,
         "memcpy_share_fraction": c.frac(copy_us),
         "memcpy_not_overlapped_fraction": c.frac(exposed),
-        "pageable_copies_count": float(len(pageable)),
+        "pageable_copies_count": float(pageable),
     }
-    if sized:
-        evidence["memcpy_bandwidth_bytes_per_s"] = sum(k.bytes or 0 for k in sized) / (
-            sum(k.dur_us for k in sized) * 1e-6
+    if sized.any():
+        evidence["memcpy_bandwidth_bytes_per_s"] = sum(compress(payload, sized.tolist())) / (
+            sum(durations[sized].tolist()) * 1e-6
         )
     return make_finding(
         "host_device_copy",
         f"Host-device copies take {c.frac(copy_us) * 100:.0f}% of the time, "
         f"{c.frac(exposed) * 100:.0f}% not hidden behind compute"
-        + (f" ({len(pageable)} from pageable memory)" if pageable else ""),
+        + (f" ({pageable} from pageable memory)" if pageable else ""),
         c.frac(exposed),
         evidence,
     )

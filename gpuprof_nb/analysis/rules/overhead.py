@@ -5,6 +5,7 @@ traces and on CPU-only ones."""
 from __future__ import annotations
 
 from gpuprof_nb.analysis import thresholds as th
+from gpuprof_nb.analysis.derived import median
 from gpuprof_nb.analysis.intervals import (
     clipped_union,
     intersect_intervals,
@@ -40,10 +41,11 @@ def _device_launch_overhead(c: Context, bd: IdleBreakdown) -> Finding | None:
     """launch_overhead on a device trace: short gaps between kernels and device idle while
     the host is inside torch ops; None without kernels."""
     kc = c.kcols
-    compute = kc.dur[kc.is_kernel].tolist()
-    if not compute:
+    compute = kc.dur[kc.is_kernel]
+    if not len(compute):
         return None
-    med = median_duration_us(compute)
+    # statistics.median's middle value (or the mean of the two), found by numpy's sort.
+    med = median(compute)
     # The Summary's count: kernels launched inside the steps, per step (all of them
     # per cell without steps).
     summary = summarize_trace(c.index)
