@@ -218,8 +218,9 @@ def test_a_report_does_not_import_numpy_ma() -> None:
 
 @pytest.mark.parametrize("name", ["a100_nccl", "cpu_only_trace", "h100_bert_small"])
 def test_thread_codes_index_each_ops_and_calls_own_ids(name: str) -> None:
-    """The op columns hold the torch ops at their positions. Each op's and runtime call's thread code picks its own (pid, tid) from the distinct
-    pairs, listed in order of first appearance; thread keys are those pairs as text."""
+    """The op columns hold the torch ops at their positions. Each op's and runtime call's
+    thread code picks its own (pid, tid) from the distinct pairs, listed in order of first
+    appearance; thread keys are those pairs as text."""
     path = next(p for p in sorted((DATA / name).iterdir()) if ".json" in p.name)
     ix = derived.TraceIndex(load_trace(path))
     cols = derived.op_columns(ix)
