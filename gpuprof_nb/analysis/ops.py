@@ -24,6 +24,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter, defaultdict
 from functools import reduce
+from itertools import repeat
 from operator import add, attrgetter
 from typing import Any
 
@@ -269,8 +270,11 @@ def _subtree_totals(order: np.ndarray, parent_sorted: np.ndarray, own: np.ndarra
 
 
 def _shape_text(dims: Any) -> str:
+    """Recorded input shapes as text: tuples as [a, b], anything else as str() writes it."""
     if isinstance(dims, tuple):
-        return "[" + ", ".join(_shape_text(d) for d in dims) + "]"
+        if any(map(isinstance, dims, repeat(tuple))):
+            return "[" + ", ".join(map(_shape_text, dims)) + "]"
+        return "[" + ", ".join(map(str, dims)) + "]"  # one input's dims: no frame per number
     return str(dims)
 
 

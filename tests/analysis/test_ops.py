@@ -424,3 +424,31 @@ def test_kernel_table_groups_exactly_as_a_loop_does(path) -> None:
         by_kind["memcpy"],
         by_kind["memset"],
     )
+
+
+def test_shape_text_is_the_recursive_reading_of_the_dims() -> None:
+    """Input shapes as text: the fast path for one input's numbers writes what the plain
+    recursion writes, for any nesting and any leaf (ints, floats, bools, None, strings)."""
+    import random
+    from collections import namedtuple
+
+    from gpuprof_nb.analysis.ops import _shape_text
+
+    def plain(dims: object) -> str:
+        if isinstance(dims, tuple):
+            return "[" + ", ".join(plain(d) for d in dims) + "]"
+        return str(dims)
+
+    pair = namedtuple("pair", "a b")
+    leaves = [0, 7, -3, 2**70, 1.5, float("nan"), True, None, "x", "", pair(1, 2)]
+    rng = random.Random(5)
+
+    def make(depth: int) -> object:
+        if depth == 0 or rng.random() < 0.3:
+            return rng.choice(leaves)
+        return tuple(make(depth - 1) for _ in range(rng.randrange(0, 5)))
+
+    cases = [(), ((),), ((64, 512), (512,)), (((1, 2), 3),), pair((1,), 2)]
+    cases += [make(4) for _ in range(500)]
+    for dims in cases:
+        assert _shape_text(dims) == plain(dims)
