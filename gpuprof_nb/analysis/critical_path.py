@@ -54,8 +54,8 @@ from gpuprof_nb.analysis.derived import (
     median,
     memo,
     op_columns,
-    op_kinds,
     op_names,
+    other_op_columns,
     runtime_names,
     runtime_starts,
     runtime_threads,
@@ -385,21 +385,8 @@ def _other_op_spans(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The positions, starts and ends of the ops that are not torch ops (record_function
     ranges, Python functions), and which are ranges, once."""
-    ix = index_of(trace)
-    trace = ix.trace
-
-    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        kinds = op_kinds(ix)
-        others = np.ones(len(kinds), dtype=bool)
-        others[op_columns(ix).positions] = False
-        pos = np.flatnonzero(others)
-        ops = trace.ops
-        start = np.fromiter((ops[i].start_us for i in pos.tolist()), dtype=float, count=len(pos))
-        dur = np.fromiter((ops[i].dur_us for i in pos.tolist()), dtype=float, count=len(pos))
-        annotation = np.array([kinds[i] == "annotation" for i in pos.tolist()], dtype=bool)
-        return pos, start, start + dur, annotation
-
-    return memo(ix, "other_op_spans", compute)
+    other = other_op_columns(index_of(trace))
+    return other.positions, other.start, other.end, other.is_annotation
 
 
 def _runtime_ends(trace: Trace | TraceIndex) -> np.ndarray:

@@ -77,6 +77,12 @@ def op_kinds(index: TraceIndex) -> list[str]:
     return memo(index, "op_kinds", lambda: list(map(_KIND, index.trace.ops)))
 
 
+def op_kind_array(index: TraceIndex) -> np.ndarray:
+    """Return op_kinds as an object array (read-only), to compare all at once (each still
+    by str ==), once."""
+    return memo(index, "op_kind_array", lambda: frozen(np.array(op_kinds(index), dtype=object)))
+
+
 def frozen(a: np.ndarray) -> np.ndarray:
     """Return `a` marked read-only (a shared array no caller may change)."""
     a.flags.writeable = False
@@ -103,8 +109,7 @@ class OpColumns:
 
     def __init__(self, index: TraceIndex) -> None:
         every = index.trace.ops
-        # The kinds compared in one numpy pass (each still by str ==).
-        is_op = np.array(op_kinds(index), dtype=object) == "op"
+        is_op = op_kind_array(index) == "op"
         ops = tuple(compress(every, is_op.tolist()))
         n = len(ops)
         self.ops = ops
@@ -157,6 +162,34 @@ def codes_of(values: Iterable[Hashable], count: int) -> tuple[list[Any], np.ndar
 def op_columns(index: TraceIndex) -> OpColumns:
     """Return the trace's torch ops as columns (computed once per trace)."""
     return memo(index, "op_columns", lambda: OpColumns(index))
+
+
+class OtherOpColumns:
+    """The trace's other ops (not torch ops: record_function ranges, ProfilerStep#
+    annotations, Python functions), in trace order, as columns: what the activity window,
+    the critical path's host lanes, the hotspots and the module breakdown read of them."""
+
+    __slots__ = ("ops", "positions", "start", "dur", "end", "is_python", "is_annotation")
+
+    def __init__(self, index: TraceIndex) -> None:
+        every = index.trace.ops
+        others = np.ones(len(every), dtype=bool)
+        others[op_columns(index).positions] = False
+        self.positions = frozen(np.flatnonzero(others))
+        ops = tuple(compress(every, others.tolist()))
+        n = len(ops)
+        self.ops = ops
+        self.start = frozen(np.fromiter(map(_START, ops), dtype=float, count=n))
+        self.dur = frozen(np.fromiter(map(_DUR, ops), dtype=float, count=n))
+        self.end = frozen(self.start + self.dur)  # the same sum as Op.end_us
+        kinds = op_kind_array(index)[self.positions]
+        self.is_python = frozen(kinds == "python")
+        self.is_annotation = frozen(kinds == "annotation")
+
+
+def other_op_columns(index: TraceIndex) -> OtherOpColumns:
+    """Return the trace's ops other than torch ops as columns (computed once per trace)."""
+    return memo(index, "other_op_columns", lambda: OtherOpColumns(index))
 
 
 def op_input_dims(index: TraceIndex) -> list[Any]:

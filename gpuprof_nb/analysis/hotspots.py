@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import attrgetter, eq
+from itertools import compress
+from operator import attrgetter
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from gpuprof_nb.analysis.derived import (
     lex_order,
     memo,
     op_kinds,
+    other_op_columns,
 )
 from gpuprof_nb.analysis.intervals import nearest_open_at, nearest_open_before
 from gpuprof_nb.analysis.sources import (
@@ -69,12 +70,12 @@ class PythonEvents:
     __slots__ = ("ops", "start", "dur", "names", "name_code")
 
     def __init__(self, index: TraceIndex) -> None:
-        every = index.trace.ops
-        ops = tuple(compress(every, map(eq, op_kinds(index), repeat("python"))))
+        other = other_op_columns(index)  # python_function events are among them
+        ops = tuple(compress(other.ops, other.is_python.tolist()))
         n = len(ops)
         self.ops = ops
-        self.start = frozen(np.fromiter(map(_START, ops), dtype=float, count=n))
-        self.dur = frozen(np.fromiter(map(_DUR, ops), dtype=float, count=n))
+        self.start = frozen(other.start[other.is_python])
+        self.dur = frozen(other.dur[other.is_python])
         # Each event's name as an index into the distinct names (in order of first
         # appearance): tests on names then run per name, not per event.
         names, codes = codes_of(map(_NAME, ops), n)

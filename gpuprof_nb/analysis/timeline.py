@@ -30,8 +30,8 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from functools import cached_property, reduce
-from itertools import compress, repeat
-from operator import add, attrgetter, ne, not_
+from itertools import compress
+from operator import add, attrgetter
 
 import numpy as np
 
@@ -51,6 +51,7 @@ from gpuprof_nb.analysis.derived import (
     op_columns,
     op_name_codes,
     op_names,
+    other_op_columns,
     runtime_names,
     runtime_starts,
 )
@@ -71,7 +72,7 @@ _new_gap = fast_maker(IdleGap)
 
 _START = attrgetter("start_us")
 _DUR = attrgetter("dur_us")
-_NAME, _KIND = attrgetter("name"), attrgetter("kind")
+_NAME = attrgetter("name")
 
 
 # Blocking host calls: the host thread waits for the device inside them.
@@ -515,23 +516,17 @@ def _last_end(
         if name in profiler:
             keep &= codes != c
     ends = [float(cols.end[keep].max())] if keep.any() else []
-    every = trace.ops
-    not_op = np.ones(len(every), dtype=bool)
-    not_op[cols.positions] = False
-    # The other ops (annotations, Python events: thousands with stacks) picked and summed
-    # as columns.
-    rest = list(compress(every, not_op.tolist()))
+    # The other ops (annotations, Python events: thousands with stacks), as columns.
+    other = other_op_columns(ix)
+    kept = ~other.is_python if no_python else np.ones(len(other.ops), dtype=bool)
     if profiler:
-        rest = list(compress(rest, map(not_, map(profiler.__contains__, map(_NAME, rest)))))
-    if no_python:
-        rest = list(compress(rest, map(ne, map(_KIND, rest), repeat("python"))))
-    if rest:
-        n = len(rest)
-        rest_ends = np.fromiter(map(_START, rest), dtype=float, count=n) + np.fromiter(
-            map(_DUR, rest), dtype=float, count=n
+        kept &= ~np.fromiter(
+            map(profiler.__contains__, map(_NAME, other.ops)), dtype=bool, count=len(other.ops)
         )
-        latest = float(rest_ends.max())
+    if kept.any():
+        latest = float(other.end[kept].max())
         if math.isnan(latest):  # a hand-made trace: max() as Python takes it, in order
+            rest = compress(other.ops, kept.tolist())
             return float(max(ends + [o.end_us for o in rest]))
         ends.append(latest)
     return float(max(ends))

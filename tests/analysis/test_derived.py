@@ -237,3 +237,19 @@ def test_thread_codes_index_each_ops_and_calls_own_ids(name: str) -> None:
     calls = [(r.pid, r.tid) for r in ix.trace.runtime]
     assert list(runtime_pairs) == list(dict.fromkeys(calls))
     assert [runtime_pairs[c] for c in codes.tolist()] == calls
+
+
+@pytest.mark.parametrize("name", ["a100_nccl", "cpu_only_trace", "h100_bert_small"])
+def test_other_op_columns_are_the_ops_that_are_not_torch_ops(name: str) -> None:
+    """Annotations and Python events as columns: each one's position, span and kind."""
+    path = next(p for p in sorted((DATA / name).iterdir()) if ".json" in p.name)
+    ix = derived.TraceIndex(load_trace(path))
+    other = derived.other_op_columns(ix)
+    every = ix.trace.ops
+    want = [i for i, o in enumerate(every) if o.kind != "op"]
+    assert other.positions.tolist() == want
+    assert list(other.ops) == [every[i] for i in want]
+    assert other.start.tolist() == [every[i].start_us for i in want]
+    assert other.end.tolist() == [every[i].end_us for i in want]
+    assert other.is_python.tolist() == [every[i].kind == "python" for i in want]
+    assert other.is_annotation.tolist() == [every[i].kind == "annotation" for i in want]
