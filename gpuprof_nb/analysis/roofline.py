@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
@@ -24,6 +24,7 @@ from gpuprof_nb.analysis.classify import op_class
 from gpuprof_nb.analysis.derived import (
     OpColumns,
     TraceIndex,
+    codes_of,
     distinct,
     index_of,
     kernel_columns,
@@ -43,7 +44,7 @@ from gpuprof_nb.analysis.flops import COPY_WRAPPERS, OpCost, has_formula, op_cos
 from gpuprof_nb.analysis.intervals import nearest_open_before, tree_depths
 from gpuprof_nb.analysis.timeline import unrecorded_launches
 from gpuprof_nb.model.device import DeviceSpec, lookup_device_spec
-from gpuprof_nb.model.trace import Kernel, Op, Trace
+from gpuprof_nb.model.trace import Op, Trace
 from gpuprof_nb.results.roofline import (
     MATMUL_CATEGORIES,
     DataMovement,
@@ -358,10 +359,17 @@ def compute_roofline(trace: Trace | TraceIndex, device: DeviceSpec | str | None 
     else:
         times = _host_times(tree, anchor)
     anchor_time = times.anchor_time
+    anchors = np.fromiter(anchor_time, dtype=np.intp, count=len(anchor_time))
+    calls = cost.calls_of(anchors)
+    costs = list(map(cost.call_cost.__getitem__, calls.tolist()))
     # Each costed anchor (its position in the op columns), its cost and time: what MFU and
     # the per-module bounds read (analysis/mfu.py, analysis/model_rules.py).
-    memo(ix, "roofline_anchors", lambda: tuple((a, cost(a), t) for a, t in anchor_time.items()))
-    groups = _group_anchors(tree.ops, times, cost)
+    memo(
+        ix,
+        "roofline_anchors",
+        lambda: tuple(zip(anchors.tolist(), costs, anchor_time.values(), strict=True)),
+    )
+    groups = _group_anchors(ix, tree.ops, times, cost, anchors, calls)
     points, moves, kpoints = _group_points(groups, spec)
 
     def by_time(x: Any) -> tuple[float, str, str]:
@@ -390,6 +398,7 @@ def compute_roofline(trace: Trace | TraceIndex, device: DeviceSpec | str | None 
 
 _UNSET: Any = object()
 _TYPES, _CONCRETE = attrgetter("input_types"), attrgetter("concrete_inputs")
+_NAME = attrgetter("name")
 
 
 class _Costs:
@@ -406,6 +415,11 @@ class _Costs:
         self.ops = tree.ops
         self.known: list[Any] = [_UNSET] * len(self.ops)  # each op's cost, once computed
         self.by_call: dict[tuple[Any, ...], Any] = {}
+        # Ops numbered by call: ops of one number share one cost (`call_cost`); -1 for an op
+        # not numbered yet. have_cost numbers the ops it asks about per distinct call,
+        # `calls_of` any other op on its own: the anchors are then grouped per number.
+        self.call_id = np.full(len(self.ops), -1, dtype=np.intp)
+        self.call_cost: list[OpCost | None] = []
 
     def have_cost(self, ix: TraceIndex, ops: np.ndarray) -> np.ndarray:
         """Return, for each of `ops` (positions of ops that are not copy wrappers), whether
@@ -438,6 +452,7 @@ class _Costs:
         first = np.concatenate(([True], ~same))
         group = np.cumsum(first) - 1
         has = np.zeros(int(group[-1]) + 1, dtype=bool)
+        base = len(self.call_cost)
         for g, k in enumerate(ops[order[first]].tolist()):
             op = self.ops[k]
             call = (op.name, id(op.input_dims), id(op.input_types), id(op.concrete_inputs))
@@ -445,9 +460,24 @@ class _Costs:
             if c is _UNSET:
                 c = self.by_call[call] = op_cost(op)
             has[g] = c is not None
+            self.call_cost.append(c)
+        self.call_id[ops[order]] = base + group
         out = np.empty(n, dtype=bool)
         out[order] = has[group]
         return out
+
+    def calls_of(self, ops: np.ndarray) -> np.ndarray:
+        """Return the call number of each of `ops` (positions), numbering on its own each
+        op that have_cost did not ask about: its cost is `self`'s."""
+        ids = self.call_id[ops]
+        for r in np.flatnonzero(ids < 0).tolist():
+            i = int(ops[r])
+            c = self(i)
+            if self.call_id[i] < 0:  # the same op may be asked twice
+                self.call_id[i] = len(self.call_cost)
+                self.call_cost.append(c)
+            ids[r] = self.call_id[i]
+        return ids  # type: ignore[no-any-return]
 
     def __call__(self, i: int) -> OpCost | None:
         c = self.known[i]
@@ -516,6 +546,10 @@ def _anchors(ix: TraceIndex, tree: _Tree, cost: _Costs, costable: np.ndarray) ->
     wrapper = np.array([name in COPY_WRAPPERS for name in names], dtype=bool)[name_code]
     plain = costable & ~wrapper
     wrapper &= costable
+    # A wrapper with no formula of its own and no costable op under it costs nothing (its
+    # cost is its costed descendants'): only the others are walked.
+    formula = np.array([has_formula(name) for name in names], dtype=bool)[name_code]
+    walk = wrapper & (formula | _costable_below(tree, costable))
     for level in tree.levels():
         inherited = np.where(
             tree.parent_arr[level] >= 0, anchor[np.maximum(tree.parent_arr[level], 0)], -1
@@ -525,20 +559,33 @@ def _anchors(ix: TraceIndex, tree: _Tree, cost: _Costs, costable: np.ndarray) ->
         asked = free[plain[free]]
         found = asked[cost.have_cost(ix, asked)]
         anchor[found] = found
-        found_w = [i for i in free[wrapper[free]].tolist() if cost(i) is not None]
+        found_w = [i for i in free[walk[free]].tolist() if cost(i) is not None]
         anchor[found_w] = found_w
     return anchor
+
+
+def _costable_below(tree: _Tree, costable: np.ndarray) -> np.ndarray:
+    """Return, per op, whether some op under it (a descendant) is costable."""
+    below = np.zeros(len(costable), dtype=bool)
+    parent = tree.parent_arr
+    for level in reversed(tree.levels()):  # the deepest first: a level's answers are final
+        up = level[(parent[level] >= 0) & (costable[level] | below[level])]
+        below[parent[up]] = True
+    return below
 
 
 @dataclass
 class _Times:
     """Where the roofline's time went: per anchor, its time (microseconds) and, on a device
-    trace, its kernels; the time of no anchor by label; the whole time."""
+    trace, its kernels (`kernel_ix`: positions in trace.kernels in their order, `kernel_anchor`
+    the anchor of each; both empty on a host trace); the time of no anchor by label; the
+    whole time."""
 
     anchor_time: dict[int, float]
-    anchor_kernels: dict[int, list[Kernel]]
     unmodelled: dict[str, _Acc]
     total_us: float
+    kernel_ix: np.ndarray
+    kernel_anchor: np.ndarray
 
 
 def _device_times(
@@ -547,7 +594,6 @@ def _device_times(
     """Return the kernel time of each anchor, and of the kernels of no anchor by their
     owner's name (or kind)."""
     ops = tree.ops
-    device_work = ix.trace.kernels
     k_dur = kernel_columns(ix).dur
     total_us = sum(k_dur.tolist())
     owner = _kernel_owners(ix, tree)
@@ -555,21 +601,15 @@ def _device_times(
     if len(ops):
         _gemm_points_only_gemms(ix, tree, owner, k_anchor, cost, costable)
     unmodelled = _unplaced_kernels(ix, owner, k_anchor, k_dur)
-    # The others, per anchor in kernel order: their time (bincount adds one by one, as
-    # `+=` in a loop) and the kernels themselves.
+    # The others, per anchor (in anchor order): their time (bincount adds one by one in
+    # kernel order, as `+=` in a loop).
     anchor_time: dict[int, float] = {}
-    anchor_kernels: dict[int, list[Kernel]] = {}
     placed = np.flatnonzero(k_anchor >= 0)
     if len(placed):
-        by_anchor = placed[np.argsort(k_anchor[placed], kind="stable")]
-        heads = k_anchor[by_anchor]
-        cuts = [0, *(np.flatnonzero(np.diff(heads)) + 1).tolist(), len(heads)]
         sums = np.bincount(k_anchor[placed], weights=k_dur[placed])
-        members = by_anchor.tolist()
-        for a, lo, hi in zip(heads[cuts[:-1]].tolist(), cuts, cuts[1:], strict=False):
-            anchor_time[a] = float(sums[a])
-            anchor_kernels[a] = [device_work[i] for i in members[lo:hi]]
-    return _Times(anchor_time, anchor_kernels, unmodelled, total_us)
+        heads = distinct(k_anchor[placed])
+        anchor_time = dict(zip(heads.tolist(), sums[heads].tolist(), strict=True))
+    return _Times(anchor_time, unmodelled, total_us, placed, k_anchor[placed])
 
 
 def _unplaced_kernels(
@@ -615,7 +655,8 @@ def _host_times(tree: _Tree, anchor: np.ndarray) -> _Times:
             acc.calls += 1
             acc.time_us += ops[i].dur_us
     anchor_time = {i: ops[i].dur_us for i, a in enumerate(anchor_of) if a == i}
-    return _Times(anchor_time, {}, unmodelled, total_us)
+    none = np.zeros(0, dtype=np.intp)
+    return _Times(anchor_time, unmodelled, total_us, none, none)
 
 
 # An op group: (op name, input shapes, dtype).
@@ -625,51 +666,153 @@ _GroupKey = tuple[str, str, str]
 @dataclass
 class _Groups:
     """The costed anchors summed per op group, and per (kernel, group) for anchors that
-    launched exactly one kernel."""
+    launched exactly one kernel. `kernel_names(key)` gives the names of the kernels (not
+    memcpys or memsets) the group's anchors launched, read only when a roof needs them."""
 
     acc: dict[_GroupKey, _Acc]
     cost: dict[_GroupKey, OpCost]
-    kernel_names: dict[_GroupKey, set[str]]
+    kernel_names: Callable[[_GroupKey], Iterable[str]]
     host_copy: set[_GroupKey]
     kernels: dict[tuple[str, str, str, str], _Acc]
 
 
-def _group_anchors(ops: Sequence[Op], times: _Times, cost: _Costs) -> _Groups:
+def _first_seen(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return, for an integer array, the position of each distinct value's first occurrence
+    (in order of first appearance) and each value's number in that order."""
+    n = len(values)
+    if not n:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
+    order = np.argsort(values, kind="stable")
+    s = values[order]
+    start = np.empty(n, dtype=bool)
+    start[0] = True
+    np.not_equal(s[1:], s[:-1], out=start[1:])
+    firsts = order[start]  # the stable sort keeps each value's first occurrence first
+    rank = np.argsort(firsts)
+    label = np.empty(len(rank), dtype=np.intp)
+    label[rank] = np.arange(len(rank))
+    codes = np.empty(n, dtype=np.intp)
+    codes[order] = label[np.cumsum(start) - 1]
+    return firsts[rank], codes
+
+
+def _sum_costs(
+    groups: np.ndarray, calls: np.ndarray, call_cost: list[Any], n: int
+) -> tuple[list[Any], list[Any]]:
+    """Return the FLOPs and bytes of the items summed per group (`groups[i]`, below `n`),
+    item i costing `call_cost[calls[i]]`: as `+=` in item order would. With int counts
+    (exact in any order) as count x cost per distinct (group, call); otherwise one by one."""
+    flops: list[Any] = [0] * n
+    nbytes: list[Any] = [0] * n
+    width = len(call_cost) + 1
+    firsts, _ = _first_seen(groups * width + calls)
+    pairs = (groups[firsts] * width + calls[firsts]).tolist()
+    costs = [call_cost[p % width] for p in pairs]
+    if all(type(c.flops) is int and type(c.bytes_moved) is int for c in costs):
+        counts = np.bincount(groups * width + calls).tolist()
+        for p, c in zip(pairs, costs, strict=True):
+            g = p // width
+            flops[g] += counts[p] * c.flops
+            nbytes[g] += counts[p] * c.bytes_moved
+        return flops, nbytes
+    for g, k in zip(groups.tolist(), calls.tolist(), strict=True):
+        flops[g] += call_cost[k].flops
+        nbytes[g] += call_cost[k].bytes_moved
+    return flops, nbytes
+
+
+def _group_anchors(
+    ix: TraceIndex,
+    ops: Sequence[Op],
+    times: _Times,
+    cost: _Costs,
+    anchors: np.ndarray,
+    calls: np.ndarray,
+) -> _Groups:
     """Return the anchors with a cost and some time, summed per (name, shapes, dtype), in
-    anchor order."""
-    anchor_time, anchor_kernels = times.anchor_time, times.anchor_kernels
-    g = _Groups({}, {}, {}, set(), {})
+    anchor order. `anchors` are times.anchor_time's, `calls` their call numbers (_Costs):
+    anchors of one call share a group, so each call is keyed once."""
+    acc: dict[_GroupKey, _Acc] = {}
+    g = _Groups(acc, {}, lambda key: (), set(), {})
+    call_cost = cost.call_cost
+    t = np.fromiter(times.anchor_time.values(), dtype=float, count=len(anchors))
+    if len(anchors) > 1 and bool(np.any(anchors[1:] < anchors[:-1])):
+        by = np.argsort(anchors, kind="stable")
+        anchors, calls, t = anchors[by], calls[by], t[by]
+    priced = np.array([c is not None for c in call_cost], dtype=bool)
+    keep = priced[calls] & ~(t <= 0) if len(calls) else np.zeros(0, dtype=bool)
+    a_kept, c_kept, t_kept = anchors[keep], calls[keep], t[keep]
+    if not len(a_kept):
+        return g
+    # Each call's group, in order of first appearance: the groups come out in anchor order.
+    firsts, call_rank = _first_seen(c_kept)
+    group_of_call = np.empty(len(firsts), dtype=np.intp)
+    keys: dict[_GroupKey, int] = {}
     shapes_of: dict[Any, str] = {}  # recorded shapes repeat: each is written out once
-    for a in sorted(anchor_time):
-        c = cost(a)
-        if c is None or anchor_time[a] <= 0:
-            continue
-        dims = ops[a].input_dims
+    for r, (a, k) in enumerate(zip(a_kept[firsts].tolist(), c_kept[firsts].tolist(), strict=True)):
+        op = ops[a]
+        c = call_cost[k]
         try:
-            shapes = shapes_of[dims]
+            shapes = shapes_of[op.input_dims]
         except KeyError:
-            shapes = shapes_of[dims] = _shapes(ops[a])
+            shapes = shapes_of[op.input_dims] = _shapes(op)
         except TypeError:  # unhashable shapes: written out each time
-            shapes = _shapes(ops[a])
-        key = (ops[a].name, shapes, c.dtype)
-        acc = g.acc.setdefault(key, _Acc())
-        acc.calls += 1
-        acc.flops += c.flops
-        acc.bytes_moved += c.bytes_moved
-        acc.time_us += anchor_time[a]
-        g.cost.setdefault(key, c)
-        names = g.kernel_names.setdefault(key, set())
-        launched = anchor_kernels.get(a, ())
-        kernels = [k for k in launched if k.kind == "kernel"]
-        names.update(k.name for k in kernels)
-        if any(k.kind == "memcpy" and _is_host_device(k.name) for k in launched):
-            g.host_copy.add(key)
-        if len(launched) == 1 and len(kernels) == 1:
-            kacc = g.kernels.setdefault((kernels[0].name, *key), _Acc())
-            kacc.calls += 1
-            kacc.flops += c.flops
-            kacc.bytes_moved += c.bytes_moved
-            kacc.time_us += kernels[0].dur_us
+            shapes = _shapes(op)
+        key = (op.name, shapes, c.dtype)  # type: ignore[union-attr]
+        if key not in keys:
+            keys[key] = len(keys)
+            g.cost[key] = c  # type: ignore[assignment]
+        group_of_call[r] = keys[key]
+    group = group_of_call[call_rank]
+    n = len(keys)
+    # bincount adds the times one by one in anchor order, as `+=` in a loop.
+    calls_n = np.bincount(group, minlength=n).tolist()
+    time_us = np.bincount(group, weights=t_kept, minlength=n).tolist()
+    flops, nbytes = _sum_costs(group, c_kept, call_cost, n)
+    key_list = list(keys)
+    for i, key in enumerate(key_list):
+        acc[key] = _Acc(calls_n[i], flops[i], nbytes[i], time_us[i])
+    if not len(times.kernel_ix):
+        return g
+    # The kernels of the kept anchors, and each one's group.
+    group_of_op = np.full(len(ops), -1, dtype=np.intp)
+    group_of_op[a_kept] = group
+    k_ix, k_anchor = times.kernel_ix, times.kernel_anchor
+    k_group = group_of_op[k_anchor]
+    kind = kernel_columns(ix).kind[k_ix]
+    device_work = ix.trace.kernels
+    for r in np.flatnonzero((k_group >= 0) & (kind == 1)).tolist():  # memcpys
+        if _is_host_device(device_work[int(k_ix[r])].name):
+            g.host_copy.add(key_list[int(k_group[r])])
+
+    def kernel_names(key: _GroupKey) -> Iterator[str]:
+        # A generator: the kernels are found only when a roof reads their names.
+        for i in k_ix[(k_group == keys[key]) & (kind == 0)].tolist():
+            yield device_work[i].name
+
+    g.kernel_names = kernel_names
+    # Anchors that launched exactly one kernel (not a memcpy or memset), per (kernel, group).
+    launched = np.bincount(k_anchor, minlength=len(ops))
+    only = np.full(len(ops), -1, dtype=np.intp)
+    only[k_anchor] = k_ix  # the kernel of an anchor with one
+    single = launched[a_kept] == 1
+    s_kernel = only[a_kept[single]]
+    is_kernel = kernel_columns(ix).kind[s_kernel] == 0
+    s_kernel = s_kernel[is_kernel]
+    if not len(s_kernel):
+        return g
+    s_group, s_call = group[single][is_kernel], c_kept[single][is_kernel]
+    s_list = s_kernel.tolist()
+    names, name_code = codes_of(map(_NAME, map(device_work.__getitem__, s_list)), len(s_list))
+    k_firsts, k_code = _first_seen(name_code * n + s_group)
+    m = len(k_firsts)
+    k_calls = np.bincount(k_code, minlength=m).tolist()
+    k_time = np.bincount(k_code, weights=kernel_columns(ix).dur[s_kernel], minlength=m).tolist()
+    k_flops, k_bytes = _sum_costs(k_code, s_call, call_cost, m)
+    for j, (nc, gi) in enumerate(
+        zip(name_code[k_firsts].tolist(), s_group[k_firsts].tolist(), strict=True)
+    ):
+        g.kernels[(names[nc], *key_list[gi])] = _Acc(k_calls[j], k_flops[j], k_bytes[j], k_time[j])
     return g
 
 
@@ -686,7 +829,7 @@ def _group_points(
         if c.flops == 0:
             moves.append(_data_movement(key, acc, c, spec, key in g.host_copy))
             continue
-        roof = _choose_roof(c, spec, g.kernel_names[key]) if spec is not None else None
+        roof = _choose_roof(c, spec, g.kernel_names(key)) if spec is not None else None
         group_roof[key] = roof
         points.append(
             _make_point(
@@ -786,10 +929,14 @@ def _gemm_points_only_gemms(
     placed = np.flatnonzero((k_anchor >= 0) & (owner >= 0) & (owner != k_anchor))
     if not len(placed):
         return
-    matmul: dict[int, bool] = {}
-    for a in distinct(k_anchor[placed]).tolist():
-        c = cost(a)
-        matmul[a] = c is not None and c.category in MATMUL_CATEGORIES
+    # Whether each anchor is of the matmul family: per call (_Costs), not per anchor.
+    heads = distinct(k_anchor[placed])
+    calls = cost.calls_of(heads)
+    family = np.array(
+        [c is not None and c.category in MATMUL_CATEGORIES for c in cost.call_cost], dtype=bool
+    )
+    matmul = np.zeros(len(tree.ops), dtype=bool)
+    matmul[heads] = family[calls]
     # Only kernels of ops known to be something else move: copies (copy_, contiguous,
     # clone, to), casts and elementwise ops (the bias add). A library's own convolution or
     # matmul op (miopen_convolution, an accelerator's bmm), named or not, keeps its kernels.
@@ -799,11 +946,10 @@ def _gemm_points_only_gemms(
     )
     other_op = other_name[codes] if len(codes) else np.zeros(0, dtype=bool)
     parent = tree.parent_arr
-    for i in placed.tolist():
-        a = int(k_anchor[i])
-        o = int(owner[i])
-        if not matmul[a] or not other_op[o]:
-            continue
+    moving = placed[matmul[k_anchor[placed]] & other_op[owner[placed]]]
+    for i, a, o in zip(
+        moving.tolist(), k_anchor[moving].tolist(), owner[moving].tolist(), strict=True
+    ):
         # The ops from the owner up to (not including) the anchor, innermost first.
         chain = []
         x = o

@@ -229,3 +229,123 @@ def test_children_by_scan_and_by_sort_agree(data_dir) -> None:
         assert scanned.children_of(i) == want
         assert sorted_.children_of(i) == want
     assert scanned._scans_left == 0  # the later asks went to the sorted lists
+
+
+def test_first_seen_and_sums_match_plain_loops() -> None:
+    """_first_seen numbers values in order of first appearance; _sum_costs adds FLOPs and
+    bytes per group as `+=` in item order would, for int costs (by count) and float costs
+    (one by one)."""
+    import numpy as np
+
+    from gpuprof_nb.analysis.flops import OpCost
+    from gpuprof_nb.analysis.roofline import _first_seen, _sum_costs
+
+    rng = np.random.default_rng(7)
+    values = rng.integers(0, 9, size=200)
+    seen: dict[int, int] = {}
+    for v in values.tolist():
+        seen.setdefault(v, len(seen))
+    firsts, codes = _first_seen(values)
+    assert values[firsts].tolist() == list(seen)
+    assert codes.tolist() == [seen[v] for v in values.tolist()]
+    assert [x.tolist() for x in _first_seen(values[:0])] == [[], []]
+    for scale in (1, 0.1):  # int costs, then float ones (where the order of the sum tells)
+        call_cost = [
+            OpCost(k * 10**15 * scale, k * 3 * scale, "gemm", "fp32", "formula", "io")
+            for k in range(1, 6)
+        ]
+        groups = rng.integers(0, 4, size=300)
+        calls = rng.integers(0, 5, size=300)
+        want_f, want_b = [0] * 4, [0] * 4
+        for g, k in zip(groups.tolist(), calls.tolist(), strict=True):
+            want_f[g] += call_cost[k].flops
+            want_b[g] += call_cost[k].bytes_moved
+        got_f, got_b = _sum_costs(groups, calls, call_cost, 4)
+        assert [repr(x) for x in got_f] == [repr(x) for x in want_f]
+        assert [repr(x) for x in got_b] == [repr(x) for x in want_b]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        VIT,
+        "mi300_bert_small/gaunernst_bert-small-uncased__1016001.json.gz",
+        "gpu/host_device_copy.json.gz",
+    ],
+)
+def test_groups_match_a_loop_over_anchors(data_dir, name) -> None:
+    """_group_anchors (grouped per call with array sums) gives what one pass over the
+    anchors gives: per group its calls, FLOPs, bytes, time, first cost, kernel names and
+    host copies, and per (kernel, group) for anchors of one kernel; and
+    _costable_below what a walk of each op's descendants finds."""
+    import numpy as np
+
+    from gpuprof_nb.analysis.derived import index_of, op_columns
+    from gpuprof_nb.analysis.roofline import (
+        _Acc,
+        _anchors,
+        _costable,
+        _costable_below,
+        _Costs,
+        _device_times,
+        _group_anchors,
+        _is_host_device,
+        _shapes,
+        _Tree,
+    )
+
+    ix = index_of(load_trace(data_dir / name))
+    tree = _Tree(op_columns(ix))
+    cost = _Costs(tree)
+    costable = _costable(ix, len(tree.ops))
+    below = _costable_below(tree, costable)
+    want_below = []
+    for i in range(len(tree.ops)):
+        stack, found = list(tree.children_of(i)), False
+        while stack and not found:
+            j = stack.pop()
+            found = bool(costable[j])
+            stack.extend(tree.children_of(j))
+        want_below.append(found)
+    assert below.tolist() == want_below
+    anchor = _anchors(ix, tree, cost, costable)
+    times = _device_times(ix, tree, anchor, cost, costable)
+    anchors = np.fromiter(times.anchor_time, dtype=np.intp, count=len(times.anchor_time))
+    g = _group_anchors(ix, tree.ops, times, cost, anchors, cost.calls_of(anchors))
+    kernels_of: dict[int, list] = {}
+    for k, a in zip(times.kernel_ix.tolist(), times.kernel_anchor.tolist(), strict=True):
+        kernels_of.setdefault(a, []).append(ix.trace.kernels[k])
+    acc: dict = {}
+    first_cost: dict = {}
+    names: dict = {}
+    host: set = set()
+    per_kernel: dict = {}
+    for a in sorted(times.anchor_time):
+        c, t = cost(a), times.anchor_time[a]
+        if c is None or t <= 0:
+            continue
+        key = (tree.ops[a].name, _shapes(tree.ops[a]), c.dtype)
+        x = acc.setdefault(key, _Acc())
+        x.calls, x.flops, x.bytes_moved = (
+            x.calls + 1,
+            x.flops + c.flops,
+            x.bytes_moved + c.bytes_moved,
+        )
+        x.time_us += t
+        first_cost.setdefault(key, c)
+        launched = kernels_of.get(a, [])
+        kernels = [k for k in launched if k.kind == "kernel"]
+        names.setdefault(key, set()).update(k.name for k in kernels)
+        if any(k.kind == "memcpy" and _is_host_device(k.name) for k in launched):
+            host.add(key)
+        if len(launched) == 1 and len(kernels) == 1:
+            y = per_kernel.setdefault((kernels[0].name, *key), _Acc())
+            y.calls, y.flops = y.calls + 1, y.flops + c.flops
+            y.bytes_moved += c.bytes_moved
+            y.time_us += kernels[0].dur_us
+    assert acc and (per_kernel or host)
+    assert list(g.acc.items()) == list(acc.items())
+    assert list(g.kernels.items()) == list(per_kernel.items())
+    assert all(g.cost[k] is first_cost[k] for k in acc)
+    assert {k: set(g.kernel_names(k)) for k in acc} == names
+    assert g.host_copy == host
