@@ -758,10 +758,10 @@ def _group_anchors(
             shapes = shapes_of[op.input_dims] = _shapes(op)
         except TypeError:  # unhashable shapes: written out each time
             shapes = _shapes(op)
-        key = (op.name, shapes, c.dtype)  # type: ignore[union-attr]
+        key = (op.name, shapes, c.dtype)
         if key not in keys:
             keys[key] = len(keys)
-            g.cost[key] = c  # type: ignore[assignment]
+            g.cost[key] = c
         group_of_call[r] = keys[key]
     group = group_of_call[call_rank]
     n = len(keys)
@@ -812,7 +812,8 @@ def _group_anchors(
     for j, (nc, gi) in enumerate(
         zip(name_code[k_firsts].tolist(), s_group[k_firsts].tolist(), strict=True)
     ):
-        g.kernels[(names[nc], *key_list[gi])] = _Acc(k_calls[j], k_flops[j], k_bytes[j], k_time[j])
+        kernel_key = (names[nc], *key_list[gi])
+        g.kernels[kernel_key] = _Acc(k_calls[j], k_flops[j], k_bytes[j], k_time[j])
     return g
 
 
