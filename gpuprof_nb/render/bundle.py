@@ -54,19 +54,33 @@ def widget_of(obj: object) -> Any:
     return report_widget(title, sections, tabbed_html(title, sections))
 
 
-def _group_name(title: str, sections: Sequence[Section]) -> str:
-    """Return a radio-group name unique to this report's content (deterministic, so the same
+def _group_and_surrogates(title: str, sections: Sequence[Section]) -> tuple[str, bool]:
+    """Return (a radio-group name unique to this report's content, whether the title or a
+    section's title or HTML holds a lone surrogate). The name is deterministic, so the same
     report renders to the same bytes; two identical reports on one page share a group, and
-    the CSS then falls back to showing the first tab of the one left unchecked)."""
-    digest = hashlib.sha1(title.encode("utf-8", "surrogatepass"))
+    the CSS then falls back to showing the first tab of the one left unchecked. The digest
+    encodes every section's HTML anyway: encoding strictly first tells, in the same pass,
+    whether the report's HTML needs `visible_surrogates` (the rest of it is fixed markup and
+    escaped titles)."""
+    surrogates = False
+
+    def encoded(text: str) -> bytes:
+        nonlocal surrogates
+        try:
+            # The same bytes as with "surrogatepass" wherever there is no lone surrogate.
+            return text.encode("utf-8")
+        except UnicodeEncodeError:
+            surrogates = True
+            return text.encode("utf-8", "surrogatepass")
+
+    digest = hashlib.sha1(encoded(title))
     for s in sections:
-        digest.update(
-            b"\x00"
-            + s.title.encode("utf-8", "surrogatepass")
-            + b"\x00"
-            + s.html.encode("utf-8", "surrogatepass")
-        )
-    return "gp-" + digest.hexdigest()[:12]
+        # One update per piece hashes the same bytes as their concatenation.
+        digest.update(b"\x00")
+        digest.update(encoded(s.title))
+        digest.update(b"\x00")
+        digest.update(encoded(s.html))
+    return "gp-" + digest.hexdigest()[:12], surrogates
 
 
 # The first line of the report where a viewer strips its style (docs/viewers.md): what the
@@ -84,7 +98,13 @@ def tabbed_html(title: str, sections: Sequence[Section]) -> str:
     radio inputs and CSS only (no script, no CDN). Where a viewer strips the style (an
     untrusted notebook, GitHub) a one-line banner comes first, the tab bar is hidden and
     every section shows in order under its own heading."""
-    group = _group_name(title, sections)
+    return _tabbed_html(title, sections)[0]
+
+
+def _tabbed_html(title: str, sections: Sequence[Section]) -> tuple[str, bool]:
+    """Return (tabbed_html, whether it may hold a lone surrogate: see
+    _group_and_surrogates)."""
+    group, surrogates = _group_and_surrogates(title, sections)
     labels = " ".join(
         f'<label class="gp-tab" title="{esc(s.title)}">'
         f'<input type="radio" name="{group}" value="{i}"{" checked" if i == 0 else ""}/>'
@@ -96,13 +116,14 @@ def tabbed_html(title: str, sections: Sequence[Section]) -> str:
         f'<h4 class="gp-h">{esc(s.title)}</h4>{s.html}</div>'
         for s in sections
     )
-    return (
+    html = (
         f'<div class="gpuprof gp-report"><style>{STYLE}</style>'
         f'<p class="gp-banner" style="{_BANNER_STYLE}">{esc(BANNER)}</p>'
         f'<h3>{esc(title)}</h3><div class="gp-tabs">'
         f'<div class="gp-tabbar" hidden="hidden" style="display:none">{labels}</div>'
         f'<div class="gp-panels">{panels}</div></div></div>'
     )
+    return html, surrogates
 
 
 def report_bundle(
@@ -115,9 +136,10 @@ def report_bundle(
     same in a live kernel, nbconvert, nbviewer or a saved file. Respects IPython's
     include/exclude."""
     sections = _bounded(sections)
+    html, surrogates = _tabbed_html(title, sections)
     bundle: dict[str, Any] = {
         "text/plain": visible_surrogates(report_text(title, sections)),
-        "text/html": visible_surrogates(tabbed_html(title, sections)),
+        "text/html": visible_surrogates(html) if surrogates else html,
     }
     return _filtered(bundle, include, exclude)
 

@@ -159,11 +159,49 @@ def _lambdas_shortened(text: str) -> str:
     return _LAMBDAS.sub("::{lambda}", text) if "::{lambda(" in text else text
 
 
+# Splits a name into its text pieces and, between them, its brackets.
+_BRACKET = re.compile(r"([<>()])")
+
+
 def _parse_brackets(name: str) -> list[Any] | None:
     """Return the name as a list of text pieces and (opener, children) groups for its <...>
-    and (...) brackets; None when they do not balance (then the caller only cuts). Jumps from
-    one bracket (or `operator` at a word's start) to the next: kernel names run to
-    thousands of characters."""
+    and (...) brackets; None when they do not balance (then the caller only cuts). A name
+    with no `operator` in it (nearly all) is split at every bracket in one regex pass;
+    `_parse_operators` reads the others."""
+    if "operator" in name:
+        return _parse_operators(name)
+    root: list[Any] = []
+    stack: list[tuple[str, list[Any]]] = []
+    out = root
+    pieces = iter(_BRACKET.split(name))
+    text = next(pieces)
+    # The pieces alternate text, bracket, text, ..., text (a text may be empty).
+    for token, after in zip(pieces, pieces, strict=False):
+        if token == "<" or token == "(":
+            if text:
+                out.append(text)
+            group: list[Any] = []
+            out.append((token, group))
+            stack.append((token, out))
+            out = group
+        else:
+            if not stack or _PAIRS[stack[-1][0]] != token:
+                return None
+            if text:
+                out.append(text)
+            out = stack.pop()[1]
+        text = after
+    if stack:
+        return None
+    if text:
+        out.append(text)
+    return root
+
+
+def _parse_operators(name: str) -> list[Any] | None:
+    """_parse_brackets of a name that may hold `operator()` or `operator<` (names, not
+    brackets). Jumps from one bracket (or `operator` at a word's start) to the next: kernel
+    names run to thousands of characters."""
     root: list[Any] = []
     stack: list[tuple[str, list[Any]]] = []
     out, text, i = root, "", 0
@@ -221,11 +259,27 @@ def _collapsed(parts: list[Any], depth: int) -> str:
     return _lambdas_shortened("".join(out)).strip()
 
 
+# short_kernel_name of the names met so far: a report shows the same kernel in several
+# tables (Kernels, Roofline). Emptied when full, so a stream of distinct names stays bounded.
+_SHORT_NAMES: dict[tuple[str, int], str] = {}
+_SHORT_NAMES_KEPT = 4096
+
+
 def short_kernel_name(name: str, width: int = SHORT_NAME_WIDTH) -> str:
     """Return a C++ kernel name cut to at most `width` characters for a table cell: no
     'void ' prefix, the parameter list as (...), template arguments kept one level deep
     (deeper brackets as <...>) and shortened, then cut with '…'. Names that fit are returned
     as they are (less 'void ')."""
+    key = (name, width)
+    short = _SHORT_NAMES.get(key)
+    if short is None:
+        if len(_SHORT_NAMES) >= _SHORT_NAMES_KEPT:
+            _SHORT_NAMES.clear()
+        short = _SHORT_NAMES[key] = _short_kernel_name(name, width)
+    return short
+
+
+def _short_kernel_name(name: str, width: int) -> str:
     full = name.strip()
     if full.startswith("void "):
         full = full[5:].lstrip()

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from gpuprof_nb.render import svg
 from gpuprof_nb.render.bundle import report_of
@@ -165,7 +165,16 @@ def modules_section(mb: ModuleBreakdown) -> Section:
     tree = _Tree(mb)
     walked = _walk(mb, tree)
     shown = walked[:MAX_ROWS]
-    drawn = icicle_svg(mb)
+    # row_words of each row, made once: the icicle's hover titles and the text both use them.
+    words: dict[int, str] = {}
+
+    def words_of(r: ModuleRow) -> str:
+        w = words.get(id(r))
+        if w is None:
+            w = words[id(r)] = row_words(r)
+        return w
+
+    drawn = icicle_svg(mb, words_of)
     html_parts.append(
         f"<p>{esc(basis.capitalize())} by module (wider = more time; hover for numbers):</p>"
         + svg.plot_html(drawn)
@@ -186,9 +195,9 @@ def modules_section(mb: ModuleBreakdown) -> Section:
             "Repeated blocks (folded in the HTML table):\n"
             + "\n".join(f"  {group_words(g)}" for g in groups_shown)
         )
-    html_parts.append(_html_table(mb, shown, headers, right))
+    html_parts.append(_html_table(mb, shown, headers, right, text_rows))
     rows_shown = [item for _, item in shown if isinstance(item, ModuleRow)]
-    text_parts.append("Each module:\n" + "\n".join(f"  {row_words(r)}" for r in rows_shown))
+    text_parts.append("Each module:\n" + "\n".join(f"  {words_of(r)}" for r in rows_shown))
     if len(walked) > MAX_ROWS:
         more = f"{len(walked) - MAX_ROWS} more rows in .modules.rows"
         text_parts.append(more)
@@ -233,7 +242,11 @@ def _html_table(
     shown: Sequence[tuple[int, ModuleRow | ModuleGroup]],
     headers: Sequence[str],
     right: Sequence[bool],
+    text_rows: Sequence[Sequence[str]] | None = None,
 ) -> str:
+    """The HTML table of the rows `shown`; `text_rows` (the text table's rows, one per item
+    shown) saves formatting each row's cells again: a row's cells differ from the text's
+    only by the indent of the first, which _tr strips."""
     head = "".join(
         f"<th{_cell_style(r)}>{esc(h)}</th>" for h, r in zip(headers, right, strict=True)
     )
@@ -252,12 +265,13 @@ def _html_table(
             )
             (stack[-1][2] if stack else body).append(html)
 
-    for depth, item in shown:
+    for k, (depth, item) in enumerate(shown):
         close_to(depth)
         if isinstance(item, ModuleGroup):
             stack.append((depth, item, []))
         else:
-            (stack[-1][2] if stack else body).append(_tr(_cells(mb, item, 0), right, depth))
+            cells = text_rows[k] if text_rows is not None else _cells(mb, item, 0)
+            (stack[-1][2] if stack else body).append(_tr(cells, right, depth))
     close_to(0)
     # In a box that scrolls inside the output where the table is wider (html.scroll_box).
     return scroll_box(
@@ -286,11 +300,11 @@ def _layout(mb: ModuleBreakdown) -> list[tuple[ModuleRow, float, float]]:
     return out
 
 
-def icicle_svg(mb: ModuleBreakdown) -> str:
+def icicle_svg(mb: ModuleBreakdown, words: Callable[[ModuleRow], str] = row_words) -> str:
     """Return the icicle: one band per depth, roots on top, each module as wide as its
     share of the total, then a grey block for the time in no module; a hover title on each
     block gives its numbers (the same words as the text). The root's data-blocks attribute
-    counts the blocks drawn."""
+    counts the blocks drawn. `words` gives a row's hover words (row_words, or a cache of it)."""
     placed = _layout(mb)
     depth = min(max((r.depth for r, _, _ in placed), default=0) + 1, MAX_DEPTH)
     height = _TOP + depth * _ROW_H + 10
@@ -319,7 +333,7 @@ def icicle_svg(mb: ModuleBreakdown) -> str:
         body.append(
             f'<g class="gp-module"><rect x="{n(x)}" y="{y}" width="{n(max(w - 0.5, 0.5))}" '
             f'height="{_ROW_H - 2}" fill="{colour}" fill-opacity="0.85">'
-            + svg.title(row_words(r))
+            + svg.title(words(r))
             + "</rect>"
         )
         chars = int((w - 6) / (0.58 * 10))

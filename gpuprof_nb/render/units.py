@@ -11,7 +11,9 @@ __all__ = ["fmt_bytes", "fmt_num", "fmt_pct", "fmt_rate", "fmt_us"]
 
 def fmt_us(us: float | None) -> str:
     """Format a duration given in microseconds: '812 us', '3.41 ms', '2.07 s'."""
-    if us is None or (isinstance(us, float) and math.isnan(us)):
+    # `us != us` only for NaN: the isinstance test then runs for NaN alone (tables format
+    # thousands of durations).
+    if us is None or (us != us and isinstance(us, float)):
         return "n/a"
     a = abs(us)
     if a >= 1e6:
