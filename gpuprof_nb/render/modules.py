@@ -345,11 +345,11 @@ def icicle_svg(mb: ModuleBreakdown, words: Callable[[ModuleRow], str] = row_word
     if outside * _WIDTH >= 0.5:
         drawn += 1
         x = roots_end * _WIDTH
-        words = f"in no module: {fmt_us(mb.outside_us)} ({fmt_pct(outside)})"
+        outside_words = f"in no module: {fmt_us(mb.outside_us)} ({fmt_pct(outside)})"
         body.append(
             f'<g class="gp-module"><rect x="{n(x)}" y="{_TOP}" '
             f'width="{n(max(outside * _WIDTH - 0.5, 0.5))}" height="{_ROW_H - 2}" '
-            f'fill="{_OUTSIDE_COLOUR}">' + svg.title(words) + "</rect></g>"
+            f'fill="{_OUTSIDE_COLOUR}">' + svg.title(outside_words) + "</rect></g>"
         )
     head = svg.svg_open(
         _WIDTH, height, f"icicle chart of {_basis(mb)} by nn.Module", f' data-blocks="{drawn}"'
