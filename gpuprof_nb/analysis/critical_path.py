@@ -668,6 +668,10 @@ def _walk(
     return walk.segments, walk.runtime_us, walk.on_path, walk.syncs
 
 
+# What walk_host reads of a lane into locals, in one call.
+_LANE_FIELDS = attrgetter("starts", "ends", "label", "units", "waits_end", "where", "main")
+
+
 class _Walk:
     """Where the backward walk is (at `t`, on the device activity `kernel` when it is >= 0,
     else on the host lane `lane`) and what it has found so far."""
@@ -781,14 +785,7 @@ class _Walk:
         add_segment, add_rt = self.segments.append, self.runtime_us.append
         runtime_us = self.runtime_us
         lane, t = self.lane, self.t
-        starts, ends, label, units, waits_end = (
-            lane.starts,
-            lane.ends,
-            lane.label,
-            lane.units,
-            lane.waits_end,
-        )
-        where, main = lane.where, lane.main
+        starts, ends, label, units, waits_end, where, main = _LANE_FIELDS(lane)
         at_, a_, b_ = self.spans_of(lane)
         while t > lo and budget > 0:
             budget -= 1
@@ -800,14 +797,7 @@ class _Walk:
                 if not main:
                     # An idle helper thread waits on the step's thread.
                     lane = self.host.main
-                    starts, ends, label, units, waits_end = (
-                        lane.starts,
-                        lane.ends,
-                        lane.label,
-                        lane.units,
-                        lane.waits_end,
-                    )
-                    where, main = lane.where, lane.main
+                    starts, ends, label, units, waits_end, where, main = _LANE_FIELDS(lane)
                     at_, a_, b_ = self.spans_of(lane)
                     continue
                 add_segment(new(gap_from, t, "python", lane.python_name(t), where, "", -1))
