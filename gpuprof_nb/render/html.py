@@ -260,9 +260,10 @@ def _collapsed(parts: list[Any], depth: int) -> str:
 
 
 # short_kernel_name of the names met so far: a report shows the same kernel in several
-# tables (Kernels, Roofline). Emptied when full, so a stream of distinct names stays bounded.
+# tables (Kernels, Roofline). Emptied when full, and only names up to MAX_SHOWN_CHARS are
+# kept, so what it holds after the reports are gone stays a few MB at most.
 _SHORT_NAMES: dict[tuple[str, int], str] = {}
-_SHORT_NAMES_KEPT = 4096
+_SHORT_NAMES_KEPT = 1024
 
 
 def short_kernel_name(name: str, width: int = SHORT_NAME_WIDTH) -> str:
@@ -270,6 +271,8 @@ def short_kernel_name(name: str, width: int = SHORT_NAME_WIDTH) -> str:
     'void ' prefix, the parameter list as (...), template arguments kept one level deep
     (deeper brackets as <...>) and shortened, then cut with '…'. Names that fit are returned
     as they are (less 'void ')."""
+    if len(name) > MAX_SHOWN_CHARS:
+        return _short_kernel_name(name, width)
     key = (name, width)
     short = _SHORT_NAMES.get(key)
     if short is None:

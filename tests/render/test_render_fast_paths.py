@@ -304,3 +304,11 @@ def test_fmt_us_nan_test_as_before() -> None:
         assert units.fmt_us(v) == _old_fmt_us(v), v
     assert units.fmt_us(math.nan) == "n/a"
     assert units.fmt_us(np.float32("nan")) == "nan ns"  # not a float: formatted, as before
+
+
+def test_names_longer_than_shown_are_not_kept(monkeypatch) -> None:
+    # A damaged trace's megabyte-long name is shortened each time, not held after the report.
+    monkeypatch.setattr(html, "_SHORT_NAMES", {})
+    name = "void k<" + "x" * (html.MAX_SHOWN_CHARS + 1) + ">(int)"
+    assert html.short_kernel_name(name) == html._short_kernel_name(name, 80)
+    assert html._SHORT_NAMES == {}
