@@ -82,9 +82,17 @@ def test_hotspots_name_the_cell_function(kernel_ip, tmp_path) -> None:
     )
     r = ip.user_ns["r"]
     title = r.diagnosis.finding("python_overhead").title
-    # The line sampler names the line inside the function the earlier cell defined.
-    assert "Held by `In [51], line 4 in spin` (`acc += j * j % 7`): " in title, title
-    assert r.hotspots.lines[0].label == "In [51], line 4 in spin"
+    # The line events name the lines inside the function the earlier cell defined. The
+    # loop's head and body run once each per iteration and hold about half the time each:
+    # which one leads depends on the machine's noise (a loaded one put the head at 51%).
+    loop = {
+        "In [51], line 3 in spin": "(`for j in range(n):`)",
+        "In [51], line 4 in spin": "(`acc += j * j % 7`)",
+    }
+    lead = r.hotspots.lines[0].label
+    assert lead in loop, lead
+    assert f"Held by `{lead}` {loop[lead]}: " in title, title
+    assert "`In [51], line 4 in spin` (`acc += j * j % 7`)" in title, title
     assert not HASHED.search(r.text())
     # The trace written with the report keeps the names for a later offline analysis.
     path = r.save(tmp_path / "t.json.gz")
