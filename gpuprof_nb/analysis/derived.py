@@ -192,6 +192,37 @@ def other_op_columns(index: TraceIndex) -> OtherOpColumns:
     return memo(index, "other_op_columns", lambda: OtherOpColumns(index))
 
 
+class PythonEvents:
+    """The trace's python_function events (kind "python", in trace order) as columns: the
+    hotspots' call tree and the module breakdown's nn.Module events both read them, so they
+    are built once per trace (python_events)."""
+
+    __slots__ = ("ops", "start", "dur", "names", "name_code")
+
+    def __init__(self, index: TraceIndex) -> None:
+        other = other_op_columns(index)  # python_function events are among them
+        ops = tuple(compress(other.ops, other.is_python.tolist()))
+        n = len(ops)
+        self.ops = ops
+        self.start = frozen(other.start[other.is_python])
+        self.dur = frozen(other.dur[other.is_python])
+        # Each event's name as an index into the distinct names (in order of first
+        # appearance): tests on names then run per name, not per event.
+        names, codes = codes_of(map(_NAME, ops), n)
+        self.names: tuple[str, ...] = tuple(names)
+        self.name_code = frozen(codes)
+
+    def named(self, test: Callable[[str], bool]) -> np.ndarray:
+        """Mask of the events whose name passes `test` (asked once per distinct name)."""
+        passes = np.fromiter(map(test, self.names), dtype=bool, count=len(self.names))
+        return passes[self.name_code] if len(self.name_code) else np.zeros(0, dtype=bool)
+
+
+def python_events(index: TraceIndex) -> PythonEvents:
+    """Return the trace's python_function events as columns (computed once per trace)."""
+    return memo(index, "python_event_columns", lambda: PythonEvents(index))
+
+
 def op_input_dims(index: TraceIndex) -> list[Any]:
     """Return each of op_columns' ops' input_dims (None where not recorded), once."""
     return memo(index, "op_input_dims", lambda: list(map(_INPUT_DIMS, op_columns(index).ops)))

@@ -18,9 +18,8 @@ gaps, the device's idle time on GPU, the gaps between host ops on CPU.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import compress
 from operator import attrgetter
 
 import numpy as np
@@ -29,12 +28,10 @@ from gpuprof_nb.analysis.derived import (
     TraceIndex,
     codes_of,
     distinct,
-    frozen,
     index_of,
     lex_order,
-    memo,
     op_kinds,
-    other_op_columns,
+    python_events,
 )
 from gpuprof_nb.analysis.intervals import nearest_open_at, nearest_open_before
 from gpuprof_nb.analysis.sources import (
@@ -43,6 +40,7 @@ from gpuprof_nb.analysis.sources import (
     profiler_frame_parts,
     source_label,
 )
+from gpuprof_nb.analysis.timeline import gap_columns
 from gpuprof_nb.model.frames import Frame, FrameKind
 from gpuprof_nb.model.samples import StackSamples
 from gpuprof_nb.model.trace import Trace
@@ -51,65 +49,13 @@ from gpuprof_nb.results.hotspots import FlameNode, HotLine, Hotspots
 __all__ = ["KNOWN_PACKAGES", "compute_hotspots", "frame_kind"]
 from gpuprof_nb.results.timeline import IDLE_CAUSES, Timeline
 
-_TID, _NAME = attrgetter("tid"), attrgetter("name")
-_START, _DUR = attrgetter("start_us"), attrgetter("dur_us")
-_CAUSE, _END = attrgetter("cause"), attrgetter("end_us")
+_TID = attrgetter("tid")
 
 # Lines kept in `Hotspots.lines`; icicle blocks kept, and the smallest share of the host time
 # a block must hold to be kept.
 MAX_LINES = 50
 MAX_NODES = 400
 MIN_NODE_SHARE = 0.002
-
-
-class PythonEvents:
-    """The trace's python_function events (kind "python", in trace order) as columns: the
-    hotspots' call tree and the module breakdown's nn.Module events (modules.py) both read
-    them, so they are built once per trace (python_events)."""
-
-    __slots__ = ("ops", "start", "dur", "names", "name_code")
-
-    def __init__(self, index: TraceIndex) -> None:
-        other = other_op_columns(index)  # python_function events are among them
-        ops = tuple(compress(other.ops, other.is_python.tolist()))
-        n = len(ops)
-        self.ops = ops
-        self.start = frozen(other.start[other.is_python])
-        self.dur = frozen(other.dur[other.is_python])
-        # Each event's name as an index into the distinct names (in order of first
-        # appearance): tests on names then run per name, not per event.
-        names, codes = codes_of(map(_NAME, ops), n)
-        self.names: tuple[str, ...] = tuple(names)
-        self.name_code = frozen(codes)
-
-    def named(self, test: Callable[[str], bool]) -> np.ndarray:
-        """Mask of the events whose name passes `test` (asked once per distinct name)."""
-        passes = np.fromiter(map(test, self.names), dtype=bool, count=len(self.names))
-        return passes[self.name_code] if len(self.name_code) else np.zeros(0, dtype=bool)
-
-
-def python_events(index: TraceIndex) -> PythonEvents:
-    """Return the trace's python_function events as columns (computed once per trace)."""
-    return memo(index, "python_event_columns", lambda: PythonEvents(index))
-
-
-def gap_columns(
-    index: TraceIndex, timeline: Timeline
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
-    """Return the timeline's idle gaps, in its order, as columns: starts, ends, causes as
-    codes, and each cause's code. Read once per timeline (the module breakdown reads the
-    same gaps); the index keeps the timeline with them, so its id names no other."""
-
-    def compute() -> tuple[Timeline, tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]]:
-        gaps = timeline.gaps
-        n = len(gaps)
-        causes, code = codes_of(map(_CAUSE, gaps), n)
-        starts = np.fromiter(map(_START, gaps), dtype=float, count=n)
-        ends = np.fromiter(map(_END, gaps), dtype=float, count=n)
-        code_of = {c: k for k, c in enumerate(causes)}
-        return timeline, (frozen(starts), frozen(ends), frozen(code), code_of)
-
-    return memo(index, ("timeline_gap_columns", id(timeline)), compute)[1]
 
 
 @dataclass

@@ -48,11 +48,11 @@ from gpuprof_nb.analysis.derived import (
     op_kinds,
     op_name_codes,
     op_names,
+    python_events,
     runtime_starts,
     runtime_threads,
 )
-from gpuprof_nb.analysis.hotspots import gap_columns, python_events
-from gpuprof_nb.analysis.timeline import activity_window
+from gpuprof_nb.analysis.timeline import activity_window, gap_columns
 from gpuprof_nb.model.trace import MemoryEvent, Op, Trace
 from gpuprof_nb.results.modules import ModuleBreakdown, ModuleGroup, ModuleRow, ModuleSource
 from gpuprof_nb.results.timeline import Timeline

@@ -38,6 +38,7 @@ import numpy as np
 from gpuprof_nb.analysis import thresholds as th
 from gpuprof_nb.analysis.derived import (
     TraceIndex,
+    codes_of,
     distinct,
     first_call_of,
     frozen,
@@ -73,6 +74,7 @@ _new_gap = fast_maker(IdleGap)
 _START = attrgetter("start_us")
 _DUR = attrgetter("dur_us")
 _NAME = attrgetter("name")
+_CAUSE, _END = attrgetter("cause"), attrgetter("end_us")
 
 
 # Blocking host calls: the host thread waits for the device inside them.
@@ -761,3 +763,22 @@ def median_duration_us(durations: Sequence[float]) -> float:
 def breakdown_shares(breakdown: IdleBreakdown) -> Mapping[str, float]:
     """Return {category: share of the span} for every category."""
     return {c: breakdown.fraction(c) for c in breakdown.us_by_category()}
+
+
+def gap_columns(
+    index: TraceIndex, timeline: Timeline
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+    """Return the timeline's idle gaps, in its order, as columns: starts, ends, causes as
+    codes, and each cause's code. Read once per timeline (the module breakdown reads the
+    same gaps); the index keeps the timeline with them, so its id names no other."""
+
+    def compute() -> tuple[Timeline, tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]]:
+        gaps = timeline.gaps
+        n = len(gaps)
+        causes, code = codes_of(map(_CAUSE, gaps), n)
+        starts = np.fromiter(map(_START, gaps), dtype=float, count=n)
+        ends = np.fromiter(map(_END, gaps), dtype=float, count=n)
+        code_of = {c: k for k, c in enumerate(causes)}
+        return timeline, (frozen(starts), frozen(ends), frozen(code), code_of)
+
+    return memo(index, ("timeline_gap_columns", id(timeline)), compute)[1]
